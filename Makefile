@@ -1,0 +1,62 @@
+# text2grad: two commands on a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+T2G := $(VENV)/bin/t2g
+# torch first, so no CUDA download happens here; on a GPU machine set TORCH_SPEC (e.g. torch==2.13.0 from the CUDA index).
+TORCH_SPEC ?= torch==2.13.0
+WORKSPACE ?= t2g-workspace
+PYTEST_ARGS ?=
+
+export DO_NOT_TRACK := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT := false
+export MLFLOW_DISABLE_TELEMETRY := true
+export HF_HUB_OFFLINE := 1
+export HF_HUB_DISABLE_TELEMETRY := 1
+export TOKENIZERS_PARALLELISM := false
+export PYTHONUNBUFFERED := 1
+
+.PHONY: install demo test test-quick bench lint up down clean help
+
+help:
+	@echo "make demo   - set up .venv if absent and run the end-to-end pipeline on the demo data"
+	@echo "make test   - set up .venv if absent and run the whole test suite"
+	@echo "make test-quick - tests without the slow and e2e markers"
+	@echo "make bench  - run the benchmarks (results in benchmarks/results/*.json)"
+	@echo "make lint   - ruff"
+	@echo "make up / make down - local Prefect + MLflow servers and the deployments"
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip>=24"
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(T2G) demo --workspace $(WORKSPACE)
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-quick: install
+	$(PY) -m pytest -m "not slow and not e2e" $(PYTEST_ARGS)
+
+bench: install
+	@mkdir -p benchmarks/results
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+up: install
+	bash deployments/up.sh $(WORKSPACE)
+
+down:
+	bash deployments/down.sh $(WORKSPACE)
+
+clean:
+	rm -rf $(WORKSPACE) .pytest_cache .ruff_cache

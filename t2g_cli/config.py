@@ -1,0 +1,32 @@
+"""``t2g config``: show the effective configuration or its JSON schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+import yaml
+
+from t2g_cli._common import ConfigOpt, SetOpt, echo, pipeline_config
+
+config_app = typer.Typer(help="Show and check pipeline configuration.", no_args_is_help=True)
+
+
+@config_app.command("show")
+def show(config: Path | None = ConfigOpt, set_: list[str] | None = SetOpt) -> None:
+    """Print the effective PipelineConfig (defaults + YAML + --set overrides) as YAML."""
+    cfg = pipeline_config(config, set_)
+    echo(yaml.safe_dump(cfg.model_dump(mode="json", by_alias=True), sort_keys=False))
+
+
+@config_app.command("schema")
+def schema() -> None:
+    """Print the JSON schema of PipelineConfig (what the Prefect UI renders as the run form)."""
+    from t2g_core.config import PipelineConfig
+
+    echo(json.dumps(PipelineConfig.model_json_schema(by_alias=True), indent=2))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(config_app, name="config")

@@ -1,0 +1,45 @@
+"""``t2g feedback``: check and import feedback files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from t2g_cli._common import echo, guard
+
+feedback_app = typer.Typer(help="Check and import feedback (Parquet, JSONL, CSV or a datasets folder).", no_args_is_help=True)
+
+
+@feedback_app.command("check")
+@guard
+def check(path: Path = typer.Argument(..., help="Feedback file or folder.")) -> None:
+    """Validate a feedback file against the schema; prints one clear error naming file, row and column."""
+    from t2g_core.feedback import load_feedback
+
+    df = load_feedback(path)
+    counts = df["task"].value_counts().to_dict()
+    echo(f"{path}: {len(df)} valid items ({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))})")
+
+
+@feedback_app.command("import")
+@guard
+def import_(
+    path: Path = typer.Argument(..., help="Feedback file or folder."),
+    workspace: Path = typer.Option(Path("t2g-workspace"), help="Workspace folder."),
+) -> None:
+    """Validate feedback and store it as an immutable `feedback` artifact; prints its path."""
+    from t2g_core.feedback import load_feedback
+    from t2g_core.store import artifact_key, sha256_file
+    from t2g_core.workspace import Workspace
+
+    df = load_feedback(path)
+    ws = Workspace.at(workspace)
+    src = path / "data.parquet" if path.is_dir() and (path / "data.parquet").exists() else path
+    digest = sha256_file(src) if src.is_file() else artifact_key("hf", None, {"rows": str(len(df))})
+    ref = ws.store.write("feedback", artifact_key("feedback", None, {"source": digest}), df, "feedback", extra={"source": str(path)})
+    echo(f"feedback artifact: {ref.path} ({ref.n_rows} rows, sha256 {ref.sha256[:12]})")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(feedback_app, name="feedback")

@@ -1,0 +1,69 @@
+"""Typed configuration: one frozen pydantic model per stage, composed into PipelineConfig."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field
+
+from t2g_core.config.align import AlignConfig
+from t2g_core.config.annotate import AnnotateConfig
+from t2g_core.config.base import StageConfig
+from t2g_core.config.data import DataConfig, Task
+from t2g_core.config.evaluate import EvaluateConfig
+from t2g_core.config.models import ModelsConfig, TinyModelConfig
+from t2g_core.config.ppo import PPOConfig
+from t2g_core.config.reward_model import RewardModelConfig
+from t2g_core.config.validate import ValidateConfig
+from t2g_core.config.workspace import WorkspaceConfig
+
+__all__ = [
+    "AlignConfig", "AnnotateConfig", "DataConfig", "EvaluateConfig", "ModelsConfig", "PPOConfig", "PipelineConfig",
+    "RewardModelConfig", "StageConfig", "Task", "TinyModelConfig", "ValidateConfig", "WorkspaceConfig",
+    "apply_overrides", "load_config",
+]
+
+
+class PipelineConfig(StageConfig):
+    """The whole pipeline; each field is one stage's config."""
+
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig, description="Workspace and tracking.")
+    data: DataConfig = Field(default_factory=DataConfig, description="Feedback to learn from.")
+    models: ModelsConfig = Field(default_factory=ModelsConfig, description="Base models.")
+    annotate: AnnotateConfig = Field(default_factory=AnnotateConfig, description="Annotation stage.")
+    align: AlignConfig = Field(default_factory=AlignConfig, description="Span alignment stage.")
+    validate_: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate", description="Validation gates and review.")
+    reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig, description="Generative reward model.")
+    ppo: PPOConfig = Field(default_factory=PPOConfig, description="Span-reward PPO.")
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Policy evaluation.")
+
+    model_config = StageConfig.model_config | {"populate_by_name": True}
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a nested dict, returning a new dict."""
+    out: dict[str, Any] = yaml.safe_load(yaml.safe_dump(data)) or {}
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} is not of the form key.path=value")
+        dotted, raw = item.split("=", 1)
+        node = out
+        keys = dotted.strip().split(".")
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {item!r}: {key!r} is not a section")
+        node[keys[-1]] = yaml.safe_load(raw)
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
+    """Load a PipelineConfig from YAML (or defaults) and apply CLI overrides; errors name the bad field."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: the top level must be a mapping of stage names")
+    return PipelineConfig.model_validate(apply_overrides(data, overrides or []))

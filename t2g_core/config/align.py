@@ -1,0 +1,18 @@
+"""Alignment stage: quoted spans -> character offsets -> token labels."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from t2g_core.config.base import StageConfig
+
+
+class AlignConfig(StageConfig):
+    fuzzy_threshold: float = Field(85.0, ge=0, le=100, description="Minimum rapidfuzz score (0-100) for a fuzzy span match.")
+    min_fuzzy_chars: int = Field(8, ge=1, description="Spans shorter than this are never matched fuzzily.")
+    overlap: Literal["poor_wins", "good_wins"] = Field("poor_wins", description="Label of a token inside both a good and a poor span.")
+    positive_value: float = Field(1.0, description="Token label for good spans.")
+    negative_value: float = Field(-1.0, description="Token label for poor spans.")
+    neutral_value: float = Field(0.0, description="Token label outside every span.")

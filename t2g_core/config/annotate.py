@@ -1,0 +1,32 @@
+"""Annotation stage: who writes the critiques and spans."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from t2g_core.config.base import StageConfig
+
+
+class AnnotateConfig(StageConfig):
+    annotator: Literal["llm", "code", "reference"] = Field(
+        "reference", description="llm = an OpenAI-compatible endpoint; code = run tests in a sandbox; reference = compare with the reference."
+    )
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint (llm annotator), e.g. http://127.0.0.1:8000/v1.")
+    model: str = Field("gpt-4o", description="Model name sent to the endpoint.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key (never logged).")
+    mode: Literal["critique", "grounding"] = Field(
+        "critique", description="critique = the LLM writes the critique; grounding = it ties the item's human critique to spans."
+    )
+    prompt_version: str = Field("v1", description="Version of the prompt files; part of the cache key.")
+    temperature: float = Field(0.2, ge=0, description="Sampling temperature of the annotator.")
+    max_tokens: int = Field(1200, ge=16, description="Maximum completion tokens per request.")
+    concurrency: int = Field(8, ge=1, description="Requests in flight at once.")
+    timeout_s: float = Field(60.0, gt=0, description="Per-request timeout in seconds.")
+    max_retries: int = Field(5, ge=0, description="Retries on 429/5xx/timeouts (exponential backoff with jitter, Retry-After honoured).")
+    price_per_1k_prompt: float = Field(0.0, ge=0, description="Cost accounting: price per 1,000 prompt tokens.")
+    price_per_1k_completion: float = Field(0.0, ge=0, description="Cost accounting: price per 1,000 completion tokens.")
+    sandbox_timeout_s: float = Field(5.0, gt=0, description="Code critic: wall-clock limit per test case.")
+    sandbox_memory_mb: int = Field(512, ge=64, description="Code critic: address-space limit per test case.")
+    only_failed: bool = Field(False, description="Re-annotate only the items whose previous status was not ok.")

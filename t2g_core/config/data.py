@@ -1,0 +1,22 @@
+"""Which feedback to train on."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from t2g_core.config.base import StageConfig
+
+Task = Literal["summarization", "code", "qa"]
+
+
+class DataConfig(StageConfig):
+    source: str = Field(
+        "demo",
+        description="'demo' to generate the built-in demo data, or a path to feedback (Parquet, JSONL, CSV or a Hugging Face dataset folder).",
+    )
+    task: Task = Field("summarization", description="Task of the demo data and of the prompts used downstream.")
+    n_items: int = Field(256, ge=1, description="Number of demo items to generate (ignored for a path source).")
+    seed: int = Field(0, description="Seed for demo data generation.")
+    eval_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="Fraction of prompts held out for evaluation.")

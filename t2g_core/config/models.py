@@ -1,0 +1,31 @@
+"""Base models: a Hugging Face id or folder, or the tiny local models the project builds itself."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from t2g_core.config.base import StageConfig
+
+
+class TinyModelConfig(StageConfig):
+    architecture: Literal["llama", "gpt2"] = Field("llama", description="Architecture of the tiny model built from scratch.")
+    vocab_size: int = Field(512, ge=64, description="Byte-level BPE vocabulary size trained on the demo corpus.")
+    hidden_size: int = Field(128, ge=16, description="Model width.")
+    num_layers: int = Field(2, ge=1, description="Number of transformer blocks.")
+    num_heads: int = Field(4, ge=1, description="Attention heads.")
+    max_positions: int = Field(512, ge=64, description="Maximum sequence length.")
+    warm_start_steps: int = Field(300, ge=0, description="Language-model pretraining steps on the demo corpus (0 = random init).")
+    warm_start_lr: float = Field(2e-3, gt=0, description="Learning rate of the warm start.")
+    warm_start_batch_size: int = Field(64, ge=1, description="Batch size of the warm start.")
+    seed: int = Field(0, description="Seed for initialisation and warm start.")
+
+
+class ModelsConfig(StageConfig):
+    policy: str = Field("tiny", description="Policy base model: 'tiny' (built locally) or a Hugging Face id / folder.")
+    reward_model_base: str = Field("tiny", description="Reward-model base: 'tiny' (built locally) or a Hugging Face id / folder.")
+    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="How the tiny local models are built.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights dtype: auto = bfloat16 on a GPU that supports it, float32 on CPU."
+    )

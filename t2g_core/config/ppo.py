@@ -1,0 +1,56 @@
+"""Span-reward PPO: one trainer, three reward modes."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from t2g_core.config.base import StageConfig
+
+
+class PPOConfig(StageConfig):
+    reward_mode: Literal["span", "scalar", "dense"] = Field(
+        "span", description="span = Text2Grad token rewards; scalar = sum of span labels on the last token; dense = that sum / T on every token."
+    )
+    reward_source: Literal["reward_model", "oracle"] = Field(
+        "oracle", description="reward_model = the trained generative RM; oracle = the annotation stage's programmatic critic."
+    )
+    steps: int = Field(40, ge=1, description="PPO steps (rollout batches).")
+    batch_size: int = Field(64, ge=1, description="Prompts per rollout batch (global).")
+    minibatches: int = Field(2, ge=1, description="Minibatches per PPO epoch.")
+    grad_accum: int = Field(1, ge=1, description="Gradient accumulation steps per minibatch.")
+    ppo_epochs: int = Field(4, ge=1, description="Passes over each rollout batch.")
+    learning_rate: float = Field(1e-3, gt=0, description="Policy (LoRA) learning rate.")
+    value_learning_rate: float = Field(3e-4, gt=0, description="Value model learning rate.")
+    lora_r: int = Field(16, ge=1, description="Policy LoRA rank.")
+    lora_alpha: int = Field(32, ge=1, description="Policy LoRA alpha.")
+    lora_target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="Modules that get LoRA adapters in the policy.",
+    )
+    value_model: Literal["head", "separate"] = Field(
+        "separate", description="head = zero-init value head on the policy's hidden states; separate = a copy of the base with its own head."
+    )
+    kl_coef: float = Field(0.05, ge=0, description="Initial KL coefficient beta.")
+    kl_estimator: Literal["k1", "k3"] = Field("k1", description="Per-token KL estimator.")
+    adaptive_kl: bool = Field(False, description="Adapt beta towards target_kl.")
+    target_kl: float = Field(6.0, gt=0, description="Target KL (nats per sequence) of the adaptive controller.")
+    kl_horizon: int = Field(10000, ge=1, description="Horizon of the adaptive KL controller.")
+    span_coef: float = Field(1.0, description="c in r_t = m_t (c*delta_t - beta*KL_t).")
+    terminal_coef: float = Field(0.0, description="Weight of an optional terminal scalar added to span rewards (hybrid).")
+    parse_failure_reward: float = Field(0.0, description="Reward of a sample whose critique failed to parse.")
+    missing_eos_penalty: float | None = Field(None, description="Reward replacing the score of a response without EOS (None = off).")
+    gamma: float = Field(1.0, ge=0, le=1, description="GAE discount.")
+    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    cliprange: float = Field(0.2, gt=0, description="Policy ratio clip.")
+    cliprange_value: float = Field(0.2, gt=0, description="Value clip around the old values.")
+    vf_coef: float = Field(0.1, ge=0, description="Value loss coefficient.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")
+    max_approx_kl: float = Field(1.0, gt=0, description="Stop an epoch early when approximate KL exceeds this.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of rollouts (also applied when recomputing log-probs).")
+    max_new_tokens: int = Field(48, ge=1, description="Maximum response tokens.")
+    eval_every: int = Field(10, ge=1, description="Evaluate the task score on held-out prompts every N steps.")
+    log_every: int = Field(5, ge=1, description="Write rollouts and the token-reward heatmap every N steps.")
+    save_every: int = Field(10, ge=1, description="Checkpoint every N steps.")
+    seed: int = Field(0, description="Seed (per-process seeds derive from it).")

@@ -1,0 +1,184 @@
+"""Immutable, key-addressed Parquet artifacts with atomic writes.
+
+Layout: ``<root>/<stage>/<key>/`` holding ``data.parquet`` (plus any extra files a stage adds) and
+``manifest.json``, which is written last: a folder without a manifest is not an artifact. A folder is
+written under a temporary name and renamed into place, so a crash never leaves a readable partial artifact.
+The key hashes the stage name, its config and the content hashes of its inputs (never a run id), so a
+re-run with the same inputs finds its output already complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from t2g_core.schemas import SCHEMAS, ArtifactSchema, SchemaError, to_arrow, validate_frame
+
+DATA_FILE = "data.parquet"
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """What a stage returns: where its artifact lives and what it holds. Small and JSON-serialisable."""
+
+    path: str  # the artifact folder
+    sha256: str  # content hash of data.parquet
+    n_rows: int
+    schema: str
+    key: str
+
+    @property
+    def data_path(self) -> str:
+        return str(Path(self.path) / DATA_FILE)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def stable_json(value: Any) -> str:
+    """Canonical JSON of configs (pydantic models, dataclasses, dicts) for hashing."""
+    if hasattr(value, "model_dump"):
+        value = value.model_dump(mode="json")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def artifact_key(stage: str, config: Any = None, inputs: Mapping[str, str] | None = None, code_version: str = "1") -> str:
+    """Hash of stage name, code version, config and input content hashes (``inputs``: name -> sha256)."""
+    parts = [stage, code_version, stable_json(config), stable_json(dict(sorted((inputs or {}).items())))]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:20]
+
+
+class ArtifactStore:
+    """``<root>/<stage>/<key>/`` folders of validated Parquet plus a manifest."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def folder(self, stage: str, key: str) -> Path:
+        return self.root / stage / key
+
+    def find(self, stage: str, key: str) -> ArtifactRef | None:
+        """The complete artifact at (stage, key), or None."""
+        manifest = self.folder(stage, key) / MANIFEST
+        if not manifest.exists():
+            return None
+        return ref_from_manifest(manifest)
+
+    def write(
+        self,
+        stage: str,
+        key: str,
+        df: pd.DataFrame,
+        schema: str | ArtifactSchema,
+        extra: Mapping[str, Any] | None = None,
+        add_files: Callable[[Path], None] | None = None,
+    ) -> ArtifactRef:
+        """Validate and atomically write ``df``; ``add_files(tmp_dir)`` may add files before the manifest is written.
+
+        If the artifact already exists (another process finished first) the existing one is returned.
+        """
+        existing = self.find(stage, key)
+        if existing is not None:
+            return existing
+        final = self.folder(stage, key)
+        tmp = final.parent / f".{key}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        tmp.mkdir(parents=True)
+        try:
+            write_parquet(df, tmp / DATA_FILE, schema)
+            if add_files is not None:
+                add_files(tmp)
+            sch = SCHEMAS[schema] if isinstance(schema, str) else schema
+            manifest = {
+                "stage": stage,
+                "key": key,
+                "schema": sch.name,
+                "sha256": sha256_file(tmp / DATA_FILE),
+                "n_rows": len(df),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "extra": dict(extra or {}),
+            }
+            _write_text_atomic(tmp / MANIFEST, json.dumps(manifest, indent=2, default=str))
+            try:
+                os.rename(tmp, final)
+            except OSError:  # lost a race: someone else completed the same key
+                if self.find(stage, key) is None:
+                    raise
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return ref_from_manifest(final / MANIFEST)
+
+
+def ref_from_manifest(manifest: str | Path) -> ArtifactRef:
+    m = json.loads(Path(manifest).read_text(encoding="utf-8"))
+    return ArtifactRef(path=str(Path(manifest).parent), sha256=m["sha256"], n_rows=m["n_rows"], schema=m["schema"], key=m["key"])
+
+
+def read_manifest(artifact: str | Path | ArtifactRef) -> dict[str, Any]:
+    path = Path(artifact.path if isinstance(artifact, ArtifactRef) else artifact)
+    if path.is_file():
+        path = path.parent
+    return json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:6]}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_parquet(df: pd.DataFrame, path: str | Path, schema: str | ArtifactSchema) -> Path:
+    """Validate ``df`` and write it to ``path`` atomically (temp file, fsync, rename)."""
+    sch = SCHEMAS[schema] if isinstance(schema, str) else schema
+    path = Path(path)
+    df = validate_frame(df, sch, str(path))
+    table = to_arrow(df, sch)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:6]}")
+    try:
+        pq.write_table(table, tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def read_artifact(path: str | Path | ArtifactRef, schema: str | ArtifactSchema) -> pd.DataFrame:
+    """Read and validate an artifact folder, its data.parquet, or any Parquet file."""
+    sch = SCHEMAS[schema] if isinstance(schema, str) else schema
+    p = Path(path.path if isinstance(path, ArtifactRef) else path)
+    if p.is_dir():
+        if not (p / MANIFEST).exists():
+            raise SchemaError(str(p), "is not a complete artifact (no manifest.json): it may be a partial write")
+        p = p / DATA_FILE
+    try:
+        df = pq.read_table(p).to_pandas()
+    except (OSError, ValueError) as exc:
+        raise SchemaError(str(p), f"cannot be read as Parquet: {exc}") from exc
+    for col in sch.columns:  # list columns come back as numpy arrays
+        if col.name in df.columns and str(col.type).startswith("list"):
+            df[col.name] = [None if v is None else list(v) for v in df[col.name]]
+    return validate_frame(df, sch, str(p))
