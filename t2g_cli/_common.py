@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from t2g_core.config import PipelineConfig, load_config
 from t2g_core.schemas import SchemaError
@@ -27,7 +28,7 @@ def pipeline_config(config: Path | None, overrides: list[str] | None) -> Pipelin
 
 
 def fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {message}")
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
     raise typer.Exit(code)
 
 
@@ -46,5 +47,5 @@ def guard(fn):
 
 
 def echo(msg: str) -> None:
-    console.print(msg)
+    console.print(msg, soft_wrap=True, highlight=False, markup=False)
     sys.stdout.flush()

@@ -57,20 +57,21 @@ class ArtifactSchema:
         return [c.name for c in self.columns]
 
 
-S, F, I, LS, LF = pa.string(), pa.float64(), pa.int64(), pa.list_(pa.string()), pa.list_(pa.float64())
+STR, FLOAT, INT = pa.string(), pa.float64(), pa.int64()
+STR_LIST, FLOAT_LIST = pa.list_(STR), pa.list_(FLOAT)
 
 FEEDBACK = ArtifactSchema(
     "feedback",
     (
-        Column("id", S, non_empty=True),
-        Column("task", S, choices=TASKS),
-        Column("prompt", S, non_empty=True),
-        Column("response", S),
-        Column("critique", S, nullable=True),
-        Column("reference", S, nullable=True),
-        Column("tests", S, nullable=True),
-        Column("entry_point", S, nullable=True),
-        Column("meta", S, nullable=True, json=True),
+        Column("id", STR, non_empty=True),
+        Column("task", STR, choices=TASKS),
+        Column("prompt", STR, non_empty=True),
+        Column("response", STR),
+        Column("critique", STR, nullable=True),
+        Column("reference", STR, nullable=True),
+        Column("tests", STR, nullable=True),
+        Column("entry_point", STR, nullable=True),
+        Column("meta", STR, nullable=True, json=True),
     ),
     unique=("id",),
 )
@@ -78,18 +79,18 @@ FEEDBACK = ArtifactSchema(
 ANNOTATIONS = ArtifactSchema(
     "annotations",
     (
-        Column("id", S, non_empty=True),
-        Column("annotator", S, non_empty=True),
-        Column("critique", S, nullable=True),
-        Column("good_spans", LS),
-        Column("poor_spans", LS),
-        Column("reasoning", S, nullable=True),
-        Column("status", S, choices=STATUSES),
-        Column("error", S, nullable=True),
-        Column("raw", S, nullable=True),
-        Column("prompt_tokens", I),
-        Column("completion_tokens", I),
-        Column("latency_s", F),
+        Column("id", STR, non_empty=True),
+        Column("annotator", STR, non_empty=True),
+        Column("critique", STR, nullable=True),
+        Column("good_spans", STR_LIST),
+        Column("poor_spans", STR_LIST),
+        Column("reasoning", STR, nullable=True),
+        Column("status", STR, choices=STATUSES),
+        Column("error", STR, nullable=True),
+        Column("raw", STR, nullable=True),
+        Column("prompt_tokens", INT),
+        Column("completion_tokens", INT),
+        Column("latency_s", FLOAT),
     ),
     unique=("id", "annotator"),
 )
@@ -97,14 +98,14 @@ ANNOTATIONS = ArtifactSchema(
 SPANS = ArtifactSchema(
     "spans",
     (
-        Column("id", S, non_empty=True),
-        Column("span_index", I),
-        Column("label", S, choices=LABELS),
-        Column("text", S),
-        Column("start", I, nullable=True),
-        Column("end", I, nullable=True),
-        Column("match", S, choices=MATCHES),
-        Column("score", F),
+        Column("id", STR, non_empty=True),
+        Column("span_index", INT),
+        Column("label", STR, choices=LABELS),
+        Column("text", STR),
+        Column("start", INT, nullable=True),
+        Column("end", INT, nullable=True),
+        Column("match", STR, choices=MATCHES),
+        Column("score", FLOAT),
     ),
     unique=("id", "span_index"),
 )
@@ -112,10 +113,10 @@ SPANS = ArtifactSchema(
 RM_DATA = ArtifactSchema(
     "rm_data",
     (
-        Column("id", S, non_empty=True),
-        Column("split", S, choices=SPLITS),
-        Column("rm_prompt", S, non_empty=True),
-        Column("rm_target", S, non_empty=True),
+        Column("id", STR, non_empty=True),
+        Column("split", STR, choices=SPLITS),
+        Column("rm_prompt", STR, non_empty=True),
+        Column("rm_target", STR, non_empty=True),
     ),
     unique=("id",),
 )
@@ -123,16 +124,16 @@ RM_DATA = ArtifactSchema(
 ROLLOUTS = ArtifactSchema(
     "rollouts",
     (
-        Column("step", I),
-        Column("id", S),
-        Column("prompt", S),
-        Column("response", S),
-        Column("critique", S, nullable=True),
-        Column("good_spans", LS),
-        Column("poor_spans", LS),
-        Column("token_rewards", LF),
-        Column("reward", F),
-        Column("kl", F),
+        Column("step", INT),
+        Column("id", STR),
+        Column("prompt", STR),
+        Column("response", STR),
+        Column("critique", STR, nullable=True),
+        Column("good_spans", STR_LIST),
+        Column("poor_spans", STR_LIST),
+        Column("token_rewards", FLOAT_LIST),
+        Column("reward", FLOAT),
+        Column("kl", FLOAT),
     ),
     unique=("step", "id"),
 )
@@ -149,41 +150,66 @@ def _is_missing(value: object) -> bool:
         return False
 
 
+def _check_string(col: Column, value: object) -> str | None:
+    if not isinstance(value, str):
+        return f"expected text, got {type(value).__name__} {value!r:.40}"
+    if col.non_empty and not value.strip():
+        return "is an empty string"
+    if col.choices is not None and value not in col.choices:
+        return f"{value!r:.40} is not one of {', '.join(col.choices)}"
+    if col.json:
+        try:
+            json.loads(value)
+        except json.JSONDecodeError as exc:
+            return f"is not valid JSON ({exc.msg})"
+    return None
+
+
+def _check_integer(col: Column, value: object) -> str | None:
+    integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer()) or hasattr(value, "dtype") and value.dtype.kind in "iu"
+    if isinstance(value, bool) or not integral:
+        return f"expected an integer, got {value!r:.40}"
+    return None
+
+
+def _check_float(col: Column, value: object) -> str | None:
+    if isinstance(value, (bool, str, bytes)):
+        return f"expected a number, got {value!r:.40}"
+    try:
+        float(value)  # ints, floats and numpy scalars
+    except (TypeError, ValueError):
+        return f"expected a number, got {value!r:.40}"
+    return None
+
+
+def _check_list(col: Column, value: object) -> str | None:
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        return f"expected a list, got {type(value).__name__}"
+    inner = Column(col.name, col.type.value_type)
+    for item in value:
+        msg = _check_value(inner, item)
+        if msg:
+            return f"list item {msg}"
+    return None
+
+
+def _checker(t: pa.DataType):
+    if pa.types.is_string(t):
+        return _check_string
+    if pa.types.is_integer(t):
+        return _check_integer
+    if pa.types.is_floating(t):
+        return _check_float
+    if pa.types.is_list(t):
+        return _check_list
+    raise TypeError(f"no checker for {t}")
+
+
 def _check_value(col: Column, value: object) -> str | None:
     """Return a message when ``value`` breaks ``col``; None when it is fine."""
     if _is_missing(value):
         return None if col.nullable else "is empty (null) but the column is required"
-    t = col.type
-    if pa.types.is_string(t):
-        if not isinstance(value, str):
-            return f"expected text, got {type(value).__name__} {value!r:.40}"
-        if col.non_empty and not value.strip():
-            return "is an empty string"
-        if col.choices is not None and value not in col.choices:
-            return f"{value!r:.40} is not one of {', '.join(col.choices)}"
-        if col.json:
-            try:
-                json.loads(value)
-            except json.JSONDecodeError as exc:
-                return f"is not valid JSON ({exc.msg})"
-    elif pa.types.is_integer(t):
-        if isinstance(value, bool) or not isinstance(value, (int,)) and not (hasattr(value, "is_integer") and value.is_integer()):
-            return f"expected an integer, got {value!r:.40}"
-    elif pa.types.is_floating(t):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            try:
-                float(value)  # numpy scalars
-            except (TypeError, ValueError):
-                return f"expected a number, got {value!r:.40}"
-    elif pa.types.is_list(t):
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-            return f"expected a list, got {type(value).__name__}"
-        inner = Column(col.name, t.value_type)
-        for item in value:
-            msg = _check_value(inner, item)
-            if msg:
-                return f"list item {msg}"
-    return None
+    return _checker(col.type)(col, value)
 
 
 def validate_frame(df: pd.DataFrame, schema: ArtifactSchema, file: str) -> pd.DataFrame:
