@@ -1,0 +1,98 @@
+"""Dataset adapters on small fixture files written in each dataset's published format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from t2g_core.ingest import IngestError, ingest
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "datasets"
+
+
+def _run_check(row: dict, program: str) -> None:
+    """Run a feedback row's HumanEval-format tests against ``program`` (trusted fixture code, in-process)."""
+    ns: dict = {}
+    exec(compile(program, "solution.py", "exec"), ns)
+    exec(compile(row["tests"], "tests.py", "exec"), ns)
+    ns["check"](ns[row["entry_point"]])
+
+
+def test_slf5k_maps_fields():
+    df = ingest("slf5k", path=FIX / "slf5k", split="train")
+    row = df.iloc[0]
+    assert row["id"] == "slf5k-t3_1a2b3c" and row["task"] == "summarization"
+    assert row["prompt"].startswith("TITLE: My (24F) roommate") and "POST: I moved in" in row["prompt"]
+    assert row["response"] == "My roommate eats my food and I want to move out."
+    assert "invents that the poster wants to move out" in row["critique"]
+    assert row["reference"].startswith("My roommate eats my groceries")
+    assert json.loads(row["meta"])["feedback_class"] == "Accuracy"
+
+
+def test_ultrafeedback_one_row_per_side():
+    df = ingest("ultrafeedback", path=FIX / "ultrafeedback", split="train_prefs")
+    assert df["id"].tolist() == ["uf-a1b2c3-chosen", "uf-a1b2c3-rejected", "uf-d4e5f6-chosen", "uf-d4e5f6-rejected"]
+    assert df["response"].tolist()[:2] == ["The capital of Australia is Canberra.", "The capital of Australia is Sydney."]
+    metas = [json.loads(m) for m in df["meta"]]
+    assert [m["score"] for m in metas] == [9.0, 2.0, 8.5, 1.0] and metas[1]["is_chosen"] is False
+
+
+def test_kodcode_tests_run_and_catch_a_bug():
+    df = ingest("kodcode", path=FIX / "kodcode" / "train.jsonl")
+    row = df.iloc[0].to_dict()
+    assert row["entry_point"] == "add_two" and row["prompt"].startswith("Write a function `add_two")
+    _run_check(row, row["response"])
+    with pytest.raises(AssertionError):
+        _run_check(row, row["response"].replace("a + b", "a - b"))
+
+
+def test_mbpp_asserts_become_check_candidate():
+    df = ingest("mbpp", path=FIX / "mbpp", split="test")
+    row = df.iloc[1].to_dict()
+    assert row["entry_point"] == "square_perimeter" and "candidate(10)==40" in row["tests"]
+    _run_check(row, row["response"])
+    with pytest.raises(AssertionError):
+        _run_check(row, row["response"].replace("4*a", "3*a"))
+
+
+def test_humaneval_ships_with_the_package():
+    df = ingest("humaneval", limit=5)
+    assert len(df) == 5 and df["id"][0] == "humaneval-0"
+    row = df.iloc[0].to_dict()
+    _run_check(row, row["prompt"] + row["response"])
+
+
+def test_limit_and_split_errors(tmp_path):
+    assert len(ingest("ultrafeedback", path=FIX / "ultrafeedback", split="train_prefs", limit=3)) == 3
+    with pytest.raises(IngestError, match="no file for split 'validation'"):
+        ingest("slf5k", path=FIX / "slf5k", split="validation")
+    with pytest.raises(IngestError, match="unknown dataset; known: humaneval, kodcode, mbpp, slf5k, ultrafeedback"):
+        ingest("alpaca", path=FIX)
+
+
+def test_renamed_field_lists_the_expected_ones(tmp_path):
+    rows = [json.loads(line) for line in (FIX / "slf5k" / "train.jsonl").read_text().splitlines()]
+    rows[1]["generated_summary"] = rows[1].pop("generated_summary_for_feedback")  # the reference code's older name
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(IngestError) as exc:
+        ingest("slf5k", path=path)
+    err = exc.value
+    assert err.row == 1 and err.column == "generated_summary_for_feedback"
+    assert "expected fields: id, post, generated_summary_for_feedback, feedback, ideal_human_summary" in str(err)
+
+
+def test_cli_ingest_writes_feedback(tmp_path):
+    from typer.testing import CliRunner
+
+    from t2g_cli import app
+    from t2g_core.feedback import load_feedback
+
+    out = tmp_path / "fb.parquet"
+    result = CliRunner().invoke(app, ["ingest", "kodcode", "--path", str(FIX / "kodcode"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert load_feedback(out)["id"].tolist() == ["kodcode-Leetcode_1001_I", "kodcode-Apps_2002_I"]
+    bad = CliRunner().invoke(app, ["ingest", "slf5k", "--path", str(FIX / "kodcode"), "-o", str(out)])
+    assert bad.exit_code == 2 and "no file for split 'train'" not in bad.output and "lacks field" in bad.output
