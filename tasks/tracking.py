@@ -1,0 +1,352 @@
+"""MLflow tracking for Prefect tasks: one parent run per pipeline flow run, one nested run per stage.
+
+- The tracking URI is ``workspace.mlflow_tracking_uri``, else ``$MLFLOW_TRACKING_URI`` (set by ``make up``), else
+  ``sqlite:///<workspace>/mlflow.db``. A SQLite database is created and migrated once, under a file lock, before any
+  concurrent use (two processes migrating the same new file race; see reference/orchestration.md §5), and the
+  experiment gets an explicit artifact location under the workspace (``<workspace>/mlartifacts``).
+- The parent run is found again by the tag ``prefect.flow_run_id`` (the *root* flow run), so a Prefect retry of the
+  same flow run reuses it instead of creating a duplicate. Stage runs are nested under it and tagged with the Prefect
+  flow-run and task-run ids.
+- Datasets are logged with ``mlflow.data.from_pandas(source=<parquet path>, digest=<content sha256>)``: the digest is the
+  artifact's content hash, which is how ``t2g lineage`` walks from a consumer back to its producer.
+- Adapters are logged as MLflow-3 external LoggedModels (adapter folder as artifacts), registered and aliased. Never
+  ``mlflow.transformers.log_model`` on a PEFT model: its base weights come back re-initialised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import threading
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import mlflow
+
+    from t2g_core.config import WorkspaceConfig
+    from t2g_core.store import ArtifactRef
+
+ROLE_TAG = "t2g.role"  # "pipeline" (parent) | "stage"
+STAGE_TAG = "t2g.stage"
+FLOW_RUN_TAG = "prefect.flow_run_id"  # root flow run on the parent; the stage's own flow run on stage runs
+TASK_RUN_TAG = "prefect.task_run_id"
+OUTPUT_TAG_PREFIX = "t2g.output."  # t2g.output.<name> = sha256 of an artifact a stage produced
+DIGEST_LEN = 32  # MLflow caps dataset digests at 36 chars: the first 32 hex chars of the sha256
+PARAM_MAX = 6000
+
+_lock = threading.RLock()
+_ready: set[tuple[str, str]] = set()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Setup: tracking URI, database creation, experiment
+# ---------------------------------------------------------------------------------------------------------------
+def tracking_uri(workspace_cfg: WorkspaceConfig) -> str:
+    """Config first, then ``$MLFLOW_TRACKING_URI``, then a SQLite file in the workspace."""
+    if workspace_cfg.mlflow_tracking_uri:
+        return workspace_cfg.mlflow_tracking_uri
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{Path(workspace_cfg.root).resolve() / 'mlflow.db'}"
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def configure(workspace_cfg: WorkspaceConfig) -> str:
+    """Point MLflow at the workspace's tracking store, create it and the experiment once; returns the experiment id."""
+    import mlflow
+
+    uri = tracking_uri(workspace_cfg)
+    root = Path(workspace_cfg.root).resolve()
+    mlflow.set_tracking_uri(uri)
+    key = (uri, workspace_cfg.mlflow_experiment)
+    with _lock, _file_lock(root / ".mlflow.lock"):
+        exp = mlflow.get_experiment_by_name(workspace_cfg.mlflow_experiment)  # first call creates + migrates the DB
+        if exp is None:
+            location = None if uri.startswith("http") else (root / "mlartifacts").as_uri()
+            exp_id = mlflow.create_experiment(workspace_cfg.mlflow_experiment, artifact_location=location)
+        else:
+            exp_id = exp.experiment_id
+        _ready.add(key)
+    return exp_id
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prefect context
+# ---------------------------------------------------------------------------------------------------------------
+def prefect_tags() -> dict[str, str]:
+    """Tags linking an MLflow run to the Prefect flow run and task run it belongs to (empty outside Prefect)."""
+    from prefect.runtime import deployment, flow_run, task_run
+
+    tags: dict[str, str] = {}
+    for name, value in {
+        FLOW_RUN_TAG: flow_run.id,
+        "prefect.flow_run_name": flow_run.name,
+        "prefect.flow_name": flow_run.flow_name,
+        "prefect.root_flow_run_id": flow_run.root_flow_run_id,
+        "prefect.deployment": deployment.name,
+        TASK_RUN_TAG: task_run.id,
+        "prefect.task_run_name": task_run.name,
+        "prefect.flow_run_url": flow_run.ui_url,
+    }.items():
+        if value:
+            tags[name] = str(value)
+    return tags
+
+
+def _root_flow_run() -> tuple[str | None, str | None]:
+    from prefect.runtime import flow_run
+
+    root = flow_run.root_flow_run_id or flow_run.id
+    return (str(root) if root else None), flow_run.flow_name
+
+
+def _in_prefect_run() -> bool:
+    from prefect.context import FlowRunContext, TaskRunContext
+
+    return FlowRunContext.get() is not None or TaskRunContext.get() is not None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Runs
+# ---------------------------------------------------------------------------------------------------------------
+def pipeline_run_id(workspace_cfg: WorkspaceConfig, *, create: bool = True) -> str | None:
+    """The parent run of the current root Prefect flow run, found by tag (so retries reuse it) or created."""
+    from mlflow import MlflowClient
+
+    exp_id = configure(workspace_cfg)
+    root_id, flow_name = _root_flow_run()
+    if root_id is None:
+        return None
+    client = MlflowClient()
+    flt = f"tags.`{FLOW_RUN_TAG}` = '{root_id}' and tags.`{ROLE_TAG}` = 'pipeline'"
+    with _lock, _file_lock(Path(workspace_cfg.root).resolve() / ".mlflow-parent.lock"):
+        found = client.search_runs([exp_id], filter_string=flt, max_results=1, order_by=["attributes.start_time ASC"])
+        if found:
+            run = found[0]
+            if run.info.status != "RUNNING":
+                client.update_run(run.info.run_id, status="RUNNING")
+            return run.info.run_id
+        if not create:
+            return None
+        tags = {ROLE_TAG: "pipeline", FLOW_RUN_TAG: root_id, "prefect.flow_name": str(flow_name or "")}
+        run = client.create_run(exp_id, run_name=f"{flow_name or 'pipeline'}-{root_id[:8]}", tags=tags)
+        return run.info.run_id
+
+
+def end_pipeline_run(workspace_cfg: WorkspaceConfig, status: str = "FINISHED") -> None:
+    """Mark the current flow run's parent run as finished or failed (a later Prefect retry reopens it)."""
+    from mlflow import MlflowClient
+
+    run_id = pipeline_run_id(workspace_cfg, create=False)
+    if run_id:
+        MlflowClient().set_terminated(run_id, status=status)
+
+
+def flatten_params(params: Any, prefix: str = "") -> dict[str, str]:
+    """Nested dicts / pydantic models -> ``{"a.b": "value"}`` with values cut to MLflow's limit."""
+    if hasattr(params, "model_dump"):
+        params = params.model_dump(mode="json", by_alias=True)
+    out: dict[str, str] = {}
+    for key, value in (params or {}).items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) or hasattr(value, "model_dump"):
+            out.update(flatten_params(value, prefix=f"{name}."))
+        else:
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            out[name] = text[:PARAM_MAX]
+    return out
+
+
+@contextlib.contextmanager
+def stage_run(stage: str, params: Mapping[str, Any] | Any, workspace_cfg: WorkspaceConfig) -> Iterator[mlflow.ActiveRun]:
+    """A nested MLflow run for one stage under the pipeline's parent run (top level outside a Prefect flow).
+
+    The run is active in the calling thread, so ``log_metrics`` / ``log_artifact`` / ``log_dataset`` below log to it.
+    An exception marks it FAILED and propagates.
+    """
+    import mlflow
+
+    exp_id = configure(workspace_cfg)
+    parent = pipeline_run_id(workspace_cfg)
+    tags = {ROLE_TAG: "stage", STAGE_TAG: stage, **prefect_tags()}
+    with mlflow.start_run(experiment_id=exp_id, run_name=stage, parent_run_id=parent, tags=tags) as run:
+        mlflow.log_params(flatten_params(params))
+        _link_from_prefect(stage, run.info.run_id, exp_id, workspace_cfg)
+        yield run
+
+
+def run_url(run_id: str, experiment_id: str, workspace_cfg: WorkspaceConfig) -> str:
+    uri = tracking_uri(workspace_cfg)
+    if uri.startswith("http"):
+        return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    return f"{uri} (experiment {experiment_id}, run {run_id}); browse with: mlflow ui --backend-store-uri {uri}"
+
+
+def _link_from_prefect(stage: str, run_id: str, exp_id: str, workspace_cfg: WorkspaceConfig) -> None:
+    """A Prefect link artifact on the flow run pointing at the stage's MLflow run."""
+    if not _in_prefect_run():
+        return
+    from prefect.artifacts import create_link_artifact, create_markdown_artifact
+
+    url = run_url(run_id, exp_id, workspace_cfg)
+    key = f"mlflow-{stage}".lower().replace("_", "-")
+    if url.startswith("http"):
+        create_link_artifact(key=key, link=url, link_text=f"MLflow run of {stage}")
+    else:
+        create_markdown_artifact(key=key, markdown=f"MLflow run of **{stage}**: `{url}`")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Logging into the active stage run
+# ---------------------------------------------------------------------------------------------------------------
+def _as_ref(ref: ArtifactRef | Mapping[str, Any]) -> ArtifactRef:
+    from t2g_core.store import ArtifactRef
+
+    return ref if isinstance(ref, ArtifactRef) else ArtifactRef(**{k: ref[k] for k in ("path", "sha256", "n_rows", "schema", "key")})
+
+
+def log_dataset(ref: ArtifactRef | Mapping[str, Any], name: str, context: str) -> None:
+    """Log an artifact's Parquet as an MLflow dataset input (source = its path, digest = its content sha256).
+
+    ``context``: "annotation" | "training" | "eval" for inputs; "output" records what the stage produced
+    (also set as the run tag ``t2g.output.<name>``), which is what ``t2g lineage`` follows.
+    """
+    import mlflow
+    import pandas as pd
+
+    ref = _as_ref(ref)
+    df = pd.read_parquet(ref.data_path)
+    for col in df.columns:  # list/dict cells break MLflow's schema inference; lineage needs the source, not types
+        if df[col].map(lambda v: isinstance(v, (list, dict)) or hasattr(v, "tolist")).any():
+            df[col] = df[col].map(lambda v: json.dumps(v.tolist() if hasattr(v, "tolist") else v, default=str))
+    with warnings.catch_warnings():  # "source can be interpreted in multiple ways": both readings are the local file
+        warnings.simplefilter("ignore", UserWarning)
+        ds = mlflow.data.from_pandas(df, source=ref.data_path, name=name, digest=ref.sha256[:DIGEST_LEN])
+    tags = {"sha256": ref.sha256, "artifact_key": ref.key, "schema": ref.schema, "n_rows": str(ref.n_rows)}
+    mlflow.log_input(ds, context=context, tags=tags)
+    if context == "output":
+        mlflow.set_tag(f"{OUTPUT_TAG_PREFIX}{name}", ref.sha256)
+
+
+def log_output(ref: ArtifactRef | Mapping[str, Any], name: str) -> None:
+    """Record an artifact the active stage run produced (``log_dataset(ref, name, "output")``)."""
+    log_dataset(ref, name, "output")
+
+
+def log_metrics(metrics: Mapping[str, float], step: int | None = None) -> None:
+    """Numeric entries of ``metrics`` into the active run (non-numbers are skipped)."""
+    import mlflow
+
+    clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if clean:
+        mlflow.log_metrics(clean, step=step)
+
+
+def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
+    """A file or a folder into the active run's artifacts."""
+    import mlflow
+
+    path = Path(path)
+    if path.is_dir():
+        mlflow.log_artifacts(str(path), artifact_path=artifact_path)
+    else:
+        mlflow.log_artifact(str(path), artifact_path=artifact_path)
+
+
+def log_adapter_model(
+    adapter_dir: str | Path,
+    registered_name: str,
+    params: Mapping[str, Any] | None = None,
+    metrics: Mapping[str, float] | None = None,
+    alias: str | None = "candidate",
+) -> str:
+    """Log a PEFT adapter folder as an external LoggedModel of the active run, register it and set ``alias``.
+
+    Returns the registered model version. Load it back with
+    ``PeftModel.from_pretrained(base, mlflow.artifacts.download_artifacts(f"models:/{name}@{alias}"))``.
+    """
+    import mlflow
+    from mlflow import MlflowClient
+
+    active = mlflow.active_run()
+    source_run = active.info.run_id if active else None
+    lm = mlflow.create_external_model(
+        name=registered_name, source_run_id=source_run, params=flatten_params(params or {}), tags=prefect_tags(), model_type="peft-adapter"
+    )
+    client = MlflowClient()
+    client.log_model_artifacts(lm.model_id, str(adapter_dir))
+    for key, value in (metrics or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            mlflow.log_metric(key, float(value), model_id=lm.model_id)
+    mv = mlflow.register_model(f"models:/{lm.model_id}", registered_name, tags={"source_run_id": source_run or ""})
+    if alias:
+        client.set_registered_model_alias(registered_name, alias, mv.version)
+    if active:
+        mlflow.set_tag(f"t2g.model.{registered_name}", str(mv.version))
+    return str(mv.version)
+
+
+def log_model_input(registered_name: str, version: str | int) -> None:
+    """Record that the active run consumed a registered model version (e.g. PPO uses the reward model)."""
+    import mlflow
+    from mlflow import MlflowClient
+    from mlflow.entities import LoggedModelInput
+
+    mv = MlflowClient().get_model_version(registered_name, str(version))
+    model_id = mv.model_id or (mv.source.removeprefix("models:/") if mv.source.startswith("models:/m-") else None)
+    if model_id:
+        mlflow.log_input(model=LoggedModelInput(model_id))
+    mlflow.set_tag(f"t2g.uses.{registered_name}", str(version))
+
+
+class MlflowTracker:
+    """The t2g_core tracker protocol over one MLflow run, thread-safe (explicit run id, no fluent state)."""
+
+    def __init__(self, run_id: str | None = None):
+        import mlflow
+
+        if run_id is None:
+            active = mlflow.active_run()
+            if active is None:
+                raise RuntimeError("MlflowTracker() needs an active MLflow run (use it inside stage_run) or a run_id")
+            run_id = active.info.run_id
+        self.run_id = run_id
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        import time
+
+        from mlflow import MlflowClient
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        batch = [
+            Metric(k, float(v), ts, step or 0)
+            for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        ]
+        if batch:
+            MlflowClient().log_batch(self.run_id, metrics=batch)
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        from mlflow import MlflowClient
+
+        path = Path(path)
+        if path.is_dir():
+            MlflowClient().log_artifacts(self.run_id, str(path), artifact_path=artifact_path)
+        else:
+            MlflowClient().log_artifact(self.run_id, str(path), artifact_path=artifact_path)

@@ -1,0 +1,129 @@
+"""Resume semantics of the content-addressed cache (tasks/caching.py) under a real Prefect API.
+
+Small fake stage functions stand in for the real stages: what is tested is the caching layer, i.e. that the cache key
+holds no run id, that results persist as JSON in the workspace, and that a config change invalidates exactly the
+downstream stages. Assertions are on Prefect task-run states, never on timing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from prefect import flow, task
+
+from t2g_core.store import ArtifactStore, artifact_key
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+FAIL_ONCE: dict[str, bool] = {}
+CALLS: list[str] = []
+
+
+def _write(root: str, stage: str, cfg: dict, inputs: dict[str, str], rows: list[dict]) -> dict:
+    store = ArtifactStore(Path(root) / "artifacts")
+    key = artifact_key(stage, cfg, inputs)
+    df = pd.DataFrame(rows, columns=["id", "split", "rm_prompt", "rm_target"])
+    return store.write(stage, key, df, "rm_data").to_dict()
+
+
+@task(name="fake-first")
+def first(root: str, cfg: dict) -> dict:
+    CALLS.append("first")
+    return _write(root, "first", cfg, {}, [{"id": f"i{i}", "split": "train", "rm_prompt": "p", "rm_target": str(i * cfg["n"])} for i in range(3)])
+
+
+@task(name="fake-second")
+def second(root: str, ref: dict, cfg: dict) -> dict:
+    CALLS.append("second")
+    df = pd.read_parquet(ref["path"] + "/data.parquet")
+    df["rm_target"] = df["rm_target"] + cfg["suffix"]
+    return _write(root, "second", cfg, {"in": ref["sha256"]}, df.to_dict("records"))
+
+
+@task(name="fake-third")
+def third(root: str, ref: dict, cfg: dict) -> dict:
+    CALLS.append("third")
+    if FAIL_ONCE.pop(root, False):
+        raise RuntimeError("third stage fails once")
+    df = pd.read_parquet(ref["path"] + "/data.parquet")
+    df["rm_prompt"] = cfg["prompt"]
+    return _write(root, "third", cfg, {"in": ref["sha256"]}, df.to_dict("records"))
+
+
+@flow(name="fake-pipeline", retries=1, retry_delay_seconds=0)
+def pipeline(root: str, c1: dict, c2: dict, c3: dict, refresh: list[str] | None = None):
+    from tasks.caching import cached
+
+    refresh = refresh or []
+    a = cached(first, root, refresh="first" in refresh)(root, c1)
+    b = cached(second, root, refresh="second" in refresh)(root, a, c2)
+    return cached(third, root, refresh="third" in refresh)(root, b, c3)
+
+
+def _task_states(flow_run_id) -> dict[str, list[str]]:
+    """Task name -> state names of its task runs in one flow run."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    out: dict[str, list[str]] = {}
+    for tr in sorted(runs, key=lambda r: r.expected_start_time):
+        out.setdefault(tr.name.rsplit("-", 1)[0], []).append(tr.state.name)  # "fake-first-123" -> "fake-first"
+    return out
+
+
+def _run(root, c1, c2, c3, **kw):
+    state = pipeline(root, c1, c2, c3, return_state=True, **kw)
+    assert state.is_completed(), state
+    return state.state_details.flow_run_id, state.result()
+
+
+C1, C2, C3 = {"n": 1}, {"suffix": "!"}, {"prompt": "q"}
+
+
+def test_failed_third_stage_resumes_without_rerunning_the_first_two(tmp_path):
+    root = str(tmp_path)
+    FAIL_ONCE[root] = True
+    CALLS.clear()
+    run_id, out = _run(root, C1, C2, C3)
+    # the flow ran twice (retry of the same flow run): stages 1-2 executed once, stage 3 twice
+    assert CALLS == ["first", "second", "third", "third"]
+    states = _task_states(run_id)
+    assert states["fake-first"] == ["Completed", "Cached"]
+    assert states["fake-second"] == ["Completed", "Cached"]
+    assert states["fake-third"][-1] == "Completed"
+    assert json.loads(Path(out["path"], "manifest.json").read_text())["n_rows"] == 3
+    assert any((tmp_path / "prefect-results").iterdir()), "results must persist under the workspace"
+
+
+def test_new_run_with_identical_inputs_is_fully_cached(tmp_path):
+    root = str(tmp_path)
+    CALLS.clear()
+    _, first_out = _run(root, C1, C2, C3)
+    run_id, out = _run(root, C1, C2, C3)
+    assert CALLS == ["first", "second", "third"]
+    assert set(sum(_task_states(run_id).values(), [])) == {"Cached"}
+    assert out == first_out
+
+
+def test_config_change_reruns_only_that_stage_and_downstream(tmp_path):
+    root = str(tmp_path)
+    _run(root, C1, C2, C3)
+    CALLS.clear()
+    run_id, out = _run(root, C1, {"suffix": "?"}, C3)
+    assert CALLS == ["second", "third"]
+    states = _task_states(run_id)
+    assert states["fake-first"] == ["Cached"] and states["fake-second"] == ["Completed"]
+    assert pd.read_parquet(out["path"] + "/data.parquet")["rm_target"].str.endswith("?").all()
+
+
+def test_refresh_forces_a_stage_even_when_cached(tmp_path):
+    root = str(tmp_path)
+    _run(root, C1, C2, C3)
+    CALLS.clear()
+    _run(root, C1, C2, C3, refresh=["third"])
+    assert CALLS == ["third"]
