@@ -14,8 +14,16 @@ Task = Literal["summarization", "code", "qa"]
 class DataConfig(StageConfig):
     source: str = Field(
         "demo",
-        description="'demo' to generate the built-in demo data, or a path to feedback (Parquet, JSONL, CSV or a Hugging Face dataset folder).",
+        description=(
+            "'demo' to generate the built-in demo data; a path to feedback (Parquet, JSONL, CSV or a datasets folder); "
+            "with `dataset` set, a path to that dataset's own files, or 'hub' to read it from the Hugging Face Hub."
+        ),
     )
+    dataset: str | None = Field(
+        None, description="Public dataset adapter to ingest (slf5k, ultrafeedback, kodcode, humaneval, mbpp); None = source is feedback."
+    )
+    split: str | None = Field(None, description="Dataset split to ingest (default per dataset).")
+    limit: int | None = Field(None, ge=1, description="Ingest at most this many feedback rows.")
     task: Task = Field("summarization", description="Task of the demo data and of the prompts used downstream.")
     n_items: int = Field(256, ge=1, description="Number of demo items to generate (ignored for a path source).")
     seed: int = Field(0, description="Seed for demo data generation.")
