@@ -1,0 +1,162 @@
+"""Automatic checks over a batch of annotations and spans, each against a configurable threshold.
+
+Every check returns a :class:`CheckResult`: its value, the allowed range, ``status`` (pass / fail / skipped, never
+a crash) and, when it fails, the worst items that made it fail. Checks:
+
+- ``n_items``               annotations in the batch                        >= min_items
+- ``failure_rate``          annotations whose status is not ``ok``          <= max_parse_failure_rate
+- ``unmatched_rate``        spans whose quote was not found in the response <= max_unmatched_rate (paper: < 2.5%)
+- ``no_span_rate``          ok items that quote no span                     <= max_no_span_rate
+- ``minority_label_frac``   min(positive, negative) / all spans             >= min_minority_label_frac
+- ``labelled_token_frac``   response tokens inside a matched span           within [min, max] (needs feedback)
+- ``span_f1``               span F1 against meta.gold_spans                 >= min_span_f1 when set (needs ground truth)
+
+Tokens for ``labelled_token_frac`` are words and punctuation marks (regex ``\\w+|[^\\w\\s]``), so the figure does not
+depend on which model's tokenizer is used later.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from t2g_core.config.validate import ValidateConfig
+from t2g_core.validation.batch import Batch
+from t2g_core.validation.gold import item_gold_counts
+
+TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    value: float
+    min_allowed: float | None = None
+    max_allowed: float | None = None
+    status: str = "pass"  # pass | fail | skipped
+    detail: str = ""
+    worst: list[dict] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "fail"
+
+    @property
+    def threshold_text(self) -> str:
+        if self.min_allowed is not None and self.max_allowed is not None:
+            return f"in [{self.min_allowed:g}, {self.max_allowed:g}]"
+        if self.min_allowed is not None:
+            return f">= {self.min_allowed:g}"
+        if self.max_allowed is not None:
+            return f"<= {self.max_allowed:g}"
+        return "report only"
+
+
+def judge(name: str, value: float, lo: float | None, hi: float | None, detail: str, worst: list[dict] | None = None) -> CheckResult:
+    """Compare ``value`` with its bounds; NaN (nothing to measure) is ``skipped``."""
+    if value is None or math.isnan(value):
+        return CheckResult(name, float("nan"), lo, hi, "skipped", detail)
+    bad = (lo is not None and value < lo) or (hi is not None and value > hi)
+    return CheckResult(name, float(value), lo, hi, "fail" if bad else "pass", detail, list(worst or []) if bad else [])
+
+
+def _rate(num: int, den: int) -> float:
+    return num / den if den else float("nan")
+
+
+def check_n_items(b: Batch, cfg: ValidateConfig) -> CheckResult:
+    n = len(b.items)
+    return judge("n_items", n, cfg.min_items, None, f"{n} annotations, {b.items['id'].nunique()} items")
+
+
+def check_failure_rate(b: Batch, cfg: ValidateConfig) -> CheckResult:
+    bad = b.items[b.items["status"] != "ok"]
+    counts = bad["status"].value_counts().to_dict()
+    worst = [{"id": r.id, "annotator": r.annotator, "status": r.status, "error": str(r.error or "")[:120]} for r in bad.itertuples()]
+    detail = f"{len(bad)} of {len(b.items)} not ok" + (f" ({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))})" if counts else "")
+    return judge("failure_rate", _rate(len(bad), len(b.items)), None, cfg.max_parse_failure_rate, detail, worst[: cfg.worst_items])
+
+
+def check_unmatched_rate(b: Batch, cfg: ValidateConfig) -> CheckResult:
+    um = b.spans[b.spans["match"] == "unmatched"]
+    per_item = um.groupby("id")["text"].agg(["count", "first"]).sort_values("count", ascending=False, kind="stable")
+    totals = b.spans.groupby("id").size()
+    worst = [{"id": i, "unmatched": int(r["count"]), "spans": int(totals[i]), "example": r["first"][:80]} for i, r in per_item.iterrows()]
+    detail = f"{len(um)} of {len(b.spans)} spans unmatched"
+    return judge("unmatched_rate", _rate(len(um), len(b.spans)), None, cfg.max_unmatched_rate, detail, worst[: cfg.worst_items])
+
+
+def check_no_span_rate(b: Batch, cfg: ValidateConfig) -> CheckResult:
+    ok = b.items[b.items["status"] == "ok"]
+    empty = ok[ok["n_quoted"] == 0]
+    worst = [{"id": r.id, "annotator": r.annotator, "critique": str(r.critique or "")[:80]} for r in empty.itertuples()]
+    detail = f"{len(empty)} of {len(ok)} ok items quote no span"
+    return judge("no_span_rate", _rate(len(empty), len(ok)), None, cfg.max_no_span_rate, detail, worst[: cfg.worst_items])
+
+
+def check_label_balance(b: Batch, cfg: ValidateConfig) -> CheckResult:
+    counts = b.spans["label"].value_counts()
+    pos, neg = int(counts.get("positive", 0)), int(counts.get("negative", 0))
+    majority = "positive" if pos >= neg else "negative"
+    per_item = b.spans[b.spans["label"] == majority].groupby("id").size().sort_values(ascending=False, kind="stable")
+    worst = [{"id": i, f"{majority}_spans": int(n)} for i, n in per_item.items()]
+    detail = f"{pos} positive, {neg} negative spans"
+    return judge("minority_label_frac", _rate(min(pos, neg), pos + neg), cfg.min_minority_label_frac, None, detail, worst[: cfg.worst_items])
+
+
+def labelled_tokens(response: str, spans: pd.DataFrame) -> tuple[int, int]:
+    """(tokens overlapping a matched span, all tokens) of one response; tokens are words and punctuation."""
+    ranges = [(int(s), int(e)) for s, e in zip(spans["start"], spans["end"], strict=True) if pd.notna(s) and pd.notna(e)]
+    tokens = [(m.start(), m.end()) for m in TOKEN_RE.finditer(response)]
+    hit = sum(any(ts < e and s < te for s, e in ranges) for ts, te in tokens)
+    return hit, len(tokens)
+
+
+def check_labelled_tokens(b: Batch, cfg: ValidateConfig) -> CheckResult:
+    name = "labelled_token_frac"
+    if not b.has_responses:
+        return CheckResult(name, float("nan"), cfg.min_labelled_token_frac, cfg.max_labelled_token_frac, "skipped", "needs --feedback (responses)")
+    ok = b.items[(b.items["status"] == "ok") & b.items["response"].notna()].drop_duplicates("id")
+    by_id = dict(tuple(b.spans.groupby("id")))
+    rows = []
+    for r in ok.itertuples():
+        hit, n = labelled_tokens(r.response, by_id.get(r.id, b.spans.iloc[:0]))
+        rows.append({"id": r.id, "labelled": hit, "tokens": n, "frac": round(_rate(hit, n), 3) if n else 0.0})
+    hit, tot = sum(r["labelled"] for r in rows), sum(r["tokens"] for r in rows)
+    value = _rate(hit, tot)
+    high = not math.isnan(value) and value > cfg.max_labelled_token_frac
+    worst = sorted(rows, key=lambda r: r["frac"], reverse=high)
+    detail = f"{hit} of {tot} response tokens in a matched span"
+    return judge(name, value, cfg.min_labelled_token_frac, cfg.max_labelled_token_frac, detail, worst[: cfg.worst_items])
+
+
+def check_span_f1(b: Batch, cfg: ValidateConfig) -> CheckResult:
+    if not b.has_gold:
+        return CheckResult("span_f1", float("nan"), cfg.min_span_f1, None, "skipped", "no ground truth (feedback meta.gold_spans)")
+    rows = item_gold_counts(b)
+    tp_p, n_pred = sum(r["tp_pred"] for r in rows), sum(r["n_pred"] for r in rows)
+    tp_g, n_gold = sum(r["tp_gold"] for r in rows), sum(r["n_gold"] for r in rows)
+    p, r_ = _rate(tp_p, n_pred), _rate(tp_g, n_gold)
+    f1 = 2 * p * r_ / (p + r_) if (p + r_) > 0 else 0.0
+    worst = sorted(rows, key=lambda r: r["f1"])
+    detail = f"precision {p:.3f}, recall {r_:.3f} over {len(rows)} items with ground truth"
+    return judge("span_f1", f1, cfg.min_span_f1, None, detail, worst[: cfg.worst_items])
+
+
+CHECKS: tuple[Callable[[Batch, ValidateConfig], CheckResult], ...] = (
+    check_n_items,
+    check_failure_rate,
+    check_unmatched_rate,
+    check_no_span_rate,
+    check_label_balance,
+    check_labelled_tokens,
+    check_span_f1,
+)
+
+
+def run_checks(b: Batch, cfg: ValidateConfig) -> list[CheckResult]:
+    return [check(b, cfg) for check in CHECKS]

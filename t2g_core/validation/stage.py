@@ -1,0 +1,67 @@
+"""The validation stage in four calls: checks -> sample -> review verdicts -> report files."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from t2g_core.config.validate import ValidateConfig
+from t2g_core.review.models import ReviewSample, ReviewVerdicts
+from t2g_core.validation.batch import Batch, GoldSpan
+from t2g_core.validation.checks import run_checks
+from t2g_core.validation.human import compute_alignment
+from t2g_core.validation.report import ValidationReport, plot_checks, render_markdown
+from t2g_core.validation.sampling import draw_sample
+
+BREAKDOWN_CHECKS = ("failure_rate", "unmatched_rate", "no_span_rate", "minority_label_frac", "labelled_token_frac", "span_f1")
+
+
+def breakdown(b: Batch, cfg: ValidateConfig, column: str) -> pd.DataFrame:
+    """Every check per value of ``column`` (annotator or task), with the checks that group would fail."""
+    rows = []
+    keys = b.items[column].fillna("unknown")
+    for key in sorted(keys.unique()):
+        sub = b.subset(keys == key)
+        results = {c.name: c for c in run_checks(sub, cfg)}
+        row = {column: key, "items": len(sub.items), "spans": len(sub.spans)}
+        row |= {name: results[name].value for name in BREAKDOWN_CHECKS}
+        row["failing"] = ", ".join(c.name for c in results.values() if c.failed) or "-"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=[column, "items", "spans", *BREAKDOWN_CHECKS, "failing"])
+
+
+def check_batch(b: Batch, cfg: ValidateConfig) -> ValidationReport:
+    """Run every automatic check, plus the per-annotator and per-task breakdowns."""
+    return ValidationReport(
+        checks=run_checks(b, cfg),
+        by_annotator=breakdown(b, cfg, "annotator"),
+        by_task=breakdown(b, cfg, "task"),
+    )
+
+
+def review_sample(b: Batch, cfg: ValidateConfig) -> ReviewSample:
+    return draw_sample(b, cfg.sample_size, cfg.sample_seed)
+
+
+def gold_by_id(b: Batch) -> dict[str, list[GoldSpan] | None]:
+    return dict(zip(b.items["id"], b.items["gold"], strict=True))
+
+
+def with_review(report: ValidationReport, sample: ReviewSample, verdicts: ReviewVerdicts, cfg: ValidateConfig, source: str = "verdicts") -> ValidationReport:
+    """The report with the human-alignment result of ``verdicts`` (raises VerdictError on foreign items)."""
+    return replace(report, alignment=compute_alignment(sample, verdicts, cfg, source), review_pending=False)
+
+
+def write_report(report: ValidationReport, out_dir: str | Path) -> dict[str, Path]:
+    """Write ``report.md``, ``report.json`` and ``checks.png`` into ``out_dir``; return their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    png = plot_checks(report, out / "checks.png")
+    md = out / "report.md"
+    md.write_text(render_markdown(report, chart=png.name), encoding="utf-8")
+    js = out / "report.json"
+    js.write_text(json.dumps(report.to_dict(), indent=2, default=str), encoding="utf-8")
+    return {"markdown": md, "json": js, "chart": png}
