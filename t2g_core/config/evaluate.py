@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from t2g_core.config.base import StageConfig
 
 
 class EvaluateConfig(StageConfig):
-    max_prompts: int = Field(128, ge=1, description="Held-out prompts evaluated per policy.")
+    max_prompts: int = Field(128, ge=1, description="Held-out prompts evaluated per policy (the first N items of the data).")
     batch_size: int = Field(32, ge=1, description="Generation batch size.")
     max_new_tokens: int = Field(64, ge=1, description="Generation budget.")
     do_sample: bool = Field(False, description="Sample instead of greedy decoding.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (when do_sample).")
-    num_samples: int = Field(1, ge=1, description="Samples per prompt (pass@k for code needs k <= num_samples).")
-    seed: int = Field(0, description="Generation seed.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass (when do_sample).")
+    num_samples: int = Field(1, ge=1, description="Samples per prompt (pass@k for code needs k <= num_samples; >1 needs do_sample).")
+    pass_k: tuple[int, ...] = Field((1,), description="k values reported as pass@k for code (each <= num_samples).")
+    seed: int = Field(0, description="Generation seed (batch b uses seed + b).")
+    code_timeout_s: float = Field(10.0, gt=0, description="Wall-clock limit for one code sample's tests.")
     bootstrap_samples: int = Field(2000, ge=100, description="Paired bootstrap resamples for confidence intervals.")
+    confidence: float = Field(0.95, gt=0, lt=1, description="Confidence level of the bootstrap intervals.")
     judge_base_url: str | None = Field(None, description="OpenAI-compatible judge endpoint for pairwise win rates (qa).")
     judge_model: str = Field("gpt-4o", description="Judge model name.")
+    judge_timeout_s: float = Field(60.0, gt=0, description="Timeout of one judge request.")
+    judge_concurrency: int = Field(4, ge=1, description="Judge requests in flight at once.")
+
+    @model_validator(mode="after")
+    def _check_k(self) -> EvaluateConfig:
+        too_big = [k for k in self.pass_k if k < 1 or k > self.num_samples]
+        if too_big:
+            raise ValueError(f"pass_k {too_big} must be between 1 and num_samples ({self.num_samples})")
+        return self

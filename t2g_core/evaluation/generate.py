@@ -1,0 +1,131 @@
+"""Batched, left-padded generation for evaluation, from a model folder or a PEFT adapter folder.
+
+A policy reference is a folder: either a full Hugging Face causal-LM folder, or a PEFT adapter folder whose
+``adapter_config.json`` names its base (``base_model_name_or_path``, absolute or relative to the adapter folder).
+Prompts are rendered with ``t2g_core.policy_prompts.render_policy_prompt`` (the same text PPO's rollouts see).
+Each batch reseeds torch with ``seed + batch index``, so a run is reproducible for a given batch size.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from t2g_core.config.evaluate import EvaluateConfig
+
+
+def generation_settings(cfg: EvaluateConfig) -> dict[str, Any]:
+    """The decoding settings recorded next to every result."""
+    settings: dict[str, Any] = {
+        "decoding": "sampled" if cfg.do_sample else "greedy",
+        "max_new_tokens": cfg.max_new_tokens,
+        "num_samples": cfg.num_samples,
+        "batch_size": cfg.batch_size,
+        "seed": cfg.seed,
+    }
+    if cfg.do_sample:
+        settings.update(temperature=cfg.temperature, top_p=cfg.top_p)
+    return settings
+
+
+def resolve_base(adapter_dir: Path) -> str:
+    """The base model an adapter folder was trained on (absolute path, path relative to the adapter, or a hub id)."""
+    config_path = adapter_dir / "adapter_config.json"
+    try:
+        base = json.loads(config_path.read_text(encoding="utf-8"))["base_model_name_or_path"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{config_path}: cannot read 'base_model_name_or_path' ({exc})") from exc
+    if not base:
+        raise ValueError(f"{config_path}: 'base_model_name_or_path' is empty")
+    for candidate in (Path(base), adapter_dir / base):
+        if candidate.is_dir():
+            return str(candidate.resolve())
+    return base
+
+
+def load_policy(ref: str | Path, device: str = "cpu"):
+    """Load (model, tokenizer) from a model folder or an adapter folder on top of its base. Model is in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(ref)
+    if not path.is_dir():
+        raise FileNotFoundError(f"policy {ref}: no such folder")
+    if (path / "adapter_config.json").exists():
+        from peft import PeftModel
+
+        base = resolve_base(path)
+        has_tokenizer = (path / "tokenizer_config.json").exists()
+        tokenizer = AutoTokenizer.from_pretrained(str(path) if has_tokenizer else base)
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(path))
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        model = AutoModelForCausalLM.from_pretrained(str(path))
+    return model.to(device).eval(), tokenizer
+
+
+def render_prompt(tokenizer, task: str, prompt: str) -> str:
+    """The policy's input text: the shared renderer when installed, else the tokenizer's chat template."""
+    try:
+        from t2g_core.policy_prompts import render_policy_prompt
+    except ImportError:
+        render_policy_prompt = None
+    if render_policy_prompt is not None:
+        return render_policy_prompt(tokenizer, task, prompt)
+    if tokenizer.chat_template:
+        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+    return prompt
+
+
+def _generate_kwargs(cfg: EvaluateConfig, tokenizer) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "max_new_tokens": cfg.max_new_tokens,
+        "do_sample": cfg.do_sample,
+        "num_return_sequences": cfg.num_samples,
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+    if cfg.do_sample:
+        kwargs.update(temperature=cfg.temperature, top_p=cfg.top_p, top_k=0)
+    else:
+        kwargs.update(temperature=None, top_p=None, top_k=None)
+    return kwargs
+
+
+def generate_with(model, tokenizer, task: str, prompts: Sequence[str], cfg: EvaluateConfig) -> list[list[str]]:
+    """``cfg.num_samples`` responses per prompt from an already loaded model: shape (len(prompts), num_samples)."""
+    import torch
+
+    if cfg.num_samples > 1 and not cfg.do_sample:
+        raise ValueError("num_samples > 1 needs do_sample=true (greedy decoding gives one answer per prompt)")
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    kwargs = _generate_kwargs(cfg, tokenizer)
+    device = next(model.parameters()).device
+    out: list[list[str]] = []
+    for b, start in enumerate(range(0, len(prompts), cfg.batch_size)):
+        texts = [render_prompt(tokenizer, task, p) for p in prompts[start : start + cfg.batch_size]]
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        torch.manual_seed(cfg.seed + b)
+        with torch.no_grad():
+            seqs = model.generate(**enc, **kwargs)  # (batch * num_samples, prompt_len + new)
+        new = seqs[:, enc["input_ids"].shape[1] :]
+        decoded = tokenizer.batch_decode(new, skip_special_tokens=True)
+        for i in range(len(texts)):
+            out.append([d.strip() for d in decoded[i * cfg.num_samples : (i + 1) * cfg.num_samples]])
+    return out
+
+
+def generate_samples(model_dir_or_adapter: str | Path, task: str, prompts: Sequence[str], cfg: EvaluateConfig,
+                     device: str = "cpu") -> list[list[str]]:
+    """Load a policy and return ``cfg.num_samples`` responses per prompt."""
+    model, tokenizer = load_policy(model_dir_or_adapter, device)
+    return generate_with(model, tokenizer, task, prompts, cfg)
+
+
+def generate(model_dir_or_adapter: str | Path, task: str, prompts: Sequence[str], cfg: EvaluateConfig,
+             device: str = "cpu") -> list[str]:
+    """One response per prompt (the first sample when ``cfg.num_samples > 1``)."""
+    return [samples[0] for samples in generate_samples(model_dir_or_adapter, task, prompts, cfg, device)]

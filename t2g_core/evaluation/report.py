@@ -1,0 +1,169 @@
+"""Evaluation reports: a markdown comparison table and PNG charts (metric bars with intervals, learning curves)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from t2g_core.evaluation.results import EvalResults
+
+PERCENT_METRICS = frozenset({
+    "rouge1", "rouge2", "rougeL", "fact_precision", "fact_recall", "invented_entity_rate", "token_f1", "exact_match",
+    "reference_score", "judge_score",
+})
+
+
+def _fmt(metric: str, value: float) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if metric in PERCENT_METRICS or metric.startswith("pass@"):
+        return f"{100 * value:.1f}"
+    return f"{value:.2f}"
+
+
+def _summary(results: EvalResults | Mapping[str, Any]) -> Mapping[str, Any]:
+    return results.summary if isinstance(results, EvalResults) else results
+
+
+def comparison_table(results: EvalResults | Mapping[str, Any]) -> str:
+    """Markdown: one row per metric, a column of means per policy, then each policy's difference from the baseline
+    with its bootstrap interval and a verdict (named only when the interval excludes zero). Rates are in percent."""
+    summary = _summary(results)
+    policies, baseline = list(summary["policies"]), summary["baseline"]
+    others = [p for p in policies if p != baseline]
+    level = round(100 * summary.get("confidence", 0.95))
+    comps = {(c["policy"], c["metric"]): c for c in summary.get("comparisons", [])}
+    metrics = list(dict.fromkeys(m for p in policies for m in summary["policies"][p]["metrics"]))
+    header = ["metric", *policies] + [h for p in others for h in (f"Δ {p} vs {baseline} ({level}% CI)", "verdict")]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for m in metrics:
+        cells = [m] + [_fmt(m, summary["policies"][p]["metrics"].get(m, float("nan"))) for p in policies]
+        for p in others:
+            c = comps.get((p, m))
+            cells += [f"{_signed(m, c['diff'])} [{_signed(m, c['low'])}, {_signed(m, c['high'])}]", c["verdict"]] if c else ["", ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    n_items = {p: summary["policies"][p]["n_items"] for p in policies}
+    lines.append("")
+    lines.append(f"task: {summary['task']}; items per policy: {', '.join(f'{p} {n}' for p, n in n_items.items())}; "
+                 "rates in %; verdict only when the paired-bootstrap interval excludes 0.")
+    lines += _judge_lines(summary)
+    return "\n".join(lines)
+
+
+def _signed(metric: str, value: float) -> str:
+    text = _fmt(metric, value)
+    return text if text.startswith("-") or text == "–" else f"+{text}"
+
+
+def _judge_lines(summary: Mapping[str, Any]) -> list[str]:
+    judge = summary.get("judge") or {}
+    lines = []
+    for policy, j in judge.items():
+        lines.append(
+            f"judge: {policy} vs {j['baseline']}: win rate {100 * j['win_rate']:.1f}% "
+            f"[{100 * j['low']:.1f}, {100 * j['high']:.1f}] ({j['wins']} wins, {j['losses']} losses, {j['ties']} ties, "
+            f"{j['failed']} failed; both answer orders) -> {j['verdict']}"
+        )
+    return lines
+
+
+def metric_bars(summary: Mapping[str, Any], path: Path) -> Path:
+    """One panel per metric: each policy's mean; non-baseline bars carry the baseline mean + the diff interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policies, baseline = list(summary["policies"]), summary["baseline"]
+    metrics = list(dict.fromkeys(m for p in policies for m in summary["policies"][p]["metrics"]))
+    comps = {(c["policy"], c["metric"]): c for c in summary.get("comparisons", [])}
+    cols = min(4, len(metrics)) or 1
+    rows = math.ceil(len(metrics) / cols) or 1
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False)
+    for ax, m in zip(axes.flat, metrics, strict=False):
+        means = [summary["policies"][p]["metrics"].get(m, float("nan")) for p in policies]
+        base = summary["policies"][baseline]["metrics"].get(m, float("nan"))
+        err = [[0.0, 0.0] if p == baseline or (p, m) not in comps else
+               [max(0.0, means[i] - (base + comps[(p, m)]["low"])), max(0.0, base + comps[(p, m)]["high"] - means[i])]
+               for i, p in enumerate(policies)]
+        ax.bar(range(len(policies)), means, yerr=list(zip(*err, strict=True)), capsize=4,
+               color=["#999999" if p == baseline else "#3b75af" for p in policies])
+        ax.set_xticks(range(len(policies)), policies, rotation=30, ha="right", fontsize=8)
+        ax.set_title(m, fontsize=9)
+    for ax in list(axes.flat)[len(metrics):]:
+        ax.axis("off")
+    fig.suptitle(f"{summary['task']}: means; error bars = {round(100 * summary.get('confidence', .95))}% CI of the "
+                 f"difference from {baseline}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def load_history(path: str | Path) -> pd.DataFrame:
+    """A PPO metric history: JSON (list of dicts, or {"history": [...]}) / JSONL / CSV / Parquet with a ``step`` column."""
+    p = Path(path)
+    if p.suffix == ".parquet":
+        df = pd.read_parquet(p)
+    elif p.suffix == ".csv":
+        df = pd.read_csv(p)
+    elif p.suffix == ".jsonl":
+        df = pd.read_json(p, lines=True)
+    else:
+        data = json.loads(p.read_text(encoding="utf-8"))
+        df = pd.DataFrame(data.get("history", data) if isinstance(data, dict) else data)
+    if "step" not in df.columns:
+        df = df.reset_index(names="step")
+    return df
+
+
+def learning_curves(histories: Mapping[str, pd.DataFrame], path: Path, max_panels: int = 8) -> Path | None:
+    """One panel per metric shared by the runs (up to ``max_panels``), one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    numeric = {name: df.select_dtypes("number") for name, df in histories.items() if len(df)}
+    metrics = list(dict.fromkeys(c for df in numeric.values() for c in df.columns if c != "step"))[:max_panels]
+    if not metrics:
+        return None
+    cols = min(4, len(metrics))
+    rows = math.ceil(len(metrics) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows), squeeze=False)
+    for ax, m in zip(axes.flat, metrics, strict=False):
+        for name, df in numeric.items():
+            if m in df.columns:
+                ax.plot(df["step"], df[m], label=name)
+        ax.set_title(m, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+    for ax in list(axes.flat)[len(metrics):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(results: EvalResults, out_dir: str | Path, histories: Mapping[str, pd.DataFrame] | None = None) -> dict[str, Path]:
+    """Write ``report.md``, ``metrics.png`` and (with PPO histories) ``learning_curves.png`` into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"metrics_png": metric_bars(results.summary, out / "metrics.png")}
+    md = [f"# Policy evaluation ({results.summary['task']})", "", comparison_table(results), "", "![metrics](metrics.png)"]
+    if histories:
+        curves = learning_curves(histories, out / "learning_curves.png")
+        if curves is not None:
+            files["learning_curves_png"] = curves
+            md += ["", "![learning curves](learning_curves.png)"]
+    settings = {p: e.get("settings", {}) for p, e in results.summary["policies"].items()}
+    md += ["", "## Generation settings", "", "```json", json.dumps(settings, indent=2), "```"]
+    (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    files["report_md"] = out / "report.md"
+    return files

@@ -1,0 +1,242 @@
+"""Evaluate policies on the same held-out prompts, aggregate per item, compare each with a baseline.
+
+Results are a folder: ``items.parquet`` (one row per policy, item and sample: policy, id, sample, prompt, response,
+status, error and one column per metric) and ``summary.json`` (task, baseline, per-policy settings and means,
+paired-bootstrap comparisons against the baseline, judge win rates). The summary is always recomputable from the
+items, which is how ``t2g eval report`` merges several result folders.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from t2g_core.config.evaluate import EvaluateConfig
+from t2g_core.evaluation.bootstrap import paired_bootstrap
+from t2g_core.evaluation.metrics import TASK_METRICS, corpus_bleu, pass_at_k, task_metrics
+
+ITEMS_FILE, SUMMARY_FILE = "items.parquet", "summary.json"
+LOWER_IS_BETTER = frozenset({"invented_entity_rate"})
+NO_DIRECTION = frozenset({"length_words", "length_chars"})
+
+
+@dataclass
+class EvalResults:
+    items: pd.DataFrame  # one row per (policy, id, sample)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, out_dir: str | Path) -> Path:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.items.to_parquet(out / ITEMS_FILE, index=False)
+        (out / SUMMARY_FILE).write_text(json.dumps(self.summary, indent=2, default=_json_default), encoding="utf-8")
+        return out
+
+    @classmethod
+    def load(cls, path: str | Path) -> EvalResults:
+        folder = Path(path)
+        if not (folder / ITEMS_FILE).exists() or not (folder / SUMMARY_FILE).exists():
+            raise FileNotFoundError(f"{folder}: not an evaluation results folder (needs {ITEMS_FILE} and {SUMMARY_FILE})")
+        summary = json.loads((folder / SUMMARY_FILE).read_text(encoding="utf-8"))
+        return cls(pd.read_parquet(folder / ITEMS_FILE), summary)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
+
+
+def metric_columns(items: pd.DataFrame, task: str) -> list[str]:
+    """Metric columns present in ``items`` (task metrics first, then the judge score), skipping all-empty ones."""
+    names = [*TASK_METRICS[task], "judge_score"]
+    return [m for m in names if m in items.columns and items[m].notna().any()]
+
+
+def item_scores(items: pd.DataFrame, task: str, pass_k: Sequence[int] = (1,)) -> pd.DataFrame:
+    """Per (policy, id) scores: sample means, or pass@k for code. Index (policy, id), one column per metric."""
+    groups = items.groupby(["policy", "id"], sort=False)
+    if task == "code":
+        n = groups["passed"].count()
+        c = groups["passed"].sum()
+        return pd.DataFrame(
+            {f"pass@{k}": [pass_at_k(int(ni), int(ci), k) if ni >= k else np.nan for ni, ci in zip(n, c, strict=True)]
+             for k in pass_k},
+            index=n.index,
+        )
+    return groups[metric_columns(items, task)].mean()
+
+
+def _direction_verdict(metric: str, raw: str) -> str:
+    if raw == "no clear difference":
+        return raw
+    higher = raw == "b better"
+    if metric in NO_DIRECTION:
+        return "higher" if higher else "lower"
+    if metric in LOWER_IS_BETTER:
+        higher = not higher
+    return "better" if higher else "worse"
+
+
+def compare(scores: pd.DataFrame, baseline: str, policies: Sequence[str], n: int = 2000, seed: int = 0,
+            confidence: float = 0.95) -> list[dict[str, Any]]:
+    """Paired bootstrap of every metric for every policy against the baseline, on the items both have."""
+    out = []
+    base = scores.xs(baseline, level="policy")
+    for policy in policies:
+        if policy == baseline:
+            continue
+        cand = scores.xs(policy, level="policy")
+        ids = base.index.intersection(cand.index)
+        for metric in scores.columns:
+            res = paired_bootstrap(base.loc[ids, metric], cand.loc[ids, metric], n=n, seed=seed, confidence=confidence)
+            if res.n == 0:
+                continue
+            row = {"policy": policy, "baseline": baseline, "metric": metric, **res.to_dict()}
+            row["verdict"] = _direction_verdict(metric, res.verdict)
+            out.append(row)
+    return out
+
+
+def summarize(items: pd.DataFrame, task: str, *, baseline: str | None = None, settings: Mapping[str, Any] | None = None,
+              cfg: EvaluateConfig | None = None) -> dict[str, Any]:
+    """The summary dict (per-policy means, comparisons, judge rates) computed from the per-item rows."""
+    cfg = cfg or EvaluateConfig()
+    policies = list(dict.fromkeys(items["policy"]))
+    baseline = baseline or policies[0]
+    if baseline not in policies:
+        raise ValueError(f"baseline {baseline!r} is not among the evaluated policies {policies}")
+    scores = item_scores(items, task, cfg.pass_k)
+    summary: dict[str, Any] = {"task": task, "baseline": baseline, "confidence": cfg.confidence, "policies": {}}
+    for policy in policies:
+        rows = items[items["policy"] == policy]
+        means = scores.xs(policy, level="policy").mean(numeric_only=True)
+        entry = {"n_items": int(rows["id"].nunique()), "n_rows": len(rows),
+                 "failed_rows": int((rows["status"] != "ok").sum()),
+                 "metrics": {k: float(v) for k, v in means.items() if not pd.isna(v)},
+                 "settings": dict((settings or {}).get(policy, {}))}
+        if task == "summarization" and "bleu" in scores.columns:
+            ok = rows[rows["reference"].notna()] if "reference" in rows else rows.iloc[0:0]
+            if len(ok):
+                entry["metrics"]["corpus_bleu"] = corpus_bleu(ok["response"].tolist(), ok["reference"].tolist())
+        summary["policies"][policy] = entry
+    summary["comparisons"] = compare(scores, baseline, policies, cfg.bootstrap_samples, cfg.seed, cfg.confidence)
+    return summary
+
+
+Generator = Callable[[str | Path, str, Sequence[str], EvaluateConfig], list[list[str]]]
+
+
+def policy_rows(policy: str, feedback: pd.DataFrame, samples: list[list[str]], task: str, **metric_kwargs: Any) -> pd.DataFrame:
+    """Per-sample rows with metrics for one policy's responses to ``feedback``'s prompts."""
+    base_rows = feedback.to_dict("records")
+    rows = [{**r, "response": s, "sample": j} for r, ss in zip(base_rows, samples, strict=True) for j, s in enumerate(ss)]
+    metrics = task_metrics(task, rows, **metric_kwargs)
+    out = []
+    for r, m in zip(rows, metrics, strict=True):
+        status = m.pop("status", "ok")
+        error = m.pop("error", None)
+        out.append({"policy": policy, "id": r["id"], "sample": r["sample"], "prompt": r["prompt"],
+                    "response": r["response"], "reference": r.get("reference"),
+                    "status": "ok" if status in ("ok", "passed", "failed", "error") else status, "error": error, **m})
+    return pd.DataFrame(out)
+
+
+def held_out(feedback: pd.DataFrame, task: str, max_prompts: int) -> pd.DataFrame:
+    """The first ``max_prompts`` items of ``task`` (the evaluation set), deterministic for a given file."""
+    rows = feedback[feedback["task"] == task].head(max_prompts).reset_index(drop=True)
+    if rows.empty:
+        tasks = sorted(set(feedback["task"]))
+        raise ValueError(f"no {task!r} items in the evaluation data (it has: {', '.join(tasks) or 'nothing'})")
+    return rows
+
+
+def evaluate_policies(policies: Mapping[str, str | Path], feedback: pd.DataFrame, task: str, cfg: EvaluateConfig, *,
+                      baseline: str | None = None, judge: Any | None = None, generator: Generator | None = None,
+                      device: str = "cpu", progress: Callable[[str], None] | None = None,
+                      **metric_kwargs: Any) -> EvalResults:
+    """Generate with every policy on the same held-out prompts, score them and compare with the baseline (first policy).
+
+    ``judge`` (a PairwiseJudge) adds a per-item ``judge_score`` for every non-baseline policy (first sample each).
+    """
+    from t2g_core.evaluation.generate import generate_samples, generation_settings
+
+    if not policies:
+        raise ValueError("evaluate_policies: give at least one policy")
+    generator = generator or (lambda ref, t, p, c: generate_samples(ref, t, p, c, device=device))
+    data = held_out(feedback, task, cfg.max_prompts)
+    prompts = data["prompt"].tolist()
+    frames, settings = [], {}
+    for name, ref in policies.items():
+        if progress:
+            progress(f"generating with {name} ({ref}) on {len(prompts)} prompts")
+        frames.append(policy_rows(name, data, generator(ref, task, prompts, cfg), task, timeout_s=cfg.code_timeout_s,
+                                  **metric_kwargs))
+        settings[name] = {"ref": str(ref), **generation_settings(cfg)}
+    items = pd.concat(frames, ignore_index=True)
+    baseline = baseline or next(iter(policies))
+    if judge is not None:
+        items = add_judge_scores(items, judge, baseline)
+    summary = summarize(items, task, baseline=baseline, settings=settings, cfg=cfg)
+    if judge is not None:
+        summary["judge"] = judge_summary(items, baseline)
+    return EvalResults(items, summary)
+
+
+def add_judge_scores(items: pd.DataFrame, judge: Any, baseline: str) -> pd.DataFrame:
+    """Judge every policy's first sample against the baseline's; adds judge_score / judge_outcome / judge_status."""
+    items = items.copy()
+    for col in ("judge_score", "judge_outcome", "judge_status"):
+        items[col] = np.nan if col == "judge_score" else None
+    first = items[items["sample"] == 0]
+    base = first[first["policy"] == baseline].set_index("id")
+    for policy in dict.fromkeys(first["policy"]):
+        if policy == baseline:
+            continue
+        cand = first[(first["policy"] == policy) & first["id"].isin(base.index)]
+        judgements = judge.judge(cand["prompt"].tolist(), base.loc[cand["id"], "response"].tolist(), cand["response"].tolist())
+        for idx, j in zip(cand.index, judgements, strict=True):
+            items.loc[idx, ["judge_score", "judge_outcome", "judge_status"]] = [j.score, j.outcome, j.status]
+    return items
+
+
+def judge_summary(items: pd.DataFrame, baseline: str) -> dict[str, Any]:
+    """Per policy: wins / losses / ties and the win rate with a bootstrap interval (a verdict only when it excludes 0.5)."""
+    out = {}
+    judged = items[items["judge_status"].notna()]
+    for policy, rows in judged.groupby("policy", sort=False):
+        ok = rows[rows["judge_status"] == "ok"]
+        scores = ok["judge_score"].astype(float).to_numpy()
+        res = paired_bootstrap(np.full(len(scores), 0.5), scores)
+        out[policy] = {
+            "baseline": baseline, "judged": len(ok), "failed": int(len(rows) - len(ok)),
+            "wins": int((ok["judge_outcome"] == "win").sum()), "losses": int((ok["judge_outcome"] == "loss").sum()),
+            "ties": int((ok["judge_outcome"] == "tie").sum()),
+            "win_rate": float(scores.mean()) if len(scores) else float("nan"),
+            "low": res.low + 0.5, "high": res.high + 0.5,
+            "verdict": {"b better": "better", "a better": "worse"}.get(res.verdict, res.verdict),
+        }
+    return out
+
+
+def merge_results(results: Sequence[EvalResults], cfg: EvaluateConfig | None = None, baseline: str | None = None) -> EvalResults:
+    """Several result folders on the same task as one comparison (items concatenated, summary recomputed)."""
+    if not results:
+        raise ValueError("merge_results: nothing to merge")
+    tasks = {r.summary.get("task") for r in results}
+    if len(tasks) != 1:
+        raise ValueError(f"cannot compare results of different tasks: {sorted(map(str, tasks))}")
+    task = tasks.pop()
+    items = pd.concat([r.items for r in results], ignore_index=True).drop_duplicates(["policy", "id", "sample"])
+    settings = {p: e.get("settings", {}) for r in results for p, e in r.summary.get("policies", {}).items()}
+    baseline = baseline or results[0].summary.get("baseline")
+    summary = summarize(items, task, baseline=baseline, settings=settings, cfg=cfg)
+    if "judge_status" in items.columns and items["judge_status"].notna().any():
+        summary["judge"] = judge_summary(items, baseline)
+    return EvalResults(items, summary)
