@@ -20,7 +20,11 @@ class AnnotateConfig(StageConfig):
         "critique", description="critique = the LLM writes the critique; grounding = it ties the item's human critique to spans."
     )
     prompt_version: str = Field("v1", description="Version of the prompt files; part of the cache key.")
+    structured_output: Literal["auto", "json_schema", "off"] = Field(
+        "auto", description="auto = ask for JSON-schema output and fall back to tolerant parsing if the endpoint rejects it."
+    )
     temperature: float = Field(0.2, ge=0, description="Sampling temperature of the annotator.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of the annotator.")
     max_tokens: int = Field(1200, ge=16, description="Maximum completion tokens per request.")
     concurrency: int = Field(8, ge=1, description="Requests in flight at once.")
     timeout_s: float = Field(60.0, gt=0, description="Per-request timeout in seconds.")
@@ -28,5 +32,7 @@ class AnnotateConfig(StageConfig):
     price_per_1k_prompt: float = Field(0.0, ge=0, description="Cost accounting: price per 1,000 prompt tokens.")
     price_per_1k_completion: float = Field(0.0, ge=0, description="Cost accounting: price per 1,000 completion tokens.")
     sandbox_timeout_s: float = Field(5.0, gt=0, description="Code critic: wall-clock limit per test case.")
-    sandbox_memory_mb: int = Field(512, ge=64, description="Code critic: address-space limit per test case.")
+    sandbox_memory_mb: int = Field(512, ge=64, description="Code critic: address-space limit of the sandboxed process.")
+    sandbox_max_procs: int = Field(16, ge=1, description="Code critic: process limit of the sandbox user (fork bombs).")
+    max_fault_lines: int = Field(2, ge=1, description="Code critic: most suspicious lines (Ochiai) quoted as poor spans per failing item.")
     only_failed: bool = Field(False, description="Re-annotate only the items whose previous status was not ok.")

@@ -1,0 +1,215 @@
+"""LLM annotator: critique + quoted spans from any OpenAI-compatible endpoint, concurrent, cached, fault tolerant.
+
+- Concurrency: ``AsyncOpenAI`` with an ``asyncio.Semaphore(cfg.concurrency)``.
+- Retries: the ``openai`` client's own machinery (``max_retries``): it retries 408/409/429/5xx, connection errors
+  and timeouts with exponential backoff (0.5 s doubling, capped at 8 s) and 0-25 % jitter, and waits exactly the
+  server's ``Retry-After`` / ``retry-after-ms`` when given (up to 120 s). ``timeout`` is per request.
+- Structured output: ``response_format={"type": "json_schema", ...}`` unless the endpoint rejects it (HTTP 400
+  naming ``response_format``), after which the run falls back to plain text parsed by ``spans.parse_span_json``.
+- Every answer that comes back is written to the :class:`AnswerCache` at once; failures are never cached.
+- Every item ends with a status: ok, parse_error (unparseable or truncated answer), api_error, timeout, refused.
+The API key is only handed to the client; it is never logged, stored or put into an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from t2g_core.annotators.cache import AnswerCache, cache_key
+from t2g_core.annotators.prompts import SPAN_JSON_SCHEMA, render_messages
+from t2g_core.config.annotate import AnnotateConfig
+from t2g_core.spans import ParsedFeedback, parse_span_json
+
+_REFUSAL_TEXT = re.compile(r"^\s*(I'?m sorry|I am sorry|I can(?:no|')t|I won'?t|I'm unable|I am unable)\b", re.I)
+NO_KEY = "not-needed"  # local servers (vLLM, Ollama, the test server) accept any key; never read from the environment
+
+
+@dataclass
+class RunStats:
+    """Counts of one annotation run; ``requests`` are live HTTP calls (cache hits excluded, client retries included once)."""
+
+    requests: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0  # of the live requests of this run
+    structured_output: bool | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_live(self, answer: dict[str, Any], cfg: AnnotateConfig) -> None:
+        with self.lock:
+            self.requests += 1
+            self.cost += item_cost(answer.get("prompt_tokens", 0), answer.get("completion_tokens", 0), cfg)
+
+
+def item_cost(prompt_tokens: int, completion_tokens: int, cfg: AnnotateConfig) -> float:
+    return prompt_tokens / 1000 * cfg.price_per_1k_prompt + completion_tokens / 1000 * cfg.price_per_1k_completion
+
+
+def answer_to_feedback(answer: dict[str, Any], max_tokens: int) -> ParsedFeedback:
+    """Turn a stored answer (or a failure record) into a ParsedFeedback with a final status."""
+    if answer.get("status") in ("api_error", "timeout"):
+        return ParsedFeedback(None, status=answer["status"], error=answer.get("error"), raw=None)
+    content, refusal = answer.get("content"), answer.get("refusal")
+    if refusal or answer.get("finish_reason") == "content_filter":
+        return ParsedFeedback(None, status="refused", error=f"refused: {refusal or 'content filter'}", raw=refusal or content)
+    if answer.get("finish_reason") == "length":
+        return ParsedFeedback(None, status="parse_error", error=f"answer truncated at max_tokens={max_tokens}", raw=content)
+    parsed = parse_span_json(content)
+    if not parsed.ok and content and _REFUSAL_TEXT.match(content):
+        return ParsedFeedback(None, status="refused", error="refused in text", raw=content)
+    return parsed
+
+
+class LLMAnnotator:
+    """Annotates feedback rows through an OpenAI-compatible chat-completions endpoint."""
+
+    def __init__(self, cfg: AnnotateConfig, *, api_key: str | None = None, cache: AnswerCache | None = None):
+        if cfg.annotator != "llm":
+            raise ValueError(f"LLMAnnotator needs annotator='llm', got {cfg.annotator!r}")
+        self.cfg, self.cache = cfg, cache
+        self._api_key = api_key or NO_KEY
+        self._structured = cfg.structured_output != "off"
+        self.stats = RunStats()
+
+    @property
+    def name(self) -> str:
+        return f"llm:{self.cfg.model}"
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        return {"temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens, "top_p": self.cfg.top_p}
+
+    # -- one request -----------------------------------------------------------------------------------------
+    async def _create(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]]) -> Any:
+        kwargs: dict[str, Any] = dict(model=self.cfg.model, messages=messages, timeout=self.cfg.timeout_s, **self.sampling)
+        if self._structured:
+            try:
+                return await client.chat.completions.create(
+                    **kwargs, response_format={"type": "json_schema", "json_schema": SPAN_JSON_SCHEMA}
+                )
+            except openai.BadRequestError as exc:
+                if self.cfg.structured_output == "json_schema" or "response_format" not in str(exc).lower() + str(
+                    getattr(exc, "param", "")
+                ):
+                    raise
+                self._structured = False  # the endpoint does not do structured output: plain text from now on
+        return await client.chat.completions.create(**kwargs)
+
+    async def _ask(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]]) -> dict[str, Any]:
+        """Send one request (client retries included); a failure record instead of an exception."""
+        start = time.perf_counter()
+        try:
+            completion = await self._create(client, messages)
+        except openai.APITimeoutError:
+            return {"status": "timeout", "error": f"no answer within {self.cfg.timeout_s}s after {self.cfg.max_retries} retries"}
+        except openai.APIStatusError as exc:
+            return {"status": "api_error", "error": f"HTTP {exc.status_code}: {_short(exc.message)}"}
+        except openai.APIError as exc:  # connection errors and the like
+            return {"status": "api_error", "error": f"{type(exc).__name__}: {_short(str(exc))}"}
+        choice = completion.choices[0]
+        usage = completion.usage
+        return {
+            "content": choice.message.content,
+            "refusal": getattr(choice.message, "refusal", None),
+            "finish_reason": choice.finish_reason,
+            "prompt_tokens": int(usage.prompt_tokens) if usage else 0,
+            "completion_tokens": int(usage.completion_tokens) if usage else 0,
+            "latency_s": time.perf_counter() - start,
+            "model": completion.model,
+        }
+
+    async def _annotate_one(self, client: openai.AsyncOpenAI, sem: asyncio.Semaphore, row: dict[str, Any], refresh: bool) -> dict[str, Any]:
+        try:
+            messages = render_messages(row, self.cfg.mode, self.cfg.prompt_version)
+        except (ValueError, FileNotFoundError) as exc:
+            return self._row(row, {"status": "api_error", "error": f"prompt: {exc}"}, cached=False)
+        key = cache_key(self.cfg.model, self.cfg.prompt_version, messages, self.sampling)
+        cached = None if (refresh or self.cache is None) else self.cache.get(key)
+        if cached is not None:
+            with self.stats.lock:
+                self.stats.cache_hits += 1
+            return self._row(row, cached, cached=True)
+        async with sem:
+            answer = await self._ask(client, messages)
+        if "status" not in answer:
+            self.stats.add_live(answer, self.cfg)
+            if self.cache is not None:
+                self.cache.put(key, answer)
+        return self._row(row, answer, cached=False)
+
+    def _row(self, row: dict[str, Any], answer: dict[str, Any], cached: bool) -> dict[str, Any]:
+        parsed = answer_to_feedback(answer, self.cfg.max_tokens)
+        pt, ct = int(answer.get("prompt_tokens", 0)), int(answer.get("completion_tokens", 0))
+        with self.stats.lock:
+            self.stats.prompt_tokens += pt
+            self.stats.completion_tokens += ct
+        return feedback_row(row["id"], self.name, parsed, pt, ct, 0.0 if cached else float(answer.get("latency_s", 0.0)))
+
+    # -- many requests ---------------------------------------------------------------------------------------
+    async def annotate_async(self, rows: list[dict[str, Any]], refresh_ids: Iterable[str] = (), progress: bool = True) -> list[dict[str, Any]]:
+        from tqdm.auto import tqdm
+
+        refresh = set(refresh_ids)
+        sem = asyncio.Semaphore(self.cfg.concurrency)
+        client = openai.AsyncOpenAI(
+            base_url=self.cfg.base_url, api_key=self._api_key, max_retries=self.cfg.max_retries, timeout=self.cfg.timeout_s
+        )
+        bar = tqdm(total=len(rows), desc=f"annotate ({self.name})", unit="item", disable=not progress)
+        out: list[dict[str, Any] | None] = [None] * len(rows)
+
+        async def run(i: int, row: dict[str, Any]) -> None:
+            out[i] = await self._annotate_one(client, sem, row, row["id"] in refresh)
+            bar.update(1)
+
+        try:
+            await asyncio.gather(*(run(i, row) for i, row in enumerate(rows)))
+        finally:
+            bar.close()
+            await client.close()
+        self.stats.structured_output = self._structured
+        return [r for r in out if r is not None]
+
+    def annotate(self, rows: list[dict[str, Any]], refresh_ids: Iterable[str] = (), progress: bool = True) -> list[dict[str, Any]]:
+        """Synchronous entry point; works whether or not an event loop is already running in this thread."""
+        coro = self.annotate_async(rows, refresh_ids, progress)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro)
+        result: list[list[dict[str, Any]]] = []
+        thread = threading.Thread(target=lambda: result.append(asyncio.run(coro)))
+        thread.start()
+        thread.join()
+        return result[0]
+
+
+def _short(text: str, n: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def feedback_row(item_id: str, annotator: str, parsed: ParsedFeedback, prompt_tokens: int = 0, completion_tokens: int = 0, latency_s: float = 0.0) -> dict[str, Any]:
+    """One row of the annotations schema."""
+    return {
+        "id": item_id,
+        "annotator": annotator,
+        "critique": parsed.critique,
+        "good_spans": list(parsed.good_spans),
+        "poor_spans": list(parsed.poor_spans),
+        "reasoning": parsed.reasoning,
+        "status": parsed.status,
+        "error": parsed.error,
+        "raw": parsed.raw,
+        "prompt_tokens": int(prompt_tokens),
+        "completion_tokens": int(completion_tokens),
+        "latency_s": float(latency_s),
+    }

@@ -1,0 +1,227 @@
+"""A local OpenAI-compatible chat-completions server with scripted answers and fault injection.
+
+Real HTTP on 127.0.0.1 (stdlib ``ThreadingHTTPServer``), so tests and benchmarks exercise the real ``openai``
+client: its retries, timeouts and parsing. Use it as a context manager::
+
+    with FakeOpenAIServer(answer=quoting_answer, latency_s=0.1, fault_rate=0.2, seed=0) as server:
+        client = OpenAI(base_url=server.base_url, api_key="test")
+
+``answer(request_json) -> str | Reply`` scripts the content. Faults are drawn per request, deterministically from
+(seed, request body, attempt number of that body), from ``faults``:
+
+- ``rate_limit``: HTTP 429 with ``Retry-After: <retry_after>`` (transient: a retry gets a fresh draw)
+- ``server_error``: HTTP 500 (transient)
+- ``slow``: the answer comes after ``slow_s`` seconds, past the client's timeout (transient)
+- ``malformed``: 200 with content that is not JSON (persistent: a cached answer)
+- ``truncated``: 200 with JSON cut in half and ``finish_reason="length"``
+- ``refusal``: 200 with ``message.refusal`` set and no content
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+FAULTS = ("rate_limit", "server_error", "slow", "malformed", "truncated", "refusal")
+
+
+@dataclass
+class Reply:
+    """A scripted answer. ``status`` != 200 sends an error body; ``refusal`` sends a refusal message."""
+
+    content: str | None = None
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    refusal: str | None = None
+    finish_reason: str = "stop"
+
+
+def quoting_answer(request: dict[str, Any]) -> str:
+    """Default script: a valid span JSON that quotes words of the ``<response>...</response>`` block of the prompt."""
+    text = "\n".join(str(m.get("content", "")) for m in request.get("messages", []))
+    found = re.search(r"<response>\n?(.*?)\n?</response>", text, re.S)
+    words = (found.group(1) if found else "").split()
+    good = [" ".join(words[:3])] if len(words) >= 3 else []
+    poor = [" ".join(words[-2:])] if len(words) >= 6 else []
+    return json.dumps(
+        {"reasoning": "Step 1: read the response. Step 2: compare.", "critique": "Mostly fine; the ending is weak.",
+         "good_spans": good, "poor_spans": poor}
+    )
+
+
+class FakeOpenAIServer:
+    """OpenAI-compatible ``POST /v1/chat/completions`` on 127.0.0.1 with fault injection. Thread-safe counters."""
+
+    def __init__(
+        self,
+        answer: Callable[[dict[str, Any]], str | Reply] = quoting_answer,
+        *,
+        latency_s: float = 0.0,
+        fault_rate: float = 0.0,
+        faults: tuple[str, ...] = FAULTS,
+        seed: int = 0,
+        retry_after: str = "0.05",
+        slow_s: float = 2.0,
+        json_schema: bool = True,
+    ):
+        unknown = set(faults) - set(FAULTS)
+        if unknown:
+            raise ValueError(f"unknown fault(s) {sorted(unknown)}; choose from {FAULTS}")
+        self.answer, self.latency_s, self.fault_rate, self.faults = answer, latency_s, fault_rate, tuple(faults)
+        self.seed, self.retry_after, self.slow_s, self.json_schema = seed, retry_after, slow_s, json_schema
+        self.lock = threading.Lock()
+        self.requests: list[dict[str, Any]] = []  # every parsed request body, in arrival order
+        self.outcomes: Counter[str] = Counter()  # "ok" or the fault injected
+        self.auth_headers: list[str] = []
+        self._attempts: Counter[str] = Counter()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+    def start(self) -> FakeOpenAIServer:
+        handler = _make_handler(self)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd.daemon_threads = True
+        self._httpd.request_queue_size = 256
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        assert self._httpd is not None, "server not started"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    @property
+    def n_requests(self) -> int:
+        with self.lock:
+            return len(self.requests)
+
+    # -- behaviour -----------------------------------------------------------------------------------------
+    def draw_fault(self, body: bytes) -> str | None:
+        """The fault for this request (or None): deterministic in (seed, body, attempt number of this body)."""
+        digest = hashlib.sha256(body).hexdigest()
+        with self.lock:
+            attempt = self._attempts[digest]
+            self._attempts[digest] += 1
+        rng = random.Random(f"{self.seed}:{digest}:{attempt}")
+        if not self.faults or rng.random() >= self.fault_rate:
+            return None
+        return rng.choice(self.faults)
+
+    def reply_for(self, request: dict[str, Any], fault: str | None) -> Reply:
+        if fault == "rate_limit":
+            return Reply(status=429, content="rate limited", headers={"Retry-After": self.retry_after})
+        if fault == "server_error":
+            return Reply(status=500, content="internal error")
+        if fault == "refusal":
+            return Reply(refusal="I'm sorry, I can't help with that.")
+        scripted = self.answer(request)
+        reply = scripted if isinstance(scripted, Reply) else Reply(content=scripted)
+        if fault == "slow":
+            reply.delay_s = max(reply.delay_s, self.slow_s)
+        elif fault == "malformed":
+            reply.content = "Sure! Here is my critique: the response is good, spans are 'the' and 'a'."
+        elif fault == "truncated" and reply.content:
+            reply.content, reply.finish_reason = reply.content[: len(reply.content) // 2], "length"
+        return reply
+
+
+def _completion_body(request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+    prompt_chars = sum(len(str(m.get("content", ""))) for m in request.get("messages", []))
+    completion_chars = len(reply.content or reply.refusal or "")
+    return {
+        "id": f"chatcmpl-{hashlib.sha1(json.dumps(request, sort_keys=True).encode()).hexdigest()[:12]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.get("model", "fake"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": reply.content, "refusal": reply.refusal},
+                "finish_reason": reply.finish_reason,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": max(1, prompt_chars // 4),
+            "completion_tokens": max(1, completion_chars // 4),
+            "total_tokens": max(1, prompt_chars // 4) + max(1, completion_chars // 4),
+        },
+    }
+
+
+def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            return
+
+        def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
+                pass
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/").endswith("/models"):
+                self._send(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
+            else:
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if not self.path.rstrip("/").endswith("/chat/completions"):
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            try:
+                request = json.loads(body)
+            except json.JSONDecodeError:
+                self._send(400, {"error": {"message": "body is not JSON"}})
+                return
+            fault = server.draw_fault(body)
+            with server.lock:
+                server.requests.append(request)
+                server.outcomes[fault or "ok"] += 1
+                server.auth_headers.append(self.headers.get("Authorization", ""))
+            rf = request.get("response_format") or {}
+            if rf.get("type") == "json_schema" and not server.json_schema:
+                self._send(400, {"error": {"message": "response_format json_schema is not supported", "param": "response_format"}})
+                return
+            reply = server.reply_for(request, fault)
+            time.sleep(server.latency_s + reply.delay_s)
+            if reply.status != 200:
+                self._send(reply.status, {"error": {"message": reply.content or "error"}}, reply.headers)
+            else:
+                self._send(200, _completion_body(request, reply), reply.headers)
+
+    return Handler
