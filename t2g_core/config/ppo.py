@@ -25,9 +25,8 @@ class PPOConfig(StageConfig):
     value_learning_rate: float = Field(3e-4, gt=0, description="Value model learning rate.")
     lora_r: int = Field(16, ge=1, description="Policy LoRA rank.")
     lora_alpha: int = Field(32, ge=1, description="Policy LoRA alpha.")
-    lora_target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-        description="Modules that get LoRA adapters in the policy.",
+    lora_target_modules: list[str] | str = Field(
+        "all-linear", description="Modules that get LoRA adapters in the policy: a list of names or peft's 'all-linear'."
     )
     value_model: Literal["head", "separate"] = Field(
         "separate", description="head = zero-init value head on the policy's hidden states; separate = a copy of the base with its own head."
@@ -53,4 +52,10 @@ class PPOConfig(StageConfig):
     eval_every: int = Field(10, ge=1, description="Evaluate the task score on held-out prompts every N steps.")
     log_every: int = Field(5, ge=1, description="Write rollouts and the token-reward heatmap every N steps.")
     save_every: int = Field(10, ge=1, description="Checkpoint every N steps.")
-    seed: int = Field(0, description="Seed (per-process seeds derive from it).")
+    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warmup over this many optimizer updates.")
+    reward_model_path: str | None = Field(
+        None, description="Reward-model folder or adapter for reward_source=reward_model (None = the workspace's latest)."
+    )
+    heatmap_samples: int = Field(4, ge=0, description="Samples shown in the token-reward heatmap per logging interval.")
+    run_name: str | None = Field(None, description="Run folder name under <workspace>/checkpoints/ppo (None = derived from mode and seed).")
+    seed: int = Field(0, description="Seed: data order, LoRA init, minibatch order; each sample's stream derives from (seed, step, index).")

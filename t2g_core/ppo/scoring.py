@@ -1,0 +1,76 @@
+"""Score rollouts with a reward source and turn critiques into span labels on the *sampled* policy tokens.
+
+A reward source is anything with ``critique_batch(rows) -> list[ParsedFeedback]`` (the generative reward model's
+scorer, or :class:`CriticSource` around any critic, e.g. the reference "oracle" critic). Spans are located in the
+decoded response and mapped to the sampled ids through their own char offsets (``spans.decode_with_offsets``):
+the ids are never re-encoded (§5 B12). A failed critique keeps its row, with status and error, and is counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from t2g_core.config.align import AlignConfig
+from t2g_core.spans import ParsedFeedback, align_feedback, decode_with_offsets, label_values, labels_for_offsets
+
+
+class RewardSource(Protocol):
+    def critique_batch(self, rows: list[dict]) -> list[ParsedFeedback]: ...
+
+
+class CriticSource:
+    """Adapts a per-row critic (``critique(row) -> ParsedFeedback``) to a reward source; errors become failed rows."""
+
+    def __init__(self, critic):
+        self.critic = critic
+
+    def critique_batch(self, rows: list[dict]) -> list[ParsedFeedback]:
+        out = []
+        for row in rows:
+            try:
+                out.append(self.critic.critique(row))
+            except Exception as exc:  # a critic crash must not kill the PPO step; the row is counted as failed
+                out.append(ParsedFeedback(critique=None, status="parse_error", error=f"{type(exc).__name__}: {exc}"))
+        return out
+
+
+@dataclass(frozen=True)
+class ScoredResponse:
+    text: str  # the decoded response (without EOS), what the critic saw
+    offsets: list[tuple[int, int]]  # char interval of each sampled id (EOS included, zero-width)
+    labels: list[float]  # delta_t per sampled id (EOS included, 0)
+    feedback: ParsedFeedback
+    n_spans: int
+    n_unmatched: int
+
+
+def decode_responses(response_ids: Sequence[Sequence[int]], tokenizer, eos_token_id: int) -> list[tuple[str, list[tuple[int, int]]]]:
+    """Text and per-id offsets of each response; ids are the valid sampled ids (EOS, if present, last)."""
+    out = []
+    for ids in response_ids:
+        ids = [int(i) for i in ids]
+        body = ids[:-1] if ids and ids[-1] == eos_token_id else ids
+        text, offsets = decode_with_offsets(body, tokenizer)
+        offsets = offsets + [(len(text), len(text))] * (len(ids) - len(body))
+        out.append((text, offsets))
+    return out
+
+
+def label_responses(
+    decoded: list[tuple[str, list[tuple[int, int]]]], feedback: list[ParsedFeedback], align_cfg: AlignConfig | None
+) -> list[ScoredResponse]:
+    """Align each critique's quoted spans to its response and label every sampled token."""
+    values = label_values(align_cfg)
+    overlap = align_cfg.overlap if align_cfg is not None else "poor_wins"
+    scored = []
+    for (text, offsets), fb in zip(decoded, feedback, strict=True):
+        if not fb.ok:
+            scored.append(ScoredResponse(text, offsets, [0.0] * len(offsets), fb, 0, 0))
+            continue
+        aligned = align_feedback(text, fb, align_cfg)
+        labels = labels_for_offsets(offsets, aligned, values, overlap=overlap)
+        unmatched = sum(1 for s in aligned if s.start is None)
+        scored.append(ScoredResponse(text, offsets, labels, fb, len(aligned), unmatched))
+    return scored
