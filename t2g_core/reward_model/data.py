@@ -1,0 +1,137 @@
+"""Reward-model training data: ``rm_data`` rows (id, split, rm_prompt, rm_target) from feedback + annotations.
+
+- One row per item id: the first annotation with status ``ok`` (in annotation order) is used; items whose
+  annotations all failed are skipped and counted.
+- The prompt comes from :func:`build_rm_prompt` (the same builder evaluation and scoring use).
+- Target spans are the *aligned* quotes: each annotated span is located in the response (from the ``spans``
+  artifact when given, else with :func:`t2g_core.spans.align_feedback`) and replaced by the exact response text
+  it matched, so the RM learns to quote verbatim. Unmatched spans and spans cut off by prompt truncation are
+  dropped and counted, never silently kept.
+- The split is a pure function of the id (a hash), so it does not change when items are added or reordered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from t2g_core.reward_model.prompts import TRUNCATION_MARK, build_rm_target, count_tokens, render_rm_prompt
+
+
+def split_for_id(item_id: str, val_fraction: float) -> str:
+    """``"validation"`` for a deterministic ``val_fraction`` of ids (by SHA-256 of the id), else ``"train"``."""
+    h = int(hashlib.sha256(item_id.encode("utf-8")).hexdigest()[:12], 16) / float(16**12)
+    return "validation" if h < val_fraction else "train"
+
+
+@dataclass
+class RMDataStats:
+    n_items: int = 0
+    n_rows: int = 0
+    n_train: int = 0
+    n_validation: int = 0
+    n_no_ok_annotation: int = 0
+    n_target_too_long: int = 0
+    n_prompt_truncated: int = 0
+    n_spans_kept: int = 0
+    n_spans_unmatched: int = 0
+    n_spans_truncated: int = 0
+    skipped_ids: list[str] = field(default_factory=list)
+
+    def as_metrics(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.__dict__.items() if isinstance(v, int)}
+
+
+@dataclass(frozen=True)
+class GoldSpan:
+    """An annotated span located in the response: half-open character offsets."""
+
+    text: str
+    label: str  # "positive" | "negative"
+    start: int
+    end: int
+
+
+def _spans_from_artifact(spans_df: pd.DataFrame, item_id: str, response: str) -> tuple[list[GoldSpan], int]:
+    rows = spans_df[spans_df["id"] == item_id].sort_values("span_index")
+    located, unmatched = [], 0
+    for r in rows.itertuples(index=False):
+        if r.match == "unmatched" or pd.isna(r.start) or pd.isna(r.end):
+            unmatched += 1
+            continue
+        start, end = int(r.start), int(r.end)
+        located.append(GoldSpan(response[start:end], r.label, start, end))
+    return located, unmatched
+
+
+def _spans_by_alignment(response: str, good: list[str], poor: list[str], align_cfg) -> tuple[list[GoldSpan], int]:
+    from t2g_core.spans import align_feedback
+
+    located, unmatched = [], 0
+    for s in align_feedback(response, (list(good), list(poor)), align_cfg):
+        if s.start is None or s.end is None or s.match == "unmatched":
+            unmatched += 1
+            continue
+        located.append(GoldSpan(response[s.start : s.end], s.label, s.start, s.end))
+    return located, unmatched
+
+
+def locate_gold_spans(response: str, good: list[str], poor: list[str], *, spans_df=None, item_id=None, align_cfg=None):
+    """Annotated spans located in ``response`` (exact response text + offsets), and the number left unmatched."""
+    if spans_df is not None and item_id is not None and (spans_df["id"] == item_id).any():
+        return _spans_from_artifact(spans_df, item_id, response)
+    return _spans_by_alignment(response, good, poor, align_cfg)
+
+
+def _dedupe(texts: list[str]) -> list[str]:
+    return list(dict.fromkeys(t for t in texts if t.strip()))
+
+
+def _first_ok_annotations(annotations_df: pd.DataFrame) -> pd.DataFrame:
+    ok = annotations_df[annotations_df["status"] == "ok"]
+    return ok.drop_duplicates(subset="id", keep="first").set_index("id")
+
+
+def build_rm_data(
+    feedback_df: pd.DataFrame,
+    annotations_df: pd.DataFrame,
+    tokenizer,
+    cfg,
+    *,
+    spans_df: pd.DataFrame | None = None,
+    align_cfg=None,
+) -> tuple[pd.DataFrame, RMDataStats]:
+    """``rm_data`` rows for every item with an ok annotation, and counts of what was skipped or dropped."""
+    ann = _first_ok_annotations(annotations_df)
+    stats, rows = RMDataStats(n_items=len(feedback_df)), []
+    for item in feedback_df.itertuples(index=False):
+        if item.id not in ann.index:
+            stats.n_no_ok_annotation += 1
+            stats.skipped_ids.append(item.id)
+            continue
+        a = ann.loc[item.id]
+        shown = render_rm_prompt(tokenizer, item.task, item.prompt, item.response, cfg.max_prompt_tokens)
+        stats.n_prompt_truncated += int(shown.truncated)
+        spans, n_unmatched = locate_gold_spans(
+            item.response, list(a.good_spans), list(a.poor_spans), spans_df=spans_df, item_id=item.id, align_cfg=align_cfg
+        )
+        visible_end = len(item.response) if shown.response == item.response else len(shown.response) - len(TRUNCATION_MARK)
+        visible = [s for s in spans if s.end <= visible_end]
+        stats.n_spans_unmatched += n_unmatched
+        stats.n_spans_truncated += len(spans) - len(visible)
+        stats.n_spans_kept += len(visible)
+        good = _dedupe([s.text for s in visible if s.label == "positive"])
+        poor = _dedupe([s.text for s in visible if s.label == "negative"])
+        target = build_rm_target(a.critique, good, poor, tokenizer.eos_token)
+        if count_tokens(tokenizer, target) > cfg.max_target_tokens:
+            stats.n_target_too_long += 1
+            stats.skipped_ids.append(item.id)
+            continue
+        rows.append({"id": item.id, "split": split_for_id(item.id, cfg.val_fraction), "rm_prompt": shown.text, "rm_target": target})
+    df = pd.DataFrame(rows, columns=["id", "split", "rm_prompt", "rm_target"])
+    stats.n_rows = len(df)
+    stats.n_train = int((df["split"] == "train").sum())
+    stats.n_validation = int((df["split"] == "validation").sum())
+    return df, stats

@@ -1,0 +1,241 @@
+"""Train the generative reward model: TRL ``SFTTrainer`` + a PEFT LoRA adapter, loss on the completion only.
+
+The dataset is TRL's prompt/completion form (``prompt`` = the rendered RM prompt, ``completion`` = the target
+JSON + EOS), so TRL masks every prompt token out of the loss (labels -100) and pads on the right for training.
+Checkpoints (adapter, optimizer, scheduler, RNG states, step) go to ``<out>/checkpoints/checkpoint-N`` every
+``save_steps``; a re-run after a kill resumes from the last one. The final adapter and tokenizer go to
+``<out>/adapter`` with ``rm_train.json`` (base model, step, config). The same code runs on CPU (fp32) and on a
+GPU (bf16 when supported).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas as pd
+
+TRAIN_META = "rm_train.json"
+
+
+class Tracker(Protocol):
+    """Where training metrics go (tasks pass an MLflow tracker; the library default drops them)."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None: ...
+
+    def log_artifact(self, path: str) -> None: ...
+
+
+class NullTracker:
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        pass
+
+    def log_artifact(self, path: str) -> None:
+        pass
+
+
+@dataclass
+class RMTrainResult:
+    adapter_dir: Path
+    checkpoint_dir: Path
+    global_step: int
+    resumed_from: str | None
+    train_seconds: float
+    n_train: int
+    n_validation: int
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def use_bf16(precision: str) -> bool:
+    import torch
+
+    if precision == "fp32":
+        return False
+    available = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if precision == "bf16" and not available:
+        raise ValueError("reward_model.precision=bf16 needs a GPU with bfloat16 support; use 'auto' or 'fp32'")
+    return available
+
+
+def _tracker_callback(tracker: Tracker, history: list[dict[str, float]]):
+    from transformers import TrainerCallback
+
+    class TrackerCallback(TrainerCallback):
+        """Forward every Trainer log (loss, learning_rate, grad_norm, eval_loss, ...) to the tracker."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            metrics = {f"rm/{k}": float(v) for k, v in (logs or {}).items() if isinstance(v, (int, float))}
+            if metrics:
+                history.append({"step": float(state.global_step), **metrics})
+                tracker.log_metrics(metrics, step=int(state.global_step))
+
+    return TrackerCallback()
+
+
+def _datasets(rm_df: pd.DataFrame):
+    from datasets import Dataset
+
+    def to_ds(part: pd.DataFrame):
+        if part.empty:
+            return None
+        return Dataset.from_dict({"prompt": part["rm_prompt"].tolist(), "completion": part["rm_target"].tolist()})
+
+    train = rm_df[rm_df["split"] == "train"]
+    if train.empty:
+        raise ValueError("rm_data has no 'train' rows to learn from")
+    return to_ds(train), to_ds(rm_df[rm_df["split"] == "validation"])
+
+
+def _sft_config(cfg, out_dir: Path, has_eval: bool):
+    from trl import SFTConfig
+
+    return SFTConfig(
+        output_dir=str(out_dir / "checkpoints"),
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_ratio,  # a float < 1 is a ratio of the total steps
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        logging_steps=cfg.logging_steps,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        eval_strategy="steps" if has_eval else "no",
+        eval_steps=cfg.save_steps if has_eval else None,
+        bf16=use_bf16(cfg.precision),
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        max_length=cfg.max_prompt_tokens + cfg.max_target_tokens,
+        completion_only_loss=True,
+        packing=False,
+        report_to=[],
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=_cuda(),
+    )
+
+
+def lora_config(cfg):
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.lora_target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def make_trainer(
+    cfg,
+    base_model: str | Path,
+    rm_df: pd.DataFrame,
+    out_dir: str | Path,
+    *,
+    tracker=None,
+    callbacks: Iterable = (),
+    history=None,
+    progress: bool = True,
+):
+    """An ``SFTTrainer`` on the LoRA-wrapped base (nothing trained yet); exposed for tests and custom loops."""
+    import datasets
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
+    from trl import SFTTrainer
+
+    if not progress:
+        datasets.disable_progress_bars()
+
+    base = str(Path(base_model).resolve()) if Path(base_model).exists() else str(base_model)
+    out_dir = Path(out_dir)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    if tokenizer.pad_token is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
+        raise ValueError(f"{base}: the tokenizer needs a pad token distinct from EOS (EOS must stay in the loss)")
+    args = _sft_config(cfg, out_dir, has_eval=False)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16 if args.bf16 else torch.float32)
+    train_ds, eval_ds = _datasets(rm_df)
+    if eval_ds is not None:
+        args = _sft_config(cfg, out_dir, has_eval=True)
+    all_callbacks = [_tracker_callback(tracker or NullTracker(), history if history is not None else []), *callbacks]
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tokenizer,
+        peft_config=lora_config(cfg),
+        callbacks=all_callbacks,
+    )
+    if not progress:
+        trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def last_checkpoint(out_dir: str | Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    ckpt = Path(out_dir) / "checkpoints"
+    return get_last_checkpoint(str(ckpt)) if ckpt.is_dir() else None
+
+
+def train_rm(
+    cfg,
+    base_model: str | Path,
+    rm_df: pd.DataFrame,
+    out_dir: str | Path,
+    *,
+    tracker: Tracker | None = None,
+    resume: bool = True,
+    callbacks: Iterable = (),
+    progress: bool = True,
+) -> RMTrainResult:
+    """Fine-tune a LoRA adapter on ``rm_df`` (rm_data rows); resume from ``<out>/checkpoints`` if a run was killed."""
+    out_dir = Path(out_dir)
+    history: list[dict[str, float]] = []
+    trainer = make_trainer(cfg, base_model, rm_df, out_dir, tracker=tracker, callbacks=callbacks, history=history, progress=progress)
+    resumed_from = last_checkpoint(out_dir) if resume else None
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resumed_from)
+    seconds = time.perf_counter() - t0
+    adapter_dir = out_dir / "adapter"
+    trainer.save_model(str(adapter_dir))
+    trainer.processing_class.save_pretrained(str(adapter_dir))
+    n_val = int((rm_df["split"] == "validation").sum())
+    meta: dict[str, Any] = {
+        "base_model": str(Path(base_model).resolve()) if Path(base_model).exists() else str(base_model),
+        "global_step": int(trainer.state.global_step),
+        "resumed_from": resumed_from,
+        "train_seconds": seconds,
+        "n_train": int(len(rm_df) - n_val),
+        "n_validation": n_val,
+        "config": cfg.model_dump(mode="json"),
+    }
+    (adapter_dir / TRAIN_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    return RMTrainResult(
+        adapter_dir=adapter_dir,
+        checkpoint_dir=out_dir / "checkpoints",
+        global_step=meta["global_step"],
+        resumed_from=resumed_from,
+        train_seconds=seconds,
+        n_train=meta["n_train"],
+        n_validation=n_val,
+        history=history,
+    )

@@ -1,0 +1,109 @@
+"""Reward-model training: completion-only loss, checkpoint resume, and a tiny RM that learns (CPU, tiny model)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+from t2g_core.config.reward_model import RewardModelConfig
+from t2g_core.reward_model.data import build_rm_data
+from t2g_core.reward_model.train import make_trainer, train_rm
+
+ITEMS = [  # (post, summary, good spans, poor spans, critique)
+    ("I am Cai. I live in Quito. I work as a coach.", "Cai lives in Paris and works as a coach.", ["Cai", "coach"], ["Paris"], "Paris is wrong."),
+    ("I am Bo. I live in Lima. I work as a baker.", "Bo lives in Lima and works as a judge.", ["Bo", "Lima"], ["judge"], "judge is wrong."),
+    ("I am Ana. I live in Oslo. I work as a nurse.", "Ana lives in Oslo and works as a nurse.", ["Ana", "Oslo", "nurse"], [], "All correct."),
+    ("I am Eli. I live in Rome. I work as a coach.", "Dee lives in Rome and works as a coach.", ["Rome", "coach"], ["Dee"], "Dee is wrong."),
+]
+
+
+def rm_rows(tok, cfg, items=ITEMS) -> pd.DataFrame:
+    fb = pd.DataFrame([
+        {"id": f"sum-{i}", "task": "summarization", "prompt": p, "response": r, "critique": None, "reference": None,
+         "tests": None, "entry_point": None, "meta": None}
+        for i, (p, r, *_rest) in enumerate(items)
+    ])
+    ann = pd.DataFrame([
+        {"id": f"sum-{i}", "annotator": "reference", "critique": c, "good_spans": g, "poor_spans": b, "reasoning": None,
+         "status": "ok", "error": None, "raw": None, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0}
+        for i, (_p, _r, g, b, c) in enumerate(items)
+    ])
+    df, _ = build_rm_data(fb, ann, tok, cfg)
+    return df
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def test_completion_only_loss_masks_every_prompt_token(tiny_model_dir, tok, tmp_path):
+    cfg = RewardModelConfig(val_fraction=0.0, max_steps=1)
+    df = rm_rows(tok, cfg)
+    trainer = make_trainer(cfg, tiny_model_dir, df, tmp_path, progress=False)
+    for i, row in enumerate(df.itertuples()):
+        ex = trainer.train_dataset[i]
+        ids, labels = ex["input_ids"], ex["labels"]
+        n_prompt = len(tok(row.rm_prompt, add_special_tokens=False)["input_ids"])
+        assert ids[:n_prompt] == tok(row.rm_prompt, add_special_tokens=False)["input_ids"]
+        assert labels[:n_prompt] == [-100] * n_prompt, "prompt tokens must not be in the loss"
+        assert labels[n_prompt:] == ids[n_prompt:], "every target token (and the EOS) is in the loss"
+        assert tok.decode(labels[n_prompt:]) == row.rm_target
+        assert labels[-1] == tok.eos_token_id
+    # the LoRA adapter is on the configured modules only and the base is frozen
+    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert {n.split(".lora_")[0].rsplit(".", 1)[1] for n in trainable} == set(cfg.lora_target_modules)
+
+
+class _KillAt:
+    """A TrainerCallback that dies after optimizer step ``step`` (before that step could be checkpointed)."""
+
+    def __new__(cls, step):
+        from transformers import TrainerCallback
+
+        class Kill(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                if state.global_step == step:
+                    raise KeyboardInterrupt(f"killed at step {step}")
+
+        return Kill()
+
+
+def _adapter_state(path):
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "adapter_model.safetensors"))
+
+
+def test_resume_after_kill_continues_step_count_and_optimizer_state(tiny_model_dir, tok, tmp_path):
+    torch.set_num_threads(1)
+    cfg = RewardModelConfig(
+        val_fraction=0.0, max_steps=4, save_steps=2, batch_size=2, lora_dropout=0.0, learning_rate=1e-2,
+        lr_scheduler="linear", warmup_ratio=0.0,
+    )
+    df = rm_rows(tok, cfg)
+    straight = train_rm(cfg, tiny_model_dir, df, tmp_path / "straight", progress=False)
+    assert straight.global_step == 4 and straight.resumed_from is None
+
+    with pytest.raises(KeyboardInterrupt):
+        train_rm(cfg, tiny_model_dir, df, tmp_path / "killed", callbacks=[_KillAt(3)], progress=False)
+    ckpts = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").glob("checkpoint-*"))
+    assert ckpts == ["checkpoint-2"]
+
+    resumed = train_rm(cfg, tiny_model_dir, df, tmp_path / "killed", progress=False)
+    assert resumed.resumed_from is not None and resumed.resumed_from.endswith("checkpoint-2")
+    assert resumed.global_step == 4
+    assert sorted({int(h["step"]) for h in resumed.history if "rm/loss" in h}) == [3, 4]
+    # Same weights as the uninterrupted run: Adam moments, LR schedule, data order and RNG were all restored
+    # (a fresh optimizer at step 3 would land elsewhere).
+    a, b = _adapter_state(straight.adapter_dir), _adapter_state(resumed.adapter_dir)
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
+    losses_a = [h["rm/loss"] for h in straight.history if "rm/loss" in h][2:]
+    losses_b = [h["rm/loss"] for h in resumed.history if "rm/loss" in h]
+    assert losses_a == pytest.approx(losses_b, rel=1e-5)
