@@ -230,7 +230,7 @@ def _train_loop(model, batches, steps: int, lr: float, progress: bool, desc: str
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if math.isfinite(losses[-1]):
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
     model.eval()
