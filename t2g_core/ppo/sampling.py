@@ -22,8 +22,9 @@ def sample_seed(seed: int, step: int, index: int) -> int:
 @torch.no_grad()
 def sample_responses(
     model, query_ids: Tensor, query_mask: Tensor, *, max_new_tokens: int, temperature: float,
-    eos_token_id: int, pad_token_id: int, seeds: list[int],
-) -> Tensor:  # (B, Lq), (B, Lq) -> response ids (B, T), PAD after the first EOS
+    eos_token_id: int, pad_token_id: int, seeds: list[int], return_logprobs: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:  # (B, Lq), (B, Lq) -> response ids (B, T), PAD after the first EOS
+    """Sample up to ``max_new_tokens`` per row; with ``return_logprobs`` also log pi_tau(y_t) as sampled (B, T)."""
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     attn = query_mask.long()
     out = model(input_ids=query_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=True)
@@ -31,12 +32,15 @@ def sample_responses(
     next_pos = attn.sum(dim=1, keepdim=True)  # (B, 1) position of the next token
     finished = torch.zeros(query_ids.shape[0], dtype=torch.bool)
     tokens: list[Tensor] = []
+    logprobs: list[Tensor] = []
     for _ in range(max_new_tokens):
         uniform = torch.stack([torch.rand(logits.shape[-1], generator=g, dtype=torch.float64) for g in gens])
         gumbel = -torch.log(-torch.log(uniform.clamp(1e-300, 1.0 - 1e-16)))
-        tok = torch.argmax(torch.log_softmax(logits.double() / temperature, -1) + gumbel, dim=-1)
+        logp = torch.log_softmax(logits.double() / temperature, -1)
+        tok = torch.argmax(logp + gumbel, dim=-1)
         tok = torch.where(finished, torch.full_like(tok, pad_token_id), tok)
         tokens.append(tok)
+        logprobs.append(logp.gather(-1, tok[:, None]).squeeze(-1))
         finished |= tok == eos_token_id
         if bool(finished.all()):
             break
@@ -44,7 +48,8 @@ def sample_responses(
         out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos, past_key_values=past, use_cache=True)
         past, logits = out.past_key_values, out.logits[:, -1].float()
         next_pos = next_pos + 1
-    return torch.stack(tokens, dim=1)
+    ids = torch.stack(tokens, dim=1)
+    return (ids, torch.stack(logprobs, dim=1).float()) if return_logprobs else ids
 
 
 def response_mask_after_eos(response_ids: Tensor, eos_token_id: int) -> tuple[Tensor, Tensor]:  # (B, T) -> (B, T), (B,)

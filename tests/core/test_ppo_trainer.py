@@ -1,0 +1,198 @@
+"""The PPO trainer on a real tiny Llama + BPE tokenizer with a chat template (the ``tiny_model_dir`` fixture)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from t2g_core.config.ppo import PPOConfig
+from t2g_core.policy_prompts import render_policy_prompt
+from t2g_core.ppo import CriticSource, MemoryTracker, train
+from t2g_core.ppo.models import forward_response, load_policy
+from t2g_core.ppo.sampling import response_mask_after_eos, sample_responses
+from t2g_core.ppo.trainer import Rollout, batch_rows, place_task_rewards, score
+from t2g_core.schemas import ROLLOUTS, validate_frame
+from t2g_core.spans import ParsedFeedback
+
+torch.set_num_threads(1)
+
+
+class EdgeWordsCritic:
+    """A real (if simple) critic: the first word of a response is poor, the last word good; fails on request."""
+
+    def __init__(self, fail_ids=()):
+        self.fail_ids = set(fail_ids)
+
+    def critique(self, row):
+        if row["id"] in self.fail_ids:
+            raise RuntimeError("critic unavailable")
+        words = row["response"].split()
+        if len(words) < 2:
+            return ParsedFeedback(critique="too short", poor_spans=words)
+        return ParsedFeedback(critique=f"'{words[0]}' is wrong, '{words[-1]}' is right", good_spans=[words[-1]], poor_spans=[words[0]])
+
+
+class QuoteCritic:
+    def __init__(self, quotes):
+        self.quotes = quotes
+
+    def critique(self, row):
+        return ParsedFeedback(critique="quoted", poor_spans=[self.quotes[row["id"]]])
+
+
+def _prompts(n=8):
+    return pd.DataFrame({
+        "id": [f"p{i}" for i in range(n)], "task": "summarization",
+        "prompt": [f"Post {i}: " + "Cai lives in Quito " * (1 + i % 3) for i in range(n)],
+    })
+
+
+def _cfg(**kw):
+    base = dict(steps=2, batch_size=4, minibatches=2, ppo_epochs=2, max_new_tokens=10, log_every=1, save_every=100,
+                value_model="head", heatmap_samples=2, learning_rate=1e-2)
+    return PPOConfig(**(base | kw))
+
+
+def _adapter(run_dir):
+    return load_file(str(run_dir / "adapter" / "adapter_model.safetensors"))
+
+
+def test_span_rewards_land_on_the_quoted_tokens_with_left_padding_and_chat_template(tiny_model_dir):
+    bundle = load_policy(tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="head", seed=0)
+    tok = bundle.tokenizer
+    rows = [{"id": "a", "task": "summarization", "prompt": "A short post."},
+            {"id": "b", "task": "summarization", "prompt": "A much longer post that needs left padding in the batch."}]
+    responses = ["Cai lives in Quito with dogs.", "Bo works as a judge in Lima."]
+    quotes = {"a": "in Quito", "b": "judge"}
+    enc = tok([render_policy_prompt(tok, r["task"], r["prompt"]) for r in rows], add_special_tokens=False, padding=True, return_tensors="pt")
+    assert (enc["attention_mask"][0] == 0).any() and enc["attention_mask"][:, -1].all()  # left padded
+    ids = [tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for r in responses]
+    width = max(map(len, ids)) + 2
+    response_ids = torch.tensor([x + [tok.pad_token_id] * (width - len(x)) for x in ids])
+    mask, has_eos = response_mask_after_eos(response_ids, tok.eos_token_id)
+    ro = Rollout(rows, [0, 1], enc["input_ids"], enc["attention_mask"].bool(), response_ids, mask, has_eos)
+    scored = score(ro, CriticSource(QuoteCritic(quotes)), tok, None)
+    cfg = _cfg(reward_mode="span")
+    task, terminal, labels = place_task_rewards(scored, ro, cfg)
+    for b, s in enumerate(scored):
+        assert s.text == responses[b]
+        hit = [t for t in range(width) if task[b, t] != 0]
+        assert hit, "no token got the span reward"
+        assert all(task[b, t] == -1.0 for t in hit)
+        covered = tok.decode(response_ids[b, hit[0] : hit[-1] + 1])
+        assert quotes[rows[b]["id"]] in covered and len(covered) <= len(quotes[rows[b]["id"]]) + 2
+        assert hit == list(range(hit[0], hit[-1] + 1))
+    scalar, _, _ = place_task_rewards(scored, ro, _cfg(reward_mode="scalar"))
+    for b in range(2):  # the scalar lands on the EOS (last real token), not on the PAD after it
+        eos_at = len(ids[b]) - 1
+        assert scalar[b].nonzero().flatten().tolist() == [eos_at]
+        assert float(scalar[b].sum()) == pytest.approx(float(task[b].sum()))
+
+
+def test_left_padding_does_not_change_logprobs_or_values(tiny_model_dir):
+    bundle = load_policy(tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="separate", seed=0)
+    torch.nn.init.normal_(bundle.value.head.weight, std=0.1)  # a non-zero head so values are informative
+    g = torch.Generator().manual_seed(0)
+    q = torch.randint(5, 200, (1, 7), generator=g)
+    r = torch.randint(5, 200, (1, 5), generator=g)
+    ones = torch.ones_like(r, dtype=torch.bool)
+    lp_alone, v_alone = forward_response(bundle, q, torch.ones_like(q, dtype=torch.bool), r, ones, 0.7)
+    pad = torch.full((1, 4), bundle.tokenizer.pad_token_id)
+    q_pad = torch.cat([pad, q], 1)
+    m_pad = torch.cat([torch.zeros(1, 4, dtype=torch.bool), torch.ones_like(q, dtype=torch.bool)], 1)
+    lp_pad, v_pad = forward_response(bundle, q_pad, m_pad, r, ones, 0.7)
+    assert torch.allclose(lp_alone, lp_pad, atol=1e-5) and torch.allclose(v_alone, v_pad, atol=1e-5)
+    with torch.no_grad():  # adapter off == base: LoRA B starts at zero, so policy == reference at init
+        lp_ref, _ = forward_response(bundle, q, torch.ones_like(q, dtype=torch.bool), r, ones, 0.7, reference=True)
+    assert torch.allclose(lp_alone, lp_ref, atol=1e-6)
+
+
+def test_sampled_logprobs_match_recomputed_with_temperature_and_padding(tiny_model_dir):
+    bundle = load_policy(tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="head", seed=0)
+    tok = bundle.tokenizer
+    texts = [render_policy_prompt(tok, "summarization", p) for p in ("Hi.", "A longer post about Cai and Quito and dogs.")]
+    enc = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
+    kw = dict(max_new_tokens=8, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, seeds=[1, 2])
+    ids, sampled_lp = sample_responses(bundle.policy, enc["input_ids"], enc["attention_mask"], temperature=0.6, return_logprobs=True, **kw)
+    again = sample_responses(bundle.policy, enc["input_ids"], enc["attention_mask"], temperature=0.6, **kw)
+    assert torch.equal(ids, again)  # per-sample streams: same seeds, same samples
+    mask, _ = response_mask_after_eos(ids, tok.eos_token_id)
+    q, qm = enc["input_ids"], enc["attention_mask"].bool()
+    with torch.no_grad():
+        lp, _ = forward_response(bundle, q, qm, ids, mask, 0.6)
+        lp_wrong_tau, _ = forward_response(bundle, q, qm, ids, mask, 1.0)
+    assert torch.allclose(lp[mask], sampled_lp[mask], atol=1e-4)
+    assert not torch.allclose(lp_wrong_tau[mask], sampled_lp[mask], atol=1e-2)
+    single = sample_responses(bundle.policy, q[1:, -int(qm[1].sum()):], qm[1:, -int(qm[1].sum()):], temperature=0.6,
+                              **(kw | {"seeds": [2]}))
+    assert torch.equal(single[0, : ids.shape[1]], ids[1, : single.shape[1]])  # batch composition does not matter
+
+
+def test_trainer_runs_logs_and_first_minibatch_is_on_policy(tiny_model_dir, tmp_path):
+    tracker = MemoryTracker()
+    res = train(_cfg(temperature=0.7, eval_every=1), tiny_model_dir, _prompts(), tmp_path / "run",
+                reward_source=CriticSource(EdgeWordsCritic(fail_ids={"p1", "p5"})), tracker=tracker,
+                eval_df=_prompts(4), task_metric=lambda rows, texts: [float(len(t.split()) > 3) for t in texts])
+    assert res.steps_done == 2 and len(res.history) == 2
+    for h in res.history:
+        assert h["ppo/first_ratio"] == pytest.approx(1.0, abs=1e-5)
+        assert abs(h["ppo/first_approx_kl"]) < 1e-7
+    first = res.history[0]
+    assert first["kl/mean"] == pytest.approx(0.0, abs=1e-6)  # LoRA starts as the reference
+    for key in ("reward/span_mean", "reward/positive_frac", "kl/mean", "loss/policy", "loss/value", "ppo/clipfrac",
+                "ppo/approx_kl", "time/rollout", "time/score", "time/update", "parse/failure_rate", "task/error", "eval/task_error"):
+        assert key in first, key
+    for h in res.history:  # failed critiques are counted and the step still trains
+        ids = [f"p{i}" for i in batch_rows(h["step"], 8, 4, 0)]
+        assert h["parse/failure_rate"] == pytest.approx(sum(i in ("p1", "p5") for i in ids) / 4)
+        assert h["ppo/updates"] > 0
+    assert [s for s, _ in tracker.metrics] == [0, 1]
+    roll = pd.read_parquet(res.rollouts_path)
+    validate_frame(roll, ROLLOUTS, "rollouts")
+    failed = roll[roll["critique"].isna()]
+    assert len(failed) > 0 and all(len(r) > 0 for r in failed["token_rewards"])
+    page = res.heatmaps[0].read_text()
+    assert "is wrong" in page and "rgba(215,58,73" in page  # critique beside tokens coloured negative
+    assert _adapter(tmp_path / "run")  # the adapter folder loads
+    assert json.loads((tmp_path / "run" / "history.json").read_text())[1]["step"] == 1
+
+
+def test_parse_failures_get_the_fallback_terminal_reward(tiny_model_dir, tmp_path):
+    res = train(_cfg(steps=1, parse_failure_reward=-3.0, kl_coef=0.0), tiny_model_dir, _prompts(4), tmp_path / "run",
+                reward_source=CriticSource(EdgeWordsCritic(fail_ids={"p0", "p1", "p2", "p3"})))
+    roll = pd.read_parquet(res.rollouts_path)
+    assert res.history[0]["parse/failure_rate"] == 1.0
+    for rewards in roll["token_rewards"]:
+        assert rewards[-1] == pytest.approx(-3.0) and all(r == 0 for r in rewards[:-1])
+
+
+@pytest.mark.parametrize("value_model", ["head", "separate"])
+def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, value_model):
+    cfg = _cfg(steps=4, save_every=2, value_model=value_model, adaptive_kl=True, target_kl=0.01, kl_horizon=10, grad_accum=2)
+    source = CriticSource(EdgeWordsCritic())
+    full = train(cfg, tiny_model_dir, _prompts(6), tmp_path / "full", reward_source=source)
+    part = train(cfg, tiny_model_dir, _prompts(6), tmp_path / "cut", reward_source=source, stop_after=2)
+    assert part.steps_done == 2
+    resumed = train(cfg, tiny_model_dir, _prompts(6), tmp_path / "cut", reward_source=source, resume=True)
+    assert resumed.steps_done == 4 and [h["step"] for h in resumed.history] == [0, 1, 2, 3]
+    a, b = _adapter(tmp_path / "full"), _adapter(tmp_path / "cut")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-6), k
+    assert any(float(v.abs().sum()) > 0 for k, v in a.items() if "lora_B" in k)  # training moved the adapter
+    for h_full, h_res in zip(full.history, resumed.history, strict=True):
+        assert h_full["kl/beta"] == pytest.approx(h_res["kl/beta"], rel=1e-9)
+        assert h_full["loss/policy"] == pytest.approx(h_res["loss/policy"], abs=1e-6)
+    v_full = torch.load(tmp_path / "full" / "checkpoints" / "step-000004" / "trainer.pt", weights_only=False)["value"]
+    v_cut = torch.load(tmp_path / "cut" / "checkpoints" / "step-000004" / "trainer.pt", weights_only=False)["value"]
+    for k in v_full:
+        assert torch.allclose(v_full[k], v_cut[k], atol=1e-6), k
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tiny_model_dir, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train(_cfg(), tiny_model_dir, _prompts(), tmp_path / "none", reward_source=CriticSource(EdgeWordsCritic()), resume=True)
