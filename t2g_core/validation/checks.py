@@ -9,7 +9,7 @@ a crash) and, when it fails, the worst items that made it fail. Checks:
 - ``no_span_rate``          ok items that quote no span                     <= max_no_span_rate
 - ``minority_label_frac``   min(positive, negative) / all spans             >= min_minority_label_frac
 - ``labelled_token_frac``   response tokens inside a matched span           within [min, max] (needs feedback)
-- ``span_f1``               span F1 against meta.gold_spans                 >= min_span_f1 when set (needs ground truth)
+- ``span_f1``               span F1 against meta.gold_spans (alignment.span_prf, IoU >= 0.5), >= min_span_f1 when set
 
 Tokens for ``labelled_token_frac`` are words and punctuation marks (regex ``\\w+|[^\\w\\s]``), so the figure does not
 depend on which model's tokenizer is used later.
@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from t2g_core.alignment import micro_prf
 from t2g_core.config.validate import ValidateConfig
 from t2g_core.validation.batch import Batch
-from t2g_core.validation.gold import item_gold_counts
+from t2g_core.validation.gold import item_gold_prf
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
@@ -137,11 +138,9 @@ def check_labelled_tokens(b: Batch, cfg: ValidateConfig) -> CheckResult:
 def check_span_f1(b: Batch, cfg: ValidateConfig) -> CheckResult:
     if not b.has_gold:
         return CheckResult("span_f1", float("nan"), cfg.min_span_f1, None, "skipped", "no ground truth (feedback meta.gold_spans)")
-    rows = item_gold_counts(b)
-    tp_p, n_pred = sum(r["tp_pred"] for r in rows), sum(r["n_pred"] for r in rows)
-    tp_g, n_gold = sum(r["tp_gold"] for r in rows), sum(r["n_gold"] for r in rows)
-    p, r_ = _rate(tp_p, n_pred), _rate(tp_g, n_gold)
-    f1 = 2 * p * r_ / (p + r_) if (p + r_) > 0 else 0.0
+    rows = item_gold_prf(b)
+    prf = micro_prf(rows)
+    p, r_, f1 = prf["precision"], prf["recall"], prf["f1"]
     worst = sorted(rows, key=lambda r: r["f1"])
     detail = f"precision {p:.3f}, recall {r_:.3f} over {len(rows)} items with ground truth"
     return judge("span_f1", f1, cfg.min_span_f1, None, detail, worst[: cfg.worst_items])

@@ -1,15 +1,18 @@
-"""Spans against ground truth (feedback ``meta.gold_spans``), by overlap.
+"""Spans against ground truth (feedback ``meta.gold_spans``).
 
-A predicted span is correct when it overlaps (shares at least one character with) a gold span of the same label;
-an unmatched quote is never correct. A gold span is found when some predicted span of its label overlaps it.
-Precision = correct predictions / predictions, recall = found gold spans / gold spans (the "partial match"
-convention of the paper's span metrics). The programmatic reviewer judges spans with the same rule.
+Span P/R/F1 comes from :func:`t2g_core.alignment.span_prf` (same label and IoU >= 0.5, one-to-one), computed on the
+item's located spans; its unmatched quotes are added to the predictions (they can never be right), and items are
+micro-averaged with :func:`t2g_core.alignment.micro_prf`.
+
+The programmatic reviewer's judgement is looser, like a human's: a span is agreed with when it overlaps (shares at
+least one character with) a gold span of its label (:func:`overlaps`).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from t2g_core.alignment import span_prf
 from t2g_core.validation.batch import Batch, GoldSpan
 
 
@@ -20,24 +23,23 @@ def overlaps(start: int | None, end: int | None, label: str, gold: list[GoldSpan
     return any(g.label == label and g.start < end and start < g.end for g in gold)
 
 
-def item_counts(spans: pd.DataFrame, gold: list[GoldSpan]) -> dict:
-    """True positives on both sides and the item's F1 (1.0 when both sides are empty)."""
-    pred = [(s, e, lab) for s, e, lab in zip(spans["start"], spans["end"], spans["label"], strict=True)]
-    tp_pred = sum(overlaps(s, e, lab, gold) for s, e, lab in pred)
-    matched = [(int(s), int(e), lab) for s, e, lab in pred if pd.notna(s) and pd.notna(e)]
-    tp_gold = sum(any(lab == g.label and s < g.end and g.start < e for s, e, lab in matched) for g in gold)
-    p = tp_pred / len(pred) if pred else 1.0
-    r = tp_gold / len(gold) if gold else 1.0
-    f1 = 2 * p * r / (p + r) if p + r > 0 else 0.0
-    return {"tp_pred": tp_pred, "n_pred": len(pred), "tp_gold": tp_gold, "n_gold": len(gold), "f1": round(f1, 4)}
+def item_prf(spans: pd.DataFrame, gold: list[GoldSpan]) -> dict:
+    """``span_prf`` of one item, with its unmatched quotes counted as wrong predictions."""
+    located = spans[spans["start"].notna() & spans["end"].notna()]
+    pred = [(int(s), int(e), lab) for s, e, lab in zip(located["start"], located["end"], located["label"], strict=True)]
+    res = span_prf(pred, [(g.start, g.end, g.label) for g in gold])
+    n_pred = len(spans)
+    p = res["tp"] / n_pred if n_pred else res["precision"]
+    f1 = 2 * p * res["recall"] / (p + res["recall"]) if p + res["recall"] else 0.0
+    return {"tp": res["tp"], "n_pred": n_pred, "n_gold": res["n_gold"], "precision": round(p, 4), "recall": round(res["recall"], 4), "f1": round(f1, 4)}
 
 
-def item_gold_counts(b: Batch) -> list[dict]:
-    """One row per item with ground truth: id plus the counts of :func:`item_counts`."""
+def item_gold_prf(b: Batch) -> list[dict]:
+    """One row per item with ground truth: its id and :func:`item_prf`."""
     by_id = dict(tuple(b.spans.groupby("id")))
     rows = []
     for r in b.items.drop_duplicates("id").itertuples():
         if r.gold is None:
             continue
-        rows.append({"id": r.id, **item_counts(by_id.get(r.id, b.spans.iloc[:0]), r.gold)})
+        rows.append({"id": r.id, **item_prf(by_id.get(r.id, b.spans.iloc[:0]), r.gold)})
     return rows

@@ -31,8 +31,10 @@ class ValidationReport:
         """One line per failed gate, e.g. ``unmatched_rate 0.31 (must be <= 0.05)``."""
         out = [f"{c.name} {c.value:.4g} (must be {c.threshold_text}): {c.detail}" for c in self.failed_checks]
         if self.alignment is not None:
-            for group in self.alignment.failed_groups:
-                out.append(f"human_alignment[{group}] below {self.alignment.threshold:g} ({self.alignment.gate_on})")
+            al = self.alignment
+            values = {a.group: gate_value(a, al.gate_on) for a in [*al.per_task, al.overall]}
+            for group in al.failed_groups:
+                out.append(f"human_alignment[{group}] {values.get(group, float('nan')):.3f} ({al.gate_on}) below {al.threshold:g}")
         return out
 
     @property
@@ -135,12 +137,15 @@ def plot_checks(report: ValidationReport, path: str | Path) -> Path:
     for y, (_name, value, lo, hi, status) in enumerate(bars):
         v = 0.0 if math.isnan(value) else value
         ax.barh(y, v, color=colors[status], height=0.6)
+        ax.plot([v], [y], "o", color=colors[status], ms=6)  # visible even when the value is 0
         ax.text(min(v, 0.93) + 0.01, y, "skipped" if math.isnan(value) else f"{value:.3f}", va="center", fontsize=8)
         for bound, marker in ((lo, "min"), (hi, "max")):
             if bound is not None:
                 ax.plot([bound, bound], [y - 0.4, y + 0.4], color="black", lw=2)
                 ax.text(bound, y + 0.42, marker, fontsize=6, ha="center")
-    ax.set_yticks(range(len(bars)), [b[0] for b in bars])
+    ax.set_yticks(range(len(bars)), [f"{b[0]} ({b[4].upper()})" for b in bars])
+    for tick, b in zip(ax.get_yticklabels(), bars, strict=True):
+        tick.set_color(colors[b[4]])
     ax.set_xlim(0, 1.05)
     ax.invert_yaxis()
     ax.set_xlabel("value (black ticks: thresholds)")

@@ -81,12 +81,12 @@ def _spans(item_id: str, response: str, quotes: list[tuple[str, str]]) -> list[d
 
 def make_synthetic_batch(
     n_items: int = 40, seed: int = 0, *, unmatched: float = 0.0, flip: float = 0.0, all_positive: bool = False,
-    failed: float = 0.0, annotators: tuple[str, ...] = ("critic-a", "critic-b"), task: str = "summarization",
+    failed: float = 0.0, annotators: tuple[str, ...] = ("critic-a", "critic-b"), task: str = "summarization", id_prefix: str = "sum",
 ) -> SyntheticBatch:
     rng = np.random.default_rng(seed)
     fb_rows, ann_rows, span_rows = [], [], []
     for i in range(n_items):
-        item_id = f"sum-{i:05d}"
+        item_id = f"{id_prefix}-{i:05d}"
         fb, quotes = _item(i, rng, n_wrong=int(rng.integers(0, 3)))
         fb_rows.append({"id": item_id, "task": task, "critique": None, "tests": None, "entry_point": None, **fb})
         quotes = _defects(quotes, rng, unmatched, flip, all_positive)
