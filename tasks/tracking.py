@@ -124,12 +124,15 @@ def _in_prefect_run() -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 # Runs
 # ---------------------------------------------------------------------------------------------------------------
-def pipeline_run_id(workspace_cfg: WorkspaceConfig, *, create: bool = True) -> str | None:
-    """The parent run of the current root Prefect flow run, found by tag (so retries reuse it) or created."""
+def pipeline_run_id(
+    workspace_cfg: WorkspaceConfig, *, create: bool = True, root_id: str | None = None, flow_name: str | None = None
+) -> str | None:
+    """The parent run of the (current) root Prefect flow run, found by tag (so retries reuse it) or created."""
     from mlflow import MlflowClient
 
     exp_id = configure(workspace_cfg)
-    root_id, flow_name = _root_flow_run()
+    if root_id is None:
+        root_id, flow_name = _root_flow_run()
     if root_id is None:
         return None
     client = MlflowClient()
@@ -148,13 +151,17 @@ def pipeline_run_id(workspace_cfg: WorkspaceConfig, *, create: bool = True) -> s
         return run.info.run_id
 
 
-def end_pipeline_run(workspace_cfg: WorkspaceConfig, status: str = "FINISHED") -> None:
-    """Mark the current flow run's parent run as finished or failed (a later Prefect retry reopens it)."""
+def end_pipeline_run(flow_run_id: str, workspace_cfg: WorkspaceConfig, status: str = "FINISHED") -> str | None:
+    """Mark the parent run of ``flow_run_id`` as finished or failed (a later Prefect retry reopens it)."""
     from mlflow import MlflowClient
 
-    run_id = pipeline_run_id(workspace_cfg, create=False)
-    if run_id:
-        MlflowClient().set_terminated(run_id, status=status)
+    exp_id = configure(workspace_cfg)
+    client = MlflowClient()
+    flt = f"tags.`{FLOW_RUN_TAG}` = '{flow_run_id}' and tags.`{ROLE_TAG}` = 'pipeline'"
+    for run in client.search_runs([exp_id], filter_string=flt, max_results=5):
+        client.set_terminated(run.info.run_id, status=status)
+        return run.info.run_id
+    return None
 
 
 def flatten_params(params: Any, prefix: str = "") -> dict[str, str]:

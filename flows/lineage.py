@@ -1,0 +1,113 @@
+"""Lineage from MLflow alone: a registered policy version back to the feedback files it was learnt from.
+
+Each stage run logs its input datasets (``log_input``, digest = content sha256) and the datasets it produced
+(context ``output``); a run that consumed a registered model carries the tag ``t2g.uses.<name> = <version>``. The walk:
+model version -> its source run -> for every input dataset, the run that produced a dataset with the same digest ->
+... until a dataset has no producer (a feedback file), and for every model used, that model version's own chain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+OUTPUT_CONTEXT = "output"
+
+
+def _client(tracking_uri: str):
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    return mlflow.MlflowClient(tracking_uri)
+
+
+def pipeline_run_for(flow_run_id: str, tracking_uri: str, experiment: str) -> str | None:
+    """The MLflow parent run id of a Prefect flow run, or None."""
+    client = _client(tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    runs = client.search_runs([exp.experiment_id], f"tags.`prefect.flow_run_id` = '{flow_run_id}' and tags.`t2g.role` = 'pipeline'")
+    return runs[0].info.run_id if runs else None
+
+
+def _model_version(client, name: str, version: str):
+    from mlflow.exceptions import MlflowException
+
+    try:
+        if version.isdigit():
+            return client.get_model_version(name, version)
+        return client.get_model_version_by_alias(name, version)
+    except MlflowException as exc:
+        raise LookupError(f"no model version {name} {version!r} in MLflow: {exc.message}") from exc
+
+
+def _source_run_id(client, mv) -> str | None:
+    if mv.run_id:
+        return mv.run_id
+    if (mv.source or "").startswith("models:/m-"):
+        return client.get_logged_model(mv.source.removeprefix("models:/")).source_run_id
+    return None
+
+
+def _producers(client, experiment_ids: list[str], digest: str, exclude: str) -> list[Any]:
+    runs = client.search_runs(experiment_ids, f"dataset.digest = '{digest}' and dataset.context = '{OUTPUT_CONTEXT}'")
+    return [r for r in runs if r.info.run_id != exclude and any(
+        d.dataset.digest == digest and _context(d) == OUTPUT_CONTEXT for d in r.inputs.dataset_inputs)]
+
+
+def _context(dataset_input) -> str | None:
+    return next((t.value for t in dataset_input.tags if t.key == "mlflow.data.context"), None)
+
+
+def _describe_run(run) -> str:
+    tags = run.data.tags
+    stage = tags.get("t2g.stage", run.info.run_name)
+    flow = tags.get("prefect.flow_run_id", "")
+    return f"run {run.info.run_id} [{stage}] {run.info.status}" + (f" prefect flow run {flow}" if flow else "")
+
+
+def _walk_run(client, run, depth: int, seen: set[str], out: list[tuple[int, str]]) -> None:
+    if run.info.run_id in seen:
+        out.append((depth, f"(see {run.info.run_id} above)"))
+        return
+    seen.add(run.info.run_id)
+    out.append((depth, _describe_run(run)))
+    for key, version in sorted(run.data.tags.items()):
+        if key.startswith("t2g.uses."):
+            _walk_model(client, key.removeprefix("t2g.uses."), version, depth + 1, seen, out)
+    for d in run.inputs.dataset_inputs:
+        if _context(d) == OUTPUT_CONTEXT:
+            continue
+        ds = d.dataset
+        out.append((depth + 1, f"<- dataset {ds.name} ({_context(d)}) digest {ds.digest} source {_source_path(ds)}"))
+        producers = _producers(client, [run.info.experiment_id], ds.digest, run.info.run_id)
+        for prod in producers[:1]:
+            _walk_run(client, prod, depth + 2, seen, out)
+
+
+def _source_path(ds) -> str:
+    import json
+
+    try:
+        src = json.loads(ds.source)
+        return src.get("uri") or src.get("path") or ds.source
+    except (ValueError, TypeError, AttributeError):
+        return str(ds.source)
+
+
+def _walk_model(client, name: str, version: str, depth: int, seen: set[str], out: list[tuple[int, str]]) -> None:
+    mv = _model_version(client, name, str(version))
+    out.append((depth, f"model {name} version {mv.version} (aliases: {', '.join(mv.aliases) or '-'}) {mv.source}"))
+    run_id = _source_run_id(client, mv)
+    if run_id is None:
+        out.append((depth + 1, "(no source run recorded)"))
+        return
+    _walk_run(client, client.get_run(run_id), depth + 1, seen, out)
+
+
+def lineage_chain(model_name: str, version: str, tracking_uri: str) -> list[tuple[int, str]]:
+    """(depth, description) lines from the model version down to the datasets with no producer (the feedback)."""
+    client = _client(tracking_uri)
+    out: list[tuple[int, str]] = []
+    _walk_model(client, model_name, str(version), 0, set(), out)
+    return out

@@ -1,0 +1,92 @@
+"""``t2g run``, ``t2g demo`` and ``t2g lineage``: the Prefect pipeline and its MLflow lineage from the command line."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config
+
+RefreshOpt = typer.Option(None, "--refresh", "-r", help="Recompute this stage and everything after it even if cached (repeatable).")
+WorkspaceOpt = typer.Option(None, "--workspace", "-w", help="Workspace folder (overrides workspace.root).")
+
+
+def _with_workspace(overrides: list[str] | None, workspace: Path | None) -> list[str]:
+    return [*(overrides or []), *([f"workspace.root={workspace.resolve()}"] if workspace else [])]
+
+
+def _run_pipeline(config, refresh: list[str] | None) -> tuple[dict, dict]:
+    """Run the text2grad flow in this process (against `make up`'s server if running, else an ephemeral API)."""
+    from flows.runtime import prepare_environment
+
+    where = prepare_environment(config.workspace.root)
+    echo(f"Prefect: {where['prefect']}\nMLflow:  {where['mlflow']}")
+    from flows.text2grad import text2grad
+
+    state = text2grad(config=config, refresh=refresh or None, return_state=True)
+    result = state.result(raise_on_failure=False)
+    if not state.is_completed():
+        fail(f"pipeline {state.name}: {result}\nFix the cause and run the same command again: completed stages are reused.", code=1)
+    return result, {**where, "flow_run_id": str(state.state_details.flow_run_id)}
+
+
+@guard
+def run(
+    config: Path | None = ConfigOpt,
+    set_: list[str] | None = SetOpt,
+    refresh: list[str] | None = RefreshOpt,
+    workspace: Path | None = WorkspaceOpt,
+) -> None:
+    """Run the end-to-end pipeline; completed stages with the same inputs and config are reused."""
+    cfg = pipeline_config(config, _with_workspace(set_, workspace))
+    t0 = time.perf_counter()
+    result, where = _run_pipeline(cfg, refresh)
+    _print_summary(cfg, result, where, time.perf_counter() - t0)
+
+
+@guard
+def demo(
+    workspace: Path = typer.Option(Path("t2g-workspace"), "--workspace", "-w", help="Workspace folder."),
+    set_: list[str] | None = SetOpt,
+    refresh: list[str] | None = RefreshOpt,
+) -> None:
+    """The main job: the whole pipeline on the built-in demo data with embedded defaults, then what was learnt."""
+    cfg = pipeline_config(None, _with_workspace(set_, workspace))
+    t0 = time.perf_counter()
+    result, where = _run_pipeline(cfg, refresh)
+    _print_summary(cfg, result, where, time.perf_counter() - t0)
+
+
+def lineage(
+    version: str = typer.Argument(..., help="Policy model version (number) or alias, e.g. 3 or champion."),
+    model: str = typer.Option("text2grad-policy", help="Registered model name of the policy adapter."),
+    workspace: Path = typer.Option(Path("t2g-workspace"), "--workspace", "-w", help="Workspace (for its default MLflow store)."),
+    tracking_uri: str | None = typer.Option(None, help="MLflow tracking URI (default: make up's server or the workspace DB)."),
+) -> None:
+    """Walk back policy -> PPO run -> reward model -> RM data -> validated annotations -> feedback, from MLflow alone."""
+    from flows.runtime import prepare_environment
+
+    where = prepare_environment(workspace)
+    from flows.lineage import lineage_chain
+
+    try:
+        chain = lineage_chain(model, version, tracking_uri or where["mlflow"])
+    except LookupError as exc:
+        fail(str(exc))
+    for depth, node in chain:
+        echo("  " * depth + node)
+
+
+def _print_summary(cfg, result: dict, where: dict, seconds: float) -> None:
+    from flows.summary import summary_lines
+
+    for line in summary_lines(cfg, result, where, seconds):
+        echo(line)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.command("demo")(demo)
+    app.command("lineage")(lineage)
