@@ -3,7 +3,8 @@
 Every metric is computed per item so that two policies can be compared item by item (paired bootstrap):
 
 - summarization: ROUGE-1/2/L F1 (``rouge-score``, stemmed), sentence BLEU (``sacrebleu``), length in words and
-  characters; on demo items (``meta.facts`` present) fact precision / recall and the invented-entity rate.
+  characters; on demo items (``meta.facts`` present) fact precision / recall, the invented-entity rate and the task
+  error, from the demo's scorer (``t2g_core.demo.summarization.summary_errors``).
 - code: each sample is run against its HumanEval-format tests in a sandboxed subprocess; ``passed`` is 0/1 per
   sample and pass@k is computed per item with the unbiased estimator of Chen et al. (2021):
   ``pass@k = 1 - C(n - c, k) / C(n, k)`` for n samples of which c pass.
@@ -29,7 +30,7 @@ ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 TASK_METRICS: dict[str, tuple[str, ...]] = {
     "summarization": (
         "rouge1", "rouge2", "rougeL", "bleu", "length_words", "length_chars",
-        "fact_precision", "fact_recall", "invented_entity_rate",
+        "fact_precision", "fact_recall", "invented_entity_rate", "fact_error",
     ),
     "code": ("passed",),
     "qa": ("token_f1", "exact_match", "reference_score"),
@@ -90,32 +91,16 @@ def _meta(row: dict[str, Any]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-_WORD = re.compile(r"[a-z0-9]+(?:['-][a-z0-9]+)*")
-
-
-def _words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
-
-
-def fact_metrics(response: str, source: str, facts: dict[str, Any], reference: str | None = None) -> dict[str, float]:
-    """Fact precision / recall against the source facts, and the invented-entity rate.
-
-    A fact is *stated* when its value appears in the response as a whole word sequence. Content words of the
-    response that occur neither in the source post nor in the reference are *invented entities* (the demo's
-    hallucinated values). precision = stated facts / (stated facts + invented words); recall = stated facts / facts;
-    invented-entity rate = invented words / response words.
-    """
-    words = _words(response)
-    text = " " + " ".join(words) + " "
-    stated = sum(1 for value in facts.values() if f" {' '.join(_words(str(value)))} " in text)
-    known = set(_words(source)) | set(_words(reference or ""))
-    invented = sum(1 for w in words if w not in known)
-    precision = stated / (stated + invented) if stated + invented else 0.0
-    return {
-        "fact_precision": float(precision),
-        "fact_recall": float(stated / len(facts)) if facts else float("nan"),
-        "invented_entity_rate": float(invented / len(words)) if words else 0.0,
-    }
+def fact_metrics(response: str, facts: dict[str, str]) -> dict[str, float]:
+    """Demo summaries: fact precision / recall, invented-entity rate and task error from the demo's own scorer
+    (``t2g_core.demo.summarization.summary_errors``, which parses the summary template). Empty when not installed."""
+    try:
+        from t2g_core.demo.summarization import summary_errors
+    except ImportError:
+        return {}
+    score = summary_errors(response, facts)
+    return {"fact_precision": float(score.precision), "fact_recall": float(score.recall),
+            "invented_entity_rate": float(score.invented_rate), "fact_error": float(score.error)}
 
 
 def summarization_metrics(row: dict[str, Any]) -> dict[str, float]:
@@ -126,7 +111,7 @@ def summarization_metrics(row: dict[str, Any]) -> dict[str, float]:
         out["bleu"] = sentence_bleu(response, reference)
     facts = _meta(row).get("facts")
     if isinstance(facts, dict) and facts:
-        out.update(fact_metrics(response, row["prompt"], facts, reference))
+        out.update(fact_metrics(response, {str(k): str(v) for k, v in facts.items()}))
     return out
 
 

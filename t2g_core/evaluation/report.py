@@ -13,7 +13,7 @@ import pandas as pd
 from t2g_core.evaluation.results import EvalResults
 
 PERCENT_METRICS = frozenset({
-    "rouge1", "rouge2", "rougeL", "fact_precision", "fact_recall", "invented_entity_rate", "token_f1", "exact_match",
+    "rouge1", "rouge2", "rougeL", "fact_precision", "fact_recall", "invented_entity_rate", "fact_error", "token_f1", "exact_match",
     "reference_score", "judge_score",
 })
 

@@ -22,7 +22,7 @@ from t2g_core.evaluation.bootstrap import paired_bootstrap
 from t2g_core.evaluation.metrics import TASK_METRICS, corpus_bleu, pass_at_k, task_metrics
 
 ITEMS_FILE, SUMMARY_FILE = "items.parquet", "summary.json"
-LOWER_IS_BETTER = frozenset({"invented_entity_rate"})
+LOWER_IS_BETTER = frozenset({"invented_entity_rate", "fact_error"})
 NO_DIRECTION = frozenset({"length_words", "length_chars"})
 
 

@@ -1,0 +1,113 @@
+"""``t2g eval``: evaluate policies on held-out prompts and compare them with intervals; regenerate reports."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config
+
+eval_app = typer.Typer(help="Evaluate policies: task metrics, paired-bootstrap comparisons, reports.", no_args_is_help=True)
+
+
+def parse_model_refs(refs: list[str]) -> dict[str, Path]:
+    """``NAME=FOLDER`` or ``FOLDER`` (named after the folder) -> ordered {name: folder}; names must be unique."""
+    out: dict[str, Path] = {}
+    for ref in refs:
+        name, _, path = ref.partition("=") if "=" in ref else (Path(ref).name, "", ref)
+        if not name or not path:
+            fail(f"--model {ref!r}: expected NAME=FOLDER or FOLDER")
+        if name in out:
+            fail(f"--model {ref!r}: the name {name!r} is used twice; write NAME=FOLDER to tell them apart")
+        if not Path(path).is_dir():
+            fail(f"--model {ref!r}: {path} is not a folder (a model folder or a PEFT adapter folder)")
+        out[name] = Path(path)
+    return out
+
+
+def _device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@eval_app.command("policy")
+@guard
+def policy(
+    model: list[str] = typer.Option(..., "--model", "-m", help="NAME=FOLDER or FOLDER: a model folder or a PEFT adapter folder (repeatable; the first is the baseline)."),
+    data: Path = typer.Option(..., "--data", "-d", help="Feedback file or artifact folder holding the held-out prompts."),
+    task: str = typer.Option(..., "--task", "-t", help="summarization, code or qa."),
+    output: Path = typer.Option(..., "--output", "-o", help="Results folder (items.parquet, summary.json, report/)."),
+    baseline: str | None = typer.Option(None, help="Policy name to compare against (default: the first --model)."),
+    judge_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the judge's API key."),
+    device: str = typer.Option("auto", help="cpu, cuda or auto."),
+    config: Path | None = ConfigOpt,
+    set_: list[str] | None = SetOpt,
+) -> None:
+    """Generate with every policy on the same prompts, score them, compare with the baseline; print the table."""
+    from t2g_core.evaluation import comparison_table, evaluate_policies, write_report
+    from t2g_core.evaluation.judge import PairwiseJudge
+    from t2g_core.feedback import load_feedback
+
+    cfg = pipeline_config(config, set_).evaluate
+    policies = parse_model_refs(model)
+    if baseline is not None and baseline not in policies:
+        fail(f"--baseline {baseline!r} is not one of the --model names {list(policies)}")
+    judge = None
+    if cfg.judge_base_url:
+        judge = PairwiseJudge.from_endpoint(cfg.judge_base_url, cfg.judge_model, os.environ.get(judge_api_key_env),
+                                            cfg.judge_timeout_s, cfg.judge_concurrency)
+    try:
+        results = evaluate_policies(policies, load_feedback(data), task, cfg, baseline=baseline, judge=judge,
+                                    device=_device(device), progress=echo)
+    except ValueError as exc:
+        fail(str(exc))
+    results.save(output)
+    write_report(results, output / "report")
+    echo(comparison_table(results))
+    echo(f"results: {output} (report: {output / 'report' / 'report.md'})")
+
+
+def _histories(specs: list[str]):
+    from t2g_core.evaluation.report import load_history
+
+    out = {}
+    for spec in specs:
+        name, _, path = spec.partition("=") if "=" in spec else (Path(spec).stem, "", spec)
+        if not Path(path).is_file():
+            fail(f"--history {spec!r}: {path} is not a file")
+        out[name] = load_history(path)
+    return out
+
+
+@eval_app.command("report")
+@guard
+def report(
+    results: list[Path] = typer.Argument(..., help="One or more results folders of the same task (merged into one comparison)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Report folder (default: <first results>/report)."),
+    baseline: str | None = typer.Option(None, help="Policy to compare against (default: the first results' baseline)."),
+    history: list[str] | None = typer.Option(None, "--history", help="NAME=FILE: a PPO metric history (JSON/JSONL/CSV/Parquet) for learning curves (repeatable)."),
+    config: Path | None = ConfigOpt,
+    set_: list[str] | None = SetOpt,
+) -> None:
+    """Regenerate the markdown table and PNG charts from saved results (and PPO histories)."""
+    from t2g_core.evaluation import EvalResults, comparison_table, merge_results, write_report
+
+    cfg = pipeline_config(config, set_).evaluate
+    try:
+        loaded = [EvalResults.load(p) for p in results]
+        merged = merge_results(loaded, cfg, baseline) if len(loaded) > 1 or baseline else loaded[0]
+    except (FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    out = output or results[0] / "report"
+    files = write_report(merged, out, _histories(history or []))
+    echo(comparison_table(merged))
+    echo(f"report: {files['report_md']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(eval_app, name="eval")

@@ -1,0 +1,154 @@
+"""Evaluating several policies on the same prompts: per-item rows, paired comparisons, table, report, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from t2g_core.config.evaluate import EvaluateConfig
+from t2g_core.evaluation import EvalResults, comparison_table, evaluate_policies, merge_results, write_report
+
+CITIES = ["Paris", "Quito", "Oslo", "Lima", "Rome", "Cairo"]
+NAMES = ["Ada", "Ben", "Cai", "Dora", "Eli"]
+
+
+def _feedback(n: int = 30) -> pd.DataFrame:
+    rows = []
+    for i in range(n):
+        name, city = NAMES[i % 5], CITIES[i % 6]
+        ref = f"This is {name}, who lives in {city} with 3 gray dogs, works as a coach, rests on Sunday and loves beans."
+        rows.append({"id": f"sum-{i:03d}", "task": "summarization", "prompt": f"I am {name}. I live in {city}.",
+                     "response": "old", "critique": None, "reference": ref, "tests": None, "entry_point": None,
+                     "meta": None})
+    rows.append({**rows[0], "id": "qa-000", "task": "qa"})
+    return pd.DataFrame(rows)
+
+
+def scripted_generator(feedback: pd.DataFrame):
+    """'base' answers with a wrong city and food everywhere; 'good' answers the reference on 25 of 30 items."""
+    refs = dict(zip(feedback["prompt"], feedback["reference"], strict=False))
+
+    def gen(ref, task, prompts, cfg):
+        out = []
+        for i, p in enumerate(prompts):
+            wrong = refs[p].replace("lives in", "lives in Berlin near").replace("beans", "tacos")
+            out.append([refs[p] if ref == "good" and i % 6 else wrong])
+        return out
+
+    return gen
+
+
+@pytest.fixture(scope="module")
+def results() -> EvalResults:
+    fb = _feedback()
+    cfg = EvaluateConfig(bootstrap_samples=500)
+    return evaluate_policies({"base": "base", "good": "good"}, fb, "summarization", cfg, generator=scripted_generator(fb))
+
+
+def test_items_and_summary(results):
+    items, summary = results.items, results.summary
+    assert len(items) == 60 and set(items["policy"]) == {"base", "good"}
+    assert {"id", "sample", "prompt", "response", "status", "rouge1", "bleu", "length_words"} <= set(items.columns)
+    assert (items["status"] == "ok").all()
+    assert summary["baseline"] == "base" and summary["policies"]["good"]["n_items"] == 30
+    assert summary["policies"]["good"]["settings"] == {"ref": "good", "decoding": "greedy", "max_new_tokens": 64,
+                                                      "num_samples": 1, "batch_size": 32, "seed": 0}
+    comps = {c["metric"]: c for c in summary["comparisons"]}
+    assert comps["rouge1"]["verdict"] == "better" and comps["rouge1"]["low"] > 0
+    assert comps["rouge1"]["diff"] == pytest.approx(summary["policies"]["good"]["metrics"]["rouge1"]
+                                                    - summary["policies"]["base"]["metrics"]["rouge1"])
+    assert comps["length_words"]["verdict"] == "lower"  # no direction for lengths: only which way it moved
+    assert summary["policies"]["good"]["metrics"]["corpus_bleu"] > summary["policies"]["base"]["metrics"]["corpus_bleu"]
+
+
+def test_comparison_table(results):
+    table = comparison_table(results)
+    lines = table.splitlines()
+    assert lines[0] == "| metric | base | good | Δ good vs base (95% CI) | verdict |"
+    rouge = next(line for line in lines if line.startswith("| rouge1 |"))
+    cells = [c.strip() for c in rouge.strip("|").split("|")]
+    base, good = (100 * results.summary["policies"][p]["metrics"]["rouge1"] for p in ("base", "good"))
+    assert cells[1] == f"{base:.1f}" and cells[2] == f"{good:.1f}" and cells[4] == "better"
+    assert cells[3].startswith("+") and "[" in cells[3]
+
+
+def test_save_load_and_merge_separate_runs(results, tmp_path):
+    results.save(tmp_path / "all")
+    again = EvalResults.load(tmp_path / "all")
+    assert again.summary["comparisons"] == json.loads(json.dumps(results.summary["comparisons"]))
+    fb = _feedback()
+    gen, cfg = scripted_generator(fb), EvaluateConfig(bootstrap_samples=500)
+    one = evaluate_policies({"base": "base"}, fb, "summarization", cfg, generator=gen)
+    two = evaluate_policies({"good": "good"}, fb, "summarization", cfg, generator=gen)
+    merged = merge_results([one, two], cfg)
+    assert merged.summary["comparisons"] == results.summary["comparisons"]
+    with pytest.raises(FileNotFoundError, match="not an evaluation results folder"):
+        EvalResults.load(tmp_path)
+
+
+def test_report_files(results, tmp_path):
+    history = pd.DataFrame({"step": range(5), "reward": [0, 1, 2, 3, 4], "kl": [0, .1, .2, .2, .3]})
+    files = write_report(results, tmp_path / "report", {"span": history, "scalar": history.assign(reward=history.reward / 2)})
+    for key in ("metrics_png", "learning_curves_png"):
+        assert files[key].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = files["report_md"].read_text()
+    assert comparison_table(results) in md and "learning_curves.png" in md and '"decoding": "greedy"' in md
+
+
+def test_no_items_for_the_task_is_a_clear_error():
+    with pytest.raises(ValueError, match="no 'code' items.*qa, summarization"):
+        evaluate_policies({"base": "x"}, _feedback(), "code", EvaluateConfig(), generator=lambda *a: [])
+
+
+def test_judge_scores_join_the_comparison():
+    from openai import OpenAI
+
+    from t2g_core.evaluation.judge import PairwiseJudge
+    from t2g_core.testing import FakeOpenAIServer
+
+    def prefer_berlin_free(req):  # the answer without the invented "Berlin" wins
+        text = req["messages"][-1]["content"]
+        first, second = text.split("## Answer 2")
+        a, b = "Berlin" not in first, "Berlin" not in second
+        return json.dumps({"winner": "tie" if a == b else "1" if a else "2"})
+
+    fb = _feedback(12)
+    cfg = EvaluateConfig(bootstrap_samples=500)
+    with FakeOpenAIServer(answer=prefer_berlin_free) as server:
+        judge = PairwiseJudge(OpenAI(base_url=server.base_url, api_key="t", max_retries=0), "judge")
+        res = evaluate_policies({"base": "base", "good": "good"}, fb, "summarization", cfg,
+                                generator=scripted_generator(fb), judge=judge)
+        assert server.n_requests == 2 * 12
+    j = res.summary["judge"]["good"]
+    assert (j["wins"], j["ties"], j["losses"]) == (10, 2, 0) and j["win_rate"] == pytest.approx(11 / 12)
+    assert j["verdict"] == "better" and j["low"] > 0.5
+    assert "judge: good vs base: win rate 91.7%" in comparison_table(res)
+
+
+def test_cli_policy_and_report(tiny_model_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from t2g_cli import app
+
+    data = tmp_path / "feedback.jsonl"
+    _feedback(4).to_json(data, orient="records", lines=True)
+    runner = CliRunner()
+    args = ["eval", "policy", "--model", f"base={tiny_model_dir}", "--model", f"again={tiny_model_dir}", "--data", str(data),
+            "--task", "summarization", "-s", "evaluate.max_new_tokens=4", "-s", "evaluate.bootstrap_samples=200"]
+    out = runner.invoke(app, [*args, "-o", str(tmp_path / "res")])
+    assert out.exit_code == 0, out.output
+    assert "| metric | base | again |" in out.output
+    res = EvalResults.load(tmp_path / "res")
+    assert len(res.items) == 8 and (tmp_path / "res" / "report" / "metrics.png").exists()
+    same = res.items.pivot(index="id", columns="policy", values="response")
+    assert (same["base"] == same["again"]).all()  # same weights, greedy: identical answers
+    hist = tmp_path / "ppo.json"
+    hist.write_text(json.dumps({"history": [{"step": 0, "reward": 0.1}, {"step": 1, "reward": 0.3}]}))
+    out = runner.invoke(app, ["eval", "report", str(tmp_path / "res"), "--history", f"span={hist}", "-o", str(tmp_path / "rep")])
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / "rep" / "learning_curves.png").exists()
+    bad = runner.invoke(app, ["eval", "policy", "--model", str(tmp_path / "missing"), "--data", str(data), "--task", "qa",
+                              "-o", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "is not a folder" in bad.output
