@@ -1,0 +1,171 @@
+"""Code critic: run the response against the item's tests in the sandbox and localise the failure (no LLM).
+
+Each assertion of ``check(candidate)`` is its own case (:mod:`t2g_core.critics.testcases`). From the results:
+
+- the critique names the failing cases (expected vs actual, the exception, timeouts) or says all pass;
+- poor spans are the response lines that raised (innermost program frame of the exception, or the line running
+  when a case timed out) and, for assertion failures, the lines most suspicious by Ochiai spectrum-based fault
+  localisation over per-case line coverage: ``ochiai(s) = ef(s) / sqrt(nf * (ef(s) + ep(s)))`` with ``ef``/``ep``
+  the failing/passing cases that executed line ``s`` and ``nf`` all failing cases; ties go to the later line
+  (nearer the result);
+- code that passes every case gets no poor spans (and no good spans: passing tests do not single out lines).
+
+A span is the line's text without indentation, extended upward by whole lines until it occurs once in the
+response, so that alignment places it on the right line.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from t2g_core.critics.sandbox import CaseResult, SandboxLimits, SandboxRun, run_cases
+from t2g_core.critics.testcases import TestCase, split_check
+from t2g_core.spans import ParsedFeedback
+
+FAILED = ("fail", "error", "timeout")
+_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+
+
+@dataclass(frozen=True)
+class Program:
+    source: str
+    code_start: int  # char offset in the response where the executed code starts
+    line_offset: int  # program line = line_offset + (1-based line of the code)
+
+
+def build_program(prompt: str, response: str, entry_point: str | None) -> Program:
+    """The program to run: the prompt (signature, docstring, helpers) + a body, or the prompt's prelude + a full function."""
+    fenced = _FENCE.search(response)
+    code_start, code = (fenced.start(1), fenced.group(1)) if fenced else (0, response)
+    defines_entry = False
+    try:
+        defines_entry = any(isinstance(n, ast.FunctionDef) and n.name == entry_point for n in ast.parse(code).body)
+    except SyntaxError:
+        pass
+    if defines_entry:
+        prefix = _prompt_prelude(prompt, entry_point)
+    else:
+        prefix = prompt if prompt.endswith("\n") or not prompt else prompt + "\n"
+    return Program(prefix + code, code_start, prefix.count("\n"))
+
+
+def _prompt_prelude(prompt: str, entry_point: str | None) -> str:
+    """The prompt without its entry-point function (imports and helpers stay)."""
+    try:
+        tree = ast.parse(prompt)
+    except SyntaxError:
+        return ""
+    lines = prompt.splitlines(keepends=True)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == entry_point:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            return "".join(lines[: first - 1] + lines[node.end_lineno:])
+    return prompt if prompt.endswith("\n") else prompt + "\n"
+
+
+def ochiai(results: list[CaseResult]) -> dict[int, float]:
+    """Suspiciousness of every covered line (program line numbers)."""
+    failing = [set(r.covered) for r in results if r.outcome in FAILED]
+    passing = [set(r.covered) for r in results if r.outcome == "pass"]
+    nf = len(failing)
+    scores = {}
+    for line in set().union(*failing, *passing):
+        ef = sum(line in c for c in failing)
+        ep = sum(line in c for c in passing)
+        scores[line] = ef / math.sqrt(nf * (ef + ep)) if ef else 0.0
+    return scores
+
+
+def unique_quote(response: str, code_start: int, line_no: int) -> str | None:
+    """Text of response code line ``line_no`` (1-based) without indentation, extended upward until unique."""
+    lines = response[code_start:].split("\n")
+    if not 1 <= line_no <= len(lines) or not lines[line_no - 1].strip():
+        return None
+    first = line_no
+    while True:
+        quote = "\n".join(lines[first - 1: line_no]).strip()
+        if response.count(quote) == 1 or first == 1:
+            return quote
+        first -= 1
+
+
+class CodeCritic:
+    """``critique(row) -> ParsedFeedback`` for code items (``tests``, ``entry_point``, ``prompt``, ``response``)."""
+
+    def __init__(self, limits: SandboxLimits = SandboxLimits(), max_fault_lines: int = 2):
+        self.limits, self.max_fault_lines = limits, max_fault_lines
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> CodeCritic:
+        limits = SandboxLimits(timeout_s=cfg.sandbox_timeout_s, memory_mb=cfg.sandbox_memory_mb, max_procs=cfg.sandbox_max_procs)
+        return cls(limits, cfg.max_fault_lines)
+
+    def run(self, row: dict[str, Any]) -> tuple[Program, list[TestCase], SandboxRun]:
+        program = build_program(row.get("prompt") or "", row.get("response") or "", row.get("entry_point"))
+        cases = split_check(row["tests"])
+        return program, cases, run_cases(program.source, [{"code": c.code} for c in cases], row.get("entry_point"), self.limits)
+
+    def critique(self, row: dict[str, Any]) -> ParsedFeedback:
+        if not (row.get("tests") or "").strip():
+            return ParsedFeedback(None, status="sandbox_error", error=f"item {row.get('id')!r} has no tests")
+        try:
+            program, cases, run = self.run(row)
+        except SyntaxError as exc:
+            return ParsedFeedback(None, status="sandbox_error", error=f"the tests do not parse: {exc.msg} (line {exc.lineno})")
+        raw = _raw_report(run)
+        if run.error or (run.results and all(r.outcome == "killed" for r in run.results)) or not run.results:
+            return ParsedFeedback(None, status="sandbox_error", error=run.error or _first_message(run), raw=raw)
+        lines = self.fault_lines(program, run.results)
+        response = row.get("response") or ""
+        spans = [q for q in (unique_quote(response, program.code_start, k) for k in lines) if q]
+        spans = list(dict.fromkeys(spans))
+        return ParsedFeedback(critique_text(cases, run.results, spans), [], spans, None, "ok", None, raw)
+
+    def fault_lines(self, program: Program, results: list[CaseResult]) -> list[int]:
+        """Code lines (1-based, in the response's code) to blame: raising lines first, then top Ochiai lines."""
+        def to_code(line: int | None) -> int | None:
+            return line - program.line_offset if line is not None and line > program.line_offset else None
+
+        if not any(r.outcome in FAILED + ("syntax_error",) for r in results):
+            return []
+        raising = Counter(k for r in results if r.outcome in ("error", "timeout", "syntax_error") if (k := to_code(r.line)))
+        picked = [k for k, _ in raising.most_common()]
+        if any(r.outcome in ("fail", "timeout") for r in results):
+            ranked = sorted(((s, k) for line, s in ochiai(results).items() if s > 0 and (k := to_code(line))), reverse=True)
+            picked += [k for _, k in ranked if k not in picked]
+        return picked[: self.max_fault_lines]
+
+
+def _first_message(run: SandboxRun) -> str:
+    return next((r.message for r in run.results if r.message), "the sandbox produced no result")
+
+
+def _raw_report(run: SandboxRun) -> str:
+    import json
+
+    return json.dumps({"isolation": run.isolation, "error": run.error,
+                       "cases": [{"index": r.index, "outcome": r.outcome, "message": r.message, "line": r.line} for r in run.results]})
+
+
+def critique_text(cases: list[TestCase], results: list[CaseResult], spans: list[str], max_cases: int = 3) -> str:
+    if results and results[0].outcome == "syntax_error":
+        return f"The code does not compile: {results[0].message}."
+    failed = [r for r in results if r.outcome != "pass"]
+    if not failed:
+        return f"The code passes all {len(results)} test cases."
+    parts = [f"The code fails {len(failed)} of {len(results)} test cases."]
+    for r in failed[:max_cases]:
+        src = cases[r.index].source.splitlines()[0] if r.index < len(cases) else "?"
+        what = {"fail": f"fails: {r.message}" if r.message else "fails", "timeout": "times out (infinite loop or too slow)",
+                "error": f"raises {r.message}", "killed": f"was stopped: {r.message}"}.get(r.outcome, r.outcome)
+        parts.append(f"Case {r.index + 1} `{src[:120]}` {what}.")
+    if len(failed) > max_cases:
+        parts.append(f"{len(failed) - max_cases} more cases fail.")
+    if spans:
+        parts.append("Most likely at: " + "; ".join(f"`{s.splitlines()[-1].strip()}`" for s in spans) + ".")
+    return " ".join(parts)
