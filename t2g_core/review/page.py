@@ -107,7 +107,7 @@ def render_page(sample: ReviewSample, title: str = "text2grad span review") -> s
             for it in sample.items
         ],
     }
-    payload = json.dumps(data).replace("</", "<\\/")
+    payload = json.dumps(data).replace("<", "\\u003c")  # no "</script>" can end the block early
     items = "".join(_item_html(n, it) for n, it in enumerate(sample.items))
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title><style>{CSS}</style></head><body>'
