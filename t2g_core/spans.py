@@ -438,11 +438,16 @@ def labels_for_offsets(
     values: Mapping[str, float] | None = None,
     *,
     overlap: str = "poor_wins",
+    base: int = 0,
 ) -> list[float]:
     """One label per token offset: the span label when the token's interval overlaps a matched span.
 
     Zero-width tokens (special tokens, ``(0, 0)``) are never labelled. ``overlap`` is "poor_wins" or "good_wins".
+    ``base`` is where the response starts in the text the offsets index (e.g. after a chat-templated prompt):
+    span offsets are shifted by it, so prompt tokens never overlap a span.
     """
+    if overlap not in ("poor_wins", "good_wins"):
+        raise ValueError(f"overlap must be 'poor_wins' or 'good_wins', got {overlap!r}")
     vals = {**DEFAULT_VALUES, **(values or {})}
     labels = [vals["neutral"]] * len(offsets)
     if not offsets:
@@ -454,7 +459,7 @@ def labels_for_offsets(
     spans = sorted((s for s in aligned_spans if s.start is not None), key=lambda s: s.label == winner)
     for span in spans:  # the winning label is written last
         value = vals[span.label]
-        for i in _token_range(starts, ends, span.start, span.end, sorted_):
+        for i in _token_range(starts, ends, span.start + base, span.end + base, sorted_):
             if starts[i] < ends[i]:
                 labels[i] = value
     return labels
