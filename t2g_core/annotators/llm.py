@@ -128,10 +128,7 @@ class LLMAnnotator:
         }
 
     async def _annotate_one(self, client: openai.AsyncOpenAI, sem: asyncio.Semaphore, row: dict[str, Any], refresh: bool) -> dict[str, Any]:
-        try:
-            messages = render_messages(row, self.cfg.mode, self.cfg.prompt_version)
-        except (ValueError, FileNotFoundError) as exc:
-            return self._row(row, {"status": "api_error", "error": f"prompt: {exc}"}, cached=False)
+        messages = row["_messages"]
         key = cache_key(self.cfg.model, self.cfg.prompt_version, messages, self.sampling)
         cached = None if (refresh or self.cache is None) else self.cache.get(key)
         if cached is not None:
@@ -159,6 +156,7 @@ class LLMAnnotator:
         from tqdm.auto import tqdm
 
         refresh = set(refresh_ids)
+        rows = [dict(row, _messages=render_messages(row, self.cfg.mode, self.cfg.prompt_version)) for row in rows]
         sem = asyncio.Semaphore(self.cfg.concurrency)
         client = openai.AsyncOpenAI(
             base_url=self.cfg.base_url, api_key=self._api_key, max_retries=self.cfg.max_retries, timeout=self.cfg.timeout_s
@@ -179,7 +177,11 @@ class LLMAnnotator:
         return [r for r in out if r is not None]
 
     def annotate(self, rows: list[dict[str, Any]], refresh_ids: Iterable[str] = (), progress: bool = True) -> list[dict[str, Any]]:
-        """Synchronous entry point; works whether or not an event loop is already running in this thread."""
+        """Synchronous entry point; works whether or not an event loop is already running in this thread.
+
+        Every prompt is rendered before the first request, so a missing prompt file or a grounding item without a
+        human critique fails at once (ValueError naming the item) instead of after part of the spend.
+        """
         coro = self.annotate_async(rows, refresh_ids, progress)
         try:
             asyncio.get_running_loop()

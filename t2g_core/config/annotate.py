@@ -15,7 +15,8 @@ class AnnotateConfig(StageConfig):
     )
     base_url: str | None = Field(None, description="OpenAI-compatible endpoint (llm annotator), e.g. http://127.0.0.1:8000/v1.")
     model: str = Field("gpt-4o", description="Model name sent to the endpoint.")
-    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key (never logged).")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key (read by the CLI/task, never logged).")
+    api_key_secret: str | None = Field(None, description="Prefect Secret block holding the API key; the Prefect task prefers it to the environment variable.")
     mode: Literal["critique", "grounding"] = Field(
         "critique", description="critique = the LLM writes the critique; grounding = it ties the item's human critique to spans."
     )
