@@ -130,3 +130,109 @@ def set_latest_feedback(workspace: WorkspaceConfig, ref: dict) -> None:
     tmp = pointer.with_suffix(".tmp")
     tmp.write_text(json.dumps(ref, indent=2), encoding="utf-8")
     tmp.replace(pointer)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Feedback inbox: new files are content-hashed, copied to an immutable place and announced once
+# ---------------------------------------------------------------------------------------------------------------
+FEEDBACK_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+LANDED_DIR, SEEN_FILE, PROCESSED_FILE = ".landed", ".seen.json", ".processed.json"
+
+
+def _ledger(path: Path) -> dict[str, str]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def _save_ledger(path: Path, data: dict[str, str]) -> None:
+    tmp = path.with_name(f"{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
+    tmp.replace(path)
+
+
+@task(name="scan-inbox", timeout_seconds=300, retries=2, retry_delay_seconds=[5, 30])
+def scan_inbox(inbox: str, workspace: WorkspaceConfig) -> list[dict]:
+    """Hash every feedback file in ``inbox`` (a folder or an fsspec URL); copy unseen ones into the workspace.
+
+    Returns ``[{"sha256", "path" (immutable local copy), "source"}]`` for files whose content was never seen; the
+    seen-set is the file ``<workspace>/inbox/.seen.json`` (content hash -> original path), so renaming or re-sending
+    a file does not announce it twice.
+    """
+    import hashlib
+
+    import fsspec
+
+    ws = _workspace(workspace)
+    seen_path = ws.inbox / SEEN_FILE
+    seen = _ledger(seen_path)
+    fs, root = fsspec.core.url_to_fs(inbox)
+    landed_dir = ws.inbox / LANDED_DIR
+    landed_dir.mkdir(parents=True, exist_ok=True)
+    new: list[dict] = []
+    for name in sorted(fs.find(root)):
+        if Path(name).name.startswith(".") or f"/{LANDED_DIR}/" in name or not name.endswith(FEEDBACK_SUFFIXES):
+            continue
+        data = fs.cat_file(name)
+        sha = hashlib.sha256(data).hexdigest()
+        if sha in seen:
+            continue
+        copy = landed_dir / f"{sha[:32]}{Path(name).suffix}"
+        if not copy.exists():
+            tmp = copy.with_name(f".{copy.name}.tmp")
+            tmp.write_bytes(data)
+            tmp.replace(copy)
+        seen[sha] = name
+        new.append({"sha256": sha, "path": str(copy), "source": name})
+    _save_ledger(seen_path, seen)
+    return new
+
+
+def pending_feedback_files(workspace: WorkspaceConfig) -> list[str]:
+    """Landed inbox files not yet appended to the feedback dataset, oldest first."""
+    ws = _workspace(workspace)
+    done = _ledger(ws.inbox / PROCESSED_FILE)
+    files = [p for p in (ws.inbox / LANDED_DIR).glob("*") if p.is_file() and not p.name.startswith(".")]
+    return [str(p) for p in sorted(files, key=lambda p: p.stat().st_mtime) if p.name not in done]
+
+
+def mark_processed(path: str, version: int, workspace: WorkspaceConfig) -> None:
+    ledger_path = _workspace(workspace).inbox / PROCESSED_FILE
+    ledger = _ledger(ledger_path)
+    ledger[Path(path).name] = f"feedback version {version}"
+    _save_ledger(ledger_path, ledger)
+
+
+LATEST_ANNOTATIONS = "LATEST.json"
+
+
+@task(name="merge-annotations", **stage_task_options(600))
+def merge_annotations(previous: dict | None, delta: dict, workspace: WorkspaceConfig) -> dict:
+    """The previous annotations plus the new items' (a new item's id replaces an older row with that id)."""
+    import pandas as pd
+
+    from t2g_core.store import artifact_key, read_artifact
+
+    ws = _workspace(workspace)
+    frames = [read_artifact(previous["path"], "annotations")] if previous else []
+    frames.append(read_artifact(delta["path"], "annotations"))
+    merged = pd.concat(frames, ignore_index=True).drop_duplicates("id", keep="last").reset_index(drop=True)
+    key = artifact_key("annotations", None, {"previous": previous["sha256"] if previous else "", "delta": delta["sha256"]})
+    ref = ws.store.write("annotations", key, merged, "annotations", extra={"delta": delta["sha256"]})
+    with tracking.stage_run("merge_annotations", {"items": len(merged)}, workspace):
+        if previous:
+            tracking.log_dataset(previous, "annotations", "annotation")
+        tracking.log_dataset(delta, "annotations_delta", "annotation")
+        tracking.log_output(ref, "annotations")
+    return ref.to_dict()
+
+
+def latest_annotations(workspace: WorkspaceConfig) -> dict | None:
+    pointer = _workspace(workspace).artifacts / "annotations" / LATEST_ANNOTATIONS
+    return json.loads(pointer.read_text(encoding="utf-8")) if pointer.exists() else None
+
+
+def set_latest_annotations(workspace: WorkspaceConfig, ref: dict) -> None:
+    pointer = _workspace(workspace).artifacts / "annotations" / LATEST_ANNOTATIONS
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pointer.with_suffix(".tmp")
+    tmp.write_text(json.dumps(ref, indent=2), encoding="utf-8")
+    tmp.replace(pointer)
