@@ -1,0 +1,200 @@
+"""Evaluate the reward model on held-out ``rm_data`` rows, with the same prompts it was trained on.
+
+Metrics (micro-averaged over items):
+
+- ``json_valid_rate``: the generation is, as is, one JSON object with list-of-string ``good_spans``/``poor_spans``
+  (strict ``json.loads``); ``parse_ok_rate``: it parses through :func:`t2g_core.spans.parse_span_json`, which also
+  repairs near-JSON (the rate PPO sees);
+- ``span_*`` / ``span_{positive,negative}_*``: span-level P/R/F1 of the generated spans against the gold annotation
+  spans, both located in the response (IoU >= 0.5, same label, one-to-one; :func:`t2g_core.alignment.span_prf`);
+- ``token_*``: token-level P/R/F1 of the signed token labels (:func:`t2g_core.alignment.token_prf`);
+- ``unmatched_span_rate``: generated spans that cannot be found in the response;
+- ``rouge_l``: ROUGE-L F of the generated critique against the gold critique (0 when nothing parsed);
+- ``gen_tokens_per_s``: generated tokens per second over the whole evaluation;
+- ``truth_span_*``: with demo data (``meta.gold_spans`` offsets), the same span metrics against the ground truth.
+
+Any other source of predictions (a baseline, an LLM annotator) can be scored with :func:`score_predictions`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from t2g_core.alignment import micro_prf, span_prf, token_prf
+from t2g_core.spans import ParsedFeedback, align_feedback, parse_span_json, token_labels
+
+LABELS = ("positive", "negative")
+_LABEL_NAMES = {"positive": "positive", "good": "positive", "negative": "negative", "poor": "negative"}
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """One held-out item: what the RM saw and what it should have said."""
+
+    id: str
+    rm_prompt: str
+    response: str
+    gold: ParsedFeedback
+    truth: list[tuple[int, int, str]] | None = None  # demo ground truth (start, end, label), if known
+
+
+@dataclass
+class RMEvalReport:
+    metrics: dict[str, float]
+    rows: pd.DataFrame
+    examples: list[dict] = field(default_factory=list)
+
+    def to_markdown(self) -> str:
+        lines = ["# Reward model evaluation", "", "| metric | value |", "|---|---|"]
+        lines += [f"| {k} | {v:.4g} |" for k, v in sorted(self.metrics.items())]
+        for ex in self.examples:
+            lines += ["", f"## {ex['id']} ({ex['status']})", "", "Response:", "```", ex["response"], "```",
+                      "Gold:", "```", ex["gold"], "```", "Generated:", "```", ex["generated"], "```"]
+        return "\n".join(lines) + "\n"
+
+
+def strict_json_valid(text: str) -> bool:
+    """True when ``text`` is exactly one JSON object with list-of-string good_spans and poor_spans."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(obj, dict):
+        return False
+    return all(isinstance(obj.get(k), list) and all(isinstance(s, str) for s in obj[k]) for k in ("good_spans", "poor_spans"))
+
+
+def _truth_from_meta(meta: object) -> list[tuple[int, int, str]] | None:
+    if meta is None or (isinstance(meta, float) and pd.isna(meta)):
+        return None
+    obj = json.loads(meta) if isinstance(meta, str) else meta
+    spans = obj.get("gold_spans") if isinstance(obj, dict) else None
+    if spans is None:
+        return None
+    return [(int(s["start"]), int(s["end"]), _LABEL_NAMES[str(s["label"])]) for s in spans]
+
+
+def eval_items(rm_df: pd.DataFrame, feedback_df: pd.DataFrame, eos: str, *, split: str = "validation") -> list[EvalItem]:
+    """Held-out rows joined with their responses; gold spans come from the row's target."""
+    fb = feedback_df.set_index("id")
+    items = []
+    for row in rm_df[rm_df["split"] == split].itertuples(index=False):
+        if row.id not in fb.index:
+            raise ValueError(f"rm_data row {row.id!r} has no feedback item (response) to evaluate against")
+        item = fb.loc[row.id]
+        gold = parse_span_json(row.rm_target.removesuffix(eos))
+        items.append(EvalItem(row.id, row.rm_prompt, item["response"], gold, _truth_from_meta(item.get("meta"))))
+    return items
+
+
+def _located(response: str, feedback: ParsedFeedback, align_cfg) -> tuple[list[tuple[int, int, str]], int, list]:
+    aligned = align_feedback(response, feedback, align_cfg) if feedback.ok else []
+    spans = [(s.start, s.end, s.label) for s in aligned if s.start is not None]
+    return spans, len(aligned) - len(spans), [s for s in aligned if s.start is not None]
+
+
+def _rouge_l(scorer, gold: str | None, pred: str | None) -> float:
+    if not pred or not gold:
+        return float(not pred and not gold)
+    return scorer.score(gold, pred)["rougeL"].fmeasure
+
+
+class _Totals:
+    """Per-item results accumulated for micro-averaging."""
+
+    def __init__(self):
+        self.span = {k: [] for k in ("all", *LABELS)}
+        self.token = {k: [] for k in ("all", *LABELS)}
+        self.truth = {k: [] for k in ("all", *LABELS)}
+
+    def add_spans(self, bucket: dict, pred, gold, threshold: float) -> dict:
+        out = span_prf(pred, gold, iou_threshold=threshold)
+        bucket["all"].append(out)
+        for lab in LABELS:
+            bucket[lab].append(span_prf([p for p in pred if p[2] == lab], [g for g in gold if g[2] == lab], iou_threshold=threshold))
+        return out
+
+    def add_tokens(self, pred_labels, gold_labels) -> None:
+        out = token_prf(pred_labels, gold_labels)
+        self.token["all"].append(out)
+        for lab in LABELS:
+            self.token[lab].append(out[lab])
+
+    def metrics(self) -> dict[str, float]:
+        m: dict[str, float] = {}
+        for prefix, bucket in (("span", self.span), ("token", self.token), ("truth_span", self.truth)):
+            for lab, results in bucket.items():
+                if not results:
+                    continue
+                agg = micro_prf(results)
+                name = prefix if lab == "all" else f"{prefix}_{lab}"
+                m.update({f"{name}_precision": agg["precision"], f"{name}_recall": agg["recall"], f"{name}_f1": agg["f1"]})
+        return m
+
+
+def score_predictions(
+    items: Sequence[EvalItem],
+    preds: Sequence[ParsedFeedback],
+    tokenizer,
+    *,
+    align_cfg=None,
+    iou_threshold: float = 0.5,
+) -> tuple[dict[str, float], pd.DataFrame]:
+    """Metrics of ``preds`` (one per item) against the items' gold spans and critiques; per-item rows too."""
+    from rouge_score import rouge_scorer
+
+    if len(items) != len(preds):
+        raise ValueError(f"{len(items)} items but {len(preds)} predictions")
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+    totals, rows = _Totals(), []
+    n_pred_spans = n_unmatched = 0
+    for item, pred in zip(items, preds, strict=True):
+        gold_spans, _, gold_aligned = _located(item.response, item.gold, align_cfg)
+        pred_spans, unmatched, pred_aligned = _located(item.response, pred, align_cfg)
+        n_pred_spans += len(pred_spans) + unmatched
+        n_unmatched += unmatched
+        item_prf = totals.add_spans(totals.span, pred_spans, gold_spans, iou_threshold)
+        totals.add_tokens(token_labels(item.response, pred_aligned, tokenizer), token_labels(item.response, gold_aligned, tokenizer))
+        if item.truth is not None:
+            totals.add_spans(totals.truth, pred_spans, item.truth, iou_threshold)
+        rouge = _rouge_l(scorer, item.gold.critique, pred.critique if pred.ok else None)
+        rows.append({"id": item.id, "status": pred.status, "error": pred.error, "n_pred_spans": len(pred_spans) + unmatched,
+                     "n_unmatched": unmatched, "span_f1": item_prf["f1"], "rouge_l": rouge})
+    df = pd.DataFrame(rows)
+    metrics = totals.metrics()
+    metrics["parse_ok_rate"] = float((df["status"] == "ok").mean()) if len(df) else 0.0
+    metrics["unmatched_span_rate"] = n_unmatched / n_pred_spans if n_pred_spans else 0.0
+    metrics["rouge_l"] = float(df["rouge_l"].mean()) if len(df) else 0.0
+    metrics["n_items"] = float(len(df))
+    return metrics, df
+
+
+def evaluate_rm(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_cfg=None) -> RMEvalReport:
+    """Generate for each held-out item (its stored rm_prompt, i.e. the shared builder) and score the output."""
+    from t2g_core.reward_model.scoring import generate_texts, parse_generation
+
+    if cfg.eval_max_items:
+        items = list(items)[: cfg.eval_max_items]
+    if not items:
+        raise ValueError("no held-out items to evaluate (is reward_model.val_fraction 0?)")
+    gen = generate_texts(model, tokenizer, [it.rm_prompt for it in items], cfg)
+    preds = [parse_generation(t, h, cfg.max_new_tokens) for t, h in zip(gen.texts, gen.hit_limit, strict=True)]
+    metrics, rows = score_predictions(items, preds, tokenizer, align_cfg=align_cfg)
+    rows["json_valid"] = [strict_json_valid(t) for t in gen.texts]
+    rows["n_new_tokens"] = gen.n_new_tokens
+    rows["generated"] = gen.texts
+    metrics["json_valid_rate"] = float(rows["json_valid"].mean())
+    metrics["eos_rate"] = 1.0 - sum(gen.hit_limit) / len(gen.hit_limit)
+    metrics["gen_tokens_per_s"] = gen.tokens_per_second
+    metrics["gen_seconds"] = gen.seconds
+    examples = [
+        {"id": it.id, "status": p.status, "response": it.response, "gold": json.dumps(
+            {"critique": it.gold.critique, "good_spans": it.gold.good_spans, "poor_spans": it.gold.poor_spans}, ensure_ascii=False),
+         "generated": t}
+        for it, p, t in list(zip(items, preds, gen.texts, strict=True))[: cfg.eval_examples]
+    ]
+    return RMEvalReport(metrics, rows, examples)
