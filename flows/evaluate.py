@@ -16,4 +16,4 @@ def evaluate(config: PipelineConfig, data: dict, policy: dict, forced: set[str] 
     if task is None or not is_ref(policy):
         return not_built("evaluate", "its task module is not written yet" if task is None else "no trained policy")
     step = cached(task, config.workspace.root, refresh="evaluate" in (forced or set()))
-    return step(data["feedback"], data["models"], policy, config.evaluate, config.workspace)
+    return step(data["feedback"], data["models"], policy, config.evaluate, config.workspace, config.data)

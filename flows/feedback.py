@@ -49,14 +49,15 @@ def reannotate(
     ``path`` is the file named by the triggering event (informational: all pending files are processed, which is
     what makes debouncing safe). ``then`` continues to validation, or to validation and a reward-model refresh.
     """
+    from flows.annotate import annotate_task as pick_annotate_task
     from flows.quality import align_and_validate
     from flows.reward_model import train_reward_model
-    from flows.stages import is_ref, not_built, stage_task
+    from flows.stages import is_ref, not_built
     from tasks import data
     from tasks.caching import cached
 
     ws, root = config.workspace, config.workspace.root
-    annotate_task = stage_task("annotate", "annotate")
+    annotate_task = pick_annotate_task(config)
     if annotate_task is None:
         return not_built("annotate")
     versions = []

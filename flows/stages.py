@@ -41,7 +41,8 @@ def not_built(stage: str, reason: str = "its task module is not written yet") ->
 
 
 def is_ref(value: Any) -> bool:
-    return isinstance(value, dict) and "status" not in value
+    """True for a stage's output (any dict but the marker :func:`not_built` returns)."""
+    return isinstance(value, dict) and value.get("status") != "not built"
 
 
 def _pipeline_config(flow_run) -> Any:

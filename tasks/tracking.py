@@ -197,6 +197,26 @@ def stage_run(stage: str, params: Mapping[str, Any] | Any, workspace_cfg: Worksp
         yield run
 
 
+@contextlib.contextmanager
+def task_run_stage(task_run_id: str, workspace_cfg: WorkspaceConfig) -> Iterator[mlflow.ActiveRun | None]:
+    """Re-open the stage run a Prefect task run created (found by tag), e.g. from a task hook; None if it made none
+    (a cached task run executes nothing, so it has no stage run of its own)."""
+    import mlflow
+
+    exp_id = configure(workspace_cfg)
+    runs = mlflow.MlflowClient().search_runs(
+        [exp_id], f"tags.`{TASK_RUN_TAG}` = '{task_run_id}' and tags.`{ROLE_TAG}` = 'stage'", max_results=1,
+        order_by=["attributes.start_time DESC"],
+    )
+    if not runs:
+        yield None
+        return
+    status = runs[0].info.status
+    with mlflow.start_run(run_id=runs[0].info.run_id) as run:
+        yield run
+    mlflow.MlflowClient().set_terminated(run.info.run_id, status=status)
+
+
 def run_url(run_id: str, experiment_id: str, workspace_cfg: WorkspaceConfig) -> str:
     uri = tracking_uri(workspace_cfg)
     if uri.startswith("http"):
