@@ -99,12 +99,13 @@ def _initial_items(sample: ReviewSample) -> list[dict]:
     ]
 
 
-def ui_review(sample: dict, cfg: dict, attempts: int = 3) -> dict:
+def ui_review(sample: dict, cfg: dict, attempts: int = 3, poll_interval_s: float = 10.0) -> dict:
     """Publish the sample as a markdown artifact and pause the flow until a reviewer submits verdicts.
 
     Call it from a flow body (Prefect pauses flow runs, not task runs). The server rejects input that breaks the
     verdict schema; verdicts that name items or spans outside the sample re-open the form with the error shown,
-    up to ``attempts`` times. Returns the verdicts as a dict.
+    up to ``attempts`` times (pause keys ``span-review-1``, ``-2``, ...: Prefect skips a pause whose key already
+    fired). Returns the verdicts as a dict.
     """
     from prefect.artifacts import create_markdown_artifact
     from prefect.flow_runs import pause_flow_run
@@ -113,9 +114,9 @@ def ui_review(sample: dict, cfg: dict, attempts: int = 3) -> dict:
     c = ValidateConfig.model_validate(cfg)
     create_markdown_artifact(key=SAMPLE_ARTIFACT, markdown=sample_markdown(s), description=f"review sample {s.key}")
     note = f"Review the sample in the `{SAMPLE_ARTIFACT}` artifact ({s.n_judgements} judgements)."
-    for _ in range(attempts):
+    for attempt in range(1, attempts + 1):
         form = ReviewInput.with_initial_data(description=note, reviewer="", sample_key=s.key, items=_initial_items(s))
-        answer = pause_flow_run(wait_for_input=form, timeout=c.review_timeout_s, key=PAUSE_KEY)
+        answer = pause_flow_run(wait_for_input=form, timeout=c.review_timeout_s, key=f"{PAUSE_KEY}-{attempt}", poll_interval=poll_interval_s)
         verdicts = ReviewVerdicts.model_validate(answer.model_dump())
         try:
             check_verdicts(s, verdicts, "review form")
