@@ -46,6 +46,7 @@ from t2g_core.rl import (
     task_rewards,
     value_loss,
 )
+from t2g_core.spans import ParsedFeedback
 
 TaskMetric = Callable[[list[dict], list[str]], list[float]]  # (rows, responses) -> per-sample task error
 EVAL_STEP_KEY = 10**9  # eval samples use fixed streams, the same at every evaluation
@@ -133,11 +134,20 @@ def rollout(bundle: PolicyBundle, rows: list[dict], global_index: list[int], cfg
 # --------------------------------------------------------------------------------------------------------------
 
 
-def score(ro: Rollout, reward_source: RewardSource, tokenizer, align_cfg: AlignConfig | None) -> list[ScoredResponse]:
+def decode(ro: Rollout, tokenizer) -> list[tuple[str, list[tuple[int, int]]]]:
+    """Each response's text and the char offsets of its sampled ids (no re-encoding)."""
     ids = [r[m].tolist() for r, m in zip(ro.response_ids, ro.response_mask, strict=True)]
-    decoded = decode_responses(ids, tokenizer, tokenizer.eos_token_id)
-    queries = [{**row, "response": text} for row, (text, _) in zip(ro.rows, decoded, strict=True)]
-    return label_responses(decoded, reward_source.critique_batch(queries), align_cfg)
+    return decode_responses(ids, tokenizer, tokenizer.eos_token_id)
+
+
+def critique(ro: Rollout, decoded, reward_source: RewardSource) -> list[ParsedFeedback]:
+    return reward_source.critique_batch([{**row, "response": text} for row, (text, _) in zip(ro.rows, decoded, strict=True)])
+
+
+def score(ro: Rollout, reward_source: RewardSource, tokenizer, align_cfg: AlignConfig | None) -> list[ScoredResponse]:
+    """decode -> critique -> label (the three parts, timed separately in :meth:`PPOTrainer.step`)."""
+    decoded = decode(ro, tokenizer)
+    return label_responses(decoded, critique(ro, decoded, reward_source), align_cfg)
 
 
 def labels_tensor(scored: list[ScoredResponse], shape: tuple[int, int]) -> Tensor:  # -> (B, T) delta_t
@@ -284,11 +294,15 @@ class PPOTrainer:
         rows, global_index = self.local_rows(step)
         ro = rollout(self.bundle, rows, global_index, cfg, step)  # 1. rollout
         t1 = time.perf_counter()
-        scored = score(ro, self.reward_source, self.bundle.tokenizer, self.align_cfg)  # 2. score
+        decoded = decode(ro, self.bundle.tokenizer)
+        ta = time.perf_counter()
+        feedback = critique(ro, decoded, self.reward_source)  # 2. score
+        tb = time.perf_counter()
+        scored = label_responses(decoded, feedback, self.align_cfg)  # 3a. spans -> labels on the sampled ids
         t2 = time.perf_counter()
         old_logprobs, ref_logprobs, values = old_ref_values(self.bundle, ro, cfg)
         t3 = time.perf_counter()
-        task, terminal, labels = place_task_rewards(scored, ro, cfg)  # 3. place span rewards
+        task, terminal, labels = place_task_rewards(scored, ro, cfg)  # 3b. place span rewards
         kl = per_token_kl(old_logprobs, ref_logprobs, ro.response_mask, cfg.kl_estimator)  # 4. KL
         rewards = assemble_rewards(task, kl, ro.response_mask, self.kl_ctl.value, terminal)
         advantages, returns = advantages_and_returns(rewards, values, ro.response_mask, cfg)  # 5. GAE, 6. whiten
@@ -297,7 +311,8 @@ class PPOTrainer:
         metrics = ppo_update(self.bundle, self.optimizer, self.scheduler, ro, exp, cfg, step)  # 7. update
         t5 = time.perf_counter()
         metrics |= self.step_metrics(ro, scored, labels, kl, rewards)
-        metrics |= {"time/rollout": t1 - t0, "time/score": t2 - t1, "time/forward": t3 - t2, "time/rewards": t4 - t3,
+        metrics |= {"time/rollout": t1 - t0, "time/score": tb - ta, "time/span_labels": (ta - t1) + (t2 - tb),
+                    "time/forward": t3 - t2, "time/rewards": t4 - t3, "time/step": t5 - t0,
                     "time/update": t5 - t4, "kl/beta": self.kl_ctl.value}
         self.kl_ctl.update(metrics["kl/mean"], cfg.batch_size)  # 8. adapt beta
         if step % cfg.log_every == 0 or step == cfg.steps - 1:

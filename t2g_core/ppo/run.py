@@ -1,0 +1,60 @@
+"""A PPO run folder: everything needed to start, inspect and resume a run from the command line or a task.
+
+``<run_dir>/run.json`` records the pipeline config, the policy folder and the reward-model path; ``prompts.parquet``
+and ``eval.parquet`` (feedback schema) hold the exact prompts. ``t2g ppo resume RUN_DIR`` needs nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from t2g_core.config import PipelineConfig
+from t2g_core.ppo.distributed import barrier, rank_and_world
+from t2g_core.ppo.sources import make_reward_source, split_prompts, task_metric_for
+from t2g_core.ppo.tracking import Tracker
+from t2g_core.ppo.trainer import PPOResult, train
+from t2g_core.schemas import FEEDBACK
+from t2g_core.store import write_parquet
+
+RUN_FILE = "run.json"
+
+
+def default_run_name(cfg: PipelineConfig) -> str:
+    p = cfg.ppo
+    return p.run_name or f"{p.reward_mode}-{p.reward_source}-seed{p.seed}"
+
+
+def prepare_run(cfg: PipelineConfig, run_dir: str | Path, feedback: pd.DataFrame, policy_dir: str | Path,
+                reward_model_path: str | Path | None = None) -> Path:
+    """Write run.json and the prompt split into ``run_dir`` (rank 0; others wait)."""
+    run_dir = Path(run_dir)
+    if rank_and_world()[0] == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        train_df, eval_df = split_prompts(feedback, cfg.data.eval_fraction, cfg.data.seed)
+        write_parquet(train_df, run_dir / "prompts.parquet", FEEDBACK)
+        if eval_df is not None:
+            write_parquet(eval_df, run_dir / "eval.parquet", FEEDBACK)
+        spec = {"config": cfg.model_dump(mode="json", by_alias=True), "policy_dir": str(Path(policy_dir).resolve()),
+                "reward_model_path": str(reward_model_path) if reward_model_path else None}
+        (run_dir / RUN_FILE).write_text(json.dumps(spec, indent=2), encoding="utf-8")
+    barrier()
+    return run_dir
+
+
+def run_from_dir(run_dir: str | Path, *, resume: bool, tracker: Tracker | None = None) -> PPOResult:
+    """Train (or resume) the run described by ``run_dir/run.json``."""
+    run_dir = Path(run_dir)
+    spec_file = run_dir / RUN_FILE
+    if not spec_file.exists():
+        raise FileNotFoundError(f"{spec_file}: not a PPO run folder (no {RUN_FILE})")
+    spec = json.loads(spec_file.read_text(encoding="utf-8"))
+    cfg = PipelineConfig.model_validate(spec["config"])
+    prompts = pd.read_parquet(run_dir / "prompts.parquet")
+    eval_df = pd.read_parquet(run_dir / "eval.parquet") if (run_dir / "eval.parquet").exists() else None
+    task = str(prompts["task"].mode().iloc[0])
+    source = make_reward_source(cfg.ppo.reward_source, task, reward_model_path=spec.get("reward_model_path"), rm_cfg=cfg.reward_model)
+    return train(cfg.ppo, spec["policy_dir"], prompts, run_dir, reward_source=source, eval_df=eval_df, tracker=tracker,
+                 resume=resume, align_cfg=cfg.align, task_metric=task_metric_for(task, prompts))

@@ -1,0 +1,83 @@
+"""Building what the trainer consumes from pipeline inputs: the reward source, the task metric, the prompt split.
+
+Reward sources are chosen by ``PPOConfig.reward_source`` through a table of small builders (no if/elif tree):
+``oracle`` = the programmatic critic of the task (reference critic for summarization / QA, sandboxed code critic for
+code), ``reward_model`` = the trained generative reward model's scorer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from t2g_core.ppo.scoring import CriticSource, RewardSource
+
+
+def _reference_critic():
+    from t2g_core.critics.reference import ReferenceCritic
+
+    return ReferenceCritic()
+
+
+def _code_critic():
+    from t2g_core.critics.code import CodeCritic
+
+    return CodeCritic()
+
+
+ORACLE_CRITICS: dict[str, Callable[[], object]] = {"summarization": _reference_critic, "qa": _reference_critic, "code": _code_critic}
+
+
+def oracle_source(task: str) -> RewardSource:
+    try:
+        return CriticSource(ORACLE_CRITICS[task]())
+    except KeyError:
+        raise ValueError(f"no oracle critic for task {task!r}; expected one of {', '.join(ORACLE_CRITICS)}") from None
+
+
+def reward_model_source(path: str | Path | None, rm_cfg=None) -> RewardSource:
+    if path is None or not Path(path).exists():
+        raise FileNotFoundError(f"reward_source=reward_model needs a trained reward model; {path} does not exist (set ppo.reward_model_path)")
+    from t2g_core.reward_model.scoring import RewardModelScorer
+
+    return RewardModelScorer(path, rm_cfg)
+
+
+def make_reward_source(kind: str, task: str, *, reward_model_path: str | Path | None = None, rm_cfg=None) -> RewardSource:
+    builders: dict[str, Callable[[], RewardSource]] = {
+        "oracle": lambda: oracle_source(task),
+        "reward_model": lambda: reward_model_source(reward_model_path, rm_cfg),
+    }
+    if kind not in builders:
+        raise ValueError(f"unknown reward_source {kind!r}; expected one of {', '.join(builders)}")
+    return builders[kind]()
+
+
+def summary_error_metric(rows: list[dict], responses: list[str]) -> list[float]:
+    """Per-sample task error of the demo summarization task (1 - correct facts / K), from the item's ``meta.facts``."""
+    from t2g_core.demo.summarization import summary_errors
+
+    out = []
+    for row, text in zip(rows, responses, strict=True):
+        meta = row.get("meta") or {}
+        meta = json.loads(meta) if isinstance(meta, str) else meta
+        out.append(summary_errors(text, meta["facts"]).error if "facts" in meta else float("nan"))
+    return out
+
+
+def task_metric_for(task: str, prompts: pd.DataFrame) -> Callable[[list[dict], list[str]], list[float]] | None:
+    """The per-sample task error when the data carries ground truth for it (demo summarization), else None."""
+    has_facts = "meta" in prompts and prompts["meta"].dropna().astype(str).str.contains('"facts"').all()
+    return summary_error_metric if task == "summarization" and has_facts and len(prompts) else None
+
+
+def split_prompts(feedback: pd.DataFrame, eval_fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Deterministic train / held-out split of the feedback rows (only prompt-side columns matter to PPO)."""
+    shuffled = feedback.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    n_eval = int(round(len(shuffled) * eval_fraction))
+    if n_eval == 0:
+        return shuffled, None
+    return shuffled.iloc[n_eval:].reset_index(drop=True), shuffled.iloc[:n_eval].reset_index(drop=True)
