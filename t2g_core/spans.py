@@ -212,7 +212,8 @@ _MARKDOWN = "*_`"
 _SPACES = "".join(chr(c) for c in range(0x3001) if chr(c).isspace()) + "\u2028\u2029"
 _SQUEEZE = str.maketrans({**_QUOTES, **dict.fromkeys(_SPACES + _MARKDOWN, None)})
 _COLLAPSE = str.maketrans({**_QUOTES, **dict.fromkeys(_MARKDOWN, None)})
-_DROPPED_CODES = np.array(sorted(ord(c) for c in _SPACES + _MARKDOWN), dtype=np.uint32)
+_KEEP = np.ones(0x110000, dtype=bool)  # code point -> kept by squeeze (a lookup table beats np.isin per call)
+_KEEP[[ord(c) for c in _SPACES + _MARKDOWN]] = False
 
 
 def _fold_char(ch: str) -> str:
@@ -238,19 +239,49 @@ def squeeze(text: str) -> tuple[str, Sequence[int]]:
     """
     folded = text.casefold()
     if len(folded) == len(text) and unicodedata.is_normalized("NFKD", text):
-        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-        src = np.flatnonzero(~np.isin(codes, _DROPPED_CODES))
+        src = np.flatnonzero(_KEEP[np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)])
         out = folded.translate(_SQUEEZE)
         if len(out) == len(src):
             return out, src
     return _squeeze_slow(text)
 
 
+def _fold(text: str) -> str:
+    """Per-character NFKD + casefold; one C call when the text is already NFKD (then the two agree)."""
+    if text.isascii() or unicodedata.is_normalized("NFKD", text):
+        return text.casefold()
+    return "".join(_fold_char(ch) for ch in text)
+
+
+def _squeeze_text(text: str) -> str:
+    """The normalised text alone (no index map): for quoted spans."""
+    return _fold(text).translate(_SQUEEZE)
+
+
 def _collapse(text: str) -> str:
     """Words of the normalised text joined by single spaces (markdown removed)."""
-    if text.isascii():
-        return " ".join(text.casefold().translate(_COLLAPSE).split())
-    return " ".join("".join(_fold_char(ch) for ch in text).translate(_COLLAPSE).split())
+    return " ".join(_fold(text).translate(_COLLAPSE).split())
+
+
+def _with_emphasis(text: str, start: int, end: int, span: str) -> tuple[int, int]:
+    """Widen [start, end) over markdown markers glued to its ends (``**Paris**``) where the quote has markers too.
+
+    The squeezed match never includes markers at its edges; a quote ``**Paris**`` should still get the markers,
+    a quote ``Paris`` should not, and ``snake_case`` joins are never crossed.
+    """
+    if span.endswith(tuple(_MARKDOWN)):
+        e = end
+        while e < len(text) and text[e] in _MARKDOWN:
+            e += 1
+        if e > end and (e == len(text) or not text[e].isalnum()):
+            end = e
+    if span.startswith(tuple(_MARKDOWN)):
+        b = start
+        while b > 0 and text[b - 1] in _MARKDOWN:
+            b -= 1
+        if b < start and (b == 0 or not text[b - 1].isalnum()):
+            start = b
+    return start, end
 
 
 @dataclass
@@ -302,7 +333,7 @@ def _exact(response: str, span: str, claimed, context) -> tuple[int, int] | None
 
 
 def _normalized(resp: _Response, span: str, claimed, context) -> tuple[int, int] | None:
-    needle, _ = squeeze(span)
+    needle = _squeeze_text(span)
     if not needle:
         return None
     hay, src = resp.squeezed
@@ -312,6 +343,7 @@ def _normalized(resp: _Response, span: str, claimed, context) -> tuple[int, int]
         start, end = int(src[pos]), int(src[pos + len(needle) - 1]) + 1
         if _collapse(resp.text[start:end]) != words:
             continue  # e.g. "a b" found inside "about": same letters, different words
+        start, end = _with_emphasis(resp.text, start, end, span)
         cands.append((start, end))
         if len(cands) >= _MAX_CANDIDATES or ((start, end) not in claimed and not context):
             break
@@ -328,7 +360,7 @@ def _snap_to_words(text: str, start: int, end: int) -> tuple[int, int]:
 
 
 def _fuzzy(resp: _Response, span: str, threshold: float, min_chars: int) -> tuple[tuple[int, int] | None, float]:
-    needle, _ = squeeze(span)
+    needle = _squeeze_text(span)
     hay, src = resp.squeezed
     if len(needle) < min_chars or not hay:
         return None, 0.0
@@ -336,7 +368,7 @@ def _fuzzy(resp: _Response, span: str, threshold: float, min_chars: int) -> tupl
     if res is None or res.dest_end <= res.dest_start:
         return None, 0.0
     start, end = int(src[res.dest_start]), int(src[res.dest_end - 1]) + 1
-    return _snap_to_words(resp.text, start, end), float(res.score)
+    return _with_emphasis(resp.text, *_snap_to_words(resp.text, start, end), span), float(res.score)
 
 
 def locate_span(
@@ -452,8 +484,7 @@ def labels_for_offsets(
     labels = [vals["neutral"]] * len(offsets)
     if not offsets:
         return labels
-    starts = [int(a) for a, _ in offsets]
-    ends = [int(b) for _, b in offsets]
+    starts, ends = (list(x) for x in zip(*offsets, strict=True))
     sorted_ = _is_sorted(starts) and _is_sorted(ends)
     winner = NEGATIVE if overlap == "poor_wins" else POSITIVE
     spans = sorted((s for s in aligned_spans if s.start is not None), key=lambda s: s.label == winner)

@@ -137,6 +137,10 @@ def test_markdown_emphasis_on_either_side():
     r2 = "The answer is definitely Paris."
     b = one(r2, "**definitely Paris**")
     assert b.match == "normalized" and at(r2, b) == "definitely Paris"
+    r3 = "It is **definitely Paris**, not snake_case_name."
+    assert at(r3, one(r3, "**Definitely paris**")) == "**definitely Paris**"  # quoted with markers: markers included
+    assert at(r3, one(r3, "definitely  PARIS")) == "definitely Paris"
+    assert at(r3, one(r3, "NOT snake_")) == "not snake"  # never widened across a snake_case join
 
 
 def test_emoji_and_cjk():
