@@ -5,10 +5,17 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from t2g_core.config.base import StageConfig
+from t2g_core.config.data import Task
 
 
 class EvaluateConfig(StageConfig):
-    max_prompts: int = Field(128, ge=1, description="Held-out prompts evaluated per policy (the first N items of the data).")
+    task: Task | None = Field(None, description="Task to evaluate; None = the task of the data's first item.")
+    held_out_fraction: float | None = Field(
+        None, gt=0, le=1,
+        description="Evaluate only the items whose id hashes below this fraction (sha256 of the id, the rule of "
+        "DataConfig.eval_fraction); None = every item of the data.",
+    )
+    max_prompts: int = Field(128, ge=1, description="Prompts evaluated per policy (the first N items, in data order).")
     batch_size: int = Field(32, ge=1, description="Generation batch size.")
     max_new_tokens: int = Field(64, ge=1, description="Generation budget.")
     do_sample: bool = Field(False, description="Sample instead of greedy decoding.")

@@ -135,11 +135,12 @@ def token_f1(response: str, reference: str) -> float:
 
 
 def critic_score(parsed: Any) -> float:
-    """Span score of a ParsedFeedback: good / (good + poor); NaN when the critic failed or quoted nothing."""
+    """Span score of a ParsedFeedback: good / (good + poor); 0.0 when it quotes nothing (nothing correct was said);
+    NaN when the critic itself failed (the item is then left out of the mean, not counted as wrong)."""
     if getattr(parsed, "status", "ok") != "ok":
         return float("nan")
     good, poor = len(parsed.good_spans), len(parsed.poor_spans)
-    return good / (good + poor) if good + poor else float("nan")
+    return good / (good + poor) if good + poor else 0.0
 
 
 def qa_metrics(row: dict[str, Any], critic: Any | None = None) -> dict[str, float]:
@@ -154,11 +155,13 @@ def qa_metrics(row: dict[str, Any], critic: Any | None = None) -> dict[str, floa
 
 
 def code_metrics(row: dict[str, Any], runner: Callable[..., TestOutcome] = run_humaneval, timeout_s: float = 10.0) -> dict[str, Any]:
-    """Run one sample against the item's tests; ``passed`` is 1.0 or 0.0 and ``status`` says why it failed."""
+    """Run one sample against the item's tests; ``passed`` is 1.0 or 0.0 (NaN when the sandbox failed) and
+    ``status`` says why it did not pass."""
     if not row.get("tests") or not row.get("entry_point"):
         raise ValueError(f"item {row.get('id')!r}: code items need 'tests' and 'entry_point'")
     outcome = runner(row["prompt"], row["response"], row["tests"], row["entry_point"], timeout_s=timeout_s)
-    return {"passed": float(outcome.passed), "status": outcome.status, "error": outcome.error}
+    passed = float("nan") if outcome.status == "sandbox_error" else float(outcome.passed)  # not the sample's fault
+    return {"passed": passed, "status": outcome.status, "error": outcome.error}
 
 
 def default_qa_critic() -> Any | None:

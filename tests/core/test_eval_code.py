@@ -1,4 +1,4 @@
-"""Code evaluation: HumanEval tests run in a subprocess; correct solutions pass, mutated ones fail; pass@k per item."""
+"""Code evaluation: HumanEval tests run in the annotation stage's sandbox; correct solutions pass, mutated ones fail; pass@k per item."""
 
 from __future__ import annotations
 
@@ -24,9 +24,11 @@ def _run(problem, completion, timeout_s=10.0):
 def test_correct_solution_passes_and_mutants_fail(problem):
     assert _run(problem, problem["canonical_solution"]).passed
     mutated = _run(problem, problem["canonical_solution"].replace("% 1.0", "% 2.0"))
-    assert not mutated.passed and mutated.status == "failed" and "AssertionError" in mutated.error
+    assert not mutated.passed and mutated.status == "failed"
     crashed = _run(problem, "    return number.nope\n")
     assert not crashed.passed and crashed.status == "error" and "AttributeError" in crashed.error
+    broken = _run(problem, "    return (\n")
+    assert not broken.passed and broken.status == "error" and "SyntaxError" in broken.error
 
 
 def test_a_hanging_solution_times_out(problem):

@@ -94,6 +94,15 @@ def test_qa_token_f1_exact_match_and_critic_score():
     parsed = SimpleNamespace(good_spans=["a", "b", "c"], poor_spans=["d"], status="ok")  # a ParsedFeedback's fields
     assert critic_score(parsed) == 0.75
     assert math.isnan(critic_score(SimpleNamespace(good_spans=["a"], poor_spans=[], status="parse_error")))
+    assert critic_score(SimpleNamespace(good_spans=[], poor_spans=[], status="ok")) == 0.0
+
+
+def test_qa_uses_the_reference_critic():
+    pytest.importorskip("t2g_core.critics.reference")
+    rows = [{"id": "qa-1", "task": "qa", "prompt": "Where does Cai live?", "reference": "Cai lives in Quito.", "meta": None,
+             "response": r} for r in ("Cai lives in Quito.", "Cai lives in Lima.")]
+    right, wrong = task_metrics("qa", rows)
+    assert right["reference_score"] == 1.0 and wrong["reference_score"] < 1.0
 
 
 def test_unknown_task_is_rejected():

@@ -1,0 +1,63 @@
+"""Which policies a pipeline evaluates: the policy before PPO (the baseline) and every PPO-trained adapter.
+
+The pipeline hands the evaluation stage the demo/base model folders (``{"base": ..., "policy": ...}``) and the PPO
+stage's reference, which names an adapter folder (``adapter_dir``, ``adapter`` or ``path``) or several arms
+(``arms: {name: reference}``, e.g. span and scalar). A reference may carry its metric history (``history``: a list of
+dicts or a file) or a ``run_dir`` holding ``history.json``, which becomes a learning curve in the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+ADAPTER_KEYS = ("adapter_dir", "adapter", "policy_dir", "path")
+
+
+def _folder(ref: Mapping[str, Any], what: str) -> Path:
+    for key in ADAPTER_KEYS:
+        value = ref.get(key)
+        if isinstance(value, (str, Path)) and Path(value).is_dir():
+            return Path(value)
+    raise ValueError(f"{what}: no existing folder under any of {', '.join(ADAPTER_KEYS)} in {dict(ref)!r:.300}")
+
+
+def policy_refs(models: Mapping[str, Any], trained: Mapping[str, Any], *, include_base: bool = False,
+                trained_name: str = "ppo") -> dict[str, Path]:
+    """Ordered {name: folder}: ``warm_start`` (baseline), optionally the untrained ``base``, then the trained arm(s)."""
+    out: dict[str, Path] = {}
+    if "policy" not in models:
+        raise ValueError(f"models reference has no 'policy' (the policy before PPO): {dict(models)!r:.300}")
+    out["warm_start"] = Path(models["policy"])
+    if include_base and models.get("base"):
+        out["base"] = Path(models["base"])
+    arms = trained.get("arms")
+    if isinstance(arms, Mapping):
+        for name, ref in arms.items():
+            out[str(name)] = _folder(ref, f"PPO arm {name!r}")
+    else:
+        out[trained_name] = _folder(trained, "PPO reference")
+    return out
+
+
+def _history(ref: Mapping[str, Any]) -> pd.DataFrame | None:
+    from t2g_core.evaluation.report import load_history
+
+    value = ref.get("history")
+    if isinstance(value, list) and value:
+        df = pd.DataFrame(value)
+        return df if "step" in df.columns else df.reset_index(names="step")
+    for candidate in (value, ref.get("history_path"), Path(ref["run_dir"]) / "history.json" if ref.get("run_dir") else None):
+        if isinstance(candidate, (str, Path)) and Path(candidate).is_file():
+            return load_history(candidate)
+    return None
+
+
+def histories(trained: Mapping[str, Any], trained_name: str = "ppo") -> dict[str, pd.DataFrame]:
+    """PPO metric histories found in the trained reference(s), by arm name (empty when none are recorded)."""
+    arms = trained.get("arms") if isinstance(trained.get("arms"), Mapping) else {trained_name: trained}
+    found = {str(name): _history(ref) for name, ref in arms.items() if isinstance(ref, Mapping)}
+    return {name: df for name, df in found.items() if df is not None}

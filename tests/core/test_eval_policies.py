@@ -1,0 +1,65 @@
+"""Which folders the pipeline's evaluation compares, and the PPO histories it plots; the Prefect task end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from t2g_core.evaluation.policies import histories, policy_refs
+
+
+def test_policy_refs_single_and_arms(tmp_path):
+    for name in ("warm", "base", "span", "scalar"):
+        (tmp_path / name).mkdir()
+    models = {"base": str(tmp_path / "base"), "policy": str(tmp_path / "warm")}
+    assert policy_refs(models, {"adapter_dir": str(tmp_path / "span")}) == {"warm_start": tmp_path / "warm",
+                                                                          "ppo": tmp_path / "span"}
+    arms = {"arms": {"span": {"adapter_dir": str(tmp_path / "span")}, "scalar": {"path": str(tmp_path / "scalar")}}}
+    assert list(policy_refs(models, arms, include_base=True)) == ["warm_start", "base", "span", "scalar"]
+    with pytest.raises(ValueError, match="PPO reference: no existing folder"):
+        policy_refs(models, {"adapter_dir": str(tmp_path / "missing")})
+    with pytest.raises(ValueError, match="no 'policy'"):
+        policy_refs({"base": "x"}, {})
+
+
+def test_histories_from_list_file_or_run_dir(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "history.json").write_text(json.dumps([{"step": 1, "reward": 0.2}, {"step": 2, "reward": 0.4}]))
+    pd.DataFrame({"step": [0, 1], "kl": [0.0, 0.1]}).to_csv(tmp_path / "h.csv", index=False)
+    found = histories({"arms": {"a": {"history": [{"reward": 1.0}, {"reward": 2.0}]}, "b": {"run_dir": str(tmp_path / "run")},
+                                "c": {"history_path": str(tmp_path / "h.csv")}, "d": {"adapter_dir": "x"}}})
+    assert sorted(found) == ["a", "b", "c"]
+    assert found["a"]["step"].tolist() == [0, 1] and found["b"]["reward"].tolist() == [0.2, 0.4]
+    assert found["c"]["kl"].tolist() == [0.0, 0.1]
+
+
+@pytest.mark.slow
+def test_prefect_task_writes_results_logs_and_reuses_them(tiny_model_dir, tmp_path):
+    pytest.importorskip("prefect")
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from t2g_core.config import DataConfig, EvaluateConfig, WorkspaceConfig
+    from t2g_core.store import ArtifactStore, artifact_key
+    from tasks.evaluate import evaluate_policy
+
+    adapter = tmp_path / "adapter"
+    lora = LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False, task_type="CAUSAL_LM")
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora).save_pretrained(adapter)
+    rows = [{"id": f"qa-{i}", "task": "qa", "prompt": f"Where does person {i} live?", "response": "x", "critique": None,
+             "reference": "In Quito.", "tests": None, "entry_point": None, "meta": None} for i in range(12)]
+    ref = ArtifactStore(tmp_path / "ws" / "artifacts").write("feedback", artifact_key("feedback"), pd.DataFrame(rows), "feedback")
+    args = (ref.to_dict(), {"base": str(tiny_model_dir), "policy": str(tiny_model_dir)},
+            {"adapter_dir": str(adapter), "history": [{"step": 0, "reward": 0.1}, {"step": 1, "reward": 0.3}]},
+            EvaluateConfig(max_new_tokens=4, bootstrap_samples=200), WorkspaceConfig(root=str(tmp_path / "ws")),
+            DataConfig(eval_fraction=0.5))
+    out = evaluate_policy.fn(*args)
+    summary = json.loads(open(out["summary"]).read())
+    assert list(summary["policies"]) == ["warm_start", "ppo"] and out["task"] == "qa"
+    assert 0 < summary["policies"]["ppo"]["n_items"] < 12  # the held-out half of the ids
+    assert (tmp_path / "ws" / "mlflow.db").exists()
+    report = open(out["report"]).read()
+    assert "learning_curves.png" in report and "| token_f1 |" in report
+    assert evaluate_policy.fn(*args) == out  # same inputs: the saved results are reused
