@@ -9,7 +9,7 @@ from t2g_core.config import PipelineConfig
 from tasks.caching import cached
 
 
-@flow(name="train-reward-model")
+@flow(name="train-reward-model", persist_result=True, result_serializer="json")
 def train_reward_model(config: PipelineConfig, data: dict, annotations: dict, quality: dict, forced: set[str] | None = None) -> dict:
     """Train the reward model on validated annotations; returns its adapter reference and registered version."""
     train = stage_task("reward_model", "train_reward_model")

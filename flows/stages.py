@@ -72,3 +72,24 @@ def close_tracking(flow, flow_run, state) -> None:
 
     cfg = _pipeline_config(flow_run)
     tracking.end_pipeline_run(str(flow_run.id), cfg.workspace, "FINISHED" if state.is_completed() else "FAILED")
+
+
+GPU_POOL_ENV = "T2G_GPU_POOL"  # "1": run the training stage flows as their *-gpu deployments (deployments/prefect.yaml)
+
+
+def run_stage(stage_flow, **params: Any) -> Any:
+    """Call a stage flow in-process, or, with ``T2G_GPU_POOL=1``, as its ``<flow>/<flow>-gpu`` deployment on a GPU
+    work pool (waiting for it; its JSON result must be on storage both sides see, e.g. the shared /workspace)."""
+    import os
+
+    if os.environ.get(GPU_POOL_ENV) != "1":
+        return stage_flow(**params)
+    from prefect.deployments import run_deployment
+
+    name = f"{stage_flow.name}/{stage_flow.name}-gpu"
+    jsonable = {k: sorted(v) if isinstance(v, set) else (v.model_dump(mode="json", by_alias=True) if hasattr(v, "model_dump") else v)
+                for k, v in params.items()}
+    flow_run = run_deployment(name, parameters=jsonable, as_subflow=True)
+    if not flow_run.state.is_completed():
+        raise RuntimeError(f"{name}: flow run {flow_run.id} ended {flow_run.state.name}")
+    return flow_run.state.result()

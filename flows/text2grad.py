@@ -14,7 +14,7 @@ from flows.evaluate import evaluate
 from flows.prepare import prepare_data
 from flows.quality import align_and_validate
 from flows.reward_model import train_reward_model
-from flows.stages import Stage, close_tracking, downstream, open_tracking
+from flows.stages import Stage, close_tracking, downstream, open_tracking, run_stage
 from flows.training import train_policy
 from t2g_core.config import PipelineConfig
 
@@ -28,12 +28,11 @@ from t2g_core.config import PipelineConfig
 )
 def text2grad(config: PipelineConfig = PipelineConfig(), refresh: list[Stage] | None = None) -> dict:  # noqa: B008
     """Train a policy from natural-language feedback. Returns the references of every stage's output."""
-
     forced = downstream(refresh)
     data = prepare_data(config, forced)
     annotations = annotate(config, data["feedback"], forced)
     quality = align_and_validate(config, data, annotations, forced)
-    reward_model = train_reward_model(config, data, annotations, quality, forced)
-    policy = train_policy(config, data, reward_model, forced)
+    reward_model = run_stage(train_reward_model, config=config, data=data, annotations=annotations, quality=quality, forced=forced)
+    policy = run_stage(train_policy, config=config, data=data, reward_model=reward_model, forced=forced)
     report = evaluate(config, data, policy, forced)
     return {**data, "annotations": annotations, **quality, "reward_model": reward_model, "policy": policy, "evaluation": report}

@@ -12,7 +12,7 @@ from tasks.caching import cached
 POLICY_MODEL = "text2grad-policy"
 
 
-@flow(name="train-policy")
+@flow(name="train-policy", persist_result=True, result_serializer="json")
 def train_policy(config: PipelineConfig, data: dict, reward_model: dict, forced: set[str] | None = None) -> dict:
     """PPO on the feedback prompts with the configured reward source; returns the policy adapter reference."""
     ppo = stage_task("ppo", "train_policy")
