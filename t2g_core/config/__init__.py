@@ -14,13 +14,14 @@ from t2g_core.config.base import StageConfig
 from t2g_core.config.data import DataConfig, Task
 from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.config.models import ModelsConfig, TinyModelConfig
+from t2g_core.config.placement import PlacementConfig
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.config.reward_model import RewardModelConfig
 from t2g_core.config.validate import ValidateConfig
 from t2g_core.config.workspace import WorkspaceConfig
 
 __all__ = [
-    "AlignConfig", "AnnotateConfig", "DataConfig", "EvaluateConfig", "ModelsConfig", "PPOConfig", "PipelineConfig",
+    "AlignConfig", "AnnotateConfig", "DataConfig", "EvaluateConfig", "ModelsConfig", "PPOConfig", "PipelineConfig", "PlacementConfig",
     "RewardModelConfig", "StageConfig", "Task", "TinyModelConfig", "ValidateConfig", "WorkspaceConfig",
     "apply_overrides", "load_config",
 ]
@@ -38,6 +39,7 @@ class PipelineConfig(StageConfig):
     reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig, description="Generative reward model.")
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="Span-reward PPO.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Policy evaluation.")
+    placement: PlacementConfig = Field(default_factory=PlacementConfig, description="Work pool of each stage group.")
 
     model_config = StageConfig.model_config | {"populate_by_name": True}
 
