@@ -16,4 +16,5 @@ def train_reward_model(config: PipelineConfig, data: dict, annotations: dict, qu
     if train is None or not is_ref(quality.get("validation")):
         return not_built("reward_model", "its task module is not written yet" if train is None else "validation did not run")
     step = cached(train, config.workspace.root, refresh="reward_model" in (forced or set()))
-    return step(data["feedback"], annotations, quality["validation"], data["models"], config.reward_model, config.workspace)
+    return step(data["feedback"], annotations, quality["validation"], data["models"], config.reward_model, config.workspace,
+                spans=quality.get("spans"))

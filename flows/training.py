@@ -30,12 +30,10 @@ def train_policy(config: PipelineConfig, data: dict, reward_model: dict, forced:
     return step(data["feedback"], data["models"], rm, config.ppo, config.workspace)
 
 
-def _rm_version(reward_model: dict | None) -> tuple[str, str] | None:
-    if not reward_model:
+def _rm_version(config: PipelineConfig, reward_model: dict | None) -> tuple[str, str] | None:
+    if not reward_model or not reward_model.get("version"):
         return None
-    name = reward_model.get("registered_name") or reward_model.get("model_name")
-    version = reward_model.get("registered_version") or reward_model.get("version")
-    return (str(name), str(version)) if name and version else None
+    return config.reward_model.registered_name, str(reward_model["version"])
 
 
 def register_policy(config: PipelineConfig, reward_model: dict | None, task_run_id: str, result: dict) -> str | None:
@@ -46,7 +44,7 @@ def register_policy(config: PipelineConfig, reward_model: dict | None, task_run_
     with tracking.task_run_stage(task_run_id, config.workspace) as run:
         if run is None:
             return None
-        rm = _rm_version(reward_model)
+        rm = _rm_version(config, reward_model)
         if rm:
             tracking.log_model_input(*rm)
         version = tracking.log_adapter_model(result["adapter_dir"], POLICY_MODEL, params=config.ppo,
