@@ -1,17 +1,21 @@
 """Synthetic fact-grounded summarization with ground truth (design measured in reference/demo_task_findings.md).
 
 A post states K=8 facts, one short sentence each, in shuffled order ("I live in Quito."); the reference summary puts
-the same facts into one fixed template, so a 2-layer model can learn it and must look each value up by its sentence:
+the same facts into one fixed template, so a 2-layer model can learn it:
 
-    This is Cai, who lives in Quito with 3 gray dogs, works as a coach, rests on Sunday and loves beans.
+    A person named Cai lives in Quito with 3 pets, all dogs colored gray, works as a coach, rests on Sunday and
+    enjoys eating beans.
 
-Every value is one short word preceded by a space in both post and summary (one BPE token after the tokenizer has
-seen the corpus), and the slot vocabularies are disjoint, so a value names its slot. Responses carry controlled flaws:
+Each value follows the same keyword in the post and in the summary ("named", "in", "with", "all", "colored", "a",
+"on", "eating"; each used once), so looking a value up is one induction step (find the keyword in the post, copy the
+next token) that a 2-layer model learns in a few hundred steps. Every value is one short word preceded by a space (one
+BPE token once the tokenizer has seen the corpus), and the slot vocabularies are disjoint, so a value names its slot.
+Responses carry controlled flaws:
 
 - ``invented``: a slot gets another value from its own vocabulary (a hallucinated entity or number);
 - ``swapped``: two slots exchange their values (both are wrong, neither is invented);
-- ``omitted``: a clause is dropped (``pet`` becomes the generic "pets");
-- ``redundant``: a clause is repeated at the end ("Also, loves beans.").
+- ``omitted``: a clause is dropped;
+- ``redundant``: a clause is repeated at the end ("Also, rests on Sunday.").
 
 The generator records, by construction, the character span of every stated value (positive when right, negative
 when wrong) and of every repeated clause (negative). :func:`summary_spans` recovers the same spans from any text by
@@ -37,31 +41,27 @@ VOCAB: dict[str, tuple[str, ...]] = {
     "food": ("beans", "rice", "pasta", "soup", "bread", "tacos", "curry", "salad", "noodles", "cheese"),
 }
 POST_SENTENCES = {
-    "name": "I am {}.",
+    "name": "I am named {}.",
     "city": "I live in {}.",
-    "count": "I have {} pets.",
-    "pet": "All of them are {}.",
-    "color": "Their color is {}.",
+    "count": "I live with {} pets.",
+    "pet": "They are all {}.",
+    "color": "They are colored {}.",
     "job": "I work as a {}.",
     "day": "I rest on {}.",
-    "food": "I love {}.",
+    "food": "I enjoy eating {}.",
 }
-# the summary template: (slot, text before the value) or (None, literal); the sentence ends with "."
+# the summary template, one clause per slot in this order: (slot, text before the value, text after it)
 TEMPLATE = (
-    ("name", "This is "),
-    ("city", ", who lives in "),
-    (None, " with"),  # a literal: pet is always stated (at worst as "pets"), so the group always exists
-    ("count", " "),
-    ("color", " "),
-    ("pet", " "),
-    ("job", ", works as a "),
-    ("day", ", rests on "),
-    ("food", " and loves "),
+    ("name", " named ", ""),
+    ("city", " lives in ", ""),
+    ("count", " with ", " pets"),
+    ("pet", ", all ", ""),
+    ("color", " colored ", ""),
+    ("job", ", works as a ", ""),
+    ("day", ", rests on ", ""),
+    ("food", " and enjoys eating ", ""),
 )
-OMITTABLE = ("city", "count", "color", "pet", "job", "day", "food")
-REPEATABLE = ("city", "job", "day", "food")  # clauses with their own keyword, so a repeat reads as a repeat
-SWAPPABLE = ("name", "city", "job", "day", "food")  # outside "with <count> <color> <pet>", whose parse is positional
-GENERIC_PET = "pets"  # what an omitted pet leaves behind ("with 3 gray pets")
+OPENING = "A person"
 FLAW_TYPES = ("invented", "swapped", "omitted", "redundant")
 
 
@@ -89,23 +89,17 @@ def render_summary(
     """Fill the template with ``stated`` values (None = clause omitted), then append repeated clauses.
 
     Spans are recorded while the text is built: each stated value is positive iff it equals the fact; a repeated
-    clause ("Also, loves beans") is one negative span.
+    clause ("Also, rests on Sunday") is one negative span.
     """
-    text, spans = "", []
-    for slot, before in TEMPLATE:
-        if slot is None:
-            text += before
-            continue
+    text, spans = OPENING, []
+    for slot, before, after in TEMPLATE:
         value = stated.get(slot)
-        if value is None and slot == "pet":
-            value = GENERIC_PET
         if value is None:
             continue
         text += before
         label = "positive" if value == facts[slot] else "negative"
-        if value != GENERIC_PET or slot != "pet":
-            spans.append({"start": len(text), "end": len(text) + len(value), "label": label, "slot": slot})
-        text += value
+        spans.append({"start": len(text), "end": len(text) + len(value), "label": label, "slot": slot})
+        text += value + after
     text += "."
     for slot in repeat:
         clause = "Also, " + _clause(slot, stated[slot] or facts[slot])
@@ -116,8 +110,9 @@ def render_summary(
 
 
 def _clause(slot: str, value: str) -> str:
-    before = dict(TEMPLATE)[slot]
-    return before.lstrip(", ").removeprefix("and ").removeprefix("who ") + value
+    """A clause on its own: "rests on Sunday", "with 3 pets"."""
+    _, before, after = next(t for t in TEMPLATE if t[0] == slot)
+    return before.lstrip(", ").removeprefix("and ") + value + after
 
 
 def reference_summary(facts: dict[str, str]) -> str:
@@ -136,23 +131,17 @@ def apply_flaws(facts: dict[str, str], flaws: list[str], rng: random.Random) -> 
     free = list(SLOTS)
     rng.shuffle(free)
     for kind in flaws:
-        swappable = [s for s in free if s in SWAPPABLE]
-        if kind == "swapped" and len(swappable) >= 2:
-            a, b = swappable[:2]
-            free.remove(a)
-            free.remove(b)
+        if kind == "swapped" and len(free) >= 2:
+            a, b = free.pop(), free.pop()
             stated[a], stated[b] = facts[b], facts[a]
             records += [
                 {"type": "swapped", "slot": a, "stated": facts[b], "expected": facts[a], "with": b},
                 {"type": "swapped", "slot": b, "stated": facts[a], "expected": facts[b], "with": a},
             ]
             continue
-        slot = next((s for s in free if kind != "omitted" or s in OMITTABLE), None)
-        if kind == "redundant":
-            slot = next((s for s in free if s in REPEATABLE), None)
-        if slot is None:
+        if not free:
             continue
-        free.remove(slot)
+        slot = free.pop()
         if kind == "invented":
             stated[slot] = _other(rng, slot, facts[slot])
         elif kind == "omitted":
@@ -197,41 +186,24 @@ def warm_start_pairs(n: int, seed: int, p_halluc: float = 0.35) -> list[tuple[st
 
 # --------------------------------------------------------------------------------------------- parsing and scoring
 _WORD = r"([^\s,.]+)"
+_ALSO = r"(?:\bAlso, )?"
 _CLAUSE_RE = {
-    "name": re.compile(r"\bThis is " + _WORD),
-    "city": re.compile(r"(?:\bAlso, )?\blives in " + _WORD),
-    "job": re.compile(r"(?:\bAlso, )?\bworks as an? " + _WORD),
-    "day": re.compile(r"(?:\bAlso, )?\brests on " + _WORD),
-    "food": re.compile(r"(?:\bAlso, )?\bloves " + _WORD),
+    slot: re.compile(_ALSO + r"\b" + re.escape(before.lstrip(", ").removeprefix("and ")) + _WORD + re.escape(after))
+    for slot, before, after in TEMPLATE
 }
-_GROUP_RE = re.compile(r"\bwith ((?:(?! and )[^,.])+)")  # "with 3 gray dogs" -> count, color, pet
-
-
-def _group_claims(response: str) -> dict[str, tuple[str, int, int]]:
-    """Slots of the "with <count> <color> <pet>" group; missing words leave their slot out."""
-    m = _GROUP_RE.search(response)
-    if not m:
-        return {}
-    words = [(w.group(), m.start(1) + w.start(), m.start(1) + w.end()) for w in re.finditer(r"\S+", m.group(1))]
-    out: dict[str, tuple[str, int, int]] = {}
-    if len(words) >= 3 or (len(words) == 2 and words[0][0].isdigit()):
-        out["count"] = words.pop(0)
-    if words:
-        pet = words.pop()
-        if pet[0] != GENERIC_PET:
-            out["pet"] = pet
-    if words:
-        out["color"] = (" ".join(w[0] for w in words), words[0][1], words[-1][2])
-    return out
 
 
 def parse_summary(response: str) -> tuple[dict[str, tuple[str, int, int]], list[tuple[str, int, int]]]:
-    """Claims per slot ``slot -> (value, start, end)`` (first mention) and repeats ``(slot, start, end)``."""
-    claims: dict[str, tuple[str, int, int]] = dict(_group_claims(response))
+    """Claims per slot ``slot -> (value, start, end)`` (first mention) and repeats ``(slot, start, end)``.
+
+    A slot's claim is the word after its keyword ("rests on <day>"); a later mention or an "Also, ..." clause
+    is a repeat.
+    """
+    claims: dict[str, tuple[str, int, int]] = {}
     repeats: list[tuple[str, int, int]] = []
     for slot, pattern in _CLAUSE_RE.items():
-        for i, m in enumerate(pattern.finditer(response)):
-            if i == 0 and not m.group(0).startswith("Also, "):
+        for m in pattern.finditer(response):
+            if slot not in claims and not m.group(0).startswith("Also, "):
                 claims[slot] = (m.group(1), m.start(1), m.end(1))
             else:
                 repeats.append((slot, m.start(), m.end()))

@@ -197,6 +197,7 @@ def warm_start(
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     gen = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)
+    t0 = time.perf_counter()
     is_pairs = len(texts_or_pairs) > 0 and not isinstance(texts_or_pairs[0], str)
     batches = (
         _sft_batches(tokenizer, texts_or_pairs, cfg.max_positions, batch_size, gen)
@@ -204,7 +205,6 @@ def warm_start(
         else _lm_batches(tokenizer, texts_or_pairs, min(block_size, cfg.max_positions), batch_size, gen)
     )
     losses = _train_loop(model, batches, steps, lr, progress, desc="policy SFT" if is_pairs else "LM warm start")
-    t0 = time.perf_counter()
     target = Path(out_dir) if out_dir is not None else Path(model_dir)
     model.save_pretrained(target, safe_serialization=True)
     tokenizer.save_pretrained(target)
@@ -328,13 +328,13 @@ def _build_demo_models(root: Path, cfg: TinyModelConfig, feedback_df: pd.DataFra
     log(f"tokenizer: {len(tokenizer)} tokens from {len(corpus)} texts")
     build_tiny_model(root / "base", root / "tokenizer", cfg)
     lm = warm_start(root / "base", corpus, cfg, progress=progress)
-    log(f"base LM warm start: {len(lm.losses)} steps, loss {_first_last(lm.losses)}")
+    log(f"base LM warm start: {len(lm.losses)} steps in {lm.seconds:.1f} s, loss {_first_last(lm.losses)}")
     rendered = [(render_policy_prompt(tokenizer, task, p), r) for p, r in pairs]
     sft = warm_start(
         root / "base", rendered, cfg, steps=cfg.policy_sft_steps, lr=cfg.policy_sft_lr,
         batch_size=cfg.policy_sft_batch_size, out_dir=root / "policy", progress=progress,
     )
-    log(f"policy SFT: {len(sft.losses)} steps, loss {_first_last(sft.losses)}")
+    log(f"policy SFT: {len(sft.losses)} steps in {sft.seconds:.1f} s, loss {_first_last(sft.losses)}")
     shutil.rmtree(root / "tokenizer")
     info = {
         "task": task, "config": cfg.model_dump(mode="json"), "seconds": round(time.perf_counter() - t0, 2),

@@ -17,7 +17,7 @@ from t2g_core.schemas import FEEDBACK, validate_frame
 
 @pytest.fixture(scope="module")
 def code_df():
-    return make_demo_feedback("code", 24, seed=3)
+    return make_demo_feedback("code", 16, seed=3)
 
 
 def _spans(row):
@@ -37,7 +37,8 @@ def test_frames_are_schema_valid_and_deterministic(task):
 
 def test_code_frame_is_schema_valid_and_deterministic(code_df):
     validate_frame(code_df, FEEDBACK, "x")
-    pd.testing.assert_frame_equal(code_df, make_demo_feedback("code", 24, seed=3))
+    unverified = make_demo_feedback("code", 40, seed=3, verify_code=False)
+    pd.testing.assert_frame_equal(unverified, make_demo_feedback("code", 40, seed=3, verify_code=False))
     assert code_df["tests"].str.contains("def check").all() and code_df["entry_point"].notna().all()
 
 
@@ -51,7 +52,7 @@ def test_summarization_gold_spans_match_the_text_and_the_facts():
         for span in spans:
             text = response[span["start"] : span["end"]]
             if text.startswith("Also, "):  # a repeated clause
-                assert span["label"] == "negative" and text.endswith(facts[span["slot"]])
+                assert span["label"] == "negative" and f" {facts[span['slot']]}" in text
             else:
                 assert (text == facts[span["slot"]]) == (span["label"] == "positive"), (row["id"], span, text)
         if not meta["flaws"]:
@@ -70,14 +71,15 @@ def test_post_states_every_fact_once_and_reference_is_the_template():
     for slot, value in facts.items():
         assert S.POST_SENTENCES[slot].format(value) in post
     ref = S.reference_summary(facts)
-    assert ref.startswith(f"This is {facts['name']}, who lives in {facts['city']} with {facts['count']}")
+    assert ref.startswith(f"A person named {facts['name']} lives in {facts['city']} with {facts['count']} pets, all {facts['pet']}")
     assert S.summary_errors(ref, facts).error == 0.0
 
 
 def test_summary_errors_counts_wrong_missing_redundant_invented_and_swapped():
     facts = {"name": "Cai", "city": "Quito", "count": "3", "pet": "dogs", "color": "gray", "job": "coach",
              "day": "Sunday", "food": "beans"}
-    text = "This is Cai, who lives in Lima with 3 dogs, works as a beans, rests on Sunday and loves coach. Also, rests on Sunday."
+    text = ("A person named Cai lives in Lima with 3 pets, all dogs, works as a beans, rests on Sunday and enjoys eating coach."
+            " Also, rests on Sunday.")
     score = S.summary_errors(text, facts)
     assert score.slots == {"name": "correct", "city": "wrong", "count": "correct", "pet": "correct", "color": "missing",
                            "job": "wrong", "day": "correct", "food": "wrong"}
@@ -128,7 +130,7 @@ def test_code_mutants_differ_from_canonical_exactly_at_mutation_line(code_df):
         assert span["label"] == "negative"
         assert row["response"][span["start"] : span["end"]] == got[line - 1].strip()
         ast.parse(row["prompt"] + row["response"])  # still valid Python
-    assert n_mutants >= 10
+    assert n_mutants >= 6
 
 
 def test_kept_code_mutants_fail_their_tests_and_canonical_passes(code_df):
