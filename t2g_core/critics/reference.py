@@ -63,19 +63,28 @@ def _entities(toks: list[Tok]) -> list[Tok]:
     return out
 
 
-def key_facts(row: dict[str, Any], ref_toks: list[Tok]) -> dict[str, str]:
-    """lower-cased key value -> slot name."""
+def key_facts(row: dict[str, Any], ref_toks: list[Tok]) -> dict[str, tuple[str, str]]:
+    """lower-cased key word -> (slot, full value); every content word of a multi-word value maps to it."""
     meta = row.get("meta") or {}
     if isinstance(meta, str):
         meta = json.loads(meta) if meta.strip() else {}
-    facts = meta.get("facts") if isinstance(meta.get("facts"), dict) else {}
-    keys = {str(v).lower(): str(k) for k, v in facts.items() if str(v).strip()}
+    facts = dict(meta.get("facts")) if isinstance(meta.get("facts"), dict) else {}
     if meta.get("answer"):
-        keys[str(meta["answer"]).lower()] = "answer"
+        facts["answer"] = meta["answer"]
+    keys: dict[str, tuple[str, str]] = {}
+    for slot, value in facts.items():
+        words = [t for t in tokenize(str(value)) if t.content] or tokenize(str(value))
+        for t in words:
+            keys.setdefault(t.low, (str(slot), str(value)))
     if keys:
         return keys
     question = (row.get("prompt") or "").lower() if row.get("task") == "qa" else ""
-    return {t.low: "" for t in _entities(ref_toks) if t.low not in question}  # no slot names without meta
+    return {t.low: ("", t.text) for t in _entities(ref_toks) if t.low not in question}  # no slot names without meta
+
+
+def _describe(key: tuple[str, str]) -> str:
+    slot, value = key
+    return f"the {slot} ({value})" if slot else f"'{value}'"
 
 
 @dataclass
@@ -123,23 +132,35 @@ class ReferenceCritic:
         good, poor = (_dedupe([response[a:b] for a, b in rs]) for rs in (good_ranges, poor_ranges))
         return ParsedFeedback(self._text(row, found), good, poor, None, "ok", None, None)
 
-    def _compare(self, ref: list[Tok], resp: list[Tok], keys: dict[str, str], source: set[str], text: str) -> Findings:
+    def _compare(self, ref: list[Tok], resp: list[Tok], keys: dict[str, tuple[str, str]], source: set[str], text: str) -> Findings:
         found = Findings()
         sm = SequenceMatcher(None, [t.low for t in ref], [t.low for t in resp], autojunk=False)
         for tag, i1, i2, j1, j2 in sm.get_opcodes():
-            expected = [t for t in ref[i1:i2] if t.low in keys]
             if tag == "equal":
-                for k, t in enumerate(ref[i1:i2]):
-                    if t.low in keys:
-                        r = resp[j1 + k]
-                        found.good.append((r.start, r.end))
-                        found.correct.append(f"the {keys[t.low]} ({r.text})" if keys[t.low] else f"'{r.text}'")
+                self._correct(ref[i1:i2], resp[j1:j2], keys, found)
                 continue
+            expected = list(dict.fromkeys(keys[t.low] for t in ref[i1:i2] if t.low in keys))
             expected = self._judge_pieces(_pieces(resp[j1:j2]), expected, resp[:j1], keys, source, found, text)
-            found.omitted += [f"the {keys[t.low]} ({t.text})" if keys[t.low] else f"'{t.text}'" for t in expected]
+            found.omitted += [_describe(k) for k in expected]
         return found
 
-    def _judge_pieces(self, pieces, expected, before, keys, source, found, text) -> list[Tok]:  # noqa: PLR0913
+    @staticmethod
+    def _correct(ref: list[Tok], resp: list[Tok], keys: dict[str, tuple[str, str]], found: Findings) -> None:
+        """Key words inside a matching block: good spans, adjacent words of one value merged into one span."""
+        last = None
+        for t, r in zip(ref, resp, strict=True):
+            key = keys.get(t.low)
+            if key is None:
+                last = None
+                continue
+            if key == last:
+                found.good[-1] = (found.good[-1][0], r.end)
+            else:
+                found.good.append((r.start, r.end))
+                found.correct.append(_describe(key))
+            last = key
+
+    def _judge_pieces(self, pieces, expected, before, keys, source, found, text) -> list[tuple[str, str]]:  # noqa: PLR0913
         said = {t.low for t in before if t.content}
         for piece in pieces:
             core = _trim(piece)
@@ -147,10 +168,9 @@ class ReferenceCritic:
             span = (core[0].start, core[-1].end)
             quote = text[span[0]:span[1]]
             if expected and not set(text_lows) <= said | STOPWORDS:
-                want = expected.pop(0)
-                slot = keys[want.low]
+                slot, value = expected.pop(0)
                 found.poor.append(span)
-                found.notes.append(f"It says '{quote}' where {{src}} says '{want.text}'" + (f" ({slot})." if slot else "."))
+                found.notes.append(f"It says '{quote}' where {{src}} says '{value}'" + (f" ({slot})." if slot else "."))
             elif set(text_lows) <= said:
                 found.poor.append((piece[0].start, piece[-1].end))
                 found.notes.append(f"It repeats itself: '{text[piece[0].start:piece[-1].end]}'.")
