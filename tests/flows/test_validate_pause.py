@@ -94,3 +94,49 @@ def test_pause_rejects_invalid_input_and_resumes_with_valid_verdicts(prefect_har
     assert result["out"] == verdicts.model_dump(mode="json")
     alignment = compute_alignment(sample, type(verdicts).model_validate(result["out"]), cfg)
     assert alignment.overall.judged == sample.n_judgements
+
+
+def _artifacts(tmp_path, **kw):
+    from t2g_core.workspace import Workspace
+
+    s = make_synthetic_batch(n_items=16, **kw)
+    ws = Workspace.at(tmp_path / "ws")
+    key = "bad" if kw else "good"
+    ann = ws.store.write("annotations", key, s.annotations, "annotations").to_dict()
+    spans = ws.store.write("spans", key, s.spans, "spans").to_dict()
+    fb = ws.store.write("feedback", key, s.feedback, "feedback").to_dict()
+    return ws, ann, spans, fb
+
+
+@flow(name="t2g-validate-auto-test")
+def auto_flow(ann: dict, spans: dict, fb: dict, cfg: ValidateConfig, workspace) -> dict:
+    from tasks.validate import auto_review, draw_review_sample, validation_report
+
+    sample = draw_review_sample(ann, spans, fb, cfg, workspace)
+    verdicts = auto_review(sample, ann, spans, fb)
+    return validation_report(ann, spans, fb, sample, verdicts, cfg, workspace)
+
+
+def test_auto_review_tasks_report_and_gate(prefect_harness, tmp_path):
+    from t2g_core.config import WorkspaceConfig
+    from tasks.validate import ValidationGateError
+
+    cfg = ValidateConfig(sample_size=6)
+    ws, ann, spans, fb = _artifacts(tmp_path)
+    wcfg = WorkspaceConfig(root=str(ws.root))
+    out = auto_flow(ann, spans, fb, cfg, wcfg)
+    assert out["status"] == "pass" and "# Validation report: PASS" in open(out["report"]).read()
+    assert Artifact.get("validation-checks") is not None
+
+    import mlflow
+
+    from tasks.tracking import tracking_uri
+
+    runs = mlflow.search_runs(search_all_experiments=True, filter_string="tags.`t2g.stage` = 'validate'")
+    assert len(runs) == 1 and runs["metrics.validate.unmatched_rate"].iloc[0] == 0.0
+    assert mlflow.get_tracking_uri() == tracking_uri(wcfg)
+
+    ws, ann, spans, fb = _artifacts(tmp_path, unmatched=0.4)
+    with pytest.raises(ValidationGateError, match="unmatched_rate"):
+        auto_flow(ann, spans, fb, cfg, wcfg)
+    assert "FAIL" in Artifact.get("validation-report").data
