@@ -261,11 +261,11 @@ def log_dataset(ref: ArtifactRef | Mapping[str, Any], name: str, context: str) -
     for col in df.columns:  # list/dict cells break MLflow's schema inference; lineage needs the source, not types
         if df[col].map(lambda v: isinstance(v, (list, dict)) or hasattr(v, "tolist")).any():
             df[col] = df[col].map(lambda v: json.dumps(v.tolist() if hasattr(v, "tolist") else v, default=str))
-    with warnings.catch_warnings():  # "source can be interpreted in multiple ways": both readings are the local file
-        warnings.simplefilter("ignore", UserWarning)
-        ds = mlflow.data.from_pandas(df, source=ref.data_path, name=name, digest=ref.sha256[:DIGEST_LEN])
     tags = {"sha256": ref.sha256, "artifact_key": ref.key, "schema": ref.schema, "n_rows": str(ref.n_rows)}
-    mlflow.log_input(ds, context=context, tags=tags)
+    with warnings.catch_warnings():  # "source can be interpreted in multiple ways" (both are the local file) and
+        warnings.simplefilter("ignore", UserWarning)  # schema-inference hints about integer columns
+        ds = mlflow.data.from_pandas(df, source=ref.data_path, name=name, digest=ref.sha256[:DIGEST_LEN])
+        mlflow.log_input(ds, context=context, tags=tags)
     if context == "output":
         mlflow.set_tag(f"{OUTPUT_TAG_PREFIX}{name}", ref.sha256)
 

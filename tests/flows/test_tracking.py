@@ -1,0 +1,107 @@
+"""MLflow lineage from Prefect runs: one parent run per flow run (not duplicated by a Prefect retry), nested stage
+runs tagged with Prefect ids, datasets with content digests, and `t2g lineage`'s walk from a registered adapter
+back to the feedback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from prefect import flow, task
+
+from t2g_core.config import WorkspaceConfig
+from t2g_core.store import ArtifactStore, artifact_key
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+FAILS: dict[str, int] = {}
+
+
+def _feedback(n: int) -> pd.DataFrame:
+    return pd.DataFrame({"id": [f"i{i}" for i in range(n)], "task": "qa", "prompt": "p", "response": "r", "critique": None,
+                         "reference": "r", "tests": None, "entry_point": None, "meta": None})
+
+
+@task
+def make_feedback(ws: dict) -> dict:
+    from tasks import tracking
+
+    cfg = WorkspaceConfig(**ws)
+    ref = ArtifactStore(Path(cfg.root) / "artifacts").write("feedback", artifact_key("feedback", {"n": 4}), _feedback(4), "feedback")
+    with tracking.stage_run("feedback", {"n": 4}, cfg):
+        tracking.log_output(ref, "feedback")
+    return ref.to_dict()
+
+
+@task
+def annotate(feedback: dict, ws: dict) -> dict:
+    from tasks import tracking
+
+    cfg = WorkspaceConfig(**ws)
+    df = pd.DataFrame({"id": ["i0"], "annotator": "reference", "critique": "c", "good_spans": [["r"]], "poor_spans": [[]],
+                       "reasoning": None, "status": "ok", "error": None, "raw": None, "prompt_tokens": 0,
+                       "completion_tokens": 0, "latency_s": 0.0})
+    ref = ArtifactStore(Path(cfg.root) / "artifacts").write("annotations", artifact_key("ann", None, {"f": feedback["sha256"]}), df, "annotations")
+    with tracking.stage_run("annotate", {"annotator": "reference"}, cfg):
+        tracking.log_dataset(feedback, "feedback", "annotation")
+        tracking.log_output(ref, "annotations")
+    return ref.to_dict()
+
+
+@task
+def train(annotations: dict, ws: dict, adapter_dir: str) -> str:
+    from tasks import tracking
+
+    cfg = WorkspaceConfig(**ws)
+    with tracking.stage_run("reward_model", {"lr": 0.1}, cfg):
+        FAILS[cfg.root] = FAILS.get(cfg.root, 0) + 1
+        if FAILS[cfg.root] == 1:
+            raise RuntimeError("first attempt fails")
+        tracking.log_dataset(annotations, "annotations", "training")
+        tracking.log_metrics({"loss": 0.5}, step=1)
+        tracking.MlflowTracker().log_metrics({"loss": 0.25}, step=2)
+        return tracking.log_adapter_model(adapter_dir, "t2g-test-rm", {"r": 8}, {"acc": 0.75}, alias="champion")
+
+
+@flow(name="lineage-pipeline", retries=1, retry_delay_seconds=0)
+def pipeline(ws: dict, adapter_dir: str) -> str:
+    fb = make_feedback(ws)
+    return train(annotate(fb, ws), ws, adapter_dir)
+
+
+@pytest.mark.slow
+def test_parent_run_is_reused_on_retry_and_lineage_walks_back_to_feedback(tmp_path, mlflow_template_db):
+    import shutil
+
+    import mlflow
+
+    from flows.lineage import lineage_chain
+    from tasks.tracking import tracking_uri
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    (tmp_path / "ws").mkdir()
+    shutil.copy(mlflow_template_db, tmp_path / "ws" / "mlflow.db")
+    ws = {"root": str(tmp_path / "ws"), "mlflow_tracking_uri": f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}"}
+    state = pipeline(ws, str(adapter), return_state=True)
+    assert state.is_completed()
+    flow_run_id = str(state.state_details.flow_run_id)
+
+    client = mlflow.MlflowClient(tracking_uri(WorkspaceConfig(**ws)))
+    exp = client.get_experiment_by_name("text2grad")
+    assert exp.artifact_location.startswith((tmp_path / "ws").as_uri())
+    parents = client.search_runs([exp.experiment_id], "tags.`t2g.role` = 'pipeline'")
+    assert [p.data.tags["prefect.flow_run_id"] for p in parents] == [flow_run_id]  # one, despite the flow retry
+    stages = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'")
+    rm_runs = sorted((r for r in stages if r.data.tags["t2g.stage"] == "reward_model"), key=lambda r: r.info.start_time)
+    assert [r.info.status for r in rm_runs] == ["FAILED", "FINISHED"]
+    assert all(r.data.tags["prefect.flow_run_id"] == flow_run_id and r.data.tags.get("prefect.task_run_id") for r in stages)
+    assert client.get_metric_history(rm_runs[-1].info.run_id, "loss")[-1].value == 0.25
+
+    chain = lineage_chain("t2g-test-rm", "champion", tracking_uri(WorkspaceConfig(**ws)))
+    text = "\n".join(line for _, line in chain)
+    assert "[reward_model]" in text and "[annotate]" in text and "[feedback]" in text
+    assert text.index("[reward_model]") < text.index("[annotate]") < text.index("[feedback]")
+    feedback_sha = next(d.dataset.digest for r in stages if r.data.tags["t2g.stage"] == "feedback" for d in r.inputs.dataset_inputs)
+    assert feedback_sha in text
