@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
@@ -55,6 +56,17 @@ class RMEvalReport:
             lines += ["", f"## {ex['id']} ({ex['status']})", "", "Response:", "```", ex["response"], "```",
                       "Gold:", "```", ex["gold"], "```", "Generated:", "```", ex["generated"], "```"]
         return "\n".join(lines) + "\n"
+
+
+def write_eval_report(report: RMEvalReport, out_dir: str | Path) -> dict[str, Path]:
+    """``metrics.json``, ``report.md`` (metrics + rendered examples) and ``items.parquet`` (per-item results)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"metrics": out / "metrics.json", "markdown": out / "report.md", "items": out / "items.parquet"}
+    paths["metrics"].write_text(json.dumps(report.metrics, indent=2, sort_keys=True), encoding="utf-8")
+    paths["markdown"].write_text(report.to_markdown(), encoding="utf-8")
+    report.rows.to_parquet(paths["items"], index=False)
+    return paths
 
 
 def strict_json_valid(text: str) -> bool:
@@ -198,3 +210,22 @@ def evaluate_rm(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_cfg=N
         for it, p, t in list(zip(items, preds, gen.texts, strict=True))[: cfg.eval_examples]
     ]
     return RMEvalReport(metrics, rows, examples)
+
+
+def evaluate_adapter(
+    model_dir_or_adapter: str | Path,
+    rm_df: pd.DataFrame,
+    feedback_df: pd.DataFrame,
+    cfg,
+    *,
+    split: str = "validation",
+    base_model: str | None = None,
+    device: str | None = None,
+    align_cfg=None,
+) -> RMEvalReport:
+    """Load a trained RM (adapter or full folder) and evaluate it on ``split`` of ``rm_df``."""
+    from t2g_core.reward_model.scoring import load_reward_model
+
+    model, tokenizer = load_reward_model(model_dir_or_adapter, base_model=base_model, device=device)
+    items = eval_items(rm_df, feedback_df, tokenizer.eos_token, split=split)
+    return evaluate_rm(model, tokenizer, items, cfg, align_cfg=align_cfg)

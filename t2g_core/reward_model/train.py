@@ -196,6 +196,26 @@ def last_checkpoint(out_dir: str | Path) -> str | None:
     return get_last_checkpoint(str(ckpt)) if ckpt.is_dir() else None
 
 
+def finished_run(out_dir: str | Path, cfg) -> RMTrainResult | None:
+    """The result of a completed run in ``out_dir`` trained with ``cfg``, or None."""
+    meta_path = Path(out_dir) / "adapter" / TRAIN_META
+    if not meta_path.exists():
+        return None
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if meta.get("config") != cfg.model_dump(mode="json"):
+        return None
+    return RMTrainResult(
+        adapter_dir=meta_path.parent,
+        checkpoint_dir=Path(out_dir) / "checkpoints",
+        global_step=int(meta["global_step"]),
+        resumed_from=meta.get("resumed_from"),
+        train_seconds=float(meta["train_seconds"]),
+        n_train=int(meta["n_train"]),
+        n_validation=int(meta["n_validation"]),
+        history=[],
+    )
+
+
 def train_rm(
     cfg,
     base_model: str | Path,
@@ -207,8 +227,14 @@ def train_rm(
     callbacks: Iterable = (),
     progress: bool = True,
 ) -> RMTrainResult:
-    """Fine-tune a LoRA adapter on ``rm_df`` (rm_data rows); resume from ``<out>/checkpoints`` if a run was killed."""
+    """Fine-tune a LoRA adapter on ``rm_df`` (rm_data rows); resume from ``<out>/checkpoints`` if a run was killed.
+
+    With ``resume``, a finished run in ``out_dir`` with the same config is returned as is (nothing is retrained).
+    """
     out_dir = Path(out_dir)
+    done = finished_run(out_dir, cfg) if resume else None
+    if done is not None:
+        return done
     history: list[dict[str, float]] = []
     trainer = make_trainer(cfg, base_model, rm_df, out_dir, tracker=tracker, callbacks=callbacks, history=history, progress=progress)
     resumed_from = last_checkpoint(out_dir) if resume else None

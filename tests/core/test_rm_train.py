@@ -107,6 +107,9 @@ def test_resume_after_kill_continues_step_count_and_optimizer_state(tiny_model_d
     losses_a = [h["rm/loss"] for h in straight.history if "rm/loss" in h][2:]
     losses_b = [h["rm/loss"] for h in resumed.history if "rm/loss" in h]
     assert losses_a == pytest.approx(losses_b, rel=1e-5)
+    # a finished run is not retrained; a changed config is
+    again = train_rm(cfg, tiny_model_dir, df, tmp_path / "killed", progress=False)
+    assert again.global_step == 4 and again.history == []
 
 
 @pytest.mark.slow

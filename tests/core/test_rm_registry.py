@@ -1,0 +1,89 @@
+"""Reward-model adapter in the MLflow registry: log, register, alias, promote, and load by alias in a fresh process.
+
+Uses ``tasks`` (MLflow lives there, never in t2g_core) against a SQLite tracking store in tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_rm_train import rm_rows  # same folder (pytest prepends it to sys.path)
+
+from t2g_core.config import RewardModelConfig, WorkspaceConfig
+from t2g_core.reward_model.prompts import build_rm_prompt
+from t2g_core.reward_model.train import train_rm
+
+NAME = "text2grad-reward-model"
+PROBE = ("I am Cai. I live in Quito. I work as a coach.", "Cai lives in Paris and works as a coach.")
+
+FRESH = """
+import json, sys, torch
+torch.set_num_threads(1)
+from t2g_core.config import WorkspaceConfig
+from t2g_core.reward_model.prompts import build_rm_prompt
+from tasks.reward_model import load_scorer_by_alias
+scorer = load_scorer_by_alias(sys.argv[2], WorkspaceConfig(root=sys.argv[1]), device="cpu")
+text = build_rm_prompt(scorer.tokenizer, "summarization", sys.argv[3], sys.argv[4], 384)
+ids = scorer.tokenizer(text, return_tensors="pt", add_special_tokens=False)
+with torch.inference_mode():
+    logits = scorer.model(**ids).logits[0, -1]
+print(json.dumps(logits.tolist()))
+"""
+
+
+def _logits(model_dir) -> torch.Tensor:
+    from t2g_core.reward_model.scoring import load_reward_model
+
+    model, tok = load_reward_model(model_dir, device="cpu")
+    ids = tok(build_rm_prompt(tok, "summarization", *PROBE, 384), return_tensors="pt", add_special_tokens=False)
+    with torch.inference_mode():
+        return model(**ids).logits[0, -1]
+
+
+@pytest.mark.slow
+def test_register_promote_and_load_by_alias_from_a_fresh_process(tiny_model_dir, tmp_path):
+    from mlflow import MlflowClient
+
+    from tasks import tracking
+    from tasks.reward_model import promote_if_better
+
+    torch.set_num_threads(1)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    adapters = []
+    for seed in (0, 1):  # two different adapters
+        cfg = RewardModelConfig(val_fraction=0.0, max_steps=2, save_steps=100, batch_size=2, learning_rate=5e-2,
+                                lora_dropout=0.0, seed=seed, warmup_ratio=0.0)
+        adapters.append(train_rm(cfg, tiny_model_dir, rm_rows(tok, cfg), tmp_path / f"run{seed}", progress=False).adapter_dir)
+
+    ws = WorkspaceConfig(root=str(tmp_path / "ws"))
+    versions, promoted = [], []
+    with tracking.stage_run("reward_model", {"test": True}, ws):
+        for adapter, f1 in zip(adapters + [adapters[1]], (0.4, 0.3, 0.5), strict=True):
+            version = tracking.log_adapter_model(adapter, NAME, {"base_model": str(tiny_model_dir)}, {"span_f1": f1}, alias="candidate")
+            versions.append(version)
+            promoted.append(promote_if_better(NAME, version, "span_f1", f1))
+            if len(versions) == 2:
+                client = MlflowClient()
+                assert str(client.get_model_version_by_alias(NAME, "champion").version) == versions[0]
+                assert str(client.get_model_version_by_alias(NAME, "candidate").version) == versions[1]
+    assert promoted == [True, False, True]
+    client = MlflowClient()
+    assert str(client.get_model_version_by_alias(NAME, "champion").version) == versions[2]
+
+    expected = _logits(adapters[1])
+    assert not torch.equal(expected, _logits(adapters[0])), "the two adapters must differ for the test to mean anything"
+    assert not torch.equal(expected, _logits(tiny_model_dir)), "the adapter must change the base"
+    out = subprocess.run(
+        [sys.executable, "-c", FRESH, str(Path(ws.root)), "champion", *PROBE],
+        capture_output=True, text=True, timeout=180, cwd=Path(__file__).resolve().parents[2],
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    fresh = torch.tensor(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert torch.equal(fresh, expected.float()), f"max diff {float((fresh - expected).abs().max())}"
