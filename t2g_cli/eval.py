@@ -12,19 +12,30 @@ from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_confi
 eval_app = typer.Typer(help="Evaluate policies: task metrics, paired-bootstrap comparisons, reports.", no_args_is_help=True)
 
 
-def parse_model_refs(refs: list[str]) -> dict[str, Path]:
-    """``NAME=FOLDER`` or ``FOLDER`` (named after the folder) -> ordered {name: folder}; names must be unique."""
+def parse_model_refs(refs: list[str], workspace=None) -> dict[str, Path]:
+    """``NAME=REF`` or ``REF`` -> ordered {name: folder}; REF is a folder or ``models:/NAME@ALIAS`` (MLflow registry)."""
     out: dict[str, Path] = {}
     for ref in refs:
-        name, _, path = ref.partition("=") if "=" in ref else (Path(ref).name, "", ref)
+        name, _, path = ref.partition("=") if "=" in ref else (_default_name(ref), "", ref)
         if not name or not path:
             fail(f"--model {ref!r}: expected NAME=FOLDER or FOLDER")
         if name in out:
             fail(f"--model {ref!r}: the name {name!r} is used twice; write NAME=FOLDER to tell them apart")
+        if path.startswith("models:/"):
+            from tasks.evaluate import resolve_model_ref
+
+            try:
+                path = str(resolve_model_ref(path, workspace))
+            except Exception as exc:  # noqa: BLE001 - registry lookups fail in many ways; one clear line
+                fail(f"--model {ref!r}: cannot fetch it from the MLflow registry ({type(exc).__name__}: {exc})")
         if not Path(path).is_dir():
             fail(f"--model {ref!r}: {path} is not a folder (a model folder or a PEFT adapter folder)")
         out[name] = Path(path)
     return out
+
+
+def _default_name(ref: str) -> str:
+    return ref.removeprefix("models:/").replace("/", "-") if ref.startswith("models:/") else Path(ref).name
 
 
 def _device(device: str) -> str:
@@ -38,7 +49,7 @@ def _device(device: str) -> str:
 @eval_app.command("policy")
 @guard
 def policy(
-    model: list[str] = typer.Option(..., "--model", "-m", help="NAME=FOLDER or FOLDER: a model folder or a PEFT adapter folder (repeatable; the first is the baseline)."),
+    model: list[str] = typer.Option(..., "--model", "-m", help="NAME=REF or REF: a model folder, a PEFT adapter folder or models:/NAME@ALIAS from the MLflow registry (repeatable; the first is the baseline)."),
     data: Path = typer.Option(..., "--data", "-d", help="Feedback file or artifact folder holding the held-out prompts."),
     task: str = typer.Option(..., "--task", "-t", help="summarization, code or qa."),
     output: Path = typer.Option(..., "--output", "-o", help="Results folder (items.parquet, summary.json, report/)."),
@@ -53,8 +64,9 @@ def policy(
     from t2g_core.evaluation.judge import PairwiseJudge
     from t2g_core.feedback import load_feedback
 
-    cfg = pipeline_config(config, set_).evaluate
-    policies = parse_model_refs(model)
+    pipeline = pipeline_config(config, set_)
+    cfg = pipeline.evaluate
+    policies = parse_model_refs(model, pipeline.workspace)
     if baseline is not None and baseline not in policies:
         fail(f"--baseline {baseline!r} is not one of the --model names {list(policies)}")
     judge = None

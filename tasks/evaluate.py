@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 from prefect import task
 
@@ -37,6 +38,34 @@ def _judge(cfg: EvaluateConfig):
 
     return PairwiseJudge.from_endpoint(cfg.judge_base_url, cfg.judge_model, os.environ.get("OPENAI_API_KEY"),
                                        cfg.judge_timeout_s, cfg.judge_concurrency)
+
+
+def resolve_model_ref(ref: str, workspace: WorkspaceConfig) -> Path:
+    """A folder as is; ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION`` is fetched from the MLflow model registry
+    (once per version) into ``<workspace>/models/registry/NAME/vVERSION`` and that folder is returned."""
+    if not ref.startswith("models:/"):
+        return Path(ref)
+    import mlflow
+    from mlflow import MlflowClient
+
+    from t2g_core.workspace import Workspace
+
+    tracking.configure(workspace)
+    spec = ref.removeprefix("models:/")
+    name, sep, alias = spec.partition("@")
+    if sep:
+        version = MlflowClient().get_model_version_by_alias(name, alias).version
+    else:
+        name, _, version = spec.partition("/")
+    dst = Workspace.at(workspace.root).models / "registry" / re.sub(r"[^\w.-]", "_", name) / f"v{version}"
+    if not dst.exists():
+        tmp = dst.with_name(f".{dst.name}.tmp")
+        mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(tmp))
+        tmp.rename(dst)
+    found = [p.parent for p in sorted(dst.rglob("*config.json")) if p.name in ("adapter_config.json", "config.json")]
+    if not found:
+        raise ValueError(f"{ref}: version {version} holds no model or adapter folder (no config.json)")
+    return found[0]
 
 
 def _publish(table: str) -> None:

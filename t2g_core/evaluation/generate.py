@@ -93,6 +93,18 @@ def _generate_kwargs(cfg: EvaluateConfig, tokenizer) -> dict[str, Any]:
     return kwargs
 
 
+def _check_length(attention_mask, max_new_tokens: int, model, start: int) -> None:
+    """A clear error instead of an indexing failure deep inside the model when a prompt does not fit."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is None:
+        return
+    lengths = attention_mask.sum(dim=1).tolist()  # (batch,) real prompt tokens
+    for i, n in enumerate(lengths):
+        if n + max_new_tokens > limit:
+            raise ValueError(f"prompt {start + i}: {n} tokens + max_new_tokens {max_new_tokens} exceed the model's "
+                             f"{limit} positions; shorten the prompt or lower evaluate.max_new_tokens")
+
+
 def generate_with(model, tokenizer, task: str, prompts: Sequence[str], cfg: EvaluateConfig) -> list[list[str]]:
     """``cfg.num_samples`` responses per prompt from an already loaded model: shape (len(prompts), num_samples)."""
     import torch
@@ -108,6 +120,7 @@ def generate_with(model, tokenizer, task: str, prompts: Sequence[str], cfg: Eval
     for b, start in enumerate(range(0, len(prompts), cfg.batch_size)):
         texts = [render_prompt(tokenizer, task, p) for p in prompts[start : start + cfg.batch_size]]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        _check_length(enc["attention_mask"], cfg.max_new_tokens, model, start)
         torch.manual_seed(cfg.seed + b)
         with torch.no_grad():
             seqs = model.generate(**enc, **kwargs)  # (batch * num_samples, prompt_len + new)

@@ -127,3 +127,14 @@ def test_adapter_folder_loads_on_its_base_and_changes_outputs(policy_dir, tmp_pa
     cfg_path.write_text(json.dumps(cfg_json))
     with pytest.raises(OSError):
         load_policy(adapter)
+
+
+def test_a_prompt_that_does_not_fit_is_a_clear_error(policy_dir):
+    model, tok = load_policy(policy_dir)
+    limit = model.config.max_position_embeddings
+    from t2g_core.evaluation.generate import generate_with
+
+    short = len(tok(render_prompt(tok, "qa", "two"), add_special_tokens=False)["input_ids"])
+    cfg = EvaluateConfig(max_new_tokens=limit - short)  # the short prompt fits exactly, the longer one does not
+    with pytest.raises(ValueError, match=r"prompt 1: \d+ tokens \+ max_new_tokens"):
+        generate_with(model, tok, "qa", ["two", "two dogs and the cat"], cfg)

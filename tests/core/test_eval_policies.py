@@ -63,3 +63,27 @@ def test_prefect_task_writes_results_logs_and_reuses_them(tiny_model_dir, tmp_pa
     report = open(out["report"]).read()
     assert "learning_curves.png" in report and "| token_f1 |" in report
     assert evaluate_policy.fn(*args) == out  # same inputs: the saved results are reused
+
+
+@pytest.mark.slow
+def test_registered_alias_resolves_to_the_adapter_folder(tiny_model_dir, tmp_path):
+    pytest.importorskip("mlflow")
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from t2g_core.config import WorkspaceConfig
+    from t2g_core.evaluation.generate import load_policy
+    from tasks import tracking
+    from tasks.evaluate import resolve_model_ref
+
+    adapter = tmp_path / "adapter"
+    lora = LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False, task_type="CAUSAL_LM")
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora).save_pretrained(adapter)
+    ws = WorkspaceConfig(root=str(tmp_path / "ws"))
+    with tracking.stage_run("ppo", {}, ws):
+        version = tracking.log_adapter_model(adapter, "eval-test-policy", alias="champion")
+    folder = resolve_model_ref("models:/eval-test-policy@champion", ws)
+    assert folder.name == f"v{version}" and (folder / "adapter_config.json").exists()
+    assert resolve_model_ref(f"models:/eval-test-policy/{version}", ws) == folder
+    model, _ = load_policy(folder)
+    assert type(model).__name__ == "PeftModelForCausalLM"
