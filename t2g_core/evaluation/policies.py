@@ -17,12 +17,20 @@ import pandas as pd
 ADAPTER_KEYS = ("adapter_dir", "adapter", "policy_dir", "path")
 
 
+def _loadable(folder: Path) -> Path | None:
+    """``folder`` if it holds a model or adapter, else its ``adapter`` subfolder if that does (a PPO run folder)."""
+    for candidate in (folder, folder / "adapter"):
+        if (candidate / "adapter_config.json").is_file() or (candidate / "config.json").is_file():
+            return candidate
+    return None
+
+
 def _folder(ref: Mapping[str, Any], what: str) -> Path:
     for key in ADAPTER_KEYS:
         value = ref.get(key)
-        if isinstance(value, (str, Path)) and Path(value).is_dir():
-            return Path(value)
-    raise ValueError(f"{what}: no existing folder under any of {', '.join(ADAPTER_KEYS)} in {dict(ref)!r:.300}")
+        if isinstance(value, (str, Path)) and Path(value).is_dir() and (found := _loadable(Path(value))):
+            return found
+    raise ValueError(f"{what}: no model or adapter folder under any of {', '.join(ADAPTER_KEYS)} in {dict(ref)!r:.300}")
 
 
 def policy_refs(models: Mapping[str, Any], trained: Mapping[str, Any], *, include_base: bool = False,

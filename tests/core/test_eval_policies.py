@@ -11,15 +11,18 @@ from t2g_core.evaluation.policies import histories, policy_refs
 
 
 def test_policy_refs_single_and_arms(tmp_path):
-    for name in ("warm", "base", "span", "scalar"):
-        (tmp_path / name).mkdir()
+    for name in ("warm", "base", "span", "scalar/adapter"):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "adapter_config.json").write_text("{}")
     models = {"base": str(tmp_path / "base"), "policy": str(tmp_path / "warm")}
     assert policy_refs(models, {"adapter_dir": str(tmp_path / "span")}) == {"warm_start": tmp_path / "warm",
                                                                           "ppo": tmp_path / "span"}
     arms = {"arms": {"span": {"adapter_dir": str(tmp_path / "span")}, "scalar": {"path": str(tmp_path / "scalar")}}}
-    assert list(policy_refs(models, arms, include_base=True)) == ["warm_start", "base", "span", "scalar"]
-    with pytest.raises(ValueError, match="PPO reference: no existing folder"):
-        policy_refs(models, {"adapter_dir": str(tmp_path / "missing")})
+    refs = policy_refs(models, arms, include_base=True)
+    assert list(refs) == ["warm_start", "base", "span", "scalar"]
+    assert refs["scalar"] == tmp_path / "scalar" / "adapter"  # a PPO run folder: its adapter subfolder
+    with pytest.raises(ValueError, match="PPO reference: no model or adapter folder"):
+        policy_refs(models, {"adapter_dir": str(tmp_path / "missing"), "path": str(tmp_path)})
     with pytest.raises(ValueError, match="no 'policy'"):
         policy_refs({"base": "x"}, {})
 
