@@ -1,0 +1,140 @@
+"""End to end against real servers: `deployments/up.sh` starts `prefect server`, `mlflow server` and the serve process
+on free 127.0.0.1 ports; a text2grad run is started through the REST API exactly as the UI's Run button does; a file
+dropped in the inbox is announced by the sensor and re-annotated by the event-triggered deployment; MLflow is queried
+for the lineage; `deployments/down.sh` stops exactly the processes up.sh recorded.
+
+Runs the real stages that exist, on a tiny configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+TINY = {
+    "data": {"n_items": 24, "seed": 3},
+    "models": {"tiny": {"vocab_size": 300, "hidden_size": 32, "num_heads": 2, "warm_start_steps": 5, "policy_sft_steps": 5,
+                        "warm_start_batch_size": 8, "policy_sft_batch_size": 8}},
+    "validate": {"review": "auto", "sample_size": 8},
+    "reward_model": {"max_steps": 2, "batch_size": 4, "max_new_tokens": 16},
+    "ppo": {"steps": 2, "batch_size": 4, "minibatches": 1, "ppo_epochs": 1, "max_new_tokens": 12, "eval_every": 1,
+            "log_every": 1, "save_every": 1},
+    "evaluate": {"max_prompts": 4, "max_new_tokens": 12, "bootstrap_samples": 100},
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def servers(tmp_path):
+    ws = tmp_path / "ws"
+    env = {**os.environ, "PREFECT_PORT": str(_free_port()), "MLFLOW_PORT": str(_free_port()), "SENSOR_INTERVAL": "5",
+           "DEBOUNCE_SECONDS": "2", "PREFECT_RUNNER_POLL_FREQUENCY": "2", "VENV_BIN": str(Path(sys.executable).parent)}
+    for key in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "PREFECT_HOME", "PREFECT_SERVER_DATABASE_CONNECTION_URL"):
+        env.pop(key, None)
+    up = subprocess.run(["bash", "deployments/up.sh", str(ws)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    pids = {p.stem: int(p.read_text()) for p in (ws / "run").glob("*.pid")}
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        info = json.loads((ws / "run" / "servers.json").read_text())
+        yield ws, info
+    finally:
+        subprocess.run(["bash", "deployments/down.sh", str(ws)], cwd=ROOT, env=env, timeout=120)
+        time.sleep(1)
+        assert [n for n, pid in pids.items() if _alive(pid)] == [], "down.sh left processes running"
+
+
+def _wait_flow_run(api: httpx.Client, run_id: str, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = api.get(f"/flow_runs/{run_id}").json()
+        if run["state_type"] in TERMINAL:
+            return run
+        time.sleep(2)
+    raise AssertionError(f"flow run {run_id} not finished after {timeout} s: {run['state_name']}")
+
+
+def _runs_of(api: httpx.Client, flow_name: str) -> list[dict]:
+    flow = api.get(f"/flows/name/{flow_name}")
+    if flow.status_code != 200:
+        return []
+    body = {"flows": {"id": {"any_": [flow.json()["id"]]}}, "flow_runs": {"state": {"type": {"not_any_": ["SCHEDULED"]}}}}
+    return api.post("/flow_runs/filter", json=body).json()
+
+
+def test_ui_run_reannotation_event_and_lineage(servers):
+    ws, info = servers
+    api = httpx.Client(base_url=info["prefect_api"], timeout=30)
+    names = {d["name"] for d in api.post("/deployments/filter", json={}).json()}
+    assert {"text2grad", "feedback-sensor", "reannotate"} <= names
+
+    # 1. the UI's Run button: POST /deployments/{id}/create_flow_run with the form's parameters
+    dep = api.get("/deployments/name/text2grad/text2grad").json()
+    form = dep["parameters"]["config"]
+    config = {**form, **{k: {**form.get(k, {}), **v} for k, v in TINY.items()}}
+    config["models"]["tiny"] = {**form["models"]["tiny"], **TINY["models"]["tiny"]}
+    created = api.post(f"/deployments/{dep['id']}/create_flow_run", json={"parameters": {"config": config}}).json()
+    run = _wait_flow_run(api, created["id"], 420)
+    assert run["state_type"] == "COMPLETED", run["state"]
+
+    # 2. new feedback in the inbox -> sensor event -> reannotate run (debounced) -> a new feedback version
+    from t2g_core.demo import make_demo_feedback
+
+    new = make_demo_feedback("summarization", 3, seed=99)
+    new["id"] = [f"inbox-{i}" for i in range(len(new))]
+    new.to_json(ws / "inbox" / "batch-1.jsonl", orient="records", lines=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _runs_of(api, "reannotate"):
+        time.sleep(2)
+    reruns = _runs_of(api, "reannotate")
+    assert reruns, "no reannotate run was started by the feedback event"
+    assert reruns[0]["parameters"]["path"].endswith(".jsonl")
+    done = _wait_flow_run(api, reruns[0]["id"], 120)
+    assert done["state_type"] == "COMPLETED", done["state"]
+    latest = json.loads((ws / "artifacts" / "feedback" / "LATEST.json").read_text())
+    assert latest["version"] == 2 and latest["n_rows"] == 24 + 3
+
+    # 3. lineage in MLflow (over HTTP): the pipeline's parent run, its stage runs, datasets linked by content digest
+    import mlflow
+
+    client = mlflow.MlflowClient(info["mlflow"])
+    exp = client.get_experiment_by_name("text2grad")
+    parent = client.search_runs([exp.experiment_id], f"tags.`prefect.flow_run_id` = '{created['id']}' and tags.`t2g.role` = 'pipeline'")
+    assert len(parent) == 1 and parent[0].info.status == "FINISHED"
+    stages = {r.data.tags["t2g.stage"]: r for r in client.search_runs(
+        [exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent[0].info.run_id}'")}
+    assert {"feedback", "build_models", "annotate"} <= set(stages)
+    produced = {d.dataset.digest for d in stages["feedback"].inputs.dataset_inputs}
+    consumed = {d.dataset.digest for d in stages["annotate"].inputs.dataset_inputs if d.dataset.name == "feedback"}
+    assert consumed and consumed <= produced
+    if "ppo" in stages:  # the policy is registered and its lineage reaches the feedback
+        from flows.lineage import lineage_chain
+
+        versions = client.search_model_versions("name = 'text2grad-policy'")
+        chain = "\n".join(line for _, line in lineage_chain("text2grad-policy", versions[0].version, info["mlflow"]))
+        assert "[ppo]" in chain and "[feedback]" in chain
