@@ -20,6 +20,9 @@ class ValidateConfig(StageConfig):
     min_span_f1: float | None = Field(
         None, ge=0, le=1, description="Gate on span F1 against ground truth (feedback meta.gold_spans) when it exists; None = report only."
     )
+    gate_breakdowns: bool = Field(
+        True, description="Also fail when one annotator or one task fails a check on its own (the whole batch may still pass it)."
+    )
     worst_items: int = Field(5, ge=0, description="How many worst items the report names for each failed check.")
     review: Literal["auto", "ui", "offline", "none"] = Field(
         "auto", description="Human-alignment review: auto = programmatic reviewer against ground truth; ui = Prefect pause form; offline = HTML page."

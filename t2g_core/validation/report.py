@@ -11,6 +11,8 @@ import pandas as pd
 from t2g_core.validation.checks import CheckResult
 from t2g_core.validation.human import AlignmentResult, gate_value
 
+COUNT_CHECKS = ("n_items", "failing_groups")  # counts, not fractions: in the table, not on the 0-1 chart
+
 
 @dataclass
 class ValidationReport:
@@ -126,7 +128,7 @@ def plot_checks(report: ValidationReport, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    bars = [(c.name, c.value, c.min_allowed, c.max_allowed, c.status) for c in report.checks if c.name != "n_items"]
+    bars = [(c.name, c.value, c.min_allowed, c.max_allowed, c.status) for c in report.checks if c.name not in COUNT_CHECKS]
     if report.alignment is not None:
         al = report.alignment
         groups = al.per_task if al.scope == "per_task" and al.per_task else [al.overall]

@@ -11,7 +11,7 @@ import pandas as pd
 from t2g_core.config.validate import ValidateConfig
 from t2g_core.review.models import ReviewSample, ReviewVerdicts
 from t2g_core.validation.batch import Batch, GoldSpan
-from t2g_core.validation.checks import run_checks
+from t2g_core.validation.checks import CheckResult, judge, run_checks
 from t2g_core.validation.human import compute_alignment
 from t2g_core.validation.report import ValidationReport, plot_checks, render_markdown
 from t2g_core.validation.sampling import draw_sample
@@ -33,13 +33,26 @@ def breakdown(b: Batch, cfg: ValidateConfig, column: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[column, "items", "spans", *BREAKDOWN_CHECKS, "failing"])
 
 
+def group_check(tables: dict[str, pd.DataFrame], cfg: ValidateConfig) -> CheckResult:
+    """``failing_groups``: annotators and tasks that fail a check on their own (gated when cfg.gate_breakdowns)."""
+    worst = [
+        {"group": f"{column}={row[column]}", "items": row["items"], "failing": row["failing"]}
+        for column, table in tables.items()
+        if len(table) > 1  # a single group is the whole batch: its checks are the batch's own
+        for row in table.to_dict("records")
+        if row["failing"] != "-"
+    ]
+    detail = ", ".join(w["group"] for w in worst) or "none"
+    return judge("failing_groups", len(worst), None, 0 if cfg.gate_breakdowns else None, detail, worst[: max(cfg.worst_items, 1) * 2])
+
+
 def check_batch(b: Batch, cfg: ValidateConfig) -> ValidationReport:
     """Run every automatic check, plus the per-annotator and per-task breakdowns."""
-    return ValidationReport(
-        checks=run_checks(b, cfg),
-        by_annotator=breakdown(b, cfg, "annotator"),
-        by_task=breakdown(b, cfg, "task"),
-    )
+    tables = {"annotator": breakdown(b, cfg, "annotator"), "task": breakdown(b, cfg, "task")}
+    checks = run_checks(b, cfg)
+    if len(b.items):
+        checks.append(group_check(tables, cfg))
+    return ValidationReport(checks=checks, by_annotator=tables["annotator"], by_task=tables["task"])
 
 
 def review_sample(b: Batch, cfg: ValidateConfig) -> ReviewSample:

@@ -104,9 +104,13 @@ def test_breakdown_singles_out_the_bad_annotator():
     bad = make_synthetic_batch(n_items=20, annotators=("sloppy",), id_prefix="b", unmatched=0.5, seed=1)
     b = make_batch(pd.concat([good.annotations, bad.annotations]), pd.concat([good.spans, bad.spans]),
                    pd.concat([good.feedback, bad.feedback]))
-    by = check_batch(b, CFG).by_annotator.set_index("annotator")
+    report = check_batch(b, CFG)
+    by = report.by_annotator.set_index("annotator")
     assert by.loc["sloppy", "failing"].startswith("unmatched_rate") and by.loc["careful", "failing"] == "-"
     assert by.loc["careful", "unmatched_rate"] == 0.0 and by.loc["sloppy", "unmatched_rate"] > 0.3
+    groups = _check(report, "failing_groups")
+    assert groups.failed and [w["group"] for w in groups.worst] == ["annotator=sloppy"]  # one task: not a group of its own
+    assert not _check(check_batch(b, CFG.model_copy(update={"gate_breakdowns": False})), "failing_groups").failed
 
 
 def test_bad_input_names_file_and_column():
