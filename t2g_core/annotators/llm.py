@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from t2g_core.annotators.cache import AnswerCache, cache_key
 from t2g_core.annotators.prompts import SPAN_JSON_SCHEMA, render_messages
@@ -89,20 +90,23 @@ class LLMAnnotator:
         return {"temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens, "top_p": self.cfg.top_p}
 
     # -- one request -----------------------------------------------------------------------------------------
-    async def _create(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]]) -> Any:
-        kwargs: dict[str, Any] = dict(model=self.cfg.model, messages=messages, timeout=self.cfg.timeout_s, **self.sampling)
+    async def _post(self, client: openai.AsyncOpenAI, body: dict[str, Any]) -> ChatCompletion:
+        # client.post is the SDK's documented route for raw bodies: same retries, errors and typed parsing as
+        # chat.completions.create, without its recursive TypedDict transform (~half the client CPU per request).
+        return await client.post("/chat/completions", cast_to=ChatCompletion, body=body, options={"timeout": self.cfg.timeout_s})
+
+    async def _create(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]]) -> ChatCompletion:
+        body: dict[str, Any] = {"model": self.cfg.model, "messages": messages, **self.sampling}
         if self._structured:
             try:
-                return await client.chat.completions.create(
-                    **kwargs, response_format={"type": "json_schema", "json_schema": SPAN_JSON_SCHEMA}
-                )
+                return await self._post(client, {**body, "response_format": {"type": "json_schema", "json_schema": SPAN_JSON_SCHEMA}})
             except openai.BadRequestError as exc:
                 if self.cfg.structured_output == "json_schema" or "response_format" not in str(exc).lower() + str(
                     getattr(exc, "param", "")
                 ):
                     raise
                 self._structured = False  # the endpoint does not do structured output: plain text from now on
-        return await client.chat.completions.create(**kwargs)
+        return await self._post(client, body)
 
     async def _ask(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]]) -> dict[str, Any]:
         """Send one request (client retries included); a failure record instead of an exception."""

@@ -90,9 +90,7 @@ class FakeOpenAIServer:
     # -- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> FakeOpenAIServer:
         handler = _make_handler(self)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
-        self._httpd.request_queue_size = 256
+        self._httpd = _Server(("127.0.0.1", 0), handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
@@ -149,6 +147,11 @@ class FakeOpenAIServer:
         return reply
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 512  # listen backlog: the default 5 drops connections when many clients connect at once
+
+
 def _completion_body(request: dict[str, Any], reply: Reply) -> dict[str, Any]:
     prompt_chars = sum(len(str(m.get("content", ""))) for m in request.get("messages", []))
     completion_chars = len(reply.content or reply.refusal or "")
@@ -175,6 +178,7 @@ def _completion_body(request: dict[str, Any], reply: Reply) -> dict[str, Any]:
 def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body are separate writes: Nagle + delayed ACK would add ~40 ms
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             return
@@ -225,3 +229,24 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self._send(200, _completion_body(request, reply), reply.headers)
 
     return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m t2g_core.testing.openai_server --latency 0.1``: serve until killed; prints the base URL first."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer")
+    parser.add_argument("--fault-rate", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    server = FakeOpenAIServer(latency_s=args.latency, fault_rate=args.fault_rate, seed=args.seed).start()
+    print(server.base_url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

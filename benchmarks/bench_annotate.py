@@ -1,0 +1,142 @@
+"""Annotation benchmarks: LLM annotator throughput vs the concurrency limit; code-critic fault localisation.
+
+1. Throughput: the local OpenAI-compatible server (its own process, so it does not share our GIL) answers every
+   request after ``--latency`` seconds. At concurrency c the best possible rate is c / latency items per second;
+   we report the measured items/s as a fraction of it (target >= 0.9 at c = 32). No answer cache: every item is a
+   real HTTP request through the openai client.
+2. Code critic on HumanEval (164 problems): the canonical solutions (false alarm = any poor span or a failed case;
+   target 0) and one seeded mutant per problem from the demo's mutation operators (hit = a poor span overlaps the
+   mutated line; mutants that pass every test are counted as survivors and left out of the hit rate).
+
+Writes benchmarks/results/bench_annotate.json.  ``python benchmarks/bench_annotate.py [--quick]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+
+from t2g_core.annotators import annotate
+from t2g_core.config.annotate import AnnotateConfig
+from t2g_core.critics.code import CodeCritic
+from t2g_core.critics.sandbox import SandboxLimits, namespaces_available
+from t2g_core.demo.code import load_problems, mutants
+
+OUT = Path(__file__).parent / "results" / "bench_annotate.json"
+
+
+def _items(n: int) -> pd.DataFrame:
+    return pd.DataFrame([
+        {"id": f"b{i:04d}", "task": "qa", "prompt": f"Question {i}?", "response": f"Answer number {i} is forty two.",
+         "critique": None, "reference": None, "tests": None, "entry_point": None, "meta": None}
+        for i in range(n)
+    ])
+
+
+def throughput(latency: float, levels: list[int], min_items: int, rounds: int) -> list[dict]:
+    server = subprocess.Popen([sys.executable, "-m", "t2g_core.testing.openai_server", "--latency", str(latency)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        base_url = server.stdout.readline().strip()
+        out = []
+        for c in levels:
+            n = max(min_items, 10 * c)
+            cfg = AnnotateConfig(annotator="llm", base_url=base_url, model="bench", concurrency=c, timeout_s=30, max_retries=0)
+            annotate(_items(c), cfg, progress=False)  # warm-up: imports, connection pool
+            best = 0.0
+            for _ in range(rounds):
+                start = time.perf_counter()
+                run = annotate(_items(n), cfg, progress=False)
+                elapsed = time.perf_counter() - start
+                assert run.stats["status_counts"]["ok"] == n, run.stats
+                best = max(best, n / elapsed)
+            limit = c / latency
+            out.append({"concurrency": c, "items": n, "items_per_s": round(best, 2), "limit_items_per_s": limit,
+                        "fraction_of_limit": round(best / limit, 3)})
+            print(f"concurrency {c:>3}: {best:7.1f} items/s of {limit:6.1f} possible -> {best / limit:.3f}", flush=True)
+        return out
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _overlap(response: str, quote: str, span: tuple[int, int]) -> bool:
+    pos = response.find(quote)
+    return pos >= 0 and pos < span[1] and pos + len(quote) > span[0]
+
+
+def _row(p: dict, response: str) -> dict:
+    return {"id": p["task_id"], "task": "code", "prompt": p["prompt"], "response": response, "tests": p["test"],
+            "entry_point": p["entry_point"], "meta": {}}
+
+
+def localisation(n_problems: int, seed: int, workers: int) -> dict:
+    critic = CodeCritic(SandboxLimits(timeout_s=5.0))
+    rng = random.Random(seed)
+    problems = list(load_problems())[:n_problems]
+    picked = {p["task_id"]: rng.choice(ms) for p in problems if (ms := mutants(p["prompt"], p["canonical_solution"]))}
+
+    def canonical(p):
+        return critic.critique(_row(p, p["canonical_solution"]))
+
+    def mutant(p):
+        return critic.critique(_row(p, picked[p["task_id"]].response))
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        canon = list(pool.map(canonical, problems))
+        muts = list(pool.map(mutant, [p for p in problems if p["task_id"] in picked]))
+    elapsed = time.perf_counter() - start
+    false_alarms = [p["task_id"] for p, fb in zip(problems, canon, strict=True) if fb.poor_spans or fb.status != "ok" or "passes all" not in fb.critique]
+    by_kind: dict[str, Counter] = defaultdict(Counter)
+    hits = top1 = caught = n_spans = 0
+    for p, fb in zip([p for p in problems if p["task_id"] in picked], muts, strict=True):
+        m = picked[p["task_id"]]
+        if fb.status != "ok" or "passes all" in (fb.critique or ""):
+            by_kind[m.kind]["survived"] += 1
+            continue
+        caught += 1
+        n_spans += len(fb.poor_spans)
+        hit = any(_overlap(m.response, q, m.span) for q in fb.poor_spans)
+        hits += hit
+        top1 += bool(fb.poor_spans) and _overlap(m.response, fb.poor_spans[0], m.span)
+        by_kind[m.kind]["hit" if hit else "miss"] += 1
+    return {
+        "problems": len(problems), "isolation": "netns+pidns+uid" if namespaces_available() else "audit-hook/uid",
+        "canonical_false_alarms": len(false_alarms), "false_alarm_rate": len(false_alarms) / len(problems),
+        "false_alarm_ids": false_alarms, "mutants": len(picked), "mutants_caught_by_tests": caught,
+        "hit_rate": round(hits / max(caught, 1), 3), "top1_hit_rate": round(top1 / max(caught, 1), 3),
+        "mean_poor_spans": round(n_spans / max(caught, 1), 2), "by_kind": {k: dict(v) for k, v in by_kind.items()},
+        "seconds": round(elapsed, 1), "workers": workers,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--latency", type=float, default=0.1)
+    ap.add_argument("--quick", action="store_true", help="fewer items and problems")
+    ap.add_argument("--workers", type=int, default=2, help="code-critic sandboxes in parallel")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    result = {"latency_s": args.latency}
+    result["throughput"] = throughput(args.latency, [1, 8, 32], min_items=20 if args.quick else 40, rounds=1 if args.quick else 2)
+    result["code_critic"] = loc = localisation(40 if args.quick else 164, args.seed, args.workers)
+    print(f"code critic: false alarms {loc['canonical_false_alarms']}/{loc['problems']}, hit rate {loc['hit_rate']} "
+          f"(top-1 {loc['top1_hit_rate']}, {loc['mean_poor_spans']} poor spans/item) on {loc['mutants_caught_by_tests']} caught mutants "
+          f"({loc['mutants'] - loc['mutants_caught_by_tests']} survived the tests), {loc['seconds']} s")
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
