@@ -1,0 +1,208 @@
+"""Sample efficiency of span vs scalar vs dense rewards (the paper's central claim, in miniature).
+
+Demo summarization task (8 facts per post), oracle reference critic as the reward source, one warm-started policy,
+the same hyperparameters for every arm; only where the task reward is placed differs (t2g_core.rl.rewards):
+span = the critic's +-1 span labels on their tokens, scalar = their sum on the last token, dense = that sum / T on
+every token. Each (arm, seed) runs as its own 1-thread process, ``--workers`` at a time.
+
+Reported per arm (mean +- sd over seeds): steps until the 5-step moving average of the on-policy task error
+(1 - correct facts / 8) falls to half the warm-start error, the final held-out error, and the span/scalar step ratio.
+Writes benchmarks/results/ppo_sample_efficiency.json and ppo_learning_curves.png.
+
+    .venv/bin/python benchmarks/bench_ppo_sample_efficiency.py --seeds 3 --steps 60 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+ARMS = ("span", "scalar", "dense")
+
+
+def _models_cfg(args):
+    from t2g_core.config.models import ModelsConfig, TinyModelConfig
+
+    tiny = TinyModelConfig(warm_start_steps=args.lm_steps, policy_sft_steps=args.sft_steps, policy_sft_batch_size=32,
+                           policy_sft_lr=3e-3, warm_start_batch_size=32)
+    return ModelsConfig(tiny=tiny)
+
+
+def build_policy(args) -> Path:
+    """The warm-started demo policy (built once, reused by every arm)."""
+    import torch
+
+    from t2g_core.demo import make_demo_feedback
+    from t2g_core.models.tiny import ensure_demo_models
+
+    torch.set_num_threads(args.build_threads)
+    feedback = make_demo_feedback("summarization", 256, seed=0)
+    t0 = time.time()
+    models = ensure_demo_models(Path(args.workdir) / "models", _models_cfg(args), feedback, progress=False, log=print)
+    print(f"warm-started policy: {models.policy} ({time.time() - t0:.0f} s)", flush=True)
+    return models.policy
+
+
+def ppo_config(args, mode: str, seed: int):
+    from t2g_core.config.ppo import PPOConfig
+
+    return PPOConfig(
+        reward_mode=mode, reward_source="oracle", steps=args.steps, batch_size=args.batch_size, minibatches=args.minibatches,
+        ppo_epochs=4, learning_rate=args.lr, value_learning_rate=3e-4, kl_coef=0.05, gamma=1.0, lam=0.95,
+        value_model="separate", max_new_tokens=args.max_new_tokens, eval_every=args.eval_every, log_every=args.steps,
+        save_every=args.steps, heatmap_samples=4, seed=seed,
+    )
+
+
+def run_arm(args) -> None:
+    """One (mode, seed) run in this process (called through a subprocess by :func:`main`)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from t2g_core.demo import make_demo_feedback
+    from t2g_core.ppo import train
+    from t2g_core.ppo.sources import oracle_source, summary_error_metric
+
+    prompts = make_demo_feedback("summarization", 512, seed=1)
+    eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
+    out = Path(args.workdir) / "runs" / f"{args.arm}-seed{args.seed}"
+    t0 = time.time()
+    train(ppo_config(args, args.arm, args.seed), args.policy, prompts, out, reward_source=oracle_source("summarization"),
+          eval_df=eval_df, task_metric=summary_error_metric)
+    print(json.dumps({"arm": args.arm, "seed": args.seed, "seconds": time.time() - t0, "run_dir": str(out)}))
+
+
+def _launch(args, mode: str, seed: int) -> dict:
+    cmd = [sys.executable, __file__, "--run-arm", mode, "--seed", str(seed), "--policy", str(args.policy)] + _shared_flags(args)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    t0 = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{mode} seed {seed} failed:\n{proc.stderr[-3000:]}")
+    print(f"  {mode:6s} seed {seed}: {time.time() - t0:.0f} s", flush=True)
+    history = json.loads((Path(args.workdir) / "runs" / f"{mode}-seed{seed}" / "history.json").read_text())
+    return {"arm": mode, "seed": seed, "history": history, "seconds": time.time() - t0}
+
+
+def _shared_flags(args) -> list[str]:
+    keys = ("steps", "batch_size", "minibatches", "lr", "max_new_tokens", "eval_every", "n_eval", "workdir", "lm_steps", "sft_steps")
+    return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
+
+
+def steps_to(history: list[dict], target: float, window: int = 5) -> int | None:
+    """First step at which the moving average of the on-policy task error is <= target (None if never)."""
+    errs = [h["task/error"] for h in history]
+    for i in range(len(errs)):
+        lo = max(0, i - window + 1)
+        if sum(errs[lo : i + 1]) / (i + 1 - lo) <= target:
+            return history[i]["step"]
+    return None
+
+
+def _mean_sd(xs: list[float]) -> tuple[float, float]:
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def summarise(runs: list[dict], args) -> dict:
+    err0 = statistics.fmean(r["history"][0]["eval/task_error"] for r in runs)
+    arms = {}
+    for mode in ARMS:
+        mine = [r for r in runs if r["arm"] == mode]
+        if not mine:
+            continue
+        reached = [steps_to(r["history"], 0.5 * err0) for r in mine]
+        finals = [r["history"][-1]["eval/task_error"] for r in mine]
+        steps = [s if s is not None else args.steps for s in reached]  # not reached: counted as the run length (a lower bound)
+        arms[mode] = {
+            "steps_to_half": reached, "steps_to_half_mean": _mean_sd(steps)[0], "steps_to_half_sd": _mean_sd(steps)[1],
+            "n_reached": sum(s is not None for s in reached), "final_eval_error": finals,
+            "final_eval_error_mean": _mean_sd(finals)[0], "final_eval_error_sd": _mean_sd(finals)[1],
+            "seconds_per_run": statistics.fmean(r["seconds"] for r in mine),
+        }
+    ratio = {m: arms[m]["steps_to_half_mean"] / arms["scalar"]["steps_to_half_mean"] for m in arms if "scalar" in arms}
+    return {"warm_start_eval_error": err0, "target_error": 0.5 * err0, "arms": arms, "steps_ratio_vs_scalar": ratio}
+
+
+def plot(runs: list[dict], summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"span": "tab:green", "scalar": "tab:blue", "dense": "tab:orange"}
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    for r in runs:
+        h = r["history"]
+        ax[0].plot([x["step"] for x in h], [x["task/error"] for x in h], color=colours[r["arm"]], alpha=0.6, lw=1,
+                   label=r["arm"] if r["seed"] == 0 else None)
+        ev = [x for x in h if "eval/task_error" in x]
+        ax[1].plot([x["step"] for x in ev], [x["eval/task_error"] for x in ev], color=colours[r["arm"]], marker="o", ms=3,
+                   alpha=0.7, label=r["arm"] if r["seed"] == 0 else None)
+    for a, title in zip(ax, ("on-policy batch task error", "held-out task error"), strict=True):
+        a.axhline(summary["target_error"], color="grey", ls="--", lw=1)
+        a.set_xlabel("PPO step")
+        a.set_title(title)
+        a.legend()
+    ax[0].set_ylabel("1 - correct facts / 8")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--minibatches", type=int, default=1)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--n-eval", type=int, default=64)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workdir", default=str(RESULTS / "work-ppo"))
+    p.add_argument("--lm-steps", type=int, default=0, help="LM warm-start steps of the demo base (0: SFT only).")
+    p.add_argument("--sft-steps", type=int, default=300, help="Supervised steps of the demo policy.")
+    p.add_argument("--build-threads", type=int, default=1)
+    p.add_argument("--build-only", action="store_true")
+    p.add_argument("--run-arm", dest="arm", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--policy", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.arm:
+        return run_arm(args)
+    args.policy = build_policy(args)
+    if args.build_only:
+        return None
+    jobs = [(m, s) for s in range(args.seeds) for m in args.arms.split(",")]
+    t0 = time.time()
+    with ThreadPoolExecutor(args.workers) as pool:
+        runs = list(pool.map(lambda job: _launch(args, *job), jobs))
+    summary = summarise(runs, args)
+    summary |= {"config": {k: v for k, v in vars(args).items() if k not in ("policy",)}, "policy": str(args.policy),
+                "wall_seconds": time.time() - t0}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    png = RESULTS / "ppo_learning_curves.png"
+    plot(runs, summary, png)
+    (RESULTS / "ppo_sample_efficiency.json").write_text(json.dumps(
+        {**summary, "curves": {f"{r['arm']}-seed{r['seed']}": [{k: h[k] for k in ("step", "task/error", "kl/mean") if k in h}
+                                                                 | ({"eval/task_error": h["eval/task_error"]} if "eval/task_error" in h else {})
+                                                                 for h in r["history"]] for r in runs}}, indent=1))
+    print(json.dumps({k: summary[k] for k in ("warm_start_eval_error", "target_error", "steps_ratio_vs_scalar")}, indent=1))
+    for mode, a in summary["arms"].items():
+        print(f"{mode:6s} steps to half: {a['steps_to_half']} mean {a['steps_to_half_mean']:.1f} +- {a['steps_to_half_sd']:.1f}"
+              f" | final eval error {a['final_eval_error_mean']:.3f} +- {a['final_eval_error_sd']:.3f}")
+    print(f"learning curves: {png}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Cost of one PPO step, per phase, and the overhead of span rewards over the scalar path.
+
+Runs a few steps of each reward mode from the same warm-started demo policy (1 thread) and reads the trainer's own
+per-phase timers: rollout (sampling), score (the oracle critic), span_labels (prefix-decoded offsets of the sampled
+ids + span alignment + token labels), forward (old/ref/value passes), rewards (placement + KL + GAE + whitening),
+update (PPO epochs). The span-specific overhead is span_labels + rewards as a fraction of the step (target < 3%,
+reward-model generation excluded: the oracle critic stands in for it).
+
+    .venv/bin/python benchmarks/bench_ppo_step.py --policy DIR --steps 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PHASES = ("rollout", "score", "span_labels", "forward", "rewards", "update")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policy", required=True, help="Warm-started policy folder (e.g. from bench_ppo_sample_efficiency --build-only).")
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--workdir", default=str(RESULTS / "work-ppo-step"))
+    args = p.parse_args()
+
+    import torch
+
+    torch.set_num_threads(1)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_ppo_sample_efficiency import ppo_config
+
+    from t2g_core.demo import make_demo_feedback
+    from t2g_core.ppo import train
+    from t2g_core.ppo.sources import oracle_source
+
+    prompts = make_demo_feedback("summarization", 256, seed=1)
+    out = {}
+    for mode in ("span", "scalar", "dense"):
+        ns = argparse.Namespace(steps=args.steps, batch_size=args.batch_size, minibatches=1, lr=1e-3,
+                                max_new_tokens=args.max_new_tokens, eval_every=10**6)
+        res = train(ppo_config(ns, mode, 0), args.policy, prompts, Path(args.workdir) / mode, reward_source=oracle_source("summarization"))
+        hist = res.history[1:]  # step 0 includes one-off warm-up costs
+        step = statistics.fmean(h["time/step"] for h in hist)
+        phases = {ph: statistics.fmean(h[f"time/{ph}"] for h in hist) for ph in PHASES}
+        out[mode] = {"step_s": step, "phases_s": phases, "phase_fraction": {k: v / step for k, v in phases.items()},
+                     "span_overhead_fraction": (phases["span_labels"] + phases["rewards"]) / step,
+                     "response_tokens": statistics.fmean(h["response/length"] for h in hist)}
+        print(f"{mode:6s} step {step:.3f} s | " + " ".join(f"{k} {v * 1000:.1f} ms ({v / step:.1%})" for k, v in phases.items())
+              + f" | span labels + rewards/GAE = {out[mode]['span_overhead_fraction']:.2%} of the step")
+    out["config"] = vars(args)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "ppo_step.json").write_text(json.dumps(out, indent=1))
+    print(f"results: {RESULTS / 'ppo_step.json'}")
+
+
+if __name__ == "__main__":
+    main()
