@@ -112,7 +112,7 @@ def report(
     cfg = pipeline_config(config, set_).evaluate
     try:
         loaded = [EvalResults.load(p) for p in results]
-        merged = merge_results(loaded, cfg, baseline) if len(loaded) > 1 or baseline else loaded[0]
+        merged = merge_results(loaded, cfg, baseline)  # recomputed from the items: --set evaluate.* applies
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     out = output or results[0] / "report"
