@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import _tokenizers  # tests/core is on sys.path (rootdir-relative test modules)
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -157,3 +158,15 @@ def test_cli_align_names_bad_file(tmp_path):
     bad.to_parquet(tmp_path / "ann.parquet")
     result = CliRunner().invoke(app, ["align", str(fb_path), str(tmp_path / "ann.parquet"), "-o", str(tmp_path / "s.parquet")])
     assert result.exit_code != 0 and "ann.parquet" in result.output and "status" in result.output
+
+
+def test_cli_align_reports_token_metrics_with_a_tokenizer(tmp_path):
+    fb_path, ann_path = tmp_path / "feedback.parquet", tmp_path / "ann.parquet"
+    write_parquet(feedback_frame(), fb_path, "feedback")
+    write_parquet(annotations_frame(), ann_path, "annotations")
+    _tokenizers.byte_level_bpe().save_pretrained(tmp_path / "tok")
+    out = tmp_path / "spans.parquet"
+    result = CliRunner().invoke(app, ["align", str(fb_path), str(ann_path), "-o", str(out), "--tokenizer", str(tmp_path / "tok")])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(out.with_suffix(".metrics.json").read_text())
+    assert 0 < metrics["labelled_token_frac"] < 1 and 0 < metrics["label_balance"] < 1

@@ -39,6 +39,8 @@ from t2g_core.spans import (
          "loop is off by one", ["x = 0"], ["range(n - 1)"]),
         ('{"code_feedback": "cf", "wrong_code": "return a - b", "improvement_code": []}', "cf", [], ["return a - b"]),
         ('[{"critique": "in a list", "good_spans": ["g"], "poor_spans": []}]', "in a list", ["g"], []),
+        ('{"critique": "c", "good_spans": [], "poor_spans": ["he said "hi" to me"]}', "c", [], ['he said "hi" to me']),
+        ('Sure! Here is the JSON:\n{\n  "critique": "c",\n  "good_spans": ["a"],\n  "poor_spans": null\n}\nLet me know.', "c", ["a"], []),
     ],
 )
 def test_parse_accepts_messy_output(text, critique, good, poor):
@@ -62,6 +64,7 @@ def test_parse_keeps_reasoning_before_json():
         ("I cannot help with that.", "no JSON object"),
         ("[1, 2, 3]", "no JSON object"),
         ('{"critique": "only a critique"}', "no good_spans/poor_spans"),
+        ('{"critique": "cut off before the spans", "good_sp', "no good_spans/poor_spans"),
         ('{"critique": "c", "good_spans": {"a": 1}, "poor_spans": []}', "good_spans is a dict"),
         ('{"critique": "c", "good_spans": [], "poor_spans": [["nested"]]}', "poor_spans[0] is a list"),
     ],
