@@ -1,0 +1,59 @@
+"""The feedback inbox: the sensor announces each new file content once (seen-set in a file), and `reannotate`
+appends pending files to the feedback dataset as new versions and annotates just the new items."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from t2g_core.config import PipelineConfig
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def _write_feedback(path, ids, seed=5):
+    from t2g_core.demo import make_demo_feedback
+
+    df = make_demo_feedback("summarization", len(ids), seed=seed)
+    df["id"] = ids
+    df.to_json(path, orient="records", lines=True)
+
+
+def test_sensor_announces_each_new_content_once(tmp_path):
+    from flows.feedback import feedback_sensor
+
+    ws = PipelineConfig.model_validate({"workspace": {"root": str(tmp_path)}}).workspace
+    (tmp_path / "inbox").mkdir()
+    _write_feedback(tmp_path / "inbox" / "a.jsonl", ["a0", "a1"])
+    first = feedback_sensor(ws)
+    assert len(first) == 1
+    (tmp_path / "inbox" / "a-copy.jsonl").write_bytes((tmp_path / "inbox" / "a.jsonl").read_bytes())  # same content
+    _write_feedback(tmp_path / "inbox" / "b.jsonl", ["b0"], seed=6)
+    second = feedback_sensor(ws)
+    assert len(second) == 1 and second != first
+    seen = json.loads((tmp_path / "inbox" / ".seen.json").read_text())
+    assert set(seen) == {*first, *second}
+    assert len(list((tmp_path / "inbox" / ".landed").iterdir())) == 2
+
+
+@pytest.mark.slow
+def test_reannotate_appends_a_version_and_annotates_only_new_items(tmp_path):
+    from flows.feedback import feedback_sensor, reannotate
+    from t2g_core.store import read_artifact
+    from tasks.data import latest_annotations, latest_feedback
+
+    config = PipelineConfig.model_validate({"workspace": {"root": str(tmp_path)}})
+    (tmp_path / "inbox").mkdir()
+    _write_feedback(tmp_path / "inbox" / "one.jsonl", ["n0", "n1", "n2"])
+    feedback_sensor(config.workspace)
+    out = reannotate(config)
+    assert [v["version"] for v in out["processed"]] == [1]
+    _write_feedback(tmp_path / "inbox" / "two.jsonl", ["n2", "n3"], seed=8)  # n2 is already in the dataset
+    feedback_sensor(config.workspace)
+    out = reannotate(config)
+    assert [v["version"] for v in out["processed"]] == [2]
+    assert latest_feedback(config.workspace)["n_rows"] == 4
+    annotations = read_artifact(latest_annotations(config.workspace)["path"], "annotations")
+    assert sorted(annotations["id"]) == ["n0", "n1", "n2", "n3"]
+    assert reannotate(config)["processed"] == []  # nothing pending any more
