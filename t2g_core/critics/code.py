@@ -135,10 +135,36 @@ class CodeCritic:
             return []
         raising = Counter(k for r in results if r.outcome in ("error", "timeout", "syntax_error") if (k := to_code(r.line)))
         picked = [k for k, _ in raising.most_common()]
-        if any(r.outcome in ("fail", "timeout") for r in results):
-            ranked = sorted(((s, k) for line, s in ochiai(results).items() if s > 0 and (k := to_code(line))), reverse=True)
-            picked += [k for _, k in ranked if k not in picked]
+        passthrough = passthrough_lines(program)
+        ranked = sorted(
+            ((s, k not in passthrough, k) for line, s in ochiai(results).items() if s > 0 and (k := to_code(line))), reverse=True
+        )
+        picked += [k for _, _, k in ranked if k not in picked]
         return picked[: self.max_fault_lines]
+
+
+PASSTHROUGH = (ast.Pass, ast.Break, ast.Continue)
+
+
+def _is_passthrough(node: ast.AST) -> bool:
+    """A statement that only moves values computed elsewhere (``return x``, ``return a, b``, ``for x in xs:``)."""
+    def plain(e: ast.AST | None) -> bool:
+        return e is None or isinstance(e, (ast.Name, ast.Constant)) or (isinstance(e, ast.Tuple) and all(plain(x) for x in e.elts))
+
+    if isinstance(node, PASSTHROUGH):
+        return True
+    if isinstance(node, ast.Return):
+        return plain(node.value)
+    return isinstance(node, ast.For) and isinstance(node.iter, ast.Name)
+
+
+def passthrough_lines(program: Program) -> set[int]:
+    """Code lines holding only pass-through statements: on an Ochiai tie they rank below lines that compute."""
+    try:
+        tree = ast.parse(program.source)
+    except SyntaxError:
+        return set()
+    return {node.lineno - program.line_offset for node in ast.walk(tree) if isinstance(node, ast.stmt) and _is_passthrough(node)}
 
 
 def _first_message(run: SandboxRun) -> str:
