@@ -9,6 +9,7 @@ Reported:
 - floor_s: ``tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)`` on all texts (best of R).
 - align_s: ``align_feedback`` for every response; label_s: ``token_labels_batch`` (its tokenization included).
 - ratio = (align_s + label_s) / floor_s  (target <= 1.5); spans_per_s = spans / (align_s + label_s).
+- ratio_paired_median: the median over repeats of that repeat's (align + label) / floor.
 - label_only_s: ``labels_for_offsets`` on the floor's offsets, and ratio_by_components = (floor + align +
   label_only) / floor: the same ratio measured from its parts, less exposed to load noise on a shared machine.
 - recovery of perturbed spans with the exact original offsets (target >= 98%), false matches of absent spans
@@ -27,6 +28,7 @@ import os
 import platform
 import random
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -257,6 +259,7 @@ def main() -> None:
         "label_s": label_s,
         "total_s": total,
         "ratio_to_floor": total / floor_s,
+        "ratio_paired_median": statistics.median((a + lab) / f for f, a, lab in zip(floor_t, align_t, label_t, strict=True)),
         "label_only_s": label_only_s,
         "ratio_by_components": (floor_s + align_s + label_only_s) / floor_s,
         "target_ratio": 1.5,
@@ -272,7 +275,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2), encoding="utf-8")
     for key in ("responses", "tokens_per_response", "spans", "floor_s", "align_s", "label_s", "ratio_to_floor",
-                "label_only_s", "ratio_by_components", "spans_per_s",
+                "ratio_paired_median", "label_only_s", "ratio_by_components", "spans_per_s",
                 "perturbed_recovered_exact_offsets", "exact_at_offsets", "absent_spans", "absent_false_matches"):
         v = result[key]
         print(f"{key:<36} {v:.4g}" if isinstance(v, float) else f"{key:<36} {v}")

@@ -52,7 +52,7 @@ def align(
         tok = AutoTokenizer.from_pretrained(tokenizer)
         by_item = spans_by_item(spans_df)
         ids = list(responses)
-        labels = token_labels_batch([responses[i] for i in ids], [by_item.get(i, []) for i in ids], tok, overlap=cfg.overlap)
+        labels = token_labels_batch([responses[i] for i in ids], [by_item.get(i, []) for i in ids], tok, cfg)
     metrics = alignment_stats(spans_df, responses, labels)
     if output.suffix == ".parquet":
         write_parquet(spans_df, output, "spans")

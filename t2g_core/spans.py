@@ -452,6 +452,19 @@ def label_values(cfg: AlignConfig | None = None) -> dict[str, float]:
     return {POSITIVE: cfg.positive_value, NEGATIVE: cfg.negative_value, "neutral": cfg.neutral_value}
 
 
+def _resolve_values(values: Mapping[str, float] | AlignConfig | None, overlap: str | None) -> tuple[dict[str, float], str]:
+    if values is not None and not isinstance(values, Mapping):  # an AlignConfig
+        overlap = overlap or values.overlap
+        values = label_values(values)
+    unknown = set(values or {}) - set(DEFAULT_VALUES)
+    if unknown:
+        raise ValueError(f"unknown label value key(s) {sorted(unknown)}; expected positive, negative, neutral")
+    overlap = overlap or "poor_wins"
+    if overlap not in ("poor_wins", "good_wins"):
+        raise ValueError(f"overlap must be 'poor_wins' or 'good_wins', got {overlap!r}")
+    return {**DEFAULT_VALUES, **(values or {})}, overlap
+
+
 def _is_sorted(xs: Sequence[int]) -> bool:
     return list(xs) == sorted(xs)
 
@@ -467,20 +480,20 @@ def _token_range(starts: Sequence[int], ends: Sequence[int], start: int, end: in
 def labels_for_offsets(
     offsets: Sequence[tuple[int, int]],
     aligned_spans: Iterable[AlignedSpan],
-    values: Mapping[str, float] | None = None,
+    values: Mapping[str, float] | AlignConfig | None = None,
     *,
-    overlap: str = "poor_wins",
+    overlap: str | None = None,
     base: int = 0,
 ) -> list[float]:
     """One label per token offset: the span label when the token's interval overlaps a matched span.
 
-    Zero-width tokens (special tokens, ``(0, 0)``) are never labelled. ``overlap`` is "poor_wins" or "good_wins".
-    ``base`` is where the response starts in the text the offsets index (e.g. after a chat-templated prompt):
-    span offsets are shifted by it, so prompt tokens never overlap a span.
+    Zero-width tokens (special tokens, ``(0, 0)``) are never labelled. ``values`` maps "positive" / "negative" /
+    "neutral" to label values (defaults +1 / -1 / 0) or is an :class:`AlignConfig` (its values and overlap rule).
+    ``overlap`` is "poor_wins" (default) or "good_wins". ``base`` is where the response starts in the text the
+    offsets index (e.g. after a chat-templated prompt): span offsets are shifted by it, so prompt tokens never
+    overlap a span.
     """
-    if overlap not in ("poor_wins", "good_wins"):
-        raise ValueError(f"overlap must be 'poor_wins' or 'good_wins', got {overlap!r}")
-    vals = {**DEFAULT_VALUES, **(values or {})}
+    vals, overlap = _resolve_values(values, overlap)
     labels = [vals["neutral"]] * len(offsets)
     if not offsets:
         return labels
@@ -500,11 +513,12 @@ def token_labels(
     response: str,
     aligned_spans: Iterable[AlignedSpan],
     tokenizer: Any,
-    values: Mapping[str, float] | None = None,
+    values: Mapping[str, float] | AlignConfig | None = None,
     *,
-    overlap: str = "poor_wins",
+    overlap: str | None = None,
 ) -> list[float]:
-    """One label per token of ``tokenizer(response, add_special_tokens=False)`` (a fast tokenizer)."""
+    """One label per token of ``tokenizer(response, add_special_tokens=False)`` (a fast tokenizer); see
+    :func:`labels_for_offsets` for ``values`` and ``overlap``."""
     enc = tokenizer(response, add_special_tokens=False, return_offsets_mapping=True)
     return labels_for_offsets(enc["offset_mapping"], aligned_spans, values, overlap=overlap)
 
@@ -513,9 +527,9 @@ def token_labels_batch(
     responses: Sequence[str],
     aligned: Sequence[Iterable[AlignedSpan]],
     tokenizer: Any,
-    values: Mapping[str, float] | None = None,
+    values: Mapping[str, float] | AlignConfig | None = None,
     *,
-    overlap: str = "poor_wins",
+    overlap: str | None = None,
 ) -> list[list[float]]:
     """:func:`token_labels` for many responses with one batched tokenizer call."""
     enc = tokenizer(list(responses), add_special_tokens=False, return_offsets_mapping=True)

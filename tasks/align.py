@@ -21,11 +21,11 @@ def _policy_labels(spans_df, responses: dict[str, str], models: dict | None, cfg
         return None
     from transformers import AutoTokenizer
 
-    from t2g_core.spans import label_values, spans_by_item, token_labels_batch
+    from t2g_core.spans import spans_by_item, token_labels_batch
 
     tok = AutoTokenizer.from_pretrained(policy)
     by_item, ids = spans_by_item(spans_df), list(responses)
-    return token_labels_batch([responses[i] for i in ids], [by_item.get(i, []) for i in ids], tok, label_values(cfg), overlap=cfg.overlap)
+    return token_labels_batch([responses[i] for i in ids], [by_item.get(i, []) for i in ids], tok, cfg)
 
 
 @task(name="align", **stage_task_options(1800))
