@@ -26,7 +26,7 @@ TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 TINY = {
     "data": {"n_items": 24, "seed": 3},
-    "models": {"tiny": {"vocab_size": 300, "hidden_size": 32, "num_heads": 2, "warm_start_steps": 5, "policy_sft_steps": 5,
+    "models": {"tiny": {"hidden_size": 32, "num_heads": 2, "warm_start_steps": 5, "policy_sft_steps": 5,
                         "warm_start_batch_size": 8, "policy_sft_batch_size": 8}},
     "validate": {"review": "auto", "sample_size": 8},
     "reward_model": {"max_steps": 2, "batch_size": 4, "max_new_tokens": 16},

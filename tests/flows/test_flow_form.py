@@ -1,0 +1,43 @@
+"""The Prefect UI form of `text2grad` is PipelineConfig: its schema carries every stage's field descriptions, and
+`refresh` offers exactly the stage names; a bad refresh name is a clear error. Flow modules import without torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def test_text2grad_form_is_the_pipeline_config_with_descriptions():
+    from prefect.utilities.callables import parameter_schema
+
+    from flows.stages import STAGES
+    from flows.text2grad import text2grad
+    from t2g_core.config import PPOConfig
+
+    schema = parameter_schema(text2grad).model_dump_for_openapi()
+    defs = schema["definitions"]
+    assert set(schema["properties"]) == {"config", "refresh"}
+    assert defs["PPOConfig"]["properties"]["steps"]["description"] == PPOConfig.model_fields["steps"].description
+    assert "validate" in defs["PipelineConfig"]["properties"]
+    refresh = schema["properties"]["refresh"]
+    enum = next(v["items"]["enum"] for v in refresh["anyOf"] if v.get("type") == "array")
+    assert tuple(enum) == STAGES
+
+
+def test_refresh_names_are_checked_and_imply_downstream():
+    from flows.stages import downstream
+
+    assert downstream(["ppo"]) == {"ppo", "evaluate"}
+    assert downstream(None) == set()
+    with pytest.raises(ValueError, match="unknown stage"):
+        downstream(["ppo", "polish"])
+
+
+def test_flow_modules_import_without_heavy_libraries():
+    code = ("import sys, flows.text2grad, flows.feedback, flows.serve, flows.lineage\n"
+            "print(','.join(m for m in ('torch', 'transformers', 'mlflow', 'peft') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
