@@ -31,6 +31,21 @@ def _out_dir(out: Path | None, cfg) -> Path:
     return out if out is not None else Path(cfg.workspace.root) / "reports" / "validate"
 
 
+def _ui_verdicts(sample, cfg):
+    """Run the review as a Prefect flow that pauses for the verdict form; needs a reachable Prefect server."""
+    from prefect import flow
+    from prefect.settings import PREFECT_API_URL
+
+    from t2g_core.review import ReviewVerdicts
+    from tasks.validate import ui_review
+
+    if not PREFECT_API_URL.value():
+        fail("--review ui needs a Prefect server the reviewer can reach: `make up` (or `prefect server start`), "
+             "then set PREFECT_API_URL, e.g. http://127.0.0.1:4200/api")
+    review_flow = flow(name="t2g-review", log_prints=True)(ui_review)
+    return ReviewVerdicts.model_validate(review_flow(sample.model_dump(mode="json"), cfg.validate_.model_dump(mode="json")))
+
+
 def _review(mode: str, b, sample, cfg, review_dir: Path, verdicts: Path | None):
     """Verdicts for ``sample`` from the chosen path, or None when the review is pending or skipped."""
     from t2g_core.review import export_review, load_verdicts
@@ -46,14 +61,7 @@ def _review(mode: str, b, sample, cfg, review_dir: Path, verdicts: Path | None):
         echo(f"then: t2g review import VERDICTS --sample {paths['sample']}")
         return None
     if mode == "ui":
-        from prefect import flow
-
-        from tasks.validate import ui_review
-
-        data = flow(name="t2g-review", log_prints=True)(ui_review)(sample.model_dump(mode="json"), cfg.validate_.model_dump(mode="json"))
-        from t2g_core.review import ReviewVerdicts
-
-        return ReviewVerdicts.model_validate(data)
+        return _ui_verdicts(sample, cfg)
     return None
 
 

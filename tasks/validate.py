@@ -115,7 +115,7 @@ def ui_review(sample: dict, cfg: dict, attempts: int = 3, poll_interval_s: float
     create_markdown_artifact(key=SAMPLE_ARTIFACT, markdown=sample_markdown(s), description=f"review sample {s.key}")
     note = f"Review the sample in the `{SAMPLE_ARTIFACT}` artifact ({s.n_judgements} judgements)."
     for attempt in range(1, attempts + 1):
-        form = ReviewInput.with_initial_data(description=note, reviewer="", sample_key=s.key, items=_initial_items(s))
+        form = ReviewInput.with_initial_data(description=note, sample_key=s.key, items=_initial_items(s))  # reviewer stays required
         answer = pause_flow_run(wait_for_input=form, timeout=c.review_timeout_s, key=f"{PAUSE_KEY}-{attempt}", poll_interval=poll_interval_s)
         verdicts = ReviewVerdicts.model_validate(answer.model_dump())
         try:

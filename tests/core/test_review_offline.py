@@ -157,6 +157,7 @@ def test_cli_offline_review_pending_then_imported(tmp_path):
     assert "all gates passed" in r.output
 
 
+@pytest.mark.slow
 def test_cli_validate_in_a_real_subprocess(tmp_path):
     args = _write_inputs(tmp_path, flip=0.4)
     t2g = str(Path(sys.executable).parent / "t2g")
