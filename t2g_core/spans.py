@@ -350,16 +350,26 @@ def _normalized(resp: _Response, span: str, claimed, context) -> tuple[int, int]
     return _choose(cands, claimed, resp.text, context)
 
 
+def _word_char(ch: str) -> bool:
+    """A letter or digit of a script that separates words with spaces (CJK and kana runs have no word breaks)."""
+    return ch.isalnum() and ord(ch) < 0x2E80
+
+
 def _snap_to_words(text: str, start: int, end: int) -> tuple[int, int]:
     """Widen a fuzzy window that cuts a word in two so it covers whole words."""
-    while start > 0 and text[start - 1].isalnum() and text[start].isalnum():
+    while start > 0 and _word_char(text[start - 1]) and _word_char(text[start]):
         start -= 1
-    while end < len(text) and text[end - 1].isalnum() and text[end].isalnum():
+    while end < len(text) and _word_char(text[end - 1]) and _word_char(text[end]):
         end += 1
     return start, end
 
 
 def _fuzzy(resp: _Response, span: str, threshold: float, min_chars: int) -> tuple[tuple[int, int] | None, float]:
+    """Best partial alignment of the normalised span in the normalised response, scored on the *whole* span.
+
+    ``partial_ratio`` of a span longer than the response scores the response inside the span; rescoring the full
+    span against the window found (``ratio``) keeps a long quote from matching a short response it merely contains.
+    """
     needle = _squeeze_text(span)
     hay, src = resp.squeezed
     if len(needle) < min_chars or not hay:
@@ -367,8 +377,11 @@ def _fuzzy(resp: _Response, span: str, threshold: float, min_chars: int) -> tupl
     res = fuzz.partial_ratio_alignment(needle, hay, score_cutoff=threshold)
     if res is None or res.dest_end <= res.dest_start:
         return None, 0.0
+    score = fuzz.ratio(needle, hay[res.dest_start: res.dest_end])
+    if score < threshold:
+        return None, 0.0
     start, end = int(src[res.dest_start]), int(src[res.dest_end - 1]) + 1
-    return _with_emphasis(resp.text, *_snap_to_words(resp.text, start, end), span), float(res.score)
+    return _with_emphasis(resp.text, *_snap_to_words(resp.text, start, end), span), float(score)
 
 
 def locate_span(

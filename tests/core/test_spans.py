@@ -194,6 +194,18 @@ def test_fuzzy_match_covers_whole_words_above_threshold_only():
     assert one(r, "amoxicilin", min_fuzzy_chars=20).match == "unmatched"
 
 
+def test_fuzzy_never_matches_a_quote_much_longer_than_the_response():
+    r = "Paris is lovely."
+    assert one(r, "Paris is lovely in spring, says everyone who has been there").match == "unmatched"
+
+
+def test_fuzzy_window_in_cjk_is_not_widened_to_the_whole_run():
+    r = "前文です。東京は日本の首都であり人口が多い都市です。後文です。"
+    a = one(r, "東京は日本の首都でありし人口")  # one extra character: not exact, not normalised
+    assert a.match == "fuzzy"
+    assert len(at(r, a)) <= len("東京は日本の首都であり人口") + 2
+
+
 def test_align_feedback_uses_config_and_parsed_feedback():
     r = "alpha beta gamma delta"
     parsed = ParsedFeedback("c", ["alpha beta"], ["gamma delte"])
