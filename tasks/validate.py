@@ -2,8 +2,10 @@
 
 Flow shape (what ``flows/`` calls)::
 
-    sample = draw_review_sample(annotations, spans, feedback, cfg.validate_, cfg.workspace)
-    verdicts = auto_review(sample, feedback)            # or ui_review(sample, cfg.validate_) in the flow body
+    sample = draw_review_sample(annotations, spans, feedback, cfg.validate_, cfg.workspace)  # + offline page and sheet
+    verdicts = auto_review(sample, annotations, spans, feedback)  # review="auto": ground truth
+    # review="ui":      verdicts = ui_review(sample, cfg.validate_.model_dump())  (in the flow body: it pauses the flow)
+    # review="offline": verdicts = import_verdicts(sample, path)  (or None: the report says the review is pending)
     report = validation_report(annotations, spans, feedback, sample, verdicts, cfg.validate_, cfg.workspace)
 
 ``validation_report`` publishes the report (Prefect markdown + table artifacts, MLflow artifacts and metrics) and
@@ -73,6 +75,16 @@ def auto_review(sample: dict, annotations: dict, spans: dict, feedback: dict) ->
 
     s = load_sample(sample["sample"])
     return ground_truth_review(s, gold_by_id(_batch(annotations, spans, feedback))).model_dump(mode="json")
+
+
+@task(name="import-verdicts", **stage_task_options(60))
+def import_verdicts(sample: dict, verdicts_path: str) -> dict:
+    """Offline review: the verdict file downloaded from the review page (or the filled JSONL sheet), checked."""
+    from t2g_core.review import load_sample, load_verdicts
+
+    verdicts = load_verdicts(verdicts_path)
+    check_verdicts(load_sample(sample["sample"]), verdicts, verdicts_path)
+    return verdicts.model_dump(mode="json")
 
 
 def sample_markdown(sample: ReviewSample) -> str:

@@ -56,13 +56,18 @@ class ValidationReport:
         return {
             "status": self.status,
             "failures": self.failures,
-            "checks": [{**asdict(c), "value": None if math.isnan(c.value) else c.value} for c in self.checks],
-            "by_annotator": self.by_annotator.to_dict("records"),
-            "by_task": self.by_task.to_dict("records"),
+            "checks": [_no_nan(asdict(c)) for c in self.checks],
+            "by_annotator": [_no_nan(r) for r in self.by_annotator.to_dict("records")],
+            "by_task": [_no_nan(r) for r in self.by_task.to_dict("records")],
             "alignment": al,
             "review": self.review,
             "notes": self.notes,
         }
+
+
+def _no_nan(row: dict) -> dict:
+    """NaN (nothing to measure) as null, so report.json is strict JSON."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
 
 
 def _fmt(v: object) -> str:

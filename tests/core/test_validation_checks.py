@@ -60,7 +60,8 @@ def test_empty_annotations_fail_without_crashing(tmp_path):
     assert {c.name for c in report.checks if c.status == "skipped"} >= {"unmatched_rate", "minority_label_frac", "failure_rate"}
     paths = write_report(report, tmp_path)
     assert paths["chart"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert json.loads(paths["json"].read_text())["status"] == "fail"
+    data = json.loads(paths["json"].read_text(), parse_constant=lambda c: pytest.fail(f"report.json holds {c}"))
+    assert data["status"] == "fail" and any(c["name"] == "unmatched_rate" and c["value"] is None for c in data["checks"])
 
 
 def test_failed_annotations_are_counted_by_status():
