@@ -140,3 +140,21 @@ def test_auto_review_tasks_report_and_gate(prefect_harness, tmp_path):
     with pytest.raises(ValidationGateError, match="unmatched_rate"):
         auto_flow(ann, spans, fb, cfg, wcfg)
     assert "FAIL" in Artifact.get("validation-report").data
+
+
+def test_import_verdicts_task_checks_the_file_against_the_sample(tmp_path):
+    from t2g_core.review import VerdictError, export_review
+    from tasks.validate import import_verdicts
+
+    s = make_synthetic_batch(n_items=8)
+    b = make_batch(s.annotations, s.spans, s.feedback)
+    sample = review_sample(b, ValidateConfig(sample_size=3))
+    paths = export_review(sample, tmp_path)
+    verdicts = ground_truth_review(sample, gold_by_id(b))
+    good = tmp_path / "v.json"
+    good.write_text(verdicts.model_dump_json())
+    assert import_verdicts.fn({"sample": str(paths["sample"])}, str(good)) == verdicts.model_dump(mode="json")
+    bad = tmp_path / "bad.json"
+    bad.write_text(verdicts.model_copy(update={"sample_key": "other"}).model_dump_json())
+    with pytest.raises(VerdictError, match="sample_key 'other'"):
+        import_verdicts.fn({"sample": str(paths["sample"])}, str(bad))
