@@ -63,6 +63,11 @@ def pipeline(root: str, c1: dict, c2: dict, c3: dict, refresh: list[str] | None 
     return cached(third, root, refresh="third" in refresh)(root, b, c3)
 
 
+@flow(name="fake-pipeline-no-retries")
+def pipeline_once(root: str, c1: dict, c2: dict, c3: dict):
+    return pipeline.fn(root, c1, c2, c3)
+
+
 def _task_states(flow_run_id) -> dict[str, list[str]]:
     """Task name -> state names of its task runs in one flow run."""
     from prefect.client.orchestration import get_client
@@ -127,3 +132,26 @@ def test_refresh_forces_a_stage_even_when_cached(tmp_path):
     CALLS.clear()
     _run(root, C1, C2, C3, refresh=["third"])
     assert CALLS == ["third"]
+
+
+def test_ui_retry_of_a_failed_run_reuses_completed_stages(tmp_path):
+    """The UI's Retry button: force the failed run to Scheduled/AwaitingRetry, then execute the *same* flow run."""
+    from prefect.client.orchestration import get_client
+    from prefect.flow_engine import run_flow
+    from prefect.states import State, StateType
+
+    root = str(tmp_path)
+    FAIL_ONCE[root] = True
+    CALLS.clear()
+    failed = pipeline_once(root, C1, C2, C3, return_state=True)
+    assert failed.is_failed() and CALLS == ["first", "second", "third"]
+    run_id = failed.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        retry = State(type=StateType.SCHEDULED, name="AwaitingRetry", message="Retry from the UI")
+        client.set_flow_run_state(run_id, retry, force=True)  # what POST /api/flow_runs/{id}/set_state does
+        flow_run = client.read_flow_run(run_id)
+    state = run_flow(pipeline_once, flow_run=flow_run, parameters=flow_run.parameters, return_type="state")
+    assert state.is_completed()
+    assert CALLS == ["first", "second", "third", "third"]
+    states = _task_states(run_id)
+    assert states["fake-first"] == ["Completed", "Cached"] and states["fake-second"] == ["Completed", "Cached"]
