@@ -66,6 +66,8 @@ def materialise_feedback(data: DataConfig, workspace: WorkspaceConfig) -> dict:
 @task(name="build-models", **stage_task_options(3600))
 def build_models(models: ModelsConfig, feedback: dict, workspace: WorkspaceConfig) -> dict:
     """Build (once) the tiny base and warm-started policy for the feedback's task; returns their folders."""
+    from prefect import get_run_logger
+
     from t2g_core.models.tiny import ensure_demo_models
     from t2g_core.store import read_artifact
 
@@ -73,7 +75,7 @@ def build_models(models: ModelsConfig, feedback: dict, workspace: WorkspaceConfi
     df = read_artifact(feedback["path"], "feedback")
     with tracking.stage_run("build_models", models, workspace):
         tracking.log_dataset(feedback, "feedback", "training")
-        built = ensure_demo_models(ws.models, models, df, progress=False)
+        built = ensure_demo_models(ws.models, models, df, progress=False, log=get_run_logger().info)
         build_info = built.policy.parent / "build.json"
         if build_info.exists():
             tracking.log_artifact(build_info)
