@@ -86,6 +86,8 @@ def validate(
     mode = review or cfg.validate_.review
     if mode not in ("auto", "ui", "offline", "none"):
         fail(f"--review must be auto, ui, offline or none, not {mode!r}")
+    if mode in ("ui", "offline") and feedback is None:
+        fail(f"--review {mode} needs --feedback: the reviewer must see the prompts and responses")
     b = _batch(annotations, spans, feedback)
     report = replace(check_batch(b, cfg.validate_), review=mode)
     out_dir = _out_dir(out, cfg)
@@ -129,7 +131,7 @@ def _finish(report, out_dir: Path) -> None:
 def review_export(
     annotations: Path = typer.Argument(..., help="annotations artifact folder or Parquet file."),
     spans: Path = typer.Argument(..., help="spans artifact folder or Parquet file."),
-    feedback: Path = typer.Option(None, "--feedback", "-f", help="Feedback (prompts and responses to show)."),
+    feedback: Path = typer.Option(..., "--feedback", "-f", help="Feedback (prompts and responses to show)."),
     out: Path = typer.Option(Path("review"), "--out", "-o", help="Folder for review.html, sheet.jsonl and sample.json."),
     config: Path = ConfigOpt,
     set_: list[str] = SetOpt,
