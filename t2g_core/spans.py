@@ -201,7 +201,7 @@ class AlignedSpan:
 
 # Normalised form: NFKD compatibility decomposition, casefold, curly quotes/dashes -> ASCII, and *every*
 # whitespace and markdown-emphasis character deleted (so indentation and line breaks never matter). A match found
-# in that squeezed text is accepted only if its word structure equals the span's (see _same_words), so deleting
+# in that squeezed text is accepted only if its words equal the span's (_collapse, in _normalized), so deleting
 # whitespace never joins words that were apart.
 _QUOTES = {
     **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032", "'"),
