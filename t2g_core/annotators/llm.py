@@ -39,8 +39,6 @@ class RunStats:
 
     requests: int = 0
     cache_hits: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
     cost: float = 0.0  # of the live requests of this run
     structured_output: bool | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -119,17 +117,19 @@ class LLMAnnotator:
             return {"status": "api_error", "error": f"HTTP {exc.status_code}: {_short(exc.message)}"}
         except openai.APIError as exc:  # connection errors and the like
             return {"status": "api_error", "error": f"{type(exc).__name__}: {_short(str(exc))}"}
-        choice = completion.choices[0]
-        usage = completion.usage
-        return {
-            "content": choice.message.content,
-            "refusal": getattr(choice.message, "refusal", None),
-            "finish_reason": choice.finish_reason,
-            "prompt_tokens": int(usage.prompt_tokens) if usage else 0,
-            "completion_tokens": int(usage.completion_tokens) if usage else 0,
-            "latency_s": time.perf_counter() - start,
-            "model": completion.model,
-        }
+        try:
+            choice, usage = completion.choices[0], completion.usage
+            return {
+                "content": choice.message.content,
+                "refusal": getattr(choice.message, "refusal", None),
+                "finish_reason": choice.finish_reason,
+                "prompt_tokens": int(usage.prompt_tokens) if usage else 0,
+                "completion_tokens": int(usage.completion_tokens) if usage else 0,
+                "latency_s": time.perf_counter() - start,
+                "model": completion.model,
+            }
+        except (AttributeError, IndexError, TypeError, ValueError) as exc:  # HTTP 200 but not a chat completion
+            return {"status": "api_error", "error": f"malformed completion from the endpoint: {type(exc).__name__}: {_short(str(exc))}"}
 
     async def _annotate_one(self, client: openai.AsyncOpenAI, sem: asyncio.Semaphore, row: dict[str, Any], refresh: bool) -> dict[str, Any]:
         messages = row["_messages"]
@@ -150,9 +150,6 @@ class LLMAnnotator:
     def _row(self, row: dict[str, Any], answer: dict[str, Any], cached: bool) -> dict[str, Any]:
         parsed = answer_to_feedback(answer, self.cfg.max_tokens)
         pt, ct = int(answer.get("prompt_tokens", 0)), int(answer.get("completion_tokens", 0))
-        with self.stats.lock:
-            self.stats.prompt_tokens += pt
-            self.stats.completion_tokens += ct
         return feedback_row(row["id"], self.name, parsed, pt, ct, 0.0 if cached else float(answer.get("latency_s", 0.0)))
 
     # -- many requests ---------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ client: its retries, timeouts and parsing. Use it as a context manager::
 - ``malformed``: 200 with content that is not JSON (persistent: a cached answer)
 - ``truncated``: 200 with JSON cut in half and ``finish_reason="length"``
 - ``refusal``: 200 with ``message.refusal`` set and no content
+- ``bad_body``: 200 with a JSON body that is not a chat completion (a broken proxy)
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULTS = ("rate_limit", "server_error", "slow", "malformed", "truncated", "refusal")
+FAULTS = ("rate_limit", "server_error", "slow", "malformed", "truncated", "refusal", "bad_body")
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Reply:
     delay_s: float = 0.0
     refusal: str | None = None
     finish_reason: str = "stop"
+    body: dict[str, Any] | None = None  # sent as-is instead of a chat completion
 
 
 def quoting_answer(request: dict[str, Any]) -> str:
@@ -136,6 +138,8 @@ class FakeOpenAIServer:
             return Reply(status=500, content="internal error")
         if fault == "refusal":
             return Reply(refusal="I'm sorry, I can't help with that.")
+        if fault == "bad_body":
+            return Reply(body={"object": "error", "detail": "upstream proxy hiccup"})
         scripted = self.answer(request)
         reply = scripted if isinstance(scripted, Reply) else Reply(content=scripted)
         if fault == "slow":
@@ -226,7 +230,7 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             if reply.status != 200:
                 self._send(reply.status, {"error": {"message": reply.content or "error"}}, reply.headers)
             else:
-                self._send(200, _completion_body(request, reply), reply.headers)
+                self._send(200, reply.body if reply.body is not None else _completion_body(request, reply), reply.headers)
 
     return Handler
 

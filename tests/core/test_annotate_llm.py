@@ -106,6 +106,7 @@ def test_429_retry_after_is_honoured(tmp_path):
         ("malformed", "parse_error", "no JSON object"),
         ("truncated", "parse_error", "truncated"),
         ("refusal", "refused", "refused"),
+        ("bad_body", "api_error", "malformed completion"),
     ],
 )
 def test_each_fault_ends_in_its_status(tmp_path, fault, status, error):
