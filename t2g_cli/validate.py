@@ -95,13 +95,13 @@ def validate(
         sample = review_sample(b, cfg.validate_)
         try:
             v = _review(mode, b, sample, cfg, out_dir / "review", verdicts)
+            if v is not None:
+                report = with_review(report, sample, v, cfg.validate_, str(verdicts or mode))
         except VerdictError as exc:
             fail(str(exc))
-        if v is not None:
-            report = with_review(report, sample, v, cfg.validate_, str(verdicts or mode))
-        elif mode == "offline":
+        if v is None and mode == "offline":
             report = replace(report, review_pending=True)
-        else:
+        elif v is None:
             report = replace(report, notes=[f"review {mode}: no ground truth (feedback meta.gold_spans), alignment not measured"])
     _finish(report, out_dir)
 
