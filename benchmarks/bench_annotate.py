@@ -43,8 +43,8 @@ def _items(n: int) -> pd.DataFrame:
 
 
 def throughput(latency: float, levels: list[int], min_items: int, rounds: int) -> list[dict]:
-    server = subprocess.Popen([sys.executable, "-m", "t2g_core.testing.openai_server", "--latency", str(latency)],
-                              stdout=subprocess.PIPE, text=True)
+    serve = "import sys; from t2g_core.testing.openai_server import main; main(sys.argv[1:])"
+    server = subprocess.Popen([sys.executable, "-c", serve, "--latency", str(latency)], stdout=subprocess.PIPE, text=True)
     try:
         base_url = server.stdout.readline().strip()
         out = []

@@ -236,7 +236,8 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m t2g_core.testing.openai_server --latency 0.1``: serve until killed; prints the base URL first."""
+    """Serve until killed, printing the base URL first (``python -c "from t2g_core.testing.openai_server import main;
+    main()" --latency 0.1``; ``-m`` works too but warns, as the package imports this module)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
