@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from t2g_core.config import ValidateConfig
 from t2g_core.review import ItemVerdict, ReviewVerdicts, SpanJudgement, VerdictError
@@ -139,3 +141,15 @@ def test_ground_truth_reviewer_disagrees_exactly_with_flipped_labels():
     clean_s, clean_b = _batch(n_items=30)
     clean_sample = review_sample(clean_b, CFG)
     assert compute_alignment(clean_sample, ground_truth_review(clean_sample, gold_by_id(clean_b)), CFG).overall.point == 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.dictionaries(st.sampled_from("abcdefgh"), st.integers(1, 40), min_size=1), n=st.integers(1, 120), seed=st.integers(0, 5))
+def test_allocation_properties(sizes, n, seed):
+    alloc = allocate(sizes, n, np.random.default_rng(seed))
+    assert sum(alloc.values()) == min(n, sum(sizes.values()))
+    assert all(0 <= alloc[s] <= sizes[s] for s in sizes)
+    if n >= len(sizes):
+        assert all(alloc[s] >= 1 for s in sizes)
+    else:
+        assert max(alloc.values()) == 1
