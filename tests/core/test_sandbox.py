@@ -60,12 +60,12 @@ def test_infinite_loop_is_stopped_and_the_next_case_still_runs():
     start = time.monotonic()
     res = run([case("while True:\n    pass"), case("assert candidate(1) == 2")])
     assert [r.outcome for r in res.results] == ["timeout", "pass"]
-    assert time.monotonic() - start < 6
+    assert time.monotonic() - start < 8
 
 
 def test_loop_that_swallows_the_timer_is_killed_from_outside():
     body = "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass"
-    res = run([case(body), case("assert candidate(1) == 2")], SandboxLimits(timeout_s=1.0, startup_s=1.5))
+    res = run([case(body), case("assert candidate(1) == 2")], SandboxLimits(timeout_s=1.0, startup_s=2.5))
     assert res.results[0].outcome == "killed" and "killed after" in res.results[0].message
     assert res.results[1].outcome == "pass"  # a fresh sandbox went on with the rest
     assert _sandbox_processes() == []
