@@ -18,13 +18,18 @@ EXIT_FAIL, EXIT_PENDING = 1, 3
 ReviewOpt = typer.Option(None, "--review", "-r", help="auto (ground-truth reviewer) | ui (Prefect pause form) | offline (HTML page) | none; default from config.")
 
 
-def _batch(annotations: Path, spans: Path, feedback: Path | None):
+def _batch(annotations: Path, spans: Path, feedback: Path | None, tokenizer: str | None = None):
     from t2g_core.feedback import load_feedback
     from t2g_core.store import read_artifact
     from t2g_core.validation import make_batch
 
     fb = load_feedback(feedback) if feedback is not None else None
-    return make_batch(read_artifact(annotations, "annotations"), read_artifact(spans, "spans"), fb)
+    tok = None
+    if tokenizer:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tokenizer)
+    return make_batch(read_artifact(annotations, "annotations"), read_artifact(spans, "spans"), fb, tokenizer=tok)
 
 
 def _out_dir(out: Path | None, cfg) -> Path:
@@ -72,6 +77,7 @@ def validate(
     feedback: Path = typer.Option(None, "--feedback", "-f", help="Feedback (responses, prompts, meta.gold_spans ground truth)."),
     review: str = ReviewOpt,
     verdicts: Path = typer.Option(None, "--verdicts", help="Offline review: verdict JSON or filled JSONL sheet to score."),
+    tokenizer: str = typer.Option(None, "--tokenizer", help="Tokenizer folder: count its tokens (not words) for labelled_token_frac."),
     out: Path = typer.Option(None, "--out", "-o", help="Report folder (default <workspace>/reports/validate)."),
     config: Path = ConfigOpt,
     set_: list[str] = SetOpt,
@@ -88,7 +94,7 @@ def validate(
         fail(f"--review must be auto, ui, offline or none, not {mode!r}")
     if mode in ("ui", "offline") and feedback is None:
         fail(f"--review {mode} needs --feedback: the reviewer must see the prompts and responses")
-    b = _batch(annotations, spans, feedback)
+    b = _batch(annotations, spans, feedback, tokenizer)
     report = replace(check_batch(b, cfg.validate_), review=mode)
     out_dir = _out_dir(out, cfg)
     if mode != "none":

@@ -10,12 +10,15 @@ its item's first annotation.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
 
 from t2g_core.schemas import ANNOTATIONS, FEEDBACK, SPANS, SchemaError, validate_frame
 
+WORD_RE = re.compile(r"\w+|[^\w\s]")
 GOLD_LABELS = {"positive": "positive", "good": "positive", "negative": "negative", "poor": "negative", "bad": "negative"}
 
 
@@ -26,14 +29,34 @@ class GoldSpan:
     label: str  # positive | negative
 
 
+TokenOffsets = Callable[[str], list[tuple[int, int]]]  # text -> (start, end) of each token
+
+
+def word_offsets(text: str) -> list[tuple[int, int]]:
+    """Words and punctuation marks: the tokenizer-free default for the labelled-token check."""
+    return [(m.start(), m.end()) for m in WORD_RE.finditer(text)]
+
+
+def tokenizer_offsets(tokenizer) -> TokenOffsets:
+    """Token offsets from a Hugging Face fast tokenizer (no special tokens), as the policy and reward model see it."""
+
+    def offsets(text: str) -> list[tuple[int, int]]:
+        return [tuple(o) for o in tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]]
+
+    return offsets
+
+
 @dataclass(frozen=True)
 class Batch:
     items: pd.DataFrame
     spans: pd.DataFrame
+    token_offsets: TokenOffsets = word_offsets
+    tokens_name: str = "words"
 
     def subset(self, mask: pd.Series) -> Batch:
         items = self.items[mask.to_numpy()]
-        return Batch(items=items.reset_index(drop=True), spans=self.spans[self.spans["id"].isin(set(items["id"]))])
+        spans = self.spans[self.spans["id"].isin(set(items["id"]))]
+        return Batch(items.reset_index(drop=True), spans, self.token_offsets, self.tokens_name)
 
     @property
     def has_responses(self) -> bool:
@@ -69,8 +92,11 @@ def _feedback_columns(feedback: pd.DataFrame | None) -> pd.DataFrame:
     return fb.assign(gold=gold)[cols]
 
 
-def make_batch(annotations: pd.DataFrame, spans: pd.DataFrame, feedback: pd.DataFrame | None = None) -> Batch:
-    """Validate the inputs against their schemas and join them into a :class:`Batch`."""
+def make_batch(annotations: pd.DataFrame, spans: pd.DataFrame, feedback: pd.DataFrame | None = None, tokenizer=None) -> Batch:
+    """Validate the inputs against their schemas and join them into a :class:`Batch`.
+
+    ``tokenizer`` (a fast Hugging Face tokenizer) makes the labelled-token check count its tokens instead of words.
+    """
     ann = validate_frame(annotations, ANNOTATIONS, "annotations")
     sp = validate_frame(spans, SPANS, "spans")
     fb = _feedback_columns(feedback)
@@ -83,4 +109,7 @@ def make_batch(annotations: pd.DataFrame, spans: pd.DataFrame, feedback: pd.Data
             raise SchemaError("annotations", f"{len(missing)} id(s) not in the feedback, e.g. {missing[0]!r}", column="id")
     items["gold"] = [g if isinstance(g, list) else None for g in items["gold"]]
     items = items.astype({"task": object, "prompt": object, "response": object})
-    return Batch(items=items.reset_index(drop=True), spans=sp)
+    if tokenizer is None:
+        return Batch(items=items.reset_index(drop=True), spans=sp)
+    name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
+    return Batch(items.reset_index(drop=True), sp, tokenizer_offsets(tokenizer), f"tokens of {name}")

@@ -11,14 +11,13 @@ a crash) and, when it fails, the worst items that made it fail. Checks:
 - ``labelled_token_frac``   response tokens inside a matched span           within [min, max] (needs feedback)
 - ``span_f1``               span F1 against meta.gold_spans (alignment.span_prf, IoU >= 0.5), >= min_span_f1 when set
 
-Tokens for ``labelled_token_frac`` are words and punctuation marks (regex ``\\w+|[^\\w\\s]``), so the figure does not
-depend on which model's tokenizer is used later.
+Tokens for ``labelled_token_frac`` are words and punctuation marks (regex ``\\w+|[^\\w\\s]``) by default, or the
+tokens of a fast Hugging Face tokenizer given to ``make_batch`` (what the policy and reward model see).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,10 +25,8 @@ import pandas as pd
 
 from t2g_core.alignment import micro_prf
 from t2g_core.config.validate import ValidateConfig
-from t2g_core.validation.batch import Batch
+from t2g_core.validation.batch import Batch, TokenOffsets, word_offsets
 from t2g_core.validation.gold import item_gold_prf
-
-TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
 
 @dataclass(frozen=True)
@@ -109,10 +106,10 @@ def check_label_balance(b: Batch, cfg: ValidateConfig) -> CheckResult:
     return judge("minority_label_frac", _rate(min(pos, neg), pos + neg), cfg.min_minority_label_frac, None, detail, worst[: cfg.worst_items])
 
 
-def labelled_tokens(response: str, spans: pd.DataFrame) -> tuple[int, int]:
-    """(tokens overlapping a matched span, all tokens) of one response; tokens are words and punctuation."""
+def labelled_tokens(response: str, spans: pd.DataFrame, token_offsets: TokenOffsets = word_offsets) -> tuple[int, int]:
+    """(tokens overlapping a matched span, all tokens) of one response; tokens are words unless offsets are given."""
     ranges = [(int(s), int(e)) for s, e in zip(spans["start"], spans["end"], strict=True) if pd.notna(s) and pd.notna(e)]
-    tokens = [(m.start(), m.end()) for m in TOKEN_RE.finditer(response)]
+    tokens = [(ts, te) for ts, te in token_offsets(response) if te > ts]
     hit = sum(any(ts < e and s < te for s, e in ranges) for ts, te in tokens)
     return hit, len(tokens)
 
@@ -125,13 +122,13 @@ def check_labelled_tokens(b: Batch, cfg: ValidateConfig) -> CheckResult:
     by_id = dict(tuple(b.spans.groupby("id")))
     rows = []
     for r in ok.itertuples():
-        hit, n = labelled_tokens(r.response, by_id.get(r.id, b.spans.iloc[:0]))
+        hit, n = labelled_tokens(r.response, by_id.get(r.id, b.spans.iloc[:0]), b.token_offsets)
         rows.append({"id": r.id, "labelled": hit, "tokens": n, "frac": round(_rate(hit, n), 3) if n else 0.0})
     hit, tot = sum(r["labelled"] for r in rows), sum(r["tokens"] for r in rows)
     value = _rate(hit, tot)
     high = not math.isnan(value) and value > cfg.max_labelled_token_frac
     worst = sorted(rows, key=lambda r: r["frac"], reverse=high)
-    detail = f"{hit} of {tot} response tokens in a matched span"
+    detail = f"{hit} of {tot} response {b.tokens_name} in a matched span"
     return judge(name, value, cfg.min_labelled_token_frac, cfg.max_labelled_token_frac, detail, worst[: cfg.worst_items])
 
 

@@ -122,3 +122,31 @@ def test_bad_input_names_file_and_column():
     fb.loc[1, "meta"] = json.dumps({"gold_spans": [{"start": 0, "end": 3, "label": "meh"}]})
     with pytest.raises(SchemaError, match="row 1.*'meta'.*meh"):
         make_batch(s.annotations, s.spans, fb)
+
+
+def _fast_tokenizer(texts, word_level: bool):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if word_level:
+        tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        trainer = trainers.WordLevelTrainer(special_tokens=["[UNK]"])
+    else:
+        tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        trainer = trainers.BpeTrainer(vocab_size=260, special_tokens=["[UNK]"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+
+
+def test_labelled_tokens_can_count_a_tokenizers_tokens():
+    s = make_synthetic_batch(n_items=12)
+    words = _check(check_batch(make_batch(s.annotations, s.spans, s.feedback), CFG), "labelled_token_frac")
+    word_tok = _fast_tokenizer(s.feedback["response"].tolist(), word_level=True)
+    same = _check(check_batch(make_batch(s.annotations, s.spans, s.feedback, tokenizer=word_tok), CFG), "labelled_token_frac")
+    assert same.value == pytest.approx(words.value) and "tokens of" in same.detail  # whitespace/punct split == words
+    bpe = _fast_tokenizer(s.feedback["response"].tolist(), word_level=False)
+    sub = _check(check_batch(make_batch(s.annotations, s.spans, s.feedback, tokenizer=bpe), CFG), "labelled_token_frac")
+    n_tokens = sum(len(bpe(r, add_special_tokens=False)["input_ids"]) for r in s.feedback["response"])
+    assert f"of {n_tokens} response tokens of" in sub.detail and sub.value != pytest.approx(words.value)
