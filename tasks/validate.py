@@ -68,13 +68,15 @@ def draw_review_sample(annotations: dict, spans: dict, feedback: dict | None, cf
 
 
 @task(name="auto-review", **stage_task_options(600))
-def auto_review(sample: dict, annotations: dict, spans: dict, feedback: dict) -> dict:
-    """The programmatic reviewer: judge the sample against feedback meta.gold_spans."""
+def auto_review(sample: dict, annotations: dict, spans: dict, feedback: dict) -> dict | None:
+    """The programmatic reviewer: judge the sample against feedback meta.gold_spans (None without ground truth)."""
     from t2g_core.review import load_sample
     from t2g_core.validation import gold_by_id, ground_truth_review
 
-    s = load_sample(sample["sample"])
-    return ground_truth_review(s, gold_by_id(_batch(annotations, spans, feedback))).model_dump(mode="json")
+    b = _batch(annotations, spans, feedback)
+    if not b.has_gold:
+        return None
+    return ground_truth_review(load_sample(sample["sample"]), gold_by_id(b)).model_dump(mode="json")
 
 
 @task(name="import-verdicts", **stage_task_options(60))
@@ -150,6 +152,8 @@ def validation_report(annotations: dict, spans: dict, feedback: dict | None, sam
     report = check_batch(_batch(annotations, spans, feedback), cfg)
     if sample and verdicts:
         report = with_review(report, load_sample(sample["sample"]), ReviewVerdicts.model_validate(verdicts), cfg)
+    elif cfg.review == "auto":
+        report.notes.append("review auto: no ground truth (feedback meta.gold_spans), alignment not measured")
     else:
         report.review_pending = cfg.review != "none"
     out = _report_dir(workspace, sample["key"] if sample else "no-sample")
