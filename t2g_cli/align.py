@@ -26,11 +26,27 @@ def _print_metrics(metrics: dict[str, float]) -> None:
         echo(f"  {key:<24} {value:.4g}")
 
 
+def _token_label_vectors(tokenizer: str, spans_df, responses: dict[str, str], cfg) -> list[list[float]]:
+    from transformers import AutoTokenizer
+
+    from t2g_core.spans import spans_by_item, token_labels_batch
+
+    tok = AutoTokenizer.from_pretrained(tokenizer)
+    by_item, ids = spans_by_item(spans_df), list(responses)
+    return token_labels_batch([responses[i] for i in ids], [by_item.get(i, []) for i in ids], tok, cfg)
+
+
+def _frame_digest(df) -> str:
+    import hashlib
+
+    return hashlib.sha256(df.to_json(orient="records", force_ascii=False).encode()).hexdigest()
+
+
 @guard
 def align(
     feedback: Path = typer.Argument(..., help="Feedback file or artifact folder (Parquet, JSONL, CSV)."),
     annotations: Path = typer.Argument(..., help="Annotations artifact folder or Parquet file."),
-    output: Path = typer.Option(..., "--output", "-o", help="Where to write the spans Parquet file (.parquet) or artifact folder."),
+    output: Path = typer.Option(..., "--output", "-o", help="Spans Parquet file (*.parquet, metrics beside it in *.metrics.json) or a folder to hold the spans artifact."),
     tokenizer: str | None = typer.Option(None, help="Tokenizer folder: also report the fraction of response tokens labelled."),
     config: Path | None = ConfigOpt,
     set_: list[str] | None = SetOpt,
@@ -38,34 +54,23 @@ def align(
     """Locate every quoted span (exact -> normalised -> fuzzy), write the spans, print alignment metrics."""
     from t2g_core.alignment import alignment_stats
     from t2g_core.feedback import load_feedback
-    from t2g_core.spans import spans_by_item, token_labels_batch
-    from t2g_core.store import ArtifactStore, artifact_key, sha256_file, write_parquet
+    from t2g_core.store import ArtifactStore, artifact_key, write_parquet
 
     cfg = pipeline_config(config, set_).align
-    feedback_df = load_feedback(feedback)
-    spans_df = align_frame(feedback_df, _read_annotations(annotations), cfg, annotations_file=str(annotations))
+    feedback_df, annotations_df = load_feedback(feedback), _read_annotations(annotations)
+    spans_df = align_frame(feedback_df, annotations_df, cfg, annotations_file=str(annotations))
     responses = dict(zip(feedback_df["id"], feedback_df["response"], strict=True))
-    labels = None
-    if tokenizer is not None:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(tokenizer)
-        by_item = spans_by_item(spans_df)
-        ids = list(responses)
-        labels = token_labels_batch([responses[i] for i in ids], [by_item.get(i, []) for i in ids], tok, cfg)
+    labels = _token_label_vectors(tokenizer, spans_df, responses, cfg) if tokenizer else None
     metrics = alignment_stats(spans_df, responses, labels)
     if output.suffix == ".parquet":
-        write_parquet(spans_df, output, "spans")
-        where = str(output)
+        where = str(write_parquet(spans_df, output, "spans"))
+        output.with_suffix(".metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     else:
-        src = [p / "data.parquet" if p.is_dir() else p for p in (feedback, annotations)]
-        key = artifact_key("spans", cfg, {"feedback": sha256_file(src[0]), "annotations": sha256_file(src[1])})
-        ref = ArtifactStore(output.parent).write(output.name, key, spans_df, "spans", extra={"metrics": metrics})
+        inputs = {"feedback": _frame_digest(feedback_df), "annotations": _frame_digest(annotations_df)}
+        ref = ArtifactStore(output.parent).write(output.name, artifact_key("spans", cfg, inputs), spans_df, "spans", extra={"metrics": metrics})
         where = ref.path
     echo(f"spans: {where} ({len(spans_df)} spans from {spans_df['id'].nunique()} items)")
     _print_metrics(metrics)
-    if output.suffix == ".parquet":
-        output.with_suffix(".metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
 
 
 def register(app: typer.Typer) -> None:
