@@ -196,3 +196,57 @@ def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, value_model):
 def test_resume_without_checkpoint_is_a_clear_error(tiny_model_dir, tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         train(_cfg(), tiny_model_dir, _prompts(), tmp_path / "none", reward_source=CriticSource(EdgeWordsCritic()), resume=True)
+
+
+def test_missing_eos_penalty_and_parse_fallback_replace_the_task_reward():
+    from t2g_core.ppo.scoring import ScoredResponse
+
+    ids = torch.tensor([[5, 6, 2, 0], [5, 6, 7, 8], [5, 2, 0, 0]])  # eos = 2, pad = 0
+    mask, has_eos = response_mask_after_eos(ids, 2)
+    assert mask.tolist() == [[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]] and has_eos.tolist() == [True, False, True]
+    ro = Rollout([{}] * 3, [0, 1, 2], torch.zeros(3, 1, dtype=torch.long), torch.ones(3, 1, dtype=torch.bool), ids, mask, has_eos)
+    ok = ParsedFeedback(critique="c", poor_spans=["x"])
+    failed = ParsedFeedback(critique=None, status="parse_error", error="bad json")
+    scored = [ScoredResponse("", [], [-1.0, 0.0, 0.0], ok, 1, 0), ScoredResponse("", [], [-1.0, 1.0, 0.0, 0.0], ok, 2, 0),
+              ScoredResponse("", [], [0.0, 0.0], failed, 0, 0)]
+    task, terminal, _ = place_task_rewards(scored, ro, _cfg(missing_eos_penalty=-1.5, parse_failure_reward=-0.5))
+    assert task.tolist() == [[-1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+    assert terminal.tolist() == [0.0, -1.5, -0.5]
+    task, terminal, _ = place_task_rewards(scored, ro, _cfg(reward_mode="scalar", terminal_coef=0.5))
+    assert task[0].tolist() == [0, 0, -1, 0] and task[2].tolist() == [0, 0, 0, 0]  # scalar on the EOS
+    assert task[1, 3] == 0.0 and terminal.tolist() == [-0.5, 0.0, 0.0]  # penalty off: the missing-EOS row keeps its score
+    assert float(task[1].sum()) == 0.0  # -1 + 1
+
+
+def test_grad_accumulation_matches_one_big_minibatch(tiny_model_dir, tmp_path):
+    source = CriticSource(EdgeWordsCritic())
+    one = train(_cfg(steps=1, grad_accum=1), tiny_model_dir, _prompts(), tmp_path / "a", reward_source=source)
+    two = train(_cfg(steps=1, grad_accum=2), tiny_model_dir, _prompts(), tmp_path / "b", reward_source=source)
+    assert one.history[0]["loss/policy"] == pytest.approx(two.history[0]["loss/policy"], abs=1e-6)
+    a, b = _adapter(tmp_path / "a"), _adapter(tmp_path / "b")
+    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+    # Adam's first update is ~lr per weight and amplifies summation-order noise in near-zero gradients, so allow 1% of
+    # lr; dropped or misindexed rows move weights by ~lr. (Normalisation across chunks: test_rl_math normalizer test.)
+    assert worst < 1e-2 * 1e-2, worst
+
+
+def test_reference_stays_the_base_model_and_dropout_is_off(tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from t2g_core.ppo import PPOTrainer
+
+    trainer = PPOTrainer(_cfg(steps=2, max_approx_kl=1e-12), tiny_model_dir, _prompts(), tmp_path / "run",
+                         reward_source=CriticSource(EdgeWordsCritic()))
+    res = trainer.fit(tracker=MemoryTracker())
+    assert res.history[0]["ppo/early_stopped"] == 1.0 and res.history[0]["ppo/updates"] < 4  # approx-KL guard
+    assert all(not m.training for m in trainer.bundle.policy.modules())
+    assert all(m.p == 0 for m in trainer.bundle.policy.modules() if isinstance(m, torch.nn.Dropout))
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    ids = torch.randint(5, 200, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), trainer.bundle.policy.disable_adapter():
+        ref = trainer.bundle.policy(input_ids=ids).logits
+    with torch.no_grad():
+        trained = trainer.bundle.policy(input_ids=ids).logits
+        expected = base(input_ids=ids).logits
+    assert torch.allclose(ref, expected, atol=1e-5)  # adapter off == untouched base weights
+    assert not torch.allclose(trained, expected, atol=1e-4)  # while the adapter did learn
