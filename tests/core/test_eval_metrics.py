@@ -55,28 +55,37 @@ def test_rouge_and_bleu_on_a_tiny_pair():
     assert sentence_bleu("the cat sat on the mat", "the cat sat on the mat") == pytest.approx(100.0)
 
 
-FACTS = {"name": "Cai", "city": "Quito", "count": "3", "pet": "dogs", "color": "gray", "job": "coach",
-         "day": "Sunday", "food": "beans"}
-POST = "I am Cai. I live in Quito. I have 3 pets. All of them are dogs. Their color is gray. I work as a coach. I rest on Sunday. I love beans."
+def _demo():
+    return pytest.importorskip("t2g_core.demo.summarization")
+
+
+def _facts(demo) -> dict[str, str]:
+    return {slot: demo.VOCAB[slot][0] for slot in demo.SLOTS}
 
 
 def test_fact_metrics_on_a_demo_summary():
-    pytest.importorskip("t2g_core.demo.summarization")
-    response = "This is Cai, who lives in Lima with 3 gray dogs, works as a judge, rests on Sunday."
-    out = fact_metrics(response, FACTS)
-    # 7 values stated, 5 correct (name, count, color, pet, day), 2 invented (Lima, judge), 1 missing (food)
+    demo = _demo()
+    facts = _facts(demo)
+    assert len(facts) == 8
+    stated = {**facts, "city": demo.VOCAB["city"][1], "job": demo.VOCAB["job"][1], "food": None}
+    response = demo.render_summary(stated, facts).text
+    out = fact_metrics(response, facts)
+    # 7 values stated, 5 correct, 2 invented (city, job: values that are no fact of the post), food missing
     assert out == pytest.approx({"fact_precision": 5 / 7, "fact_recall": 5 / 8, "invented_entity_rate": 2 / 7,
                                  "fact_error": 3 / 8})
-    reference = "This is Cai, who lives in Quito with 3 gray dogs, works as a coach, rests on Sunday and loves beans."
-    assert fact_metrics(reference, FACTS) == {"fact_precision": 1.0, "fact_recall": 1.0, "invented_entity_rate": 0.0,
-                                              "fact_error": 0.0}
+    assert fact_metrics(demo.reference_summary(facts), facts) == {
+        "fact_precision": 1.0, "fact_recall": 1.0, "invented_entity_rate": 0.0, "fact_error": 0.0}
 
 
 def test_summarization_row_reads_meta_facts():
-    pytest.importorskip("t2g_core.demo.summarization")
-    reference = "This is Cai, who lives in Quito with 3 gray dogs, works as a coach, rests on Sunday and loves beans."
-    response = reference.replace("Quito", "Paris")
-    row = {"id": "sum-1", "prompt": POST, "response": response, "reference": reference, "meta": json.dumps({"facts": FACTS})}
+    import random
+
+    demo = _demo()
+    facts = _facts(demo)
+    reference = demo.reference_summary(facts)
+    response = demo.render_summary({**facts, "city": demo.VOCAB["city"][1]}, facts).text
+    row = {"id": "sum-1", "prompt": demo.render_post(facts, random.Random(0)), "response": response,
+           "reference": reference, "meta": json.dumps({"facts": facts})}
     out = summarization_metrics(row)
     assert out["fact_recall"] == 7 / 8 and out["invented_entity_rate"] == pytest.approx(1 / 8)
     assert out["length_words"] == len(response.split()) and out["length_chars"] == len(response)
