@@ -73,6 +73,7 @@ class SandboxRun:
     results: list[CaseResult] = field(default_factory=list)
     isolation: str = ""
     error: str | None = None  # the sandbox itself failed (not the code under test)
+    uids: list[int] = field(default_factory=list)  # throwaway uids used (as root), for audits and tests
 
 
 @functools.lru_cache(maxsize=1)
@@ -154,10 +155,9 @@ def _read_results(proc: subprocess.Popen, job: dict[str, Any], limits: SandboxLi
         sel.close()
 
 
-def _one_process(job: dict[str, Any], limits: SandboxLimits, workdir: Path) -> tuple[list[CaseResult], str | None, str]:
+def _one_process(job: dict[str, Any], limits: SandboxLimits, workdir: Path, uid: int) -> tuple[list[CaseResult], str | None, str]:
     """Run the harness once; returns (results received, why it stopped early or None, isolation)."""
     cmd, isolation = _command()
-    uid = UID_BASE + (os.getpid() * 31 + next(_UIDS)) % UID_SPAN
     if os.geteuid() == 0:
         os.chown(workdir, uid, uid)
         job = dict(job, uid=uid, gid=uid)
@@ -198,7 +198,9 @@ def run_cases(program: str, cases: list[dict[str, str]], entry_point: str | None
         workdir = Path(tempfile.mkdtemp(prefix="t2g-sandbox-"))
         try:
             job = dict(base_job, cases=cases[start:], first_index=start, workdir=str(workdir))
-            results, why, run.isolation = _one_process(job, limits, workdir)
+            uid = UID_BASE + (os.getpid() * 31 + next(_UIDS)) % UID_SPAN
+            run.uids.append(uid)
+            results, why, run.isolation = _one_process(job, limits, workdir, uid)
         except OSError as exc:
             run.error = f"could not start the sandbox: {exc}"
             return run

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from t2g_core.critics.sandbox import UID_BASE, UID_SPAN, SandboxLimits, namespaces_available, run_cases
+from t2g_core.critics.sandbox import SandboxLimits, namespaces_available, run_cases
 
 FAST = SandboxLimits(timeout_s=1.0, memory_mb=256, max_procs=8)
 OS_ONLY = SandboxLimits(timeout_s=1.0, memory_mb=256, max_procs=8, audit_guard=False)
@@ -22,22 +22,22 @@ def case(body: str, header: str = "") -> dict[str, str]:
     return {"code": f"{header}\ndef check(candidate):\n{lines}\n"}
 
 
-def _sandbox_processes(wait_s: float = 3.0) -> list[int]:
-    """Live processes of the throwaway sandbox uids (after up to ``wait_s`` for the kernel to finish killing them)."""
+def _sandbox_processes(uids: list[int], wait_s: float = 3.0) -> list[int]:
+    """Live processes of these sandbox uids (after up to ``wait_s`` for the kernel to finish killing them)."""
     deadline = time.monotonic() + wait_s
-    while (pids := _scan()) and time.monotonic() < deadline:
+    while (pids := _scan(set(uids))) and time.monotonic() < deadline:
         time.sleep(0.05)
     return pids
 
 
-def _scan() -> list[int]:
+def _scan(uids: set[int]) -> list[int]:
     pids = []
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
             uid = int(next(line for line in status.read_text().splitlines() if line.startswith("Uid:")).split()[1])
         except (OSError, StopIteration, ValueError):
             continue
-        if UID_BASE <= uid < UID_BASE + UID_SPAN and "\nState:\tZ" not in status.read_text():
+        if uid in uids and "\nState:\tZ" not in status.read_text():
             pids.append(int(status.parent.name))
     return pids
 
@@ -45,6 +45,7 @@ def _scan() -> list[int]:
 def run(cases, limits=FAST):
     result = run_cases(PROGRAM, cases, "f", limits)
     assert result.error is None
+    assert result.uids or os.geteuid() != 0
     assert len(result.results) == len(cases) and [r.index for r in result.results] == list(range(len(cases)))
     return result
 
@@ -68,7 +69,7 @@ def test_loop_that_swallows_the_timer_is_killed_from_outside():
     res = run([case(body), case("assert candidate(1) == 2")], SandboxLimits(timeout_s=1.0, startup_s=2.5))
     assert res.results[0].outcome == "killed" and "killed after" in res.results[0].message
     assert res.results[1].outcome == "pass"  # a fresh sandbox went on with the rest
-    assert _sandbox_processes() == []
+    assert _sandbox_processes(res.uids) == []
 
 
 @pytest.mark.parametrize("limits", [FAST, OS_ONLY], ids=["audit-hook", "os-limits-only"])
@@ -81,7 +82,7 @@ def test_fork_bomb_is_refused_or_capped(limits):
     if limits is FAST:
         assert "os.fork is not allowed" in first.message
     assert res.results[1].outcome in ("pass", "error")  # the parent lives on; the sandbox ends with its namespace
-    assert _sandbox_processes() == []
+    assert _sandbox_processes(res.uids) == []
 
 
 def test_memory_hog_gets_a_memory_error():
