@@ -126,6 +126,13 @@ class CodeCritic:
         spans = list(dict.fromkeys(spans))
         return ParsedFeedback(critique_text(cases, run.results, spans), [], spans, None, "ok", None, raw)
 
+    def critique_batch(self, rows: list[dict[str, Any]], workers: int = 2) -> list[ParsedFeedback]:
+        """The reward-source protocol: one ParsedFeedback per row, in order (sandboxes run ``workers`` at a time)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(self.critique, rows))
+
     def fault_lines(self, program: Program, results: list[CaseResult]) -> list[int]:
         """Code lines (1-based, in the response's code) to blame: raising lines first, then top Ochiai lines."""
         def to_code(line: int | None) -> int | None:

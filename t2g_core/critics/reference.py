@@ -132,6 +132,10 @@ class ReferenceCritic:
         good, poor = (_dedupe([response[a:b] for a, b in rs]) for rs in (good_ranges, poor_ranges))
         return ParsedFeedback(self._text(row, found), good, poor, None, "ok", None, None)
 
+    def critique_batch(self, rows: list[dict[str, Any]]) -> list[ParsedFeedback]:
+        """The reward-source protocol (PPO's oracle): one ParsedFeedback per row, in order."""
+        return [self.critique(row) for row in rows]
+
     def _compare(self, ref: list[Tok], resp: list[Tok], keys: dict[str, tuple[str, str]], source: set[str], text: str) -> Findings:
         found = Findings()
         sm = SequenceMatcher(None, [t.low for t in ref], [t.low for t in resp], autojunk=False)

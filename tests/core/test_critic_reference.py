@@ -104,3 +104,8 @@ def test_correct_responses_get_no_poor_spans(task):
     for r in feedback_rows(make_demo_feedback(task, 20, seed=9)):
         fb = CRITIC.critique(dict(r, response=r["reference"]))
         assert fb.poor_spans == [] and "leaves out" not in fb.critique, fb.critique
+
+
+def test_critique_batch_is_the_reward_source_protocol():
+    rows = feedback_rows(make_demo_feedback("qa", 4, seed=1))
+    assert [fb.poor_spans for fb in CRITIC.critique_batch(rows)] == [CRITIC.critique(r).poor_spans for r in rows]
