@@ -155,6 +155,9 @@ def test_cli_offline_review_pending_then_imported(tmp_path):
     r = runner.invoke(app, ["validate", *args, "--review", "offline", "--verdicts", str(sheet), "-o", str(tmp_path / "rep2")])
     assert r.exit_code == 0, r.output
     assert "all gates passed" in r.output
+    r = runner.invoke(app, ["review", "export", *args, "-o", str(tmp_path / "again")])  # same data and seed: same sample
+    assert r.exit_code == 0, r.output
+    assert load_sample(tmp_path / "again") == load_sample(tmp_path / "rep" / "review")
 
 
 @pytest.mark.slow
