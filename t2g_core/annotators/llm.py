@@ -35,7 +35,8 @@ NO_KEY = "not-needed"  # local servers (vLLM, Ollama, the test server) accept an
 
 @dataclass
 class RunStats:
-    """Counts of one annotation run; ``requests`` are live HTTP calls (cache hits excluded, client retries included once)."""
+    """Counts of one annotation run; ``requests``: items sent to the endpoint (cache hits excluded; the client's
+    retries of one item count once)."""
 
     requests: int = 0
     cache_hits: int = 0
@@ -46,7 +47,8 @@ class RunStats:
     def add_live(self, answer: dict[str, Any], cfg: AnnotateConfig) -> None:
         with self.lock:
             self.requests += 1
-            self.cost += item_cost(answer.get("prompt_tokens", 0), answer.get("completion_tokens", 0), cfg)
+            if "status" not in answer:  # failures have no usage to pay for
+                self.cost += item_cost(answer.get("prompt_tokens", 0), answer.get("completion_tokens", 0), cfg)
 
 
 def item_cost(prompt_tokens: int, completion_tokens: int, cfg: AnnotateConfig) -> float:
@@ -141,8 +143,8 @@ class LLMAnnotator:
             return self._row(row, cached, cached=True)
         async with sem:
             answer = await self._ask(client, messages)
+        self.stats.add_live(answer, self.cfg)
         if "status" not in answer:
-            self.stats.add_live(answer, self.cfg)
             if self.cache is not None:
                 self.cache.put(key, answer)
         return self._row(row, answer, cached=False)
