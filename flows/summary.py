@@ -40,9 +40,19 @@ def learnt_lines(evaluation: Any) -> list[str]:
     from t2g_core.evaluation.report import comparison_table
 
     summary = json.loads(path.read_text(encoding="utf-8"))
-    plots = sorted(str(p) for p in path.parent.rglob("*.png"))
-    return ["What was learnt (held-out prompts; baseline = the policy before PPO):", comparison_table(summary),
-            *(f"plot: {p}" for p in plots)]
+    return ["What was learnt (held-out prompts; baseline = the policy before PPO):", comparison_table(summary)]
+
+
+def plot_lines(result: dict) -> list[str]:
+    """Plots and reports of the evaluation and of the PPO run (learning curves, token-reward heatmaps)."""
+    folders = []
+    for name, key in (("evaluation", "path"), ("policy", "run_dir"), ("validation", "chart")):
+        value = result.get(name)
+        if isinstance(value, dict) and isinstance(value.get(key), str):
+            p = Path(value[key])
+            folders.append(p.parent if p.is_file() else p)
+    files = [f for d in folders if d.exists() for f in sorted(d.rglob("*")) if f.suffix in (".png", ".html", ".md")]
+    return [f"  {f}" for f in files[:12]]
 
 
 def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[str]:
@@ -51,6 +61,9 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
     lines = [f"Pipeline finished in {seconds:.0f} s. Stage outputs:"]
     lines += [_stage_line(name, result[name]) for name in ORDER if name in result]
     lines += ["", *learnt_lines(result.get("evaluation")), "", "Where to look:"]
+    plots = plot_lines(result)
+    if plots:
+        lines += ["  Plots and reports:", *plots]
     run = pipeline_run_for(where["flow_run_id"], where["mlflow"], cfg.workspace.mlflow_experiment)
     lines.append(f"  MLflow run:       {run or 'none recorded'}  ({where['mlflow']})")
     if not where["mlflow"].startswith("http"):
