@@ -117,6 +117,8 @@ class CodeCritic:
             program, cases, run = self.run(row)
         except SyntaxError as exc:
             return ParsedFeedback(None, status="sandbox_error", error=f"the tests do not parse: {exc.msg} (line {exc.lineno})")
+        if not cases:
+            return ParsedFeedback(None, status="sandbox_error", error="the tests hold no assertion on candidate")
         raw = _raw_report(run)
         if run.error or (run.results and all(r.outcome == "killed" for r in run.results)) or not run.results:
             return ParsedFeedback(None, status="sandbox_error", error=run.error or _first_message(run), raw=raw)

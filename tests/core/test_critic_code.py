@@ -85,3 +85,9 @@ def test_quotes_are_made_unique_by_adding_lines_above():
     response = "    if a:\n        return 1\n    if b:\n        return 1\n"
     assert unique_quote(response, 0, 4) == "if b:\n        return 1"
     assert response.count(unique_quote(response, 0, 4)) == 1
+
+
+def test_tests_without_assertions_are_a_sandbox_error():
+    p = problem(2)
+    fb = CRITIC.critique(dict(row(p), tests="def check(candidate):\n    assert True\n"))
+    assert fb.status == "sandbox_error" and "no assertion" in fb.error
