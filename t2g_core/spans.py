@@ -550,24 +550,44 @@ def token_labels_batch(
 
 
 def decode_with_offsets(
-    token_ids: Sequence[int], tokenizer: Any, *, skip_special_tokens: bool = False
+    token_ids: Sequence[int], tokenizer: Any, *, skip_special_tokens: bool = False, window: int = 8
 ) -> tuple[str, list[tuple[int, int]]]:
-    """``tokenizer.decode(token_ids)`` and the char interval of each id in it, by incremental prefix decoding.
+    """``tokenizer.decode(token_ids)`` and the char interval of each id in it, by incremental decoding (no re-encoding).
 
-    Token k ends where ``decode(ids[:k+1])`` stops agreeing with the full text. A byte-level token that ends inside
-    a multi-byte character (its prefix decodes to a trailing U+FFFD) is extended to the end of that character, and
-    the tokens that continue it cover the whole character, as in the fast tokenizers' own offset mapping. Tokens that decode to
-    nothing (skipped special tokens) get a zero-width interval.
+    Token k ends where ``decode(ids[:k+1])`` stops agreeing with the full text. That is computed in a sliding
+    window, as streaming detokenizers do: the text token k adds is ``decode(ids[p:k+1])`` minus ``decode(ids[p:k])``
+    for a context start ``p`` a few tokens back (context effects such as a stripped leading space or a first
+    ``##`` piece appear in both and cancel), so the cost is linear in the length. If the windowed ends do not add up
+    to the full text (a decoder with long-range effects) it falls back to decoding every prefix (quadratic, exact).
+
+    A byte-level token that ends inside a multi-byte character (it decodes to a trailing U+FFFD) is extended to the
+    end of that character, and the tokens that continue it cover the whole character, as in the fast tokenizers'
+    own offset mapping. Tokens that decode to nothing (skipped special tokens) get a zero-width interval.
     """
     ids = [int(i) for i in token_ids]
     kw = {"skip_special_tokens": skip_special_tokens, "clean_up_tokenization_spaces": False}
     text = tokenizer.decode(ids, **kw)
-    prefixes = tokenizer.batch_decode([ids[: k + 1] for k in range(len(ids))], **kw) if ids else []
+    if not ids:
+        return text, []
+    ends = _close_tail(_windowed_ends(ids, tokenizer, kw, window), text)
+    if ends is None or ends[-1][0] != len(text):
+        ends = _close_tail(_prefix_ends(ids, tokenizer, kw, text), text)
+    return text, _offsets_from_ends(ends)
+
+
+def _close_tail(ends: list[tuple[int, bool]] | None, text: str) -> list[tuple[int, bool]] | None:
+    """Ids cut inside a character decode to a final U+FFFD: the last token (and those pending with it) end there."""
+    if ends and ends[-1][1] and not text[ends[-1][0]:].strip("\ufffd"):
+        ends[-1] = (len(text), False)
+    return ends
+
+
+def _offsets_from_ends(ends: Sequence[tuple[int, bool]]) -> list[tuple[int, int]]:
+    """(end, incomplete) per token -> (start, end); tokens inside an unfinished character wait for its end."""
     offsets: list[tuple[int, int]] = []
     pending: list[int] = []  # tokens waiting for the rest of their character
     prev = 0
-    for k, prefix in enumerate(prefixes):
-        end, incomplete = _agreed_length(text, prefix, prev)
+    for k, (end, incomplete) in enumerate(ends):
         if end > prev:
             for j in pending:
                 offsets[j] = (min(offsets[j][0], prev), end)
@@ -576,13 +596,48 @@ def decode_with_offsets(
         if incomplete:
             pending.append(k)
         prev = end
-    return text, offsets
+    return offsets
+
+
+def _windowed_ends(ids: list[int], tokenizer: Any, kw: dict[str, Any], window: int) -> list[tuple[int, bool]] | None:
+    """Char end of each token from sliding-window decodes; None when the window deltas are inconsistent."""
+    pieces = tokenizer.batch_decode([[i] for i in ids], **kw)
+    starts = []
+    for k in range(len(ids)):
+        p = max(0, k - window)
+        while p > 0 and pieces[p].startswith("\ufffd"):  # never start a window inside a multi-byte character
+            p -= 1
+        starts.append(p)
+    before = tokenizer.batch_decode([ids[p:k] for k, p in enumerate(starts)], **kw)
+    after = tokenizer.batch_decode([ids[p: k + 1] for k, p in enumerate(starts)], **kw)
+    ends: list[tuple[int, bool]] = []
+    end = 0
+    for a, b in zip(before, after, strict=True):
+        a_stem, b_stem = a.rstrip("\ufffd"), b.rstrip("\ufffd")
+        if not b_stem.startswith(a_stem):
+            return None
+        end += len(b_stem) - len(a_stem)
+        ends.append((end, len(b_stem) < len(b)))
+    return ends
+
+
+def _prefix_ends(ids: list[int], tokenizer: Any, kw: dict[str, Any], text: str) -> list[tuple[int, bool]]:
+    """Char end of each token from decoding every prefix (quadratic; exact for any decoder)."""
+    ends: list[tuple[int, bool]] = []
+    prev = 0
+    for prefix in tokenizer.batch_decode([ids[: k + 1] for k in range(len(ids))], **kw):
+        prev, incomplete = _agreed_length(text, prefix, prev)
+        ends.append((prev, incomplete))
+    return ends
 
 
 def _agreed_length(text: str, prefix: str, floor: int) -> tuple[int, bool]:
-    """How many leading chars of ``prefix`` agree with ``text`` (never below ``floor``), and whether it is incomplete."""
-    incomplete = prefix.endswith("\ufffd") and not text.startswith(prefix)
-    stem = prefix.rstrip("\ufffd") if incomplete else prefix
+    """How many leading chars of ``prefix`` agree with ``text`` (never below ``floor``), and whether it is incomplete.
+
+    A trailing U+FFFD is read as an unfinished multi-byte character (as in :func:`_windowed_ends`).
+    """
+    stem = prefix.rstrip("\ufffd")
+    incomplete = len(stem) < len(prefix)
     if text.startswith(stem):
         return max(floor, len(stem)), incomplete
     n = floor  # decoders that rewrite earlier text (rare): longest common prefix from the last agreed point

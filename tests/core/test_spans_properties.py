@@ -162,3 +162,24 @@ def test_offsets_from_sampled_ids_give_the_same_labels(tokenizers, case):
     theirs = token_labels(text, spans, tok)
     keep = [k for k, (a, b) in enumerate(enc["offset_mapping"]) if text[a:b].strip()]
     assert [ours[k] for k in keep] == [theirs[k] for k in keep]
+
+
+@pytest.mark.parametrize("name", ["bpe", "wordpiece", "unigram"])
+def test_windowed_decoding_equals_decoding_every_prefix(name, tokenizers):
+    """The linear sliding-window offsets equal the quadratic every-prefix definition, ids cut anywhere."""
+    from t2g_core.spans import _close_tail, _offsets_from_ends, _prefix_ends
+
+    tok = tokenizers[name]
+    kw = {"skip_special_tokens": False, "clean_up_tokenization_spaces": False}
+
+    @given(texts, st.integers(0, 400), st.integers(1, 4))
+    @SETTINGS
+    def check(text, cut, window):
+        ids = tok(text * 3, add_special_tokens=False)["input_ids"]
+        ids = ids[: max(1, cut % (len(ids) + 1))]
+        assume(ids)
+        decoded, offsets = decode_with_offsets(ids, tok, window=window)
+        assert offsets == _offsets_from_ends(_close_tail(_prefix_ends(ids, tok, kw, decoded), decoded))
+        assert offsets[-1][1] == len(decoded)
+
+    check()
