@@ -14,8 +14,11 @@ Pipeline (ARCHITECTURE §1, "align"):
 3. :func:`token_labels` / :func:`labels_for_offsets` turn spans into one label per token from the fast tokenizer's
    offset mapping: a token is labelled when its character interval overlaps a span (``a < end and start < b``);
    a token inside both a good and a poor span gets the poor label unless ``overlap="good_wins"``.
-   :func:`token_offsets_from_ids` gives the offsets of *given* ids (PPO's sampled tokens) in their decoded text by
-   incremental prefix decoding, never by re-encoding.
+   :func:`token_offsets_from_ids` / :func:`decode_with_offsets` give the offsets of *given* ids (PPO's sampled
+   tokens) in their decoded text by incremental (sliding-window) decoding, never by re-encoding; with
+   ``labels_for_offsets`` they place span rewards on exactly the tokens the policy sampled.
+4. :func:`align_frame` is the align stage on frames (annotations -> ``spans`` artifact rows);
+   :func:`spans_by_item` reads such rows back into :class:`AlignedSpan` lists.
 
 Deliberate deviations from the reference code (``reference/text2grad_reference.md`` §4): no whitespace-split words,
 no per-token decoding and lowercase word matching, no greedy monotonic word walk, and unmatched spans are kept.
