@@ -50,6 +50,16 @@ def test_parse_accepts_messy_output(text, critique, good, poor):
     assert parsed.raw == text and parsed.error is None
 
 
+def test_parse_skips_code_fences_and_brace_text_before_the_json():
+    text = (
+        "The loop is wrong:\n```python\nfor i in range(n - 1):\n    d = {'k': i}\n```\n"
+        'So:\n```json\n{"code_feedback": "off by one", "wrong_code": ["range(n - 1)"], "improvement_code": []}\n```'
+    )
+    parsed = parse_span_json(text)
+    assert parsed.ok and parsed.poor_spans == ["range(n - 1)"] and parsed.critique == "off by one"
+    assert parsed.reasoning.startswith("The loop is wrong:")
+
+
 def test_parse_keeps_reasoning_before_json():
     parsed = parse_span_json('Step 1: the post says Paris.\nStep 2: wrong city.\n```json\n{"critique": "c", "good_spans": [], "poor_spans": []}\n```')
     assert parsed.reasoning == "Step 1: the post says Paris.\nStep 2: wrong city."
