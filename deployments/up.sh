@@ -61,6 +61,9 @@ export PREFECT_RUNNER_POLL_FREQUENCY="${PREFECT_RUNNER_POLL_FREQUENCY:-5}"
 start serve "$BIN/python" -m flows.serve --workspace "$WS" --sensor-interval "${SENSOR_INTERVAL:-60}" \
   --debounce "${DEBOUNCE_SECONDS:-30}" ${CRON:+--cron "$CRON"}
 
+# ready when the serve process has registered its deployments
+wait_health "$PREFECT_API_URL/deployments/name/reannotate/reannotate" serve 240
+
 cat >"$RUN/servers.json" <<JSON
 {"prefect_api": "$PREFECT_API_URL", "prefect_ui": "http://127.0.0.1:$PREFECT_PORT", "mlflow": "$MLFLOW_TRACKING_URI",
  "workspace": "$WS"}
