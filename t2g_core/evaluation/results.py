@@ -243,7 +243,14 @@ def merge_results(results: Sequence[EvalResults], cfg: EvaluateConfig | None = N
     if len(tasks) != 1:
         raise ValueError(f"cannot compare results of different tasks: {sorted(map(str, tasks))}")
     task = tasks.pop()
-    items = pd.concat([r.items for r in results], ignore_index=True).drop_duplicates(["policy", "id", "sample"])
+    seen: set[str] = set()
+    for r in results:
+        names = set(r.items["policy"])
+        if names & seen:
+            raise ValueError(f"policy name(s) {sorted(names & seen)} appear in more than one results folder; "
+                             "evaluate under distinct names (--model NAME=FOLDER)")
+        seen |= names
+    items = pd.concat([r.items for r in results], ignore_index=True)
     settings = {p: e.get("settings", {}) for r in results for p, e in r.summary.get("policies", {}).items()}
     baseline = baseline or results[0].summary.get("baseline")
     summary = summarize(items, task, baseline=baseline, settings=settings, cfg=cfg)

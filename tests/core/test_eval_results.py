@@ -84,6 +84,8 @@ def test_save_load_and_merge_separate_runs(results, tmp_path):
     two = evaluate_policies({"good": "good"}, fb, "summarization", cfg, generator=gen)
     merged = merge_results([one, two], cfg)
     assert merged.summary["comparisons"] == results.summary["comparisons"]
+    with pytest.raises(ValueError, match=r"\['base'\] appear in more than one results folder"):
+        merge_results([one, one], cfg)
     with pytest.raises(FileNotFoundError, match="not an evaluation results folder"):
         EvalResults.load(tmp_path)
 
