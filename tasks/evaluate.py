@@ -90,7 +90,7 @@ def evaluate_policy(feedback: dict, models: dict, policy: dict, cfg: EvaluateCon
     from t2g_core.store import artifact_key, read_artifact
     from t2g_core.workspace import Workspace
 
-    refs = policy_refs(models, policy)
+    refs = policy_refs(models, policy, include_base=cfg.include_base_model)
     if cfg.held_out_fraction is None and data is not None and data.eval_fraction > 0:
         cfg = cfg.model_copy(update={"held_out_fraction": data.eval_fraction})
     inputs = {"feedback": feedback["sha256"], **{n: content_digest(str(p)) or str(p) for n, p in refs.items()}}

@@ -15,6 +15,9 @@ class EvaluateConfig(StageConfig):
         description="Evaluate only the items whose id hashes below this fraction (sha256 of the id, the rule of "
         "DataConfig.eval_fraction); None = every item of the data.",
     )
+    include_base_model: bool = Field(
+        False, description="In the pipeline, also evaluate the untrained base model (the baseline stays the policy before PPO)."
+    )
     max_prompts: int = Field(128, ge=1, description="Prompts evaluated per policy (the first N items, in data order).")
     batch_size: int = Field(32, ge=1, description="Generation batch size.")
     max_new_tokens: int = Field(64, ge=1, description="Generation budget.")
