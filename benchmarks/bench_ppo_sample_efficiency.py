@@ -93,14 +93,14 @@ def run_arm(args) -> None:
     torch.set_num_threads(1)
     from t2g_core.demo import make_demo_feedback
     from t2g_core.ppo import train
-    from t2g_core.ppo.sources import oracle_source, summary_error_metric
+    from t2g_core.ppo.sources import oracle_source, summary_metrics
 
     prompts = make_demo_feedback("summarization", 512, seed=1)
     eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
     out = Path(args.workdir) / "runs" / f"{args.arm}-seed{args.seed}"
     t0 = time.time()
     train(ppo_config(args, args.arm, args.seed), args.policy, prompts, out, reward_source=oracle_source("summarization"),
-          eval_df=eval_df, task_metric=summary_error_metric)
+          eval_df=eval_df, task_metric=summary_metrics)
     print(json.dumps({"arm": args.arm, "seed": args.seed, "seconds": time.time() - t0, "run_dir": str(out)}))
 
 
@@ -117,13 +117,13 @@ def _launch(args, mode: str, seed: int) -> dict:
 
 
 def _shared_flags(args) -> list[str]:
-    keys = ("steps", "batch_size", "minibatches", "lr", "max_new_tokens", "eval_every", "n_eval", "workdir", "lm_steps", "sft_steps", "extra_sft_steps")
+    keys = ("steps", "batch_size", "minibatches", "lr", "max_new_tokens", "eval_every", "n_eval", "workdir", "lm_steps", "sft_steps", "extra_sft_steps", "metric")
     return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
 
 
-def steps_to(history: list[dict], target: float, window: int = 5) -> int | None:
-    """First step at which the moving average of the on-policy task error is <= target (None if never)."""
-    errs = [h["task/error"] for h in history]
+def steps_to(history: list[dict], target: float, metric: str = "error", window: int = 5) -> int | None:
+    """First step at which the moving average of the on-policy task metric is <= target (None if never)."""
+    errs = [h[f"task/{metric}"] for h in history]
     for i in range(len(errs)):
         lo = max(0, i - window + 1)
         if sum(errs[lo : i + 1]) / (i + 1 - lo) <= target:
@@ -137,14 +137,15 @@ def _mean_sd(xs: list[float]) -> tuple[float, float]:
 
 def summarise(runs: list[dict], args) -> dict:
     # warm-start error: the step-0 rollouts (sampled from the warm start, before any update), over every run
-    err0 = statistics.fmean(r["history"][0]["task/error"] for r in runs)
+    metric = args.metric
+    err0 = statistics.fmean(r["history"][0][f"task/{metric}"] for r in runs)
     arms = {}
     for mode in ARMS:
         mine = [r for r in runs if r["arm"] == mode]
         if not mine:
             continue
-        reached = [steps_to(r["history"], 0.5 * err0) for r in mine]
-        finals = [r["history"][-1]["eval/task_error"] for r in mine]
+        reached = [steps_to(r["history"], 0.5 * err0, metric) for r in mine]
+        finals = [r["history"][-1][f"eval/task_{metric}"] for r in mine]
         steps = [s if s is not None else args.steps for s in reached]  # not reached: counted as the run length (a lower bound)
         arms[mode] = {
             "steps_to_half": reached, "steps_to_half_mean": _mean_sd(steps)[0], "steps_to_half_sd": _mean_sd(steps)[1],
@@ -153,10 +154,10 @@ def summarise(runs: list[dict], args) -> dict:
             "seconds_per_run": statistics.fmean(r["seconds"] for r in mine),
         }
     ratio = {m: arms[m]["steps_to_half_mean"] / arms["scalar"]["steps_to_half_mean"] for m in arms if "scalar" in arms}
-    return {"warm_start_error": err0, "target_error": 0.5 * err0, "arms": arms, "steps_ratio_vs_scalar": ratio}
+    return {"metric": metric, "warm_start_error": err0, "target_error": 0.5 * err0, "arms": arms, "steps_ratio_vs_scalar": ratio}
 
 
-def plot(runs: list[dict], summary: dict, path: Path) -> None:
+def plot(runs: list[dict], summary: dict, path: Path, args) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -166,17 +167,17 @@ def plot(runs: list[dict], summary: dict, path: Path) -> None:
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
     for r in runs:
         h = r["history"]
-        ax[0].plot([x["step"] for x in h], [x["task/error"] for x in h], color=colours[r["arm"]], alpha=0.6, lw=1,
+        ax[0].plot([x["step"] for x in h], [x[f"task/{args.metric}"] for x in h], color=colours[r["arm"]], alpha=0.6, lw=1,
                    label=r["arm"] if r["seed"] == 0 else None)
-        ev = [x for x in h if "eval/task_error" in x]
-        ax[1].plot([x["step"] for x in ev], [x["eval/task_error"] for x in ev], color=colours[r["arm"]], marker="o", ms=3,
+        ev = [x for x in h if f"eval/task_{args.metric}" in x]
+        ax[1].plot([x["step"] for x in ev], [x[f"eval/task_{args.metric}"] for x in ev], color=colours[r["arm"]], marker="o", ms=3,
                    alpha=0.7, label=r["arm"] if r["seed"] == 0 else None)
-    for a, title in zip(ax, ("on-policy batch task error", "held-out task error"), strict=True):
+    for a, title in zip(ax, (f"on-policy batch task {args.metric}", f"held-out task {args.metric}"), strict=True):
         a.axhline(summary["target_error"], color="grey", ls="--", lw=1)
         a.set_xlabel("PPO step")
         a.set_title(title)
         a.legend()
-    ax[0].set_ylabel("1 - correct facts / 8")
+    ax[0].set_ylabel(args.metric)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -193,6 +194,8 @@ def main() -> None:
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--n-eval", type=int, default=64)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--metric", default="error", choices=("error", "imprecision", "invented_rate"),
+                   help="Task metric whose halving is timed (error = 1 - correct/8).")
     p.add_argument("--workdir", default=str(RESULTS / "work-ppo"))
     p.add_argument("--lm-steps", type=int, default=0, help="LM warm-start steps of the demo base (0: SFT only).")
     p.add_argument("--sft-steps", type=int, default=300, help="Supervised steps of the demo policy.")
@@ -217,10 +220,9 @@ def main() -> None:
                 "wall_seconds": time.time() - t0}
     RESULTS.mkdir(parents=True, exist_ok=True)
     png = RESULTS / "ppo_learning_curves.png"
-    plot(runs, summary, png)
+    plot(runs, summary, png, args)
     (RESULTS / "ppo_sample_efficiency.json").write_text(json.dumps(
-        {**summary, "curves": {f"{r['arm']}-seed{r['seed']}": [{k: h[k] for k in ("step", "task/error", "kl/mean") if k in h}
-                                                                 | ({"eval/task_error": h["eval/task_error"]} if "eval/task_error" in h else {})
+        {**summary, "curves": {f"{r['arm']}-seed{r['seed']}": [{k: v for k, v in h.items() if k == "step" or k.startswith(("task/", "eval/task_", "kl/mean", "response/"))}
                                                                  for h in r["history"]] for r in runs}}, indent=1))
     print(json.dumps({k: summary[k] for k in ("warm_start_error", "target_error", "steps_ratio_vs_scalar")}, indent=1))
     for mode, a in summary["arms"].items():

@@ -68,10 +68,25 @@ def summary_error_metric(rows: list[dict], responses: list[str]) -> list[float]:
     return out
 
 
+def summary_metrics(rows: list[dict], responses: list[str]) -> dict[str, list[float]]:
+    """error (1 - correct/K), imprecision (1 - correct/stated, 1 when nothing is stated) and invented_rate per sample."""
+    from t2g_core.demo.summarization import summary_errors
+
+    out: dict[str, list[float]] = {"error": [], "imprecision": [], "invented_rate": []}
+    for row, text in zip(rows, responses, strict=True):
+        meta = row.get("meta") or {}
+        meta = json.loads(meta) if isinstance(meta, str) else meta
+        score = summary_errors(text, meta["facts"])
+        out["error"].append(score.error)
+        out["imprecision"].append(1.0 - score.precision)
+        out["invented_rate"].append(score.invented_rate)
+    return out
+
+
 def task_metric_for(task: str, prompts: pd.DataFrame) -> Callable[[list[dict], list[str]], list[float]] | None:
     """The per-sample task error when the data carries ground truth for it (demo summarization), else None."""
     has_facts = "meta" in prompts and prompts["meta"].dropna().astype(str).str.contains('"facts"').all()
-    return summary_error_metric if task == "summarization" and has_facts and len(prompts) else None
+    return summary_metrics if task == "summarization" and has_facts and len(prompts) else None
 
 
 def split_prompts(feedback: pd.DataFrame, eval_fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame | None]:

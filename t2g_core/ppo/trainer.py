@@ -48,7 +48,8 @@ from t2g_core.rl import (
 )
 from t2g_core.spans import ParsedFeedback
 
-TaskMetric = Callable[[list[dict], list[str]], list[float]]  # (rows, responses) -> per-sample task error
+# (rows, responses) -> per-sample task error, or {name: per-sample values} logged as task/<name> and eval/task_<name>
+TaskMetric = Callable[[list[dict], list[str]], "list[float] | dict[str, list[float]]"]
 EVAL_STEP_KEY = 10**9  # eval samples use fixed streams, the same at every evaluation
 
 
@@ -322,22 +323,19 @@ class PPOTrainer:
     # ---- metrics and artifacts ----------------------------------------------------------------------------
     def step_metrics(self, ro: Rollout, scored, labels: Tensor, kl: Tensor, rewards: Tensor) -> dict[str, float]:
         m = ro.response_mask.float()
-        errors = self.task_metric(ro.rows, [s.text for s in scored]) if self.task_metric else []
         local = [
             float(len(scored)), float(m.sum()), float((labels * m).sum()), float(((labels > 0) * m).sum()),
             float(((labels < 0) * m).sum()), float((kl * m).sum()), float(rewards.sum()),
             float(sum(not s.feedback.ok for s in scored)), float(ro.has_eos.sum()),
-            float(sum(s.n_spans for s in scored)), float(sum(s.n_unmatched for s in scored)), float(sum(errors)),
+            float(sum(s.n_spans for s in scored)), float(sum(s.n_unmatched for s in scored)),
         ]
-        n, tokens, span_sum, pos, neg, kl_sum, r_sum, failed, eos, spans, unmatched, err = global_sum(local)
+        n, tokens, span_sum, pos, neg, kl_sum, r_sum, failed, eos, spans, unmatched = global_sum(local)
         out = {
             "reward/span_mean": span_sum / n, "reward/total_mean": r_sum / n, "reward/positive_frac": pos / tokens,
             "reward/negative_frac": neg / tokens, "kl/mean": kl_sum / n, "parse/failure_rate": failed / n,
             "eos/rate": eos / n, "response/length": tokens / n, "spans/unmatched_rate": unmatched / spans if spans else 0.0,
         }
-        if self.task_metric:
-            out["task/error"] = err / n
-        return out
+        return out | self.task_metrics(ro.rows, [s.text for s in scored], "task/")
 
     def record(self, step: int, ro: Rollout, scored, task: Tensor, terminal: Tensor, kl: Tensor, rewards: Tensor) -> None:
         samples = []
@@ -386,14 +384,21 @@ class PPOTrainer:
         rows = [_row_dict(eval_df.iloc[i]) for i in idx]
         ro = rollout(self.bundle, rows, idx, self.cfg, EVAL_STEP_KEY) if rows else None
         scored = score(ro, self.reward_source, self.bundle.tokenizer, self.align_cfg) if ro else []
-        errors = self.task_metric(rows, [s.text for s in scored]) if self.task_metric and rows else []
         m = ro.response_mask.float() if ro else torch.zeros(1, 1)
         labels = labels_tensor(scored, tuple(m.shape)) if ro else torch.zeros(1, 1)
-        n, span_sum, neg, err = global_sum([float(len(rows)), float((labels * m).sum()), float(((labels < 0) * m).sum()), float(sum(errors))])
+        n, span_sum, neg = global_sum([float(len(rows)), float((labels * m).sum()), float(((labels < 0) * m).sum())])
         out = {"eval/span_mean": span_sum / n, "eval/negative_tokens": neg / n}
-        if self.task_metric:
-            out["eval/task_error"] = err / n
-        return out
+        return out | self.task_metrics(rows, [s.text for s in scored], "eval/task_")
+
+    def task_metrics(self, rows: list[dict], texts: list[str], prefix: str) -> dict[str, float]:
+        """Global means of the task metric(s); every process must call this (it all-reduces)."""
+        if self.task_metric is None:
+            return {}
+        values = self.task_metric(rows, texts) if rows else {}
+        values = {"error": values} if isinstance(values, list) else values
+        names = sorted(values) or ["error"]
+        sums = global_sum([float(len(rows))] + [float(sum(values.get(k, []))) for k in names])
+        return {f"{prefix}{k}": total / sums[0] for k, total in zip(names, sums[1:], strict=True)}
 
     # ---- run ----------------------------------------------------------------------------------------------
     def fit(self, *, tracker: Tracker, eval_df: pd.DataFrame | None = None, stop_after: int | None = None) -> PPOResult:
