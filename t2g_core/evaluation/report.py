@@ -122,15 +122,24 @@ def load_history(path: str | Path) -> pd.DataFrame:
     return df
 
 
+CURVE_PRIORITY = ("eval/task_", "task/", "reward/total_mean", "kl/mean", "eval/", "reward/")
+
+
+def _curve_rank(metric: str) -> int:
+    return next((i for i, prefix in enumerate(CURVE_PRIORITY) if metric.startswith(prefix)), len(CURVE_PRIORITY))
+
+
 def learning_curves(histories: Mapping[str, pd.DataFrame], path: Path, max_panels: int = 8) -> Path | None:
-    """One panel per metric shared by the runs (up to ``max_panels``), one line per run."""
+    """One panel per metric of the runs, task and reward metrics first (up to ``max_panels``), one line per run.
+    Metrics recorded only on some steps (periodic evals) are drawn through the steps that have them."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     numeric = {name: df.select_dtypes("number") for name, df in histories.items() if len(df)}
-    metrics = list(dict.fromkeys(c for df in numeric.values() for c in df.columns if c != "step"))[:max_panels]
+    metrics = list(dict.fromkeys(c for df in numeric.values() for c in df.columns if c != "step"))
+    metrics = sorted(metrics, key=_curve_rank)[:max_panels]  # stable: file order within a rank
     if not metrics:
         return None
     cols = min(4, len(metrics))
@@ -139,7 +148,8 @@ def learning_curves(histories: Mapping[str, pd.DataFrame], path: Path, max_panel
     for ax, m in zip(axes.flat, metrics, strict=False):
         for name, df in numeric.items():
             if m in df.columns:
-                ax.plot(df["step"], df[m], label=name)
+                have = df[m].notna()
+                ax.plot(df.loc[have, "step"], df.loc[have, m], marker="." if have.sum() < 20 else None, label=name)
         ax.set_title(m, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
     for ax in list(axes.flat)[len(metrics):]:

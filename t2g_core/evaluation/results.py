@@ -195,7 +195,7 @@ def evaluate_policies(policies: Mapping[str, str | Path], feedback: pd.DataFrame
         items = add_judge_scores(items, judge, baseline)
     summary = summarize(items, task, baseline=baseline, settings=settings, cfg=cfg)
     if judge is not None:
-        summary["judge"] = judge_summary(items, baseline)
+        summary["judge"] = judge_summary(items, baseline, cfg)
     return EvalResults(items, summary)
 
 
@@ -216,14 +216,15 @@ def add_judge_scores(items: pd.DataFrame, judge: Any, baseline: str) -> pd.DataF
     return items
 
 
-def judge_summary(items: pd.DataFrame, baseline: str) -> dict[str, Any]:
+def judge_summary(items: pd.DataFrame, baseline: str, cfg: EvaluateConfig | None = None) -> dict[str, Any]:
     """Per policy: wins / losses / ties and the win rate with a bootstrap interval (a verdict only when it excludes 0.5)."""
+    cfg = cfg or EvaluateConfig()
     out = {}
     judged = items[items["judge_status"].notna()]
     for policy, rows in judged.groupby("policy", sort=False):
         ok = rows[rows["judge_status"] == "ok"]
         scores = ok["judge_score"].astype(float).to_numpy()
-        res = paired_bootstrap(np.full(len(scores), 0.5), scores)
+        res = paired_bootstrap(np.full(len(scores), 0.5), scores, cfg.bootstrap_samples, cfg.seed, cfg.confidence)
         out[policy] = {
             "baseline": baseline, "judged": len(ok), "failed": int(len(rows) - len(ok)),
             "wins": int((ok["judge_outcome"] == "win").sum()), "losses": int((ok["judge_outcome"] == "loss").sum()),
@@ -255,5 +256,5 @@ def merge_results(results: Sequence[EvalResults], cfg: EvaluateConfig | None = N
     baseline = baseline or results[0].summary.get("baseline")
     summary = summarize(items, task, baseline=baseline, settings=settings, cfg=cfg)
     if "judge_status" in items.columns and items["judge_status"].notna().any():
-        summary["judge"] = judge_summary(items, baseline)
+        summary["judge"] = judge_summary(items, baseline, cfg)
     return EvalResults(items, summary)

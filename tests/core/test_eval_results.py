@@ -91,7 +91,8 @@ def test_save_load_and_merge_separate_runs(results, tmp_path):
 
 
 def test_report_files(results, tmp_path):
-    history = pd.DataFrame({"step": range(5), "reward": [0, 1, 2, 3, 4], "kl": [0, .1, .2, .2, .3]})
+    history = pd.DataFrame({"step": range(5), "reward": [0, 1, 2, 3, 4], "kl": [0, .1, .2, .2, .3],
+                            "eval/task_error": [0.4, None, None, 0.2, None]})  # periodic eval: gaps
     files = write_report(results, tmp_path / "report", {"span": history, "scalar": history.assign(reward=history.reward / 2)})
     for key in ("metrics_png", "learning_curves_png"):
         assert files[key].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -165,3 +166,10 @@ def test_held_out_fraction_selects_a_stable_subset():
     assert held_out(fb, "summarization", 3)["id"].tolist() == ["sum-000", "sum-001", "sum-002"]
     with pytest.raises(ValueError, match="held-out fraction"):
         held_out(fb, "summarization", 10, fraction=1e-9)
+
+
+def test_learning_curves_put_task_metrics_first_and_skip_gaps():
+    from t2g_core.evaluation.report import _curve_rank
+
+    names = ["ppo/clipfrac", "time/step", "kl/mean", "task/error", "eval/task_error", "reward/total_mean"]
+    assert sorted(names, key=_curve_rank)[:4] == ["eval/task_error", "task/error", "reward/total_mean", "kl/mean"]
