@@ -68,6 +68,19 @@ def resolve_model_ref(ref: str, workspace: WorkspaceConfig) -> Path:
     return found[0]
 
 
+def _held_out(frame, policy: dict, data: DataConfig | None):
+    """The feedback rows PPO did not train on (see ``evaluate_policy``), in feedback order."""
+    from t2g_core.evaluation.policies import held_out_ids
+
+    ids = held_out_ids(policy)
+    if ids is None and data is not None and data.eval_fraction > 0:
+        from t2g_core.ppo.sources import split_prompts
+
+        _, held = split_prompts(frame, data.eval_fraction, data.seed)
+        ids = [] if held is None else held["id"].tolist()
+    return frame if ids is None else frame[frame["id"].isin(set(ids))].reset_index(drop=True)
+
+
 def _publish(table: str) -> None:
     """The comparison table as a Prefect markdown artifact (when running inside Prefect)."""
     from prefect.artifacts import create_markdown_artifact
@@ -82,8 +95,8 @@ def evaluate_policy(feedback: dict, models: dict, policy: dict, cfg: EvaluateCon
                     data: DataConfig | None = None) -> dict:
     """Baseline = the policy before PPO; returns {path, summary, report, n_rows, task}.
 
-    With ``data`` given, only its held-out fraction of ids (``data.eval_fraction``) is evaluated, unless
-    ``cfg.held_out_fraction`` is set.
+    The prompts are the ones PPO held out (its run folder's ``eval.parquet``); without one, the same split is redone
+    from ``data`` (``t2g_core.ppo.sources.split_prompts``); without ``data``, every item is used.
     """
     from t2g_core.evaluation import EvalResults, comparison_table, evaluate_policies, write_report
     from t2g_core.evaluation.policies import histories, policy_refs
@@ -91,11 +104,10 @@ def evaluate_policy(feedback: dict, models: dict, policy: dict, cfg: EvaluateCon
     from t2g_core.workspace import Workspace
 
     refs = policy_refs(models, policy, include_base=cfg.include_base_model)
-    if cfg.held_out_fraction is None and data is not None and data.eval_fraction > 0:
-        cfg = cfg.model_copy(update={"held_out_fraction": data.eval_fraction})
-    inputs = {"feedback": feedback["sha256"], **{n: content_digest(str(p)) or str(p) for n, p in refs.items()}}
+    frame = _held_out(read_artifact(feedback["path"], "feedback"), policy, data)
+    inputs = {"feedback": feedback["sha256"], "ids": ",".join(frame["id"]),
+              **{n: content_digest(str(p)) or str(p) for n, p in refs.items()}}
     out = Workspace.at(workspace.root).reports / "evaluate" / artifact_key("evaluate", cfg, inputs)
-    frame = read_artifact(feedback["path"], "feedback")
     task_name = cfg.task or str(frame["task"].iloc[0])
     with tracking.stage_run("evaluate", {**cfg.model_dump(mode="json"), "policies": {n: str(p) for n, p in refs.items()}},
                             workspace):

@@ -10,11 +10,6 @@ from t2g_core.config.data import Task
 
 class EvaluateConfig(StageConfig):
     task: Task | None = Field(None, description="Task to evaluate; None = the task of the data's first item.")
-    held_out_fraction: float | None = Field(
-        None, gt=0, le=1,
-        description="Evaluate only the items whose id hashes below this fraction (sha256 of the id, the rule of "
-        "DataConfig.eval_fraction); None = every item of the data.",
-    )
     include_base_model: bool = Field(
         False, description="In the pipeline, also evaluate the untrained base model (the baseline stays the policy before PPO)."
     )

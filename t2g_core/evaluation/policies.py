@@ -3,7 +3,8 @@
 The pipeline hands the evaluation stage the demo/base model folders (``{"base": ..., "policy": ...}``) and the PPO
 stage's reference, which names an adapter folder (``adapter_dir``, ``adapter`` or ``path``) or several arms
 (``arms: {name: reference}``, e.g. span and scalar). A reference may carry its metric history (``history``: a list of
-dicts or a file) or a ``run_dir`` holding ``history.json``, which becomes a learning curve in the report.
+dicts or a file) or a ``run_dir`` holding ``history.json``, which becomes a learning curve in the report, and
+``eval.parquet``, the prompts PPO held out from training, which are the ones evaluated.
 """
 
 from __future__ import annotations
@@ -69,3 +70,13 @@ def histories(trained: Mapping[str, Any], trained_name: str = "ppo") -> dict[str
     arms = trained.get("arms") if isinstance(trained.get("arms"), Mapping) else {trained_name: trained}
     found = {str(name): _history(ref) for name, ref in arms.items() if isinstance(ref, Mapping)}
     return {name: df for name, df in found.items() if df is not None}
+
+
+def held_out_ids(trained: Mapping[str, Any]) -> list[str] | None:
+    """The ids PPO held out from training (``<run_dir>/eval.parquet`` of the first arm that wrote one), else None."""
+    arms = trained.get("arms") if isinstance(trained.get("arms"), Mapping) else {"ppo": trained}
+    for ref in arms.values():
+        run_dir = ref.get("run_dir") if isinstance(ref, Mapping) else None
+        if run_dir and (Path(run_dir) / "eval.parquet").is_file():
+            return pd.read_parquet(Path(run_dir) / "eval.parquet", columns=["id"])["id"].tolist()
+    return None

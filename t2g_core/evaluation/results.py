@@ -8,7 +8,6 @@ items, which is how ``t2g eval report`` merges several result folders.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -149,21 +148,12 @@ def policy_rows(policy: str, feedback: pd.DataFrame, samples: list[list[str]], t
     return pd.DataFrame(out)
 
 
-def in_held_out(item_id: str, fraction: float) -> bool:
-    """Deterministic split by id: sha256(id) read as a number in [0, 1) falls below ``fraction``."""
-    return int(hashlib.sha256(item_id.encode("utf-8")).hexdigest()[:12], 16) / float(16**12) < fraction
-
-
-def held_out(feedback: pd.DataFrame, task: str, max_prompts: int, fraction: float | None = None) -> pd.DataFrame:
-    """The evaluation set: ``task`` items (within the held-out ``fraction`` of ids when given), first ``max_prompts``."""
+def held_out(feedback: pd.DataFrame, task: str, max_prompts: int) -> pd.DataFrame:
+    """The evaluation set: the first ``max_prompts`` items of ``task`` (give held-out data: nothing is split here)."""
     rows = feedback[feedback["task"] == task]
     if rows.empty:
         tasks = sorted(set(feedback["task"]))
         raise ValueError(f"no {task!r} items in the evaluation data (it has: {', '.join(tasks) or 'nothing'})")
-    if fraction is not None:
-        rows = rows[[in_held_out(i, fraction) for i in rows["id"]]]
-        if rows.empty:
-            raise ValueError(f"no {task!r} item falls in the held-out fraction {fraction:g} of ids")
     return rows.head(max_prompts).reset_index(drop=True)
 
 
@@ -180,7 +170,7 @@ def evaluate_policies(policies: Mapping[str, str | Path], feedback: pd.DataFrame
     if not policies:
         raise ValueError("evaluate_policies: give at least one policy")
     generator = generator or (lambda ref, t, p, c: generate_samples(ref, t, p, c, device=device))
-    data = held_out(feedback, task, cfg.max_prompts, cfg.held_out_fraction)
+    data = held_out(feedback, task, cfg.max_prompts)
     prompts = data["prompt"].tolist()
     frames, settings = [], {}
     for name, ref in policies.items():

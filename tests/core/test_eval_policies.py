@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from t2g_core.evaluation.policies import histories, policy_refs
+from t2g_core.evaluation.policies import held_out_ids, histories, policy_refs
 
 
 def test_policy_refs_single_and_arms(tmp_path):
@@ -38,6 +38,14 @@ def test_histories_from_list_file_or_run_dir(tmp_path):
     assert found["c"]["kl"].tolist() == [0.0, 0.1]
 
 
+def test_held_out_ids_come_from_the_ppo_run_folder(tmp_path):
+    (tmp_path / "run").mkdir()
+    pd.DataFrame({"id": ["b", "a"], "prompt": ["x", "y"]}).to_parquet(tmp_path / "run" / "eval.parquet")
+    assert held_out_ids({"adapter_dir": "x", "run_dir": str(tmp_path / "run")}) == ["b", "a"]
+    assert held_out_ids({"arms": {"span": {"run_dir": str(tmp_path / "none")}, "scalar": {"run_dir": str(tmp_path / "run")}}}) == ["b", "a"]
+    assert held_out_ids({"adapter_dir": "x"}) is None
+
+
 @pytest.mark.slow
 def test_prefect_task_writes_results_logs_and_reuses_them(tiny_model_dir, tmp_path):
     pytest.importorskip("prefect")
@@ -61,11 +69,16 @@ def test_prefect_task_writes_results_logs_and_reuses_them(tiny_model_dir, tmp_pa
     out = evaluate_policy.fn(*args)
     summary = json.loads(open(out["summary"]).read())
     assert list(summary["policies"]) == ["warm_start", "ppo"] and out["task"] == "qa"
-    assert 0 < summary["policies"]["ppo"]["n_items"] < 12  # the held-out half of the ids
+    assert summary["policies"]["ppo"]["n_items"] == 6  # no PPO run folder: PPO's split redone with eval_fraction 0.5
     assert (tmp_path / "ws" / "mlflow.db").exists()
     report = open(out["report"]).read()
     assert "learning_curves.png" in report and "| token_f1 |" in report
     assert evaluate_policy.fn(*args) == out  # same inputs: the saved results are reused
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    pd.DataFrame(rows[:3]).to_parquet(run_dir / "eval.parquet")  # what PPO held out
+    again = evaluate_policy.fn(args[0], args[1], {**args[2], "run_dir": str(run_dir)}, *args[3:])
+    assert json.loads(open(again["summary"]).read())["policies"]["ppo"]["n_items"] == 3
 
 
 @pytest.mark.slow

@@ -157,17 +157,6 @@ def test_cli_policy_and_report(tiny_model_dir, tmp_path):
     assert bad.exit_code == 2 and "is not a folder" in bad.output
 
 
-def test_held_out_fraction_selects_a_stable_subset():
-    from t2g_core.evaluation.results import held_out, in_held_out
-
-    fb = _feedback(30)
-    part = held_out(fb, "summarization", 100, fraction=0.5)
-    assert 0 < len(part) < 30 and part["id"].tolist() == [i for i in fb["id"][:30] if in_held_out(i, 0.5)]
-    assert held_out(fb, "summarization", 3)["id"].tolist() == ["sum-000", "sum-001", "sum-002"]
-    with pytest.raises(ValueError, match="held-out fraction"):
-        held_out(fb, "summarization", 10, fraction=1e-9)
-
-
 def test_learning_curves_put_task_metrics_first_and_skip_gaps():
     from t2g_core.evaluation.report import _curve_rank
 
