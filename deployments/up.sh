@@ -52,8 +52,9 @@ wait_health() {  # url, name, seconds
   done
   echo "$2 not healthy after $3 s; see $RUN/$2.log" >&2; return 1
 }
-wait_health "http://127.0.0.1:$PREFECT_PORT/api/health" prefect-server 180
-wait_health "http://127.0.0.1:$MLFLOW_PORT/health" mlflow-server 180
+stop_all() { bash "$(dirname "$0")/down.sh" "$WS"; exit 1; }   # a failed start leaves nothing running
+wait_health "http://127.0.0.1:$PREFECT_PORT/api/health" prefect-server 180 || stop_all
+wait_health "http://127.0.0.1:$MLFLOW_PORT/health" mlflow-server 180 || stop_all
 
 export PREFECT_API_URL="http://127.0.0.1:$PREFECT_PORT/api"
 export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"
@@ -62,7 +63,7 @@ start serve "$BIN/python" -m flows.serve --workspace "$WS" --sensor-interval "${
   --debounce "${DEBOUNCE_SECONDS:-30}" ${CRON:+--cron "$CRON"}
 
 # ready when the serve process has registered its deployments
-wait_health "$PREFECT_API_URL/deployments/name/reannotate/reannotate" serve 240
+wait_health "$PREFECT_API_URL/deployments/name/reannotate/reannotate" serve 240 || stop_all
 
 cat >"$RUN/servers.json" <<JSON
 {"prefect_api": "$PREFECT_API_URL", "prefect_ui": "http://127.0.0.1:$PREFECT_PORT", "mlflow": "$MLFLOW_TRACKING_URI",

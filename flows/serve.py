@@ -24,7 +24,9 @@ def build_deployments(workspace: str, *, sensor_interval: float = 60, cron: str 
     from t2g_core.config import PipelineConfig
 
     root = str(Path(workspace).resolve())
-    config = PipelineConfig.model_validate({"workspace": {"root": root}}).model_dump(mode="json", by_alias=True)
+    # only the workspace is fixed; every other field takes the code's current default, so a deployment registered
+    # before a config field was added or renamed still starts
+    config = {"workspace": PipelineConfig.model_validate({"workspace": {"root": root}}).workspace.model_dump(mode="json")}
     trigger = DeploymentEventTrigger(
         name="feedback-landed",
         expect={EVENT},
