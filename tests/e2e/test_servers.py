@@ -132,13 +132,16 @@ def test_ui_run_reannotation_event_and_lineage(servers):
     assert len(parent) == 1 and parent[0].info.status == "FINISHED"
     stages = {r.data.tags["t2g.stage"]: r for r in client.search_runs(
         [exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent[0].info.run_id}'")}
-    assert {"feedback", "build_models", "annotate"} <= set(stages)
+    assert {"feedback", "build_models", "annotate", "align", "validate", "reward_model", "ppo", "evaluate"} <= set(stages)
     produced = {d.dataset.digest for d in stages["feedback"].inputs.dataset_inputs}
     consumed = {d.dataset.digest for d in stages["annotate"].inputs.dataset_inputs if d.dataset.name == "feedback"}
     assert consumed and consumed <= produced
-    if "ppo" in stages:  # the policy is registered and its lineage reaches the feedback
-        from flows.lineage import lineage_chain
+    # the policy adapter is registered, and its lineage walks back to the feedback
+    from flows.lineage import lineage_chain
 
-        versions = client.search_model_versions("name = 'text2grad-policy'")
-        chain = "\n".join(line for _, line in lineage_chain("text2grad-policy", versions[0].version, info["mlflow"]))
-        assert "[ppo]" in chain and "[feedback]" in chain
+    versions = client.search_model_versions("name = 'text2grad-policy'")
+    assert len(versions) == 1 and versions[0].run_id == stages["ppo"].info.run_id
+    chain = "\n".join(line for _, line in lineage_chain("text2grad-policy", versions[0].version, info["mlflow"]))
+    assert chain.index("[ppo]") < chain.index("[feedback]")
+    rm = client.search_model_versions("name = 'text2grad-reward-model'")
+    assert rm and rm[0].run_id == stages["reward_model"].info.run_id
