@@ -22,12 +22,14 @@ class RewardModelConfig(StageConfig):
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], description="Modules that get LoRA adapters."
     )
     # optimisation
-    learning_rate: float = Field(2e-3, gt=0, description="Learning rate (tiny models like a high one; use 1e-5..2e-5 for 8B).")
+    learning_rate: float = Field(
+        5e-3, gt=0, description="Learning rate; the default suits the tiny demo models (benchmarks/bench_rm.py); use 1e-5..2e-5 for 8B bases."
+    )
     lr_scheduler: Literal["constant", "linear", "cosine"] = Field("linear", description="Learning-rate schedule after warm-up.")
     warmup_ratio: float = Field(0.05, ge=0, lt=1, description="Fraction of the steps spent warming the learning rate up.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
-    epochs: float = Field(3.0, gt=0, description="Training epochs (ignored when max_steps > 0).")
+    epochs: float = Field(6.0, gt=0, description="Training epochs (ignored when max_steps > 0); 6 x 232 demo items = 174 steps at batch 8.")
     max_steps: int = Field(-1, description="Optimizer steps; -1 = derive from epochs.")
     batch_size: int = Field(8, ge=1, description="Per-device batch size.")
     grad_accum: int = Field(1, ge=1, description="Gradient accumulation steps.")
