@@ -219,7 +219,10 @@ def _train_loop(model, batches, steps: int, lr: float, progress: bool, desc: str
         return []
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    warmup = max(1, steps // 10)  # linear warm-up, then cosine decay to 10 % of lr
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: (i + 1) / warmup if i < warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * (i - warmup) / max(1, steps - warmup)))
+    )
     losses: list[float] = []
     bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False)
     for _ in bar:

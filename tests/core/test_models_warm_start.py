@@ -1,0 +1,94 @@
+"""Warm start and the cached demo-model build, on a very small config so they run in seconds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from t2g_core.config.models import ModelsConfig, TinyModelConfig
+from t2g_core.demo import make_demo_feedback
+from t2g_core.demo.summarization import warm_start_pairs
+from t2g_core.models.tiny import build_tiny_model, ensure_demo_models, train_tokenizer, warm_start
+from t2g_core.policy_prompts import policy_messages, render_policy_prompt
+
+SMALL = TinyModelConfig(
+    vocab_size=400, hidden_size=32, intermediate_size=64, num_heads=2, warm_start_steps=4, warm_start_batch_size=8,
+    policy_sft_steps=4, policy_sft_batch_size=8, policy_sft_examples=64,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """2 shared cores: tiny models run fastest (and disturb others least) on one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def feedback():
+    return make_demo_feedback("summarization", 24, seed=0)
+
+
+def test_policy_prompt_renders_through_the_chat_template(tiny_model_dir):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    text = render_policy_prompt(tok, "summarization", "I am Cai.")
+    assert text.startswith(tok.bos_token + "<|user|>\n") and text.endswith("<|assistant|>\n")
+    assert policy_messages("summarization", "I am Cai.")[0]["content"] in text
+    with pytest.raises(ValueError, match="unknown task"):
+        policy_messages("poetry", "x")
+
+
+def test_supervised_warm_start_lowers_the_response_loss(tmp_path):
+    pairs = warm_start_pairs(64, seed=0)
+    train_tokenizer([t for p in pairs for t in p], 400, tmp_path / "tok")
+    build_tiny_model(tmp_path / "m", tmp_path / "tok", SMALL)
+    tok = AutoTokenizer.from_pretrained(tmp_path / "m")
+    rendered = [(render_policy_prompt(tok, "summarization", p), r) for p, r in pairs]
+    result = warm_start(tmp_path / "m", rendered, SMALL, steps=12, lr=1e-2, batch_size=8, progress=False)
+    assert len(result.losses) == 12
+    assert sum(result.losses[-3:]) / 3 < 0.8 * sum(result.losses[:3]) / 3
+    # saved in place and still loadable
+    AutoModelForCausalLM.from_pretrained(tmp_path / "m")
+
+
+def test_lm_warm_start_runs_on_plain_texts(tmp_path):
+    texts = [p for p, _ in warm_start_pairs(32, seed=1)]
+    train_tokenizer(texts, 400, tmp_path / "tok")
+    build_tiny_model(tmp_path / "m", tmp_path / "tok", SMALL)
+    result = warm_start(tmp_path / "m", texts, SMALL, steps=10, lr=1e-2, batch_size=4, block_size=48, progress=False)
+    assert sum(result.losses[-3:]) / 3 < sum(result.losses[:3]) / 3
+
+
+def test_ensure_demo_models_builds_once_and_reloads(tmp_path, feedback):
+    cfg = ModelsConfig(tiny=SMALL)
+    built = ensure_demo_models(tmp_path, cfg, feedback, progress=False)
+    info = built.policy.parent / "build.json"
+    stamp = info.stat().st_mtime_ns
+    assert json.loads(info.read_text())["task"] == "summarization"
+    again = ensure_demo_models(tmp_path, cfg, feedback, progress=False)
+    assert again == built and info.stat().st_mtime_ns == stamp  # reused, not rebuilt
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folder left behind
+    for folder in (built.base, built.policy):
+        tok = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        batch = tok([render_policy_prompt(tok, "summarization", feedback["prompt"][0])], return_tensors="pt")
+        out = model.generate(**batch, max_new_tokens=4, do_sample=False)
+        assert out.shape[1] == batch["input_ids"].shape[1] + 4 or out[0, -1] == tok.eos_token_id
+    other = ensure_demo_models(tmp_path, ModelsConfig(tiny=SMALL.model_copy(update={"seed": 1})), feedback, progress=False)
+    assert other.policy != built.policy
+    assert not torch.equal(
+        AutoModelForCausalLM.from_pretrained(built.policy).lm_head.weight,
+        AutoModelForCausalLM.from_pretrained(built.base).lm_head.weight,
+    )
+
+
+def test_external_models_are_passed_through(tmp_path, feedback):
+    cfg = ModelsConfig(policy="some/policy", reward_model_base="some/rm")
+    built = ensure_demo_models(tmp_path, cfg, feedback, progress=False)
+    assert (str(built.policy), str(built.base)) == ("some/policy", "some/rm")
+    assert list(tmp_path.iterdir()) == []
