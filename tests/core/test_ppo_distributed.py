@@ -67,8 +67,10 @@ def test_two_gloo_processes_equal_one_process(tiny_model_dir, tmp_path):
     a = load_file(str(one / "adapter" / "adapter_model.safetensors"))
     b = load_file(str(two / "adapter" / "adapter_model.safetensors"))
     assert any(float(v.abs().sum()) > 0 for k, v in a.items() if "lora_B" in k)
+    # Adam's first updates are ~lr (1e-2) per weight and amplify summation-order noise in near-zero gradients to
+    # ~1e-5; a per-process (not global) whitening or gradient mean moves weights by ~lr.
     for k in a:
-        assert torch.allclose(a[k], b[k], atol=1e-5), (k, float((a[k] - b[k]).abs().max()))
+        assert torch.allclose(a[k], b[k], atol=1e-4), (k, float((a[k] - b[k]).abs().max()))
     h1, h2 = torch.load(one / "history.pt"), torch.load(two / "history.pt")
     for x, y in zip(h1, h2, strict=True):
         for key in ("reward/span_mean", "kl/mean", "loss/policy", "ppo/approx_kl", "reward/positive_frac"):
