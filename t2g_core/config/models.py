@@ -13,16 +13,24 @@ class TinyModelConfig(StageConfig):
     architecture: Literal["llama", "gpt2"] = Field("llama", description="Architecture of the tiny model built from scratch.")
     vocab_size: int = Field(1024, ge=64, description="Byte-level BPE vocabulary size trained on the demo corpus.")
     hidden_size: int = Field(128, ge=16, description="Model width.")
-    intermediate_size: int | None = Field(None, ge=16, description="MLP width of the Llama blocks (default 4 x hidden_size).")
+    intermediate_size: int | None = Field(256, ge=16, description="MLP width of the Llama blocks (None = 4 x hidden_size).")
     num_layers: int = Field(2, ge=1, description="Number of transformer blocks.")
     num_heads: int = Field(4, ge=1, description="Attention heads.")
     max_positions: int = Field(2048, ge=64, description="Maximum sequence length (RoPE: no parameters depend on it for llama).")
-    warm_start_steps: int = Field(300, ge=0, description="Language-model pretraining steps on the demo corpus (0 = random init).")
+    warm_start_steps: int = Field(60, ge=0, description="Language-model pretraining steps on the demo corpus (0 = random init).")
     warm_start_lr: float = Field(2e-3, gt=0, description="Learning rate of the warm start.")
-    warm_start_batch_size: int = Field(64, ge=1, description="Batch size of the warm start.")
-    policy_sft_steps: int = Field(300, ge=0, description="Supervised steps of the policy on (rendered prompt -> noisy response).")
-    policy_sft_lr: float = Field(2e-3, gt=0, description="Learning rate of the policy's supervised warm start.")
-    policy_sft_batch_size: int = Field(64, ge=1, description="Batch size of the policy's supervised warm start.")
+    warm_start_batch_size: int = Field(32, ge=1, description="Batch size of the warm start.")
+    warm_start_block_size: int = Field(128, ge=8, description="Tokens per packed window of the LM warm start.")
+    policy_sft_steps: int = Field(
+        600, ge=0, description="Supervised steps of the policy on (rendered prompt -> correct response): learns the task."
+    )
+    policy_noise_steps: int = Field(
+        60, ge=0,
+        description="Then supervised steps on summaries with each fact wrong at p_halluc, so the policy makes errors PPO can fix.",
+    )
+    policy_noise_lr: float = Field(1e-3, gt=0, description="Learning rate of the noisy phase.")
+    policy_sft_lr: float = Field(3e-3, gt=0, description="Learning rate of the policy's supervised warm start.")
+    policy_sft_batch_size: int = Field(32, ge=1, description="Batch size of the policy's supervised warm start.")
     policy_sft_examples: int = Field(
         4096, ge=1, description="Synthetic (post, noisy summary) pairs drawn for the policy warm start (summarization)."
     )

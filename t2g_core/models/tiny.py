@@ -301,17 +301,16 @@ def _main_task(feedback_df: pd.DataFrame) -> str:
     return str(feedback_df["task"].mode().iloc[0])
 
 
-def _policy_pairs(task: str, feedback_df: pd.DataFrame, cfg: TinyModelConfig) -> list[tuple[str, str]]:
+def _policy_pairs(task: str, feedback_df: pd.DataFrame, cfg: TinyModelConfig, p_halluc: float, seed: int) -> list[tuple[str, str]]:
     """(prompt, target response) pairs for the policy's supervised warm start.
 
-    Summarization: fresh synthetic posts whose summaries get each fact wrong with probability ``cfg.p_halluc``, so the
-    policy writes the template fluently but invents values PPO can then remove. Other tasks: the feedback's references
-    (or responses when no reference exists).
+    Summarization: fresh synthetic posts whose summaries get each fact wrong with probability ``p_halluc``. Other
+    tasks: the feedback's references (or responses when no reference exists).
     """
     if task == "summarization":
         from t2g_core.demo.summarization import warm_start_pairs
 
-        return warm_start_pairs(cfg.policy_sft_examples, seed=cfg.seed + 1000, p_halluc=cfg.p_halluc)
+        return warm_start_pairs(cfg.policy_sft_examples, seed=seed, p_halluc=p_halluc)
     rows = feedback_df[feedback_df["task"] == task]
     return [
         (r.prompt, r.reference if isinstance(r.reference, str) and r.reference else r.response)
@@ -319,30 +318,51 @@ def _policy_pairs(task: str, feedback_df: pd.DataFrame, cfg: TinyModelConfig) ->
     ]
 
 
-def _build_demo_models(root: Path, cfg: TinyModelConfig, feedback_df: pd.DataFrame, *, progress: bool, log) -> None:
-    from t2g_core.demo import demo_corpus
+def _train_policy(root: Path, tokenizer, task: str, feedback_df: pd.DataFrame, cfg: TinyModelConfig, *, progress, log) -> dict:
+    """Two supervised phases from the base LM: (1) clean targets, so the copy-a-value-from-the-post circuit forms
+    quickly; (2) for summarization, targets with each fact wrong at ``cfg.p_halluc``, so the policy keeps the template
+    and the lookup but states wrong values often enough for PPO to have errors to remove."""
     from t2g_core.policy_prompts import render_policy_prompt
 
-    t0 = time.perf_counter()
+    def rendered(pairs):
+        return [(render_policy_prompt(tokenizer, task, p), r) for p, r in pairs]
+
+    clean = rendered(_policy_pairs(task, feedback_df, cfg, 0.0, cfg.seed + 1000))
+    sft = warm_start(
+        root / "base", clean, cfg, steps=cfg.policy_sft_steps, lr=cfg.policy_sft_lr,
+        batch_size=cfg.policy_sft_batch_size, out_dir=root / "policy", progress=progress,
+    )
+    log(f"policy SFT (clean): {len(sft.losses)} steps in {sft.seconds:.1f} s, loss {_first_last(sft.losses)}")
+    info = {"sft_losses": _first_last(sft.losses), "n_policy_pairs": len(clean)}
+    if task == "summarization" and cfg.policy_noise_steps > 0:
+        noisy = rendered(_policy_pairs(task, feedback_df, cfg, cfg.p_halluc, cfg.seed + 2000))
+        noise = warm_start(
+            root / "policy", noisy, cfg, steps=cfg.policy_noise_steps, lr=cfg.policy_noise_lr,
+            batch_size=cfg.policy_sft_batch_size, progress=progress,
+        )
+        log(f"policy SFT (p_halluc={cfg.p_halluc}): {len(noise.losses)} steps in {noise.seconds:.1f} s, loss {_first_last(noise.losses)}")
+        info["noise_losses"] = _first_last(noise.losses)
+    return info
+
+
+def _build_demo_models(root: Path, cfg: TinyModelConfig, feedback_df: pd.DataFrame, *, progress: bool, log) -> None:
+    from t2g_core.demo import demo_corpus
+
+    t0, c0 = time.perf_counter(), time.process_time()
     task = _main_task(feedback_df)
-    pairs = _policy_pairs(task, feedback_df, cfg)
+    pairs = _policy_pairs(task, feedback_df, cfg, cfg.p_halluc, cfg.seed + 3000)
     corpus = demo_corpus(feedback_df) + [f"{p}\n{r}" for p, r in pairs[: len(feedback_df) * 4]]
     tokenizer = train_tokenizer(corpus, cfg.vocab_size, root / "tokenizer")
     log(f"tokenizer: {len(tokenizer)} tokens from {len(corpus)} texts")
     build_tiny_model(root / "base", root / "tokenizer", cfg)
-    lm = warm_start(root / "base", corpus, cfg, progress=progress)
+    lm = warm_start(root / "base", corpus, cfg, block_size=cfg.warm_start_block_size, progress=progress)
     log(f"base LM warm start: {len(lm.losses)} steps in {lm.seconds:.1f} s, loss {_first_last(lm.losses)}")
-    rendered = [(render_policy_prompt(tokenizer, task, p), r) for p, r in pairs]
-    sft = warm_start(
-        root / "base", rendered, cfg, steps=cfg.policy_sft_steps, lr=cfg.policy_sft_lr,
-        batch_size=cfg.policy_sft_batch_size, out_dir=root / "policy", progress=progress,
-    )
-    log(f"policy SFT: {len(sft.losses)} steps in {sft.seconds:.1f} s, loss {_first_last(sft.losses)}")
+    info = _train_policy(root, tokenizer, task, feedback_df, cfg, progress=progress, log=log)
     shutil.rmtree(root / "tokenizer")
-    info = {
+    info.update({
         "task": task, "config": cfg.model_dump(mode="json"), "seconds": round(time.perf_counter() - t0, 2),
-        "lm_losses": _first_last(lm.losses), "sft_losses": _first_last(sft.losses), "n_policy_pairs": len(pairs),
-    }
+        "cpu_seconds": round(time.process_time() - c0, 2), "lm_losses": _first_last(lm.losses),
+    })
     (root / "build.json").write_text(json.dumps(info, indent=2))
 
 

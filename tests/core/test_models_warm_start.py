@@ -16,7 +16,7 @@ from t2g_core.policy_prompts import policy_messages, render_policy_prompt
 
 SMALL = TinyModelConfig(
     vocab_size=400, hidden_size=32, intermediate_size=64, num_heads=2, warm_start_steps=4, warm_start_batch_size=8,
-    policy_sft_steps=4, policy_sft_batch_size=8, policy_sft_examples=64,
+    policy_sft_steps=4, policy_noise_steps=2, policy_sft_batch_size=8, policy_sft_examples=64, warm_start_block_size=64,
 )
 
 
@@ -69,7 +69,9 @@ def test_ensure_demo_models_builds_once_and_reloads(tmp_path, feedback):
     built = ensure_demo_models(tmp_path, cfg, feedback, progress=False)
     info = built.policy.parent / "build.json"
     stamp = info.stat().st_mtime_ns
-    assert json.loads(info.read_text())["task"] == "summarization"
+    meta = json.loads(info.read_text())
+    assert meta["task"] == "summarization" and meta["config"] == SMALL.model_dump(mode="json")
+    assert "noise_losses" in meta and meta["cpu_seconds"] > 0
     again = ensure_demo_models(tmp_path, cfg, feedback, progress=False)
     assert again == built and info.stat().st_mtime_ns == stamp  # reused, not rebuilt
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folder left behind
