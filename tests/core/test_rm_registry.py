@@ -19,6 +19,15 @@ from t2g_core.reward_model.prompts import build_rm_prompt
 from t2g_core.reward_model.train import train_rm
 
 NAME = "text2grad-reward-model"
+TASK_NAME = "rm-task-test"
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    """One workspace with an explicit SQLite store: ``mlflow.set_tracking_uri`` also exports $MLFLOW_TRACKING_URI,
+    which ``tasks.tracking`` would otherwise prefer to the workspace default in a later test."""
+    root = tmp_path_factory.mktemp("ws")
+    return WorkspaceConfig(root=str(root), mlflow_tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
 PROBE = ("I am Cai. I live in Quito. I work as a coach.", "Cai lives in Paris and works as a coach.")
 
 FRESH = """
@@ -46,7 +55,7 @@ def _logits(model_dir) -> torch.Tensor:
 
 
 @pytest.mark.slow
-def test_register_promote_and_load_by_alias_from_a_fresh_process(tiny_model_dir, tmp_path):
+def test_register_promote_and_load_by_alias_from_a_fresh_process(tiny_model_dir, tmp_path, ws):
     from mlflow import MlflowClient
 
     from tasks import tracking
@@ -62,7 +71,6 @@ def test_register_promote_and_load_by_alias_from_a_fresh_process(tiny_model_dir,
                                 lora_dropout=0.0, seed=seed, warmup_ratio=0.0)
         adapters.append(train_rm(cfg, tiny_model_dir, rm_rows(tok, cfg), tmp_path / f"run{seed}", progress=False).adapter_dir)
 
-    ws = WorkspaceConfig(root=str(tmp_path / "ws"))
     versions, promoted = [], []
     with tracking.stage_run("reward_model", {"test": True}, ws):
         for adapter, f1 in zip(adapters + [adapters[1]], (0.4, 0.3, 0.5), strict=True):
@@ -90,7 +98,7 @@ def test_register_promote_and_load_by_alias_from_a_fresh_process(tiny_model_dir,
 
 
 @pytest.mark.slow
-def test_reward_model_task_builds_trains_evaluates_and_registers(tiny_model_dir, tmp_path):
+def test_reward_model_task_builds_trains_evaluates_and_registers(tiny_model_dir, ws):
     from mlflow import MlflowClient
 
     from t2g_core.annotators import annotate
@@ -101,13 +109,12 @@ def test_reward_model_task_builds_trains_evaluates_and_registers(tiny_model_dir,
     from tasks.reward_model import train_reward_model
 
     torch.set_num_threads(1)
-    ws = WorkspaceConfig(root=str(tmp_path / "ws"))
     store = Workspace.at(ws.root).store
     fb = make_demo_feedback("summarization", 8, seed=3)
     ann = annotate(fb, AnnotateConfig(annotator="reference"), progress=False).frame
     fb_ref = store.write("feedback", artifact_key("feedback", None, {"t": "1"}), fb, "feedback").to_dict()
     ann_ref = store.write("annotations", artifact_key("annotations", None, {"t": "1"}), ann, "annotations").to_dict()
-    cfg = RewardModelConfig(val_fraction=0.5, max_steps=2, save_steps=100, batch_size=4, max_new_tokens=16)
+    cfg = RewardModelConfig(val_fraction=0.5, max_steps=2, save_steps=100, batch_size=4, max_new_tokens=16, registered_name=TASK_NAME)
     models = {"base": str(tiny_model_dir), "policy": str(tiny_model_dir)}
 
     first = train_reward_model.fn(fb_ref, ann_ref, {"status": "pass"}, models, cfg, ws)
@@ -116,12 +123,12 @@ def test_reward_model_task_builds_trains_evaluates_and_registers(tiny_model_dir,
     assert {"json_valid_rate", "span_f1", "rouge_l", "gen_tokens_per_s"} <= first["metrics"].keys()
     assert Path(first["report"]).read_text().startswith("# Reward model evaluation")
     client = MlflowClient()
-    run = client.get_run(client.get_model_version(NAME, "1").tags["source_run_id"])
+    run = client.get_run(client.get_model_version(TASK_NAME, "1").tags["source_run_id"])
     assert "rm_eval.span_f1" in run.data.metrics and "rm/loss" in run.data.metrics
     assert run.data.params["base_model"] == str(tiny_model_dir)
     # same inputs again: data and training are reused, a new candidate version is logged, champion stays (not better)
     second = train_reward_model.fn(fb_ref, ann_ref, {"status": "pass"}, models, cfg, ws)
     assert second["adapter_dir"] == first["adapter_dir"] and second["rm_data"] == first["rm_data"]
     assert second["version"] == "2" and second["champion"] is False
-    assert str(client.get_model_version_by_alias(NAME, "candidate").version) == "2"
-    assert str(client.get_model_version_by_alias(NAME, "champion").version) == "1"
+    assert str(client.get_model_version_by_alias(TASK_NAME, "candidate").version) == "2"
+    assert str(client.get_model_version_by_alias(TASK_NAME, "champion").version) == "1"
