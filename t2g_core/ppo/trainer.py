@@ -394,9 +394,9 @@ class PPOTrainer:
         """Global means of the task metric(s); every process must call this (it all-reduces)."""
         if self.task_metric is None:
             return {}
-        values = self.task_metric(rows, texts) if rows else {}
+        values = self.task_metric(rows, texts)  # also with no rows: every process must reduce the same names
         values = {"error": values} if isinstance(values, list) else values
-        names = sorted(values) or ["error"]
+        names = sorted(values)
         sums = global_sum([float(len(rows))] + [float(sum(values.get(k, []))) for k in names])
         return {f"{prefix}{k}": total / sums[0] for k, total in zip(names, sums[1:], strict=True)}
 

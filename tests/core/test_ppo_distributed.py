@@ -36,7 +36,11 @@ WORKER = textwrap.dedent('''
                             "prompt": [f"Post {i}: " + "Cai lives in Quito " * (1 + i % 3) for i in range(8)]})
     cfg = PPOConfig(steps=2, batch_size=4, minibatches=2, ppo_epochs=2, max_new_tokens=10, log_every=1, save_every=100,
                     value_model="head", learning_rate=1e-2, grad_accum=1)
-    res = train(cfg, model_dir, prompts, out, reward_source=CriticSource(EdgeWordsCritic()))
+    def metrics(rows, texts):  # several named metrics; one eval prompt leaves rank 1 without rows (must not hang)
+        return {"words": [float(len(t.split())) for t in texts], "chars": [float(len(t)) for t in texts]}
+
+    res = train(cfg, model_dir, prompts, out, reward_source=CriticSource(EdgeWordsCritic()), eval_df=prompts.head(1),
+                task_metric=metrics)
     if rank == 0:
         torch.save(res.history, out + "/history.pt")
     if world > 1:
@@ -73,5 +77,6 @@ def test_two_gloo_processes_equal_one_process(tiny_model_dir, tmp_path):
         assert torch.allclose(a[k], b[k], atol=1e-4), (k, float((a[k] - b[k]).abs().max()))
     h1, h2 = torch.load(one / "history.pt"), torch.load(two / "history.pt")
     for x, y in zip(h1, h2, strict=True):
-        for key in ("reward/span_mean", "kl/mean", "loss/policy", "ppo/approx_kl", "reward/positive_frac"):
+        for key in ("reward/span_mean", "kl/mean", "loss/policy", "ppo/approx_kl", "reward/positive_frac", "task/words",
+                    "eval/task_chars"):
             assert x[key] == pytest.approx(y[key], abs=1e-5), key
