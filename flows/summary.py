@@ -51,7 +51,7 @@ def plot_lines(result: dict) -> list[str]:
         if isinstance(value, dict) and isinstance(value.get(key), str):
             p = Path(value[key])
             folders.append(p.parent if p.is_file() else p)
-    files = [f for d in folders if d.exists() for f in sorted(d.rglob("*")) if f.suffix in (".png", ".html", ".md")]
+    files = [f for d in folders if d.exists() for f in sorted(d.rglob("*")) if f.suffix in (".png", ".html", ".md") and f.name != "README.md"]
     return [f"  {f}" for f in files[:12]]
 
 
