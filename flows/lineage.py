@@ -16,7 +16,6 @@ OUTPUT_CONTEXT = "output"
 def _client(tracking_uri: str):
     import mlflow
 
-    mlflow.set_tracking_uri(tracking_uri)
     return mlflow.MlflowClient(tracking_uri)
 
 

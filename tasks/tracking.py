@@ -55,6 +55,22 @@ def tracking_uri(workspace_cfg: WorkspaceConfig) -> str:
     return f"sqlite:///{Path(workspace_cfg.root).resolve() / 'mlflow.db'}"
 
 
+def _set_tracking_uri(uri: str) -> None:
+    """Point MLflow at ``uri`` without leaving it in ``$MLFLOW_TRACKING_URI``.
+
+    ``mlflow.set_tracking_uri`` also exports the variable, which ``tracking_uri`` reads as the user's choice (``make
+    up``): left there, the next workspace in the same process would log into this one's store (or a stopped server).
+    """
+    import mlflow
+
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
+
+
 @contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,7 +88,7 @@ def configure(workspace_cfg: WorkspaceConfig) -> str:
 
     uri = tracking_uri(workspace_cfg)
     root = Path(workspace_cfg.root).resolve()
-    mlflow.set_tracking_uri(uri)
+    _set_tracking_uri(uri)
     key = (uri, workspace_cfg.mlflow_experiment)
     with _lock, _file_lock(root / ".mlflow.lock"):
         exp = mlflow.get_experiment_by_name(workspace_cfg.mlflow_experiment)  # first call creates + migrates the DB

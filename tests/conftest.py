@@ -51,3 +51,16 @@ def tiny_model_dir(tmp_path_factory):
     with torch.random.fork_rng():
         build_tiny_model(root / "model", root / "tokenizer", cfg)
     return root / "model"
+
+
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_tracking_uri():
+    """A test that points MLflow at its own store or server must not leave $MLFLOW_TRACKING_URI behind for the next."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before

@@ -89,6 +89,14 @@ def gold_feedback(row: dict) -> dict:
     }
 
 
+def _has_ground_truth(row: dict) -> bool:
+    """Demo rows carry gold spans (and, for summarization, the facts); ingested public data does not."""
+    if not row.get("meta"):
+        return False
+    meta = _meta(row)
+    return "gold_spans" in meta and (row["task"] != "summarization" or "facts" in meta)
+
+
 def demo_corpus(df: pd.DataFrame) -> list[str]:
     """Texts for tokenizer training and LM warm start: prompts, responses, references, critiques and span JSON.
 
@@ -102,7 +110,7 @@ def demo_corpus(df: pd.DataFrame) -> list[str]:
             texts.append(row["reference"])
         if isinstance(row.get("critique"), str):
             texts.append(row["critique"])
-        if row.get("meta"):
+        if _has_ground_truth(row):
             feedback = gold_feedback(row)
             texts += [feedback["critique"], json.dumps(feedback, ensure_ascii=False)]
     return [t for t in texts if t]
