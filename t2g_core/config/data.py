@@ -27,4 +27,4 @@ class DataConfig(StageConfig):
     task: Task = Field("summarization", description="Task of the demo data and of the prompts used downstream.")
     n_items: int = Field(256, ge=1, description="Number of demo items to generate (ignored for a path source).")
     seed: int = Field(0, description="Seed for demo data generation.")
-    eval_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="Fraction of prompts held out for evaluation.")
+    eval_fraction: float = Field(0.25, ge=0.0, lt=1.0, description="Fraction of prompts held out for evaluation.")
