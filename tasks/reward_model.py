@@ -42,6 +42,9 @@ def build_data(feedback: dict, annotations: dict, spans: dict | None, base_model
         return found, {}
     df, stats = build_rm_data(read_artifact(feedback["path"], "feedback"), read_artifact(annotations["path"], "annotations"),
                               AutoTokenizer.from_pretrained(base_model), cfg, spans_df=read_artifact(spans["path"], "spans") if spans else None)
+    if stats.n_train == 0:  # say why, rather than letting the trainer fail on an empty split
+        raise ValueError(f"rm_data: no training rows from {stats.n_items} items ({stats.as_metrics()}); "
+                         "raise reward_model.max_target_tokens / max_prompt_tokens or check the annotations")
     return store.write("rm_data", key, df, "rm_data", extra={"stats": stats.as_metrics(), "skipped_ids": stats.skipped_ids[:200]}), stats.as_metrics()
 
 

