@@ -204,11 +204,11 @@ def main() -> None:
     p.add_argument("--build-only", action="store_true")
     p.add_argument("--run-arm", dest="arm", default=None, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--policy", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--policy", default=None, help="Use this warm-started policy folder (e.g. the demo's) instead of building one.")
     args = p.parse_args()
     if args.arm:
         return run_arm(args)
-    args.policy = build_policy(args)
+    args.policy = Path(args.policy) if args.policy else build_policy(args)
     if args.build_only:
         return None
     jobs = [(m, s) for s in range(args.seeds) for m in args.arms.split(",")]

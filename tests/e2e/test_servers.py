@@ -69,6 +69,20 @@ def servers(tmp_path):
         assert [n for n, pid in pids.items() if _alive(pid)] == [], "down.sh left processes running"
 
 
+def _create_flow_run(api: httpx.Client, deployment_id: str, parameters: dict) -> dict:
+    """POST create_flow_run as the UI does; a busy SQLite server may answer 5xx once, so try three times and report."""
+    answers = []
+    for _ in range(3):
+        resp = api.post(f"/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters})
+        if resp.status_code < 300:
+            return resp.json()
+        answers.append((resp.status_code, resp.text[:500]))
+        if resp.status_code < 500:
+            break
+        time.sleep(3)
+    raise AssertionError(f"create_flow_run refused: {answers}")
+
+
 def _wait_flow_run(api: httpx.Client, run_id: str, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -102,7 +116,7 @@ def test_ui_run_reannotation_event_and_lineage(servers):
     dep = api.get("/deployments/name/text2grad/text2grad").json()
     config = {**dep["parameters"]["config"], **TINY}  # the form's defaults: this workspace; the rest tiny
     assert config["workspace"]["root"] == str(ws)
-    created = api.post(f"/deployments/{dep['id']}/create_flow_run", json={"parameters": {"config": config}}).json()
+    created = _create_flow_run(api, dep["id"], {"config": config})
     run = _wait_flow_run(api, created["id"], 420)
     assert run["state_type"] == "COMPLETED", _why(run, ws)
 
