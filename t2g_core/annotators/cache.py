@@ -41,7 +41,7 @@ class AnswerCache:
     def put(self, key: str, answer: dict[str, Any]) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".partial")  # never matches *.json
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(answer, f, ensure_ascii=False)
