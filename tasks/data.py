@@ -120,18 +120,27 @@ def _sha(path: str) -> str:
     return sha256_file(path)
 
 
-def latest_feedback(workspace: WorkspaceConfig) -> dict | None:
-    """The current version of the feedback dataset (``ArtifactRef`` dict plus ``version``), or None."""
-    pointer = _workspace(workspace).artifacts / "feedback" / LATEST
+def _read_pointer(workspace: WorkspaceConfig, stage: str, name: str) -> dict | None:
+    pointer = _workspace(workspace).artifacts / stage / name
     return json.loads(pointer.read_text(encoding="utf-8")) if pointer.exists() else None
 
 
-def set_latest_feedback(workspace: WorkspaceConfig, ref: dict) -> None:
-    pointer = _workspace(workspace).artifacts / "feedback" / LATEST
+def _write_pointer(workspace: WorkspaceConfig, stage: str, name: str, ref: dict) -> None:
+    """Move a version pointer atomically (temp file, then rename)."""
+    pointer = _workspace(workspace).artifacts / stage / name
     pointer.parent.mkdir(parents=True, exist_ok=True)
     tmp = pointer.with_suffix(".tmp")
     tmp.write_text(json.dumps(ref, indent=2), encoding="utf-8")
     tmp.replace(pointer)
+
+
+def latest_feedback(workspace: WorkspaceConfig) -> dict | None:
+    """The current version of the feedback dataset (``ArtifactRef`` dict plus ``version``), or None."""
+    return _read_pointer(workspace, "feedback", LATEST)
+
+
+def set_latest_feedback(workspace: WorkspaceConfig, ref: dict) -> None:
+    _write_pointer(workspace, "feedback", LATEST, ref)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -228,13 +237,8 @@ def merge_annotations(previous: dict | None, delta: dict, workspace: WorkspaceCo
 
 
 def latest_annotations(workspace: WorkspaceConfig) -> dict | None:
-    pointer = _workspace(workspace).artifacts / "annotations" / LATEST_ANNOTATIONS
-    return json.loads(pointer.read_text(encoding="utf-8")) if pointer.exists() else None
+    return _read_pointer(workspace, "annotations", LATEST_ANNOTATIONS)
 
 
 def set_latest_annotations(workspace: WorkspaceConfig, ref: dict) -> None:
-    pointer = _workspace(workspace).artifacts / "annotations" / LATEST_ANNOTATIONS
-    pointer.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pointer.with_suffix(".tmp")
-    tmp.write_text(json.dumps(ref, indent=2), encoding="utf-8")
-    tmp.replace(pointer)
+    _write_pointer(workspace, "annotations", LATEST_ANNOTATIONS, ref)
