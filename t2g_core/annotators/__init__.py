@@ -75,9 +75,9 @@ class CriticAnnotator:
             return list(tqdm(pool.map(self._one, rows), total=len(rows), desc=f"annotate ({self.name})", unit="item", disable=not progress))
 
 
-def make_annotator(cfg: AnnotateConfig, api_key: str | None, cache_dir: str | Path | None) -> LLMAnnotator | CriticAnnotator:
+def make_annotator(cfg: AnnotateConfig, api_key: str | None, cache: AnswerCache | None) -> LLMAnnotator | CriticAnnotator:
     if cfg.annotator == "llm":
-        return LLMAnnotator(cfg, api_key=api_key, cache=AnswerCache(cache_dir) if cache_dir else None)
+        return LLMAnnotator(cfg, api_key=api_key, cache=cache)
     if cfg.annotator == "code":
         from t2g_core.critics.code import CodeCritic
 
@@ -109,7 +109,6 @@ def annotate(
     """Annotate every item; with ``cfg.only_failed`` keep ``previous`` ok rows and redo (uncached) the rest."""
     rows = feedback_rows(feedback_df)
     _check_tasks(rows, cfg.annotator)
-    annotator = make_annotator(cfg, api_key, cache_dir)
     kept: dict[str, dict[str, Any]] = {}
     if cfg.only_failed:
         if previous is None:
@@ -117,7 +116,14 @@ def annotate(
         prev = validate_frame(previous, ANNOTATIONS, "previous annotations")
         kept = {r["id"]: r for r in prev.to_dict(orient="records") if r["status"] == "ok"}
     todo = [r for r in rows if r["id"] not in kept]
-    done = {r["id"]: r for r in annotator.annotate(todo, refresh_ids=[r["id"] for r in todo] if cfg.only_failed else (), progress=progress)}
+    cache = AnswerCache(cache_dir) if cache_dir and cfg.annotator == "llm" else None
+    try:
+        annotator = make_annotator(cfg, api_key, cache)
+        refresh = [r["id"] for r in todo] if cfg.only_failed else ()
+        done = {r["id"]: r for r in annotator.annotate(todo, refresh_ids=refresh, progress=progress)}
+    finally:
+        if cache is not None:
+            cache.close()
     out = [dict(kept[r["id"]], annotator=annotator.name) if r["id"] in kept else done[r["id"]] for r in rows]
     frame = validate_frame(pd.DataFrame(out, columns=ANNOTATIONS.names), ANNOTATIONS, "annotations")
     stats = summarize(frame, cfg, annotator.stats, n_kept=len(kept))

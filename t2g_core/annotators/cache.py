@@ -1,19 +1,28 @@
-"""Content-addressed answer cache: one small JSON file per request key, written atomically as each answer arrives.
+"""Content-addressed answer cache: every answer is committed to a SQLite database the moment it arrives.
 
 The key hashes (model, prompt version, rendered messages, sampling parameters), so a re-run on the same data makes
 no request for an item already answered, new items cost only their own requests, and a killed run loses no
-completed answer (each file is complete or absent: temp file + ``os.replace``). Only answers that came back from
-the endpoint are stored (including refusals and unparseable text, which cost money); transport failures are not.
+completed answer: each ``put`` is its own transaction, so an answer is either wholly in the database or absent.
+Only answers that came back from the endpoint are stored (including refusals and unparseable text, which cost
+money); transport failures are not.
+
+Why SQLite (``<root>/answers.sqlite3``, write-ahead log): a commit appends to one file, about 20 us here, where a
+new file per answer costs about 1 ms of kernel time on this machine's disk, which at 32 requests in flight was
+more than the HTTP client itself. Several processes may share a cache (SQLite's locking, a 30 s busy timeout).
+Answer files of the earlier one-file-per-key layout (``<root>/<key[:2]>/<key>.json``) are imported once, when the
+database is created.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
+import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
+
+DB_NAME = "answers.sqlite3"
 
 
 def cache_key(model: str, prompt_version: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> str:
@@ -22,35 +31,54 @@ def cache_key(model: str, prompt_version: str, messages: list[dict[str, str]], s
 
 
 class AnswerCache:
-    """``<root>/<key[:2]>/<key>.json`` files. Safe for concurrent writers (atomic rename, same content per key)."""
+    """``get(key)`` / ``put(key, answer)`` over ``<root>/answers.sqlite3``; usable from any one thread at a time."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / DB_NAME
+        new = not path.exists()
+        self._lock = threading.Lock()
+        # autocommit (isolation_level=None): each statement is its own transaction, committed when it returns
+        self._db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")  # readers never block the writer; a commit is one append
+        self._db.execute("PRAGMA synchronous=NORMAL")  # durable against a killed process; fsync at checkpoints
+        self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, answer TEXT NOT NULL)")
+        if new:
+            self._import_answer_files()
 
-    def _path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}.json"
+    def _import_answer_files(self) -> None:
+        rows = []
+        for file in self.root.glob("??/*.json"):
+            try:
+                rows.append((file.stem, json.dumps(json.loads(file.read_text(encoding="utf-8")), ensure_ascii=False)))
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError):  # a corrupt old entry is a miss
+                continue
+        if rows:
+            with self._lock, self._db:  # one transaction
+                self._db.execute("BEGIN")
+                self._db.executemany("INSERT OR IGNORE INTO answers VALUES (?, ?)", rows)
 
     def get(self, key: str) -> dict[str, Any] | None:
-        try:
-            return json.loads(self._path(key).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (json.JSONDecodeError, UnicodeDecodeError):  # a corrupt entry is a miss, and will be overwritten
-            return None
+        with self._lock:
+            row = self._db.execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
 
     def put(self, key: str, answer: dict[str, Any]) -> None:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".partial")  # never matches *.json
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(answer, f, ensure_ascii=False)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        text = json.dumps(answer, ensure_ascii=False)
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?)", (key, text))
 
     def __len__(self) -> int:
-        return sum(1 for _ in self.root.glob("*/*.json")) if self.root.exists() else 0
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM answers").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> AnswerCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -7,11 +7,13 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from t2g_core.annotators import annotate, annotate_frame
+from t2g_core.annotators.cache import DB_NAME, AnswerCache
 from t2g_core.annotators.prompts import render_messages
 from t2g_core.config.annotate import AnnotateConfig
 from t2g_core.schemas import ANNOTATIONS, STATUSES, validate_frame
@@ -53,8 +55,9 @@ def test_scripted_answers_become_rows_and_the_key_is_only_sent(tmp_path):
     assert server.auth_headers == [f"Bearer {KEY}"] * 5
     assert all(r["response_format"]["type"] == "json_schema" for r in server.requests)
     assert run.stats["structured_output"] is True and run.stats["requests"] == 5
-    stored = frame.to_json() + "".join(p.read_text() for p in (tmp_path / "cache").rglob("*.json"))
-    assert KEY not in stored
+    assert len(AnswerCache(tmp_path / "cache")) == 5
+    stored = frame.to_json().encode() + b"".join(p.read_bytes() for p in (tmp_path / "cache").rglob("*") if p.is_file())
+    assert KEY.encode() not in stored
 
 
 def test_prompt_asks_for_reasoning_and_exact_quotes_and_grounding_uses_the_human_critique():
@@ -119,17 +122,18 @@ def test_each_fault_ends_in_its_status(tmp_path, fault, status, error):
         assert server.n_requests == 4  # one retry each, by the client's own retry machinery
 
 
-def test_twenty_percent_faults_lose_no_item_and_a_rerun_asks_only_for_the_unanswered(tmp_path):
+@pytest.mark.parametrize("backend", ["aiohttp", "httpx"])
+def test_twenty_percent_faults_lose_no_item_and_a_rerun_asks_only_for_the_unanswered(tmp_path, backend):
     df = feedback(60)
     with FakeOpenAIServer(fault_rate=0.2, slow_s=1.0, seed=3, latency_s=0.01) as server:
-        cfg = cfg_for(server, timeout_s=0.4, max_retries=1, concurrency=16)
+        cfg = cfg_for(server, timeout_s=0.4, max_retries=1, concurrency=16, http_backend=backend)
         first = annotate(df, cfg, cache_dir=tmp_path, progress=False).frame
         assert sorted(first["id"]) == sorted(df["id"]) and first["status"].isin(STATUSES).all()
         assert (first["status"] != "ok").sum() >= 3, Counter(first["status"])  # faults really happened
         assert server.outcomes["ok"] < server.n_requests
         unanswered = set(first.loc[first["status"].isin(["api_error", "timeout"]), "id"])
         server.fault_rate, before = 0.0, server.n_requests
-        second = annotate(df, cfg_for(server, timeout_s=10.0, max_retries=1, concurrency=16), cache_dir=tmp_path, progress=False)
+        second = annotate(df, cfg_for(server, timeout_s=10.0, max_retries=1, concurrency=16, http_backend=backend), cache_dir=tmp_path, progress=False)
         asked = [_user_text(r) for r in server.requests[before:]]
     assert second.stats["requests"] == len(unanswered) == len(asked)
     assert all(any(df.set_index("id").loc[i, "response"] in text for text in asked) for i in unanswered)
@@ -163,6 +167,13 @@ annotate_frame(df, cfg, cache_dir=sys.argv[3], progress=False)
 """
 
 
+def _stored(cache: Path) -> int:
+    if not (cache / DB_NAME).exists():
+        return 0
+    with AnswerCache(cache) as store:
+        return len(store)
+
+
 @pytest.mark.slow  # a fresh interpreter importing pandas + openai: ~5 s on the shared 2 cores
 def test_a_killed_run_keeps_every_completed_answer(tmp_path):
     df = feedback(40)
@@ -172,15 +183,15 @@ def test_a_killed_run_keeps_every_completed_answer(tmp_path):
         proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(tmp_path / "fb.parquet"), server.base_url, str(cache)])
         try:
             deadline = time.monotonic() + 60
-            while len(list(cache.glob("*/*.json"))) < 6 and time.monotonic() < deadline and proc.poll() is None:
+            while _stored(cache) < 6 and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.05)
         finally:
             proc.kill()
             proc.wait()
-        answered = len(list(cache.glob("*/*.json")))
+        answered = _stored(cache)
         assert 6 <= answered < 40
-        for path in cache.glob("*/*.json"):  # every stored answer is complete JSON
-            assert json.loads(path.read_text())["content"]
+        with AnswerCache(cache) as store:  # every stored answer is complete
+            assert all(json.loads(text)["content"] for (text,) in store._db.execute("SELECT answer FROM answers"))
         before = server.n_requests
         run = annotate(df, cfg_for(server, concurrency=8), cache_dir=cache, progress=False)
     assert run.stats["cache_hits"] == answered and server.n_requests - before == 40 - answered
