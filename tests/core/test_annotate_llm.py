@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -55,7 +56,9 @@ def test_scripted_answers_become_rows_and_the_key_is_only_sent(tmp_path):
     assert server.auth_headers == [f"Bearer {KEY}"] * 5
     assert all(r["response_format"]["type"] == "json_schema" for r in server.requests)
     assert run.stats["structured_output"] is True and run.stats["requests"] == 5
-    assert len(AnswerCache(tmp_path / "cache")) == 5
+    with AnswerCache(tmp_path / "cache") as cache:
+        assert len(cache) == 5
+    assert gc.get_freeze_count() == 0  # the collector is frozen only while requests are in flight
     stored = frame.to_json().encode() + b"".join(p.read_bytes() for p in (tmp_path / "cache").rglob("*") if p.is_file())
     assert KEY.encode() not in stored
 
