@@ -143,6 +143,30 @@ def cached(task: Task, workspace_root: str | Path, *, refresh: bool = False) -> 
     )
 
 
+def forced() -> bool:
+    """True inside a task run that ``refresh`` forced (``t2g run --refresh STAGE``, or the UI's ``refresh`` parameter).
+
+    Such a stage recomputes: it must not reuse what an earlier run left on disk under the same key (checkpoints to
+    resume from, a finished evaluation, built models), or the refresh would only replay the old result.
+    """
+    from prefect.context import TaskRunContext
+    from prefect.settings import PREFECT_TASKS_REFRESH_CACHE
+
+    ctx = TaskRunContext.get()
+    if ctx is None:
+        return False
+    # Prefect's own rule: the task's option, else the global setting (PREFECT_TASKS_REFRESH_CACHE=true)
+    return bool(ctx.task.refresh_cache if ctx.task.refresh_cache is not None else PREFECT_TASKS_REFRESH_CACHE.value())
+
+
+def clear_if_forced(path: str | Path) -> None:
+    """Remove ``path`` (a stage's keyed output folder) when this task run was forced, so the stage starts afresh."""
+    import shutil
+
+    if forced() and Path(path).exists():
+        shutil.rmtree(path)
+
+
 def stage_task_options(timeout_s: float, *, retries: int = 0, retry_delays: list[float] | None = None) -> dict[str, Any]:
     """Keyword arguments for ``@task`` of a stage: cache key, JSON results, timeout, retries only where asked.
 

@@ -10,7 +10,7 @@ from prefect import task
 
 from t2g_core.config import DataConfig, ModelsConfig, WorkspaceConfig
 from tasks import tracking
-from tasks.caching import stage_task_options
+from tasks.caching import forced, stage_task_options
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,7 +75,7 @@ def build_models(models: ModelsConfig, feedback: dict, workspace: WorkspaceConfi
     df = read_artifact(feedback["path"], "feedback")
     with tracking.stage_run("build_models", models, workspace):
         tracking.log_dataset(feedback, "feedback", "training")
-        built = ensure_demo_models(ws.models, models, df, progress=False, log=get_run_logger().info)
+        built = ensure_demo_models(ws.models, models, df, progress=False, log=get_run_logger().info, rebuild=forced())
         build_info = built.policy.parent / "build.json"
         if build_info.exists():
             tracking.log_artifact(build_info)

@@ -1,7 +1,7 @@
 """Evaluation task: generate with the policy before and after PPO on held-out prompts, score, compare, report.
 
 Results land in ``<workspace>/reports/evaluate/<key>/`` (``items.parquet``, ``summary.json``, ``report/``), keyed by
-the config and the content of the feedback artifact and policy folders, so a re-run with the same inputs reuses them.
+the config and the content of the feedback artifact and policy folders, so a re-run with the same inputs reuses them (``--refresh evaluate`` recomputes them).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from prefect import task
 
 from t2g_core.config import DataConfig, EvaluateConfig, WorkspaceConfig
 from tasks import tracking
-from tasks.caching import content_digest, stage_task_options
+from tasks.caching import content_digest, forced, stage_task_options
 
 
 def _metric_name(name: str) -> str:
@@ -112,7 +112,7 @@ def evaluate_policy(feedback: dict, models: dict, policy: dict, cfg: EvaluateCon
     with tracking.stage_run("evaluate", {**cfg.model_dump(mode="json"), "policies": {n: str(p) for n, p in refs.items()}},
                             workspace):
         tracking.log_dataset(feedback, "feedback", "eval")
-        if (out / "summary.json").exists():
+        if (out / "summary.json").exists() and not forced():  # --refresh evaluate generates and scores again
             results = EvalResults.load(out)
         else:
             results = evaluate_policies(refs, frame, task_name, cfg,

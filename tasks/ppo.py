@@ -1,7 +1,7 @@
 """PPO task: feedback prompts + warm-started policy (+ reward model) -> a trained LoRA policy adapter.
 
 The run folder is keyed by the PPO config and the content of its inputs; a re-run after a crash resumes from the
-run's own latest checkpoint (training is not retried by Prefect, it continues).
+run's own latest checkpoint (training is not retried by Prefect, it continues); ``--refresh ppo`` starts it afresh.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from prefect import task
 
 from t2g_core.config import PPOConfig, WorkspaceConfig
 from tasks import tracking
-from tasks.caching import stage_task_options
+from tasks.caching import clear_if_forced, stage_task_options
 
 RM_KEYS = ("adapter_dir", "model_dir", "path")
 
@@ -35,6 +35,7 @@ def train_policy(feedback: dict, models: dict, reward_model: dict | None, cfg: P
     rm_path = cfg.reward_model_path or _rm_path(reward_model)
     inputs = {"feedback": feedback["sha256"], "policy": str(models["policy"]), "reward_model": rm_path or "none"}
     run_dir = Workspace.at(workspace.root).checkpoints / "ppo" / artifact_key("ppo", cfg, inputs)
+    clear_if_forced(run_dir)  # --refresh ppo: train again from the warm start, not resume the finished run
     resume = (run_dir / "checkpoints" / "latest").exists()
     if not resume:
         pipeline = PipelineConfig(workspace=workspace, ppo=cfg)

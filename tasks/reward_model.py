@@ -3,7 +3,8 @@
 The adapter folder is logged as an MLflow-3 LoggedModel (``tracking.log_adapter_model``; never
 ``mlflow.transformers.log_model`` for PEFT), registered as ``reward_model.registered_name`` with alias ``candidate``,
 and promoted to ``champion`` when its ``reward_model.promote_metric`` beats the current champion's. Training resumes
-from its own checkpoints (keyed by config, data and base), so the task has no Prefect retries.
+from its own checkpoints (keyed by config, data and base), so the task has no Prefect retries; ``--refresh reward_model``
+clears them and retrains.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from prefect import task
 
 from t2g_core.config import RewardModelConfig, WorkspaceConfig
 from tasks import tracking
-from tasks.caching import content_digest, stage_task_options
+from tasks.caching import clear_if_forced, content_digest, stage_task_options
 
 METRIC_TAG = "t2g.metric."
 
@@ -94,6 +95,7 @@ def train_reward_model(feedback: dict, annotations: dict, validation: dict | Non
     data_ref, data_stats = build_data(feedback, annotations, spans, base, cfg, workspace)
     rm_df = read_artifact(data_ref, "rm_data")
     run_dir = Workspace.at(workspace.root).checkpoints / "reward_model" / artifact_key("reward_model", cfg, {"rm_data": data_ref.sha256, "base": content_digest(base) or base})
+    clear_if_forced(run_dir)  # --refresh reward_model: retrain rather than return the finished run in run_dir
     params = {**cfg.model_dump(mode="json"), "base_model": base, "rm_data_sha256": data_ref.sha256, "validation": (validation or {}).get("status")}
     with tracking.stage_run("reward_model", params, workspace):
         tracking.log_dataset(annotations, "annotations", "annotation")

@@ -267,22 +267,27 @@ def ensure_demo_models(
     *,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    rebuild: bool = False,
 ) -> DemoModels:
     """Build (once) the tiny base LM and the warm-started policy for ``feedback_df``'s task; reuse them afterwards.
 
     ``models_dir/tiny-<key>/{base,policy}`` with key = hash(config, data). The build happens in a temporary folder that
     is renamed into place, so an interrupted build never leaves a folder that looks complete. Models given as a
     Hugging Face id or folder (``cfg.policy`` / ``cfg.reward_model_base`` not ``"tiny"``) are returned as they are.
+    ``rebuild`` builds again and swaps the new folder in for a finished one.
     """
     if cfg.policy != "tiny" and cfg.reward_model_base != "tiny":
         return DemoModels(base=Path(cfg.reward_model_base), policy=Path(cfg.policy))
     models_dir = Path(models_dir)
     final = models_dir / f"tiny-{demo_models_key(cfg, feedback_df)}"
-    if not (final / "build.json").exists():
+    if rebuild or not (final / "build.json").exists():
         tmp = models_dir / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         tmp.mkdir(parents=True)
         try:
             _build_demo_models(tmp, cfg.tiny, feedback_df, progress=progress, log=log or (lambda _m: None))
+            if rebuild and final.exists():  # swap: the finished folder is replaced only once the new one is complete
+                os.rename(final, old := tmp.with_name(tmp.name + "-old"))
+                shutil.rmtree(old)
             try:
                 os.rename(tmp, final)
             except OSError:  # another process finished the same key first

@@ -74,7 +74,9 @@ def test_ensure_demo_models_builds_once_and_reloads(tmp_path, feedback):
     assert "noise_losses" in meta and meta["cpu_seconds"] > 0
     again = ensure_demo_models(tmp_path, cfg, feedback, progress=False)
     assert again == built and info.stat().st_mtime_ns == stamp  # reused, not rebuilt
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folder left behind
+    rebuilt = ensure_demo_models(tmp_path, cfg, feedback, progress=False, rebuild=True)  # --refresh models
+    assert rebuilt == built and info.stat().st_mtime_ns > stamp
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp or swapped-out folder left behind
     for folder in (built.base, built.policy):
         tok = AutoTokenizer.from_pretrained(folder)
         model = AutoModelForCausalLM.from_pretrained(folder)

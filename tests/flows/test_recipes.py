@@ -41,3 +41,25 @@ def test_tiny_recipe_runs_end_to_end(name, tmp_path, monkeypatch, prefect_harnes
     history = json.loads(Path(out["policy"]["history_path"]).read_text())
     assert len(history) >= cfg.ppo.steps
     assert out["evaluation"]["n_rows"] > 0
+
+
+@pytest.mark.slow
+def test_refresh_recomputes_ppo_and_evaluation_but_not_the_reward_model(tmp_path, monkeypatch, prefect_harness):
+    """``--refresh ppo`` must train again (not resume the finished run folder) and evaluate again; upstream stays."""
+    from flows.text2grad import text2grad
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = load_config(ROOT / "recipes" / "qa-ultrafeedback-tiny.yaml", [f"workspace.root={tmp_path / 'ws'}"])
+    out = text2grad(config=cfg)
+    folders = {"ppo": Path(out["policy"]["run_dir"]), "evaluate": Path(out["evaluation"]["path"]),
+               "reward_model": Path(out["reward_model"]["adapter_dir"]).parent}
+    for folder in folders.values():
+        (folder / "left-by-the-first-run").write_text("x")
+    summary_written = Path(out["evaluation"]["summary"]).stat().st_mtime_ns
+    again = text2grad(config=cfg, refresh=["ppo"])
+    assert not (folders["ppo"] / "left-by-the-first-run").exists()  # a fresh run folder, trained from the start
+    assert len(json.loads(Path(again["policy"]["history_path"]).read_text())) >= cfg.ppo.steps
+    assert Path(again["evaluation"]["summary"]).stat().st_mtime_ns > summary_written  # scored again
+    assert (folders["reward_model"] / "left-by-the-first-run").exists()  # upstream of ppo: cached, untouched
+    assert again["reward_model"] == out["reward_model"]

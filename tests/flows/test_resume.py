@@ -20,6 +20,7 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 FAIL_ONCE: dict[str, bool] = {}
 CALLS: list[str] = []
+FORCED: list[bool] = []  # tasks.caching.forced() as the third stage saw it
 
 
 def _write(root: str, stage: str, cfg: dict, inputs: dict[str, str], rows: list[dict]) -> dict:
@@ -45,7 +46,10 @@ def second(root: str, ref: dict, cfg: dict) -> dict:
 
 @task(name="fake-third")
 def third(root: str, ref: dict, cfg: dict) -> dict:
+    from tasks.caching import forced
+
     CALLS.append("third")
+    FORCED.append(forced())
     if FAIL_ONCE.pop(root, False):
         raise RuntimeError("third stage fails once")
     df = pd.read_parquet(ref["path"] + "/data.parquet")
@@ -128,10 +132,12 @@ def test_config_change_reruns_only_that_stage_and_downstream(tmp_path):
 
 def test_refresh_forces_a_stage_even_when_cached(tmp_path):
     root = str(tmp_path)
+    FORCED.clear()
     _run(root, C1, C2, C3)
     CALLS.clear()
     _run(root, C1, C2, C3, refresh=["third"])
     assert CALLS == ["third"]
+    assert FORCED == [False, True]  # the stage knows, so it recomputes instead of reusing its outputs on disk
 
 
 def test_ui_retry_of_a_failed_run_reuses_completed_stages(tmp_path):
