@@ -46,7 +46,9 @@ class PPOConfig(StageConfig):
     cliprange_value: float = Field(0.2, gt=0, description="Value clip around the old values.")
     vf_coef: float = Field(0.1, ge=0, description="Value loss coefficient.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")
-    max_approx_kl: float = Field(1.0, gt=0, description="Stop an epoch early when approximate KL exceeds this.")
+    max_approx_kl: float = Field(
+        0.03, gt=0, description="Stop the update of a batch early once a minibatch's approximate KL exceeds this (1.0 = practically never)."
+    )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of rollouts (also applied when recomputing log-probs).")
     max_new_tokens: int = Field(48, ge=1, description="Maximum response tokens.")
     eval_every: int = Field(10, ge=1, description="Evaluate the task score on held-out prompts every N steps.")
