@@ -17,9 +17,13 @@ class TinyModelConfig(StageConfig):
     num_layers: int = Field(2, ge=1, description="Number of transformer blocks.")
     num_heads: int = Field(4, ge=1, description="Attention heads.")
     max_positions: int = Field(2048, ge=64, description="Maximum sequence length (RoPE: no parameters depend on it for llama).")
-    warm_start_steps: int = Field(60, ge=0, description="Language-model pretraining steps on the demo corpus (0 = random init).")
+    warm_start_steps: int = Field(
+        300, ge=0,
+        description="Language-model pretraining steps on the demo corpus (0 = random init); the reward model is LoRA-tuned on "
+        "this base, and with 60 x 32 it never learnt the JSON format (0% valid) where 300 x 64 gives 100%.",
+    )
     warm_start_lr: float = Field(2e-3, gt=0, description="Learning rate of the warm start.")
-    warm_start_batch_size: int = Field(32, ge=1, description="Batch size of the warm start.")
+    warm_start_batch_size: int = Field(64, ge=1, description="Batch size of the warm start.")
     warm_start_block_size: int = Field(128, ge=8, description="Tokens per packed window of the LM warm start.")
     policy_sft_steps: int = Field(
         600, ge=0, description="Supervised steps of the policy on (rendered prompt -> correct response): learns the task."
