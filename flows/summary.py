@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+HEADLINE_METRICS = ("json_valid_rate", "span_f1", "unmatched_span_rate")  # the reward model's, in its stage line
 ORDER = ("feedback", "models", "annotations", "spans", "validation", "reward_model", "policy", "evaluation")
 
 
@@ -16,7 +17,10 @@ def _stage_line(name: str, value: Any) -> str:
         return f"  {name:<13} NOT RUN: {value.get('reason', '')}"
     if "n_rows" in value:
         return f"  {name:<13} {value['n_rows']} rows  {value['path']}"
-    return f"  {name:<13} " + ", ".join(f"{k}={v}" for k, v in value.items() if not isinstance(v, (dict, list)))
+    line = f"  {name:<13} " + ", ".join(f"{k}={v}" for k, v in value.items() if not isinstance(v, (dict, list)))
+    metrics = value.get("metrics") if isinstance(value.get("metrics"), dict) else {}
+    shown = [f"{k}={metrics[k]:.3f}" for k in HEADLINE_METRICS if isinstance(metrics.get(k), (int, float))]
+    return line + (f"\n  {'':<13} held-out: " + ", ".join(shown) if shown else "")
 
 
 def _find_summary(ref: dict) -> Path | None:
