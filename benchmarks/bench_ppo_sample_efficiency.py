@@ -83,6 +83,7 @@ def ppo_config(args, mode: str, seed: int):
         ppo_epochs=4, learning_rate=args.lr, value_learning_rate=3e-4, kl_coef=0.05, gamma=1.0, lam=0.95,
         value_model="separate", max_new_tokens=args.max_new_tokens, eval_every=args.eval_every, log_every=args.steps,
         save_every=args.steps, heatmap_samples=4, seed=seed, max_approx_kl=args.max_approx_kl,
+        lr_schedule=args.lr_schedule,
     )
 
 
@@ -117,7 +118,7 @@ def _launch(args, mode: str, seed: int) -> dict:
 
 
 def _shared_flags(args) -> list[str]:
-    keys = ("steps", "batch_size", "minibatches", "lr", "max_new_tokens", "eval_every", "n_eval", "workdir", "lm_steps", "sft_steps", "extra_sft_steps", "metric", "max_approx_kl")
+    keys = ("steps", "batch_size", "minibatches", "lr", "max_new_tokens", "eval_every", "n_eval", "workdir", "lm_steps", "sft_steps", "extra_sft_steps", "metric", "max_approx_kl", "lr_schedule")
     return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
 
 
@@ -195,6 +196,7 @@ def main() -> None:
 
     p.add_argument("--max-approx-kl", type=float, default=PPOConfig.model_fields["max_approx_kl"].default,
                    help="Stop a PPO epoch early above this approximate KL (default: PPOConfig's).")
+    p.add_argument("--lr-schedule", default=PPOConfig.model_fields["lr_schedule"].default, choices=("constant", "linear"))
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--n-eval", type=int, default=64)
     p.add_argument("--workers", type=int, default=2)

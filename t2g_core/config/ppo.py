@@ -55,6 +55,9 @@ class PPOConfig(StageConfig):
     log_every: int = Field(5, ge=1, description="Write rollouts and the token-reward heatmap every N steps.")
     save_every: int = Field(10, ge=1, description="Checkpoint every N steps.")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warmup over this many optimizer updates.")
+    lr_schedule: Literal["constant", "linear"] = Field(
+        "linear", description="After warm-up: constant, or linear decay to 0 over the planned updates (steps x epochs x minibatches)."
+    )
     reward_model_path: str | None = Field(
         None, description="Reward-model folder or adapter for reward_source=reward_model (None = the workspace's latest)."
     )

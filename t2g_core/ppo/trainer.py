@@ -198,6 +198,17 @@ def advantages_and_returns(rewards: Tensor, values: Tensor, mask: Tensor, cfg: P
 # --------------------------------------------------------------------------------------------------------------
 
 
+def lr_factor(cfg: PPOConfig):
+    """Multiplier of the learning rates after ``n`` optimizer updates: linear warm-up, then constant or linear decay."""
+    warm, planned = max(cfg.warmup_steps, 1), max(cfg.steps * cfg.ppo_epochs * cfg.minibatches, 1)
+
+    def factor(n: int) -> float:
+        decay = max(0.0, 1.0 - n / planned) if cfg.lr_schedule == "linear" else 1.0
+        return min(1.0, (n + 1) / warm) * decay
+
+    return factor
+
+
 def _minibatches(cfg: PPOConfig, step: int, epoch: int, local_pos: dict[int, int]) -> list[list[int]]:
     """Local row numbers of each global minibatch (the same split however many processes share the batch)."""
     perm = torch.randperm(cfg.batch_size, generator=torch.Generator().manual_seed(sample_seed(cfg.seed + 1, step, epoch)))
@@ -276,8 +287,7 @@ class PPOTrainer:
         self.optimizer = torch.optim.AdamW(
             [{"params": policy_params, "lr": cfg.learning_rate}, {"params": value_params, "lr": cfg.value_learning_rate}], weight_decay=0.0
         )
-        warm = max(cfg.warmup_steps, 1)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda n: min(1.0, (n + 1) / warm))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg))
         self.kl_ctl = make_kl_controller(cfg.kl_coef, cfg.adaptive_kl, cfg.target_kl, cfg.kl_horizon)
         self.history: list[dict] = []
         self.records: list[dict] = []

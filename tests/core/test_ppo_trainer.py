@@ -250,3 +250,12 @@ def test_reference_stays_the_base_model_and_dropout_is_off(tiny_model_dir, tmp_p
         expected = base(input_ids=ids).logits
     assert torch.allclose(ref, expected, atol=1e-5)  # adapter off == untouched base weights
     assert not torch.allclose(trained, expected, atol=1e-4)  # while the adapter did learn
+
+
+def test_learning_rate_warms_up_then_decays_linearly_to_zero_over_the_planned_updates():
+    from t2g_core.ppo.trainer import lr_factor
+
+    linear = lr_factor(PPOConfig(steps=10, ppo_epochs=2, minibatches=2, warmup_steps=4))  # 40 planned updates
+    assert [round(linear(n), 3) for n in (0, 3, 20, 39, 40, 50)] == [0.25, 0.925, 0.5, 0.025, 0.0, 0.0]
+    constant = lr_factor(PPOConfig(steps=10, lr_schedule="constant"))
+    assert constant(0) == constant(1000) == 1.0
