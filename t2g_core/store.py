@@ -117,7 +117,7 @@ class ArtifactStore:
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "extra": dict(extra or {}),
             }
-            _write_text_atomic(tmp / MANIFEST, json.dumps(manifest, indent=2, default=str))
+            write_text_atomic(tmp / MANIFEST, json.dumps(manifest, indent=2, default=str))
             try:
                 os.rename(tmp, final)
             except OSError:  # lost a race: someone else completed the same key
@@ -141,10 +141,16 @@ def read_manifest(artifact: str | Path | ArtifactRef) -> dict[str, Any]:
     return json.loads((path / MANIFEST).read_text(encoding="utf-8"))
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Replace ``path`` with ``text`` at once: readers see the old or the new content, never a part (temp + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:6]}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write_parquet(df: pd.DataFrame, path: str | Path, schema: str | ArtifactSchema) -> Path:

@@ -126,12 +126,10 @@ def _read_pointer(workspace: WorkspaceConfig, stage: str, name: str) -> dict | N
 
 
 def _write_pointer(workspace: WorkspaceConfig, stage: str, name: str, ref: dict) -> None:
-    """Move a version pointer atomically (temp file, then rename)."""
-    pointer = _workspace(workspace).artifacts / stage / name
-    pointer.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pointer.with_suffix(".tmp")
-    tmp.write_text(json.dumps(ref, indent=2), encoding="utf-8")
-    tmp.replace(pointer)
+    """Move a version pointer atomically."""
+    from t2g_core.store import write_text_atomic
+
+    write_text_atomic(_workspace(workspace).artifacts / stage / name, json.dumps(ref, indent=2))
 
 
 def latest_feedback(workspace: WorkspaceConfig) -> dict | None:

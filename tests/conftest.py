@@ -53,8 +53,6 @@ def tiny_model_dir(tmp_path_factory):
     return root / "model"
 
 
-
-
 @pytest.fixture(autouse=True)
 def _no_leaked_tracking_uri():
     """A test that points MLflow at its own store or server must not leave $MLFLOW_TRACKING_URI behind for the next."""

@@ -21,7 +21,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import openai
@@ -38,20 +38,18 @@ NO_KEY = "not-needed"  # local servers (vLLM, Ollama, the test server) accept an
 
 @dataclass
 class RunStats:
-    """Counts of one annotation run; ``requests``: items sent to the endpoint (cache hits excluded; the client's
-    retries of one item count once)."""
+    """Counts of one annotation run (updated from the event loop's thread only); ``requests``: items sent to the
+    endpoint (cache hits excluded; the client's retries of one item count once)."""
 
     requests: int = 0
     cache_hits: int = 0
     cost: float = 0.0  # of the live requests of this run
     structured_output: bool | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_live(self, answer: dict[str, Any], cfg: AnnotateConfig) -> None:
-        with self.lock:
-            self.requests += 1
-            if "status" not in answer:  # failures have no usage to pay for
-                self.cost += item_cost(answer.get("prompt_tokens", 0), answer.get("completion_tokens", 0), cfg)
+        self.requests += 1
+        if "status" not in answer:  # failures have no usage to pay for
+            self.cost += item_cost(answer.get("prompt_tokens", 0), answer.get("completion_tokens", 0), cfg)
 
 
 def item_cost(prompt_tokens: int, completion_tokens: int, cfg: AnnotateConfig) -> float:

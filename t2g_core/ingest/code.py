@@ -21,13 +21,23 @@ from typing import Any
 from t2g_core.ingest.base import Adapter, IngestError, meta_json, register
 
 
+class _CallCandidate(ast.NodeTransformer):
+    """The entry point's name -> ``candidate`` (a bare name only: ``obj.entry`` and strings are left alone)."""
+
+    def __init__(self, entry: str):
+        self.entry = entry
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.Name("candidate", node.ctx) if node.id == self.entry else node
+
+
 def _kodcode_check(test_source: str, entry: str) -> tuple[str, list[str]]:
     """Pytest functions -> one ``check(candidate)``: their bodies inlined in order, ``entry(...)`` -> ``candidate(...)``.
 
     Inlined asserts let the code critic run and blame each case on its own. Tests that take pytest fixtures
     (arguments) cannot run without pytest and are skipped; their names are returned.
     """
-    tree = ast.parse(test_source)
+    tree = _CallCandidate(entry).visit(ast.parse(test_source))
     body: list[str] = []
     skipped: list[str] = []
     for node in tree.body:
@@ -42,9 +52,7 @@ def _kodcode_check(test_source: str, entry: str) -> tuple[str, list[str]]:
             body.append(ast.unparse(node))
     if not body:
         raise IngestError("kodcode", "the test holds no runnable test_* function", column="test")
-    text = "\n".join(body)
-    text = re.sub(rf"\b{re.escape(entry)}\s*\(", "candidate(", text)
-    return "def check(candidate):\n" + textwrap.indent(text, "    ") + "\n", skipped
+    return "def check(candidate):\n" + textwrap.indent("\n".join(body), "    ") + "\n", skipped
 
 
 def _entry_point(record: dict[str, Any]) -> str:
@@ -104,6 +112,7 @@ def _humaneval_hub(split: str) -> Iterable[dict[str, Any]]:
 
 def _mbpp_check(tests: list[str], entry: str, setup: str) -> str:
     body = [setup] if setup.strip() else []
+    # a textual rename keeps each assert as the dataset wrote it (the code critic quotes failing cases verbatim)
     body += [re.sub(rf"\b{re.escape(entry)}\s*\(", "candidate(", t) for t in tests]
     return "def check(candidate):\n" + textwrap.indent("\n".join(body), "    ") + "\n"
 

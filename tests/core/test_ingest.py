@@ -96,3 +96,12 @@ def test_cli_ingest_writes_feedback(tmp_path):
     assert load_feedback(out)["id"].tolist() == ["kodcode-Leetcode_1001_I", "kodcode-Apps_2002_I"]
     bad = CliRunner().invoke(app, ["ingest", "slf5k", "--path", str(FIX / "kodcode"), "-o", str(out)])
     assert bad.exit_code == 2 and "no file for split 'train'" not in bad.output and "lacks field" in bad.output
+
+
+def test_kodcode_renames_only_the_entry_point_itself():
+    from t2g_core.ingest.code import _kodcode_check
+
+    test = "from solution import add\n\ndef test_add():\n    assert add(1, 2) == 3\n    assert ops.add(1, 2) == 'add(1, 2)'\n"
+    check, skipped = _kodcode_check(test, "add")
+    assert "assert candidate(1, 2) == 3" in check
+    assert "assert ops.add(1, 2) == 'add(1, 2)'" in check and skipped == []
