@@ -164,7 +164,9 @@ def train_tokenizer(texts: list[str], vocab_size: int = 4000):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=True)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(texts, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
 
@@ -198,7 +200,9 @@ def score(items, aligned) -> dict[str, float]:
             ok = (a.start is None) if kind == "absent" else ((a.start, a.end) == expected)
             counts[kind][0] += ok
             if not ok and len(failures) < 5:
-                failures.append({"kind": kind, "quote": quote, "expected": expected, "got": [a.start, a.end, a.match, a.score]})
+                failures.append(
+                    {"kind": kind, "quote": quote, "expected": expected, "got": [a.start, a.end, a.match, a.score]}
+                )
     return {
         "perturbed_spans": counts["perturbed"][1],
         "perturbed_recovered_exact_offsets": counts["perturbed"][0] / max(1, counts["perturbed"][1]),
@@ -231,7 +235,9 @@ def main() -> None:
     tok = train_tokenizer(texts)
     n_tokens = sum(len(x) for x in tok(texts, add_special_tokens=False)["input_ids"])
     n_spans = sum(len(s) for s in items)
-    good_poor = [([q for _, q, lab, _ in s if lab == "positive"], [q for _, q, lab, _ in s if lab == "negative"]) for s in items]
+    good_poor = [
+        ([q for _, q, lab, _ in s if lab == "positive"], [q for _, q, lab, _ in s if lab == "negative"]) for s in items
+    ]
 
     def floor():
         return tok(texts, add_special_tokens=False, return_offsets_mapping=True)
@@ -248,7 +254,8 @@ def main() -> None:
         t, labels = best_of(1, lambda: token_labels_batch(texts, aligned, tok))  # noqa: B023 - used at once
         label_t.append(t)
         offsets = enc["offset_mapping"]
-        label_only_t.append(best_of(1, lambda: [labels_for_offsets(o, a) for o, a in zip(offsets, aligned, strict=True)])[0])  # noqa: B023
+        pairs = list(zip(offsets, aligned, strict=True))
+        label_only_t.append(best_of(1, lambda: [labels_for_offsets(o, a) for o, a in pairs])[0])  # noqa: B023
         enc = offsets = None
     floor_s, align_s, label_s, label_only_s = min(floor_t), min(align_t), min(label_t), min(label_only_t)
     # align_feedback returns good spans then poor spans: restore the workload's order for scoring
@@ -268,7 +275,9 @@ def main() -> None:
         "label_s": label_s,
         "total_s": total,
         "ratio_to_floor": total / floor_s,
-        "ratio_paired_median": statistics.median((a + lab) / f for f, a, lab in zip(floor_t, align_t, label_t, strict=True)),
+        "ratio_paired_median": statistics.median(
+            (a + lab) / f for f, a, lab in zip(floor_t, align_t, label_t, strict=True)
+        ),
         "label_only_s": label_only_s,
         "ratio_by_components": (floor_s + align_s + label_only_s) / floor_s,
         "target_ratio": 1.5,
@@ -284,9 +293,23 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2), encoding="utf-8")
-    for key in ("responses", "tokens_per_response", "spans", "floor_s", "align_s", "label_s", "ratio_to_floor",
-                "ratio_paired_median", "label_only_s", "ratio_by_components", "spans_per_s",
-                "perturbed_recovered_exact_offsets", "exact_at_offsets", "absent_spans", "absent_false_matches"):
+    for key in (
+        "responses",
+        "tokens_per_response",
+        "spans",
+        "floor_s",
+        "align_s",
+        "label_s",
+        "ratio_to_floor",
+        "ratio_paired_median",
+        "label_only_s",
+        "ratio_by_components",
+        "spans_per_s",
+        "perturbed_recovered_exact_offsets",
+        "exact_at_offsets",
+        "absent_spans",
+        "absent_false_matches",
+    ):
         v = result[key]
         print(f"{key:<36} {v:.4g}" if isinstance(v, float) else f"{key:<36} {v}")
     print(f"match mix: {quality['match_mix']}")

@@ -41,11 +41,22 @@ OUT = Path(__file__).parent / "results" / "bench_annotate.json"
 
 
 def _items(n: int) -> pd.DataFrame:
-    return pd.DataFrame([
-        {"id": f"b{i:04d}", "task": "qa", "prompt": f"Question {i}?", "response": f"Answer number {i} is forty two.",
-         "critique": None, "reference": None, "tests": None, "entry_point": None, "meta": None}
-        for i in range(n)
-    ])
+    return pd.DataFrame(
+        [
+            {
+                "id": f"b{i:04d}",
+                "task": "qa",
+                "prompt": f"Question {i}?",
+                "response": f"Answer number {i} is forty two.",
+                "critique": None,
+                "reference": None,
+                "tests": None,
+                "entry_point": None,
+                "meta": None,
+            }
+            for i in range(n)
+        ]
+    )
 
 
 async def _raw_ceiling(base_url: str, c: int, n: int, latency: float) -> float:
@@ -68,30 +79,53 @@ async def _raw_ceiling(base_url: str, c: int, n: int, latency: float) -> float:
 
 def throughput(latency: float, levels: list[int], waves: int, rounds: int) -> list[dict]:
     serve = "import sys; from t2g_core.testing.openai_server import main; main(sys.argv[1:])"
-    server = subprocess.Popen([sys.executable, "-c", serve, "--latency", str(latency)], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", serve, "--latency", str(latency)], stdout=subprocess.PIPE, text=True
+    )
     try:
         base_url = server.stdout.readline().strip()
         out = []
         for c in levels:
             n, limit = waves * c, c / latency
             for backend in ("aiohttp", "httpx"):
-                cfg = AnnotateConfig(annotator="llm", base_url=base_url, model="bench", concurrency=c, timeout_s=30,
-                                     max_retries=0, http_backend=backend)
+                cfg = AnnotateConfig(
+                    annotator="llm",
+                    base_url=base_url,
+                    model="bench",
+                    concurrency=c,
+                    timeout_s=30,
+                    max_retries=0,
+                    http_backend=backend,
+                )
                 annotate(_items(c), cfg, progress=False)  # warm-up: imports
                 best, cpu_ms = 0.0, 0.0
                 for _ in range(rounds):
-                    with tempfile.TemporaryDirectory(dir=OUT.parent) as cache:  # the answer cache is on, as in real runs
+                    with tempfile.TemporaryDirectory(
+                        dir=OUT.parent
+                    ) as cache:  # the answer cache is on, as in real runs
                         start, cpu = time.perf_counter(), time.process_time()
                         run = annotate(_items(n), cfg, progress=False, cache_dir=cache)
                         elapsed = time.perf_counter() - start
                     assert run.stats["status_counts"]["ok"] == n == run.stats["requests"], run.stats
                     if n / elapsed > best:
                         best, cpu_ms = n / elapsed, (time.process_time() - cpu) / n * 1000
-                out.append({"concurrency": c, "http_backend": backend, "items": n, "items_per_s": round(best, 2),
-                            "limit_items_per_s": limit, "fraction_of_limit": round(best / limit, 3),
-                            "client_cpu_ms_per_item": round(cpu_ms, 2)})
-                print(f"concurrency {c:>3} ({backend:>7}): {best:7.1f} items/s of {limit:6.1f} possible -> {best / limit:.3f}, "
-                      f"client CPU {cpu_ms:.2f} ms/item", flush=True)
+                out.append(
+                    {
+                        "concurrency": c,
+                        "http_backend": backend,
+                        "items": n,
+                        "items_per_s": round(best, 2),
+                        "limit_items_per_s": limit,
+                        "fraction_of_limit": round(best / limit, 3),
+                        "client_cpu_ms_per_item": round(cpu_ms, 2),
+                    }
+                )
+                print(
+                    f"concurrency {c:>3} ({backend:>7}): {best:7.1f} items/s of {limit:6.1f} possible "
+                    f"-> {best / limit:.3f}, "
+                    f"client CPU {cpu_ms:.2f} ms/item",
+                    flush=True,
+                )
             raw = asyncio.run(_raw_ceiling(base_url, c, n, latency))
             for row in out[-2:]:
                 row["bare_httpx_fraction"] = round(raw, 3)
@@ -108,8 +142,15 @@ def _overlap(response: str, quote: str, span: tuple[int, int]) -> bool:
 
 
 def _row(p: dict, response: str) -> dict:
-    return {"id": p["task_id"], "task": "code", "prompt": p["prompt"], "response": response, "tests": p["test"],
-            "entry_point": p["entry_point"], "meta": {}}
+    return {
+        "id": p["task_id"],
+        "task": "code",
+        "prompt": p["prompt"],
+        "response": response,
+        "tests": p["test"],
+        "entry_point": p["entry_point"],
+        "meta": {},
+    }
 
 
 def localisation(n_problems: int, seed: int, workers: int) -> dict:
@@ -129,7 +170,11 @@ def localisation(n_problems: int, seed: int, workers: int) -> dict:
         canon = list(pool.map(canonical, problems))
         muts = list(pool.map(mutant, [p for p in problems if p["task_id"] in picked]))
     elapsed = time.perf_counter() - start
-    false_alarms = [p["task_id"] for p, fb in zip(problems, canon, strict=True) if fb.poor_spans or fb.status != "ok" or "passes all" not in fb.critique]
+    false_alarms = [
+        p["task_id"]
+        for p, fb in zip(problems, canon, strict=True)
+        if fb.poor_spans or fb.status != "ok" or "passes all" not in fb.critique
+    ]
     by_kind: dict[str, Counter] = defaultdict(Counter)
     hits = top1 = caught = n_spans = 0
     for p, fb in zip([p for p in problems if p["task_id"] in picked], muts, strict=True):
@@ -144,12 +189,19 @@ def localisation(n_problems: int, seed: int, workers: int) -> dict:
         top1 += bool(fb.poor_spans) and _overlap(m.response, fb.poor_spans[0], m.span)
         by_kind[m.kind]["hit" if hit else "miss"] += 1
     return {
-        "problems": len(problems), "isolation": "netns+pidns+uid" if namespaces_available() else "audit-hook/uid",
-        "canonical_false_alarms": len(false_alarms), "false_alarm_rate": len(false_alarms) / len(problems),
-        "false_alarm_ids": false_alarms, "mutants": len(picked), "mutants_caught_by_tests": caught,
-        "hit_rate": round(hits / max(caught, 1), 3), "top1_hit_rate": round(top1 / max(caught, 1), 3),
-        "mean_poor_spans": round(n_spans / max(caught, 1), 2), "by_kind": {k: dict(v) for k, v in by_kind.items()},
-        "seconds": round(elapsed, 1), "workers": workers,
+        "problems": len(problems),
+        "isolation": "netns+pidns+uid" if namespaces_available() else "audit-hook/uid",
+        "canonical_false_alarms": len(false_alarms),
+        "false_alarm_rate": len(false_alarms) / len(problems),
+        "false_alarm_ids": false_alarms,
+        "mutants": len(picked),
+        "mutants_caught_by_tests": caught,
+        "hit_rate": round(hits / max(caught, 1), 3),
+        "top1_hit_rate": round(top1 / max(caught, 1), 3),
+        "mean_poor_spans": round(n_spans / max(caught, 1), 2),
+        "by_kind": {k: dict(v) for k, v in by_kind.items()},
+        "seconds": round(elapsed, 1),
+        "workers": workers,
     }
 
 
@@ -163,11 +215,16 @@ def main() -> None:
     args = ap.parse_args()
     result = {"latency_s": args.latency}
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    result["throughput"] = throughput(args.latency, [1, 8, 32], waves=10 if args.quick else args.waves, rounds=1 if args.quick else 2)
+    result["throughput"] = throughput(
+        args.latency, [1, 8, 32], waves=10 if args.quick else args.waves, rounds=1 if args.quick else 2
+    )
     result["code_critic"] = loc = localisation(40 if args.quick else 164, args.seed, args.workers)
-    print(f"code critic: false alarms {loc['canonical_false_alarms']}/{loc['problems']}, hit rate {loc['hit_rate']} "
-          f"(top-1 {loc['top1_hit_rate']}, {loc['mean_poor_spans']} poor spans/item) on {loc['mutants_caught_by_tests']} caught mutants "
-          f"({loc['mutants'] - loc['mutants_caught_by_tests']} survived the tests), {loc['seconds']} s")
+    print(
+        f"code critic: false alarms {loc['canonical_false_alarms']}/{loc['problems']}, hit rate {loc['hit_rate']} "
+        f"(top-1 {loc['top1_hit_rate']}, {loc['mean_poor_spans']} poor spans/item) on "
+        f"{loc['mutants_caught_by_tests']} caught mutants "
+        f"({loc['mutants'] - loc['mutants_caught_by_tests']} survived the tests), {loc['seconds']} s"
+    )
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {OUT}")

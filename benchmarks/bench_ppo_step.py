@@ -24,7 +24,11 @@ PHASES = ("rollout", "score", "span_labels", "forward", "rewards", "update")
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", required=True, help="Warm-started policy folder (e.g. from bench_ppo_sample_efficiency --build-only).")
+    p.add_argument(
+        "--policy",
+        required=True,
+        help="Warm-started policy folder (e.g. from bench_ppo_sample_efficiency --build-only).",
+    )
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=48)
@@ -44,17 +48,36 @@ def main() -> None:
     prompts = make_demo_feedback("summarization", 256, seed=1)
     out = {}
     for mode in ("span", "scalar", "dense"):
-        ns = argparse.Namespace(steps=args.steps, batch_size=args.batch_size, minibatches=1, lr=1e-3,
-                                max_new_tokens=args.max_new_tokens, eval_every=10**6)
-        res = train(ppo_config(ns, mode, 0), args.policy, prompts, Path(args.workdir) / mode, reward_source=oracle_source("summarization"))
+        ns = argparse.Namespace(
+            steps=args.steps,
+            batch_size=args.batch_size,
+            minibatches=1,
+            lr=1e-3,
+            max_new_tokens=args.max_new_tokens,
+            eval_every=10**6,
+        )
+        res = train(
+            ppo_config(ns, mode, 0),
+            args.policy,
+            prompts,
+            Path(args.workdir) / mode,
+            reward_source=oracle_source("summarization"),
+        )
         hist = res.history[1:]  # step 0 includes one-off warm-up costs
         step = statistics.fmean(h["time/step"] for h in hist)
         phases = {ph: statistics.fmean(h[f"time/{ph}"] for h in hist) for ph in PHASES}
-        out[mode] = {"step_s": step, "phases_s": phases, "phase_fraction": {k: v / step for k, v in phases.items()},
-                     "span_overhead_fraction": (phases["span_labels"] + phases["rewards"]) / step,
-                     "response_tokens": statistics.fmean(h["response/length"] for h in hist)}
-        print(f"{mode:6s} step {step:.3f} s | " + " ".join(f"{k} {v * 1000:.1f} ms ({v / step:.1%})" for k, v in phases.items())
-              + f" | span labels + rewards/GAE = {out[mode]['span_overhead_fraction']:.2%} of the step")
+        out[mode] = {
+            "step_s": step,
+            "phases_s": phases,
+            "phase_fraction": {k: v / step for k, v in phases.items()},
+            "span_overhead_fraction": (phases["span_labels"] + phases["rewards"]) / step,
+            "response_tokens": statistics.fmean(h["response/length"] for h in hist),
+        }
+        print(
+            f"{mode:6s} step {step:.3f} s | "
+            + " ".join(f"{k} {v * 1000:.1f} ms ({v / step:.1%})" for k, v in phases.items())
+            + f" | span labels + rewards/GAE = {out[mode]['span_overhead_fraction']:.2%} of the step"
+        )
     out["config"] = vars(args)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "ppo_step.json").write_text(json.dumps(out, indent=1))

@@ -18,7 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-for _k, _v in {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false", "DO_NOT_TRACK": "1"}.items():
+for _k, _v in {
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "DO_NOT_TRACK": "1",
+}.items():
     os.environ.setdefault(_k, _v)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,19 +53,39 @@ def _speed(model, tok, prompts, cfg, batch):
     c = cfg.model_copy(update={"score_batch_size": batch})
     generate_texts(model, tok, prompts[:batch], c)  # warm-up
     g = generate_texts(model, tok, prompts, c)
-    return {"batch": batch, "n_prompts": len(prompts), "new_tokens": sum(g.n_new_tokens), "seconds": round(g.seconds, 3),
-            "tokens_per_s": round(g.tokens_per_second, 1)}
+    return {
+        "batch": batch,
+        "n_prompts": len(prompts),
+        "new_tokens": sum(g.n_new_tokens),
+        "seconds": round(g.seconds, 3),
+        "tokens_per_s": round(g.tokens_per_second, 1),
+    }
 
 
-KEYS = ("json_valid_rate", "parse_ok_rate", "span_f1", "span_positive_f1", "span_negative_f1", "token_f1",
-        "truth_span_f1", "unmatched_span_rate", "rouge_l")
+KEYS = (
+    "json_valid_rate",
+    "parse_ok_rate",
+    "span_f1",
+    "span_positive_f1",
+    "span_negative_f1",
+    "token_f1",
+    "truth_span_f1",
+    "unmatched_span_rate",
+    "rouge_l",
+)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--items", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--set", dest="overrides", action="append", default=[], help="PipelineConfig override, e.g. reward_model.epochs=4")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        help="PipelineConfig override, e.g. reward_model.epochs=4",
+    )
     ap.add_argument("--work", type=Path, default=RESULTS / "bench_rm_work")
     ap.add_argument("--name", default="bench_rm", help="Results file name (and run folder) for side-by-side variants.")
     args = ap.parse_args()
@@ -88,30 +113,50 @@ def main() -> None:
     ann = annotate(fb, pipe.annotate, progress=False).frame
     tok = AutoTokenizer.from_pretrained(models.base)
     rm_df, stats = build_rm_data(fb, ann, tok, cfg, align_cfg=pipe.align)
-    print(f"rm_data: {stats.n_train} train / {stats.n_validation} validation; prompt tokens "
-          f"{max(len(tok(p)['input_ids']) for p in rm_df.rm_prompt)} max, target tokens "
-          f"{max(len(tok(t)['input_ids']) for t in rm_df.rm_target)} max")
+    print(
+        f"rm_data: {stats.n_train} train / {stats.n_validation} validation; prompt tokens "
+        f"{max(len(tok(p)['input_ids']) for p in rm_df.rm_prompt)} max, target tokens "
+        f"{max(len(tok(t)['input_ids']) for t in rm_df.rm_target)} max"
+    )
 
     result = train_rm(cfg, models.base, rm_df, args.work / f"rm_run-{args.name}", resume=False, progress=False)
     print(f"trained {result.global_step} steps in {result.train_seconds:.1f} s")
     model, rm_tok = load_reward_model(result.adapter_dir, device="cpu")
     items = eval_items(rm_df, fb, rm_tok.eos_token)
     report = evaluate_rm(model, rm_tok, items, cfg, align_cfg=pipe.align)
-    baselines = {name: score_predictions(items, preds, rm_tok, align_cfg=pipe.align)[0] for name, preds in _baselines(items, fb).items()}
+    baselines = {
+        name: score_predictions(items, preds, rm_tok, align_cfg=pipe.align)[0]
+        for name, preds in _baselines(items, fb).items()
+    }
     prompts = [it.rm_prompt for it in items][:16]
     speed = [_speed(model, rm_tok, prompts, cfg, b) for b in (1, 16)]
 
     losses = [h["rm/loss"] for h in result.history if "rm/loss" in h]
     out = {
         "benchmark": "bench_rm",
-        "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads, "cpus": os.cpu_count()},
+        "machine": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "threads": args.threads,
+            "cpus": os.cpu_count(),
+        },
         "data": {"items": args.items, **{k: v for k, v in stats.as_metrics().items()}},
         "config": cfg.model_dump(mode="json"),
-        "base_model": {"path": str(models.base), "build_seconds_if_built": round(build_s, 1),
-                       "parameters": sum(p.numel() for p in model.parameters())},
-        "train": {"steps": result.global_step, "seconds": round(result.train_seconds, 1), "loss_first": losses[0] if losses else None,
-                  "loss_last": losses[-1] if losses else None},
-        "heldout": {k: report.metrics.get(k) for k in (*KEYS, "eos_rate", "n_items", "gen_tokens_per_s", "span_precision", "span_recall")},
+        "base_model": {
+            "path": str(models.base),
+            "build_seconds_if_built": round(build_s, 1),
+            "parameters": sum(p.numel() for p in model.parameters()),
+        },
+        "train": {
+            "steps": result.global_step,
+            "seconds": round(result.train_seconds, 1),
+            "loss_first": losses[0] if losses else None,
+            "loss_last": losses[-1] if losses else None,
+        },
+        "heldout": {
+            k: report.metrics.get(k)
+            for k in (*KEYS, "eos_rate", "n_items", "gen_tokens_per_s", "span_precision", "span_recall")
+        },
         "baselines": {name: {k: m.get(k) for k in KEYS if k in m} for name, m in baselines.items()},
         "generation_speed": speed,
         "json_valid_target_met": report.metrics["json_valid_rate"] >= 0.95,

@@ -15,7 +15,9 @@ def annotate(config: PipelineConfig, feedback: dict, forced: set[str] | None = N
     task = annotate_task(config)
     if task is None:
         return not_built("annotate")
-    return cached(task, config.workspace.root, refresh="annotate" in (forced or set()))(feedback, config.annotate, config.workspace)
+    return cached(task, config.workspace.root, refresh="annotate" in (forced or set()))(
+        feedback, config.annotate, config.workspace
+    )
 
 
 def annotate_task(config: PipelineConfig):

@@ -32,7 +32,12 @@ def feedback_sensor(workspace: WorkspaceConfig = WorkspaceConfig(), inbox: str |
         emit_event(
             event=EVENT,
             resource={"prefect.resource.id": f"{RESOURCE_PREFIX}{item['sha256'][:16]}", "path": item["path"]},
-            payload={"path": item["path"], "sha256": item["sha256"], "source": item["source"], "workspace": workspace.root},
+            payload={
+                "path": item["path"],
+                "sha256": item["sha256"],
+                "source": item["source"],
+                "workspace": workspace.root,
+            },
         )
     get_run_logger().info("%d new feedback file(s) in %s", len(new_files), folder)
     return [item["sha256"] for item in new_files]
@@ -67,7 +72,9 @@ def reannotate(
         merged = cached(data.merge_annotations, root)(data.latest_annotations(ws), delta, ws)
         data.set_latest_annotations(ws, merged)
         data.mark_processed(file, appended["version"], ws)
-        versions.append({"file": file, "version": appended["version"], "feedback": appended["dataset"], "annotations": merged})
+        versions.append(
+            {"file": file, "version": appended["version"], "feedback": appended["dataset"], "annotations": merged}
+        )
     result: dict = {"processed": versions, "trigger_path": path}
     if not versions or then == "none":
         return result

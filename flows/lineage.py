@@ -25,7 +25,9 @@ def pipeline_run_for(flow_run_id: str, tracking_uri: str, experiment: str) -> st
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return None
-    runs = client.search_runs([exp.experiment_id], f"tags.`prefect.flow_run_id` = '{flow_run_id}' and tags.`t2g.role` = 'pipeline'")
+    runs = client.search_runs(
+        [exp.experiment_id], f"tags.`prefect.flow_run_id` = '{flow_run_id}' and tags.`t2g.role` = 'pipeline'"
+    )
     return runs[0].info.run_id if runs else None
 
 
@@ -50,8 +52,12 @@ def _source_run_id(client, mv) -> str | None:
 
 def _producers(client, experiment_ids: list[str], digest: str, exclude: str) -> list[Any]:
     runs = client.search_runs(experiment_ids, f"dataset.digest = '{digest}' and dataset.context = '{OUTPUT_CONTEXT}'")
-    return [r for r in runs if r.info.run_id != exclude and any(
-        d.dataset.digest == digest and _context(d) == OUTPUT_CONTEXT for d in r.inputs.dataset_inputs)]
+    return [
+        r
+        for r in runs
+        if r.info.run_id != exclude
+        and any(d.dataset.digest == digest and _context(d) == OUTPUT_CONTEXT for d in r.inputs.dataset_inputs)
+    ]
 
 
 def _context(dataset_input) -> str | None:

@@ -15,8 +15,12 @@ def align_and_validate(config: PipelineConfig, data: dict, annotations: dict, fo
     forced, root = forced or set(), config.workspace.root
     align = stage_task("align", "align")
     if align is None or not is_ref(annotations):
-        return {"spans": not_built("align", "its task module is not written yet" if align is None else "no annotations")}
-    spans = cached(align, root, refresh="align" in forced)(data["feedback"], annotations, data["models"], config.align, config.workspace)
+        return {
+            "spans": not_built("align", "its task module is not written yet" if align is None else "no annotations")
+        }
+    spans = cached(align, root, refresh="align" in forced)(
+        data["feedback"], annotations, data["models"], config.align, config.workspace
+    )
     return {"spans": spans, "validation": validate(config, data["feedback"], annotations, spans, "validate" in forced)}
 
 

@@ -43,8 +43,14 @@ def prepare_environment(workspace_root: str | Path) -> dict[str, str]:
     os.environ.setdefault("PREFECT_HOME", str(root / "prefect"))
     os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(root / "prefect-results"))
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-    for key, value in {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
-                       "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}.items():
+    for key, value in {
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }.items():
         os.environ.setdefault(key, value)
     servers = None if os.environ.get("PREFECT_API_URL") else local_servers(root)
     if servers:

@@ -16,7 +16,9 @@ from datetime import timedelta
 from pathlib import Path
 
 
-def build_deployments(workspace: str, *, sensor_interval: float = 60, cron: str | None = None, debounce: float = 30) -> list:
+def build_deployments(
+    workspace: str, *, sensor_interval: float = 60, cron: str | None = None, debounce: float = 30
+) -> list:
     from prefect.events import DeploymentEventTrigger
 
     from flows.feedback import EVENT, RESOURCE_PREFIX, feedback_sensor, reannotate
@@ -26,7 +28,9 @@ def build_deployments(workspace: str, *, sensor_interval: float = 60, cron: str 
     root = str(Path(workspace).resolve())
     # only the workspace is fixed; every other field takes the code's current default, so a deployment registered
     # before a config field was added or renamed still starts
-    config = {"workspace": PipelineConfig.model_validate({"workspace": {"root": root}}).workspace.model_dump(mode="json")}
+    config = {
+        "workspace": PipelineConfig.model_validate({"workspace": {"root": root}}).workspace.model_dump(mode="json")
+    }
     trigger = DeploymentEventTrigger(
         name="feedback-landed",
         expect={EVENT},
@@ -40,9 +44,14 @@ def build_deployments(workspace: str, *, sensor_interval: float = 60, cron: str 
     return [
         text2grad.to_deployment(name="text2grad", parameters={"config": config}, cron=cron, tags=["text2grad"]),
         feedback_sensor.to_deployment(
-            name="feedback-sensor", parameters={"workspace": config["workspace"]}, interval=sensor_interval, tags=["text2grad"]
+            name="feedback-sensor",
+            parameters={"workspace": config["workspace"]},
+            interval=sensor_interval,
+            tags=["text2grad"],
         ),
-        reannotate.to_deployment(name="reannotate", parameters={"config": config}, triggers=[trigger], tags=["text2grad"]),
+        reannotate.to_deployment(
+            name="reannotate", parameters={"config": config}, triggers=[trigger], tags=["text2grad"]
+        ),
     ]
 
 
@@ -60,7 +69,9 @@ def main(argv: list[str] | None = None) -> None:
     prepare_environment(args.workspace)
     from prefect import serve
 
-    deployments = build_deployments(args.workspace, sensor_interval=args.sensor_interval, cron=args.cron, debounce=args.debounce)
+    deployments = build_deployments(
+        args.workspace, sensor_interval=args.sensor_interval, cron=args.cron, debounce=args.debounce
+    )
     serve(*deployments, limit=args.limit)
 
 

@@ -87,8 +87,12 @@ def run_stage(stage_flow, **params: Any) -> Any:
     from prefect.deployments import run_deployment
 
     name = f"{stage_flow.name}/{stage_flow.name}-gpu"
-    jsonable = {k: sorted(v) if isinstance(v, set) else (v.model_dump(mode="json", by_alias=True) if hasattr(v, "model_dump") else v)
-                for k, v in params.items()}
+    jsonable = {
+        k: sorted(v)
+        if isinstance(v, set)
+        else (v.model_dump(mode="json", by_alias=True) if hasattr(v, "model_dump") else v)
+        for k, v in params.items()
+    }
     flow_run = run_deployment(name, parameters=jsonable, as_subflow=True)
     if not flow_run.state.is_completed():
         raise RuntimeError(f"{name}: flow run {flow_run.id} ended {flow_run.state.name}")

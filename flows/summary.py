@@ -55,7 +55,13 @@ def plot_lines(result: dict) -> list[str]:
         if isinstance(value, dict) and isinstance(value.get(key), str):
             p = Path(value[key])
             folders.append(p.parent if p.is_file() else p)
-    files = [f for d in folders if d.exists() for f in sorted(d.rglob("*")) if f.suffix in (".png", ".html", ".md") and f.name != "README.md"]
+    files = [
+        f
+        for d in folders
+        if d.exists()
+        for f in sorted(d.rglob("*"))
+        if f.suffix in (".png", ".html", ".md") and f.name != "README.md"
+    ]
     return [f"  {f}" for f in files[:12]]
 
 
@@ -73,7 +79,9 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
     if not where["mlflow"].startswith("http"):
         lines.append(f"                    browse: mlflow ui --backend-store-uri {where['mlflow']}")
     ui = where.get("prefect_ui")
-    lines.append(f"  Prefect flow run: {where['flow_run_id']}" + (f"  {ui}/runs/flow-run/{where['flow_run_id']}" if ui else
-                                                               "  (ephemeral API; `make up` for the UI)"))
+    lines.append(
+        f"  Prefect flow run: {where['flow_run_id']}"
+        + (f"  {ui}/runs/flow-run/{where['flow_run_id']}" if ui else "  (ephemeral API; `make up` for the UI)")
+    )
     lines.append(f"  Workspace:        {Path(cfg.workspace.root).resolve()}")
     return lines

@@ -32,7 +32,16 @@ def text2grad(config: PipelineConfig = PipelineConfig(), refresh: list[Stage] | 
     data = prepare_data(config, forced)
     annotations = annotate(config, data["feedback"], forced)
     quality = align_and_validate(config, data, annotations, forced)
-    reward_model = run_stage(train_reward_model, config=config, data=data, annotations=annotations, quality=quality, forced=forced)
+    reward_model = run_stage(
+        train_reward_model, config=config, data=data, annotations=annotations, quality=quality, forced=forced
+    )
     policy = run_stage(train_policy, config=config, data=data, reward_model=reward_model, forced=forced)
     report = evaluate(config, data, policy, forced)
-    return {**data, "annotations": annotations, **quality, "reward_model": reward_model, "policy": policy, "evaluation": report}
+    return {
+        **data,
+        "annotations": annotations,
+        **quality,
+        "reward_model": reward_model,
+        "policy": policy,
+        "evaluation": report,
+    }

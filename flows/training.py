@@ -47,7 +47,12 @@ def register_policy(config: PipelineConfig, reward_model: dict | None, task_run_
         rm = _rm_version(config, reward_model)
         if rm:
             tracking.log_model_input(*rm)
-        version = tracking.log_adapter_model(result["adapter_dir"], POLICY_MODEL, params=config.ppo,
-                                             metrics=result.get("metrics") or {}, alias="candidate")
+        version = tracking.log_adapter_model(
+            result["adapter_dir"],
+            POLICY_MODEL,
+            params=config.ppo,
+            metrics=result.get("metrics") or {},
+            alias="candidate",
+        )
     get_logger("text2grad").info("policy adapter registered as %s version %s", POLICY_MODEL, version)
     return version

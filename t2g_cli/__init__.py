@@ -9,7 +9,8 @@ import typer
 
 app = typer.Typer(
     name="t2g",
-    help="text2grad: reinforcement learning from natural-language feedback (critiques -> span rewards -> token-level PPO).",
+    help="text2grad: reinforcement learning from natural-language feedback (critiques -> span rewards -> token-level "
+    "PPO).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -46,8 +46,16 @@ def _frame_digest(df) -> str:
 def align(
     feedback: Path = typer.Argument(..., help="Feedback file or artifact folder (Parquet, JSONL, CSV)."),
     annotations: Path = typer.Argument(..., help="Annotations artifact folder or Parquet file."),
-    output: Path = typer.Option(..., "--output", "-o", help="Spans Parquet file (*.parquet, metrics beside it in *.metrics.json) or a folder to hold the spans artifact."),
-    tokenizer: str | None = typer.Option(None, help="Tokenizer folder: also report the fraction of response tokens labelled."),
+    output: Path = typer.Option(
+        ...,
+        "--output",
+        "-o",
+        help="Spans Parquet file (*.parquet, metrics beside it in *.metrics.json) or a folder to hold the spans "
+        "artifact.",
+    ),
+    tokenizer: str | None = typer.Option(
+        None, help="Tokenizer folder: also report the fraction of response tokens labelled."
+    ),
     config: Path | None = ConfigOpt,
     set_: list[str] | None = SetOpt,
 ) -> None:
@@ -67,7 +75,9 @@ def align(
         output.with_suffix(".metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     else:
         inputs = {"feedback": _frame_digest(feedback_df), "annotations": _frame_digest(annotations_df)}
-        ref = ArtifactStore(output.parent).write(output.name, artifact_key("spans", cfg, inputs), spans_df, "spans", extra={"metrics": metrics})
+        ref = ArtifactStore(output.parent).write(
+            output.name, artifact_key("spans", cfg, inputs), spans_df, "spans", extra={"metrics": metrics}
+        )
         where = ref.path
     echo(f"spans: {where} ({len(spans_df)} spans from {spans_df['id'].nunique()} items)")
     _print_metrics(metrics)

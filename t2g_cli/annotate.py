@@ -42,8 +42,10 @@ def _print_stats(stats: dict) -> None:
     counts = ", ".join(f"{k}: {v}" for k, v in stats["status_counts"].items() if v)
     echo(f"  items {stats['n_items']} ({counts})")
     echo(f"  tokens prompt {stats['prompt_tokens']}, completion {stats['completion_tokens']}, cost {stats['cost']:.4f}")
-    echo(f"  this run: {stats['requests']} requests, {stats['cache_hits']} cache hits, cost {stats['cost_this_run']:.4f}"
-         + (f", {stats['kept_from_previous']} ok items kept" if stats["kept_from_previous"] else ""))
+    echo(
+        f"  this run: {stats['requests']} requests, {stats['cache_hits']} cache hits, cost {stats['cost_this_run']:.4f}"
+        + (f", {stats['kept_from_previous']} ok items kept" if stats["kept_from_previous"] else "")
+    )
 
 
 @guard
@@ -55,7 +57,9 @@ def annotate(
     model: str | None = typer.Option(None, help="Model name for --annotator llm."),
     concurrency: int | None = typer.Option(None, help="Requests (or sandboxes) in flight at once."),
     mode: str | None = typer.Option(None, help="critique | grounding (tie the item's human critique to spans)."),
-    only_failed: bool = typer.Option(False, "--only-failed", help="Keep the ok items of the previous annotations; redo the rest."),
+    only_failed: bool = typer.Option(
+        False, "--only-failed", help="Keep the ok items of the previous annotations; redo the rest."
+    ),
     previous: Path | None = typer.Option(None, help="Previous annotations for --only-failed (default: the -o path)."),
     cache_dir: Path | None = typer.Option(None, help="LLM answer cache (default <workspace>/cache/annotate)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -66,7 +70,9 @@ def annotate(
     from t2g_core.annotators import annotate as run_annotate
     from t2g_core.feedback import load_feedback
 
-    pcfg = pipeline_config(config, [*(set_ or []), *_overrides(annotator, base_url, model, concurrency, mode, only_failed)])
+    pcfg = pipeline_config(
+        config, [*(set_ or []), *_overrides(annotator, base_url, model, concurrency, mode, only_failed)]
+    )
     cfg = pcfg.annotate
     if cfg.annotator == "llm" and not cfg.base_url:
         fail("--annotator llm needs --base-url (an OpenAI-compatible endpoint)")

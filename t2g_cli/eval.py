@@ -9,11 +9,14 @@ import typer
 
 from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config
 
-eval_app = typer.Typer(help="Evaluate policies: task metrics, paired-bootstrap comparisons, reports.", no_args_is_help=True)
+eval_app = typer.Typer(
+    help="Evaluate policies: task metrics, paired-bootstrap comparisons, reports.", no_args_is_help=True
+)
 
 
 def parse_model_refs(refs: list[str], workspace=None) -> dict[str, Path]:
-    """``NAME=REF`` or ``REF`` -> ordered {name: folder}; REF is a folder or ``models:/NAME@ALIAS`` (MLflow registry)."""
+    """``NAME=REF`` or ``REF`` -> ordered {name: folder}; REF is a folder or ``models:/NAME@ALIAS`` (MLflow
+    registry)."""
     out: dict[str, Path] = {}
     for ref in refs:
         name, _, path = ref.partition("=") if "=" in ref else (_default_name(ref), "", ref)
@@ -49,8 +52,16 @@ def _device(device: str) -> str:
 @eval_app.command("policy")
 @guard
 def policy(
-    model: list[str] = typer.Option(..., "--model", "-m", help="NAME=REF or REF: a model folder, a PEFT adapter folder or models:/NAME@ALIAS from the MLflow registry (repeatable; the first is the baseline)."),
-    data: Path = typer.Option(..., "--data", "-d", help="Feedback file or artifact folder holding the held-out prompts."),
+    model: list[str] = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="NAME=REF or REF: a model folder, a PEFT adapter folder or models:/NAME@ALIAS from the MLflow registry "
+        "(repeatable; the first is the baseline).",
+    ),
+    data: Path = typer.Option(
+        ..., "--data", "-d", help="Feedback file or artifact folder holding the held-out prompts."
+    ),
     task: str = typer.Option(..., "--task", "-t", help="summarization, code or qa."),
     output: Path = typer.Option(..., "--output", "-o", help="Results folder (items.parquet, summary.json, report/)."),
     baseline: str | None = typer.Option(None, help="Policy name to compare against (default: the first --model)."),
@@ -71,11 +82,24 @@ def policy(
         fail(f"--baseline {baseline!r} is not one of the --model names {list(policies)}")
     judge = None
     if cfg.judge_base_url:
-        judge = PairwiseJudge.from_endpoint(cfg.judge_base_url, cfg.judge_model, os.environ.get(judge_api_key_env),
-                                            cfg.judge_timeout_s, cfg.judge_concurrency)
+        judge = PairwiseJudge.from_endpoint(
+            cfg.judge_base_url,
+            cfg.judge_model,
+            os.environ.get(judge_api_key_env),
+            cfg.judge_timeout_s,
+            cfg.judge_concurrency,
+        )
     try:
-        results = evaluate_policies(policies, load_feedback(data), task, cfg, baseline=baseline, judge=judge,
-                                    device=_device(device), progress=echo)
+        results = evaluate_policies(
+            policies,
+            load_feedback(data),
+            task,
+            cfg,
+            baseline=baseline,
+            judge=judge,
+            device=_device(device),
+            progress=echo,
+        )
     except ValueError as exc:
         fail(str(exc))
     results.save(output)
@@ -99,10 +123,16 @@ def _histories(specs: list[str]):
 @eval_app.command("report")
 @guard
 def report(
-    results: list[Path] = typer.Argument(..., help="One or more results folders of the same task (merged into one comparison)."),
+    results: list[Path] = typer.Argument(
+        ..., help="One or more results folders of the same task (merged into one comparison)."
+    ),
     output: Path | None = typer.Option(None, "--output", "-o", help="Report folder (default: <first results>/report)."),
     baseline: str | None = typer.Option(None, help="Policy to compare against (default: the first results' baseline)."),
-    history: list[str] | None = typer.Option(None, "--history", help="NAME=FILE: a PPO metric history (JSON/JSONL/CSV/Parquet) for learning curves (repeatable)."),
+    history: list[str] | None = typer.Option(
+        None,
+        "--history",
+        help="NAME=FILE: a PPO metric history (JSON/JSONL/CSV/Parquet) for learning curves (repeatable).",
+    ),
     config: Path | None = ConfigOpt,
     set_: list[str] | None = SetOpt,
 ) -> None:

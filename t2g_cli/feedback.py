@@ -8,7 +8,9 @@ import typer
 
 from t2g_cli._common import echo, guard
 
-feedback_app = typer.Typer(help="Check and import feedback (Parquet, JSONL, CSV or a datasets folder).", no_args_is_help=True)
+feedback_app = typer.Typer(
+    help="Check and import feedback (Parquet, JSONL, CSV or a datasets folder).", no_args_is_help=True
+)
 
 
 @feedback_app.command("check")
@@ -37,7 +39,9 @@ def import_(
     ws = Workspace.at(workspace)
     src = path / "data.parquet" if path.is_dir() and (path / "data.parquet").exists() else path
     digest = sha256_file(src) if src.is_file() else artifact_key("hf", None, {"rows": str(len(df))})
-    ref = ws.store.write("feedback", artifact_key("feedback", None, {"source": digest}), df, "feedback", extra={"source": str(path)})
+    ref = ws.store.write(
+        "feedback", artifact_key("feedback", None, {"source": digest}), df, "feedback", extra={"source": str(path)}
+    )
     echo(f"feedback artifact: {ref.path} ({ref.n_rows} rows, sha256 {ref.sha256[:12]})")
 
 

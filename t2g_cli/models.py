@@ -15,7 +15,9 @@ models_app = typer.Typer(help="Tiny local models built from the demo corpus.", n
 @guard
 def build(
     workspace: Path = typer.Option(Path("t2g-workspace"), help="Workspace folder (models go to <workspace>/models)."),
-    feedback: Path | None = typer.Option(None, help="Feedback file to build the corpus from (default: the config's data)."),
+    feedback: Path | None = typer.Option(
+        None, help="Feedback file to build the corpus from (default: the config's data)."
+    ),
     threads: int = typer.Option(2, min=1, help="Torch CPU threads."),
     config: Path | None = ConfigOpt,
     set_: list[str] | None = SetOpt,

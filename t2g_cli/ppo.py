@@ -8,7 +8,10 @@ import typer
 
 from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config
 
-ppo_app = typer.Typer(help="Span-reward PPO: token-level rewards from critiques (span), or scalar / dense baselines.", no_args_is_help=True)
+ppo_app = typer.Typer(
+    help="Span-reward PPO: token-level rewards from critiques (span), or scalar / dense baselines.",
+    no_args_is_help=True,
+)
 
 
 def _init_distributed() -> None:
@@ -43,7 +46,9 @@ def _summary(result) -> None:
 def train_cmd(
     config: Path | None = ConfigOpt,
     set_: list[str] | None = SetOpt,
-    run_dir: Path | None = typer.Option(None, "--run-dir", help="Run folder (default <workspace>/checkpoints/ppo/<mode>-<source>-seed<seed>)."),
+    run_dir: Path | None = typer.Option(
+        None, "--run-dir", help="Run folder (default <workspace>/checkpoints/ppo/<mode>-<source>-seed<seed>)."
+    ),
 ) -> None:
     """Train a LoRA policy with PPO from the configured data, policy and reward source."""
     from t2g_core.models.tiny import ensure_demo_models

@@ -11,7 +11,9 @@ from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_confi
 
 rm_app = typer.Typer(help="Generative reward model: build-data, train, eval, score.", no_args_is_help=True)
 
-BaseOpt = typer.Option(..., "--base", "-b", help="Base model folder or Hugging Face id (its tokenizer renders the prompts).")
+BaseOpt = typer.Option(
+    ..., "--base", "-b", help="Base model folder or Hugging Face id (its tokenizer renders the prompts)."
+)
 
 
 def _exists(path: Path) -> Path:
@@ -53,7 +55,9 @@ def build_data(
     feedback: Path = typer.Argument(..., help="Feedback file or artifact folder."),
     annotations: Path = typer.Argument(..., help="Annotations artifact folder or Parquet file (validated)."),
     base: str = BaseOpt,
-    output: Path = typer.Option(..., "--output", "-o", help="rm_data Parquet file (.parquet) or a folder for an artifact."),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="rm_data Parquet file (.parquet) or a folder for an artifact."
+    ),
     spans: Path | None = typer.Option(None, help="Spans artifact from `t2g align` (else spans are aligned here)."),
     config: Path | None = ConfigOpt,
     set_: list[str] | None = SetOpt,
@@ -67,14 +71,26 @@ def build_data(
 
     pipe = pipeline_config(config, set_)
     cfg = pipe.reward_model
-    df, stats = build_rm_data(load_feedback(_exists(feedback)), _read(annotations, "annotations"), AutoTokenizer.from_pretrained(base),
-                              cfg, spans_df=_read(spans, "spans") if spans else None, align_cfg=pipe.align)
+    df, stats = build_rm_data(
+        load_feedback(_exists(feedback)),
+        _read(annotations, "annotations"),
+        AutoTokenizer.from_pretrained(base),
+        cfg,
+        spans_df=_read(spans, "spans") if spans else None,
+        align_cfg=pipe.align,
+    )
     if output.suffix == ".parquet":
         where = str(write_parquet(df, output, "rm_data"))
     else:
         src = [p / "data.parquet" if p.is_dir() else p for p in (feedback, annotations)]
-        key = artifact_key("rm_data", cfg, {"feedback": sha256_file(src[0]), "annotations": sha256_file(src[1]), "base": base})
-        where = ArtifactStore(output.parent).write(output.name, key, df, "rm_data", extra={"stats": stats.as_metrics()}).path
+        key = artifact_key(
+            "rm_data", cfg, {"feedback": sha256_file(src[0]), "annotations": sha256_file(src[1]), "base": base}
+        )
+        where = (
+            ArtifactStore(output.parent)
+            .write(output.name, key, df, "rm_data", extra={"stats": stats.as_metrics()})
+            .path
+        )
     echo(f"rm_data: {where} ({stats.n_train} train, {stats.n_validation} validation)")
     _print_metrics(stats.as_metrics())
 
@@ -102,8 +118,12 @@ def train(
 @guard
 def evaluate(
     rm_data: Path = typer.Argument(..., help="rm_data artifact folder or Parquet file."),
-    feedback: Path = typer.Argument(..., help="Feedback the rm_data was built from (for the responses and demo truth)."),
-    model: Path = typer.Option(..., "--model", "-m", help="Adapter folder (from `t2g rm train`) or a full model folder."),
+    feedback: Path = typer.Argument(
+        ..., help="Feedback the rm_data was built from (for the responses and demo truth)."
+    ),
+    model: Path = typer.Option(
+        ..., "--model", "-m", help="Adapter folder (from `t2g rm train`) or a full model folder."
+    ),
     split: str = typer.Option("validation", help="Which split of rm_data to evaluate."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Folder for metrics.json, report.md and items.parquet."),
     config: Path | None = ConfigOpt,
@@ -115,8 +135,14 @@ def evaluate(
 
     pipe = pipeline_config(config, set_)
     try:
-        report = evaluate_adapter(_exists(model), _read(rm_data, "rm_data"), load_feedback(_exists(feedback)), pipe.reward_model,
-                                  split=split, align_cfg=pipe.align)
+        report = evaluate_adapter(
+            _exists(model),
+            _read(rm_data, "rm_data"),
+            load_feedback(_exists(feedback)),
+            pipe.reward_model,
+            split=split,
+            align_cfg=pipe.align,
+        )
     except ValueError as exc:
         fail(str(exc))
     _print_metrics(report.metrics)
@@ -129,7 +155,9 @@ def evaluate(
 def score_cmd(
     feedback: Path = typer.Argument(..., help="Feedback file with task, prompt and response columns."),
     model: Path = typer.Option(..., "--model", "-m", help="Adapter folder or full model folder."),
-    output: Path = typer.Option(..., "--output", "-o", help="JSONL: id, status, critique, good_spans, poor_spans, error, raw."),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="JSONL: id, status, critique, good_spans, poor_spans, error, raw."
+    ),
     config: Path | None = ConfigOpt,
     set_: list[str] | None = SetOpt,
 ) -> None:
@@ -144,8 +172,21 @@ def score_cmd(
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("w", encoding="utf-8") as fh:
         for row, p in zip(rows, parsed, strict=True):
-            fh.write(json.dumps({"id": row["id"], "status": p.status, "critique": p.critique, "good_spans": p.good_spans,
-                                 "poor_spans": p.poor_spans, "error": p.error, "raw": p.raw}, ensure_ascii=False) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "id": row["id"],
+                        "status": p.status,
+                        "critique": p.critique,
+                        "good_spans": p.good_spans,
+                        "poor_spans": p.poor_spans,
+                        "error": p.error,
+                        "raw": p.raw,
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
     n_ok = sum(p.ok for p in parsed)
     echo(f"scored {len(parsed)} responses ({n_ok} parsed, {len(parsed) - n_ok} failed) -> {output}")
 

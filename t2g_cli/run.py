@@ -9,7 +9,9 @@ import typer
 
 from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config
 
-RefreshOpt = typer.Option(None, "--refresh", "-r", help="Recompute this stage and everything after it even if cached (repeatable).")
+RefreshOpt = typer.Option(
+    None, "--refresh", "-r", help="Recompute this stage and everything after it even if cached (repeatable)."
+)
 WorkspaceOpt = typer.Option(None, "--workspace", "-w", help="Workspace folder (overrides workspace.root).")
 
 
@@ -28,7 +30,11 @@ def _run_pipeline(config, refresh: list[str] | None) -> tuple[dict, dict]:
     state = text2grad(config=config, refresh=refresh or None, return_state=True)
     result = state.result(raise_on_failure=False)
     if not state.is_completed():
-        fail(f"pipeline {state.name}: {result}\nFix the cause and run the same command again: completed stages are reused.", code=1)
+        fail(
+            f"pipeline {state.name}: {result}\nFix the cause and run the same command again: completed stages are "
+            f"reused.",
+            code=1,
+        )
     return result, {**where, "flow_run_id": str(state.state_details.flow_run_id)}
 
 
@@ -67,10 +73,15 @@ def demo(
 def lineage(
     version: str = typer.Argument(..., help="Policy model version (number) or alias, e.g. 3 or champion."),
     model: str = typer.Option("text2grad-policy", help="Registered model name of the policy adapter."),
-    workspace: Path = typer.Option(Path("t2g-workspace"), "--workspace", "-w", help="Workspace (for its default MLflow store)."),
-    tracking_uri: str | None = typer.Option(None, help="MLflow tracking URI (default: make up's server or the workspace DB)."),
+    workspace: Path = typer.Option(
+        Path("t2g-workspace"), "--workspace", "-w", help="Workspace (for its default MLflow store)."
+    ),
+    tracking_uri: str | None = typer.Option(
+        None, help="MLflow tracking URI (default: make up's server or the workspace DB)."
+    ),
 ) -> None:
-    """Walk back policy -> PPO run -> reward model -> RM data -> validated annotations -> feedback, from MLflow alone."""
+    """Walk back policy -> PPO run -> reward model -> RM data -> validated annotations -> feedback, from MLflow
+    alone."""
     from flows.runtime import prepare_environment
 
     where = prepare_environment(workspace)

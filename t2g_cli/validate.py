@@ -12,10 +12,17 @@ import typer
 
 from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config
 
-review_app = typer.Typer(help="Offline human-alignment review: export an HTML page + JSONL sheet, import verdicts.", no_args_is_help=True)
+review_app = typer.Typer(
+    help="Offline human-alignment review: export an HTML page + JSONL sheet, import verdicts.", no_args_is_help=True
+)
 
 EXIT_FAIL, EXIT_PENDING = 1, 3
-ReviewOpt = typer.Option(None, "--review", "-r", help="auto (ground-truth reviewer) | ui (Prefect pause form) | offline (HTML page) | none; default from config.")
+ReviewOpt = typer.Option(
+    None,
+    "--review",
+    "-r",
+    help="auto (ground-truth reviewer) | ui (Prefect pause form) | offline (HTML page) | none; default from config.",
+)
 
 
 def _batch(annotations: Path, spans: Path, feedback: Path | None, tokenizer: str | None = None):
@@ -45,10 +52,14 @@ def _ui_verdicts(sample, cfg):
     from tasks.validate import ui_review
 
     if not PREFECT_API_URL.value():
-        fail("--review ui needs a Prefect server the reviewer can reach: `make up` (or `prefect server start`), "
-             "then set PREFECT_API_URL, e.g. http://127.0.0.1:4200/api")
+        fail(
+            "--review ui needs a Prefect server the reviewer can reach: `make up` (or `prefect server start`), "
+            "then set PREFECT_API_URL, e.g. http://127.0.0.1:4200/api"
+        )
     review_flow = flow(name="t2g-review", log_prints=True)(ui_review)
-    return ReviewVerdicts.model_validate(review_flow(sample.model_dump(mode="json"), cfg.validate_.model_dump(mode="json")))
+    return ReviewVerdicts.model_validate(
+        review_flow(sample.model_dump(mode="json"), cfg.validate_.model_dump(mode="json"))
+    )
 
 
 def _review(mode: str, b, sample, cfg, review_dir: Path, verdicts: Path | None):
@@ -74,10 +85,16 @@ def _review(mode: str, b, sample, cfg, review_dir: Path, verdicts: Path | None):
 def validate(
     annotations: Path = typer.Argument(..., help="annotations artifact folder or Parquet file."),
     spans: Path = typer.Argument(..., help="spans artifact folder or Parquet file."),
-    feedback: Path = typer.Option(None, "--feedback", "-f", help="Feedback (responses, prompts, meta.gold_spans ground truth)."),
+    feedback: Path = typer.Option(
+        None, "--feedback", "-f", help="Feedback (responses, prompts, meta.gold_spans ground truth)."
+    ),
     review: str = ReviewOpt,
-    verdicts: Path = typer.Option(None, "--verdicts", help="Offline review: verdict JSON or filled JSONL sheet to score."),
-    tokenizer: str = typer.Option(None, "--tokenizer", help="Tokenizer folder: count its tokens (not words) for labelled_token_frac."),
+    verdicts: Path = typer.Option(
+        None, "--verdicts", help="Offline review: verdict JSON or filled JSONL sheet to score."
+    ),
+    tokenizer: str = typer.Option(
+        None, "--tokenizer", help="Tokenizer folder: count its tokens (not words) for labelled_token_frac."
+    ),
     out: Path = typer.Option(None, "--out", "-o", help="Report folder (default <workspace>/reports/validate)."),
     config: Path = ConfigOpt,
     set_: list[str] = SetOpt,
@@ -108,7 +125,9 @@ def validate(
         if v is None and mode == "offline":
             report = replace(report, review_pending=True)
         elif v is None:
-            report = replace(report, notes=[f"review {mode}: no ground truth (feedback meta.gold_spans), alignment not measured"])
+            report = replace(
+                report, notes=[f"review {mode}: no ground truth (feedback meta.gold_spans), alignment not measured"]
+            )
     _finish(report, out_dir)
 
 
@@ -138,7 +157,9 @@ def review_export(
     annotations: Path = typer.Argument(..., help="annotations artifact folder or Parquet file."),
     spans: Path = typer.Argument(..., help="spans artifact folder or Parquet file."),
     feedback: Path = typer.Option(..., "--feedback", "-f", help="Feedback (prompts and responses to show)."),
-    out: Path = typer.Option(Path("review"), "--out", "-o", help="Folder for review.html, sheet.jsonl and sample.json."),
+    out: Path = typer.Option(
+        Path("review"), "--out", "-o", help="Folder for review.html, sheet.jsonl and sample.json."
+    ),
     config: Path = ConfigOpt,
     set_: list[str] = SetOpt,
 ) -> None:
@@ -176,8 +197,10 @@ def review_import(
     for a in [*al.per_task, al.overall]:
         lo, hi = a.interval
         echo(f"{a.group:15} {a.agreed}/{a.judged} = {a.point:.3f}  95% CI [{lo:.3f}, {hi:.3f}]")
-    echo(f"{al.overall.judged} of {al.expected_judgements} judgements made; gate ({al.gate_on} >= {al.threshold:g}): "
-         + ("FAIL " + ", ".join(al.failed_groups) if al.failed_groups else "pass"))
+    echo(
+        f"{al.overall.judged} of {al.expected_judgements} judgements made; gate ({al.gate_on} >= {al.threshold:g}): "
+        + ("FAIL " + ", ".join(al.failed_groups) if al.failed_groups else "pass")
+    )
     if al.failed_groups:
         raise typer.Exit(EXIT_FAIL)
 

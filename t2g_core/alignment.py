@@ -52,7 +52,12 @@ def iou(a: tuple[int, int], b: tuple[int, int]) -> float:
 def span_prf(pred: Sequence[Span], gold: Sequence[Span], *, iou_threshold: float = 0.5) -> dict[str, float]:
     """Span-level P/R/F1: a predicted span is a hit when it has a gold span's label and IoU >= ``iou_threshold``."""
     pairs = sorted(
-        ((iou((p[0], p[1]), (g[0], g[1])), i, j) for i, p in enumerate(pred) for j, g in enumerate(gold) if p[2] == g[2]),
+        (
+            (iou((p[0], p[1]), (g[0], g[1])), i, j)
+            for i, p in enumerate(pred)
+            for j, g in enumerate(gold)
+            if p[2] == g[2]
+        ),
         key=lambda t: (-t[0], t[1], t[2]),
     )
     used_p: set[int] = set()
@@ -84,8 +89,13 @@ def token_prf(pred: Sequence[float], gold: Sequence[float]) -> dict[str, Any]:
         p = [_sign(x) == sign for x in pred]
         g = [_sign(x) == sign for x in gold]
         out[name] = _set_prf(p, g)
-    out.update(_set_prf([_sign(x) != 0 for x in pred], [_sign(x) != 0 for x in gold],
-                        [_sign(a) == _sign(b) != 0 for a, b in zip(pred, gold, strict=True)]))
+    out.update(
+        _set_prf(
+            [_sign(x) != 0 for x in pred],
+            [_sign(x) != 0 for x in gold],
+            [_sign(a) == _sign(b) != 0 for a, b in zip(pred, gold, strict=True)],
+        )
+    )
     return out
 
 
@@ -108,7 +118,7 @@ def char_labels(length: int, spans: Iterable[Span], *, overlap: str = "poor_wins
     winner = "negative" if overlap == "poor_wins" else "positive"
     for start, end, label in sorted(spans, key=lambda s: s[2] == winner):
         value = 1.0 if label == "positive" else -1.0
-        labels[max(0, start): min(length, end)] = [value] * max(0, min(length, end) - max(0, start))
+        labels[max(0, start) : min(length, end)] = [value] * max(0, min(length, end) - max(0, start))
     return labels
 
 
@@ -159,6 +169,6 @@ def _char_coverage(spans_df: pd.DataFrame, responses: Mapping[str, str]) -> floa
     for item_id, group in matched.groupby("id"):
         chars = bytearray(len(responses.get(item_id, "")))
         for start, end in zip(group["start"], group["end"], strict=True):
-            chars[int(start): int(end)] = b"\x01" * max(0, min(len(chars), int(end)) - int(start))
+            chars[int(start) : int(end)] = b"\x01" * max(0, min(len(chars), int(end)) - int(start))
         covered += sum(chars)
     return covered / total if total else 0.0

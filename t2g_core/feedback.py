@@ -54,7 +54,10 @@ def _normalise(df: pd.DataFrame) -> pd.DataFrame:
         if col not in df.columns:
             df[col] = None
     if "meta" in df.columns:
-        df["meta"] = [v if v is None or isinstance(v, str) or (isinstance(v, float) and pd.isna(v)) else json.dumps(v) for v in df["meta"]]
+        df["meta"] = [
+            v if v is None or isinstance(v, str) or (isinstance(v, float) and pd.isna(v)) else json.dumps(v)
+            for v in df["meta"]
+        ]
     if "id" in df.columns:  # integer ids from CSV/JSON are fine as text
         df["id"] = [v if v is None or isinstance(v, str) else str(v) for v in df["id"]]
     return df
@@ -78,5 +81,7 @@ def load_feedback(path: str | Path) -> pd.DataFrame:
     elif suffix == ".csv":
         df = _read_csv(p)
     else:
-        raise SchemaError(str(p), f"unsupported feedback format {suffix!r}: use .parquet, .jsonl, .csv or a datasets folder")
+        raise SchemaError(
+            str(p), f"unsupported feedback format {suffix!r}: use .parquet, .jsonl, .csv or a datasets folder"
+        )
     return validate_frame(_normalise(df), FEEDBACK, str(p))

@@ -166,7 +166,12 @@ def _check_string(col: Column, value: object) -> str | None:
 
 
 def _check_integer(col: Column, value: object) -> str | None:
-    integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer()) or hasattr(value, "dtype") and value.dtype.kind in "iu"
+    integral = (
+        isinstance(value, int)
+        or (isinstance(value, float) and value.is_integer())
+        or hasattr(value, "dtype")
+        and value.dtype.kind in "iu"
+    )
     if isinstance(value, bool) or not integral:
         return f"expected an integer, got {value!r:.40}"
     return None
@@ -216,7 +221,9 @@ def validate_frame(df: pd.DataFrame, schema: ArtifactSchema, file: str) -> pd.Da
     """Check ``df`` against ``schema``; return it with the schema's column order. Raises SchemaError."""
     missing = [c for c in schema.names if c not in df.columns]
     if missing:
-        raise SchemaError(file, f"missing column(s) {', '.join(missing)}; expected {', '.join(schema.names)}", column=missing[0])
+        raise SchemaError(
+            file, f"missing column(s) {', '.join(missing)}; expected {', '.join(schema.names)}", column=missing[0]
+        )
     for col in schema.columns:
         for row, value in enumerate(df[col.name].tolist()):
             msg = _check_value(col, value)

@@ -126,7 +126,7 @@ def _find_object(text: str) -> tuple[dict[str, Any] | None, int]:
     commas, unescaped characters, truncation and trailing text.
     """
     starts: list[tuple[int, str]] = [(m.start(), m.group(1)) for m in _FENCE.finditer(text)]
-    starts += [(m.start(), text[m.start():]) for m in _OBJECT_START.finditer(text)]
+    starts += [(m.start(), text[m.start() :]) for m in _OBJECT_START.finditer(text)]
     for pos, chunk in starts:
         try:
             value = json.loads(chunk)
@@ -158,12 +158,16 @@ def parse_span_json(text: str | None) -> ParsedFeedback:
     text = str(text)
     obj, pos = _find_object(text)
     if obj is None:
-        return ParsedFeedback(None, status="parse_error", error="no JSON object with critique/span keys found", raw=text)
+        return ParsedFeedback(
+            None, status="parse_error", error="no JSON object with critique/span keys found", raw=text
+        )
     has_good, good = _pick(obj, GOOD_KEYS)
     has_poor, poor = _pick(obj, POOR_KEYS)
     _, critique = _pick(obj, CRITIQUE_KEYS)
     if not (has_good or has_poor):
-        return ParsedFeedback(_text_or_none(critique), status="parse_error", error="no good_spans/poor_spans key", raw=text)
+        return ParsedFeedback(
+            _text_or_none(critique), status="parse_error", error="no good_spans/poor_spans key", raw=text
+        )
     try:
         good_spans, poor_spans = _as_span_list(good, "good_spans"), _as_span_list(poor, "poor_spans")
     except ValueError as exc:
@@ -317,7 +321,7 @@ def _choose(candidates: list[tuple[int, int]], claimed: set[tuple[int, int]], re
         width = len(context)
 
         def fit(c: tuple[int, int]) -> float:
-            return fuzz.partial_ratio(context, response[max(0, c[0] - width): c[1] + width])
+            return fuzz.partial_ratio(context, response[max(0, c[0] - width) : c[1] + width])
 
         return max(free, key=fit)  # max() keeps the first of equal scores: deterministic
     return free[0]
@@ -380,7 +384,7 @@ def _fuzzy(resp: _Response, span: str, threshold: float, min_chars: int) -> tupl
     res = fuzz.partial_ratio_alignment(needle, hay, score_cutoff=threshold)
     if res is None or res.dest_end <= res.dest_start:
         return None, 0.0
-    score = fuzz.ratio(needle, hay[res.dest_start: res.dest_end])
+    score = fuzz.ratio(needle, hay[res.dest_start : res.dest_end])
     if score < threshold:
         return None, 0.0
     start, end = int(src[res.dest_start]), int(src[res.dest_end - 1]) + 1
@@ -432,7 +436,12 @@ def locate_spans(
     """
     resp = _Response(response)
     claimed = set() if claimed is None else claimed
-    kw = {"context": context, "claimed": claimed, "fuzzy_threshold": fuzzy_threshold, "min_fuzzy_chars": min_fuzzy_chars}
+    kw = {
+        "context": context,
+        "claimed": claimed,
+        "fuzzy_threshold": fuzzy_threshold,
+        "min_fuzzy_chars": min_fuzzy_chars,
+    }
     return [locate_span(resp, s, label, **kw) for s in spans]
 
 
@@ -468,7 +477,9 @@ def label_values(cfg: AlignConfig | None = None) -> dict[str, float]:
     return {POSITIVE: cfg.positive_value, NEGATIVE: cfg.negative_value, "neutral": cfg.neutral_value}
 
 
-def _resolve_values(values: Mapping[str, float] | AlignConfig | None, overlap: str | None) -> tuple[dict[str, float], str]:
+def _resolve_values(
+    values: Mapping[str, float] | AlignConfig | None, overlap: str | None
+) -> tuple[dict[str, float], str]:
     if values is not None and not isinstance(values, Mapping):  # an AlignConfig
         overlap = overlap or values.overlap
         values = label_values(values)
@@ -549,7 +560,10 @@ def token_labels_batch(
 ) -> list[list[float]]:
     """:func:`token_labels` for many responses with one batched tokenizer call."""
     enc = tokenizer(list(responses), add_special_tokens=False, return_offsets_mapping=True)
-    return [labels_for_offsets(offs, spans, values, overlap=overlap) for offs, spans in zip(enc["offset_mapping"], aligned, strict=True)]
+    return [
+        labels_for_offsets(offs, spans, values, overlap=overlap)
+        for offs, spans in zip(enc["offset_mapping"], aligned, strict=True)
+    ]
 
 
 def decode_with_offsets(
@@ -580,7 +594,7 @@ def decode_with_offsets(
 
 def _close_tail(ends: list[tuple[int, bool]] | None, text: str) -> list[tuple[int, bool]] | None:
     """Ids cut inside a character decode to a final U+FFFD: the last token (and those pending with it) end there."""
-    if ends and ends[-1][1] and not text[ends[-1][0]:].strip("\ufffd"):
+    if ends and ends[-1][1] and not text[ends[-1][0] :].strip("\ufffd"):
         ends[-1] = (len(text), False)
     return ends
 
@@ -612,7 +626,7 @@ def _windowed_ends(ids: list[int], tokenizer: Any, kw: dict[str, Any], window: i
             p -= 1
         starts.append(p)
     before = tokenizer.batch_decode([ids[p:k] for k, p in enumerate(starts)], **kw)
-    after = tokenizer.batch_decode([ids[p: k + 1] for k, p in enumerate(starts)], **kw)
+    after = tokenizer.batch_decode([ids[p : k + 1] for k, p in enumerate(starts)], **kw)
     ends: list[tuple[int, bool]] = []
     end = 0
     for a, b in zip(before, after, strict=True):
@@ -650,7 +664,9 @@ def _agreed_length(text: str, prefix: str, floor: int) -> tuple[int, bool]:
     return n, incomplete
 
 
-def token_offsets_from_ids(token_ids: Sequence[int], tokenizer: Any, *, skip_special_tokens: bool = False) -> list[tuple[int, int]]:
+def token_offsets_from_ids(
+    token_ids: Sequence[int], tokenizer: Any, *, skip_special_tokens: bool = False
+) -> list[tuple[int, int]]:
     """Char offsets of the given ids in ``tokenizer.decode(token_ids, clean_up_tokenization_spaces=False)``."""
     return decode_with_offsets(token_ids, tokenizer, skip_special_tokens=skip_special_tokens)[1]
 
@@ -672,13 +688,18 @@ def _select_annotations(annotations_df: Any, cfg: AlignConfig, file: str) -> Any
     if dup.any():
         row = int(dup.to_numpy().nonzero()[0][0])
         raise SchemaError(
-            file, f"item {df['id'].iloc[row]!r} has several annotators ({', '.join(sorted(set(df['annotator'])))}); "
-            "set align.annotator to choose one", column="id", row=row,
+            file,
+            f"item {df['id'].iloc[row]!r} has several annotators ({', '.join(sorted(set(df['annotator'])))}); "
+            "set align.annotator to choose one",
+            column="id",
+            row=row,
         )
     return df.reset_index(drop=True)
 
 
-def align_frame(feedback_df: Any, annotations_df: Any, cfg: AlignConfig | None = None, *, annotations_file: str = "annotations") -> Any:
+def align_frame(
+    feedback_df: Any, annotations_df: Any, cfg: AlignConfig | None = None, *, annotations_file: str = "annotations"
+) -> Any:
     """The ``spans`` artifact: one row per quoted span (good spans first, then poor) of every ``ok`` annotation.
 
     Unmatched spans are rows with ``match="unmatched"`` and null offsets. Annotations whose status is not ``ok``
@@ -702,8 +723,16 @@ def align_frame(feedback_df: Any, annotations_df: Any, cfg: AlignConfig | None =
         parsed = ParsedFeedback(rec.critique, list(rec.good_spans), list(rec.poor_spans))
         aligned = align_feedback(responses[rec.id], parsed, cfg, use_context=cfg.use_critique_context)
         rows += [
-            {"id": rec.id, "span_index": k, "label": a.label, "text": a.text, "start": a.start, "end": a.end,
-             "match": a.match, "score": a.score}
+            {
+                "id": rec.id,
+                "span_index": k,
+                "label": a.label,
+                "text": a.text,
+                "start": a.start,
+                "end": a.end,
+                "match": a.match,
+                "score": a.score,
+            }
             for k, a in enumerate(aligned)
         ]
     df = pd.DataFrame(rows, columns=SPANS.names)

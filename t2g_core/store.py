@@ -62,7 +62,9 @@ def stable_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def artifact_key(stage: str, config: Any = None, inputs: Mapping[str, str] | None = None, code_version: str = "1") -> str:
+def artifact_key(
+    stage: str, config: Any = None, inputs: Mapping[str, str] | None = None, code_version: str = "1"
+) -> str:
     """Hash of stage name, code version, config and input content hashes (``inputs``: name -> sha256)."""
     parts = [stage, code_version, stable_json(config), stable_json(dict(sorted((inputs or {}).items())))]
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:20]
@@ -131,7 +133,9 @@ class ArtifactStore:
 
 def ref_from_manifest(manifest: str | Path) -> ArtifactRef:
     m = json.loads(Path(manifest).read_text(encoding="utf-8"))
-    return ArtifactRef(path=str(Path(manifest).parent), sha256=m["sha256"], n_rows=m["n_rows"], schema=m["schema"], key=m["key"])
+    return ArtifactRef(
+        path=str(Path(manifest).parent), sha256=m["sha256"], n_rows=m["n_rows"], schema=m["schema"], key=m["key"]
+    )
 
 
 def read_manifest(artifact: str | Path | ArtifactRef) -> dict[str, Any]:

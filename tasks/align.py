@@ -14,7 +14,9 @@ from tasks import tracking
 from tasks.caching import stage_task_options
 
 
-def _policy_labels(spans_df, responses: dict[str, str], models: dict | None, cfg: AlignConfig) -> list[list[float]] | None:
+def _policy_labels(
+    spans_df, responses: dict[str, str], models: dict | None, cfg: AlignConfig
+) -> list[list[float]] | None:
     """Token labels under the policy's tokenizer (for the labelled-token fraction), when a policy folder exists."""
     policy = (models or {}).get("policy")
     if not policy:
@@ -37,11 +39,19 @@ def align(feedback: dict, annotations: dict, models: dict | None, cfg: AlignConf
     from t2g_core.workspace import Workspace
 
     fb = read_artifact(feedback["path"], "feedback")
-    spans = align_frame(fb, read_artifact(annotations["path"], "annotations"), cfg, annotations_file=annotations["path"])
+    spans = align_frame(
+        fb, read_artifact(annotations["path"], "annotations"), cfg, annotations_file=annotations["path"]
+    )
     responses = dict(zip(fb["id"], fb["response"], strict=True))
     metrics = alignment_stats(spans, responses, _policy_labels(spans, responses, models, cfg))
-    inputs = {"feedback": feedback["sha256"], "annotations": annotations["sha256"], "policy": str((models or {}).get("policy"))}
-    ref = Workspace.at(workspace.root).store.write("spans", artifact_key("spans", cfg, inputs), spans, "spans", extra={"metrics": metrics})
+    inputs = {
+        "feedback": feedback["sha256"],
+        "annotations": annotations["sha256"],
+        "policy": str((models or {}).get("policy")),
+    }
+    ref = Workspace.at(workspace.root).store.write(
+        "spans", artifact_key("spans", cfg, inputs), spans, "spans", extra={"metrics": metrics}
+    )
     with tracking.stage_run("align", cfg, workspace):
         tracking.log_dataset(annotations, "annotations", "annotation")
         tracking.log_output(ref, "spans")

@@ -33,9 +33,17 @@ def _annotate(feedback: dict, cfg: AnnotateConfig, workspace: WorkspaceConfig, p
 
     ws = Workspace.at(workspace.root)
     prev = read_artifact(previous["path"], "annotations") if previous else None
-    run = annotate(read_artifact(feedback["path"], "feedback"), cfg, api_key=_api_key(cfg),
-                   cache_dir=ws.root / "cache" / "annotate", progress=False, previous=prev)
-    key = artifact_key("annotations", cfg, {"feedback": feedback["sha256"], **({"previous": previous["sha256"]} if previous else {})})
+    run = annotate(
+        read_artifact(feedback["path"], "feedback"),
+        cfg,
+        api_key=_api_key(cfg),
+        cache_dir=ws.root / "cache" / "annotate",
+        progress=False,
+        previous=prev,
+    )
+    key = artifact_key(
+        "annotations", cfg, {"feedback": feedback["sha256"], **({"previous": previous["sha256"]} if previous else {})}
+    )
     ref = ws.store.write("annotations", key, run.frame, "annotations", extra={"stats": run.stats})
     with tracking.stage_run("annotate", cfg, workspace):  # cfg names the key's env var / secret, never the key
         tracking.log_dataset(feedback, "feedback", "annotation")
@@ -46,7 +54,12 @@ def _annotate(feedback: dict, cfg: AnnotateConfig, workspace: WorkspaceConfig, p
 
 def _flat_stats(stats: dict) -> dict[str, float]:
     flat = {f"status.{k}": float(v) for k, v in stats["status_counts"].items()}
-    flat.update({k: float(stats[k]) for k in ("n_items", "prompt_tokens", "completion_tokens", "cost", "requests", "cache_hits")})
+    flat.update(
+        {
+            k: float(stats[k])
+            for k in ("n_items", "prompt_tokens", "completion_tokens", "cost", "requests", "cache_hits")
+        }
+    )
     return flat
 
 
@@ -54,7 +67,9 @@ annotate_critic = task(name="annotate", **stage_task_options(3600))(_annotate)
 annotate_llm = task(name="annotate-llm", **stage_task_options(6 * 3600, retries=3))(_annotate)
 
 
-def annotate_stage(feedback: dict, cfg: AnnotateConfig, workspace: WorkspaceConfig, previous: dict | None = None) -> dict:
+def annotate_stage(
+    feedback: dict, cfg: AnnotateConfig, workspace: WorkspaceConfig, previous: dict | None = None
+) -> dict:
     """Pick the task variant: retries for the LLM annotator only."""
     fn = annotate_llm if cfg.annotator == "llm" else annotate_critic
     return fn(feedback, cfg, workspace, previous)

@@ -167,7 +167,9 @@ def clear_if_forced(path: str | Path) -> None:
         shutil.rmtree(path)
 
 
-def stage_task_options(timeout_s: float, *, retries: int = 0, retry_delays: list[float] | None = None) -> dict[str, Any]:
+def stage_task_options(
+    timeout_s: float, *, retries: int = 0, retry_delays: list[float] | None = None
+) -> dict[str, Any]:
     """Keyword arguments for ``@task`` of a stage: cache key, JSON results, timeout, retries only where asked.
 
     Flows re-apply :func:`cached` so that results land in the run's workspace; this default keeps the same key

@@ -100,12 +100,22 @@ def append_feedback(new_file: str, current: dict | None, workspace: WorkspaceCon
     base = read_artifact(current["path"], "feedback") if current else incoming.iloc[0:0]
     fresh = incoming[~incoming["id"].isin(set(base["id"]))].reset_index(drop=True)
     version = int(current.get("version", 1)) + 1 if current else 1
-    new_ref = ws.store.write("feedback_delta", artifact_key("feedback_delta", None, {"file": _sha(new_file)}), fresh, "feedback",
-                             extra={"source": new_file})
+    new_ref = ws.store.write(
+        "feedback_delta",
+        artifact_key("feedback_delta", None, {"file": _sha(new_file)}),
+        fresh,
+        "feedback",
+        extra={"source": new_file},
+    )
     merged = pd.concat([base, fresh], ignore_index=True)
     key = artifact_key("feedback", None, {"parent": current["sha256"] if current else "", "delta": new_ref.sha256})
-    ref = ws.store.write("feedback", key, merged, "feedback", extra={"source": new_file, "version": version,
-                                                                      "parent": current["sha256"] if current else None})
+    ref = ws.store.write(
+        "feedback",
+        key,
+        merged,
+        "feedback",
+        extra={"source": new_file, "version": version, "parent": current["sha256"] if current else None},
+    )
     set_latest_feedback(workspace, {**ref.to_dict(), "version": version})
     with tracking.stage_run("append_feedback", {"file": new_file, "version": version}, workspace):
         tracking.log_dataset(new_ref, "feedback_delta", "annotation")
@@ -224,7 +234,9 @@ def merge_annotations(previous: dict | None, delta: dict, workspace: WorkspaceCo
     frames = [read_artifact(previous["path"], "annotations")] if previous else []
     frames.append(read_artifact(delta["path"], "annotations"))
     merged = pd.concat(frames, ignore_index=True).drop_duplicates("id", keep="last").reset_index(drop=True)
-    key = artifact_key("annotations", None, {"previous": previous["sha256"] if previous else "", "delta": delta["sha256"]})
+    key = artifact_key(
+        "annotations", None, {"previous": previous["sha256"] if previous else "", "delta": delta["sha256"]}
+    )
     ref = ws.store.write("annotations", key, merged, "annotations", extra={"delta": delta["sha256"]})
     with tracking.stage_run("merge_annotations", {"items": len(merged)}, workspace):
         if previous:

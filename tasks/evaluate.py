@@ -1,7 +1,8 @@
 """Evaluation task: generate with the policy before and after PPO on held-out prompts, score, compare, report.
 
 Results land in ``<workspace>/reports/evaluate/<key>/`` (``items.parquet``, ``summary.json``, ``report/``), keyed by
-the config and the content of the feedback artifact and policy folders, so a re-run with the same inputs reuses them (``--refresh evaluate`` recomputes them).
+the config and the content of the feedback artifact and policy folders, so a re-run with the same inputs reuses them
+(``--refresh evaluate`` recomputes them).
 """
 
 from __future__ import annotations
@@ -36,8 +37,13 @@ def _judge(cfg: EvaluateConfig):
         return None
     from t2g_core.evaluation.judge import PairwiseJudge
 
-    return PairwiseJudge.from_endpoint(cfg.judge_base_url, cfg.judge_model, os.environ.get("OPENAI_API_KEY"),
-                                       cfg.judge_timeout_s, cfg.judge_concurrency)
+    return PairwiseJudge.from_endpoint(
+        cfg.judge_base_url,
+        cfg.judge_model,
+        os.environ.get("OPENAI_API_KEY"),
+        cfg.judge_timeout_s,
+        cfg.judge_concurrency,
+    )
 
 
 def resolve_model_ref(ref: str, workspace: WorkspaceConfig) -> Path:
@@ -91,8 +97,14 @@ def _publish(table: str) -> None:
 
 
 @task(name="evaluate-policy", **stage_task_options(3600))
-def evaluate_policy(feedback: dict, models: dict, policy: dict, cfg: EvaluateConfig, workspace: WorkspaceConfig,
-                    data: DataConfig | None = None) -> dict:
+def evaluate_policy(
+    feedback: dict,
+    models: dict,
+    policy: dict,
+    cfg: EvaluateConfig,
+    workspace: WorkspaceConfig,
+    data: DataConfig | None = None,
+) -> dict:
     """Baseline = the policy before PPO; returns {path, summary, report, n_rows, task}.
 
     The prompts are the ones PPO held out (its run folder's ``eval.parquet``); without one, the same split is redone
@@ -105,29 +117,38 @@ def evaluate_policy(feedback: dict, models: dict, policy: dict, cfg: EvaluateCon
 
     refs = policy_refs(models, policy, include_base=cfg.include_base_model)
     frame = _held_out(read_artifact(feedback["path"], "feedback"), policy, data)
-    inputs = {"feedback": feedback["sha256"], "ids": ",".join(frame["id"]),
-              **{n: content_digest(str(p)) or str(p) for n, p in refs.items()}}
+    inputs = {
+        "feedback": feedback["sha256"],
+        "ids": ",".join(frame["id"]),
+        **{n: content_digest(str(p)) or str(p) for n, p in refs.items()},
+    }
     out = Workspace.at(workspace.root).reports / "evaluate" / artifact_key("evaluate", cfg, inputs)
     task_name = cfg.task or str(frame["task"].iloc[0])
-    with tracking.stage_run("evaluate", {**cfg.model_dump(mode="json"), "policies": {n: str(p) for n, p in refs.items()}},
-                            workspace):
+    with tracking.stage_run(
+        "evaluate", {**cfg.model_dump(mode="json"), "policies": {n: str(p) for n, p in refs.items()}}, workspace
+    ):
         tracking.log_dataset(feedback, "feedback", "eval")
         if (out / "summary.json").exists() and not forced():  # --refresh evaluate generates and scores again
             results = EvalResults.load(out)
         else:
-            results = evaluate_policies(refs, frame, task_name, cfg,
-                                        judge=_judge(cfg), device="cuda" if _cuda() else "cpu")
+            results = evaluate_policies(
+                refs, frame, task_name, cfg, judge=_judge(cfg), device="cuda" if _cuda() else "cpu"
+            )
             results.save(out)
         files = write_report(results, out / "report", histories(policy))
         tracking.log_metrics(_flat_metrics(results.summary))
         tracking.log_artifact(out, "evaluation")
         _publish(comparison_table(results))
-    return {"path": str(out), "summary": str(out / "summary.json"), "report": str(files["report_md"]),
-            "n_rows": len(results.items), "task": task_name}
+    return {
+        "path": str(out),
+        "summary": str(out / "summary.json"),
+        "report": str(files["report_md"]),
+        "n_rows": len(results.items),
+        "task": task_name,
+    }
 
 
 def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
-

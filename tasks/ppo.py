@@ -25,7 +25,9 @@ def _rm_path(reward_model: dict | None) -> str | None:
 
 
 @task(name="ppo", **stage_task_options(24 * 3600))
-def train_policy(feedback: dict, models: dict, reward_model: dict | None, cfg: PPOConfig, workspace: WorkspaceConfig) -> dict:
+def train_policy(
+    feedback: dict, models: dict, reward_model: dict | None, cfg: PPOConfig, workspace: WorkspaceConfig
+) -> dict:
     """Returns {adapter_dir, run_dir, history_path, rollouts_path, steps, final metrics}."""
     from t2g_core.config import PipelineConfig
     from t2g_core.ppo.run import prepare_run, run_from_dir
@@ -47,6 +49,11 @@ def train_policy(feedback: dict, models: dict, reward_model: dict | None, cfg: P
         for page in result.heatmaps[-3:]:
             tracking.log_artifact(page, "heatmaps")
     final = {k: v for k, v in (result.history[-1] if result.history else {}).items() if k != "step"}
-    return {"adapter_dir": str(result.adapter_dir), "run_dir": str(run_dir), "history_path": str(run_dir / "history.json"),
-            "rollouts_path": str(result.rollouts_path) if result.rollouts_path else None, "steps": result.steps_done,
-            "metrics": final}
+    return {
+        "adapter_dir": str(result.adapter_dir),
+        "run_dir": str(run_dir),
+        "history_path": str(run_dir / "history.json"),
+        "rollouts_path": str(result.rollouts_path) if result.rollouts_path else None,
+        "steps": result.steps_done,
+        "metrics": final,
+    }

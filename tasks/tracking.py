@@ -7,7 +7,8 @@
 - The parent run is found again by the tag ``prefect.flow_run_id`` (the *root* flow run), so a Prefect retry of the
   same flow run reuses it instead of creating a duplicate. Stage runs are nested under it and tagged with the Prefect
   flow-run and task-run ids.
-- Datasets are logged with ``mlflow.data.from_pandas(source=<parquet path>, digest=<content sha256>)``: the digest is the
+- Datasets are logged with ``mlflow.data.from_pandas(source=<parquet path>, digest=<content sha256>)``: the digest is
+the
   artifact's content hash, which is how ``t2g lineage`` walks from a consumer back to its producer.
 - Adapters are logged as MLflow-3 external LoggedModels (adapter folder as artifacts), registered and aliased. Never
   ``mlflow.transformers.log_model`` on a PEFT model: its base weights come back re-initialised.
@@ -196,7 +197,9 @@ def flatten_params(params: Any, prefix: str = "") -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def stage_run(stage: str, params: Mapping[str, Any] | Any, workspace_cfg: WorkspaceConfig) -> Iterator[mlflow.ActiveRun]:
+def stage_run(
+    stage: str, params: Mapping[str, Any] | Any, workspace_cfg: WorkspaceConfig
+) -> Iterator[mlflow.ActiveRun]:
     """A nested MLflow run for one stage under the pipeline's parent run (top level outside a Prefect flow).
 
     The run is active in the calling thread, so ``log_metrics`` / ``log_artifact`` / ``log_dataset`` below log to it.
@@ -221,7 +224,9 @@ def task_run_stage(task_run_id: str, workspace_cfg: WorkspaceConfig) -> Iterator
 
     exp_id = configure(workspace_cfg)
     runs = mlflow.MlflowClient().search_runs(
-        [exp_id], f"tags.`{TASK_RUN_TAG}` = '{task_run_id}' and tags.`{ROLE_TAG}` = 'stage'", max_results=1,
+        [exp_id],
+        f"tags.`{TASK_RUN_TAG}` = '{task_run_id}' and tags.`{ROLE_TAG}` = 'stage'",
+        max_results=1,
         order_by=["attributes.start_time DESC"],
     )
     if not runs:
@@ -260,7 +265,11 @@ def _link_from_prefect(stage: str, run_id: str, exp_id: str, workspace_cfg: Work
 def _as_ref(ref: ArtifactRef | Mapping[str, Any]) -> ArtifactRef:
     from t2g_core.store import ArtifactRef
 
-    return ref if isinstance(ref, ArtifactRef) else ArtifactRef(**{k: ref[k] for k in ("path", "sha256", "n_rows", "schema", "key")})
+    return (
+        ref
+        if isinstance(ref, ArtifactRef)
+        else ArtifactRef(**{k: ref[k] for k in ("path", "sha256", "n_rows", "schema", "key")})
+    )
 
 
 def log_dataset(ref: ArtifactRef | Mapping[str, Any], name: str, context: str) -> None:
@@ -329,7 +338,11 @@ def log_adapter_model(
     active = mlflow.active_run()
     source_run = active.info.run_id if active else None
     lm = mlflow.create_external_model(
-        name=registered_name, source_run_id=source_run, params=flatten_params(params or {}), tags=prefect_tags(), model_type="peft-adapter"
+        name=registered_name,
+        source_run_id=source_run,
+        params=flatten_params(params or {}),
+        tags=prefect_tags(),
+        model_type="peft-adapter",
     )
     client = MlflowClient()
     client.log_model_artifacts(lm.model_id, str(adapter_dir))

@@ -57,7 +57,9 @@ def _report_dir(workspace: WorkspaceConfig, *parts: str) -> Path:
 
 
 @task(name="review-sample", **stage_task_options(600))
-def draw_review_sample(annotations: dict, spans: dict, feedback: dict | None, cfg: ValidateConfig, workspace: WorkspaceConfig) -> dict:
+def draw_review_sample(
+    annotations: dict, spans: dict, feedback: dict | None, cfg: ValidateConfig, workspace: WorkspaceConfig
+) -> dict:
     """Stratified, seeded review sample, saved as ``sample.json`` with its offline page and sheet; returns paths."""
     from t2g_core.review import export_review
     from t2g_core.validation import review_sample
@@ -91,8 +93,11 @@ def import_verdicts(sample: dict, verdicts_path: str) -> dict:
 
 def sample_markdown(sample: ReviewSample) -> str:
     """The sample as markdown: good spans as 🟩[k]**text**, poor spans as 🟥[k]**text**, then the critique."""
-    parts = [f"# Span review, sample `{sample.key}`\n", f"{len(sample.items)} items, {sample.n_judgements} judgements. "
-             "Resume the run with one verdict per item: for each span `agree` true/false, and `critique_acceptable`.\n"]
+    parts = [
+        f"# Span review, sample `{sample.key}`\n",
+        f"{len(sample.items)} items, {sample.n_judgements} judgements. "
+        "Resume the run with one verdict per item: for each span `agree` true/false, and `critique_acceptable`.\n",
+    ]
     for it in sample.items:
         text, located = it.response, sorted((s for s in it.spans if s.start is not None), key=lambda s: -s.start)
         for s in located:  # right to left so earlier offsets stay valid
@@ -107,8 +112,12 @@ def sample_markdown(sample: ReviewSample) -> str:
 
 def _initial_items(sample: ReviewSample) -> list[dict]:
     return [
-        {"id": it.id, "spans": [{"span_index": s.span_index, "agree": True, "text": s.text} for s in it.spans],
-         "critique_acceptable": True if it.critique is not None else None, "comment": ""}
+        {
+            "id": it.id,
+            "spans": [{"span_index": s.span_index, "agree": True, "text": s.text} for s in it.spans],
+            "critique_acceptable": True if it.critique is not None else None,
+            "comment": "",
+        }
         for it in sample.items
     ]
 
@@ -129,8 +138,12 @@ def ui_review(sample: dict, cfg: dict, attempts: int = 3, poll_interval_s: float
     create_markdown_artifact(key=SAMPLE_ARTIFACT, markdown=sample_markdown(s), description=f"review sample {s.key}")
     note = f"Review the sample in the `{SAMPLE_ARTIFACT}` artifact ({s.n_judgements} judgements)."
     for attempt in range(1, attempts + 1):
-        form = ReviewInput.with_initial_data(description=note, sample_key=s.key, items=_initial_items(s))  # reviewer stays required
-        answer = pause_flow_run(wait_for_input=form, timeout=c.review_timeout_s, key=f"{PAUSE_KEY}-{attempt}", poll_interval=poll_interval_s)
+        form = ReviewInput.with_initial_data(
+            description=note, sample_key=s.key, items=_initial_items(s)
+        )  # reviewer stays required
+        answer = pause_flow_run(
+            wait_for_input=form, timeout=c.review_timeout_s, key=f"{PAUSE_KEY}-{attempt}", poll_interval=poll_interval_s
+        )
         verdicts = ReviewVerdicts.model_validate(answer.model_dump())
         try:
             check_verdicts(s, verdicts, "review form")
@@ -141,8 +154,15 @@ def ui_review(sample: dict, cfg: dict, attempts: int = 3, poll_interval_s: float
 
 
 @task(name="validate", **stage_task_options(600))
-def validation_report(annotations: dict, spans: dict, feedback: dict | None, sample: dict | None, verdicts: dict | None,
-                      cfg: ValidateConfig, workspace: WorkspaceConfig) -> dict:
+def validation_report(
+    annotations: dict,
+    spans: dict,
+    feedback: dict | None,
+    sample: dict | None,
+    verdicts: dict | None,
+    cfg: ValidateConfig,
+    workspace: WorkspaceConfig,
+) -> dict:
     """Checks + alignment -> report files -> Prefect and MLflow; raises ValidationGateError when a gate fails."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
@@ -158,14 +178,34 @@ def validation_report(annotations: dict, spans: dict, feedback: dict | None, sam
         report.review_pending = cfg.review != "none"
     out = _report_dir(workspace, sample["key"] if sample else "no-sample")
     paths = write_report(report, out)
-    create_markdown_artifact(key="validation-report", markdown=render_markdown(report), description=f"validation: {report.status}")
-    create_table_artifact(key="validation-checks", table=[{"check": c.name, "value": c.value, "threshold": c.threshold_text, "status": c.status} for c in report.checks])
+    create_markdown_artifact(
+        key="validation-report", markdown=render_markdown(report), description=f"validation: {report.status}"
+    )
+    create_table_artifact(
+        key="validation-checks",
+        table=[
+            {"check": c.name, "value": c.value, "threshold": c.threshold_text, "status": c.status}
+            for c in report.checks
+        ],
+    )
     with tracking.stage_run("validate", cfg, workspace):
         tracking.log_dataset(annotations, "annotations", "annotation")
         tracking.log_metrics({f"validate.{c.name}": c.value for c in report.checks if c.status != "skipped"})
         if report.alignment is not None:
-            tracking.log_metrics({"validate.alignment": report.alignment.overall.point, "validate.alignment_low": report.alignment.overall.interval[0]})
+            tracking.log_metrics(
+                {
+                    "validate.alignment": report.alignment.overall.point,
+                    "validate.alignment_low": report.alignment.overall.interval[0],
+                }
+            )
         tracking.log_artifact(out, "validation")
     if report.status == "fail":
-        raise ValidationGateError(f"validation failed ({paths['markdown']}):\n" + "\n".join(f"- {f}" for f in report.failures))
-    return {"status": report.status, "report": str(paths["markdown"]), "chart": str(paths["chart"]), "json": str(paths["json"])}
+        raise ValidationGateError(
+            f"validation failed ({paths['markdown']}):\n" + "\n".join(f"- {f}" for f in report.failures)
+        )
+    return {
+        "status": report.status,
+        "report": str(paths["markdown"]),
+        "chart": str(paths["chart"]),
+        "json": str(paths["json"]),
+    }

@@ -30,9 +30,11 @@ _FIXTURE_CORPUS = [
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
-    """A tiny random Llama with a byte-level BPE tokenizer and chat template (pad != eos = end of turn), built in seconds.
+    """A tiny random Llama with a byte-level BPE tokenizer and chat template (pad != eos = end of turn), built in
+    seconds.
 
-    Load it like any model: ``AutoTokenizer.from_pretrained(tiny_model_dir)``, ``AutoModelForCausalLM.from_pretrained(...)``.
+    Load it like any model: ``AutoTokenizer.from_pretrained(tiny_model_dir)``,
+    ``AutoModelForCausalLM.from_pretrained(...)``.
     """
     import torch
 

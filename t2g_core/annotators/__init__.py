@@ -22,7 +22,15 @@ from t2g_core.config.annotate import AnnotateConfig
 from t2g_core.schemas import ANNOTATIONS, STATUSES, validate_frame
 from t2g_core.spans import ParsedFeedback
 
-__all__ = ["AnnotationRun", "CriticAnnotator", "LLMAnnotator", "annotate", "annotate_frame", "feedback_rows", "summarize"]
+__all__ = [
+    "AnnotationRun",
+    "CriticAnnotator",
+    "LLMAnnotator",
+    "annotate",
+    "annotate_frame",
+    "feedback_rows",
+    "summarize",
+]
 
 CRITIC_TASKS = {"code": ("code",), "reference": ("summarization", "qa")}
 
@@ -39,9 +47,13 @@ def feedback_rows(feedback_df: pd.DataFrame) -> list[dict[str, Any]]:
     for i, row in enumerate(feedback_df.to_dict(orient="records")):
         meta = row.get("meta")
         try:
-            row["meta"] = json.loads(meta) if isinstance(meta, str) and meta.strip() else (meta if isinstance(meta, dict) else {})
+            row["meta"] = (
+                json.loads(meta) if isinstance(meta, str) and meta.strip() else (meta if isinstance(meta, dict) else {})
+            )
         except json.JSONDecodeError as exc:
-            raise ValueError(f"feedback row {i} (id {row.get('id')!r}), column 'meta': invalid JSON ({exc.msg})") from exc
+            raise ValueError(
+                f"feedback row {i} (id {row.get('id')!r}), column 'meta': invalid JSON ({exc.msg})"
+            ) from exc
         rows.append({k: (None if _isna(v) else v) for k, v in row.items()})
     return rows
 
@@ -68,14 +80,26 @@ class CriticAnnotator:
             parsed = ParsedFeedback(None, status="sandbox_error", error=f"critic failed: {type(exc).__name__}: {exc}")
         return feedback_row(row["id"], self.name, parsed, 0, 0, time.perf_counter() - start)
 
-    def annotate(self, rows: list[dict[str, Any]], refresh_ids: Any = (), progress: bool = True) -> list[dict[str, Any]]:
+    def annotate(
+        self, rows: list[dict[str, Any]], refresh_ids: Any = (), progress: bool = True
+    ) -> list[dict[str, Any]]:
         from tqdm.auto import tqdm
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            return list(tqdm(pool.map(self._one, rows), total=len(rows), desc=f"annotate ({self.name})", unit="item", disable=not progress))
+            return list(
+                tqdm(
+                    pool.map(self._one, rows),
+                    total=len(rows),
+                    desc=f"annotate ({self.name})",
+                    unit="item",
+                    disable=not progress,
+                )
+            )
 
 
-def make_annotator(cfg: AnnotateConfig, api_key: str | None, cache: AnswerCache | None) -> LLMAnnotator | CriticAnnotator:
+def make_annotator(
+    cfg: AnnotateConfig, api_key: str | None, cache: AnswerCache | None
+) -> LLMAnnotator | CriticAnnotator:
     if cfg.annotator == "llm":
         return LLMAnnotator(cfg, api_key=api_key, cache=cache)
     if cfg.annotator == "code":
@@ -92,7 +116,8 @@ def _check_tasks(rows: list[dict[str, Any]], annotator: str) -> None:
     for i, row in enumerate(rows):
         if tasks and row["task"] not in tasks:
             raise ValueError(
-                f"feedback row {i} (id {row['id']!r}), column 'task': the {annotator} critic handles {'/'.join(tasks)}, "
+                f"feedback row {i} (id {row['id']!r}), column 'task': the {annotator} critic handles "
+                f"{'/'.join(tasks)}, "
                 f"not {row['task']!r}; use --annotator llm or split the feedback by task"
             )
 

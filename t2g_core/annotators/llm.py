@@ -1,6 +1,7 @@
 """LLM annotator: critique + quoted spans from any OpenAI-compatible endpoint, concurrent, cached, fault tolerant.
 
-- Concurrency: ``cfg.concurrency`` worker coroutines share one ``AsyncOpenAI`` client, over the SDK's aiohttp transport by
+- Concurrency: ``cfg.concurrency`` worker coroutines share one ``AsyncOpenAI`` client, over the SDK's aiohttp
+transport by
   default (``http_backend``): at 32 requests in flight the client's CPU per request, not the network, sets the pace.
   An answer is committed to the cache (one SQLite append, ~20 us) before its row is built.
 - Retries: the ``openai`` client's own machinery (``max_retries``): it retries 408/409/429/5xx, connection errors
@@ -62,9 +63,13 @@ def answer_to_feedback(answer: dict[str, Any], max_tokens: int) -> ParsedFeedbac
         return ParsedFeedback(None, status=answer["status"], error=answer.get("error"), raw=None)
     content, refusal = answer.get("content"), answer.get("refusal")
     if refusal or answer.get("finish_reason") == "content_filter":
-        return ParsedFeedback(None, status="refused", error=f"refused: {refusal or 'content filter'}", raw=refusal or content)
+        return ParsedFeedback(
+            None, status="refused", error=f"refused: {refusal or 'content filter'}", raw=refusal or content
+        )
     if answer.get("finish_reason") == "length":
-        return ParsedFeedback(None, status="parse_error", error=f"answer truncated at max_tokens={max_tokens}", raw=content)
+        return ParsedFeedback(
+            None, status="parse_error", error=f"answer truncated at max_tokens={max_tokens}", raw=content
+        )
     parsed = parse_span_json(content)
     if not parsed.ok and content and _REFUSAL_TEXT.match(content):
         return ParsedFeedback(None, status="refused", error="refused in text", raw=content)
@@ -94,13 +99,17 @@ class LLMAnnotator:
     async def _post(self, client: openai.AsyncOpenAI, body: dict[str, Any]) -> ChatCompletion:
         # client.post is the SDK's documented route for raw bodies: same retries, errors and typed parsing as
         # chat.completions.create, without its recursive TypedDict transform (~half the client CPU per request).
-        return await client.post("/chat/completions", cast_to=ChatCompletion, body=body, options={"timeout": self.cfg.timeout_s})
+        return await client.post(
+            "/chat/completions", cast_to=ChatCompletion, body=body, options={"timeout": self.cfg.timeout_s}
+        )
 
     async def _create(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]]) -> ChatCompletion:
         body: dict[str, Any] = {"model": self.cfg.model, "messages": messages, **self.sampling}
         if self._structured:
             try:
-                return await self._post(client, {**body, "response_format": {"type": "json_schema", "json_schema": SPAN_JSON_SCHEMA}})
+                return await self._post(
+                    client, {**body, "response_format": {"type": "json_schema", "json_schema": SPAN_JSON_SCHEMA}}
+                )
             except openai.BadRequestError as exc:
                 if self.cfg.structured_output == "json_schema" or "response_format" not in str(exc).lower() + str(
                     getattr(exc, "param", "")
@@ -115,7 +124,10 @@ class LLMAnnotator:
         try:
             completion = await self._create(client, messages)
         except openai.APITimeoutError:
-            return {"status": "timeout", "error": f"no answer within {self.cfg.timeout_s}s after {self.cfg.max_retries} retries"}
+            return {
+                "status": "timeout",
+                "error": f"no answer within {self.cfg.timeout_s}s after {self.cfg.max_retries} retries",
+            }
         except openai.APIStatusError as exc:
             return {"status": "api_error", "error": f"HTTP {exc.status_code}: {_short(exc.message)}"}
         except openai.APIError as exc:  # connection errors and the like
@@ -132,7 +144,10 @@ class LLMAnnotator:
                 "model": completion.model,
             }
         except (AttributeError, IndexError, TypeError, ValueError) as exc:  # HTTP 200 but not a chat completion
-            return {"status": "api_error", "error": f"malformed completion from the endpoint: {type(exc).__name__}: {_short(str(exc))}"}
+            return {
+                "status": "api_error",
+                "error": f"malformed completion from the endpoint: {type(exc).__name__}: {_short(str(exc))}",
+            }
 
     async def _answer(self, client: openai.AsyncOpenAI, row: dict[str, Any], key: str) -> dict[str, Any]:
         """One live request; a returned answer is committed to the cache before its row is built."""
@@ -145,10 +160,14 @@ class LLMAnnotator:
     def _row(self, row: dict[str, Any], answer: dict[str, Any], cached: bool) -> dict[str, Any]:
         parsed = answer_to_feedback(answer, self.cfg.max_tokens)
         pt, ct = int(answer.get("prompt_tokens", 0)), int(answer.get("completion_tokens", 0))
-        return feedback_row(row["id"], self.name, parsed, pt, ct, 0.0 if cached else float(answer.get("latency_s", 0.0)))
+        return feedback_row(
+            row["id"], self.name, parsed, pt, ct, 0.0 if cached else float(answer.get("latency_s", 0.0))
+        )
 
     # -- many requests ---------------------------------------------------------------------------------------
-    async def annotate_async(self, rows: list[dict[str, Any]], refresh_ids: Iterable[str] = (), progress: bool = True) -> list[dict[str, Any]]:
+    async def annotate_async(
+        self, rows: list[dict[str, Any]], refresh_ids: Iterable[str] = (), progress: bool = True
+    ) -> list[dict[str, Any]]:
         from tqdm.auto import tqdm
 
         refresh = set(refresh_ids)
@@ -166,7 +185,10 @@ class LLMAnnotator:
                 out[i] = self._row(row, cached, cached=True)
                 bar.update(1)
         client = openai.AsyncOpenAI(
-            base_url=self.cfg.base_url, api_key=self._api_key, max_retries=self.cfg.max_retries, timeout=self.cfg.timeout_s,
+            base_url=self.cfg.base_url,
+            api_key=self._api_key,
+            max_retries=self.cfg.max_retries,
+            timeout=self.cfg.timeout_s,
             http_client=openai.DefaultAioHttpClient() if self.cfg.http_backend == "aiohttp" else None,
         )
         queue = iter(live)  # shared by the workers; next() never awaits, so each item goes to exactly one of them
@@ -186,7 +208,9 @@ class LLMAnnotator:
         self.stats.structured_output = self._structured
         return [r for r in out if r is not None]
 
-    def annotate(self, rows: list[dict[str, Any]], refresh_ids: Iterable[str] = (), progress: bool = True) -> list[dict[str, Any]]:
+    def annotate(
+        self, rows: list[dict[str, Any]], refresh_ids: Iterable[str] = (), progress: bool = True
+    ) -> list[dict[str, Any]]:
         """Synchronous entry point; works whether or not an event loop is already running in this thread.
 
         Every prompt is rendered before the first request, so a missing prompt file or a grounding item without a
@@ -209,7 +233,14 @@ def _short(text: str, n: int = 300) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def feedback_row(item_id: str, annotator: str, parsed: ParsedFeedback, prompt_tokens: int = 0, completion_tokens: int = 0, latency_s: float = 0.0) -> dict[str, Any]:
+def feedback_row(
+    item_id: str,
+    annotator: str,
+    parsed: ParsedFeedback,
+    prompt_tokens: int = 0,
+    completion_tokens: int = 0,
+    latency_s: float = 0.0,
+) -> dict[str, Any]:
     """One row of the annotations schema."""
     return {
         "id": item_id,

@@ -53,7 +53,9 @@ def prompt_name(task: str, mode: str) -> str:
 def render_messages(row: dict[str, Any], mode: str, version: str) -> list[dict[str, str]]:
     """Chat messages for one feedback row. Grounding needs the row's human ``critique``."""
     if mode == "grounding" and not (row.get("critique") or "").strip():
-        raise ValueError(f"item {row.get('id')!r}: grounding mode needs a human critique, the 'critique' column is empty")
+        raise ValueError(
+            f"item {row.get('id')!r}: grounding mode needs a human critique, the 'critique' column is empty"
+        )
     system, user = load_prompt(prompt_name(row["task"], mode), version)
     tests = row.get("tests") or ""
     values = {

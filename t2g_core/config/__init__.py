@@ -21,9 +21,22 @@ from t2g_core.config.validate import ValidateConfig
 from t2g_core.config.workspace import WorkspaceConfig
 
 __all__ = [
-    "AlignConfig", "AnnotateConfig", "DataConfig", "EvaluateConfig", "ModelsConfig", "PPOConfig", "PipelineConfig", "PlacementConfig",
-    "RewardModelConfig", "StageConfig", "Task", "TinyModelConfig", "ValidateConfig", "WorkspaceConfig",
-    "apply_overrides", "load_config",
+    "AlignConfig",
+    "AnnotateConfig",
+    "DataConfig",
+    "EvaluateConfig",
+    "ModelsConfig",
+    "PPOConfig",
+    "PipelineConfig",
+    "PlacementConfig",
+    "RewardModelConfig",
+    "StageConfig",
+    "Task",
+    "TinyModelConfig",
+    "ValidateConfig",
+    "WorkspaceConfig",
+    "apply_overrides",
+    "load_config",
 ]
 
 
@@ -35,7 +48,9 @@ class PipelineConfig(StageConfig):
     models: ModelsConfig = Field(default_factory=ModelsConfig, description="Base models.")
     annotate: AnnotateConfig = Field(default_factory=AnnotateConfig, description="Annotation stage.")
     align: AlignConfig = Field(default_factory=AlignConfig, description="Span alignment stage.")
-    validate_: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate", description="Validation gates and review.")
+    validate_: ValidateConfig = Field(
+        default_factory=ValidateConfig, alias="validate", description="Validation gates and review."
+    )
     reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig, description="Generative reward model.")
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="Span-reward PPO.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Policy evaluation.")

@@ -10,13 +10,23 @@ from t2g_core.config.base import StageConfig
 
 
 class AlignConfig(StageConfig):
-    fuzzy_threshold: float = Field(85.0, ge=0, le=100, description="Minimum rapidfuzz partial-alignment score (0-100) for a fuzzy span match.")
-    min_fuzzy_chars: int = Field(8, ge=1, description="Spans shorter than this (ignoring whitespace) are never matched fuzzily.")
-    use_critique_context: bool = Field(
-        False, description="When a quoted phrase occurs several times, pick the occurrence whose surroundings best match the critique (else the first unclaimed one)."
+    fuzzy_threshold: float = Field(
+        85.0, ge=0, le=100, description="Minimum rapidfuzz partial-alignment score (0-100) for a fuzzy span match."
     )
-    annotator: str | None = Field(None, description="Use only this annotator's rows when the annotations hold several per item.")
-    overlap: Literal["poor_wins", "good_wins"] = Field("poor_wins", description="Label of a token inside both a good and a poor span.")
+    min_fuzzy_chars: int = Field(
+        8, ge=1, description="Spans shorter than this (ignoring whitespace) are never matched fuzzily."
+    )
+    use_critique_context: bool = Field(
+        False,
+        description="When a quoted phrase occurs several times, pick the occurrence whose surroundings best match "
+        "the critique (else the first unclaimed one).",
+    )
+    annotator: str | None = Field(
+        None, description="Use only this annotator's rows when the annotations hold several per item."
+    )
+    overlap: Literal["poor_wins", "good_wins"] = Field(
+        "poor_wins", description="Label of a token inside both a good and a poor span."
+    )
     positive_value: float = Field(1.0, description="Token label for good spans.")
     negative_value: float = Field(-1.0, description="Token label for poor spans.")
     neutral_value: float = Field(0.0, description="Token label outside every span.")

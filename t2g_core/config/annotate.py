@@ -11,18 +11,30 @@ from t2g_core.config.base import StageConfig
 
 class AnnotateConfig(StageConfig):
     annotator: Literal["llm", "code", "reference"] = Field(
-        "reference", description="llm = an OpenAI-compatible endpoint; code = run tests in a sandbox; reference = compare with the reference."
+        "reference",
+        description="llm = an OpenAI-compatible endpoint; code = run tests in a sandbox; reference = compare with "
+        "the reference.",
     )
-    base_url: str | None = Field(None, description="OpenAI-compatible endpoint (llm annotator), e.g. http://127.0.0.1:8000/v1.")
+    base_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint (llm annotator), e.g. http://127.0.0.1:8000/v1."
+    )
     model: str = Field("gpt-4o", description="Model name sent to the endpoint.")
-    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key (read by the CLI/task, never logged).")
-    api_key_secret: str | None = Field(None, description="Prefect Secret block holding the API key; the Prefect task prefers it to the environment variable.")
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="Environment variable holding the API key (read by the CLI/task, never logged)."
+    )
+    api_key_secret: str | None = Field(
+        None,
+        description="Prefect Secret block holding the API key; the Prefect task prefers it to the environment "
+        "variable.",
+    )
     mode: Literal["critique", "grounding"] = Field(
-        "critique", description="critique = the LLM writes the critique; grounding = it ties the item's human critique to spans."
+        "critique",
+        description="critique = the LLM writes the critique; grounding = it ties the item's human critique to spans.",
     )
     prompt_version: str = Field("v1", description="Version of the prompt files; part of the cache key.")
     structured_output: Literal["auto", "json_schema", "off"] = Field(
-        "auto", description="auto = ask for JSON-schema output and fall back to tolerant parsing if the endpoint rejects it."
+        "auto",
+        description="auto = ask for JSON-schema output and fall back to tolerant parsing if the endpoint rejects it.",
     )
     temperature: float = Field(0.2, ge=0, description="Sampling temperature of the annotator.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of the annotator.")
@@ -30,15 +42,20 @@ class AnnotateConfig(StageConfig):
     concurrency: int = Field(8, ge=1, description="Requests in flight at once.")
     http_backend: Literal["aiohttp", "httpx"] = Field(
         "aiohttp",
-        description="Transport under the openai client: aiohttp (the SDK's option for high concurrency, about a third less "
+        description="Transport under the openai client: aiohttp (the SDK's option for high concurrency, about a "
+        "third less "
         "client CPU per request) or httpx (the SDK default; honours httpx proxy settings).",
     )
     timeout_s: float = Field(60.0, gt=0, description="Per-request timeout in seconds.")
-    max_retries: int = Field(5, ge=0, description="Retries on 429/5xx/timeouts (exponential backoff with jitter, Retry-After honoured).")
+    max_retries: int = Field(
+        5, ge=0, description="Retries on 429/5xx/timeouts (exponential backoff with jitter, Retry-After honoured)."
+    )
     price_per_1k_prompt: float = Field(0.0, ge=0, description="Cost accounting: price per 1,000 prompt tokens.")
     price_per_1k_completion: float = Field(0.0, ge=0, description="Cost accounting: price per 1,000 completion tokens.")
     sandbox_timeout_s: float = Field(5.0, gt=0, description="Code critic: wall-clock limit per test case.")
     sandbox_memory_mb: int = Field(512, ge=64, description="Code critic: address-space limit of the sandboxed process.")
     sandbox_max_procs: int = Field(16, ge=1, description="Code critic: process limit of the sandbox user (fork bombs).")
-    max_fault_lines: int = Field(2, ge=1, description="Code critic: most suspicious lines (Ochiai) quoted as poor spans per failing item.")
+    max_fault_lines: int = Field(
+        2, ge=1, description="Code critic: most suspicious lines (Ochiai) quoted as poor spans per failing item."
+    )
     only_failed: bool = Field(False, description="Re-annotate only the items whose previous status was not ok.")

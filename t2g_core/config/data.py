@@ -20,7 +20,9 @@ class DataConfig(StageConfig):
         ),
     )
     dataset: str | None = Field(
-        None, description="Public dataset adapter to ingest (slf5k, ultrafeedback, kodcode, humaneval, mbpp); None = source is feedback."
+        None,
+        description="Public dataset adapter to ingest (slf5k, ultrafeedback, kodcode, humaneval, mbpp); None = "
+        "source is feedback.",
     )
     split: str | None = Field(None, description="Dataset split to ingest (default per dataset).")
     limit: int | None = Field(None, ge=1, description="Ingest at most this many feedback rows.")

@@ -11,7 +11,9 @@ from t2g_core.config.data import Task
 class EvaluateConfig(StageConfig):
     task: Task | None = Field(None, description="Task to evaluate; None = the task of the data's first item.")
     include_base_model: bool = Field(
-        False, description="In the pipeline, also evaluate the untrained base model (the baseline stays the policy before PPO)."
+        False,
+        description="In the pipeline, also evaluate the untrained base model (the baseline stays the policy before "
+        "PPO).",
     )
     max_prompts: int = Field(128, ge=1, description="Prompts evaluated per policy (the first N items, in data order).")
     batch_size: int = Field(32, ge=1, description="Generation batch size.")
@@ -19,13 +21,17 @@ class EvaluateConfig(StageConfig):
     do_sample: bool = Field(False, description="Sample instead of greedy decoding.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (when do_sample).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass (when do_sample).")
-    num_samples: int = Field(1, ge=1, description="Samples per prompt (pass@k for code needs k <= num_samples; >1 needs do_sample).")
+    num_samples: int = Field(
+        1, ge=1, description="Samples per prompt (pass@k for code needs k <= num_samples; >1 needs do_sample)."
+    )
     pass_k: tuple[int, ...] = Field((1,), description="k values reported as pass@k for code (each <= num_samples).")
     seed: int = Field(0, description="Generation seed (batch b uses seed + b).")
     code_timeout_s: float = Field(10.0, gt=0, description="Wall-clock limit for one code sample's tests.")
     bootstrap_samples: int = Field(2000, ge=100, description="Paired bootstrap resamples for confidence intervals.")
     confidence: float = Field(0.95, gt=0, lt=1, description="Confidence level of the bootstrap intervals.")
-    judge_base_url: str | None = Field(None, description="OpenAI-compatible judge endpoint for pairwise win rates (qa).")
+    judge_base_url: str | None = Field(
+        None, description="OpenAI-compatible judge endpoint for pairwise win rates (qa)."
+    )
     judge_model: str = Field("gpt-4o", description="Judge model name.")
     judge_timeout_s: float = Field(60.0, gt=0, description="Timeout of one judge request.")
     judge_concurrency: int = Field(4, ge=1, description="Judge requests in flight at once.")

@@ -11,10 +11,13 @@ from t2g_core.config.base import StageConfig
 
 class PPOConfig(StageConfig):
     reward_mode: Literal["span", "scalar", "dense"] = Field(
-        "span", description="span = Text2Grad token rewards; scalar = sum of span labels on the last token; dense = that sum / T on every token."
+        "span",
+        description="span = Text2Grad token rewards; scalar = sum of span labels on the last token; dense = that sum "
+        "/ T on every token.",
     )
     reward_source: Literal["reward_model", "oracle"] = Field(
-        "oracle", description="reward_model = the trained generative RM; oracle = the annotation stage's programmatic critic."
+        "oracle",
+        description="reward_model = the trained generative RM; oracle = the annotation stage's programmatic critic.",
     )
     steps: int = Field(40, ge=1, description="PPO steps (rollout batches).")
     batch_size: int = Field(64, ge=1, description="Prompts per rollout batch (global).")
@@ -26,10 +29,13 @@ class PPOConfig(StageConfig):
     lora_r: int = Field(16, ge=1, description="Policy LoRA rank.")
     lora_alpha: int = Field(32, ge=1, description="Policy LoRA alpha.")
     lora_target_modules: list[str] | str = Field(
-        "all-linear", description="Modules that get LoRA adapters in the policy: a list of names or peft's 'all-linear'."
+        "all-linear",
+        description="Modules that get LoRA adapters in the policy: a list of names or peft's 'all-linear'.",
     )
     value_model: Literal["head", "separate"] = Field(
-        "separate", description="head = zero-init value head on the policy's hidden states; separate = a copy of the base with its own head."
+        "separate",
+        description="head = zero-init value head on the policy's hidden states; separate = a copy of the base with "
+        "its own head.",
     )
     kl_coef: float = Field(0.05, ge=0, description="Initial KL coefficient beta.")
     kl_estimator: Literal["k1", "k3"] = Field("k1", description="Per-token KL estimator.")
@@ -37,9 +43,13 @@ class PPOConfig(StageConfig):
     target_kl: float = Field(6.0, gt=0, description="Target KL (nats per sequence) of the adaptive controller.")
     kl_horizon: int = Field(10000, ge=1, description="Horizon of the adaptive KL controller.")
     span_coef: float = Field(1.0, description="c in r_t = m_t (c*delta_t - beta*KL_t).")
-    terminal_coef: float = Field(0.0, description="Weight of an optional terminal scalar added to span rewards (hybrid).")
+    terminal_coef: float = Field(
+        0.0, description="Weight of an optional terminal scalar added to span rewards (hybrid)."
+    )
     parse_failure_reward: float = Field(0.0, description="Reward of a sample whose critique failed to parse.")
-    missing_eos_penalty: float | None = Field(None, description="Reward replacing the score of a response without EOS (None = off).")
+    missing_eos_penalty: float | None = Field(
+        None, description="Reward replacing the score of a response without EOS (None = off)."
+    )
     gamma: float = Field(1.0, ge=0, le=1, description="GAE discount.")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
     cliprange: float = Field(0.2, gt=0, description="Policy ratio clip.")
@@ -47,20 +57,34 @@ class PPOConfig(StageConfig):
     vf_coef: float = Field(0.1, ge=0, description="Value loss coefficient.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")
     max_approx_kl: float = Field(
-        0.03, gt=0, description="Stop the update of a batch early once a minibatch's approximate KL exceeds this (1.0 = practically never)."
+        0.03,
+        gt=0,
+        description="Stop the update of a batch early once a minibatch's approximate KL exceeds this (1.0 = "
+        "practically never).",
     )
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature of rollouts (also applied when recomputing log-probs).")
+    temperature: float = Field(
+        1.0, gt=0, description="Sampling temperature of rollouts (also applied when recomputing log-probs)."
+    )
     max_new_tokens: int = Field(48, ge=1, description="Maximum response tokens.")
     eval_every: int = Field(10, ge=1, description="Evaluate the task score on held-out prompts every N steps.")
     log_every: int = Field(5, ge=1, description="Write rollouts and the token-reward heatmap every N steps.")
     save_every: int = Field(10, ge=1, description="Checkpoint every N steps.")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warmup over this many optimizer updates.")
     lr_schedule: Literal["constant", "linear"] = Field(
-        "linear", description="After warm-up: constant, or linear decay to 0 over the planned updates (steps x epochs x minibatches)."
+        "linear",
+        description="After warm-up: constant, or linear decay to 0 over the planned updates (steps x epochs x "
+        "minibatches).",
     )
     reward_model_path: str | None = Field(
-        None, description="Reward-model folder or adapter for reward_source=reward_model (None = the workspace's latest)."
+        None,
+        description="Reward-model folder or adapter for reward_source=reward_model (None = the workspace's latest).",
     )
     heatmap_samples: int = Field(4, ge=0, description="Samples shown in the token-reward heatmap per logging interval.")
-    run_name: str | None = Field(None, description="Run folder name under <workspace>/checkpoints/ppo (None = derived from mode and seed).")
-    seed: int = Field(0, description="Seed: data order, LoRA init, minibatch order; each sample's stream derives from (seed, step, index).")
+    run_name: str | None = Field(
+        None, description="Run folder name under <workspace>/checkpoints/ppo (None = derived from mode and seed)."
+    )
+    seed: int = Field(
+        0,
+        description="Seed: data order, LoRA init, minibatch order; each sample's stream derives from (seed, step, "
+        "index).",
+    )

@@ -8,8 +8,12 @@ from t2g_core.config.base import StageConfig
 
 
 class WorkspaceConfig(StageConfig):
-    root: str = Field("t2g-workspace", description="Workspace folder holding artifacts/, models/, mlflow.db and the Prefect home.")
+    root: str = Field(
+        "t2g-workspace", description="Workspace folder holding artifacts/, models/, mlflow.db and the Prefect home."
+    )
     mlflow_tracking_uri: str | None = Field(
-        None, description="MLflow tracking URI; default sqlite:///<workspace>/mlflow.db (or an http:// server, e.g. from `make up`)."
+        None,
+        description="MLflow tracking URI; default sqlite:///<workspace>/mlflow.db (or an http:// server, e.g. from "
+        "`make up`).",
     )
     mlflow_experiment: str = Field("text2grad", description="MLflow experiment that holds the pipeline runs.")

@@ -39,7 +39,8 @@ class Program:
 
 
 def build_program(prompt: str, response: str, entry_point: str | None) -> Program:
-    """The program to run: the prompt (signature, docstring, helpers) + a body, or the prompt's prelude + a full function."""
+    """The program to run: the prompt (signature, docstring, helpers) + a body, or the prompt's prelude + a full
+    function."""
     fenced = _FENCE.search(response)
     code_start, code = (fenced.start(1), fenced.group(1)) if fenced else (0, response)
     defines_entry = False
@@ -64,7 +65,7 @@ def _prompt_prelude(prompt: str, entry_point: str | None) -> str:
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == entry_point:
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            return "".join(lines[: first - 1] + lines[node.end_lineno:])
+            return "".join(lines[: first - 1] + lines[node.end_lineno :])
     return prompt if prompt.endswith("\n") else prompt + "\n"
 
 
@@ -88,7 +89,7 @@ def unique_quote(response: str, code_start: int, line_no: int) -> str | None:
         return None
     first = line_no
     while True:
-        quote = "\n".join(lines[first - 1: line_no]).strip()
+        quote = "\n".join(lines[first - 1 : line_no]).strip()
         if response.count(quote) == 1 or first == 1:
             return quote
         first -= 1
@@ -102,13 +103,19 @@ class CodeCritic:
 
     @classmethod
     def from_config(cls, cfg: Any) -> CodeCritic:
-        limits = SandboxLimits(timeout_s=cfg.sandbox_timeout_s, memory_mb=cfg.sandbox_memory_mb, max_procs=cfg.sandbox_max_procs)
+        limits = SandboxLimits(
+            timeout_s=cfg.sandbox_timeout_s, memory_mb=cfg.sandbox_memory_mb, max_procs=cfg.sandbox_max_procs
+        )
         return cls(limits, cfg.max_fault_lines)
 
     def run(self, row: dict[str, Any]) -> tuple[Program, list[TestCase], SandboxRun]:
         program = build_program(row.get("prompt") or "", row.get("response") or "", row.get("entry_point"))
         cases = split_check(row["tests"])
-        return program, cases, run_cases(program.source, [{"code": c.code} for c in cases], row.get("entry_point"), self.limits)
+        return (
+            program,
+            cases,
+            run_cases(program.source, [{"code": c.code} for c in cases], row.get("entry_point"), self.limits),
+        )
 
     def critique(self, row: dict[str, Any]) -> ParsedFeedback:
         if not (row.get("tests") or "").strip():
@@ -116,7 +123,9 @@ class CodeCritic:
         try:
             program, cases, run = self.run(row)
         except SyntaxError as exc:
-            return ParsedFeedback(None, status="sandbox_error", error=f"the tests do not parse: {exc.msg} (line {exc.lineno})")
+            return ParsedFeedback(
+                None, status="sandbox_error", error=f"the tests do not parse: {exc.msg} (line {exc.lineno})"
+            )
         if not cases:
             return ParsedFeedback(None, status="sandbox_error", error="the tests hold no assertion on candidate")
         raw = _raw_report(run)
@@ -137,16 +146,20 @@ class CodeCritic:
 
     def fault_lines(self, program: Program, results: list[CaseResult]) -> list[int]:
         """Code lines (1-based, in the response's code) to blame: raising lines first, then top Ochiai lines."""
+
         def to_code(line: int | None) -> int | None:
             return line - program.line_offset if line is not None and line > program.line_offset else None
 
         if not any(r.outcome in FAILED + ("syntax_error",) for r in results):
             return []
-        raising = Counter(k for r in results if r.outcome in ("error", "timeout", "syntax_error") if (k := to_code(r.line)))
+        raising = Counter(
+            k for r in results if r.outcome in ("error", "timeout", "syntax_error") if (k := to_code(r.line))
+        )
         picked = [k for k, _ in raising.most_common()]
         passthrough = passthrough_lines(program)
         ranked = sorted(
-            ((s, k not in passthrough, k) for line, s in ochiai(results).items() if s > 0 and (k := to_code(line))), reverse=True
+            ((s, k not in passthrough, k) for line, s in ochiai(results).items() if s > 0 and (k := to_code(line))),
+            reverse=True,
         )
         picked += [k for _, _, k in ranked if k not in picked]
         return picked[: self.max_fault_lines]
@@ -157,8 +170,13 @@ PASSTHROUGH = (ast.Pass, ast.Break, ast.Continue)
 
 def _is_passthrough(node: ast.AST) -> bool:
     """A statement that only moves values computed elsewhere (``return x``, ``return a, b``, ``for x in xs:``)."""
+
     def plain(e: ast.AST | None) -> bool:
-        return e is None or isinstance(e, (ast.Name, ast.Constant)) or (isinstance(e, ast.Tuple) and all(plain(x) for x in e.elts))
+        return (
+            e is None
+            or isinstance(e, (ast.Name, ast.Constant))
+            or (isinstance(e, ast.Tuple) and all(plain(x) for x in e.elts))
+        )
 
     if isinstance(node, PASSTHROUGH):
         return True
@@ -173,7 +191,11 @@ def passthrough_lines(program: Program) -> set[int]:
         tree = ast.parse(program.source)
     except SyntaxError:
         return set()
-    return {node.lineno - program.line_offset for node in ast.walk(tree) if isinstance(node, ast.stmt) and _is_passthrough(node)}
+    return {
+        node.lineno - program.line_offset
+        for node in ast.walk(tree)
+        if isinstance(node, ast.stmt) and _is_passthrough(node)
+    }
 
 
 def _first_message(run: SandboxRun) -> str:
@@ -183,8 +205,15 @@ def _first_message(run: SandboxRun) -> str:
 def _raw_report(run: SandboxRun) -> str:
     import json
 
-    return json.dumps({"isolation": run.isolation, "error": run.error,
-                       "cases": [{"index": r.index, "outcome": r.outcome, "message": r.message, "line": r.line} for r in run.results]})
+    return json.dumps(
+        {
+            "isolation": run.isolation,
+            "error": run.error,
+            "cases": [
+                {"index": r.index, "outcome": r.outcome, "message": r.message, "line": r.line} for r in run.results
+            ],
+        }
+    )
 
 
 def critique_text(cases: list[TestCase], results: list[CaseResult], spans: list[str], max_cases: int = 3) -> str:
@@ -196,8 +225,12 @@ def critique_text(cases: list[TestCase], results: list[CaseResult], spans: list[
     parts = [f"The code fails {len(failed)} of {len(results)} test cases."]
     for r in failed[:max_cases]:
         src = cases[r.index].source.splitlines()[0] if r.index < len(cases) else "?"
-        what = {"fail": f"fails: {r.message}" if r.message else "fails", "timeout": "times out (infinite loop or too slow)",
-                "error": f"raises {r.message}", "killed": f"was stopped: {r.message}"}.get(r.outcome, r.outcome)
+        what = {
+            "fail": f"fails: {r.message}" if r.message else "fails",
+            "timeout": "times out (infinite loop or too slow)",
+            "error": f"raises {r.message}",
+            "killed": f"was stopped: {r.message}",
+        }.get(r.outcome, r.outcome)
         parts.append(f"Case {r.index + 1} `{src[:120]}` {what}.")
     if len(failed) > max_cases:
         parts.append(f"{len(failed) - max_cases} more cases fail.")

@@ -112,7 +112,7 @@ def _pieces(toks: list[Tok]) -> list[list[Tok]]:
 def _trim(piece: list[Tok]) -> list[Tok]:
     """Drop leading/trailing stopwords and punctuation."""
     idx = [i for i, t in enumerate(piece) if t.content]
-    return piece[idx[0]: idx[-1] + 1]
+    return piece[idx[0] : idx[-1] + 1]
 
 
 class ReferenceCritic:
@@ -121,7 +121,9 @@ class ReferenceCritic:
     def critique(self, row: dict[str, Any]) -> ParsedFeedback:
         response, reference = row.get("response") or "", row.get("reference") or ""
         if not reference.strip():
-            return ParsedFeedback(None, status="sandbox_error", error=f"item {row.get('id')!r} has no reference to compare with")
+            return ParsedFeedback(
+                None, status="sandbox_error", error=f"item {row.get('id')!r} has no reference to compare with"
+            )
         ref, resp = tokenize(reference), tokenize(response)
         keys = key_facts(row, ref)
         source = {t.low for t in tokenize((row.get("prompt") or "") + " " + reference)}
@@ -136,7 +138,9 @@ class ReferenceCritic:
         """The reward-source protocol (PPO's oracle): one ParsedFeedback per row, in order."""
         return [self.critique(row) for row in rows]
 
-    def _compare(self, ref: list[Tok], resp: list[Tok], keys: dict[str, tuple[str, str]], source: set[str], text: str) -> Findings:
+    def _compare(
+        self, ref: list[Tok], resp: list[Tok], keys: dict[str, tuple[str, str]], source: set[str], text: str
+    ) -> Findings:
         found = Findings()
         sm = SequenceMatcher(None, [t.low for t in ref], [t.low for t in resp], autojunk=False)
         for tag, i1, i2, j1, j2 in sm.get_opcodes():
@@ -170,14 +174,14 @@ class ReferenceCritic:
             core = _trim(piece)
             text_lows = [t.low for t in core if t.content]
             span = (core[0].start, core[-1].end)
-            quote = text[span[0]:span[1]]
+            quote = text[span[0] : span[1]]
             if expected and not set(text_lows) <= said | STOPWORDS:
                 slot, value = expected.pop(0)
                 found.poor.append(span)
                 found.notes.append(f"It says '{quote}' where {{src}} says '{value}'" + (f" ({slot})." if slot else "."))
             elif set(text_lows) <= said:
                 found.poor.append((piece[0].start, piece[-1].end))
-                found.notes.append(f"It repeats itself: '{text[piece[0].start:piece[-1].end]}'.")
+                found.notes.append(f"It repeats itself: '{text[piece[0].start : piece[-1].end]}'.")
             else:
                 invented = [t for t in _entities(core) + [t for t in core if t.low in keys] if t.low not in source]
                 for t in dict.fromkeys(invented):
@@ -218,6 +222,6 @@ def _unique_range(text: str, start: int, end: int) -> tuple[int, int] | None:
     lefts = [t.start for t in reversed(toks) if t.start < start]
     rights = [t.end for t in toks if t.end > end]
     for cand in [(a, end) for a in lefts] + [(start, b) for b in rights] + list(zip(lefts, rights, strict=False)):
-        if text.count(text[cand[0]:cand[1]]) == 1:
+        if text.count(text[cand[0] : cand[1]]) == 1:
             return cand
     return start, end

@@ -40,10 +40,46 @@ from typing import Any
 
 HARNESS = Path(__file__).with_name("sandbox_child.py")
 PRELOAD = (
-    "math", "cmath", "re", "string", "collections", "collections.abc", "itertools", "functools", "operator", "heapq",
-    "bisect", "hashlib", "typing", "copy", "random", "statistics", "fractions", "decimal", "numbers", "datetime",
-    "json", "array", "textwrap", "unicodedata", "dataclasses", "enum", "encodings.idna", "socket", "traceback",
-    "linecache", "tokenize", "ast", "inspect", "abc", "contextlib", "io", "struct", "time", "calendar", "_strptime",
+    "math",
+    "cmath",
+    "re",
+    "string",
+    "collections",
+    "collections.abc",
+    "itertools",
+    "functools",
+    "operator",
+    "heapq",
+    "bisect",
+    "hashlib",
+    "typing",
+    "copy",
+    "random",
+    "statistics",
+    "fractions",
+    "decimal",
+    "numbers",
+    "datetime",
+    "json",
+    "array",
+    "textwrap",
+    "unicodedata",
+    "dataclasses",
+    "enum",
+    "encodings.idna",
+    "socket",
+    "traceback",
+    "linecache",
+    "tokenize",
+    "ast",
+    "inspect",
+    "abc",
+    "contextlib",
+    "io",
+    "struct",
+    "time",
+    "calendar",
+    "_strptime",
 )
 _UIDS = itertools.count()
 UID_BASE, UID_SPAN = 61000, 2000
@@ -83,7 +119,9 @@ def namespaces_available() -> bool:
     if os.geteuid() != 0 or exe is None:
         return False
     try:
-        done = subprocess.run([exe, "--net", "--pid", "--fork", "--kill-child", "true"], capture_output=True, timeout=10)
+        done = subprocess.run(
+            [exe, "--net", "--pid", "--fork", "--kill-child", "true"], capture_output=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0
@@ -108,7 +146,14 @@ def _preexec(limits: SandboxLimits, n_cases: int):
 def _command() -> tuple[list[str], str]:
     python = [sys.executable, "-I", "-B", str(HARNESS)]
     if namespaces_available():
-        return [shutil.which("unshare") or "unshare", "--net", "--pid", "--fork", "--kill-child", *python], "netns+pidns+uid"
+        return [
+            shutil.which("unshare") or "unshare",
+            "--net",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            *python,
+        ], "netns+pidns+uid"
     if os.geteuid() == 0:
         return python, "uid"
     return python, "same-user"
@@ -126,7 +171,7 @@ def _parse(stdout: bytes, nonce: str) -> list[CaseResult]:
     for line in stdout.decode("utf-8", "replace").splitlines():
         if not line.startswith(nonce + " "):
             continue
-        d = json.loads(line[len(nonce) + 1:])
+        d = json.loads(line[len(nonce) + 1 :])
         out.append(CaseResult(d["index"], d["outcome"], d.get("message"), d.get("line"), tuple(d.get("covered", ()))))
     return out
 
@@ -155,7 +200,9 @@ def _read_results(proc: subprocess.Popen, job: dict[str, Any], limits: SandboxLi
         sel.close()
 
 
-def _one_process(job: dict[str, Any], limits: SandboxLimits, workdir: Path, uid: int) -> tuple[list[CaseResult], str | None, str]:
+def _one_process(
+    job: dict[str, Any], limits: SandboxLimits, workdir: Path, uid: int
+) -> tuple[list[CaseResult], str | None, str]:
     """Run the harness once; returns (results received, why it stopped early or None, isolation)."""
     cmd, isolation = _command()
     if os.geteuid() == 0:
@@ -164,8 +211,14 @@ def _one_process(job: dict[str, Any], limits: SandboxLimits, workdir: Path, uid:
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(workdir)}
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=workdir, env=env,
-            preexec_fn=_preexec(limits, len(job["cases"])), start_new_session=True,
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            cwd=workdir,
+            env=env,
+            preexec_fn=_preexec(limits, len(job["cases"])),
+            start_new_session=True,
         )
         try:
             proc.stdin.write(json.dumps(job).encode())
@@ -188,11 +241,20 @@ def _one_process(job: dict[str, Any], limits: SandboxLimits, workdir: Path, uid:
     return _parse(stdout, job["nonce"]), why, isolation
 
 
-def run_cases(program: str, cases: list[dict[str, str]], entry_point: str | None, limits: SandboxLimits = SandboxLimits()) -> SandboxRun:
+def run_cases(
+    program: str, cases: list[dict[str, str]], entry_point: str | None, limits: SandboxLimits = SandboxLimits()
+) -> SandboxRun:
     """Run ``program`` against ``cases`` (each ``{"code": test module source defining check(candidate)}``)."""
     run = SandboxRun()
-    base_job = {"program": program, "program_file": "<solution>", "entry_point": entry_point, "timeout_s": limits.timeout_s,
-                "preload": list(PRELOAD), "audit_guard": limits.audit_guard, "nonce": secrets.token_hex(8)}
+    base_job = {
+        "program": program,
+        "program_file": "<solution>",
+        "entry_point": entry_point,
+        "timeout_s": limits.timeout_s,
+        "preload": list(PRELOAD),
+        "audit_guard": limits.audit_guard,
+        "nonce": secrets.token_hex(8),
+    }
     start = 0
     while start < len(cases):
         workdir = Path(tempfile.mkdtemp(prefix="t2g-sandbox-"))

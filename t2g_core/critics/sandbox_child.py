@@ -18,11 +18,45 @@ import os
 import signal
 import sys
 
-NEVER_ALLOWED = ("os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
-                 "os.kill", "os.killpg", "pty.spawn", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "os.setuid")
-NETWORK = ("socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo", "socket.gethostbyname")
-WRITE_EVENTS = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.symlink", "os.link",
-                "os.truncate", "os.utime", "shutil.rmtree", "shutil.copyfile", "shutil.move")
+NEVER_ALLOWED = (
+    "os.fork",
+    "os.forkpty",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "subprocess.Popen",
+    "os.kill",
+    "os.killpg",
+    "pty.spawn",
+    "ctypes.dlopen",
+    "ctypes.dlsym",
+    "ctypes.cdata",
+    "os.setuid",
+)
+NETWORK = (
+    "socket.connect",
+    "socket.bind",
+    "socket.sendto",
+    "socket.sendmsg",
+    "socket.getaddrinfo",
+    "socket.gethostbyname",
+)
+WRITE_EVENTS = (
+    "os.remove",
+    "os.rename",
+    "os.rmdir",
+    "os.mkdir",
+    "os.chmod",
+    "os.chown",
+    "os.symlink",
+    "os.link",
+    "os.truncate",
+    "os.utime",
+    "shutil.rmtree",
+    "shutil.copyfile",
+    "shutil.move",
+)
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
@@ -56,7 +90,9 @@ def make_audit_hook(workdir, guard_network):
             path = os.fsdecode(args[0])
             if path.startswith("/proc/") and path.endswith("/environ"):
                 raise PermissionError(f"sandbox: reading {path} is not allowed")
-            if _writes(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None) and not _inside(path, root):
+            if _writes(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None) and not _inside(
+                path, root
+            ):
                 raise PermissionError(f"sandbox: writing {path} outside the work directory is not allowed")
         if event in WRITE_EVENTS and args and not isinstance(args[0], int) and not _inside(args[0], root):
             raise PermissionError(f"sandbox: {event} outside the work directory is not allowed")
@@ -128,11 +164,21 @@ def run_case(job, program_code, case, index):
         if "check" in ns and candidate is not None:
             ns["check"](candidate)
     except CaseTimeout as exc:
-        result.update(outcome="timeout", message=f"timed out after {job['timeout_s']:g} s", line=_solution_line(exc.__traceback__, job["program_file"]))
+        result.update(
+            outcome="timeout",
+            message=f"timed out after {job['timeout_s']:g} s",
+            line=_solution_line(exc.__traceback__, job["program_file"]),
+        )
     except AssertionError as exc:
-        result.update(outcome="fail", message=str(exc) or None, line=_solution_line(exc.__traceback__, job["program_file"]))
+        result.update(
+            outcome="fail", message=str(exc) or None, line=_solution_line(exc.__traceback__, job["program_file"])
+        )
     except BaseException as exc:  # noqa: BLE001 - SystemExit, MemoryError, RecursionError... are all case failures
-        result.update(outcome="error", message=f"{type(exc).__name__}: {str(exc)[:200]}", line=_solution_line(exc.__traceback__, job["program_file"]))
+        result.update(
+            outcome="error",
+            message=f"{type(exc).__name__}: {str(exc)[:200]}",
+            line=_solution_line(exc.__traceback__, job["program_file"]),
+        )
     finally:
         sys.settrace(None)
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -162,7 +208,17 @@ def main():
     try:
         program_code = compile(job["program"], job["program_file"], "exec")
     except SyntaxError as exc:
-        _emit(out_fd, job["nonce"], {"index": -1, "outcome": "syntax_error", "message": f"SyntaxError: {exc.msg}", "line": exc.lineno, "covered": []})
+        _emit(
+            out_fd,
+            job["nonce"],
+            {
+                "index": -1,
+                "outcome": "syntax_error",
+                "message": f"SyntaxError: {exc.msg}",
+                "line": exc.lineno,
+                "covered": [],
+            },
+        )
         return
     for index, case in enumerate(job["cases"]):
         result = run_case(job, program_code, case, index + job.get("first_index", 0))
@@ -178,7 +234,7 @@ def _on_alarm(signum, frame):
 def _emit(fd, nonce, result):
     data = (nonce + " " + json.dumps(result) + "\n").encode()
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 if __name__ == "__main__":

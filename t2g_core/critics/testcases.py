@@ -52,7 +52,9 @@ def split_check(tests: str) -> list[TestCase]:
         if not _mentions(stmt, "candidate"):  # `assert True, "..."` and the like test nothing
             continue
         body = [*prelude, _EqRewriter().visit(ast.parse(ast.unparse(stmt)).body[0])]
-        func = ast.FunctionDef(name=check.name, args=check.args, body=body, decorator_list=[], returns=None, type_comment=None)
+        func = ast.FunctionDef(
+            name=check.name, args=check.args, body=body, decorator_list=[], returns=None, type_comment=None
+        )
         code = ast.unparse(ast.fix_missing_locations(ast.Module([*others, func], [])))
         cases.append(TestCase(ast.unparse(stmt), code))
     return cases

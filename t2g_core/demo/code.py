@@ -2,7 +2,8 @@
 
 A mutant changes exactly one line of the canonical solution through an ``ast`` rewrite of one node:
 
-- ``flip_comparison``: ``<`` <-> ``>=``, ``>`` <-> ``<=``, ``==`` <-> ``!=``, ``in`` <-> ``not in``, ``is`` <-> ``is not``;
+- ``flip_comparison``: ``<`` <-> ``>=``, ``>`` <-> ``<=``, ``==`` <-> ``!=``, ``in`` <-> ``not in``, ``is`` <-> ``is
+not``;
 - ``swap_arithmetic``: ``+`` <-> ``-``;
 - ``off_by_one``: an integer constant ``c`` becomes ``c + 1``;
 - ``change_return``: ``return True`` <-> ``return False``, any other ``return x`` becomes ``return None``.
@@ -24,8 +25,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 _FLIP = {
-    ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
-    ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is,
+    ast.Lt: ast.GtE,
+    ast.GtE: ast.Lt,
+    ast.Gt: ast.LtE,
+    ast.LtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
 }
 
 
@@ -150,7 +159,12 @@ def _row(problem: dict, mutant: Mutant | None) -> dict:
         meta["mutation_line"] = mutant.line
         meta["gold_spans"] = [{"start": start, "end": end, "label": "negative", "slot": f"line {mutant.line}"}]
         meta["flaws"] = [
-            {"type": mutant.kind, "line": mutant.line, "original": mutant.original.strip(), "mutated": mutant.mutated.strip()}
+            {
+                "type": mutant.kind,
+                "line": mutant.line,
+                "original": mutant.original.strip(),
+                "mutated": mutant.mutated.strip(),
+            }
         ]
     return {
         "prompt": problem["prompt"],

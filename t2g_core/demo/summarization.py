@@ -83,9 +83,7 @@ class Rendered:
     spans: list[dict] = field(default_factory=list)
 
 
-def render_summary(
-    stated: dict[str, str | None], facts: dict[str, str], repeat: tuple[str, ...] = ()
-) -> Rendered:
+def render_summary(stated: dict[str, str | None], facts: dict[str, str], repeat: tuple[str, ...] = ()) -> Rendered:
     """Fill the template with ``stated`` values (None = clause omitted), then append repeated clauses.
 
     Spans are recorded while the text is built: each stated value is positive iff it equals the fact; a repeated
@@ -123,7 +121,9 @@ def _other(rng: random.Random, slot: str, value: str) -> str:
     return rng.choice([v for v in VOCAB[slot] if v != value])
 
 
-def apply_flaws(facts: dict[str, str], flaws: list[str], rng: random.Random) -> tuple[dict[str, str | None], tuple[str, ...], list[dict]]:
+def apply_flaws(
+    facts: dict[str, str], flaws: list[str], rng: random.Random
+) -> tuple[dict[str, str | None], tuple[str, ...], list[dict]]:
     """Turn flaw types into stated values, repeated clauses and flaw records ({type, slot, stated, expected})."""
     stated: dict[str, str | None] = dict(facts)
     repeat: list[str] = []
@@ -173,7 +173,8 @@ def make_item(rng: random.Random, p_flawless: float = 0.25, max_flaws: int = 3) 
 
 
 def warm_start_pairs(n: int, seed: int, p_halluc: float = 0.35) -> list[tuple[str, str]]:
-    """(post, summary) pairs where each fact is independently replaced by a wrong value with probability ``p_halluc``."""
+    """(post, summary) pairs where each fact is independently replaced by a wrong value with probability
+    ``p_halluc``."""
     rng = random.Random(seed)
     pairs = []
     for _ in range(n):

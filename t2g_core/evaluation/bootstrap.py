@@ -43,7 +43,9 @@ def paired_bootstrap(
     """Paired bootstrap interval of ``mean(b) - mean(a)`` over items (same order in both)."""
     a_arr, b_arr = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a_arr.shape != b_arr.shape or a_arr.ndim != 1:
-        raise ValueError(f"paired_bootstrap: a and b must be 1-d and the same length, got {a_arr.shape} and {b_arr.shape}")
+        raise ValueError(
+            f"paired_bootstrap: a and b must be 1-d and the same length, got {a_arr.shape} and {b_arr.shape}"
+        )
     keep = ~(np.isnan(a_arr) | np.isnan(b_arr))
     a_arr, b_arr = a_arr[keep], b_arr[keep]
     m = len(a_arr)
@@ -56,4 +58,6 @@ def paired_bootstrap(
     boot = diffs[idx].mean(axis=1)  # (n,)
     alpha = 1.0 - confidence
     low, high = (float(x) for x in np.percentile(boot, [100 * alpha / 2, 100 * (1 - alpha / 2)]))
-    return BootstrapResult(m, float(a_arr.mean()), float(b_arr.mean()), float(diffs.mean()), low, high, verdict(low, high), confidence)
+    return BootstrapResult(
+        m, float(a_arr.mean()), float(b_arr.mean()), float(diffs.mean()), low, high, verdict(low, high), confidence
+    )

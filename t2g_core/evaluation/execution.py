@@ -11,8 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 OUTCOMES = ("passed", "failed", "error", "timeout", "sandbox_error")
-_FROM_CASE = {"pass": "passed", "fail": "failed", "error": "error", "syntax_error": "error", "timeout": "timeout",
-              "killed": "timeout"}
+_FROM_CASE = {
+    "pass": "passed",
+    "fail": "failed",
+    "error": "error",
+    "syntax_error": "error",
+    "timeout": "timeout",
+    "killed": "timeout",
+}
 
 
 @dataclass(frozen=True)
@@ -26,7 +32,9 @@ class TestOutcome:
     error: str | None = None
 
 
-def run_humaneval(prompt: str, completion: str, tests: str, entry_point: str, *, timeout_s: float = 10.0) -> TestOutcome:
+def run_humaneval(
+    prompt: str, completion: str, tests: str, entry_point: str, *, timeout_s: float = 10.0
+) -> TestOutcome:
     """Run ``completion`` for ``prompt`` against ``tests`` (a module defining ``check(candidate)``)."""
     from t2g_core.critics.code import build_program
     from t2g_core.critics.sandbox import SandboxLimits, run_cases

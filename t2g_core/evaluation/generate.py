@@ -74,7 +74,9 @@ def render_prompt(tokenizer, task: str, prompt: str) -> str:
     if render_policy_prompt is not None:
         return render_policy_prompt(tokenizer, task, prompt)
     if tokenizer.chat_template:
-        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
     return prompt
 
 
@@ -101,8 +103,10 @@ def _check_length(attention_mask, max_new_tokens: int, model, start: int) -> Non
     lengths = attention_mask.sum(dim=1).tolist()  # (batch,) real prompt tokens
     for i, n in enumerate(lengths):
         if n + max_new_tokens > limit:
-            raise ValueError(f"prompt {start + i}: {n} tokens + max_new_tokens {max_new_tokens} exceed the model's "
-                             f"{limit} positions; shorten the prompt or lower evaluate.max_new_tokens")
+            raise ValueError(
+                f"prompt {start + i}: {n} tokens + max_new_tokens {max_new_tokens} exceed the model's "
+                f"{limit} positions; shorten the prompt or lower evaluate.max_new_tokens"
+            )
 
 
 def generate_with(model, tokenizer, task: str, prompts: Sequence[str], cfg: EvaluateConfig) -> list[list[str]]:
@@ -131,14 +135,16 @@ def generate_with(model, tokenizer, task: str, prompts: Sequence[str], cfg: Eval
     return out
 
 
-def generate_samples(model_dir_or_adapter: str | Path, task: str, prompts: Sequence[str], cfg: EvaluateConfig,
-                     device: str = "cpu") -> list[list[str]]:
+def generate_samples(
+    model_dir_or_adapter: str | Path, task: str, prompts: Sequence[str], cfg: EvaluateConfig, device: str = "cpu"
+) -> list[list[str]]:
     """Load a policy and return ``cfg.num_samples`` responses per prompt."""
     model, tokenizer = load_policy(model_dir_or_adapter, device)
     return generate_with(model, tokenizer, task, prompts, cfg)
 
 
-def generate(model_dir_or_adapter: str | Path, task: str, prompts: Sequence[str], cfg: EvaluateConfig,
-             device: str = "cpu") -> list[str]:
+def generate(
+    model_dir_or_adapter: str | Path, task: str, prompts: Sequence[str], cfg: EvaluateConfig, device: str = "cpu"
+) -> list[str]:
     """One response per prompt (the first sample when ``cfg.num_samples > 1``)."""
     return [samples[0] for samples in generate_samples(model_dir_or_adapter, task, prompts, cfg, device)]

@@ -69,14 +69,16 @@ def combine(verdict_ab: str, verdict_ba: str) -> tuple[float, str]:
 
 
 class PairwiseJudge:
-    """``judge(prompts, baseline_answers, candidate_answers) -> list[PairJudgement]`` over an OpenAI-compatible client."""
+    """``judge(prompts, baseline_answers, candidate_answers) -> list[PairJudgement]`` over an OpenAI-compatible
+    client."""
 
     def __init__(self, client: Any, model: str, concurrency: int = 4, temperature: float = 0.0):
         self.client, self.model, self.concurrency, self.temperature = client, model, concurrency, temperature
 
     @classmethod
-    def from_endpoint(cls, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 60.0,
-                      concurrency: int = 4) -> PairwiseJudge:
+    def from_endpoint(
+        cls, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 60.0, concurrency: int = 4
+    ) -> PairwiseJudge:
         from openai import OpenAI
 
         client = OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=2)

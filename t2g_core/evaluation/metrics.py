@@ -29,8 +29,16 @@ from t2g_core.evaluation.execution import TestOutcome, run_humaneval
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 TASK_METRICS: dict[str, tuple[str, ...]] = {
     "summarization": (
-        "rouge1", "rouge2", "rougeL", "bleu", "length_words", "length_chars",
-        "fact_precision", "fact_recall", "invented_entity_rate", "fact_error",
+        "rouge1",
+        "rouge2",
+        "rougeL",
+        "bleu",
+        "length_words",
+        "length_chars",
+        "fact_precision",
+        "fact_recall",
+        "invented_entity_rate",
+        "fact_error",
     ),
     "code": ("passed",),
     "qa": ("token_f1", "exact_match", "reference_score"),
@@ -99,8 +107,12 @@ def fact_metrics(response: str, facts: dict[str, str]) -> dict[str, float]:
     except ImportError:
         return {}
     score = summary_errors(response, facts)
-    return {"fact_precision": float(score.precision), "fact_recall": float(score.recall),
-            "invented_entity_rate": float(score.invented_rate), "fact_error": float(score.error)}
+    return {
+        "fact_precision": float(score.precision),
+        "fact_recall": float(score.recall),
+        "invented_entity_rate": float(score.invented_rate),
+        "fact_error": float(score.error),
+    }
 
 
 def summarization_metrics(row: dict[str, Any]) -> dict[str, float]:
@@ -154,7 +166,9 @@ def qa_metrics(row: dict[str, Any], critic: Any | None = None) -> dict[str, floa
     return out
 
 
-def code_metrics(row: dict[str, Any], runner: Callable[..., TestOutcome] = run_humaneval, timeout_s: float = 10.0) -> dict[str, Any]:
+def code_metrics(
+    row: dict[str, Any], runner: Callable[..., TestOutcome] = run_humaneval, timeout_s: float = 10.0
+) -> dict[str, Any]:
     """Run one sample against the item's tests; ``passed`` is 1.0 or 0.0 (NaN when the sandbox failed) and
     ``status`` says why it did not pass."""
     if not row.get("tests") or not row.get("entry_point"):

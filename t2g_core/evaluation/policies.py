@@ -34,8 +34,9 @@ def _folder(ref: Mapping[str, Any], what: str) -> Path:
     raise ValueError(f"{what}: no model or adapter folder under any of {', '.join(ADAPTER_KEYS)} in {dict(ref)!r:.300}")
 
 
-def policy_refs(models: Mapping[str, Any], trained: Mapping[str, Any], *, include_base: bool = False,
-                trained_name: str = "ppo") -> dict[str, Path]:
+def policy_refs(
+    models: Mapping[str, Any], trained: Mapping[str, Any], *, include_base: bool = False, trained_name: str = "ppo"
+) -> dict[str, Path]:
     """Ordered {name: folder}: ``warm_start`` (baseline), optionally the untrained ``base``, then the trained arm(s)."""
     out: dict[str, Path] = {}
     if "policy" not in models:
@@ -59,7 +60,11 @@ def _history(ref: Mapping[str, Any]) -> pd.DataFrame | None:
     if isinstance(value, list) and value:
         df = pd.DataFrame(value)
         return df if "step" in df.columns else df.reset_index(names="step")
-    for candidate in (value, ref.get("history_path"), Path(ref["run_dir"]) / "history.json" if ref.get("run_dir") else None):
+    for candidate in (
+        value,
+        ref.get("history_path"),
+        Path(ref["run_dir"]) / "history.json" if ref.get("run_dir") else None,
+    ):
         if isinstance(candidate, (str, Path)) and Path(candidate).is_file():
             return load_history(candidate)
     return None

@@ -12,10 +12,21 @@ import pandas as pd
 
 from t2g_core.evaluation.results import EvalResults
 
-PERCENT_METRICS = frozenset({
-    "rouge1", "rouge2", "rougeL", "fact_precision", "fact_recall", "invented_entity_rate", "fact_error", "token_f1", "exact_match",
-    "reference_score", "judge_score",
-})
+PERCENT_METRICS = frozenset(
+    {
+        "rouge1",
+        "rouge2",
+        "rougeL",
+        "fact_precision",
+        "fact_recall",
+        "invented_entity_rate",
+        "fact_error",
+        "token_f1",
+        "exact_match",
+        "reference_score",
+        "judge_score",
+    }
+)
 
 
 def _fmt(metric: str, value: float) -> str:
@@ -45,12 +56,18 @@ def comparison_table(results: EvalResults | Mapping[str, Any]) -> str:
         cells = [m] + [_fmt(m, summary["policies"][p]["metrics"].get(m, float("nan"))) for p in policies]
         for p in others:
             c = comps.get((p, m))
-            cells += [f"{_signed(m, c['diff'])} [{_signed(m, c['low'])}, {_signed(m, c['high'])}]", c["verdict"]] if c else ["", ""]
+            cells += (
+                [f"{_signed(m, c['diff'])} [{_signed(m, c['low'])}, {_signed(m, c['high'])}]", c["verdict"]]
+                if c
+                else ["", ""]
+            )
         lines.append("| " + " | ".join(cells) + " |")
     n_items = {p: summary["policies"][p]["n_items"] for p in policies}
     lines.append("")
-    lines.append(f"task: {summary['task']}; items per policy: {', '.join(f'{p} {n}' for p, n in n_items.items())}; "
-                 "rates in %; verdict only when the paired-bootstrap interval excludes 0.")
+    lines.append(
+        f"task: {summary['task']}; items per policy: {', '.join(f'{p} {n}' for p, n in n_items.items())}; "
+        "rates in %; verdict only when the paired-bootstrap interval excludes 0."
+    )
     lines += _judge_lines(summary)
     return "\n".join(lines)
 
@@ -88,17 +105,28 @@ def metric_bars(summary: Mapping[str, Any], path: Path) -> Path:
     for ax, m in zip(axes.flat, metrics, strict=False):
         means = [summary["policies"][p]["metrics"].get(m, float("nan")) for p in policies]
         base = summary["policies"][baseline]["metrics"].get(m, float("nan"))
-        err = [[0.0, 0.0] if p == baseline or (p, m) not in comps else
-               [max(0.0, means[i] - (base + comps[(p, m)]["low"])), max(0.0, base + comps[(p, m)]["high"] - means[i])]
-               for i, p in enumerate(policies)]
-        ax.bar(range(len(policies)), means, yerr=list(zip(*err, strict=True)), capsize=4,
-               color=["#999999" if p == baseline else "#3b75af" for p in policies])
+        err = [
+            [0.0, 0.0]
+            if p == baseline or (p, m) not in comps
+            else [max(0.0, means[i] - (base + comps[(p, m)]["low"])), max(0.0, base + comps[(p, m)]["high"] - means[i])]
+            for i, p in enumerate(policies)
+        ]
+        ax.bar(
+            range(len(policies)),
+            means,
+            yerr=list(zip(*err, strict=True)),
+            capsize=4,
+            color=["#999999" if p == baseline else "#3b75af" for p in policies],
+        )
         ax.set_xticks(range(len(policies)), policies, rotation=30, ha="right", fontsize=8)
         ax.set_title(m, fontsize=9)
-    for ax in list(axes.flat)[len(metrics):]:
+    for ax in list(axes.flat)[len(metrics) :]:
         ax.axis("off")
-    fig.suptitle(f"{summary['task']}: means; error bars = {round(100 * summary.get('confidence', .95))}% CI of the "
-                 f"difference from {baseline}", fontsize=9)
+    fig.suptitle(
+        f"{summary['task']}: means; error bars = {round(100 * summary.get('confidence', 0.95))}% CI of the "
+        f"difference from {baseline}",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -106,7 +134,8 @@ def metric_bars(summary: Mapping[str, Any], path: Path) -> Path:
 
 
 def load_history(path: str | Path) -> pd.DataFrame:
-    """A PPO metric history: JSON (list of dicts, or {"history": [...]}) / JSONL / CSV / Parquet with a ``step`` column."""
+    """A PPO metric history: JSON (list of dicts, or {"history": [...]}) / JSONL / CSV / Parquet with a ``step``
+    column."""
     p = Path(path)
     if p.suffix == ".parquet":
         df = pd.read_parquet(p)
@@ -152,7 +181,7 @@ def learning_curves(histories: Mapping[str, pd.DataFrame], path: Path, max_panel
                 ax.plot(df.loc[have, "step"], df.loc[have, m], marker="." if have.sum() < 20 else None, label=name)
         ax.set_title(m, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
-    for ax in list(axes.flat)[len(metrics):]:
+    for ax in list(axes.flat)[len(metrics) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
@@ -161,12 +190,20 @@ def learning_curves(histories: Mapping[str, pd.DataFrame], path: Path, max_panel
     return path
 
 
-def write_report(results: EvalResults, out_dir: str | Path, histories: Mapping[str, pd.DataFrame] | None = None) -> dict[str, Path]:
+def write_report(
+    results: EvalResults, out_dir: str | Path, histories: Mapping[str, pd.DataFrame] | None = None
+) -> dict[str, Path]:
     """Write ``report.md``, ``metrics.png`` and (with PPO histories) ``learning_curves.png`` into ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = {"metrics_png": metric_bars(results.summary, out / "metrics.png")}
-    md = [f"# Policy evaluation ({results.summary['task']})", "", comparison_table(results), "", "![metrics](metrics.png)"]
+    md = [
+        f"# Policy evaluation ({results.summary['task']})",
+        "",
+        comparison_table(results),
+        "",
+        "![metrics](metrics.png)",
+    ]
     if histories:
         curves = learning_curves(histories, out / "learning_curves.png")
         if curves is not None:

@@ -42,7 +42,9 @@ class EvalResults:
     def load(cls, path: str | Path) -> EvalResults:
         folder = Path(path)
         if not (folder / ITEMS_FILE).exists() or not (folder / SUMMARY_FILE).exists():
-            raise FileNotFoundError(f"{folder}: not an evaluation results folder (needs {ITEMS_FILE} and {SUMMARY_FILE})")
+            raise FileNotFoundError(
+                f"{folder}: not an evaluation results folder (needs {ITEMS_FILE} and {SUMMARY_FILE})"
+            )
         summary = json.loads((folder / SUMMARY_FILE).read_text(encoding="utf-8"))
         return cls(pd.read_parquet(folder / ITEMS_FILE), summary)
 
@@ -66,8 +68,12 @@ def item_scores(items: pd.DataFrame, task: str, pass_k: Sequence[int] = (1,)) ->
         n = groups["passed"].count()
         c = groups["passed"].sum()
         return pd.DataFrame(
-            {f"pass@{k}": [pass_at_k(int(ni), int(ci), k) if ni >= k else np.nan for ni, ci in zip(n, c, strict=True)]
-             for k in pass_k},
+            {
+                f"pass@{k}": [
+                    pass_at_k(int(ni), int(ci), k) if ni >= k else np.nan for ni, ci in zip(n, c, strict=True)
+                ]
+                for k in pass_k
+            },
             index=n.index,
         )
     return groups[metric_columns(items, task)].mean()
@@ -84,8 +90,9 @@ def _direction_verdict(metric: str, raw: str) -> str:
     return "better" if higher else "worse"
 
 
-def compare(scores: pd.DataFrame, baseline: str, policies: Sequence[str], n: int = 2000, seed: int = 0,
-            confidence: float = 0.95) -> list[dict[str, Any]]:
+def compare(
+    scores: pd.DataFrame, baseline: str, policies: Sequence[str], n: int = 2000, seed: int = 0, confidence: float = 0.95
+) -> list[dict[str, Any]]:
     """Paired bootstrap of every metric for every policy against the baseline, on the items both have."""
     out = []
     base = scores.xs(baseline, level="policy")
@@ -104,8 +111,14 @@ def compare(scores: pd.DataFrame, baseline: str, policies: Sequence[str], n: int
     return out
 
 
-def summarize(items: pd.DataFrame, task: str, *, baseline: str | None = None, settings: Mapping[str, Any] | None = None,
-              cfg: EvaluateConfig | None = None) -> dict[str, Any]:
+def summarize(
+    items: pd.DataFrame,
+    task: str,
+    *,
+    baseline: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+    cfg: EvaluateConfig | None = None,
+) -> dict[str, Any]:
     """The summary dict (per-policy means, comparisons, judge rates) computed from the per-item rows."""
     cfg = cfg or EvaluateConfig()
     policies = list(dict.fromkeys(items["policy"]))
@@ -117,10 +130,13 @@ def summarize(items: pd.DataFrame, task: str, *, baseline: str | None = None, se
     for policy in policies:
         rows = items[items["policy"] == policy]
         means = scores.xs(policy, level="policy").mean(numeric_only=True)
-        entry = {"n_items": int(rows["id"].nunique()), "n_rows": len(rows),
-                 "failed_rows": int((rows["status"] != "ok").sum()),
-                 "metrics": {k: float(v) for k, v in means.items() if not pd.isna(v)},
-                 "settings": dict((settings or {}).get(policy, {}))}
+        entry = {
+            "n_items": int(rows["id"].nunique()),
+            "n_rows": len(rows),
+            "failed_rows": int((rows["status"] != "ok").sum()),
+            "metrics": {k: float(v) for k, v in means.items() if not pd.isna(v)},
+            "settings": dict((settings or {}).get(policy, {})),
+        }
         if task == "summarization" and "bleu" in scores.columns:
             ok = rows[rows["reference"].notna()] if "reference" in rows else rows.iloc[0:0]
             if len(ok):
@@ -133,18 +149,32 @@ def summarize(items: pd.DataFrame, task: str, *, baseline: str | None = None, se
 Generator = Callable[[str | Path, str, Sequence[str], EvaluateConfig], list[list[str]]]
 
 
-def policy_rows(policy: str, feedback: pd.DataFrame, samples: list[list[str]], task: str, **metric_kwargs: Any) -> pd.DataFrame:
+def policy_rows(
+    policy: str, feedback: pd.DataFrame, samples: list[list[str]], task: str, **metric_kwargs: Any
+) -> pd.DataFrame:
     """Per-sample rows with metrics for one policy's responses to ``feedback``'s prompts."""
     base_rows = feedback.to_dict("records")
-    rows = [{**r, "response": s, "sample": j} for r, ss in zip(base_rows, samples, strict=True) for j, s in enumerate(ss)]
+    rows = [
+        {**r, "response": s, "sample": j} for r, ss in zip(base_rows, samples, strict=True) for j, s in enumerate(ss)
+    ]
     metrics = task_metrics(task, rows, **metric_kwargs)
     out = []
     for r, m in zip(rows, metrics, strict=True):
         status = m.pop("status", "ok")
         error = m.pop("error", None)
-        out.append({"policy": policy, "id": r["id"], "sample": r["sample"], "prompt": r["prompt"],
-                    "response": r["response"], "reference": r.get("reference"),
-                    "status": "ok" if status in ("ok", "passed", "failed", "error", "timeout") else status, "error": error, **m})
+        out.append(
+            {
+                "policy": policy,
+                "id": r["id"],
+                "sample": r["sample"],
+                "prompt": r["prompt"],
+                "response": r["response"],
+                "reference": r.get("reference"),
+                "status": "ok" if status in ("ok", "passed", "failed", "error", "timeout") else status,
+                "error": error,
+                **m,
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -157,10 +187,19 @@ def held_out(feedback: pd.DataFrame, task: str, max_prompts: int) -> pd.DataFram
     return rows.head(max_prompts).reset_index(drop=True)
 
 
-def evaluate_policies(policies: Mapping[str, str | Path], feedback: pd.DataFrame, task: str, cfg: EvaluateConfig, *,
-                      baseline: str | None = None, judge: Any | None = None, generator: Generator | None = None,
-                      device: str = "cpu", progress: Callable[[str], None] | None = None,
-                      **metric_kwargs: Any) -> EvalResults:
+def evaluate_policies(
+    policies: Mapping[str, str | Path],
+    feedback: pd.DataFrame,
+    task: str,
+    cfg: EvaluateConfig,
+    *,
+    baseline: str | None = None,
+    judge: Any | None = None,
+    generator: Generator | None = None,
+    device: str = "cpu",
+    progress: Callable[[str], None] | None = None,
+    **metric_kwargs: Any,
+) -> EvalResults:
     """Generate with every policy on the same held-out prompts, score them and compare with the baseline (first policy).
 
     ``judge`` (a PairwiseJudge) adds a per-item ``judge_score`` for every non-baseline policy (first sample each).
@@ -176,8 +215,11 @@ def evaluate_policies(policies: Mapping[str, str | Path], feedback: pd.DataFrame
     for name, ref in policies.items():
         if progress:
             progress(f"generating with {name} ({ref}) on {len(prompts)} prompts")
-        frames.append(policy_rows(name, data, generator(ref, task, prompts, cfg), task, timeout_s=cfg.code_timeout_s,
-                                  **metric_kwargs))
+        frames.append(
+            policy_rows(
+                name, data, generator(ref, task, prompts, cfg), task, timeout_s=cfg.code_timeout_s, **metric_kwargs
+            )
+        )
         settings[name] = {"ref": str(ref), **generation_settings(cfg)}
     items = pd.concat(frames, ignore_index=True)
     baseline = baseline or next(iter(policies))
@@ -200,14 +242,17 @@ def add_judge_scores(items: pd.DataFrame, judge: Any, baseline: str) -> pd.DataF
         if policy == baseline:
             continue
         cand = first[(first["policy"] == policy) & first["id"].isin(base.index)]
-        judgements = judge.judge(cand["prompt"].tolist(), base.loc[cand["id"], "response"].tolist(), cand["response"].tolist())
+        judgements = judge.judge(
+            cand["prompt"].tolist(), base.loc[cand["id"], "response"].tolist(), cand["response"].tolist()
+        )
         for idx, j in zip(cand.index, judgements, strict=True):
             items.loc[idx, ["judge_score", "judge_outcome", "judge_status"]] = [j.score, j.outcome, j.status]
     return items
 
 
 def judge_summary(items: pd.DataFrame, baseline: str, cfg: EvaluateConfig | None = None) -> dict[str, Any]:
-    """Per policy: wins / losses / ties and the win rate with a bootstrap interval (a verdict only when it excludes 0.5)."""
+    """Per policy: wins / losses / ties and the win rate with a bootstrap interval (a verdict only when it excludes
+    0.5)."""
     cfg = cfg or EvaluateConfig()
     out = {}
     judged = items[items["judge_status"].notna()]
@@ -216,17 +261,23 @@ def judge_summary(items: pd.DataFrame, baseline: str, cfg: EvaluateConfig | None
         scores = ok["judge_score"].astype(float).to_numpy()
         res = paired_bootstrap(np.full(len(scores), 0.5), scores, cfg.bootstrap_samples, cfg.seed, cfg.confidence)
         out[policy] = {
-            "baseline": baseline, "judged": len(ok), "failed": int(len(rows) - len(ok)),
-            "wins": int((ok["judge_outcome"] == "win").sum()), "losses": int((ok["judge_outcome"] == "loss").sum()),
+            "baseline": baseline,
+            "judged": len(ok),
+            "failed": int(len(rows) - len(ok)),
+            "wins": int((ok["judge_outcome"] == "win").sum()),
+            "losses": int((ok["judge_outcome"] == "loss").sum()),
             "ties": int((ok["judge_outcome"] == "tie").sum()),
             "win_rate": float(scores.mean()) if len(scores) else float("nan"),
-            "low": res.low + 0.5, "high": res.high + 0.5,
+            "low": res.low + 0.5,
+            "high": res.high + 0.5,
             "verdict": {"b better": "better", "a better": "worse"}.get(res.verdict, res.verdict),
         }
     return out
 
 
-def merge_results(results: Sequence[EvalResults], cfg: EvaluateConfig | None = None, baseline: str | None = None) -> EvalResults:
+def merge_results(
+    results: Sequence[EvalResults], cfg: EvaluateConfig | None = None, baseline: str | None = None
+) -> EvalResults:
     """Several result folders on the same task as one comparison (items concatenated, summary recomputed)."""
     if not results:
         raise ValueError("merge_results: nothing to merge")
@@ -238,8 +289,10 @@ def merge_results(results: Sequence[EvalResults], cfg: EvaluateConfig | None = N
     for r in results:
         names = set(r.items["policy"])
         if names & seen:
-            raise ValueError(f"policy name(s) {sorted(names & seen)} appear in more than one results folder; "
-                             "evaluate under distinct names (--model NAME=FOLDER)")
+            raise ValueError(
+                f"policy name(s) {sorted(names & seen)} appear in more than one results folder; "
+                "evaluate under distinct names (--model NAME=FOLDER)"
+            )
         seen |= names
     items = pd.concat([r.items for r in results], ignore_index=True)
     settings = {p: e.get("settings", {}) for r in results for p, e in r.summary.get("policies", {}).items()}

@@ -27,7 +27,9 @@ class Adapter:
     required: tuple[str, ...]  # fields every record must have
     convert: Callable[[dict[str, Any], int], list[dict[str, Any]]]  # (record, row index) -> feedback rows
     description: str
-    load_hub: Callable[[str], Iterable[dict[str, Any]]] | None = None  # how to read the published data when no path is given
+    load_hub: Callable[[str], Iterable[dict[str, Any]]] | None = (
+        None  # how to read the published data when no path is given
+    )
 
     def check(self, record: dict[str, Any], row: int, file: str) -> None:
         missing = [f for f in self.required if f not in record]
@@ -107,10 +109,15 @@ def _hub_records(adapter: Adapter, split: str) -> list[dict[str, Any]]:
     try:
         return datasets.load_dataset(adapter.hub_id, split=split).to_list()
     except Exception as exc:  # offline, gated or renamed on the Hub: say what to do instead
-        raise IngestError(adapter.hub_id, f"could not be loaded from the Hub ({type(exc).__name__}: {exc}); pass --path to local files") from exc
+        raise IngestError(
+            adapter.hub_id,
+            f"could not be loaded from the Hub ({type(exc).__name__}: {exc}); pass --path to local files",
+        ) from exc
 
 
-def ingest(dataset: str, path: str | Path | None = None, split: str | None = None, limit: int | None = None) -> pd.DataFrame:
+def ingest(
+    dataset: str, path: str | Path | None = None, split: str | None = None, limit: int | None = None
+) -> pd.DataFrame:
     """Read ``dataset`` (adapter name) from ``path`` or the Hub and return validated feedback rows."""
     if dataset not in ADAPTERS:
         raise IngestError(dataset, f"unknown dataset; known: {', '.join(sorted(ADAPTERS))}")

@@ -32,7 +32,8 @@ class _CallCandidate(ast.NodeTransformer):
 
 
 def _kodcode_check(test_source: str, entry: str) -> tuple[str, list[str]]:
-    """Pytest functions -> one ``check(candidate)``: their bodies inlined in order, ``entry(...)`` -> ``candidate(...)``.
+    """Pytest functions -> one ``check(candidate)``: their bodies inlined in order, ``entry(...)`` ->
+    ``candidate(...)``.
 
     Inlined asserts let the code critic run and blame each case on its own. Tests that take pytest fixtures
     (arguments) cannot run without pytest and are skipped; their names are returned.
@@ -61,7 +62,9 @@ def _entry_point(record: dict[str, Any]) -> str:
         return str(info[0]["function_name"])
     match = re.search(r"^def\s+(\w+)\s*\(", record["solution"], flags=re.M)
     if not match:
-        raise IngestError("kodcode", f"question {record.get('question_id')!r}: no function name in test_info or solution")
+        raise IngestError(
+            "kodcode", f"question {record.get('question_id')!r}: no function name in test_info or solution"
+        )
     return match.group(1)
 
 
@@ -124,7 +127,9 @@ def mbpp_rows(record: dict[str, Any], row: int) -> list[dict[str, Any]]:
     entry = match.group(1)
     text = record.get("text") or record.get("prompt")
     if not text:
-        raise IngestError("mbpp", "record has neither 'text' (original) nor 'prompt' (sanitized)", column="text", row=row)
+        raise IngestError(
+            "mbpp", "record has neither 'text' (original) nor 'prompt' (sanitized)", column="text", row=row
+        )
     tests = list(record["test_list"])
     return [
         {

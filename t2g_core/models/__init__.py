@@ -15,6 +15,14 @@ from t2g_core.models.tiny import (
 )
 
 __all__ = [
-    "BOS", "CHAT_TEMPLATE", "EOS", "PAD", "ROLE_TOKENS", "DemoModels", "build_tiny_model", "ensure_demo_models",
-    "train_tokenizer", "warm_start",
+    "BOS",
+    "CHAT_TEMPLATE",
+    "EOS",
+    "PAD",
+    "ROLE_TOKENS",
+    "DemoModels",
+    "build_tiny_model",
+    "ensure_demo_models",
+    "train_tokenizer",
+    "warm_start",
 ]

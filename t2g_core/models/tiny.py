@@ -76,16 +76,32 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | Path):
 def _model_config(cfg: TinyModelConfig, tokenizer):
     from transformers import GPT2Config, LlamaConfig
 
-    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+    ids = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
     if cfg.architecture == "gpt2":
         return GPT2Config(
-            vocab_size=len(tokenizer), n_embd=cfg.hidden_size, n_layer=cfg.num_layers, n_head=cfg.num_heads,
-            n_positions=cfg.max_positions, tie_word_embeddings=True, **ids,
+            vocab_size=len(tokenizer),
+            n_embd=cfg.hidden_size,
+            n_layer=cfg.num_layers,
+            n_head=cfg.num_heads,
+            n_positions=cfg.max_positions,
+            tie_word_embeddings=True,
+            **ids,
         )
     return LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size or 4 * cfg.hidden_size,
-        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=cfg.max_positions, tie_word_embeddings=True, rms_norm_eps=1e-5, **ids,
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size or 4 * cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=cfg.max_positions,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-5,
+        **ids,
     )
 
 
@@ -102,7 +118,9 @@ def build_tiny_model(out_dir: str | Path, tokenizer_dir: str | Path, cfg: TinyMo
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_config(_model_config(cfg, tokenizer))
     model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
         max_new_tokens=64,
     )
     out_dir = Path(out_dir)
@@ -119,12 +137,17 @@ class WarmStartResult:
 
 
 def _lm_batches(tokenizer, texts: Sequence[str], block: int, batch_size: int, gen):
-    """Yield (input_ids, labels, attention_mask) windows of a packed stream ``<bos> text <eot> <bos> text <eot> ...``."""
+    """Yield (input_ids, labels, attention_mask) windows of a packed stream ``<bos> text <eot> <bos> text <eot>
+    ...``."""
     import torch
 
     stream: list[int] = []
     for text in texts:
-        stream += [tokenizer.bos_token_id, *tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+        stream += [
+            tokenizer.bos_token_id,
+            *tokenizer(text, add_special_tokens=False)["input_ids"],
+            tokenizer.eos_token_id,
+        ]
     data = torch.tensor(stream, dtype=torch.long)
     block = min(block, len(data) - 1)
     if block < 2:
@@ -221,7 +244,12 @@ def _train_loop(model, batches, steps: int, lr: float, progress: bool, desc: str
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     warmup = max(1, steps // 10)  # linear warm-up, then cosine decay to 10 % of lr
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: (i + 1) / warmup if i < warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * (i - warmup) / max(1, steps - warmup)))
+        opt,
+        lambda i: (
+            (i + 1) / warmup
+            if i < warmup
+            else 0.1 + 0.45 * (1 + math.cos(math.pi * (i - warmup) / max(1, steps - warmup)))
+        ),
     )
     losses: list[float] = []
     bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False)
@@ -306,7 +334,9 @@ def _main_task(feedback_df: pd.DataFrame) -> str:
     return str(feedback_df["task"].mode().iloc[0])
 
 
-def _policy_pairs(task: str, feedback_df: pd.DataFrame, cfg: TinyModelConfig, p_halluc: float, seed: int) -> list[tuple[str, str]]:
+def _policy_pairs(
+    task: str, feedback_df: pd.DataFrame, cfg: TinyModelConfig, p_halluc: float, seed: int
+) -> list[tuple[str, str]]:
     """(prompt, target response) pairs for the policy's supervised warm start.
 
     Summarization: fresh synthetic posts whose summaries get each fact wrong with probability ``p_halluc``. Other
@@ -323,7 +353,9 @@ def _policy_pairs(task: str, feedback_df: pd.DataFrame, cfg: TinyModelConfig, p_
     ]
 
 
-def _train_policy(root: Path, tokenizer, task: str, feedback_df: pd.DataFrame, cfg: TinyModelConfig, *, progress, log) -> dict:
+def _train_policy(
+    root: Path, tokenizer, task: str, feedback_df: pd.DataFrame, cfg: TinyModelConfig, *, progress, log
+) -> dict:
     """Two supervised phases from the base LM: (1) clean targets, so the copy-a-value-from-the-post circuit forms
     quickly; (2) for summarization, targets with each fact wrong at ``cfg.p_halluc``, so the policy keeps the template
     and the lookup but states wrong values often enough for PPO to have errors to remove."""
@@ -334,18 +366,32 @@ def _train_policy(root: Path, tokenizer, task: str, feedback_df: pd.DataFrame, c
 
     clean = rendered(_policy_pairs(task, feedback_df, cfg, 0.0, cfg.seed + 1000))
     sft = warm_start(
-        root / "base", clean, cfg, steps=cfg.policy_sft_steps, lr=cfg.policy_sft_lr,
-        batch_size=cfg.policy_sft_batch_size, out_dir=root / "policy", progress=progress,
+        root / "base",
+        clean,
+        cfg,
+        steps=cfg.policy_sft_steps,
+        lr=cfg.policy_sft_lr,
+        batch_size=cfg.policy_sft_batch_size,
+        out_dir=root / "policy",
+        progress=progress,
     )
     log(f"policy SFT (clean): {len(sft.losses)} steps in {sft.seconds:.1f} s, loss {_first_last(sft.losses)}")
     info = {"sft_losses": _first_last(sft.losses), "n_policy_pairs": len(clean)}
     if task == "summarization" and cfg.policy_noise_steps > 0:
         noisy = rendered(_policy_pairs(task, feedback_df, cfg, cfg.p_halluc, cfg.seed + 2000))
         noise = warm_start(
-            root / "policy", noisy, cfg, steps=cfg.policy_noise_steps, lr=cfg.policy_noise_lr,
-            batch_size=cfg.policy_sft_batch_size, progress=progress,
+            root / "policy",
+            noisy,
+            cfg,
+            steps=cfg.policy_noise_steps,
+            lr=cfg.policy_noise_lr,
+            batch_size=cfg.policy_sft_batch_size,
+            progress=progress,
         )
-        log(f"policy SFT (p_halluc={cfg.p_halluc}): {len(noise.losses)} steps in {noise.seconds:.1f} s, loss {_first_last(noise.losses)}")
+        log(
+            f"policy SFT (p_halluc={cfg.p_halluc}): {len(noise.losses)} steps in {noise.seconds:.1f} s, loss "
+            f"{_first_last(noise.losses)}"
+        )
         info["noise_losses"] = _first_last(noise.losses)
     return info
 
@@ -364,10 +410,15 @@ def _build_demo_models(root: Path, cfg: TinyModelConfig, feedback_df: pd.DataFra
     log(f"base LM warm start: {len(lm.losses)} steps in {lm.seconds:.1f} s, loss {_first_last(lm.losses)}")
     info = _train_policy(root, tokenizer, task, feedback_df, cfg, progress=progress, log=log)
     shutil.rmtree(root / "tokenizer")
-    info.update({
-        "task": task, "config": cfg.model_dump(mode="json"), "seconds": round(time.perf_counter() - t0, 2),
-        "cpu_seconds": round(time.process_time() - c0, 2), "lm_losses": _first_last(lm.losses),
-    })
+    info.update(
+        {
+            "task": task,
+            "config": cfg.model_dump(mode="json"),
+            "seconds": round(time.perf_counter() - t0, 2),
+            "cpu_seconds": round(time.process_time() - c0, 2),
+            "lm_losses": _first_last(lm.losses),
+        }
+    )
     (root / "build.json").write_text(json.dumps(info, indent=2))
 
 

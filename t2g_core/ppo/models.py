@@ -38,7 +38,9 @@ class ValueModel(nn.Module):
         return self.head(hidden.float()).squeeze(-1)
 
     def backbone_hidden(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:  # (B, L) -> (B, L, d)
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask))
+        out = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask)
+        )
         return out.last_hidden_state
 
 
@@ -53,7 +55,9 @@ class PolicyBundle:
         return policy_params, [p for p in self.value.parameters() if p.requires_grad]
 
 
-def load_policy(policy_dir: str | Path, *, lora_r: int, lora_alpha: int, target_modules, value_model: str, seed: int) -> PolicyBundle:
+def load_policy(
+    policy_dir: str | Path, *, lora_r: int, lora_alpha: int, target_modules, value_model: str, seed: int
+) -> PolicyBundle:
     """Load the base from ``policy_dir``, wrap it with a fresh LoRA adapter and build the value model."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
@@ -65,7 +69,9 @@ def load_policy(policy_dir: str | Path, *, lora_r: int, lora_alpha: int, target_
     base = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32)
     disable_dropout(base)
     torch.manual_seed(seed)  # LoRA A matrices are randomly initialised
-    lora = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=target_modules, task_type="CAUSAL_LM")
+    lora = LoraConfig(
+        r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=target_modules, task_type="CAUSAL_LM"
+    )
     policy = get_peft_model(base, lora)
     disable_dropout(policy)
     hidden = base.config.get_text_config().hidden_size
@@ -79,8 +85,15 @@ def load_policy(policy_dir: str | Path, *, lora_r: int, lora_alpha: int, target_
 
 
 def forward_response(
-    bundle: PolicyBundle, query_ids: Tensor, query_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
-    temperature: float, *, with_values: bool = True, reference: bool = False,
+    bundle: PolicyBundle,
+    query_ids: Tensor,
+    query_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    temperature: float,
+    *,
+    with_values: bool = True,
+    reference: bool = False,
 ) -> tuple[Tensor, Tensor | None]:  # -> logprobs (B, T), values (B, T) or None
     """Log-probs of the response tokens (and values), reading logits/hidden states at the token *before* each one."""
     input_ids = torch.cat([query_ids, response_ids], dim=1)
@@ -92,7 +105,9 @@ def forward_response(
         with bundle.policy.disable_adapter():
             out = bundle.policy(input_ids=input_ids, attention_mask=attn, position_ids=pos)
     else:
-        out = bundle.policy(input_ids=input_ids, attention_mask=attn, position_ids=pos, output_hidden_states=need_hidden)
+        out = bundle.policy(
+            input_ids=input_ids, attention_mask=attn, position_ids=pos, output_hidden_states=need_hidden
+        )
     logprobs = token_logprobs(out.logits[:, lq - 1 : -1], response_ids, temperature)
     values = None
     if with_values and not reference:

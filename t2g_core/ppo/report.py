@@ -36,8 +36,11 @@ def write_heatmap(path: Path, step: int, samples: list[dict]) -> Path:
     for s in samples:
         critique = html.escape(s.get("critique") or f"[{s.get('status')}] {s.get('error') or ''}")
         rows.append(
-            "<tr><td class=p>" + html.escape(s["prompt"][-400:]) + "</td><td class=r>"
-            + _tokens_html(s["text"], s["offsets"], s["rewards"]) + f"</td><td class=c>{critique}</td></tr>"
+            "<tr><td class=p>"
+            + html.escape(s["prompt"][-400:])
+            + "</td><td class=r>"
+            + _tokens_html(s["text"], s["offsets"], s["rewards"])
+            + f"</td><td class=c>{critique}</td></tr>"
         )
     page = (
         f"<!doctype html><meta charset=utf-8><title>token rewards, step {step}</title>"
@@ -46,7 +49,8 @@ def write_heatmap(path: Path, step: int, samples: list[dict]) -> Path:
         f".c{{max-width:28em}}</style><h2>Token rewards at step {step}</h2>"
         "<p>Each token is coloured by its task reward: green positive (good span), red negative (poor span). "
         "Hover a token for its value.</p><table><tr><th>prompt</th><th>response</th><th>critique</th></tr>"
-        + "".join(rows) + "</table>"
+        + "".join(rows)
+        + "</table>"
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")

@@ -27,8 +27,13 @@ def default_run_name(cfg: PipelineConfig) -> str:
     return p.run_name or f"{p.reward_mode}-{p.reward_source}-seed{p.seed}"
 
 
-def prepare_run(cfg: PipelineConfig, run_dir: str | Path, feedback: pd.DataFrame, policy_dir: str | Path,
-                reward_model_path: str | Path | None = None) -> Path:
+def prepare_run(
+    cfg: PipelineConfig,
+    run_dir: str | Path,
+    feedback: pd.DataFrame,
+    policy_dir: str | Path,
+    reward_model_path: str | Path | None = None,
+) -> Path:
     """Write run.json and the prompt split into ``run_dir`` (rank 0; others wait)."""
     run_dir = Path(run_dir)
     if rank_and_world()[0] == 0:
@@ -37,8 +42,11 @@ def prepare_run(cfg: PipelineConfig, run_dir: str | Path, feedback: pd.DataFrame
         write_parquet(train_df, run_dir / "prompts.parquet", FEEDBACK)
         if eval_df is not None:
             write_parquet(eval_df, run_dir / "eval.parquet", FEEDBACK)
-        spec = {"config": cfg.model_dump(mode="json", by_alias=True), "policy_dir": str(Path(policy_dir).resolve()),
-                "reward_model_path": str(reward_model_path) if reward_model_path else None}
+        spec = {
+            "config": cfg.model_dump(mode="json", by_alias=True),
+            "policy_dir": str(Path(policy_dir).resolve()),
+            "reward_model_path": str(reward_model_path) if reward_model_path else None,
+        }
         (run_dir / RUN_FILE).write_text(json.dumps(spec, indent=2), encoding="utf-8")
     barrier()
     return run_dir
@@ -55,6 +63,18 @@ def run_from_dir(run_dir: str | Path, *, resume: bool, tracker: Tracker | None =
     prompts = pd.read_parquet(run_dir / "prompts.parquet")
     eval_df = pd.read_parquet(run_dir / "eval.parquet") if (run_dir / "eval.parquet").exists() else None
     task = str(prompts["task"].mode().iloc[0])
-    source = make_reward_source(cfg.ppo.reward_source, task, reward_model_path=spec.get("reward_model_path"), rm_cfg=cfg.reward_model)
-    return train(cfg.ppo, spec["policy_dir"], prompts, run_dir, reward_source=source, eval_df=eval_df, tracker=tracker,
-                 resume=resume, align_cfg=cfg.align, task_metric=task_metric_for(task, prompts))
+    source = make_reward_source(
+        cfg.ppo.reward_source, task, reward_model_path=spec.get("reward_model_path"), rm_cfg=cfg.reward_model
+    )
+    return train(
+        cfg.ppo,
+        spec["policy_dir"],
+        prompts,
+        run_dir,
+        reward_source=source,
+        eval_df=eval_df,
+        tracker=tracker,
+        resume=resume,
+        align_cfg=cfg.align,
+        task_metric=task_metric_for(task, prompts),
+    )

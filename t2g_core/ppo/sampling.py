@@ -21,8 +21,16 @@ def sample_seed(seed: int, step: int, index: int) -> int:
 
 @torch.no_grad()
 def sample_responses(
-    model, query_ids: Tensor, query_mask: Tensor, *, max_new_tokens: int, temperature: float,
-    eos_token_id: int, pad_token_id: int, seeds: list[int], return_logprobs: bool = False,
+    model,
+    query_ids: Tensor,
+    query_mask: Tensor,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    eos_token_id: int,
+    pad_token_id: int,
+    seeds: list[int],
+    return_logprobs: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:  # (B, Lq), (B, Lq) -> response ids (B, T), PAD after the first EOS
     """Sample up to ``max_new_tokens`` per row; with ``return_logprobs`` also log pi_tau(y_t) as sampled (B, T)."""
     gens = [torch.Generator().manual_seed(s) for s in seeds]
@@ -45,7 +53,9 @@ def sample_responses(
         if bool(finished.all()):
             break
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-        out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos, past_key_values=past, use_cache=True)
+        out = model(
+            input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos, past_key_values=past, use_cache=True
+        )
         past, logits = out.past_key_values, out.logits[:, -1].float()
         next_pos = next_pos + 1
     ids = torch.stack(tokens, dim=1)

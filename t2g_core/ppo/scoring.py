@@ -46,7 +46,9 @@ class ScoredResponse:
     n_unmatched: int
 
 
-def decode_responses(response_ids: Sequence[Sequence[int]], tokenizer, eos_token_id: int) -> list[tuple[str, list[tuple[int, int]]]]:
+def decode_responses(
+    response_ids: Sequence[Sequence[int]], tokenizer, eos_token_id: int
+) -> list[tuple[str, list[tuple[int, int]]]]:
     """Text and per-id offsets of each response; ids are the valid sampled ids (EOS, if present, last)."""
     out = []
     for ids in response_ids:

@@ -28,7 +28,11 @@ def _code_critic():
     return CodeCritic()
 
 
-ORACLE_CRITICS: dict[str, Callable[[], object]] = {"summarization": _reference_critic, "qa": _reference_critic, "code": _code_critic}
+ORACLE_CRITICS: dict[str, Callable[[], object]] = {
+    "summarization": _reference_critic,
+    "qa": _reference_critic,
+    "code": _code_critic,
+}
 
 
 def oracle_source(task: str) -> RewardSource:
@@ -40,13 +44,18 @@ def oracle_source(task: str) -> RewardSource:
 
 def reward_model_source(path: str | Path | None, rm_cfg=None) -> RewardSource:
     if path is None or not Path(path).exists():
-        raise FileNotFoundError(f"reward_source=reward_model needs a trained reward model; {path} does not exist (set ppo.reward_model_path)")
+        raise FileNotFoundError(
+            f"reward_source=reward_model needs a trained reward model; {path} does not exist (set "
+            f"ppo.reward_model_path)"
+        )
     from t2g_core.reward_model.scoring import RewardModelScorer
 
     return RewardModelScorer(path, rm_cfg)
 
 
-def make_reward_source(kind: str, task: str, *, reward_model_path: str | Path | None = None, rm_cfg=None) -> RewardSource:
+def make_reward_source(
+    kind: str, task: str, *, reward_model_path: str | Path | None = None, rm_cfg=None
+) -> RewardSource:
     builders: dict[str, Callable[[], RewardSource]] = {
         "oracle": lambda: oracle_source(task),
         "reward_model": lambda: reward_model_source(reward_model_path, rm_cfg),
@@ -69,7 +78,8 @@ def summary_error_metric(rows: list[dict], responses: list[str]) -> list[float]:
 
 
 def summary_metrics(rows: list[dict], responses: list[str]) -> dict[str, list[float]]:
-    """error (1 - correct/K), imprecision (1 - correct/stated, 1 when nothing is stated) and invented_rate per sample."""
+    """error (1 - correct/K), imprecision (1 - correct/stated, 1 when nothing is stated) and invented_rate per
+    sample."""
     from t2g_core.demo.summarization import summary_errors
 
     out: dict[str, list[float]] = {"error": [], "imprecision": [], "invented_rate": []}

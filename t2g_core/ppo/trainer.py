@@ -123,11 +123,19 @@ def rollout(bundle: PolicyBundle, rows: list[dict], global_index: list[int], cfg
     enc = tok(_render(tok, rows), add_special_tokens=False, padding=True, return_tensors="pt")
     seeds = [sample_seed(cfg.seed, step, g) for g in global_index]
     response_ids = sample_responses(
-        bundle.policy, enc["input_ids"], enc["attention_mask"], max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, seeds=seeds,
+        bundle.policy,
+        enc["input_ids"],
+        enc["attention_mask"],
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        seeds=seeds,
     )
     response_mask, has_eos = response_mask_after_eos(response_ids, tok.eos_token_id)
-    return Rollout(rows, global_index, enc["input_ids"], enc["attention_mask"].bool(), response_ids, response_mask, has_eos)
+    return Rollout(
+        rows, global_index, enc["input_ids"], enc["attention_mask"].bool(), response_ids, response_mask, has_eos
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -142,7 +150,9 @@ def decode(ro: Rollout, tokenizer) -> list[tuple[str, list[tuple[int, int]]]]:
 
 
 def critique(ro: Rollout, decoded, reward_source: RewardSource) -> list[ParsedFeedback]:
-    return reward_source.critique_batch([{**row, "response": text} for row, (text, _) in zip(ro.rows, decoded, strict=True)])
+    return reward_source.critique_batch(
+        [{**row, "response": text} for row, (text, _) in zip(ro.rows, decoded, strict=True)]
+    )
 
 
 def score(ro: Rollout, reward_source: RewardSource, tokenizer, align_cfg: AlignConfig | None) -> list[ScoredResponse]:
@@ -211,7 +221,9 @@ def lr_factor(cfg: PPOConfig):
 
 def _minibatches(cfg: PPOConfig, step: int, epoch: int, local_pos: dict[int, int]) -> list[list[int]]:
     """Local row numbers of each global minibatch (the same split however many processes share the batch)."""
-    perm = torch.randperm(cfg.batch_size, generator=torch.Generator().manual_seed(sample_seed(cfg.seed + 1, step, epoch)))
+    perm = torch.randperm(
+        cfg.batch_size, generator=torch.Generator().manual_seed(sample_seed(cfg.seed + 1, step, epoch))
+    )
     size = cfg.batch_size // cfg.minibatches
     groups = [perm[i * size : (i + 1) * size].tolist() for i in range(cfg.minibatches)]
     return [[local_pos[g] for g in group if g in local_pos] for group in groups]
@@ -222,15 +234,20 @@ def _chunks(rows: list[int], n: int) -> list[list[int]]:
     return [rows[i : i + size] for i in range(0, len(rows), size)] if rows else []
 
 
-def minibatch_step(bundle, optimizer, scheduler, ro: Rollout, exp: Experience, rows: list[int], cfg: PPOConfig) -> list[float]:
-    """One optimizer update on a global minibatch; returns global [policy loss, value loss, clipfrac, approx_kl, ratio]."""
+def minibatch_step(
+    bundle, optimizer, scheduler, ro: Rollout, exp: Experience, rows: list[int], cfg: PPOConfig
+) -> list[float]:
+    """One optimizer update on a global minibatch; returns global [policy loss, value loss, clipfrac, approx_kl,
+    ratio]."""
     n_tokens = global_sum([float(ro.response_mask[rows].sum()) if rows else 0.0])[0]
     sums = torch.zeros(5, dtype=torch.float64)
     optimizer.zero_grad(set_to_none=True)
     for chunk in _chunks(rows, cfg.grad_accum):
         idx = torch.tensor(chunk)
         mask = ro.response_mask[idx]
-        logprobs, values = forward_response(bundle, ro.query_ids[idx], ro.query_mask[idx], ro.response_ids[idx], mask, cfg.temperature)
+        logprobs, values = forward_response(
+            bundle, ro.query_ids[idx], ro.query_mask[idx], ro.response_ids[idx], mask, cfg.temperature
+        )
         pl, ps = policy_loss(logprobs, exp.old_logprobs[idx], exp.advantages[idx], mask, cfg.cliprange, n_tokens)
         vl, _ = value_loss(values, exp.values[idx], exp.returns[idx], mask, cfg.cliprange_value, n_tokens)
         (pl + cfg.vf_coef * vl).backward()
@@ -243,7 +260,9 @@ def minibatch_step(bundle, optimizer, scheduler, ro: Rollout, exp: Experience, r
     return all_reduce_sum(sums).tolist()
 
 
-def ppo_update(bundle, optimizer, scheduler, ro: Rollout, exp: Experience, cfg: PPOConfig, step: int) -> dict[str, float]:
+def ppo_update(
+    bundle, optimizer, scheduler, ro: Rollout, exp: Experience, cfg: PPOConfig, step: int
+) -> dict[str, float]:
     local_pos = {g: i for i, g in enumerate(ro.global_index)}
     history: list[list[float]] = []
     stopped = 0.0
@@ -257,9 +276,15 @@ def ppo_update(bundle, optimizer, scheduler, ro: Rollout, exp: Experience, cfg: 
             break
     mean = torch.tensor(history).mean(dim=0).tolist()
     return {
-        "loss/policy": mean[0], "loss/value": mean[1], "ppo/clipfrac": mean[2], "ppo/approx_kl": mean[3],
-        "ppo/ratio": mean[4], "ppo/first_ratio": history[0][4], "ppo/first_approx_kl": history[0][3],
-        "ppo/early_stopped": stopped, "ppo/updates": float(len(history)),
+        "loss/policy": mean[0],
+        "loss/value": mean[1],
+        "ppo/clipfrac": mean[2],
+        "ppo/approx_kl": mean[3],
+        "ppo/ratio": mean[4],
+        "ppo/first_ratio": history[0][4],
+        "ppo/first_approx_kl": history[0][3],
+        "ppo/early_stopped": stopped,
+        "ppo/updates": float(len(history)),
     }
 
 
@@ -271,21 +296,43 @@ def ppo_update(bundle, optimizer, scheduler, ro: Rollout, exp: Experience, cfg: 
 class PPOTrainer:
     """Holds the models, optimizer and controller; :meth:`step` runs one numbered PPO step."""
 
-    def __init__(self, cfg: PPOConfig, policy_dir: str | Path, prompts_df: pd.DataFrame, run_dir: str | Path, *,
-                 reward_source: RewardSource, align_cfg: AlignConfig | None = None, task_metric: TaskMetric | None = None):
+    def __init__(
+        self,
+        cfg: PPOConfig,
+        policy_dir: str | Path,
+        prompts_df: pd.DataFrame,
+        run_dir: str | Path,
+        *,
+        reward_source: RewardSource,
+        align_cfg: AlignConfig | None = None,
+        task_metric: TaskMetric | None = None,
+    ):
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.rank, self.world = rank_and_world()
         if cfg.batch_size % self.world or cfg.batch_size % cfg.minibatches:
-            raise ValueError(f"batch_size {cfg.batch_size} must divide by the process count {self.world} and minibatches {cfg.minibatches}")
+            raise ValueError(
+                f"batch_size {cfg.batch_size} must divide by the process count {self.world} and minibatches "
+                f"{cfg.minibatches}"
+            )
         if len(prompts_df) == 0:
             raise ValueError("no prompts to train on")
         self.prompts = prompts_df.reset_index(drop=True)
         self.reward_source, self.align_cfg, self.task_metric = reward_source, align_cfg, task_metric
-        self.bundle = load_policy(policy_dir, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules=cfg.lora_target_modules,
-                                  value_model=cfg.value_model, seed=cfg.seed)
+        self.bundle = load_policy(
+            policy_dir,
+            lora_r=cfg.lora_r,
+            lora_alpha=cfg.lora_alpha,
+            target_modules=cfg.lora_target_modules,
+            value_model=cfg.value_model,
+            seed=cfg.seed,
+        )
         policy_params, value_params = self.bundle.trainable_parameters()
         self.optimizer = torch.optim.AdamW(
-            [{"params": policy_params, "lr": cfg.learning_rate}, {"params": value_params, "lr": cfg.value_learning_rate}], weight_decay=0.0
+            [
+                {"params": policy_params, "lr": cfg.learning_rate},
+                {"params": value_params, "lr": cfg.value_learning_rate},
+            ],
+            weight_decay=0.0,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg))
         self.kl_ctl = make_kl_controller(cfg.kl_coef, cfg.adaptive_kl, cfg.target_kl, cfg.kl_horizon)
@@ -322,9 +369,16 @@ class PPOTrainer:
         metrics = ppo_update(self.bundle, self.optimizer, self.scheduler, ro, exp, cfg, step)  # 7. update
         t5 = time.perf_counter()
         metrics |= self.step_metrics(ro, scored, labels, kl, rewards)
-        metrics |= {"time/rollout": t1 - t0, "time/score": tb - ta, "time/span_labels": (ta - t1) + (t2 - tb),
-                    "time/forward": t3 - t2, "time/rewards": t4 - t3, "time/step": t5 - t0,
-                    "time/update": t5 - t4, "kl/beta": self.kl_ctl.value}
+        metrics |= {
+            "time/rollout": t1 - t0,
+            "time/score": tb - ta,
+            "time/span_labels": (ta - t1) + (t2 - tb),
+            "time/forward": t3 - t2,
+            "time/rewards": t4 - t3,
+            "time/step": t5 - t0,
+            "time/update": t5 - t4,
+            "kl/beta": self.kl_ctl.value,
+        }
         self.kl_ctl.update(metrics["kl/mean"], cfg.batch_size)  # 8. adapt beta
         if step % cfg.log_every == 0 or step == cfg.steps - 1:
             self.record(step, ro, scored, task, terminal, kl, rewards)
@@ -334,20 +388,35 @@ class PPOTrainer:
     def step_metrics(self, ro: Rollout, scored, labels: Tensor, kl: Tensor, rewards: Tensor) -> dict[str, float]:
         m = ro.response_mask.float()
         local = [
-            float(len(scored)), float(m.sum()), float((labels * m).sum()), float(((labels > 0) * m).sum()),
-            float(((labels < 0) * m).sum()), float((kl * m).sum()), float(rewards.sum()),
-            float(sum(not s.feedback.ok for s in scored)), float(ro.has_eos.sum()),
-            float(sum(s.n_spans for s in scored)), float(sum(s.n_unmatched for s in scored)),
+            float(len(scored)),
+            float(m.sum()),
+            float((labels * m).sum()),
+            float(((labels > 0) * m).sum()),
+            float(((labels < 0) * m).sum()),
+            float((kl * m).sum()),
+            float(rewards.sum()),
+            float(sum(not s.feedback.ok for s in scored)),
+            float(ro.has_eos.sum()),
+            float(sum(s.n_spans for s in scored)),
+            float(sum(s.n_unmatched for s in scored)),
         ]
         n, tokens, span_sum, pos, neg, kl_sum, r_sum, failed, eos, spans, unmatched = global_sum(local)
         out = {
-            "reward/span_mean": span_sum / n, "reward/total_mean": r_sum / n, "reward/positive_frac": pos / tokens,
-            "reward/negative_frac": neg / tokens, "kl/mean": kl_sum / n, "parse/failure_rate": failed / n,
-            "eos/rate": eos / n, "response/length": tokens / n, "spans/unmatched_rate": unmatched / spans if spans else 0.0,
+            "reward/span_mean": span_sum / n,
+            "reward/total_mean": r_sum / n,
+            "reward/positive_frac": pos / tokens,
+            "reward/negative_frac": neg / tokens,
+            "kl/mean": kl_sum / n,
+            "parse/failure_rate": failed / n,
+            "eos/rate": eos / n,
+            "response/length": tokens / n,
+            "spans/unmatched_rate": unmatched / spans if spans else 0.0,
         }
         return out | self.task_metrics(ro.rows, [s.text for s in scored], "task/")
 
-    def record(self, step: int, ro: Rollout, scored, task: Tensor, terminal: Tensor, kl: Tensor, rewards: Tensor) -> None:
+    def record(
+        self, step: int, ro: Rollout, scored, task: Tensor, terminal: Tensor, kl: Tensor, rewards: Tensor
+    ) -> None:
         samples = []
         for b, s in enumerate(scored):
             n = len(s.labels)
@@ -355,26 +424,58 @@ class PPOTrainer:
             if n:
                 token_task[n - 1] += terminal[b]
             fb = s.feedback
-            self.records.append({
-                "step": step, "id": str(ro.rows[b]["id"]), "prompt": ro.rows[b]["prompt"], "response": s.text,
-                "critique": fb.critique, "good_spans": list(fb.good_spans), "poor_spans": list(fb.poor_spans),
-                "token_rewards": rewards[b, :n].tolist(), "reward": float(rewards[b].sum()), "kl": float(kl[b].sum()),
-            })
-            samples.append({"prompt": ro.rows[b]["prompt"], "text": s.text, "offsets": s.offsets, "rewards": token_task.tolist(),
-                            "critique": fb.critique, "status": fb.status, "error": fb.error})
+            self.records.append(
+                {
+                    "step": step,
+                    "id": str(ro.rows[b]["id"]),
+                    "prompt": ro.rows[b]["prompt"],
+                    "response": s.text,
+                    "critique": fb.critique,
+                    "good_spans": list(fb.good_spans),
+                    "poor_spans": list(fb.poor_spans),
+                    "token_rewards": rewards[b, :n].tolist(),
+                    "reward": float(rewards[b].sum()),
+                    "kl": float(kl[b].sum()),
+                }
+            )
+            samples.append(
+                {
+                    "prompt": ro.rows[b]["prompt"],
+                    "text": s.text,
+                    "offsets": s.offsets,
+                    "rewards": token_task.tolist(),
+                    "critique": fb.critique,
+                    "status": fb.status,
+                    "error": fb.error,
+                }
+            )
         if self.rank == 0 and self.cfg.heatmap_samples:
-            path = write_heatmap(self.run_dir / "heatmaps" / f"step-{step:06d}.html", step, samples[: self.cfg.heatmap_samples])
+            path = write_heatmap(
+                self.run_dir / "heatmaps" / f"step-{step:06d}.html", step, samples[: self.cfg.heatmap_samples]
+            )
             self.heatmaps.append(path)
 
     # ---- checkpoints --------------------------------------------------------------------------------------
     def save(self) -> Path:
         state = {
-            "step": self.next_step, "value": self.bundle.value.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "kl": self.kl_ctl.state_dict(), "history": self.history,
-            "records": self.records, "config": self.cfg.model_dump(mode="json"),
+            "step": self.next_step,
+            "value": self.bundle.value.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "kl": self.kl_ctl.state_dict(),
+            "history": self.history,
+            "records": self.records,
+            "config": self.cfg.model_dump(mode="json"),
         }
-        return ckpt.save_checkpoint(self.run_dir, self.next_step, policy=self.bundle.policy, trainer_state=state,
-                                    rank=self.rank, world=self.world, barrier=barrier)
+        return ckpt.save_checkpoint(
+            self.run_dir,
+            self.next_step,
+            policy=self.bundle.policy,
+            trainer_state=state,
+            rank=self.rank,
+            world=self.world,
+            barrier=barrier,
+        )
 
     def restore(self) -> bool:
         path = ckpt.latest_checkpoint(self.run_dir)
@@ -445,16 +546,29 @@ class PPOTrainer:
             (self.run_dir / "history.json").write_text(json.dumps(self.history, indent=1), encoding="utf-8")
         barrier()
         rollouts = self.run_dir / "rollouts.parquet"
-        return PPOResult(self.run_dir, adapter, self.history, rollouts if rollouts.exists() else None, self.heatmaps, self.next_step)
+        return PPOResult(
+            self.run_dir, adapter, self.history, rollouts if rollouts.exists() else None, self.heatmaps, self.next_step
+        )
 
 
 def train(
-    cfg: PPOConfig, policy_dir: str | Path, prompts_df: pd.DataFrame, out_dir: str | Path, *, reward_source: RewardSource,
-    eval_df: pd.DataFrame | None = None, tracker: Tracker | None = None, resume: bool = False,
-    align_cfg: AlignConfig | None = None, task_metric: TaskMetric | None = None, stop_after: int | None = None,
+    cfg: PPOConfig,
+    policy_dir: str | Path,
+    prompts_df: pd.DataFrame,
+    out_dir: str | Path,
+    *,
+    reward_source: RewardSource,
+    eval_df: pd.DataFrame | None = None,
+    tracker: Tracker | None = None,
+    resume: bool = False,
+    align_cfg: AlignConfig | None = None,
+    task_metric: TaskMetric | None = None,
+    stop_after: int | None = None,
 ) -> PPOResult:
     """Train a LoRA policy with span-reward PPO; ``resume=True`` continues from ``out_dir``'s latest checkpoint."""
-    trainer = PPOTrainer(cfg, policy_dir, prompts_df, out_dir, reward_source=reward_source, align_cfg=align_cfg, task_metric=task_metric)
+    trainer = PPOTrainer(
+        cfg, policy_dir, prompts_df, out_dir, reward_source=reward_source, align_cfg=align_cfg, task_metric=task_metric
+    )
     if resume and not trainer.restore():
         raise FileNotFoundError(f"{out_dir}: no checkpoint to resume from (expected checkpoints/latest)")
     return trainer.fit(tracker=tracker or NullTracker(), eval_df=eval_df, stop_after=stop_after)

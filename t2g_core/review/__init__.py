@@ -15,6 +15,19 @@ from t2g_core.review.offline import export_review, load_sample, load_verdicts, s
 from t2g_core.review.page import highlight, render_page
 
 __all__ = [
-    "VERDICT_FIELDS", "ItemVerdict", "ReviewItem", "ReviewSample", "ReviewSpan", "ReviewVerdicts", "SpanJudgement",
-    "VerdictError", "check_verdicts", "export_review", "highlight", "load_sample", "load_verdicts", "render_page", "sheet_lines",
+    "VERDICT_FIELDS",
+    "ItemVerdict",
+    "ReviewItem",
+    "ReviewSample",
+    "ReviewSpan",
+    "ReviewVerdicts",
+    "SpanJudgement",
+    "VerdictError",
+    "check_verdicts",
+    "export_review",
+    "highlight",
+    "load_sample",
+    "load_verdicts",
+    "render_page",
+    "sheet_lines",
 ]

@@ -70,14 +70,18 @@ class SpanJudgement(BaseModel):
 class ItemVerdict(BaseModel):
     id: str = Field(min_length=1, description="Item id from the review sample.")
     spans: list[SpanJudgement] = Field(default_factory=list, description="One judgement per span of the item.")
-    critique_acceptable: bool | None = Field(None, description="Is the critique acceptable? Null when there is no critique.")
+    critique_acceptable: bool | None = Field(
+        None, description="Is the critique acceptable? Null when there is no critique."
+    )
     comment: str = Field("", description="Free-text note from the reviewer.")
 
 
 class ReviewVerdicts(BaseModel):
     """A reviewer's verdicts on a review sample: the file the HTML page downloads and `t2g review import` reads."""
 
-    reviewer: str = Field(min_length=1, description="Who reviewed (name or 'ground-truth' for the programmatic reviewer).")
+    reviewer: str = Field(
+        min_length=1, description="Who reviewed (name or 'ground-truth' for the programmatic reviewer)."
+    )
     sample_key: str = Field("", description="Key of the review sample these verdicts belong to.")
     items: list[ItemVerdict] = Field(description="One verdict per reviewed item.")
 
@@ -92,7 +96,9 @@ class VerdictError(ValueError):
 def check_verdicts(sample: ReviewSample, verdicts: ReviewVerdicts, source: str = "verdicts") -> None:
     """Raise VerdictError when verdicts name items or spans that are not in ``sample``."""
     if verdicts.sample_key and verdicts.sample_key != sample.key:
-        raise VerdictError(f"{source}: sample_key {verdicts.sample_key!r} does not match the review sample {sample.key!r}")
+        raise VerdictError(
+            f"{source}: sample_key {verdicts.sample_key!r} does not match the review sample {sample.key!r}"
+        )
     seen: set[str] = set()
     for n, v in enumerate(verdicts.items):
         try:

@@ -3,8 +3,12 @@
 The JSONL sheet has one line per judgement; a reviewer fills ``agree`` with true/false (for a critique line:
 acceptable or not) and leaves null what they skip::
 
-    {"sample_key": "...", "id": "sum-00003", "kind": "span", "span_index": 1, "label": "negative", "text": "Oslo", "agree": null}
-    {"sample_key": "...", "id": "sum-00003", "kind": "critique", "span_index": null, "label": null, "text": "The summary ...", "agree": null}
+    {"sample_key": "...", "id": "sum-00003", "kind": "span", "span_index": 1, "label": "negative", "text": "Oslo",
+     "agree": null}
+    {"sample_key": "...", "id": "sum-00003", "kind": "critique", "span_index": null, "label": null,
+     "text": "The summary ...", "agree": null}
+
+(one line each in the file).
 
 ``load_verdicts`` reads either that sheet or the JSON file the HTML page downloads.
 """
@@ -26,9 +30,29 @@ def sheet_lines(sample: ReviewSample) -> list[dict]:
     lines = []
     for it in sample.items:
         for s in it.spans:
-            lines.append({"sample_key": sample.key, "id": it.id, "kind": "span", "span_index": s.span_index, "label": s.label, "text": s.text, "agree": None})
+            lines.append(
+                {
+                    "sample_key": sample.key,
+                    "id": it.id,
+                    "kind": "span",
+                    "span_index": s.span_index,
+                    "label": s.label,
+                    "text": s.text,
+                    "agree": None,
+                }
+            )
         if it.critique is not None:
-            lines.append({"sample_key": sample.key, "id": it.id, "kind": "critique", "span_index": None, "label": None, "text": it.critique, "agree": None})
+            lines.append(
+                {
+                    "sample_key": sample.key,
+                    "id": it.id,
+                    "kind": "critique",
+                    "span_index": None,
+                    "label": None,
+                    "text": it.critique,
+                    "agree": None,
+                }
+            )
     return lines
 
 
@@ -68,7 +92,9 @@ def _sheet_verdicts(path: Path, reviewer: str) -> ReviewVerdicts:
             keys.add(line.get("sample_key", ""))
             v = items.setdefault(line["id"], ItemVerdict(id=line["id"]))
             if line["kind"] == "span":
-                v.spans.append(SpanJudgement(span_index=line["span_index"], agree=line["agree"], text=line.get("text", "")))
+                v.spans.append(
+                    SpanJudgement(span_index=line["span_index"], agree=line["agree"], text=line.get("text", ""))
+                )
             elif line["kind"] == "critique":
                 v.critique_acceptable = line["agree"]
             else:

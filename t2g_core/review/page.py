@@ -34,14 +34,18 @@ function verdicts(){
   const items=[];let done=0;
   DATA.items.forEach((it,n)=>{
     const spans=[];
-    it.spans.forEach(s=>{const v=picked('i'+n+'-s'+s.i);if(v!==null){spans.push({span_index:s.i,agree:v==='agree',text:s.text});done++;}});
+    it.spans.forEach(s=>{const v=picked('i'+n+'-s'+s.i);
+      if(v!==null){spans.push({span_index:s.i,agree:v==='agree',text:s.text});done++;}});
     let crit=null;if(it.critique){const v=picked('i'+n+'-c');if(v!==null){crit=(v==='acceptable');done++;}}
     const comment=document.getElementById('note-'+n).value;
     if(spans.length||crit!==null)items.push({id:it.id,spans:spans,critique_acceptable:crit,comment:comment});
   });
-  return {doc:{reviewer:document.getElementById('reviewer').value||'anonymous',sample_key:DATA.sample_key,items:items},done:done};
+  const reviewer=document.getElementById('reviewer').value||'anonymous';
+  return {doc:{reviewer:reviewer,sample_key:DATA.sample_key,items:items},done:done};
 }
-function progress(){document.getElementById('progress').textContent=verdicts().done+' of '+DATA.n_judgements+' judgements made';}
+function progress(){
+  document.getElementById('progress').textContent=verdicts().done+' of '+DATA.n_judgements+' judgements made';
+}
 document.addEventListener('change',progress);
 document.getElementById('download').addEventListener('click',()=>{
   const blob=new Blob([JSON.stringify(verdicts().doc,null,2)],{type:'application/json'});
@@ -77,9 +81,14 @@ def _span_rows(n: int, item: ReviewItem) -> str:
     for s in item.spans:
         kind = "good" if s.label == "positive" else "poor"
         where = "" if s.start is not None else ' <span class="unmatched">(not found in the response)</span>'
-        choices = _radio(f"i{n}-s{s.span_index}", "agree", "agree") + " " + _radio(f"i{n}-s{s.span_index}", "disagree", "disagree")
+        choices = (
+            _radio(f"i{n}-s{s.span_index}", "agree", "agree")
+            + " "
+            + _radio(f"i{n}-s{s.span_index}", "disagree", "disagree")
+        )
         rows.append(
-            f'<tr class="span-row" data-span="{s.span_index}"><td>{s.span_index}</td><td><span class="tag {kind}">{kind}</span></td>'
+            f'<tr class="span-row" data-span="{s.span_index}"><td>{s.span_index}</td><td><span class="tag '
+            f'{kind}">{kind}</span></td>'
             f"<td>&ldquo;{escape(s.text)}&rdquo;{where}</td><td>{choices}</td></tr>"
         )
     return "<table>" + "".join(rows) + "</table>" if rows else "<p><em>No spans.</em></p>"
@@ -88,10 +97,13 @@ def _span_rows(n: int, item: ReviewItem) -> str:
 def _item_html(n: int, item: ReviewItem) -> str:
     critique = ""
     if item.critique is not None:
-        choices = _radio(f"i{n}-c", "acceptable", "acceptable") + " " + _radio(f"i{n}-c", "not_acceptable", "not acceptable")
+        choices = (
+            _radio(f"i{n}-c", "acceptable", "acceptable") + " " + _radio(f"i{n}-c", "not_acceptable", "not acceptable")
+        )
         critique = f'<div class="critique"><strong>Critique:</strong> {escape(item.critique)}<br>{choices}</div>'
     return (
-        f'<div class="item" data-id="{escape(item.id)}"><h2>{escape(item.id)} <small>{escape(item.stratum)}</small></h2>'
+        f'<div class="item" data-id="{escape(item.id)}"><h2>{escape(item.id)} '
+        f"<small>{escape(item.stratum)}</small></h2>"
         f"<details><summary>Prompt</summary><pre>{escape(item.prompt)}</pre></details>"
         f'<div class="response">{highlight(item.response, item)}</div>{_span_rows(n, item)}{critique}'
         f'<label>Note <input id="note-{n}" size="60"></label></div>'
@@ -103,15 +115,21 @@ def render_page(sample: ReviewSample, title: str = "text2grad span review") -> s
         "sample_key": sample.key,
         "n_judgements": sample.n_judgements,
         "items": [
-            {"id": it.id, "critique": it.critique is not None, "spans": [{"i": s.span_index, "text": s.text} for s in it.spans]}
+            {
+                "id": it.id,
+                "critique": it.critique is not None,
+                "spans": [{"i": s.span_index, "text": s.text} for s in it.spans],
+            }
             for it in sample.items
         ],
     }
     payload = json.dumps(data).replace("<", "\\u003c")  # no "</script>" can end the block early
     items = "".join(_item_html(n, it) for n, it in enumerate(sample.items))
     return (
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title><style>{CSS}</style></head><body>'
-        f"<h1>{escape(title)}</h1><p>Sample <code>{sample.key}</code>: {len(sample.items)} items, {sample.n_judgements} judgements. "
+        f'<!doctype html><html lang="en"><head><meta '
+        f'charset="utf-8"><title>{escape(title)}</title><style>{CSS}</style></head><body>'
+        f"<h1>{escape(title)}</h1><p>Sample <code>{sample.key}</code>: {len(sample.items)} items, "
+        f"{sample.n_judgements} judgements. "
         "For each span: is it correctly marked good (green) or poor (red)? For each critique: is it acceptable?</p>"
         f'<label>Reviewer <input id="reviewer" placeholder="your name"></label>{items}'
         '<div id="bar"><button id="download">Download verdicts</button> <span id="progress"></span></div>'

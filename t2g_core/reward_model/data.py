@@ -115,9 +115,16 @@ def build_rm_data(
         shown = render_rm_prompt(tokenizer, item.task, item.prompt, item.response, cfg.max_prompt_tokens)
         stats.n_prompt_truncated += int(shown.truncated)
         spans, n_unmatched = locate_gold_spans(
-            item.response, list(a.good_spans), list(a.poor_spans), spans_df=spans_df, item_id=item.id, align_cfg=align_cfg
+            item.response,
+            list(a.good_spans),
+            list(a.poor_spans),
+            spans_df=spans_df,
+            item_id=item.id,
+            align_cfg=align_cfg,
         )
-        visible_end = len(item.response) if shown.response == item.response else len(shown.response) - len(TRUNCATION_MARK)
+        visible_end = (
+            len(item.response) if shown.response == item.response else len(shown.response) - len(TRUNCATION_MARK)
+        )
         visible = [s for s in spans if s.end <= visible_end]
         stats.n_spans_unmatched += n_unmatched
         stats.n_spans_truncated += len(spans) - len(visible)
@@ -129,7 +136,14 @@ def build_rm_data(
             stats.n_target_too_long += 1
             stats.skipped_ids.append(item.id)
             continue
-        rows.append({"id": item.id, "split": split_for_id(item.id, cfg.val_fraction), "rm_prompt": shown.text, "rm_target": target})
+        rows.append(
+            {
+                "id": item.id,
+                "split": split_for_id(item.id, cfg.val_fraction),
+                "rm_prompt": shown.text,
+                "rm_target": target,
+            }
+        )
     df = pd.DataFrame(rows, columns=["id", "split", "rm_prompt", "rm_target"])
     stats.n_rows = len(df)
     stats.n_train = int((df["split"] == "train").sum())

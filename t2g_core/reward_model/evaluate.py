@@ -53,8 +53,23 @@ class RMEvalReport:
         lines = ["# Reward model evaluation", "", "| metric | value |", "|---|---|"]
         lines += [f"| {k} | {v:.4g} |" for k, v in sorted(self.metrics.items())]
         for ex in self.examples:
-            lines += ["", f"## {ex['id']} ({ex['status']})", "", "Response:", "```", ex["response"], "```",
-                      "Gold:", "```", ex["gold"], "```", "Generated:", "```", ex["generated"], "```"]
+            lines += [
+                "",
+                f"## {ex['id']} ({ex['status']})",
+                "",
+                "Response:",
+                "```",
+                ex["response"],
+                "```",
+                "Gold:",
+                "```",
+                ex["gold"],
+                "```",
+                "Generated:",
+                "```",
+                ex["generated"],
+                "```",
+            ]
         return "\n".join(lines) + "\n"
 
 
@@ -77,7 +92,9 @@ def strict_json_valid(text: str) -> bool:
         return False
     if not isinstance(obj, dict):
         return False
-    return all(isinstance(obj.get(k), list) and all(isinstance(s, str) for s in obj[k]) for k in ("good_spans", "poor_spans"))
+    return all(
+        isinstance(obj.get(k), list) and all(isinstance(s, str) for s in obj[k]) for k in ("good_spans", "poor_spans")
+    )
 
 
 def _truth_from_meta(meta: object) -> list[tuple[int, int, str]] | None:
@@ -90,7 +107,9 @@ def _truth_from_meta(meta: object) -> list[tuple[int, int, str]] | None:
     return [(int(s["start"]), int(s["end"]), _LABEL_NAMES[str(s["label"])]) for s in spans]
 
 
-def eval_items(rm_df: pd.DataFrame, feedback_df: pd.DataFrame, eos: str, *, split: str = "validation") -> list[EvalItem]:
+def eval_items(
+    rm_df: pd.DataFrame, feedback_df: pd.DataFrame, eos: str, *, split: str = "validation"
+) -> list[EvalItem]:
     """Held-out rows joined with their responses; gold spans come from the row's target."""
     fb = feedback_df.set_index("id")
     items = []
@@ -127,7 +146,9 @@ class _Totals:
         out = span_prf(pred, gold, iou_threshold=threshold)
         bucket["all"].append(out)
         for lab in LABELS:
-            bucket[lab].append(span_prf([p for p in pred if p[2] == lab], [g for g in gold if g[2] == lab], iou_threshold=threshold))
+            bucket[lab].append(
+                span_prf([p for p in pred if p[2] == lab], [g for g in gold if g[2] == lab], iou_threshold=threshold)
+            )
         return out
 
     def add_tokens(self, pred_labels, gold_labels) -> None:
@@ -144,7 +165,9 @@ class _Totals:
                     continue
                 agg = micro_prf(results)
                 name = prefix if lab == "all" else f"{prefix}_{lab}"
-                m.update({f"{name}_precision": agg["precision"], f"{name}_recall": agg["recall"], f"{name}_f1": agg["f1"]})
+                m.update(
+                    {f"{name}_precision": agg["precision"], f"{name}_recall": agg["recall"], f"{name}_f1": agg["f1"]}
+                )
         return m
 
 
@@ -170,12 +193,23 @@ def score_predictions(
         n_pred_spans += len(pred_spans) + unmatched
         n_unmatched += unmatched
         item_prf = totals.add_spans(totals.span, pred_spans, gold_spans, iou_threshold)
-        totals.add_tokens(token_labels(item.response, pred_aligned, tokenizer), token_labels(item.response, gold_aligned, tokenizer))
+        totals.add_tokens(
+            token_labels(item.response, pred_aligned, tokenizer), token_labels(item.response, gold_aligned, tokenizer)
+        )
         if item.truth is not None:
             totals.add_spans(totals.truth, pred_spans, item.truth, iou_threshold)
         rouge = _rouge_l(scorer, item.gold.critique, pred.critique if pred.ok else None)
-        rows.append({"id": item.id, "status": pred.status, "error": pred.error, "n_pred_spans": len(pred_spans) + unmatched,
-                     "n_unmatched": unmatched, "span_f1": item_prf["f1"], "rouge_l": rouge})
+        rows.append(
+            {
+                "id": item.id,
+                "status": pred.status,
+                "error": pred.error,
+                "n_pred_spans": len(pred_spans) + unmatched,
+                "n_unmatched": unmatched,
+                "span_f1": item_prf["f1"],
+                "rouge_l": rouge,
+            }
+        )
     df = pd.DataFrame(rows)
     metrics = totals.metrics()
     metrics["parse_ok_rate"] = float((df["status"] == "ok").mean()) if len(df) else 0.0
@@ -204,9 +238,16 @@ def evaluate_rm(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_cfg=N
     metrics["gen_tokens_per_s"] = gen.tokens_per_second
     metrics["gen_seconds"] = gen.seconds
     examples = [
-        {"id": it.id, "status": p.status, "response": it.response, "gold": json.dumps(
-            {"critique": it.gold.critique, "good_spans": it.gold.good_spans, "poor_spans": it.gold.poor_spans}, ensure_ascii=False),
-         "generated": t}
+        {
+            "id": it.id,
+            "status": p.status,
+            "response": it.response,
+            "gold": json.dumps(
+                {"critique": it.gold.critique, "good_spans": it.gold.good_spans, "poor_spans": it.gold.poor_spans},
+                ensure_ascii=False,
+            ),
+            "generated": t,
+        }
         for it, p, t in list(zip(items, preds, gen.texts, strict=True))[: cfg.eval_examples]
     ]
     return RMEvalReport(metrics, rows, examples)

@@ -39,9 +39,15 @@ def _instruction(what: str, against: str, good: str, poor: str) -> str:
 
 
 TASK_PROMPTS: dict[str, TaskPrompt] = {
-    "summarization": TaskPrompt(_instruction("summary", "post", "supported facts", "wrong or invented facts"), "### Post", "### Summary"),
-    "code": TaskPrompt(_instruction("solution", "problem", "correct code", "buggy code"), "### Problem", "### Solution"),
-    "qa": TaskPrompt(_instruction("answer", "question", "correct claims", "wrong claims"), "### Question", "### Answer"),
+    "summarization": TaskPrompt(
+        _instruction("summary", "post", "supported facts", "wrong or invented facts"), "### Post", "### Summary"
+    ),
+    "code": TaskPrompt(
+        _instruction("solution", "problem", "correct code", "buggy code"), "### Problem", "### Solution"
+    ),
+    "qa": TaskPrompt(
+        _instruction("answer", "question", "correct claims", "wrong claims"), "### Question", "### Answer"
+    ),
 }
 
 
@@ -65,9 +71,13 @@ def _task_prompt(task: str) -> TaskPrompt:
 
 def _render(tokenizer, spec: TaskPrompt, prompt: str, response: str) -> str:
     if not getattr(tokenizer, "chat_template", None):
-        raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template; the reward model needs one")
+        raise ValueError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template; the reward model needs one"
+        )
     user = f"{spec.instruction}\n\n{spec.prompt_header}\n{prompt}\n\n{spec.response_header}\n{response}"
-    return tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
+    )
 
 
 def count_tokens(tokenizer, text: str) -> int:
@@ -112,7 +122,10 @@ def render_rm_prompt(tokenizer, task: str, prompt: str, response: str, max_promp
     n_prompt, n_response = count_tokens(tokenizer, prompt), count_tokens(tokenizer, response)
     for _ in range(8):  # tokens can merge across the cut; shrink until the rendered prompt fits
         keep_p, keep_r = _split_budget(budget, n_prompt, n_response)
-        shown_p, shown_r = truncate_to_tokens(tokenizer, prompt, keep_p), truncate_to_tokens(tokenizer, response, keep_r)
+        shown_p, shown_r = (
+            truncate_to_tokens(tokenizer, prompt, keep_p),
+            truncate_to_tokens(tokenizer, response, keep_r),
+        )
         text = _render(tokenizer, spec, shown_p, shown_r)
         n = count_tokens(tokenizer, text)
         if n <= max_prompt_tokens:

@@ -54,8 +54,11 @@ def _base_of_adapter(adapter_dir: Path, base_model: str | None) -> str:
     return json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8"))["base_model_name_or_path"]
 
 
-def load_reward_model(model_dir_or_adapter: str | Path, *, base_model: str | None = None, device: str | None = None, merge: bool = True):
-    """(model, tokenizer) from a LoRA adapter folder (base found in rm_train.json / adapter_config.json, or given) or a full model folder."""
+def load_reward_model(
+    model_dir_or_adapter: str | Path, *, base_model: str | None = None, device: str | None = None, merge: bool = True
+):
+    """(model, tokenizer) from a LoRA adapter folder (base found in rm_train.json / adapter_config.json, or given) or
+    a full model folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(model_dir_or_adapter)
@@ -102,8 +105,12 @@ def _generate_batch(model, tokenizer, texts: list[str], gen_cfg) -> tuple[list[s
     is_eos = new == tokenizer.eos_token_id
     has_eos = is_eos.any(dim=1)
     # tokens up to and including the first EOS; after it the batch is padded
-    lengths = torch.where(has_eos, is_eos.int().argmax(dim=1) + 1, torch.full_like(has_eos, new.shape[1], dtype=torch.long))
-    decoded = [tokenizer.decode(row[:n], skip_special_tokens=True) for row, n in zip(new, lengths.tolist(), strict=True)]
+    lengths = torch.where(
+        has_eos, is_eos.int().argmax(dim=1) + 1, torch.full_like(has_eos, new.shape[1], dtype=torch.long)
+    )
+    decoded = [
+        tokenizer.decode(row[:n], skip_special_tokens=True) for row, n in zip(new, lengths.tolist(), strict=True)
+    ]
     return decoded, lengths.tolist(), (~has_eos).tolist()
 
 
@@ -132,11 +139,15 @@ def parse_generation(text: str, hit_limit: bool, max_new_tokens: int) -> ParsedF
     return parsed
 
 
-def score(prompts: Sequence[str], responses: Sequence[str], *, model, tokenizer, task: str, cfg) -> list[ScoredResponse]:
+def score(
+    prompts: Sequence[str], responses: Sequence[str], *, model, tokenizer, task: str, cfg
+) -> list[ScoredResponse]:
     """Critique and spans for each (prompt, response), through the same prompt builder as training."""
     if len(prompts) != len(responses):
         raise ValueError(f"score: {len(prompts)} prompts but {len(responses)} responses")
-    texts = [build_rm_prompt(tokenizer, task, p, r, cfg.max_prompt_tokens) for p, r in zip(prompts, responses, strict=True)]
+    texts = [
+        build_rm_prompt(tokenizer, task, p, r, cfg.max_prompt_tokens) for p, r in zip(prompts, responses, strict=True)
+    ]
     gen = generate_texts(model, tokenizer, texts, cfg)
     return [parse_generation(t, h, cfg.max_new_tokens) for t, h in zip(gen.texts, gen.hit_limit, strict=True)]
 
@@ -144,7 +155,9 @@ def score(prompts: Sequence[str], responses: Sequence[str], *, model, tokenizer,
 class RewardModelScorer:
     """The trained RM as a reward source for PPO: ``critique_batch(rows) -> list[ParsedFeedback]``."""
 
-    def __init__(self, model_dir_or_adapter: str | Path, cfg=None, *, base_model: str | None = None, device: str | None = None):
+    def __init__(
+        self, model_dir_or_adapter: str | Path, cfg=None, *, base_model: str | None = None, device: str | None = None
+    ):
         from t2g_core.config.reward_model import RewardModelConfig
 
         self.cfg = cfg or RewardModelConfig()
@@ -158,6 +171,8 @@ class RewardModelScorer:
         out: list[ParsedFeedback | None] = [None] * len(rows)
         for task in dict.fromkeys(r["task"] for r in rows):
             idx = [i for i, r in enumerate(rows) if r["task"] == task]
-            for i, parsed in zip(idx, self.score([rows[i]["prompt"] for i in idx], [rows[i]["response"] for i in idx], task), strict=True):
+            for i, parsed in zip(
+                idx, self.score([rows[i]["prompt"] for i in idx], [rows[i]["response"] for i in idx], task), strict=True
+            ):
                 out[i] = parsed
         return out  # type: ignore[return-value]

@@ -236,7 +236,9 @@ def train_rm(
     if done is not None:
         return done
     history: list[dict[str, float]] = []
-    trainer = make_trainer(cfg, base_model, rm_df, out_dir, tracker=tracker, callbacks=callbacks, history=history, progress=progress)
+    trainer = make_trainer(
+        cfg, base_model, rm_df, out_dir, tracker=tracker, callbacks=callbacks, history=history, progress=progress
+    )
     resumed_from = last_checkpoint(out_dir) if resume else None
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=resumed_from)

@@ -16,7 +16,22 @@ from t2g_core.rl.rewards import (
 )
 
 __all__ = [
-    "REWARD_MODES", "AdaptiveKLController", "FixedKLController", "RewardMode", "assemble_rewards", "gae",
-    "last_token_index", "make_kl_controller", "masked_mean", "masked_var", "masked_whiten", "per_token_kl",
-    "place_on_last", "policy_loss", "position_ids_from_mask", "task_rewards", "token_logprobs", "value_loss",
+    "REWARD_MODES",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "RewardMode",
+    "assemble_rewards",
+    "gae",
+    "last_token_index",
+    "make_kl_controller",
+    "masked_mean",
+    "masked_var",
+    "masked_whiten",
+    "per_token_kl",
+    "place_on_last",
+    "policy_loss",
+    "position_ids_from_mask",
+    "task_rewards",
+    "token_logprobs",
+    "value_loss",
 ]

@@ -44,5 +44,7 @@ class AdaptiveKLController:
         self.value, self.target, self.horizon = float(state["value"]), float(state["target"]), int(state["horizon"])
 
 
-def make_kl_controller(init: float, adaptive: bool, target: float, horizon: int) -> FixedKLController | AdaptiveKLController:
+def make_kl_controller(
+    init: float, adaptive: bool, target: float, horizon: int
+) -> FixedKLController | AdaptiveKLController:
     return AdaptiveKLController(init, target, horizon) if adaptive else FixedKLController(init)

@@ -12,7 +12,9 @@ import torch
 from torch import Tensor
 
 
-def token_logprobs(logits: Tensor, token_ids: Tensor, temperature: float = 1.0) -> Tensor:  # (B, T, V), (B, T) -> (B, T)
+def token_logprobs(
+    logits: Tensor, token_ids: Tensor, temperature: float = 1.0
+) -> Tensor:  # (B, T, V), (B, T) -> (B, T)
     """log pi(y_t) for each position; logits are float32-upcast before the softmax."""
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
     return logp.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)

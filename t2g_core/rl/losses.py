@@ -7,7 +7,8 @@
 
 N defaults to the number of valid tokens; pass ``normalizer`` = the token count of the whole (global) minibatch
 when the minibatch is split over gradient-accumulation chunks or processes, so that the summed gradients equal
-those of one token-mean over the minibatch. ``approx_kl`` estimates KL(old || new) from the old samples with k3: mean((ratio - 1) - log ratio).
+those of one token-mean over the minibatch. ``approx_kl`` estimates KL(old || new) from the old samples with k3:
+mean((ratio - 1) - log ratio).
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ def _aggregate(x: Tensor, mask: Tensor, normalizer: float | Tensor | None) -> Te
 
 
 def policy_loss(
-    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, cliprange: float,
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    cliprange: float,
     normalizer: float | Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:  # (B, T) x4
     """Clipped surrogate loss and detached stats sums: clipfrac, approx_kl, ratio (means over ``normalizer``)."""
@@ -42,7 +47,11 @@ def policy_loss(
 
 
 def value_loss(
-    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, cliprange_value: float,
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    cliprange_value: float,
     normalizer: float | Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:  # (B, T) x4
     """Clipped value loss (max of unclipped and clipped squared error) and its clip fraction."""

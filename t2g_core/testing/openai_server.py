@@ -56,8 +56,12 @@ def quoting_answer(request: dict[str, Any]) -> str:
     good = [" ".join(words[:3])] if len(words) >= 3 else []
     poor = [" ".join(words[-2:])] if len(words) >= 6 else []
     return json.dumps(
-        {"reasoning": "Step 1: read the response. Step 2: compare.", "critique": "Mostly fine; the ending is weak.",
-         "good_spans": good, "poor_spans": poor}
+        {
+            "reasoning": "Step 1: read the response. Step 2: compare.",
+            "critique": "Mostly fine; the ending is weak.",
+            "good_spans": good,
+            "poor_spans": poor,
+        }
     )
 
 
@@ -223,14 +227,19 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 server.auth_headers.append(self.headers.get("Authorization", ""))
             rf = request.get("response_format") or {}
             if rf.get("type") == "json_schema" and not server.json_schema:
-                self._send(400, {"error": {"message": "response_format json_schema is not supported", "param": "response_format"}})
+                self._send(
+                    400,
+                    {"error": {"message": "response_format json_schema is not supported", "param": "response_format"}},
+                )
                 return
             reply = server.reply_for(request, fault)
             time.sleep(server.latency_s + reply.delay_s)
             if reply.status != 200:
                 self._send(reply.status, {"error": {"message": reply.content or "error"}}, reply.headers)
             else:
-                self._send(200, reply.body if reply.body is not None else _completion_body(request, reply), reply.headers)
+                self._send(
+                    200, reply.body if reply.body is not None else _completion_body(request, reply), reply.headers
+                )
 
     return Handler
 

@@ -18,7 +18,24 @@ from t2g_core.validation.sampling import draw_sample
 from t2g_core.validation.stage import check_batch, gold_by_id, review_sample, with_review, write_report
 
 __all__ = [
-    "Alignment", "AlignmentResult", "Batch", "CheckResult", "GoldSpan", "ValidationReport", "check_batch",
-    "compute_alignment", "draw_sample", "gold_by_id", "ground_truth_review", "make_batch", "parse_gold",
-    "plot_checks", "render_markdown", "review_sample", "run_checks", "wilson_interval", "with_review", "write_report",
+    "Alignment",
+    "AlignmentResult",
+    "Batch",
+    "CheckResult",
+    "GoldSpan",
+    "ValidationReport",
+    "check_batch",
+    "compute_alignment",
+    "draw_sample",
+    "gold_by_id",
+    "ground_truth_review",
+    "make_batch",
+    "parse_gold",
+    "plot_checks",
+    "render_markdown",
+    "review_sample",
+    "run_checks",
+    "wilson_interval",
+    "with_review",
+    "write_report",
 ]

@@ -19,7 +19,13 @@ import pandas as pd
 from t2g_core.schemas import ANNOTATIONS, FEEDBACK, SPANS, SchemaError, validate_frame
 
 WORD_RE = re.compile(r"\w+|[^\w\s]")
-GOLD_LABELS = {"positive": "positive", "good": "positive", "negative": "negative", "poor": "negative", "bad": "negative"}
+GOLD_LABELS = {
+    "positive": "positive",
+    "good": "positive",
+    "negative": "negative",
+    "poor": "negative",
+    "bad": "negative",
+}
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,9 @@ def tokenizer_offsets(tokenizer) -> TokenOffsets:
     """Token offsets from a Hugging Face fast tokenizer (no special tokens), as the policy and reward model see it."""
 
     def offsets(text: str) -> list[tuple[int, int]]:
-        return [tuple(o) for o in tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]]
+        return [
+            tuple(o) for o in tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        ]
 
     return offsets
 
@@ -78,7 +86,9 @@ def parse_gold(meta: object, file: str = "feedback", row: int | None = None) -> 
     for g in data["gold_spans"]:
         label = GOLD_LABELS.get(str(g.get("label", "")).lower())
         if label is None:
-            raise SchemaError(file, f"meta.gold_spans label {g.get('label')!r} is not positive/negative", column="meta", row=row)
+            raise SchemaError(
+                file, f"meta.gold_spans label {g.get('label')!r} is not positive/negative", column="meta", row=row
+            )
         out.append(GoldSpan(int(g["start"]), int(g["end"]), label))
     return out
 
@@ -92,7 +102,9 @@ def _feedback_columns(feedback: pd.DataFrame | None) -> pd.DataFrame:
     return fb.assign(gold=gold)[cols]
 
 
-def make_batch(annotations: pd.DataFrame, spans: pd.DataFrame, feedback: pd.DataFrame | None = None, tokenizer=None) -> Batch:
+def make_batch(
+    annotations: pd.DataFrame, spans: pd.DataFrame, feedback: pd.DataFrame | None = None, tokenizer=None
+) -> Batch:
     """Validate the inputs against their schemas and join them into a :class:`Batch`.
 
     ``tokenizer`` (a fast Hugging Face tokenizer) makes the labelled-token check count its tokens instead of words.
@@ -106,7 +118,9 @@ def make_batch(annotations: pd.DataFrame, spans: pd.DataFrame, feedback: pd.Data
     if feedback is not None:
         missing = sorted(set(items["id"]) - set(fb["id"]))
         if missing:
-            raise SchemaError("annotations", f"{len(missing)} id(s) not in the feedback, e.g. {missing[0]!r}", column="id")
+            raise SchemaError(
+                "annotations", f"{len(missing)} id(s) not in the feedback, e.g. {missing[0]!r}", column="id"
+            )
     items["gold"] = [g if isinstance(g, list) else None for g in items["gold"]]
     items = items.astype({"task": object, "prompt": object, "response": object})
     if tokenizer is None:

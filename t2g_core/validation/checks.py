@@ -54,7 +54,9 @@ class CheckResult:
         return "report only"
 
 
-def judge(name: str, value: float, lo: float | None, hi: float | None, detail: str, worst: list[dict] | None = None) -> CheckResult:
+def judge(
+    name: str, value: float, lo: float | None, hi: float | None, detail: str, worst: list[dict] | None = None
+) -> CheckResult:
     """Compare ``value`` with its bounds; NaN (nothing to measure) is ``skipped``."""
     if value is None or math.isnan(value):
         return CheckResult(name, float("nan"), lo, hi, "skipped", detail)
@@ -74,18 +76,35 @@ def check_n_items(b: Batch, cfg: ValidateConfig) -> CheckResult:
 def check_failure_rate(b: Batch, cfg: ValidateConfig) -> CheckResult:
     bad = b.items[b.items["status"] != "ok"]
     counts = bad["status"].value_counts().to_dict()
-    worst = [{"id": r.id, "annotator": r.annotator, "status": r.status, "error": str(r.error or "")[:120]} for r in bad.itertuples()]
-    detail = f"{len(bad)} of {len(b.items)} not ok" + (f" ({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))})" if counts else "")
-    return judge("failure_rate", _rate(len(bad), len(b.items)), None, cfg.max_parse_failure_rate, detail, worst[: cfg.worst_items])
+    worst = [
+        {"id": r.id, "annotator": r.annotator, "status": r.status, "error": str(r.error or "")[:120]}
+        for r in bad.itertuples()
+    ]
+    detail = f"{len(bad)} of {len(b.items)} not ok" + (
+        f" ({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))})" if counts else ""
+    )
+    return judge(
+        "failure_rate",
+        _rate(len(bad), len(b.items)),
+        None,
+        cfg.max_parse_failure_rate,
+        detail,
+        worst[: cfg.worst_items],
+    )
 
 
 def check_unmatched_rate(b: Batch, cfg: ValidateConfig) -> CheckResult:
     um = b.spans[b.spans["match"] == "unmatched"]
     per_item = um.groupby("id")["text"].agg(["count", "first"]).sort_values("count", ascending=False, kind="stable")
     totals = b.spans.groupby("id").size()
-    worst = [{"id": i, "unmatched": int(r["count"]), "spans": int(totals[i]), "example": r["first"][:80]} for i, r in per_item.iterrows()]
+    worst = [
+        {"id": i, "unmatched": int(r["count"]), "spans": int(totals[i]), "example": r["first"][:80]}
+        for i, r in per_item.iterrows()
+    ]
     detail = f"{len(um)} of {len(b.spans)} spans unmatched"
-    return judge("unmatched_rate", _rate(len(um), len(b.spans)), None, cfg.max_unmatched_rate, detail, worst[: cfg.worst_items])
+    return judge(
+        "unmatched_rate", _rate(len(um), len(b.spans)), None, cfg.max_unmatched_rate, detail, worst[: cfg.worst_items]
+    )
 
 
 def check_no_span_rate(b: Batch, cfg: ValidateConfig) -> CheckResult:
@@ -93,7 +112,9 @@ def check_no_span_rate(b: Batch, cfg: ValidateConfig) -> CheckResult:
     empty = ok[ok["n_quoted"] == 0]
     worst = [{"id": r.id, "annotator": r.annotator, "critique": str(r.critique or "")[:80]} for r in empty.itertuples()]
     detail = f"{len(empty)} of {len(ok)} ok items quote no span"
-    return judge("no_span_rate", _rate(len(empty), len(ok)), None, cfg.max_no_span_rate, detail, worst[: cfg.worst_items])
+    return judge(
+        "no_span_rate", _rate(len(empty), len(ok)), None, cfg.max_no_span_rate, detail, worst[: cfg.worst_items]
+    )
 
 
 def check_label_balance(b: Batch, cfg: ValidateConfig) -> CheckResult:
@@ -103,12 +124,21 @@ def check_label_balance(b: Batch, cfg: ValidateConfig) -> CheckResult:
     per_item = b.spans[b.spans["label"] == majority].groupby("id").size().sort_values(ascending=False, kind="stable")
     worst = [{"id": i, f"{majority}_spans": int(n)} for i, n in per_item.items()]
     detail = f"{pos} positive, {neg} negative spans"
-    return judge("minority_label_frac", _rate(min(pos, neg), pos + neg), cfg.min_minority_label_frac, None, detail, worst[: cfg.worst_items])
+    return judge(
+        "minority_label_frac",
+        _rate(min(pos, neg), pos + neg),
+        cfg.min_minority_label_frac,
+        None,
+        detail,
+        worst[: cfg.worst_items],
+    )
 
 
 def labelled_tokens(response: str, spans: pd.DataFrame, token_offsets: TokenOffsets = word_offsets) -> tuple[int, int]:
     """(tokens overlapping a matched span, all tokens) of one response; tokens are words unless offsets are given."""
-    ranges = [(int(s), int(e)) for s, e in zip(spans["start"], spans["end"], strict=True) if pd.notna(s) and pd.notna(e)]
+    ranges = [
+        (int(s), int(e)) for s, e in zip(spans["start"], spans["end"], strict=True) if pd.notna(s) and pd.notna(e)
+    ]
     tokens = [(ts, te) for ts, te in token_offsets(response) if te > ts]
     hit = sum(any(ts < e and s < te for s, e in ranges) for ts, te in tokens)
     return hit, len(tokens)
@@ -117,7 +147,14 @@ def labelled_tokens(response: str, spans: pd.DataFrame, token_offsets: TokenOffs
 def check_labelled_tokens(b: Batch, cfg: ValidateConfig) -> CheckResult:
     name = "labelled_token_frac"
     if not b.has_responses:
-        return CheckResult(name, float("nan"), cfg.min_labelled_token_frac, cfg.max_labelled_token_frac, "skipped", "needs --feedback (responses)")
+        return CheckResult(
+            name,
+            float("nan"),
+            cfg.min_labelled_token_frac,
+            cfg.max_labelled_token_frac,
+            "skipped",
+            "needs --feedback (responses)",
+        )
     ok = b.items[(b.items["status"] == "ok") & b.items["response"].notna()].drop_duplicates("id")
     by_id = dict(tuple(b.spans.groupby("id")))
     rows = []
@@ -129,12 +166,16 @@ def check_labelled_tokens(b: Batch, cfg: ValidateConfig) -> CheckResult:
     high = not math.isnan(value) and value > cfg.max_labelled_token_frac
     worst = sorted(rows, key=lambda r: r["frac"], reverse=high)
     detail = f"{hit} of {tot} response {b.tokens_name} in a matched span"
-    return judge(name, value, cfg.min_labelled_token_frac, cfg.max_labelled_token_frac, detail, worst[: cfg.worst_items])
+    return judge(
+        name, value, cfg.min_labelled_token_frac, cfg.max_labelled_token_frac, detail, worst[: cfg.worst_items]
+    )
 
 
 def check_span_f1(b: Batch, cfg: ValidateConfig) -> CheckResult:
     if not b.has_gold:
-        return CheckResult("span_f1", float("nan"), cfg.min_span_f1, None, "skipped", "no ground truth (feedback meta.gold_spans)")
+        return CheckResult(
+            "span_f1", float("nan"), cfg.min_span_f1, None, "skipped", "no ground truth (feedback meta.gold_spans)"
+        )
     rows = item_gold_prf(b)
     prf = micro_prf(rows)
     p, r_, f1 = prf["precision"], prf["recall"], prf["f1"]

@@ -59,7 +59,9 @@ def gate_value(a: Alignment, gate_on: str) -> float:
     return a.interval[0] if gate_on == "lower_bound" else a.point
 
 
-def compute_alignment(sample: ReviewSample, verdicts: ReviewVerdicts, cfg: ValidateConfig, source: str = "verdicts") -> AlignmentResult:
+def compute_alignment(
+    sample: ReviewSample, verdicts: ReviewVerdicts, cfg: ValidateConfig, source: str = "verdicts"
+) -> AlignmentResult:
     """Alignment of ``verdicts`` on ``sample`` and the gate outcome; raises VerdictError on foreign items."""
     check_verdicts(sample, verdicts, source)
     counts: dict[str, list[int]] = {}
@@ -76,7 +78,13 @@ def compute_alignment(sample: ReviewSample, verdicts: ReviewVerdicts, cfg: Valid
     if not groups:
         failed = ["all"]
     return AlignmentResult(
-        reviewer=verdicts.reviewer, overall=overall, per_task=per_task, n_items=len(verdicts.items),
-        expected_judgements=sample.n_judgements, gate_on=cfg.alignment_gate_on, threshold=cfg.min_alignment,
-        scope=cfg.alignment_gate_scope, failed_groups=failed,
+        reviewer=verdicts.reviewer,
+        overall=overall,
+        per_task=per_task,
+        n_items=len(verdicts.items),
+        expected_judgements=sample.n_judgements,
+        gate_on=cfg.alignment_gate_on,
+        threshold=cfg.min_alignment,
+        scope=cfg.alignment_gate_scope,
+        failed_groups=failed,
     )

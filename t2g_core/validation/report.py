@@ -36,7 +36,10 @@ class ValidationReport:
             al = self.alignment
             values = {a.group: gate_value(a, al.gate_on) for a in [*al.per_task, al.overall]}
             for group in al.failed_groups:
-                out.append(f"human_alignment[{group}] {values.get(group, float('nan')):.3f} ({al.gate_on}) below {al.threshold:g}")
+                out.append(
+                    f"human_alignment[{group}] {values.get(group, float('nan')):.3f} ({al.gate_on}) below "
+                    f"{al.threshold:g}"
+                )
         return out
 
     @property
@@ -52,7 +55,10 @@ class ValidationReport:
     def to_dict(self) -> dict:
         al = None
         if self.alignment is not None:
-            al = {**asdict(self.alignment), "groups": [_alignment_row(a) for a in [*self.alignment.per_task, self.alignment.overall]]}
+            al = {
+                **asdict(self.alignment),
+                "groups": [_alignment_row(a) for a in [*self.alignment.per_task, self.alignment.overall]],
+            }
         return {
             "status": self.status,
             "failures": self.failures,
@@ -87,7 +93,14 @@ def markdown_table(rows: list[dict]) -> str:
 
 def _alignment_row(a) -> dict:
     lo, hi = a.interval
-    return {"task": a.group, "agreed": a.agreed, "judged": a.judged, "alignment": a.point, "ci95_low": lo, "ci95_high": hi}
+    return {
+        "task": a.group,
+        "agreed": a.agreed,
+        "judged": a.judged,
+        "alignment": a.point,
+        "ci95_low": lo,
+        "ci95_high": hi,
+    }
 
 
 def _alignment_md(al: AlignmentResult) -> str:
@@ -99,7 +112,8 @@ def _alignment_md(al: AlignmentResult) -> str:
     rows = [{**_alignment_row(a), "gate": gate(a.group)} for a in [*al.per_task, al.overall]]
     head = (
         f"## Human alignment (reviewer: {al.reviewer})\n\n{al.n_items} items reviewed, "
-        f"{al.overall.judged} of {al.expected_judgements} judgements made. Gate: {al.gate_on} of the Wilson 95% interval "
+        f"{al.overall.judged} of {al.expected_judgements} judgements made. Gate: {al.gate_on} of the Wilson 95% "
+        f"interval "
         f">= {al.threshold:g}, {al.scope.replace('_', ' ')}.\n\n"
     )
     return head + markdown_table(rows)
@@ -110,7 +124,16 @@ def render_markdown(report: ValidationReport, chart: str | None = None) -> str:
     if report.failures:
         parts.append("Failed gates:\n\n" + "\n".join(f"- {f}" for f in report.failures) + "\n")
     parts += [f"> {n}\n" for n in report.notes]
-    rows = [{"check": c.name, "value": c.value, "threshold": c.threshold_text, "status": c.status.upper(), "detail": c.detail} for c in report.checks]
+    rows = [
+        {
+            "check": c.name,
+            "value": c.value,
+            "threshold": c.threshold_text,
+            "status": c.status.upper(),
+            "detail": c.detail,
+        }
+        for c in report.checks
+    ]
     parts.append("## Checks\n\n" + markdown_table(rows))
     if chart:
         parts.append(f"![checks vs thresholds]({chart})\n")
@@ -133,7 +156,9 @@ def plot_checks(report: ValidationReport, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    bars = [(c.name, c.value, c.min_allowed, c.max_allowed, c.status) for c in report.checks if c.name not in COUNT_CHECKS]
+    bars = [
+        (c.name, c.value, c.min_allowed, c.max_allowed, c.status) for c in report.checks if c.name not in COUNT_CHECKS
+    ]
     if report.alignment is not None:
         al = report.alignment
         groups = al.per_task if al.scope == "per_task" and al.per_task else [al.overall]

@@ -21,7 +21,10 @@ def _critique_ok(item: ReviewItem, gold: list[GoldSpan]) -> bool:
 
 
 def judge_item(item: ReviewItem, gold: list[GoldSpan]) -> ItemVerdict:
-    spans = [SpanJudgement(span_index=s.span_index, agree=overlaps(s.start, s.end, s.label, gold), text=s.text) for s in item.spans]
+    spans = [
+        SpanJudgement(span_index=s.span_index, agree=overlaps(s.start, s.end, s.label, gold), text=s.text)
+        for s in item.spans
+    ]
     critique = _critique_ok(item, gold) if item.critique is not None else None
     return ItemVerdict(id=item.id, spans=spans, critique_acceptable=critique, comment="judged against meta.gold_spans")
 

@@ -16,7 +16,14 @@ from t2g_core.validation.human import compute_alignment
 from t2g_core.validation.report import ValidationReport, plot_checks, render_markdown
 from t2g_core.validation.sampling import draw_sample
 
-BREAKDOWN_CHECKS = ("failure_rate", "unmatched_rate", "no_span_rate", "minority_label_frac", "labelled_token_frac", "span_f1")
+BREAKDOWN_CHECKS = (
+    "failure_rate",
+    "unmatched_rate",
+    "no_span_rate",
+    "minority_label_frac",
+    "labelled_token_frac",
+    "span_f1",
+)
 
 
 def breakdown(b: Batch, cfg: ValidateConfig, column: str) -> pd.DataFrame:
@@ -43,7 +50,14 @@ def group_check(tables: dict[str, pd.DataFrame], cfg: ValidateConfig) -> CheckRe
         if row["failing"] != "-"
     ]
     detail = ", ".join(w["group"] for w in worst) or "none"
-    return judge("failing_groups", len(worst), None, 0 if cfg.gate_breakdowns else None, detail, worst[: max(cfg.worst_items, 1) * 2])
+    return judge(
+        "failing_groups",
+        len(worst),
+        None,
+        0 if cfg.gate_breakdowns else None,
+        detail,
+        worst[: max(cfg.worst_items, 1) * 2],
+    )
 
 
 def check_batch(b: Batch, cfg: ValidateConfig) -> ValidationReport:
@@ -63,7 +77,13 @@ def gold_by_id(b: Batch) -> dict[str, list[GoldSpan] | None]:
     return dict(zip(b.items["id"], b.items["gold"], strict=True))
 
 
-def with_review(report: ValidationReport, sample: ReviewSample, verdicts: ReviewVerdicts, cfg: ValidateConfig, source: str = "verdicts") -> ValidationReport:
+def with_review(
+    report: ValidationReport,
+    sample: ReviewSample,
+    verdicts: ReviewVerdicts,
+    cfg: ValidateConfig,
+    source: str = "verdicts",
+) -> ValidationReport:
     """The report with the human-alignment result of ``verdicts`` (raises VerdictError on foreign items)."""
     return replace(report, alignment=compute_alignment(sample, verdicts, cfg, source), review_pending=False)
 

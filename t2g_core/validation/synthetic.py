@@ -55,7 +55,9 @@ def _item(i: int, rng: np.random.Generator, n_wrong: int) -> tuple[dict, list[tu
     return feedback, quotes
 
 
-def _defects(quotes: list[tuple[str, str]], rng: np.random.Generator, unmatched: float, flip: float, all_positive: bool):
+def _defects(
+    quotes: list[tuple[str, str]], rng: np.random.Generator, unmatched: float, flip: float, all_positive: bool
+):
     out = []
     for text, label in quotes:
         if rng.random() < unmatched:
@@ -71,17 +73,32 @@ def _spans(item_id: str, response: str, quotes: list[tuple[str, str]]) -> list[d
     for k, (text, label) in enumerate(quotes):
         start = response.find(text)
         found = start >= 0
-        rows.append({
-            "id": item_id, "span_index": k, "label": label, "text": text,
-            "start": start if found else None, "end": start + len(text) if found else None,
-            "match": "exact" if found else "unmatched", "score": 100.0 if found else 0.0,
-        })
+        rows.append(
+            {
+                "id": item_id,
+                "span_index": k,
+                "label": label,
+                "text": text,
+                "start": start if found else None,
+                "end": start + len(text) if found else None,
+                "match": "exact" if found else "unmatched",
+                "score": 100.0 if found else 0.0,
+            }
+        )
     return rows
 
 
 def make_synthetic_batch(
-    n_items: int = 40, seed: int = 0, *, unmatched: float = 0.0, flip: float = 0.0, all_positive: bool = False,
-    failed: float = 0.0, annotators: tuple[str, ...] = ("critic-a", "critic-b"), task: str = "summarization", id_prefix: str = "sum",
+    n_items: int = 40,
+    seed: int = 0,
+    *,
+    unmatched: float = 0.0,
+    flip: float = 0.0,
+    all_positive: bool = False,
+    failed: float = 0.0,
+    annotators: tuple[str, ...] = ("critic-a", "critic-b"),
+    task: str = "summarization",
+    id_prefix: str = "sum",
 ) -> SyntheticBatch:
     rng = np.random.default_rng(seed)
     fb_rows, ann_rows, span_rows = [], [], []
@@ -93,12 +110,25 @@ def make_synthetic_batch(
         ok = rng.random() >= failed
         good = [t for t, lab in quotes if lab == "positive"] if ok else []
         poor = [t for t, lab in quotes if lab == "negative"] if ok else []
-        critique = ("The summary gets " + ", ".join(poor) + " wrong." if poor else "The summary is faithful.") if ok else None
-        ann_rows.append({
-            "id": item_id, "annotator": annotators[i % len(annotators)], "critique": critique, "good_spans": good,
-            "poor_spans": poor, "reasoning": None, "status": "ok" if ok else "api_error",
-            "error": None if ok else "HTTP 503 from the endpoint", "raw": None, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0,
-        })
+        critique = (
+            ("The summary gets " + ", ".join(poor) + " wrong." if poor else "The summary is faithful.") if ok else None
+        )
+        ann_rows.append(
+            {
+                "id": item_id,
+                "annotator": annotators[i % len(annotators)],
+                "critique": critique,
+                "good_spans": good,
+                "poor_spans": poor,
+                "reasoning": None,
+                "status": "ok" if ok else "api_error",
+                "error": None if ok else "HTTP 503 from the endpoint",
+                "raw": None,
+                "prompt_tokens": 0,
+                "completion_tokens": 0,
+                "latency_s": 0.0,
+            }
+        )
         if ok:
             span_rows += _spans(item_id, fb["response"], quotes)
     spans = pd.DataFrame(span_rows, columns=["id", "span_index", "label", "text", "start", "end", "match", "score"])

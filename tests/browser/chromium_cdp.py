@@ -15,8 +15,15 @@ from pathlib import Path
 from websockets.sync.client import connect
 
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--remote-debugging-port=0",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--remote-debugging-port=0",
 ]
 
 
@@ -33,8 +40,11 @@ class Browser:
 
     def __init__(self, binary: str, profile: Path, timeout: float = 30.0):
         self.timeout = timeout
-        self.proc = subprocess.Popen([binary, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [binary, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
         while not port_file.exists() or len(port_file.read_text().split()) < 2:
@@ -64,11 +74,20 @@ class Browser:
             self.events.append(reply)
 
     def open(self, url: str, download_dir: Path) -> None:
-        self.send("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(download_dir), "eventsEnabled": True}, browser=True)
+        self.send(
+            "Browser.setDownloadBehavior",
+            {"behavior": "allow", "downloadPath": str(download_dir), "eventsEnabled": True},
+            browser=True,
+        )
         target = self.send("Target.createTarget", {"url": "about:blank"}, browser=True)["targetId"]
-        self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True}, browser=True)["sessionId"]
+        self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True}, browser=True)[
+            "sessionId"
+        ]
         self.send("Page.enable")
-        self.send("Emulation.setDeviceMetricsOverride", {"width": 1200, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": 1200, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+        )
         self.send("Page.navigate", {"url": url})
         self.wait_for("document.readyState === 'complete'")
 
@@ -95,7 +114,10 @@ class Browser:
         if box is None:
             raise LookupError(f"no element {selector}")
         for kind in ("mousePressed", "mouseReleased"):
-            self.send("Input.dispatchMouseEvent", {"type": kind, "x": box["x"], "y": box["y"], "button": "left", "clickCount": 1})
+            self.send(
+                "Input.dispatchMouseEvent",
+                {"type": kind, "x": box["x"], "y": box["y"], "button": "left", "clickCount": 1},
+            )
 
     def type_text(self, selector: str, text: str) -> None:
         self.click(selector)

@@ -44,7 +44,8 @@ def test_spans_are_highlighted_in_colour(page):
     browser, sample, _, _ = page
     marks = browser.eval(
         "Array.from(document.querySelectorAll('.item')).map(it => ({id: it.dataset.id, marks: Array.from("
-        "it.querySelectorAll('.response mark')).map(m => ({cls: m.className, spans: m.dataset.spans, text: m.textContent,"
+        "it.querySelectorAll('.response mark')).map(m => ({cls: m.className, spans: m.dataset.spans, text: "
+        "m.textContent,"
         " bg: getComputedStyle(m).backgroundColor}))}))"
     )
     assert [m["id"] for m in marks] == [it.id for it in sample.items]
@@ -59,16 +60,22 @@ def test_spans_are_highlighted_in_colour(page):
 
 
 def _plan(sample) -> ReviewVerdicts:
-    """What the test clicks: item 0 all agree + acceptable; item 1 first span disagree + not acceptable; item 2 one span."""
+    """What the test clicks: item 0 all agree + acceptable; item 1 first span disagree + not acceptable; item 2 one
+    span."""
     items = []
     for n, it in enumerate(sample.items[:3]):
         if n == 2:
             spans = [SpanJudgement(span_index=it.spans[0].span_index, agree=True, text=it.spans[0].text)]
             crit = None
         else:
-            spans = [SpanJudgement(span_index=sp.span_index, agree=not (n == 1 and k == 0), text=sp.text) for k, sp in enumerate(it.spans)]
+            spans = [
+                SpanJudgement(span_index=sp.span_index, agree=not (n == 1 and k == 0), text=sp.text)
+                for k, sp in enumerate(it.spans)
+            ]
             crit = n == 0
-        items.append(ItemVerdict(id=it.id, spans=spans, critique_acceptable=crit, comment="typo in span 0" if n == 1 else ""))
+        items.append(
+            ItemVerdict(id=it.id, spans=spans, critique_acceptable=crit, comment="typo in span 0" if n == 1 else "")
+        )
     return ReviewVerdicts(reviewer="Ada Reviewer", sample_key=sample.key, items=items)
 
 
@@ -80,11 +87,16 @@ def test_clicking_choices_downloads_the_expected_verdicts(page):
         for j in v.spans:
             browser.click(f'input[name="i{n}-s{j.span_index}"][value="{"agree" if j.agree else "disagree"}"]')
         if v.critique_acceptable is not None:
-            browser.click(f'input[name="i{n}-c"][value="{"acceptable" if v.critique_acceptable else "not_acceptable"}"]')
+            browser.click(
+                f'input[name="i{n}-c"][value="{"acceptable" if v.critique_acceptable else "not_acceptable"}"]'
+            )
         if v.comment:
             browser.type_text(f"#note-{n}", v.comment)
     made = sum(len(v.spans) + (v.critique_acceptable is not None) for v in plan.items)
-    assert browser.eval("document.getElementById('progress').textContent") == f"{made} of {sample.n_judgements} judgements made"
+    assert (
+        browser.eval("document.getElementById('progress').textContent")
+        == f"{made} of {sample.n_judgements} judgements made"
+    )
     browser.click("#download")
     target = downloads / f"verdicts-{sample.key}.json"
     deadline = time.monotonic() + 20

@@ -13,7 +13,7 @@ CORPUS = [
     "Alice moved to Paris in 2019 and works as a nurse at the city hospital.",
     "def add(a, b):\n    return a + b\n",
     "for i in range(10):\n    if i % 2 == 0:\n        print(i)\n",
-    "“Curly quotes” and ‘single ones’ aren't the same as \"straight\" quotes.",
+    '“Curly quotes” and ‘single ones’ aren\'t the same as "straight" quotes.',
     "Emoji 😀 🎉 👍🏽 and CJK 中文字符 日本語のテキスト 한국어 mixed in.",
     "**Bold** and _italic_ markdown with `code` spans.",
     "Numbers 3.14, 42, 1e-5 and symbols: $ € £ ¥ % & @ #.",
@@ -36,7 +36,9 @@ def byte_level_bpe(corpus: Iterable[str] = CORPUS, vocab_size: int = 400):
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=True)
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(list(corpus), trainer)
     return _wrap(tok, eos_token="<|endoftext|>", pad_token="<pad>")
@@ -53,7 +55,8 @@ def wordpiece(corpus: Iterable[str] = CORPUS, vocab_size: int = 600):
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]"])
     tok.train_from_iterator(list(corpus), trainer)
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))]
+        single="[CLS] $A [SEP]",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
     )
     return _wrap(tok, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]")
 

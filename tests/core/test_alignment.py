@@ -80,15 +80,26 @@ def test_label_stats():
 
 def feedback_frame() -> pd.DataFrame:
     rows = [
-        ("sum-1", "Alice lives in “Paris” and works as a nurse.", ),
+        (
+            "sum-1",
+            "Alice lives in “Paris” and works as a nurse.",
+        ),
         ("sum-2", "def f(x):\n        return x + 1\n"),
         ("sum-3", "Nothing to see here."),
     ]
-    return pd.DataFrame({
-        "id": [r[0] for r in rows], "task": ["summarization", "code", "qa"], "prompt": ["p"] * 3,
-        "response": [r[1] for r in rows], "critique": [None] * 3, "reference": [None] * 3, "tests": [None] * 3,
-        "entry_point": [None] * 3, "meta": [None] * 3,
-    })
+    return pd.DataFrame(
+        {
+            "id": [r[0] for r in rows],
+            "task": ["summarization", "code", "qa"],
+            "prompt": ["p"] * 3,
+            "response": [r[1] for r in rows],
+            "critique": [None] * 3,
+            "reference": [None] * 3,
+            "tests": [None] * 3,
+            "entry_point": [None] * 3,
+            "meta": [None] * 3,
+        }
+    )
 
 
 def annotations_frame(ids=("sum-1", "sum-2", "sum-3"), annotator="ref") -> pd.DataFrame:
@@ -97,12 +108,22 @@ def annotations_frame(ids=("sum-1", "sum-2", "sum-3"), annotator="ref") -> pd.Da
         "sum-2": ([], ["def f(x):\n    return x + 1"]),
         "sum-3": ([], []),
     }
-    return pd.DataFrame({
-        "id": list(ids), "annotator": [annotator] * len(ids), "critique": ["c"] * len(ids),
-        "good_spans": [spans[i][0] for i in ids], "poor_spans": [spans[i][1] for i in ids], "reasoning": [None] * len(ids),
-        "status": ["ok", "ok", "parse_error"][: len(ids)], "error": [None] * len(ids), "raw": [None] * len(ids),
-        "prompt_tokens": [0] * len(ids), "completion_tokens": [0] * len(ids), "latency_s": [0.0] * len(ids),
-    })
+    return pd.DataFrame(
+        {
+            "id": list(ids),
+            "annotator": [annotator] * len(ids),
+            "critique": ["c"] * len(ids),
+            "good_spans": [spans[i][0] for i in ids],
+            "poor_spans": [spans[i][1] for i in ids],
+            "reasoning": [None] * len(ids),
+            "status": ["ok", "ok", "parse_error"][: len(ids)],
+            "error": [None] * len(ids),
+            "raw": [None] * len(ids),
+            "prompt_tokens": [0] * len(ids),
+            "completion_tokens": [0] * len(ids),
+            "latency_s": [0.0] * len(ids),
+        }
+    )
 
 
 def test_align_frame_writes_valid_spans_and_keeps_unmatched(tmp_path):
@@ -114,7 +135,7 @@ def test_align_frame_writes_valid_spans_and_keeps_unmatched(tmp_path):
     assert list(back["match"]) == ["exact", "normalized", "unmatched", "normalized"]
     assert list(back["label"]) == ["positive", "negative", "negative", "negative"]
     r = fb["response"][0]
-    assert r[int(back["start"][1]): int(back["end"][1])] == "lives in “Paris”"
+    assert r[int(back["start"][1]) : int(back["end"][1])] == "lives in “Paris”"
     assert pd.isna(back["start"][2])
     items = spans_by_item(back)
     assert [s.match for s in items["sum-1"]] == ["exact", "normalized", "unmatched"] and items["sum-1"][2].start is None
@@ -139,7 +160,9 @@ def test_cli_align_writes_spans_and_prints_metrics(tmp_path):
     fb_path, ann_path, out = tmp_path / "feedback.parquet", tmp_path / "ann.parquet", tmp_path / "spans.parquet"
     write_parquet(feedback_frame(), fb_path, "feedback")
     write_parquet(annotations_frame(), ann_path, "annotations")
-    result = CliRunner().invoke(app, ["align", str(fb_path), str(ann_path), "-o", str(out), "--set", "align.fuzzy_threshold=90"])
+    result = CliRunner().invoke(
+        app, ["align", str(fb_path), str(ann_path), "-o", str(out), "--set", "align.fuzzy_threshold=90"]
+    )
     assert result.exit_code == 0, result.output
     assert "unmatched_rate" in result.output and "4 spans from 2 items" in result.output
     assert len(read_artifact(out, "spans")) == 4
@@ -156,7 +179,9 @@ def test_cli_align_names_bad_file(tmp_path):
     write_parquet(feedback_frame(), fb_path, "feedback")
     bad = annotations_frame().drop(columns=["status"])
     bad.to_parquet(tmp_path / "ann.parquet")
-    result = CliRunner().invoke(app, ["align", str(fb_path), str(tmp_path / "ann.parquet"), "-o", str(tmp_path / "s.parquet")])
+    result = CliRunner().invoke(
+        app, ["align", str(fb_path), str(tmp_path / "ann.parquet"), "-o", str(tmp_path / "s.parquet")]
+    )
     assert result.exit_code != 0 and "ann.parquet" in result.output and "status" in result.output
 
 
@@ -166,7 +191,9 @@ def test_cli_align_reports_token_metrics_with_a_tokenizer(tmp_path):
     write_parquet(annotations_frame(), ann_path, "annotations")
     _tokenizers.byte_level_bpe().save_pretrained(tmp_path / "tok")
     out = tmp_path / "spans.parquet"
-    result = CliRunner().invoke(app, ["align", str(fb_path), str(ann_path), "-o", str(out), "--tokenizer", str(tmp_path / "tok")])
+    result = CliRunner().invoke(
+        app, ["align", str(fb_path), str(ann_path), "-o", str(out), "--tokenizer", str(tmp_path / "tok")]
+    )
     assert result.exit_code == 0, result.output
     metrics = json.loads(out.with_suffix(".metrics.json").read_text())
     assert 0 < metrics["labelled_token_frac"] < 1 and 0 < metrics["label_balance"] < 1

@@ -14,9 +14,18 @@ ANSWER = {"content": '{"critique": "fine"}', "finish_reason": "stop", "prompt_to
 def test_answers_survive_a_new_instance_and_the_key_covers_every_input(tmp_path):
     msgs = [{"role": "user", "content": "hi"}]
     key = cache_key("m", "v1", msgs, {"temperature": 0.2})
-    assert len({key, cache_key("m2", "v1", msgs, {"temperature": 0.2}), cache_key("m", "v2", msgs, {"temperature": 0.2}),
+    assert (
+        len(
+            {
+                key,
+                cache_key("m2", "v1", msgs, {"temperature": 0.2}),
+                cache_key("m", "v2", msgs, {"temperature": 0.2}),
                 cache_key("m", "v1", [{"role": "user", "content": "hi!"}], {"temperature": 0.2}),
-                cache_key("m", "v1", msgs, {"temperature": 0.3})}) == 5
+                cache_key("m", "v1", msgs, {"temperature": 0.3}),
+            }
+        )
+        == 5
+    )
     with AnswerCache(tmp_path) as cache:
         assert cache.get(key) is None
         cache.put(key, ANSWER)
@@ -26,7 +35,10 @@ def test_answers_survive_a_new_instance_and_the_key_covers_every_input(tmp_path)
 
 
 def test_another_process_sees_each_answer_once_it_is_put(tmp_path):
-    writer = "import sys; from t2g_core.annotators.cache import AnswerCache; AnswerCache(sys.argv[1]).put('k2', {'content': 'x'})"
+    writer = (
+        "import sys; from t2g_core.annotators.cache import AnswerCache; "
+        "AnswerCache(sys.argv[1]).put('k2', {'content': 'x'})"
+    )
     with AnswerCache(tmp_path) as cache:
         cache.put("k1", ANSWER)
         subprocess.run([sys.executable, "-c", writer, str(tmp_path)], check=True)  # exits without closing anything

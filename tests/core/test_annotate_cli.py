@@ -28,7 +28,9 @@ def test_reference_annotator_writes_a_valid_artifact(tmp_path, monkeypatch):
 def test_code_annotator_on_demo_items(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     make_demo_feedback("code", 3, seed=4, verify_code=False).to_parquet("fb.parquet")
-    res = runner.invoke(app, ["annotate", "fb.parquet", "-o", "ann.parquet", "--annotator", "code", "-q", "--concurrency", "2"])
+    res = runner.invoke(
+        app, ["annotate", "fb.parquet", "-o", "ann.parquet", "--annotator", "code", "-q", "--concurrency", "2"]
+    )
     assert res.exit_code == 0, res.output
     frame = validate_frame(pd.read_parquet("ann.parquet"), ANNOTATIONS, "ann.parquet")
     assert set(frame["status"]) == {"ok"} and frame["critique"].str.contains("test cases").all()
@@ -46,8 +48,21 @@ def test_llm_annotator_counts_statuses_and_reruns_only_failed(tmp_path, monkeypa
     monkeypatch.setenv("T2G_TEST_KEY", "sk-cli-secret")
     make_demo_feedback("summarization", 10, seed=2).to_parquet("fb.parquet")
     with FakeOpenAIServer(fault_rate=0.4, faults=("malformed",), seed=2) as server:
-        args = ["annotate", "fb.parquet", "-o", "ann.parquet", "--annotator", "llm", "--base-url", server.base_url,
-                "--model", "m", "-q", "--set", "annotate.api_key_env=T2G_TEST_KEY"]
+        args = [
+            "annotate",
+            "fb.parquet",
+            "-o",
+            "ann.parquet",
+            "--annotator",
+            "llm",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "m",
+            "-q",
+            "--set",
+            "annotate.api_key_env=T2G_TEST_KEY",
+        ]
         first = runner.invoke(app, args)
         assert first.exit_code == 0, first.output
         assert "parse_error" in first.output and "10 requests" in first.output

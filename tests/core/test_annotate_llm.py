@@ -25,16 +25,26 @@ KEY = "sk-test-DO-NOT-LEAK-123"
 
 def feedback(n: int, task: str = "summarization", critique: str | None = None) -> pd.DataFrame:
     rows = [
-        {"id": f"it-{i:03d}", "task": task, "prompt": f"Post number {i}: Ana moved to Lisbon with {i} cats.",
-         "response": f"Ana moved to Lisbon with {i} cats and a dog named Rex {i}.", "critique": critique,
-         "reference": None, "tests": None, "entry_point": None, "meta": None}
+        {
+            "id": f"it-{i:03d}",
+            "task": task,
+            "prompt": f"Post number {i}: Ana moved to Lisbon with {i} cats.",
+            "response": f"Ana moved to Lisbon with {i} cats and a dog named Rex {i}.",
+            "critique": critique,
+            "reference": None,
+            "tests": None,
+            "entry_point": None,
+            "meta": None,
+        }
         for i in range(n)
     ]
     return pd.DataFrame(rows)
 
 
 def cfg_for(server: FakeOpenAIServer, **kw) -> AnnotateConfig:
-    base = dict(annotator="llm", base_url=server.base_url, model="fake-model", concurrency=8, timeout_s=2.0, max_retries=2)
+    base = dict(
+        annotator="llm", base_url=server.base_url, model="fake-model", concurrency=8, timeout_s=2.0, max_retries=2
+    )
     return AnnotateConfig(**{**base, **kw})
 
 
@@ -52,7 +62,9 @@ def test_scripted_answers_become_rows_and_the_key_is_only_sent(tmp_path):
     for row, resp in zip(frame.to_dict(orient="records"), df["response"], strict=True):
         assert row["good_spans"] == [" ".join(resp.split()[:3])]
         assert row["poor_spans"] and row["poor_spans"][0] in resp
-        assert row["reasoning"].startswith("Step 1") and row["prompt_tokens"] > 0 and row["annotator"] == "llm:fake-model"
+        assert (
+            row["reasoning"].startswith("Step 1") and row["prompt_tokens"] > 0 and row["annotator"] == "llm:fake-model"
+        )
     assert server.auth_headers == [f"Bearer {KEY}"] * 5
     assert all(r["response_format"]["type"] == "json_schema" for r in server.requests)
     assert run.stats["structured_output"] is True and run.stats["requests"] == 5
@@ -118,7 +130,9 @@ def test_429_retry_after_is_honoured(tmp_path):
 def test_each_fault_ends_in_its_status(tmp_path, fault, status, error):
     with FakeOpenAIServer(fault_rate=1.0, faults=(fault,), slow_s=1.0) as server:
         timeout = 0.3 if fault == "slow" else 5.0  # generous unless the timeout is what is tested (shared, loaded CI)
-        run = annotate(feedback(2), cfg_for(server, max_retries=1, timeout_s=timeout), cache_dir=tmp_path, progress=False)
+        run = annotate(
+            feedback(2), cfg_for(server, max_retries=1, timeout_s=timeout), cache_dir=tmp_path, progress=False
+        )
     assert run.frame["status"].tolist() == [status, status]
     assert all(error in e for e in run.frame["error"])
     if fault in ("rate_limit", "server_error", "slow"):
@@ -136,7 +150,12 @@ def test_twenty_percent_faults_lose_no_item_and_a_rerun_asks_only_for_the_unansw
         assert server.outcomes["ok"] < server.n_requests
         unanswered = set(first.loc[first["status"].isin(["api_error", "timeout"]), "id"])
         server.fault_rate, before = 0.0, server.n_requests
-        second = annotate(df, cfg_for(server, timeout_s=10.0, max_retries=1, concurrency=16, http_backend=backend), cache_dir=tmp_path, progress=False)
+        second = annotate(
+            df,
+            cfg_for(server, timeout_s=10.0, max_retries=1, concurrency=16, http_backend=backend),
+            cache_dir=tmp_path,
+            progress=False,
+        )
         asked = [_user_text(r) for r in server.requests[before:]]
     assert second.stats["requests"] == len(unanswered) == len(asked)
     assert all(any(df.set_index("id").loc[i, "response"] in text for text in asked) for i in unanswered)
@@ -183,7 +202,9 @@ def test_a_killed_run_keeps_every_completed_answer(tmp_path):
     df.to_parquet(tmp_path / "fb.parquet")
     cache = tmp_path / "cache"
     with FakeOpenAIServer(latency_s=0.15) as server:
-        proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(tmp_path / "fb.parquet"), server.base_url, str(cache)])
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_RUN, str(tmp_path / "fb.parquet"), server.base_url, str(cache)]
+        )
         try:
             deadline = time.monotonic() + 60
             while _stored(cache) < 6 and time.monotonic() < deadline and proc.poll() is None:
@@ -213,7 +234,12 @@ def test_inside_a_running_event_loop(tmp_path):
 
 def test_cost_accounting(tmp_path):
     with FakeOpenAIServer() as server:
-        run = annotate(feedback(3), cfg_for(server, price_per_1k_prompt=2.0, price_per_1k_completion=10.0), cache_dir=tmp_path, progress=False)
+        run = annotate(
+            feedback(3),
+            cfg_for(server, price_per_1k_prompt=2.0, price_per_1k_completion=10.0),
+            cache_dir=tmp_path,
+            progress=False,
+        )
     f = run.frame
     expected = f["prompt_tokens"].sum() / 1000 * 2.0 + f["completion_tokens"].sum() / 1000 * 10.0
     assert expected > 0

@@ -17,8 +17,15 @@ def problem(n: int) -> dict:
 
 
 def row(p: dict, response: str | None = None) -> dict:
-    return {"id": p["task_id"], "task": "code", "prompt": p["prompt"], "response": response or p["canonical_solution"],
-            "tests": p["test"], "entry_point": p["entry_point"], "meta": {}}
+    return {
+        "id": p["task_id"],
+        "task": "code",
+        "prompt": p["prompt"],
+        "response": response or p["canonical_solution"],
+        "tests": p["test"],
+        "entry_point": p["entry_point"],
+        "meta": {},
+    }
 
 
 def test_split_check_makes_one_case_per_assert_and_keeps_the_prelude():
@@ -77,7 +84,7 @@ def test_ochiai_ranks_the_line_only_failing_cases_run():
     ]
     scores = ochiai(results)
     assert scores[3] == pytest.approx(1.0) and scores[2] == 0.0
-    assert scores[1] == pytest.approx(1 / 3 ** 0.5)
+    assert scores[1] == pytest.approx(1 / 3**0.5)
     assert max(scores, key=scores.get) == 3
 
 

@@ -51,10 +51,13 @@ def test_qa_demo_matches_gold_spans():
 
 
 def test_critique_says_what_the_source_says_and_what_is_missing():
-    row = {"task": "summarization", "prompt": "I am Gus. I live in Dakar. I have 2 pets. I love bread.",
-           "response": "This is Gus, who lives in Oslo with 2 pets. Also, lives in Oslo.",
-           "reference": "This is Gus, who lives in Dakar with 2 pets and loves bread.",
-           "meta": {"facts": {"name": "Gus", "city": "Dakar", "count": "2", "food": "bread"}}}
+    row = {
+        "task": "summarization",
+        "prompt": "I am Gus. I live in Dakar. I have 2 pets. I love bread.",
+        "response": "This is Gus, who lives in Oslo with 2 pets. Also, lives in Oslo.",
+        "reference": "This is Gus, who lives in Dakar with 2 pets and loves bread.",
+        "meta": {"facts": {"name": "Gus", "city": "Dakar", "count": "2", "food": "bread"}},
+    }
     fb = CRITIC.critique(row)
     assert "It says 'Oslo' where the post says 'Dakar' (city)." in fb.critique
     assert "It leaves out the food (bread)." in fb.critique and "repeats itself" in fb.critique
@@ -63,9 +66,13 @@ def test_critique_says_what_the_source_says_and_what_is_missing():
 
 
 def test_without_meta_it_checks_numbers_and_entities_against_the_source():
-    row = {"task": "summarization", "prompt": "Maria met Tom in Rome in 2019 and they married two years later.",
-           "response": "Maria met Tom in Paris in 2019 and they married in 2023 in Vienna.",
-           "reference": "Maria met Tom in Rome in 2019; they married two years later.", "meta": None}
+    row = {
+        "task": "summarization",
+        "prompt": "Maria met Tom in Rome in 2019 and they married two years later.",
+        "response": "Maria met Tom in Paris in 2019 and they married in 2023 in Vienna.",
+        "reference": "Maria met Tom in Rome in 2019; they married two years later.",
+        "meta": None,
+    }
     fb = CRITIC.critique(row)
     assert "It says 'Paris' where the post says 'Rome'." in fb.critique
     assert "2023" in " ".join(fb.poor_spans) and "Vienna" in " ".join(fb.poor_spans)
@@ -91,7 +98,11 @@ META = feedback_rows(make_demo_feedback("summarization", 1, seed=3))[0]["meta"]
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from(list("abc XYZ 12 .,!\n") + ["Dakar", "Gus", " rests on ", "Also", "This is "]), max_size=40).map("".join))
+@given(
+    st.lists(
+        st.sampled_from(list("abc XYZ 12 .,!\n") + ["Dakar", "Gus", " rests on ", "Also", "This is "]), max_size=40
+    ).map("".join)
+)
 def test_any_policy_output_gets_a_critique_with_exact_quotes(response):
     row = {**REF, "response": response, "meta": META}
     fb = CRITIC.critique(row)

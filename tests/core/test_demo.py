@@ -71,18 +71,39 @@ def test_post_states_every_fact_once_and_reference_is_the_template():
     for slot, value in facts.items():
         assert S.POST_SENTENCES[slot].format(value) in post
     ref = S.reference_summary(facts)
-    assert ref.startswith(f"A person named {facts['name']} lives in {facts['city']} with {facts['count']} pets, all {facts['pet']}")
+    assert ref.startswith(
+        f"A person named {facts['name']} lives in {facts['city']} with {facts['count']} pets, all {facts['pet']}"
+    )
     assert S.summary_errors(ref, facts).error == 0.0
 
 
 def test_summary_errors_counts_wrong_missing_redundant_invented_and_swapped():
-    facts = {"name": "Cai", "city": "Quito", "count": "3", "pet": "dogs", "color": "gray", "job": "coach",
-             "day": "Sunday", "food": "beans"}
-    text = ("A person named Cai lives in Lima with 3 pets, all dogs, works as a beans, rests on Sunday and enjoys eating coach."
-            " Also, rests on Sunday.")
+    facts = {
+        "name": "Cai",
+        "city": "Quito",
+        "count": "3",
+        "pet": "dogs",
+        "color": "gray",
+        "job": "coach",
+        "day": "Sunday",
+        "food": "beans",
+    }
+    text = (
+        "A person named Cai lives in Lima with 3 pets, all dogs, works as a beans, rests on Sunday and enjoys eating "
+        "coach."
+        " Also, rests on Sunday."
+    )
     score = S.summary_errors(text, facts)
-    assert score.slots == {"name": "correct", "city": "wrong", "count": "correct", "pet": "correct", "color": "missing",
-                           "job": "wrong", "day": "correct", "food": "wrong"}
+    assert score.slots == {
+        "name": "correct",
+        "city": "wrong",
+        "count": "correct",
+        "pet": "correct",
+        "color": "missing",
+        "job": "wrong",
+        "day": "correct",
+        "food": "wrong",
+    }
     assert (score.n_correct, score.n_wrong, score.n_missing, score.n_redundant) == (4, 3, 1, 1)
     assert (score.n_invented, score.n_swapped) == (1, 2)  # Lima is invented; beans/coach are the post's values
     assert score.error == pytest.approx(0.5) and score.recall == pytest.approx(0.5)
@@ -171,7 +192,9 @@ def test_cli_writes_loadable_demo_feedback(tmp_path):
     from t2g_core.feedback import load_feedback
 
     out = tmp_path / "fb.parquet"
-    result = CliRunner().invoke(app, ["data", "demo", "--task", "summarization", "--n", "12", "--seed", "4", "-o", str(out)])
+    result = CliRunner().invoke(
+        app, ["data", "demo", "--task", "summarization", "--n", "12", "--seed", "4", "-o", str(out)]
+    )
     assert result.exit_code == 0, result.output
     loaded, made = load_feedback(out), make_demo_feedback("summarization", 12, seed=4)
     for col in ("id", "prompt", "response", "reference", "meta"):

@@ -1,4 +1,5 @@
-"""Code evaluation: HumanEval tests run in the annotation stage's sandbox; correct solutions pass, mutated ones fail; pass@k per item."""
+"""Code evaluation: HumanEval tests run in the annotation stage's sandbox; correct solutions pass, mutated ones fail;
+pass@k per item."""
 
 from __future__ import annotations
 
@@ -37,8 +38,15 @@ def test_a_hanging_solution_times_out(problem):
 
 
 def test_pass_at_k_from_samples(problem):
-    base = {"id": "code-2", "task": "code", "prompt": problem["prompt"], "tests": problem["test"],
-            "entry_point": problem["entry_point"], "reference": None, "meta": None}
+    base = {
+        "id": "code-2",
+        "task": "code",
+        "prompt": problem["prompt"],
+        "tests": problem["test"],
+        "entry_point": problem["entry_point"],
+        "reference": None,
+        "meta": None,
+    }
     good, bad = problem["canonical_solution"], problem["canonical_solution"].replace("% 1.0", "% 3.0")
     rows = [{**base, "response": r} for r in (good, bad, good)]
     metrics = task_metrics("code", rows, timeout_s=10.0)

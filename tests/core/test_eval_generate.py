@@ -27,14 +27,24 @@ def _build_tiny(out: Path) -> Path:
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     specials = ["<unk>", "<pad>", "<s>", "<|end|>", "<|user|>", "<|assistant|>"]
     tok.train_from_iterator([" ".join(words)] * 3, trainers.WordLevelTrainer(special_tokens=specials))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", bos_token="<s>",
-                                   eos_token="<|end|>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", bos_token="<s>", eos_token="<|end|>"
+    )
     fast.chat_template = CHAT
     fast.save_pretrained(out)
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128,
-                      pad_token_id=fast.pad_token_id, bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id)
+    cfg = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=fast.pad_token_id,
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
+    )
     LlamaForCausalLM(cfg).save_pretrained(out)
     return out
 
@@ -81,8 +91,15 @@ def test_sampling_is_seeded_and_recorded(policy_dir):
     c = generate_samples(policy_dir, "qa", PROMPTS[:2], cfg.model_copy(update={"seed": 8}))
     assert [len(s) for s in a] == [3, 3]
     assert a == b and a != c
-    assert generation_settings(cfg) | {} == {"decoding": "sampled", "max_new_tokens": 8, "num_samples": 3, "batch_size": 2,
-                                             "seed": 7, "temperature": 1.5, "top_p": 1.0}
+    assert generation_settings(cfg) | {} == {
+        "decoding": "sampled",
+        "max_new_tokens": 8,
+        "num_samples": 3,
+        "batch_size": 2,
+        "seed": 7,
+        "temperature": 1.5,
+        "top_p": 1.0,
+    }
     with pytest.raises(ValueError, match="needs do_sample"):
         generate_samples(policy_dir, "qa", PROMPTS[:1], EvaluateConfig(num_samples=2, pass_k=(1,)))
 
@@ -94,8 +111,9 @@ def test_prompt_is_rendered_with_the_chat_template(policy_dir):
     try:
         from t2g_core.policy_prompts import render_policy_prompt
     except ImportError:
-        expected = tok.apply_chat_template([{"role": "user", "content": "two dogs"}], tokenize=False,
-                                           add_generation_prompt=True)
+        expected = tok.apply_chat_template(
+            [{"role": "user", "content": "two dogs"}], tokenize=False, add_generation_prompt=True
+        )
     else:
         expected = render_policy_prompt(tok, "summarization", "two dogs")
     assert text == expected
@@ -106,8 +124,12 @@ def test_adapter_folder_loads_on_its_base_and_changes_outputs(policy_dir, tmp_pa
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(policy_dir)
-    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False,
-                                                task_type="CAUSAL_LM"))
+    peft_model = get_peft_model(
+        base,
+        LoraConfig(
+            r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False, task_type="CAUSAL_LM"
+        ),
+    )
     adapter = tmp_path / "adapter"
     peft_model.save_pretrained(adapter)
     cfg_path = adapter / "adapter_config.json"

@@ -82,4 +82,8 @@ def test_parse_verdict_and_combine():
     assert parse_verdict(" Tie. ") == "tie"
     with pytest.raises(ValueError, match="no winner"):
         parse_verdict('{"winner": "both"}')
-    assert combine("2", "1") == (1.0, "win") and combine("2", "2") == (0.5, "tie") and combine("tie", "2") == (0.25, "loss")
+    assert (
+        combine("2", "1") == (1.0, "win")
+        and combine("2", "2") == (0.5, "tie")
+        and combine("tie", "2") == (0.25, "loss")
+    )

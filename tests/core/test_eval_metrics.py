@@ -71,10 +71,15 @@ def test_fact_metrics_on_a_demo_summary():
     response = demo.render_summary(stated, facts).text
     out = fact_metrics(response, facts)
     # 7 values stated, 5 correct, 2 invented (city, job: values that are no fact of the post), food missing
-    assert out == pytest.approx({"fact_precision": 5 / 7, "fact_recall": 5 / 8, "invented_entity_rate": 2 / 7,
-                                 "fact_error": 3 / 8})
+    assert out == pytest.approx(
+        {"fact_precision": 5 / 7, "fact_recall": 5 / 8, "invented_entity_rate": 2 / 7, "fact_error": 3 / 8}
+    )
     assert fact_metrics(demo.reference_summary(facts), facts) == {
-        "fact_precision": 1.0, "fact_recall": 1.0, "invented_entity_rate": 0.0, "fact_error": 0.0}
+        "fact_precision": 1.0,
+        "fact_recall": 1.0,
+        "invented_entity_rate": 0.0,
+        "fact_error": 0.0,
+    }
 
 
 def test_summarization_row_reads_meta_facts():
@@ -84,8 +89,13 @@ def test_summarization_row_reads_meta_facts():
     facts = _facts(demo)
     reference = demo.reference_summary(facts)
     response = demo.render_summary({**facts, "city": demo.VOCAB["city"][1]}, facts).text
-    row = {"id": "sum-1", "prompt": demo.render_post(facts, random.Random(0)), "response": response,
-           "reference": reference, "meta": json.dumps({"facts": facts})}
+    row = {
+        "id": "sum-1",
+        "prompt": demo.render_post(facts, random.Random(0)),
+        "response": response,
+        "reference": reference,
+        "meta": json.dumps({"facts": facts}),
+    }
     out = summarization_metrics(row)
     assert out["fact_recall"] == 7 / 8 and out["invented_entity_rate"] == pytest.approx(1 / 8)
     assert out["length_words"] == len(response.split()) and out["length_chars"] == len(response)
@@ -97,7 +107,9 @@ def test_summarization_row_reads_meta_facts():
 def test_qa_token_f1_exact_match_and_critic_score():
     assert token_f1("Paris", "The city of Paris") == pytest.approx(2 * 1 * (1 / 3) / (1 + 1 / 3))
     assert token_f1("London", "Paris") == 0.0
-    rows = [{"id": "qa-1", "prompt": "Capital of France?", "response": "The Paris.", "reference": "paris", "meta": None}]
+    rows = [
+        {"id": "qa-1", "prompt": "Capital of France?", "response": "The Paris.", "reference": "paris", "meta": None}
+    ]
     out = task_metrics("qa", rows, critic=None)[0]
     assert out == {"token_f1": 1.0, "exact_match": 1.0}
     parsed = SimpleNamespace(good_spans=["a", "b", "c"], poor_spans=["d"], status="ok")  # a ParsedFeedback's fields
@@ -108,8 +120,17 @@ def test_qa_token_f1_exact_match_and_critic_score():
 
 def test_qa_uses_the_reference_critic():
     pytest.importorskip("t2g_core.critics.reference")
-    rows = [{"id": "qa-1", "task": "qa", "prompt": "Where does Cai live?", "reference": "Cai lives in Quito.", "meta": None,
-             "response": r} for r in ("Cai lives in Quito.", "Cai lives in Lima.")]
+    rows = [
+        {
+            "id": "qa-1",
+            "task": "qa",
+            "prompt": "Where does Cai live?",
+            "reference": "Cai lives in Quito.",
+            "meta": None,
+            "response": r,
+        }
+        for r in ("Cai lives in Quito.", "Cai lives in Lima.")
+    ]
     right, wrong = task_metrics("qa", rows)
     assert right["reference_score"] == 1.0 and wrong["reference_score"] < 1.0
 

@@ -15,8 +15,10 @@ def test_policy_refs_single_and_arms(tmp_path):
         (tmp_path / name).mkdir(parents=True)
         (tmp_path / name / "adapter_config.json").write_text("{}")
     models = {"base": str(tmp_path / "base"), "policy": str(tmp_path / "warm")}
-    assert policy_refs(models, {"adapter_dir": str(tmp_path / "span")}) == {"warm_start": tmp_path / "warm",
-                                                                          "ppo": tmp_path / "span"}
+    assert policy_refs(models, {"adapter_dir": str(tmp_path / "span")}) == {
+        "warm_start": tmp_path / "warm",
+        "ppo": tmp_path / "span",
+    }
     arms = {"arms": {"span": {"adapter_dir": str(tmp_path / "span")}, "scalar": {"path": str(tmp_path / "scalar")}}}
     refs = policy_refs(models, arms, include_base=True)
     assert list(refs) == ["warm_start", "base", "span", "scalar"]
@@ -31,8 +33,16 @@ def test_histories_from_list_file_or_run_dir(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "history.json").write_text(json.dumps([{"step": 1, "reward": 0.2}, {"step": 2, "reward": 0.4}]))
     pd.DataFrame({"step": [0, 1], "kl": [0.0, 0.1]}).to_csv(tmp_path / "h.csv", index=False)
-    found = histories({"arms": {"a": {"history": [{"reward": 1.0}, {"reward": 2.0}]}, "b": {"run_dir": str(tmp_path / "run")},
-                                "c": {"history_path": str(tmp_path / "h.csv")}, "d": {"adapter_dir": "x"}}})
+    found = histories(
+        {
+            "arms": {
+                "a": {"history": [{"reward": 1.0}, {"reward": 2.0}]},
+                "b": {"run_dir": str(tmp_path / "run")},
+                "c": {"history_path": str(tmp_path / "h.csv")},
+                "d": {"adapter_dir": "x"},
+            }
+        }
+    )
     assert sorted(found) == ["a", "b", "c"]
     assert found["a"]["step"].tolist() == [0, 1] and found["b"]["reward"].tolist() == [0.2, 0.4]
     assert found["c"]["kl"].tolist() == [0.0, 0.1]
@@ -42,7 +52,9 @@ def test_held_out_ids_come_from_the_ppo_run_folder(tmp_path):
     (tmp_path / "run").mkdir()
     pd.DataFrame({"id": ["b", "a"], "prompt": ["x", "y"]}).to_parquet(tmp_path / "run" / "eval.parquet")
     assert held_out_ids({"adapter_dir": "x", "run_dir": str(tmp_path / "run")}) == ["b", "a"]
-    assert held_out_ids({"arms": {"span": {"run_dir": str(tmp_path / "none")}, "scalar": {"run_dir": str(tmp_path / "run")}}}) == ["b", "a"]
+    assert held_out_ids(
+        {"arms": {"span": {"run_dir": str(tmp_path / "none")}, "scalar": {"run_dir": str(tmp_path / "run")}}}
+    ) == ["b", "a"]
     assert held_out_ids({"adapter_dir": "x"}) is None
 
 
@@ -59,13 +71,31 @@ def test_prefect_task_writes_results_logs_and_reuses_them(tiny_model_dir, tmp_pa
     adapter = tmp_path / "adapter"
     lora = LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False, task_type="CAUSAL_LM")
     get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora).save_pretrained(adapter)
-    rows = [{"id": f"qa-{i}", "task": "qa", "prompt": f"Where does person {i} live?", "response": "x", "critique": None,
-             "reference": "In Quito.", "tests": None, "entry_point": None, "meta": None} for i in range(12)]
-    ref = ArtifactStore(tmp_path / "ws" / "artifacts").write("feedback", artifact_key("feedback"), pd.DataFrame(rows), "feedback")
-    args = (ref.to_dict(), {"base": str(tiny_model_dir), "policy": str(tiny_model_dir)},
-            {"adapter_dir": str(adapter), "history": [{"step": 0, "reward": 0.1}, {"step": 1, "reward": 0.3}]},
-            EvaluateConfig(max_new_tokens=4, bootstrap_samples=200), WorkspaceConfig(root=str(tmp_path / "ws")),
-            DataConfig(eval_fraction=0.5))
+    rows = [
+        {
+            "id": f"qa-{i}",
+            "task": "qa",
+            "prompt": f"Where does person {i} live?",
+            "response": "x",
+            "critique": None,
+            "reference": "In Quito.",
+            "tests": None,
+            "entry_point": None,
+            "meta": None,
+        }
+        for i in range(12)
+    ]
+    ref = ArtifactStore(tmp_path / "ws" / "artifacts").write(
+        "feedback", artifact_key("feedback"), pd.DataFrame(rows), "feedback"
+    )
+    args = (
+        ref.to_dict(),
+        {"base": str(tiny_model_dir), "policy": str(tiny_model_dir)},
+        {"adapter_dir": str(adapter), "history": [{"step": 0, "reward": 0.1}, {"step": 1, "reward": 0.3}]},
+        EvaluateConfig(max_new_tokens=4, bootstrap_samples=200),
+        WorkspaceConfig(root=str(tmp_path / "ws")),
+        DataConfig(eval_fraction=0.5),
+    )
     out = evaluate_policy.fn(*args)
     summary = json.loads(open(out["summary"]).read())
     assert list(summary["policies"]) == ["warm_start", "ppo"] and out["task"] == "qa"

@@ -18,10 +18,22 @@ def _feedback(n: int = 30) -> pd.DataFrame:
     rows = []
     for i in range(n):
         name, city = NAMES[i % 5], CITIES[i % 6]
-        ref = f"This is {name}, who lives in {city} with 3 gray dogs, works as a coach, rests on Sunday and loves beans."
-        rows.append({"id": f"sum-{i:03d}", "task": "summarization", "prompt": f"I am {name}. I live in {city}.",
-                     "response": "old", "critique": None, "reference": ref, "tests": None, "entry_point": None,
-                     "meta": None})
+        ref = (
+            f"This is {name}, who lives in {city} with 3 gray dogs, works as a coach, rests on Sunday and loves beans."
+        )
+        rows.append(
+            {
+                "id": f"sum-{i:03d}",
+                "task": "summarization",
+                "prompt": f"I am {name}. I live in {city}.",
+                "response": "old",
+                "critique": None,
+                "reference": ref,
+                "tests": None,
+                "entry_point": None,
+                "meta": None,
+            }
+        )
     rows.append({**rows[0], "id": "qa-000", "task": "qa"})
     return pd.DataFrame(rows)
 
@@ -44,7 +56,9 @@ def scripted_generator(feedback: pd.DataFrame):
 def results() -> EvalResults:
     fb = _feedback()
     cfg = EvaluateConfig(bootstrap_samples=500)
-    return evaluate_policies({"base": "base", "good": "good"}, fb, "summarization", cfg, generator=scripted_generator(fb))
+    return evaluate_policies(
+        {"base": "base", "good": "good"}, fb, "summarization", cfg, generator=scripted_generator(fb)
+    )
 
 
 def test_items_and_summary(results):
@@ -53,12 +67,19 @@ def test_items_and_summary(results):
     assert {"id", "sample", "prompt", "response", "status", "rouge1", "bleu", "length_words"} <= set(items.columns)
     assert (items["status"] == "ok").all()
     assert summary["baseline"] == "base" and summary["policies"]["good"]["n_items"] == 30
-    assert summary["policies"]["good"]["settings"] == {"ref": "good", "decoding": "greedy", "max_new_tokens": 64,
-                                                      "num_samples": 1, "batch_size": 32, "seed": 0}
+    assert summary["policies"]["good"]["settings"] == {
+        "ref": "good",
+        "decoding": "greedy",
+        "max_new_tokens": 64,
+        "num_samples": 1,
+        "batch_size": 32,
+        "seed": 0,
+    }
     comps = {c["metric"]: c for c in summary["comparisons"]}
     assert comps["rouge1"]["verdict"] == "better" and comps["rouge1"]["low"] > 0
-    assert comps["rouge1"]["diff"] == pytest.approx(summary["policies"]["good"]["metrics"]["rouge1"]
-                                                    - summary["policies"]["base"]["metrics"]["rouge1"])
+    assert comps["rouge1"]["diff"] == pytest.approx(
+        summary["policies"]["good"]["metrics"]["rouge1"] - summary["policies"]["base"]["metrics"]["rouge1"]
+    )
     assert comps["length_words"]["verdict"] == "lower"  # no direction for lengths: only which way it moved
     assert summary["policies"]["good"]["metrics"]["corpus_bleu"] > summary["policies"]["base"]["metrics"]["corpus_bleu"]
 
@@ -91,9 +112,17 @@ def test_save_load_and_merge_separate_runs(results, tmp_path):
 
 
 def test_report_files(results, tmp_path):
-    history = pd.DataFrame({"step": range(5), "reward": [0, 1, 2, 3, 4], "kl": [0, .1, .2, .2, .3],
-                            "eval/task_error": [0.4, None, None, 0.2, None]})  # periodic eval: gaps
-    files = write_report(results, tmp_path / "report", {"span": history, "scalar": history.assign(reward=history.reward / 2)})
+    history = pd.DataFrame(
+        {
+            "step": range(5),
+            "reward": [0, 1, 2, 3, 4],
+            "kl": [0, 0.1, 0.2, 0.2, 0.3],
+            "eval/task_error": [0.4, None, None, 0.2, None],
+        }
+    )  # periodic eval: gaps
+    files = write_report(
+        results, tmp_path / "report", {"span": history, "scalar": history.assign(reward=history.reward / 2)}
+    )
     for key in ("metrics_png", "learning_curves_png"):
         assert files[key].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = files["report_md"].read_text()
@@ -121,8 +150,9 @@ def test_judge_scores_join_the_comparison():
     cfg = EvaluateConfig(bootstrap_samples=500)
     with FakeOpenAIServer(answer=prefer_berlin_free) as server:
         judge = PairwiseJudge(OpenAI(base_url=server.base_url, api_key="t", max_retries=0), "judge")
-        res = evaluate_policies({"base": "base", "good": "good"}, fb, "summarization", cfg,
-                                generator=scripted_generator(fb), judge=judge)
+        res = evaluate_policies(
+            {"base": "base", "good": "good"}, fb, "summarization", cfg, generator=scripted_generator(fb), judge=judge
+        )
         assert server.n_requests == 2 * 12
     j = res.summary["judge"]["good"]
     assert (j["wins"], j["ties"], j["losses"]) == (10, 2, 0) and j["win_rate"] == pytest.approx(11 / 12)
@@ -138,8 +168,22 @@ def test_cli_policy_and_report(tiny_model_dir, tmp_path):
     data = tmp_path / "feedback.jsonl"
     _feedback(4).to_json(data, orient="records", lines=True)
     runner = CliRunner()
-    args = ["eval", "policy", "--model", f"base={tiny_model_dir}", "--model", f"again={tiny_model_dir}", "--data", str(data),
-            "--task", "summarization", "-s", "evaluate.max_new_tokens=4", "-s", "evaluate.bootstrap_samples=200"]
+    args = [
+        "eval",
+        "policy",
+        "--model",
+        f"base={tiny_model_dir}",
+        "--model",
+        f"again={tiny_model_dir}",
+        "--data",
+        str(data),
+        "--task",
+        "summarization",
+        "-s",
+        "evaluate.max_new_tokens=4",
+        "-s",
+        "evaluate.bootstrap_samples=200",
+    ]
     out = runner.invoke(app, [*args, "-o", str(tmp_path / "res")])
     assert out.exit_code == 0, out.output
     assert "| metric | base | again |" in out.output
@@ -149,11 +193,26 @@ def test_cli_policy_and_report(tiny_model_dir, tmp_path):
     assert (same["base"] == same["again"]).all()  # same weights, greedy: identical answers
     hist = tmp_path / "ppo.json"
     hist.write_text(json.dumps({"history": [{"step": 0, "reward": 0.1}, {"step": 1, "reward": 0.3}]}))
-    out = runner.invoke(app, ["eval", "report", str(tmp_path / "res"), "--history", f"span={hist}", "-o", str(tmp_path / "rep")])
+    out = runner.invoke(
+        app, ["eval", "report", str(tmp_path / "res"), "--history", f"span={hist}", "-o", str(tmp_path / "rep")]
+    )
     assert out.exit_code == 0, out.output
     assert (tmp_path / "rep" / "learning_curves.png").exists()
-    bad = runner.invoke(app, ["eval", "policy", "--model", str(tmp_path / "missing"), "--data", str(data), "--task", "qa",
-                              "-o", str(tmp_path / "x")])
+    bad = runner.invoke(
+        app,
+        [
+            "eval",
+            "policy",
+            "--model",
+            str(tmp_path / "missing"),
+            "--data",
+            str(data),
+            "--task",
+            "qa",
+            "-o",
+            str(tmp_path / "x"),
+        ],
+    )
     assert bad.exit_code == 2 and "is not a folder" in bad.output
 
 

@@ -11,9 +11,23 @@ from t2g_core.feedback import load_feedback
 from t2g_core.schemas import SchemaError
 
 ROWS = [
-    {"id": "a", "task": "summarization", "prompt": "p1", "response": "r1", "reference": "ref", "meta": {"facts": {"city": "oslo"}}},
+    {
+        "id": "a",
+        "task": "summarization",
+        "prompt": "p1",
+        "response": "r1",
+        "reference": "ref",
+        "meta": {"facts": {"city": "oslo"}},
+    },
     {"id": "b", "task": "qa", "prompt": "p2", "response": "r2", "critique": "too vague"},
-    {"id": "c", "task": "code", "prompt": "def f():", "response": "  return 1", "tests": "def check(c): assert c() == 1", "entry_point": "f"},
+    {
+        "id": "c",
+        "task": "code",
+        "prompt": "def f():",
+        "response": "  return 1",
+        "tests": "def check(c): assert c() == 1",
+        "entry_point": "f",
+    },
 ]
 
 

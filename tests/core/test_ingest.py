@@ -34,7 +34,10 @@ def test_slf5k_maps_fields():
 def test_ultrafeedback_one_row_per_side():
     df = ingest("ultrafeedback", path=FIX / "ultrafeedback", split="train_prefs")
     assert df["id"].tolist() == ["uf-a1b2c3-chosen", "uf-a1b2c3-rejected", "uf-d4e5f6-chosen", "uf-d4e5f6-rejected"]
-    assert df["response"].tolist()[:2] == ["The capital of Australia is Canberra.", "The capital of Australia is Sydney."]
+    assert df["response"].tolist()[:2] == [
+        "The capital of Australia is Canberra.",
+        "The capital of Australia is Sydney.",
+    ]
     metas = [json.loads(m) for m in df["meta"]]
     assert [m["score"] for m in metas] == [9.0, 2.0, 8.5, 1.0] and metas[1]["is_chosen"] is False
 
@@ -101,7 +104,10 @@ def test_cli_ingest_writes_feedback(tmp_path):
 def test_kodcode_renames_only_the_entry_point_itself():
     from t2g_core.ingest.code import _kodcode_check
 
-    test = "from solution import add\n\ndef test_add():\n    assert add(1, 2) == 3\n    assert ops.add(1, 2) == 'add(1, 2)'\n"
+    test = (
+        "from solution import add\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+        "    assert ops.add(1, 2) == 'add(1, 2)'\n"
+    )
     check, skipped = _kodcode_check(test, "add")
     assert "assert candidate(1, 2) == 3" in check
     assert "assert ops.add(1, 2) == 'add(1, 2)'" in check and skipped == []

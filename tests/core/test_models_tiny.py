@@ -12,7 +12,9 @@ def test_fixture_round_trip_generates(tiny_model_dir):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     assert (tiny_model_dir / "model.safetensors").exists()
-    text = tok.apply_chat_template([{"role": "user", "content": "I am Cai."}], tokenize=False, add_generation_prompt=True)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "I am Cai."}], tokenize=False, add_generation_prompt=True
+    )
     batch = tok([text, text + " x"], return_tensors="pt", padding=True)
     torch.manual_seed(0)
     out = model.generate(**batch, max_new_tokens=5, do_sample=True)

@@ -15,8 +15,17 @@ from t2g_core.models.tiny import build_tiny_model, ensure_demo_models, train_tok
 from t2g_core.policy_prompts import policy_messages, render_policy_prompt
 
 SMALL = TinyModelConfig(
-    vocab_size=400, hidden_size=32, intermediate_size=64, num_heads=2, warm_start_steps=4, warm_start_batch_size=8,
-    policy_sft_steps=4, policy_noise_steps=2, policy_sft_batch_size=8, policy_sft_examples=64, warm_start_block_size=64,
+    vocab_size=400,
+    hidden_size=32,
+    intermediate_size=64,
+    num_heads=2,
+    warm_start_steps=4,
+    warm_start_batch_size=8,
+    policy_sft_steps=4,
+    policy_noise_steps=2,
+    policy_sft_batch_size=8,
+    policy_sft_examples=64,
+    warm_start_block_size=64,
 )
 
 
@@ -83,7 +92,9 @@ def test_ensure_demo_models_builds_once_and_reloads(tmp_path, feedback):
         batch = tok([render_policy_prompt(tok, "summarization", feedback["prompt"][0])], return_tensors="pt")
         out = model.generate(**batch, max_new_tokens=4, do_sample=False)
         assert out.shape[1] == batch["input_ids"].shape[1] + 4 or out[0, -1] == tok.eos_token_id
-    other = ensure_demo_models(tmp_path, ModelsConfig(tiny=SMALL.model_copy(update={"seed": 1})), feedback, progress=False)
+    other = ensure_demo_models(
+        tmp_path, ModelsConfig(tiny=SMALL.model_copy(update={"seed": 1})), feedback, progress=False
+    )
     assert other.policy != built.policy
     assert not torch.equal(
         AutoModelForCausalLM.from_pretrained(built.policy).lm_head.weight,

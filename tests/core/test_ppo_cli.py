@@ -15,9 +15,19 @@ runner = CliRunner()
 
 def _sets(tiny_model_dir, tmp_path, mode, steps):
     return [
-        f"workspace.root={tmp_path / 'ws'}", f"models.policy={tiny_model_dir}", f"models.reward_model_base={tiny_model_dir}",
-        "data.n_items=12", "data.eval_fraction=0.25", f"ppo.steps={steps}", "ppo.batch_size=4", "ppo.minibatches=2",
-        "ppo.ppo_epochs=1", "ppo.max_new_tokens=8", "ppo.value_model=head", "ppo.save_every=1", f"ppo.reward_mode={mode}",
+        f"workspace.root={tmp_path / 'ws'}",
+        f"models.policy={tiny_model_dir}",
+        f"models.reward_model_base={tiny_model_dir}",
+        "data.n_items=12",
+        "data.eval_fraction=0.25",
+        f"ppo.steps={steps}",
+        "ppo.batch_size=4",
+        "ppo.minibatches=2",
+        "ppo.ppo_epochs=1",
+        "ppo.max_new_tokens=8",
+        "ppo.value_model=head",
+        "ppo.save_every=1",
+        f"ppo.reward_mode={mode}",
         "ppo.eval_every=1",
     ]
 
@@ -37,7 +47,9 @@ def test_train_every_mode_then_resume(tiny_model_dir, tmp_path, mode):
     assert (run_dir / "adapter" / "adapter_config.json").exists()
     spec = json.loads((run_dir / "run.json").read_text())
     assert spec["config"]["ppo"]["reward_mode"] == mode
-    assert len(pd.read_parquet(run_dir / "eval.parquet")) == 3 and len(pd.read_parquet(run_dir / "prompts.parquet")) == 9
+    assert (
+        len(pd.read_parquet(run_dir / "eval.parquet")) == 3 and len(pd.read_parquet(run_dir / "prompts.parquet")) == 9
+    )
     history = json.loads((run_dir / "history.json").read_text())
     assert "eval/task_error" in history[0] and "task/error" in history[0]  # demo ground truth gives the task error
     again = runner.invoke(app, _args(_sets(tiny_model_dir, tmp_path, mode, 1), "--run-dir", str(run_dir)))

@@ -60,28 +60,54 @@ class _Marks(HTMLParser):
 
 def test_page_highlights_every_located_span_and_escapes_text():
     item = ReviewItem(
-        id="x-1", task="qa", annotator="a", stratum="qa/a/mixed", prompt="p", critique="<b>bad</b> & wrong",
+        id="x-1",
+        task="qa",
+        annotator="a",
+        stratum="qa/a/mixed",
+        prompt="p",
+        critique="<b>bad</b> & wrong",
         response="Use <script>alert(1)</script> then Paris.",
-        spans=[ReviewSpan(span_index=0, label="negative", text="<script>alert(1)</script>", start=4, end=29),
-               ReviewSpan(span_index=1, label="positive", text="Paris", start=35, end=40),
-               ReviewSpan(span_index=2, label="positive", text="Lyon", match="unmatched")],
+        spans=[
+            ReviewSpan(span_index=0, label="negative", text="<script>alert(1)</script>", start=4, end=29),
+            ReviewSpan(span_index=1, label="positive", text="Paris", start=35, end=40),
+            ReviewSpan(span_index=2, label="positive", text="Lyon", match="unmatched"),
+        ],
     )
     html = render_page(ReviewSample(key="k1", seed=0, items=[item]))
     assert "<script>alert(1)" not in html and "&lt;b&gt;bad&lt;/b&gt; &amp; wrong" in html
     parser = _Marks()
     parser.feed(html)
     assert parser.marks == [["poor", "0", "<script>alert(1)</script>"], ["good", "1", "Paris"]]
-    assert sorted(parser.radios) == sorted([("i0-s0", "agree"), ("i0-s0", "disagree"), ("i0-s1", "agree"), ("i0-s1", "disagree"),
-                                            ("i0-s2", "agree"), ("i0-s2", "disagree"), ("i0-c", "acceptable"), ("i0-c", "not_acceptable")])
+    assert sorted(parser.radios) == sorted(
+        [
+            ("i0-s0", "agree"),
+            ("i0-s0", "disagree"),
+            ("i0-s1", "agree"),
+            ("i0-s1", "disagree"),
+            ("i0-s2", "agree"),
+            ("i0-s2", "disagree"),
+            ("i0-c", "acceptable"),
+            ("i0-c", "not_acceptable"),
+        ]
+    )
     assert "not found in the response" in html
     data = json.loads(re.search(r'id="sample-data">(.*?)</script>', html, re.S).group(1))
     assert data["sample_key"] == "k1" and data["n_judgements"] == 4
 
 
 def test_overlapping_spans_take_the_poor_colour():
-    item = ReviewItem(id="o", task="qa", annotator="a", stratum="s", prompt="p", response="abcdefghij",
-                      spans=[ReviewSpan(span_index=0, label="positive", text="abcdef", start=0, end=6),
-                             ReviewSpan(span_index=1, label="negative", text="defgh", start=3, end=8)])
+    item = ReviewItem(
+        id="o",
+        task="qa",
+        annotator="a",
+        stratum="s",
+        prompt="p",
+        response="abcdefghij",
+        spans=[
+            ReviewSpan(span_index=0, label="positive", text="abcdef", start=0, end=6),
+            ReviewSpan(span_index=1, label="negative", text="defgh", start=3, end=8),
+        ],
+    )
     parser = _Marks()
     parser.feed(render_page(ReviewSample(key="k", seed=0, items=[item])))
     assert parser.marks == [["good", "0", "abc"], ["poor", "0 1", "def"], ["poor", "1", "gh"]]
@@ -95,7 +121,9 @@ def test_export_edit_import_round_trip(tmp_path):
     assert len(lines) == sample.n_judgements and all(x["agree"] is None for x in lines)
     # a reviewer disagrees with every poor span and every third critique, skips the last line
     for n, x in enumerate(lines[:-1]):
-        x["agree"] = not (x["kind"] == "span" and x["label"] == "negative") and not (x["kind"] == "critique" and n % 3 == 0)
+        x["agree"] = not (x["kind"] == "span" and x["label"] == "negative") and not (
+            x["kind"] == "critique" and n % 3 == 0
+        )
     edited = tmp_path / "filled.jsonl"
     edited.write_text("".join(json.dumps(x) + "\n" for x in lines))
     verdicts = load_verdicts(edited, reviewer="alice")
@@ -152,10 +180,14 @@ def test_cli_offline_review_pending_then_imported(tmp_path):
     r = runner.invoke(app, ["review", "import", str(sheet), "--sample", str(tmp_path / "rep" / "review")])
     assert r.exit_code == 0, r.output
     assert f"{len(lines)}/{len(lines)} = 1.000" in r.output
-    r = runner.invoke(app, ["validate", *args, "--review", "offline", "--verdicts", str(sheet), "-o", str(tmp_path / "rep2")])
+    r = runner.invoke(
+        app, ["validate", *args, "--review", "offline", "--verdicts", str(sheet), "-o", str(tmp_path / "rep2")]
+    )
     assert r.exit_code == 0, r.output
     assert "all gates passed" in r.output
-    r = runner.invoke(app, ["review", "export", *args, "-o", str(tmp_path / "again")])  # same data and seed: same sample
+    r = runner.invoke(
+        app, ["review", "export", *args, "-o", str(tmp_path / "again")]
+    )  # same data and seed: same sample
     assert r.exit_code == 0, r.output
     assert load_sample(tmp_path / "again") == load_sample(tmp_path / "rep" / "review")
 
@@ -164,8 +196,9 @@ def test_cli_offline_review_pending_then_imported(tmp_path):
 def test_cli_validate_in_a_real_subprocess(tmp_path):
     args = _write_inputs(tmp_path, flip=0.4)
     t2g = str(Path(sys.executable).parent / "t2g")
-    out = subprocess.run([t2g, "validate", *args, "-o", str(tmp_path / "rep")],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [t2g, "validate", *args, "-o", str(tmp_path / "rep")], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     assert "human_alignment[summarization]" in out.stdout
     report = json.loads((tmp_path / "rep" / "report.json").read_text())

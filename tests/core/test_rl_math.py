@@ -183,7 +183,9 @@ def test_policy_loss_normalizer_splits_sum_exactly():
     adv = torch.randn(lp.shape, generator=g, dtype=lp.dtype)
     whole, _ = policy_loss(lp, old, adv, mask, 0.2)
     n = mask.sum()
-    parts = sum(policy_loss(lp[s], old[s], adv[s], mask[s], 0.2, normalizer=n)[0] for s in (slice(0, 2), slice(2, None)))
+    parts = sum(
+        policy_loss(lp[s], old[s], adv[s], mask[s], 0.2, normalizer=n)[0] for s in (slice(0, 2), slice(2, None))
+    )
     assert float(parts) == pytest.approx(float(whole), rel=1e-12)
 
 

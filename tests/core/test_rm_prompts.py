@@ -34,9 +34,18 @@ def _feedback(rows):
 
 def _annotation(item_id, good, poor, status="ok", critique="c"):
     return {
-        "id": item_id, "annotator": "reference", "critique": critique, "good_spans": good, "poor_spans": poor,
-        "reasoning": None, "status": status, "error": None if status == "ok" else "boom", "raw": None,
-        "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0,
+        "id": item_id,
+        "annotator": "reference",
+        "critique": critique,
+        "good_spans": good,
+        "poor_spans": poor,
+        "reasoning": None,
+        "status": status,
+        "error": None if status == "ok" else "boom",
+        "raw": None,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "latency_s": 0.0,
     }
 
 
@@ -105,16 +114,20 @@ def test_split_is_a_deterministic_function_of_the_id():
 
 
 def test_rm_data_rows_quote_the_response_exactly_and_count_what_was_dropped(tok, tmp_path):
-    fb = _feedback([
-        {"id": "a", "task": "summarization", "prompt": POST, "response": SUMMARY},
-        {"id": "b", "task": "summarization", "prompt": POST, "response": SUMMARY},
-        {"id": "c", "task": "summarization", "prompt": POST, "response": SUMMARY},
-    ])
-    ann = pd.DataFrame([
-        _annotation("a", ["3 gray dogs", "COACH"], ["paris", "a unicorn farm"]),  # case differs; one invented span
-        _annotation("b", [], [], status="api_error"),
-        _annotation("c", ["Cai"], []),
-    ])
+    fb = _feedback(
+        [
+            {"id": "a", "task": "summarization", "prompt": POST, "response": SUMMARY},
+            {"id": "b", "task": "summarization", "prompt": POST, "response": SUMMARY},
+            {"id": "c", "task": "summarization", "prompt": POST, "response": SUMMARY},
+        ]
+    )
+    ann = pd.DataFrame(
+        [
+            _annotation("a", ["3 gray dogs", "COACH"], ["paris", "a unicorn farm"]),  # case differs; one invented span
+            _annotation("b", [], [], status="api_error"),
+            _annotation("c", ["Cai"], []),
+        ]
+    )
     cfg = RewardModelConfig(val_fraction=0.0)
     df, stats = build_rm_data(fb, ann, tok, cfg)
     assert list(df.columns) == ["id", "split", "rm_prompt", "rm_target"]

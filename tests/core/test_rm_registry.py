@@ -28,6 +28,8 @@ def ws(tmp_path_factory):
     which ``tasks.tracking`` would otherwise prefer to the workspace default in a later test."""
     root = tmp_path_factory.mktemp("ws")
     return WorkspaceConfig(root=str(root), mlflow_tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+
+
 PROBE = ("I am Cai. I live in Quito. I work as a coach.", "Cai lives in Paris and works as a coach.")
 
 FRESH = """
@@ -67,14 +69,26 @@ def test_register_promote_and_load_by_alias_from_a_fresh_process(tiny_model_dir,
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     adapters = []
     for seed in (0, 1):  # two different adapters
-        cfg = RewardModelConfig(val_fraction=0.0, max_steps=2, save_steps=100, batch_size=2, learning_rate=5e-2,
-                                lora_dropout=0.0, seed=seed, warmup_ratio=0.0)
-        adapters.append(train_rm(cfg, tiny_model_dir, rm_rows(tok, cfg), tmp_path / f"run{seed}", progress=False).adapter_dir)
+        cfg = RewardModelConfig(
+            val_fraction=0.0,
+            max_steps=2,
+            save_steps=100,
+            batch_size=2,
+            learning_rate=5e-2,
+            lora_dropout=0.0,
+            seed=seed,
+            warmup_ratio=0.0,
+        )
+        adapters.append(
+            train_rm(cfg, tiny_model_dir, rm_rows(tok, cfg), tmp_path / f"run{seed}", progress=False).adapter_dir
+        )
 
     versions, promoted = [], []
     with tracking.stage_run("reward_model", {"test": True}, ws):
         for adapter, f1 in zip(adapters + [adapters[1]], (0.4, 0.3, 0.5), strict=True):
-            version = tracking.log_adapter_model(adapter, NAME, {"base_model": str(tiny_model_dir)}, {"span_f1": f1}, alias="candidate")
+            version = tracking.log_adapter_model(
+                adapter, NAME, {"base_model": str(tiny_model_dir)}, {"span_f1": f1}, alias="candidate"
+            )
             versions.append(version)
             promoted.append(promote_if_better(NAME, version, "span_f1", f1))
             if len(versions) == 2:
@@ -90,7 +104,10 @@ def test_register_promote_and_load_by_alias_from_a_fresh_process(tiny_model_dir,
     assert not torch.equal(expected, _logits(tiny_model_dir)), "the adapter must change the base"
     out = subprocess.run(
         [sys.executable, "-c", FRESH, str(Path(ws.root)), "champion", *PROBE],
-        capture_output=True, text=True, timeout=180, cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=Path(__file__).resolve().parents[2],
     )
     assert out.returncode == 0, out.stderr[-3000:]
     fresh = torch.tensor(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -114,7 +131,9 @@ def test_reward_model_task_builds_trains_evaluates_and_registers(tiny_model_dir,
     ann = annotate(fb, AnnotateConfig(annotator="reference"), progress=False).frame
     fb_ref = store.write("feedback", artifact_key("feedback", None, {"t": "1"}), fb, "feedback").to_dict()
     ann_ref = store.write("annotations", artifact_key("annotations", None, {"t": "1"}), ann, "annotations").to_dict()
-    cfg = RewardModelConfig(val_fraction=0.5, max_steps=2, save_steps=100, batch_size=4, max_new_tokens=16, registered_name=TASK_NAME)
+    cfg = RewardModelConfig(
+        val_fraction=0.5, max_steps=2, save_steps=100, batch_size=4, max_new_tokens=16, registered_name=TASK_NAME
+    )
     models = {"base": str(tiny_model_dir), "policy": str(tiny_model_dir)}
 
     first = train_reward_model.fn(fb_ref, ann_ref, {"status": "pass"}, models, cfg, ws)

@@ -29,16 +29,41 @@ def rm(tiny_model_dir):
 def test_score_train_and_eval_use_one_prompt_builder(rm, monkeypatch):
     model, tok = rm
     cfg = RewardModelConfig(val_fraction=0.99)
-    fb = pd.DataFrame([
-        {"id": f"x{i}", "task": "summarization", "prompt": p, "response": r, "critique": None, "reference": None,
-         "tests": None, "entry_point": None, "meta": None}
-        for i, (p, r) in enumerate(zip(PROMPTS, RESPONSES, strict=True))
-    ])
-    ann = pd.DataFrame([
-        {"id": f"x{i}", "annotator": "a", "critique": "c", "good_spans": [], "poor_spans": [], "reasoning": None,
-         "status": "ok", "error": None, "raw": None, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0}
-        for i in range(len(PROMPTS))
-    ])
+    fb = pd.DataFrame(
+        [
+            {
+                "id": f"x{i}",
+                "task": "summarization",
+                "prompt": p,
+                "response": r,
+                "critique": None,
+                "reference": None,
+                "tests": None,
+                "entry_point": None,
+                "meta": None,
+            }
+            for i, (p, r) in enumerate(zip(PROMPTS, RESPONSES, strict=True))
+        ]
+    )
+    ann = pd.DataFrame(
+        [
+            {
+                "id": f"x{i}",
+                "annotator": "a",
+                "critique": "c",
+                "good_spans": [],
+                "poor_spans": [],
+                "reasoning": None,
+                "status": "ok",
+                "error": None,
+                "raw": None,
+                "prompt_tokens": 0,
+                "completion_tokens": 0,
+                "latency_s": 0.0,
+            }
+            for i in range(len(PROMPTS))
+        ]
+    )
     rm_df, _ = build_rm_data(fb, ann, tok, cfg)
     seen: list[str] = []
 
@@ -70,7 +95,9 @@ def test_left_padded_batches_generate_what_single_prompts_do(rm):
 
 def test_an_untrained_model_gives_parse_errors_not_exceptions(rm):
     model, tok = rm
-    out = score(PROMPTS, RESPONSES, model=model, tokenizer=tok, task="summarization", cfg=RewardModelConfig(max_new_tokens=10))
+    out = score(
+        PROMPTS, RESPONSES, model=model, tokenizer=tok, task="summarization", cfg=RewardModelConfig(max_new_tokens=10)
+    )
     assert len(out) == 3
     for parsed in out:
         assert parsed.status == "parse_error"
@@ -102,7 +129,9 @@ def test_critique_batch_keeps_row_order_across_tasks(tiny_model_dir, monkeypatch
     monkeypatch.setattr(scoring, "generate_texts", echo)
     raws = [p.raw for p in scorer.critique_batch(rows)]
     for raw, row in zip(raws, rows, strict=True):
-        assert raw == scoring.build_rm_prompt(scorer.tokenizer, row["task"], row["prompt"], row["response"], cfg.max_prompt_tokens)
+        assert raw == scoring.build_rm_prompt(
+            scorer.tokenizer, row["task"], row["prompt"], row["response"], cfg.max_prompt_tokens
+        )
 
 
 def test_missing_model_folder_is_a_clear_error(tmp_path):

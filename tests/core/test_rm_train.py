@@ -11,24 +11,73 @@ from t2g_core.reward_model.data import build_rm_data
 from t2g_core.reward_model.train import make_trainer, train_rm
 
 ITEMS = [  # (post, summary, good spans, poor spans, critique)
-    ("I am Cai. I live in Quito. I work as a coach.", "Cai lives in Paris and works as a coach.", ["Cai", "coach"], ["Paris"], "Paris is wrong."),
-    ("I am Bo. I live in Lima. I work as a baker.", "Bo lives in Lima and works as a judge.", ["Bo", "Lima"], ["judge"], "judge is wrong."),
-    ("I am Ana. I live in Oslo. I work as a nurse.", "Ana lives in Oslo and works as a nurse.", ["Ana", "Oslo", "nurse"], [], "All correct."),
-    ("I am Eli. I live in Rome. I work as a coach.", "Dee lives in Rome and works as a coach.", ["Rome", "coach"], ["Dee"], "Dee is wrong."),
+    (
+        "I am Cai. I live in Quito. I work as a coach.",
+        "Cai lives in Paris and works as a coach.",
+        ["Cai", "coach"],
+        ["Paris"],
+        "Paris is wrong.",
+    ),
+    (
+        "I am Bo. I live in Lima. I work as a baker.",
+        "Bo lives in Lima and works as a judge.",
+        ["Bo", "Lima"],
+        ["judge"],
+        "judge is wrong.",
+    ),
+    (
+        "I am Ana. I live in Oslo. I work as a nurse.",
+        "Ana lives in Oslo and works as a nurse.",
+        ["Ana", "Oslo", "nurse"],
+        [],
+        "All correct.",
+    ),
+    (
+        "I am Eli. I live in Rome. I work as a coach.",
+        "Dee lives in Rome and works as a coach.",
+        ["Rome", "coach"],
+        ["Dee"],
+        "Dee is wrong.",
+    ),
 ]
 
 
 def rm_rows(tok, cfg, items=ITEMS) -> pd.DataFrame:
-    fb = pd.DataFrame([
-        {"id": f"sum-{i}", "task": "summarization", "prompt": p, "response": r, "critique": None, "reference": None,
-         "tests": None, "entry_point": None, "meta": None}
-        for i, (p, r, *_rest) in enumerate(items)
-    ])
-    ann = pd.DataFrame([
-        {"id": f"sum-{i}", "annotator": "reference", "critique": c, "good_spans": g, "poor_spans": b, "reasoning": None,
-         "status": "ok", "error": None, "raw": None, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0}
-        for i, (_p, _r, g, b, c) in enumerate(items)
-    ])
+    fb = pd.DataFrame(
+        [
+            {
+                "id": f"sum-{i}",
+                "task": "summarization",
+                "prompt": p,
+                "response": r,
+                "critique": None,
+                "reference": None,
+                "tests": None,
+                "entry_point": None,
+                "meta": None,
+            }
+            for i, (p, r, *_rest) in enumerate(items)
+        ]
+    )
+    ann = pd.DataFrame(
+        [
+            {
+                "id": f"sum-{i}",
+                "annotator": "reference",
+                "critique": c,
+                "good_spans": g,
+                "poor_spans": b,
+                "reasoning": None,
+                "status": "ok",
+                "error": None,
+                "raw": None,
+                "prompt_tokens": 0,
+                "completion_tokens": 0,
+                "latency_s": 0.0,
+            }
+            for i, (_p, _r, g, b, c) in enumerate(items)
+        ]
+    )
     df, _ = build_rm_data(fb, ann, tok, cfg)
     return df
 
@@ -82,8 +131,14 @@ def _adapter_state(path):
 def test_resume_after_kill_continues_step_count_and_optimizer_state(tiny_model_dir, tok, tmp_path):
     torch.set_num_threads(1)
     cfg = RewardModelConfig(
-        val_fraction=0.0, max_steps=4, save_steps=2, batch_size=2, lora_dropout=0.0, learning_rate=1e-2,
-        lr_scheduler="linear", warmup_ratio=0.0,
+        val_fraction=0.0,
+        max_steps=4,
+        save_steps=2,
+        batch_size=2,
+        lora_dropout=0.0,
+        learning_rate=1e-2,
+        lr_scheduler="linear",
+        warmup_ratio=0.0,
     )
     df = rm_rows(tok, cfg)
     straight = train_rm(cfg, tiny_model_dir, df, tmp_path / "straight", progress=False)
@@ -114,14 +169,22 @@ def test_resume_after_kill_continues_step_count_and_optimizer_state(tiny_model_d
 
 @pytest.mark.slow
 def test_tiny_rm_overfits_a_handful_of_examples_until_its_spans_match_gold(tiny_model_dir, tok, tmp_path):
-    """The whole loop learns: data -> SFT with LoRA -> adapter on disk -> load -> generate -> parse -> align -> metrics."""
+    """The whole loop learns: data -> SFT with LoRA -> adapter on disk -> load -> generate -> parse -> align ->
+    metrics."""
     from t2g_core.reward_model.evaluate import eval_items, evaluate_rm
     from t2g_core.reward_model.scoring import load_reward_model
 
     torch.set_num_threads(1)
     cfg = RewardModelConfig(
-        val_fraction=0.0, max_steps=150, save_steps=1000, batch_size=4, lora_dropout=0.0, learning_rate=1e-2,
-        lr_scheduler="constant", warmup_ratio=0.0, max_new_tokens=64,
+        val_fraction=0.0,
+        max_steps=150,
+        save_steps=1000,
+        batch_size=4,
+        lora_dropout=0.0,
+        learning_rate=1e-2,
+        lr_scheduler="constant",
+        warmup_ratio=0.0,
+        max_new_tokens=64,
         lora_target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     )
     df = rm_rows(tok, cfg)

@@ -106,7 +106,11 @@ def test_no_network_connection_reaches_the_host(limits):
     res = run([case(body, header="import socket")], limits)
     listener.close()
     assert res.results[0].outcome == "error"
-    assert ("socket.connect is not allowed" in res.results[0].message) if limits is FAST else "Error" in res.results[0].message
+    assert (
+        ("socket.connect is not allowed" in res.results[0].message)
+        if limits is FAST
+        else "Error" in res.results[0].message
+    )
     assert accepted in ([], [None])
 
 
@@ -119,10 +123,12 @@ def _accept(listener):
 
 def test_environment_secrets_do_not_reach_the_sandbox(monkeypatch):
     monkeypatch.setenv("T2G_TEST_SECRET", "hunter2")
-    res = run([
-        case("assert 'T2G_TEST_SECRET' not in os.environ, dict(os.environ)", header="import os"),
-        case(f"assert 'hunter2' not in open('/proc/{os.getpid()}/environ').read()"),
-    ])
+    res = run(
+        [
+            case("assert 'T2G_TEST_SECRET' not in os.environ, dict(os.environ)", header="import os"),
+            case(f"assert 'hunter2' not in open('/proc/{os.getpid()}/environ').read()"),
+        ]
+    )
     assert res.results[0].outcome == "pass", res.results[0].message
     assert res.results[1].outcome == "error" and "PermissionError" in res.results[1].message
 
@@ -133,10 +139,13 @@ def test_writes_outside_the_work_directory_are_refused(tmp_path, limits):
         pytest.skip("the throwaway uid needs root")
     target = tmp_path / "parent-file.txt"
     target.write_text("untouched")
-    res = run([
-        case(f"open({str(target)!r}, 'w').write('pwned')"),
-        case("open('inside.txt', 'w').write('fine')\nassert open('inside.txt').read() == 'fine'"),
-    ], limits)
+    res = run(
+        [
+            case(f"open({str(target)!r}, 'w').write('pwned')"),
+            case("open('inside.txt', 'w').write('fine')\nassert open('inside.txt').read() == 'fine'"),
+        ],
+        limits,
+    )
     assert res.results[0].outcome == "error" and "PermissionError" in res.results[0].message
     assert res.results[1].outcome == "pass"
     assert target.read_text() == "untouched"

@@ -27,20 +27,52 @@ from t2g_core.spans import (
     ("text", "critique", "good", "poor"),
     [
         ('{"critique": "fine", "good_spans": ["a b"], "poor_spans": []}', "fine", ["a b"], []),
-        ('Let me think. The post is about {Paris}.\n{"critique": "c", "good_spans": [], "poor_spans": ["x"]}', "c", [], ["x"]),
-        ('Reasoning first.\n```json\n{"critique": "c", "good_spans": ["g"], "poor_spans": ["p"]}\n```\nHope this helps!', "c", ["g"], ["p"]),
-        ('{"critique": "c", "good_spans": ["g"], "poor_spans": ["p"]} and then some trailing words {', "c", ["g"], ["p"]),
+        (
+            'Let me think. The post is about {Paris}.\n{"critique": "c", "good_spans": [], "poor_spans": ["x"]}',
+            "c",
+            [],
+            ["x"],
+        ),
+        (
+            'Reasoning first.\n```json\n{"critique": "c", "good_spans": ["g"], "poor_spans": ["p"]}\n```\nHope this '
+            "helps!",
+            "c",
+            ["g"],
+            ["p"],
+        ),
+        (
+            '{"critique": "c", "good_spans": ["g"], "poor_spans": ["p"]} and then some trailing words {',
+            "c",
+            ["g"],
+            ["p"],
+        ),
         ("{'critique': 'it\\'s wrong', 'good_spans': ['g'], 'poor_spans': ['p']}", "it's wrong", ["g"], ["p"]),
-        ('{"critique": "says \\"Berlin\\"", "good_spans": [], "poor_spans": ["\\"Berlin\\" is"]}', 'says "Berlin"', [], ['"Berlin" is']),
+        (
+            '{"critique": "says \\"Berlin\\"", "good_spans": [], "poor_spans": ["\\"Berlin\\" is"]}',
+            'says "Berlin"',
+            [],
+            ['"Berlin" is'],
+        ),
         ('{"critique": "c", "good_spans": ["g",], "poor_spans": ["p",],}', "c", ["g"], ["p"]),
         ('{"critique": "cut off", "good_spans": ["first", "sec', "cut off", ["first", "sec"], []),
         ('{"textual_feedback": "tf", "good_spans": ["g"], "poor_spans": ["p"]}', "tf", ["g"], ["p"]),
-        ('```json\n{"Code Feedback": "loop is off by one", "wrong_code": ["range(n - 1)"], "improvement_code": ["x = 0"]}\n```',
-         "loop is off by one", ["x = 0"], ["range(n - 1)"]),
+        (
+            '```json\n{"Code Feedback": "loop is off by one", "wrong_code": ["range(n - 1)"], "improvement_code": '
+            '["x = 0"]}\n```',
+            "loop is off by one",
+            ["x = 0"],
+            ["range(n - 1)"],
+        ),
         ('{"code_feedback": "cf", "wrong_code": "return a - b", "improvement_code": []}', "cf", [], ["return a - b"]),
         ('[{"critique": "in a list", "good_spans": ["g"], "poor_spans": []}]', "in a list", ["g"], []),
         ('{"critique": "c", "good_spans": [], "poor_spans": ["he said "hi" to me"]}', "c", [], ['he said "hi" to me']),
-        ('Sure! Here is the JSON:\n{\n  "critique": "c",\n  "good_spans": ["a"],\n  "poor_spans": null\n}\nLet me know.', "c", ["a"], []),
+        (
+            'Sure! Here is the JSON:\n{\n  "critique": "c",\n  "good_spans": ["a"],\n  "poor_spans": null\n}\nLet me '
+            "know.",
+            "c",
+            ["a"],
+            [],
+        ),
     ],
 )
 def test_parse_accepts_messy_output(text, critique, good, poor):
@@ -61,7 +93,10 @@ def test_parse_skips_code_fences_and_brace_text_before_the_json():
 
 
 def test_parse_keeps_reasoning_before_json():
-    parsed = parse_span_json('Step 1: the post says Paris.\nStep 2: wrong city.\n```json\n{"critique": "c", "good_spans": [], "poor_spans": []}\n```')
+    parsed = parse_span_json(
+        'Step 1: the post says Paris.\nStep 2: wrong city.\n```json\n{"critique": "c", "good_spans": [], '
+        '"poor_spans": []}\n```'
+    )
     assert parsed.reasoning == "Step 1: the post says Paris.\nStep 2: wrong city."
     assert parse_span_json('{"critique": "c", "reasoning": "r", "good_spans": []}').reasoning == "r"
 
@@ -95,7 +130,7 @@ def one(response: str, span: str, **kw) -> AlignedSpan:
 
 def at(response: str, a: AlignedSpan) -> str:
     assert a.start is not None, a
-    return response[a.start: a.end]
+    return response[a.start : a.end]
 
 
 def test_exact_match_has_exact_offsets():
@@ -106,11 +141,11 @@ def test_exact_match_has_exact_offsets():
 
 def test_curly_quotes_and_apostrophes_both_ways():
     r = "She said “it’s fine” and left."
-    a = one(r, "said \"it's fine\"")
+    a = one(r, 'said "it\'s fine"')
     assert a.match == "normalized" and at(r, a) == "said “it’s fine”"
-    r2 = "She said \"it's fine\" and left."
+    r2 = 'She said "it\'s fine" and left.'
     b = one(r2, "said “it’s fine”")
-    assert b.match == "normalized" and at(r2, b) == "said \"it's fine\""
+    assert b.match == "normalized" and at(r2, b) == 'said "it\'s fine"'
 
 
 def test_repeated_phrase_takes_first_unclaimed_occurrence():
@@ -287,13 +322,17 @@ def test_label_values_are_configurable(bpe):
     cfg = AlignConfig(positive_value=2.0, negative_value=-3.0, neutral_value=0.0, overlap="good_wins")
     both = align_feedback(r, (["good part and bad"], ["bad part"]))
     from_cfg = token_labels(r, both, bpe, cfg)
-    assert set(from_cfg) == {2.0, -3.0} and from_cfg == token_labels(r, both, bpe, {"positive": 2.0, "negative": -3.0}, overlap="good_wins")
+    assert set(from_cfg) == {2.0, -3.0} and from_cfg == token_labels(
+        r, both, bpe, {"positive": 2.0, "negative": -3.0}, overlap="good_wins"
+    )
 
 
 def test_batch_labels_equal_single_labels(bpe):
     responses = ["alpha beta gamma", "delta 😀 epsilon", ""]
     aligned = [align_feedback(r, (["beta"], ["😀"])) for r in responses]
-    assert token_labels_batch(responses, aligned, bpe) == [token_labels(r, a, bpe) for r, a in zip(responses, aligned, strict=True)]
+    assert token_labels_batch(responses, aligned, bpe) == [
+        token_labels(r, a, bpe) for r, a in zip(responses, aligned, strict=True)
+    ]
 
 
 def test_chat_template_labels_only_response_tokens(bpe):
@@ -321,7 +360,9 @@ def test_offsets_from_ids_match_decoded_text(tok_name, request):
     assert text == tok.decode(ids, clean_up_tokenization_spaces=False)
     assert len(offsets) == len(ids) and offsets == token_offsets_from_ids(ids, tok)
     assert offsets[0][0] == 0 and offsets[-1][1] == len(text)
-    assert all(a <= b for a, b in offsets) and all(x[0] <= y[0] and x[1] <= y[1] for x, y in zip(offsets, offsets[1:], strict=False))
+    assert all(a <= b for a, b in offsets) and all(
+        x[0] <= y[0] and x[1] <= y[1] for x, y in zip(offsets, offsets[1:], strict=False)
+    )
     for tid, (a, b) in zip(ids, offsets, strict=True):  # a whole token's own text is what its interval holds
         piece = tok.decode([tid], clean_up_tokenization_spaces=False)
         if "\ufffd" not in piece and tok_name == "bpe":
@@ -331,7 +372,9 @@ def test_offsets_from_ids_match_decoded_text(tok_name, request):
 def test_multibyte_char_split_across_byte_level_tokens(bpe):
     ids = bpe("x 👍🏽 y", add_special_tokens=False)["input_ids"]
     pieces = [bpe.decode([i]) for i in ids]
-    assert any("\ufffd" in p for p in pieces), "the emoji should be split into byte tokens for this test to mean anything"
+    assert any("\ufffd" in p for p in pieces), (
+        "the emoji should be split into byte tokens for this test to mean anything"
+    )
     text, offsets = decode_with_offsets(ids, bpe)
     thumb = text.index("👍")
     covering = [i for i, (a, b) in enumerate(offsets) if a <= thumb < b]

@@ -18,7 +18,9 @@ from t2g_core.spans import (
 )
 
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-ALPHABET = LETTERS + "   \n\t.,;:!?()-'\"*_`éß中文😀’“”ж🚀"  # ж and 🚀 are not in the tokenizer corpus: split into byte tokens
+ALPHABET = (
+    LETTERS + "   \n\t.,;:!?()-'\"*_`éß中文😀’“”ж🚀"
+)  # ж and 🚀 are not in the tokenizer corpus: split into byte tokens
 DROPPED = set(" \n\t*_`")
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -77,10 +79,10 @@ def test_perturbed_copies_come_back_normalized_with_original_offsets(case):
     (a,) = locate_spans(text, [span], "negative")
     assert a.match in ("exact", "normalized"), (text, span, a)
     if a.match == "exact":  # the perturbed copy happens to occur verbatim (maybe elsewhere): exact wins
-        assert text[a.start: a.end] == span.strip()
+        assert text[a.start : a.end] == span.strip()
         return
     assert span.strip() not in text
-    assert _collapse(text[a.start: a.end]) == _collapse(text[i:j])
+    assert _collapse(text[a.start : a.end]) == _collapse(text[i:j])
     needle, _ = squeeze(span)
     hay, _ = squeeze(text)
     if hay.count(needle) == 1:  # one place it can be: it must be exactly the original substring
@@ -102,7 +104,11 @@ def test_absent_spans_are_unmatched(text, absent):
 
 @pytest.fixture(scope="module")
 def tokenizers():
-    return {"bpe": _tokenizers.byte_level_bpe(), "wordpiece": _tokenizers.wordpiece(), "unigram": _tokenizers.unigram_metaspace()}
+    return {
+        "bpe": _tokenizers.byte_level_bpe(),
+        "wordpiece": _tokenizers.wordpiece(),
+        "unigram": _tokenizers.unigram_metaspace(),
+    }
 
 
 def naive_labels(offsets, spans):

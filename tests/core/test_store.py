@@ -71,9 +71,18 @@ def test_write_then_read_round_trips_and_is_immutable(tmp_path):
 def test_list_columns_round_trip(tmp_path):
     df = pd.DataFrame(
         {
-            "id": ["a"], "annotator": ["reference"], "critique": ["c"], "good_spans": [["g1", "g2"]], "poor_spans": [[]],
-            "reasoning": [None], "status": ["ok"], "error": [None], "raw": [None], "prompt_tokens": [0],
-            "completion_tokens": [0], "latency_s": [0.0],
+            "id": ["a"],
+            "annotator": ["reference"],
+            "critique": ["c"],
+            "good_spans": [["g1", "g2"]],
+            "poor_spans": [[]],
+            "reasoning": [None],
+            "status": ["ok"],
+            "error": [None],
+            "raw": [None],
+            "prompt_tokens": [0],
+            "completion_tokens": [0],
+            "latency_s": [0.0],
         }
     )
     ref = ArtifactStore(tmp_path).write("annotations", "k", df, "annotations")

@@ -57,11 +57,17 @@ def test_empty_annotations_fail_without_crashing(tmp_path):
     b = make_batch(s.annotations.iloc[:0], s.spans.iloc[:0], s.feedback)
     report = check_batch(b, CFG)
     assert _check(report, "n_items").failed
-    assert {c.name for c in report.checks if c.status == "skipped"} >= {"unmatched_rate", "minority_label_frac", "failure_rate"}
+    assert {c.name for c in report.checks if c.status == "skipped"} >= {
+        "unmatched_rate",
+        "minority_label_frac",
+        "failure_rate",
+    }
     paths = write_report(report, tmp_path)
     assert paths["chart"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads(paths["json"].read_text(), parse_constant=lambda c: pytest.fail(f"report.json holds {c}"))
-    assert data["status"] == "fail" and any(c["name"] == "unmatched_rate" and c["value"] is None for c in data["checks"])
+    assert data["status"] == "fail" and any(
+        c["name"] == "unmatched_rate" and c["value"] is None for c in data["checks"]
+    )
 
 
 def test_failed_annotations_are_counted_by_status():
@@ -103,14 +109,19 @@ def test_dense_labelling_fails_the_upper_token_bound():
 def test_breakdown_singles_out_the_bad_annotator():
     good = make_synthetic_batch(n_items=20, annotators=("careful",), id_prefix="a")
     bad = make_synthetic_batch(n_items=20, annotators=("sloppy",), id_prefix="b", unmatched=0.5, seed=1)
-    b = make_batch(pd.concat([good.annotations, bad.annotations]), pd.concat([good.spans, bad.spans]),
-                   pd.concat([good.feedback, bad.feedback]))
+    b = make_batch(
+        pd.concat([good.annotations, bad.annotations]),
+        pd.concat([good.spans, bad.spans]),
+        pd.concat([good.feedback, bad.feedback]),
+    )
     report = check_batch(b, CFG)
     by = report.by_annotator.set_index("annotator")
     assert by.loc["sloppy", "failing"].startswith("unmatched_rate") and by.loc["careful", "failing"] == "-"
     assert by.loc["careful", "unmatched_rate"] == 0.0 and by.loc["sloppy", "unmatched_rate"] > 0.3
     groups = _check(report, "failing_groups")
-    assert groups.failed and [w["group"] for w in groups.worst] == ["annotator=sloppy"]  # one task: not a group of its own
+    assert groups.failed and [w["group"] for w in groups.worst] == [
+        "annotator=sloppy"
+    ]  # one task: not a group of its own
     assert not _check(check_batch(b, CFG.model_copy(update={"gate_breakdowns": False})), "failing_groups").failed
 
 
@@ -135,7 +146,9 @@ def _fast_tokenizer(texts, word_level: bool):
     else:
         tok = Tokenizer(models.BPE(unk_token="[UNK]"))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        trainer = trainers.BpeTrainer(vocab_size=260, special_tokens=["[UNK]"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        trainer = trainers.BpeTrainer(
+            vocab_size=260, special_tokens=["[UNK]"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        )
     tok.train_from_iterator(texts, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
 
@@ -144,7 +157,9 @@ def test_labelled_tokens_can_count_a_tokenizers_tokens():
     s = make_synthetic_batch(n_items=12)
     words = _check(check_batch(make_batch(s.annotations, s.spans, s.feedback), CFG), "labelled_token_frac")
     word_tok = _fast_tokenizer(s.feedback["response"].tolist(), word_level=True)
-    same = _check(check_batch(make_batch(s.annotations, s.spans, s.feedback, tokenizer=word_tok), CFG), "labelled_token_frac")
+    same = _check(
+        check_batch(make_batch(s.annotations, s.spans, s.feedback, tokenizer=word_tok), CFG), "labelled_token_frac"
+    )
     assert same.value == pytest.approx(words.value) and "tokens of" in same.detail  # whitespace/punct split == words
     bpe = _fast_tokenizer(s.feedback["response"].tolist(), word_level=False)
     sub = _check(check_batch(make_batch(s.annotations, s.spans, s.feedback, tokenizer=bpe), CFG), "labelled_token_frac")

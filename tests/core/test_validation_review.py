@@ -69,7 +69,9 @@ def test_sample_is_reproducible_with_a_seed_and_independent_of_row_order():
     s, b = _batch(n_items=60)
     cfg = CFG.model_copy(update={"sample_size": 10, "sample_seed": 7})
     first = review_sample(b, cfg)
-    shuffled = make_batch(s.annotations.sample(frac=1, random_state=3), s.spans.sample(frac=1, random_state=4), s.feedback)
+    shuffled = make_batch(
+        s.annotations.sample(frac=1, random_state=3), s.spans.sample(frac=1, random_state=4), s.feedback
+    )
     again = review_sample(shuffled, cfg)
     assert [it.id for it in first.items] == [it.id for it in again.items] and first.key == again.key
     other = review_sample(b, cfg.model_copy(update={"sample_seed": 8}))
@@ -120,7 +122,9 @@ def test_verdicts_for_items_outside_the_sample_are_rejected():
     foreign = ReviewVerdicts(reviewer="t", sample_key=sample.key, items=[ItemVerdict(id="nope-1", spans=[])])
     with pytest.raises(VerdictError, match="nope-1"):
         compute_alignment(sample, foreign, CFG)
-    bad_span = ReviewVerdicts(reviewer="t", items=[ItemVerdict(id=sample.items[0].id, spans=[SpanJudgement(span_index=99, agree=True)])])
+    bad_span = ReviewVerdicts(
+        reviewer="t", items=[ItemVerdict(id=sample.items[0].id, spans=[SpanJudgement(span_index=99, agree=True)])]
+    )
     with pytest.raises(VerdictError, match="no span 99"):
         compute_alignment(sample, bad_span, CFG)
 
@@ -140,11 +144,18 @@ def test_ground_truth_reviewer_disagrees_exactly_with_flipped_labels():
     assert 0.5 < res.overall.point < 0.95 and not res.passed
     clean_s, clean_b = _batch(n_items=30)
     clean_sample = review_sample(clean_b, CFG)
-    assert compute_alignment(clean_sample, ground_truth_review(clean_sample, gold_by_id(clean_b)), CFG).overall.point == 1.0
+    assert (
+        compute_alignment(clean_sample, ground_truth_review(clean_sample, gold_by_id(clean_b)), CFG).overall.point
+        == 1.0
+    )
 
 
 @settings(max_examples=60, deadline=None)
-@given(sizes=st.dictionaries(st.sampled_from("abcdefgh"), st.integers(1, 40), min_size=1), n=st.integers(1, 120), seed=st.integers(0, 5))
+@given(
+    sizes=st.dictionaries(st.sampled_from("abcdefgh"), st.integers(1, 40), min_size=1),
+    n=st.integers(1, 120),
+    seed=st.integers(0, 5),
+)
 def test_allocation_properties(sizes, n, seed):
     alloc = allocate(sizes, n, np.random.default_rng(seed))
     assert sum(alloc.values()) == min(n, sum(sizes.values()))

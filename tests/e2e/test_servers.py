@@ -26,12 +26,28 @@ TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 TINY = {
     "data": {"n_items": 24, "seed": 3},
-    "models": {"tiny": {"hidden_size": 32, "num_heads": 2, "warm_start_steps": 5, "policy_sft_steps": 5,
-                        "warm_start_batch_size": 8, "policy_sft_batch_size": 8}},
+    "models": {
+        "tiny": {
+            "hidden_size": 32,
+            "num_heads": 2,
+            "warm_start_steps": 5,
+            "policy_sft_steps": 5,
+            "warm_start_batch_size": 8,
+            "policy_sft_batch_size": 8,
+        }
+    },
     "validate": {"review": "auto", "sample_size": 8},
     "reward_model": {"max_steps": 2, "batch_size": 4, "max_new_tokens": 16},
-    "ppo": {"steps": 2, "batch_size": 4, "minibatches": 1, "ppo_epochs": 1, "max_new_tokens": 12, "eval_every": 1,
-            "log_every": 1, "save_every": 1},
+    "ppo": {
+        "steps": 2,
+        "batch_size": 4,
+        "minibatches": 1,
+        "ppo_epochs": 1,
+        "max_new_tokens": 12,
+        "eval_every": 1,
+        "log_every": 1,
+        "save_every": 1,
+    },
     "evaluate": {"max_prompts": 4, "max_new_tokens": 12, "bootstrap_samples": 100},
 }
 
@@ -53,11 +69,20 @@ def _alive(pid: int) -> bool:
 @pytest.fixture
 def servers(tmp_path):
     ws = tmp_path / "ws"
-    env = {**os.environ, "PREFECT_PORT": str(_free_port()), "MLFLOW_PORT": str(_free_port()), "SENSOR_INTERVAL": "15",
-           "DEBOUNCE_SECONDS": "2", "PREFECT_RUNNER_POLL_FREQUENCY": "2", "VENV_BIN": str(Path(sys.executable).parent)}
+    env = {
+        **os.environ,
+        "PREFECT_PORT": str(_free_port()),
+        "MLFLOW_PORT": str(_free_port()),
+        "SENSOR_INTERVAL": "15",
+        "DEBOUNCE_SECONDS": "2",
+        "PREFECT_RUNNER_POLL_FREQUENCY": "2",
+        "VENV_BIN": str(Path(sys.executable).parent),
+    }
     for key in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "PREFECT_HOME", "PREFECT_SERVER_DATABASE_CONNECTION_URL"):
         env.pop(key, None)
-    up = subprocess.run(["bash", "deployments/up.sh", str(ws)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    up = subprocess.run(
+        ["bash", "deployments/up.sh", str(ws)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     pids = {p.stem: int(p.read_text()) for p in (ws / "run").glob("*.pid")}
     try:
         assert up.returncode == 0, up.stdout + up.stderr
@@ -102,7 +127,10 @@ def _runs_of(api: httpx.Client, flow_name: str) -> list[dict]:
     flow = api.get(f"/flows/name/{flow_name}")
     if flow.status_code != 200:
         return []
-    body = {"flows": {"id": {"any_": [flow.json()["id"]]}}, "flow_runs": {"state": {"type": {"not_any_": ["SCHEDULED"]}}}}
+    body = {
+        "flows": {"id": {"any_": [flow.json()["id"]]}},
+        "flow_runs": {"state": {"type": {"not_any_": ["SCHEDULED"]}}},
+    }
     return api.post("/flow_runs/filter", json=body).json()
 
 
@@ -142,11 +170,17 @@ def test_ui_run_reannotation_event_and_lineage(servers):
 
     client = mlflow.MlflowClient(info["mlflow"])
     exp = client.get_experiment_by_name("text2grad")
-    parent = client.search_runs([exp.experiment_id], f"tags.`prefect.flow_run_id` = '{created['id']}' and tags.`t2g.role` = 'pipeline'")
+    parent = client.search_runs(
+        [exp.experiment_id], f"tags.`prefect.flow_run_id` = '{created['id']}' and tags.`t2g.role` = 'pipeline'"
+    )
     assert len(parent) == 1 and parent[0].info.status == "FINISHED"
-    stages = {r.data.tags["t2g.stage"]: r for r in client.search_runs(
-        [exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent[0].info.run_id}'")}
-    assert {"feedback", "build_models", "annotate", "align", "validate", "reward_model", "ppo", "evaluate"} <= set(stages)
+    stages = {
+        r.data.tags["t2g.stage"]: r
+        for r in client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent[0].info.run_id}'")
+    }
+    assert {"feedback", "build_models", "annotate", "align", "validate", "reward_model", "ppo", "evaluate"} <= set(
+        stages
+    )
     produced = {d.dataset.digest for d in stages["feedback"].inputs.dataset_inputs}
     consumed = {d.dataset.digest for d in stages["annotate"].inputs.dataset_inputs if d.dataset.name == "feedback"}
     assert consumed and consumed <= produced

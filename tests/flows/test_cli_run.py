@@ -13,4 +13,3 @@ def test_lineage_of_an_unknown_version_is_a_clear_error(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["lineage", "7", "--workspace", str(tmp_path)])
     assert result.exit_code == 2
     assert "no model version text2grad-policy '7'" in result.output
-

@@ -17,7 +17,11 @@ FULL = ["summarization-slf5k", "code-kodcode", "qa-ultrafeedback"]
 @pytest.mark.parametrize("name", FULL)
 def test_full_recipes_validate_completely(name):
     cfg = load_config(ROOT / "recipes" / f"{name}.yaml")
-    assert cfg.data.dataset and cfg.models.policy.startswith("meta-llama/") and cfg.models.reward_model_base.startswith("meta-llama/")
+    assert (
+        cfg.data.dataset
+        and cfg.models.policy.startswith("meta-llama/")
+        and cfg.models.reward_model_base.startswith("meta-llama/")
+    )
     assert cfg.annotate.annotator == "llm" and cfg.annotate.base_url
     assert cfg.placement.train_policy == "t2g-gpu" and cfg.placement.train_reward_model == "t2g-gpu"
     assert cfg.reward_model.precision == "bf16" and cfg.ppo.learning_rate == 1e-6
@@ -52,8 +56,11 @@ def test_refresh_recomputes_ppo_and_evaluation_but_not_the_reward_model(tmp_path
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = load_config(ROOT / "recipes" / "qa-ultrafeedback-tiny.yaml", [f"workspace.root={tmp_path / 'ws'}"])
     out = text2grad(config=cfg)
-    folders = {"ppo": Path(out["policy"]["run_dir"]), "evaluate": Path(out["evaluation"]["path"]),
-               "reward_model": Path(out["reward_model"]["adapter_dir"]).parent}
+    folders = {
+        "ppo": Path(out["policy"]["run_dir"]),
+        "evaluate": Path(out["evaluation"]["path"]),
+        "reward_model": Path(out["reward_model"]["adapter_dir"]).parent,
+    }
     for folder in folders.values():
         (folder / "left-by-the-first-run").write_text("x")
     summary_written = Path(out["evaluation"]["summary"]).stat().st_mtime_ns

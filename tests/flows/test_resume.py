@@ -33,7 +33,13 @@ def _write(root: str, stage: str, cfg: dict, inputs: dict[str, str], rows: list[
 @task(name="fake-first")
 def first(root: str, cfg: dict) -> dict:
     CALLS.append("first")
-    return _write(root, "first", cfg, {}, [{"id": f"i{i}", "split": "train", "rm_prompt": "p", "rm_target": str(i * cfg["n"])} for i in range(3)])
+    return _write(
+        root,
+        "first",
+        cfg,
+        {},
+        [{"id": f"i{i}", "split": "train", "rm_prompt": "p", "rm_target": str(i * cfg["n"])} for i in range(3)],
+    )
 
 
 @task(name="fake-second")

@@ -6,8 +6,10 @@ from flows.summary import _stage_line
 
 
 def test_reward_model_line_shows_its_headline_metrics():
-    line = _stage_line("reward_model", {"adapter_dir": "/rm", "version": "3",
-                                        "metrics": {"json_valid_rate": 1.0, "span_f1": 0.1786, "rouge_l": 0.5}})
+    line = _stage_line(
+        "reward_model",
+        {"adapter_dir": "/rm", "version": "3", "metrics": {"json_valid_rate": 1.0, "span_f1": 0.1786, "rouge_l": 0.5}},
+    )
     first, second = line.splitlines()
     assert first.split() == ["reward_model", "adapter_dir=/rm,", "version=3"]
     assert second.split() == ["held-out:", "json_valid_rate=1.000,", "span_f1=0.179"]

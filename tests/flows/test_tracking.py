@@ -18,8 +18,19 @@ FAILS: dict[str, int] = {}
 
 
 def _feedback(n: int) -> pd.DataFrame:
-    return pd.DataFrame({"id": [f"i{i}" for i in range(n)], "task": "qa", "prompt": "p", "response": "r", "critique": None,
-                         "reference": "r", "tests": None, "entry_point": None, "meta": None})
+    return pd.DataFrame(
+        {
+            "id": [f"i{i}" for i in range(n)],
+            "task": "qa",
+            "prompt": "p",
+            "response": "r",
+            "critique": None,
+            "reference": "r",
+            "tests": None,
+            "entry_point": None,
+            "meta": None,
+        }
+    )
 
 
 @task
@@ -27,7 +38,9 @@ def make_feedback(ws: dict) -> dict:
     from tasks import tracking
 
     cfg = WorkspaceConfig(**ws)
-    ref = ArtifactStore(Path(cfg.root) / "artifacts").write("feedback", artifact_key("feedback", {"n": 4}), _feedback(4), "feedback")
+    ref = ArtifactStore(Path(cfg.root) / "artifacts").write(
+        "feedback", artifact_key("feedback", {"n": 4}), _feedback(4), "feedback"
+    )
     with tracking.stage_run("feedback", {"n": 4}, cfg):
         tracking.log_output(ref, "feedback")
     return ref.to_dict()
@@ -38,10 +51,25 @@ def annotate(feedback: dict, ws: dict) -> dict:
     from tasks import tracking
 
     cfg = WorkspaceConfig(**ws)
-    df = pd.DataFrame({"id": ["i0"], "annotator": "reference", "critique": "c", "good_spans": [["r"]], "poor_spans": [[]],
-                       "reasoning": None, "status": "ok", "error": None, "raw": None, "prompt_tokens": 0,
-                       "completion_tokens": 0, "latency_s": 0.0})
-    ref = ArtifactStore(Path(cfg.root) / "artifacts").write("annotations", artifact_key("ann", None, {"f": feedback["sha256"]}), df, "annotations")
+    df = pd.DataFrame(
+        {
+            "id": ["i0"],
+            "annotator": "reference",
+            "critique": "c",
+            "good_spans": [["r"]],
+            "poor_spans": [[]],
+            "reasoning": None,
+            "status": "ok",
+            "error": None,
+            "raw": None,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "latency_s": 0.0,
+        }
+    )
+    ref = ArtifactStore(Path(cfg.root) / "artifacts").write(
+        "annotations", artifact_key("ann", None, {"f": feedback["sha256"]}), df, "annotations"
+    )
     with tracking.stage_run("annotate", {"annotator": "reference"}, cfg):
         tracking.log_dataset(feedback, "feedback", "annotation")
         tracking.log_output(ref, "annotations")
@@ -96,12 +124,16 @@ def test_parent_run_is_reused_on_retry_and_lineage_walks_back_to_feedback(tmp_pa
     stages = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'")
     rm_runs = sorted((r for r in stages if r.data.tags["t2g.stage"] == "reward_model"), key=lambda r: r.info.start_time)
     assert [r.info.status for r in rm_runs] == ["FAILED", "FINISHED"]
-    assert all(r.data.tags["prefect.flow_run_id"] == flow_run_id and r.data.tags.get("prefect.task_run_id") for r in stages)
+    assert all(
+        r.data.tags["prefect.flow_run_id"] == flow_run_id and r.data.tags.get("prefect.task_run_id") for r in stages
+    )
     assert client.get_metric_history(rm_runs[-1].info.run_id, "loss")[-1].value == 0.25
 
     chain = lineage_chain("t2g-test-rm", "champion", tracking_uri(WorkspaceConfig(**ws)))
     text = "\n".join(line for _, line in chain)
     assert "[reward_model]" in text and "[annotate]" in text and "[feedback]" in text
     assert text.index("[reward_model]") < text.index("[annotate]") < text.index("[feedback]")
-    feedback_sha = next(d.dataset.digest for r in stages if r.data.tags["t2g.stage"] == "feedback" for d in r.inputs.dataset_inputs)
+    feedback_sha = next(
+        d.dataset.digest for r in stages if r.data.tags["t2g.stage"] == "feedback" for d in r.inputs.dataset_inputs
+    )
     assert feedback_sha in text

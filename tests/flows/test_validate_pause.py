@@ -45,7 +45,9 @@ def _paused_run(pause_key: str, timeout: float = 60.0):
         while time.monotonic() < deadline:
             runs = client.read_flow_runs(
                 flow_filter=FlowFilter(name=FlowFilterName(any_=[FLOW_NAME])),
-                flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))),
+                flow_run_filter=FlowRunFilter(
+                    state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))
+                ),
             )
             for run in runs:
                 if run.state.state_details.pause_key == pause_key:
@@ -66,7 +68,9 @@ def test_pause_rejects_invalid_input_and_resumes_with_valid_verdicts(prefect_har
     cfg = ValidateConfig(sample_size=3, review="ui", review_timeout_s=120)
     sample = review_sample(b, cfg)
     result: dict = {}
-    worker = threading.Thread(target=lambda: result.update(out=review_flow(sample.model_dump(mode="json"), cfg.model_dump(mode="json"))))
+    worker = threading.Thread(
+        target=lambda: result.update(out=review_flow(sample.model_dump(mode="json"), cfg.model_dump(mode="json")))
+    )
     worker.start()
     try:
         run = _paused_run("span-review-1")
