@@ -26,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+SMOKE = {"seeds": 1, "steps": 2, "batch_size": 4, "max_new_tokens": 8, "eval_every": 1, "n_eval": 4, "workers": 1,
+         "lm_steps": 0, "sft_steps": 5, "arms": "span,scalar"}
 ARMS = ("span", "scalar", "dense")
 
 
@@ -125,7 +127,7 @@ def run_arm(args) -> None:
     from t2g_core.ppo import train
     from t2g_core.ppo.sources import oracle_source, summary_metrics
 
-    prompts = make_demo_feedback("summarization", 512, seed=1)
+    prompts = make_demo_feedback("summarization", 32 if args.smoke else 512, seed=1)
     eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
     out = Path(args.workdir) / "runs" / f"{args.arm}-seed{args.seed}"
     t0 = time.time()
@@ -185,7 +187,8 @@ def _shared_flags(args) -> list[str]:
         "max_approx_kl",
         "lr_schedule",
     )
-    return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
+    smoke = ["--smoke"] if args.smoke else []
+    return smoke + [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
 
 
 def steps_to(history: list[dict], target: float, metric: str = "error", window: int = 5) -> int | None:
@@ -311,12 +314,15 @@ def main() -> None:
     )
     p.add_argument("--build-threads", type=int, default=1)
     p.add_argument("--build-only", action="store_true")
+    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     p.add_argument("--run-arm", dest="arm", default=None, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument(
         "--policy", default=None, help="Use this warm-started policy folder (e.g. the demo's) instead of building one."
     )
     args = p.parse_args()
+    if args.smoke:
+        args.__dict__.update(SMOKE, workdir=str(RESULTS / "smoke" / "work-ppo"))
     if args.arm:
         return run_arm(args)
     args.policy = Path(args.policy) if args.policy else build_policy(args)
@@ -332,10 +338,11 @@ def main() -> None:
         "policy": str(args.policy),
         "wall_seconds": time.time() - t0,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    png = RESULTS / "ppo_learning_curves.png"
+    out_dir = RESULTS / "smoke" if args.smoke else RESULTS
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png = out_dir / "ppo_learning_curves.png"
     plot(runs, summary, png, args)
-    (RESULTS / "ppo_sample_efficiency.json").write_text(
+    (out_dir / "ppo_sample_efficiency.json").write_text(
         json.dumps(
             {
                 **summary,

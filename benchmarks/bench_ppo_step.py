@@ -7,6 +7,7 @@ update (PPO epochs). The span-specific overhead is span_labels + rewards as a fr
 reward-model generation excluded: the oracle critic stands in for it).
 
     .venv/bin/python benchmarks/bench_ppo_step.py --policy DIR --steps 6
+    .venv/bin/python benchmarks/bench_ppo_step.py --smoke          # a tiny run on a policy built in seconds
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--policy",
-        required=True,
-        help="Warm-started policy folder (e.g. from bench_ppo_sample_efficiency --build-only).",
+        default=None,
+        help="Warm-started policy folder (e.g. the demo's, or bench_ppo_sample_efficiency --build-only); default: "
+        "build one as bench_ppo_sample_efficiency does.",
     )
+    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=48)
@@ -39,13 +42,25 @@ def main() -> None:
 
     torch.set_num_threads(1)
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_ppo_sample_efficiency import ppo_config
+    from bench_ppo_sample_efficiency import build_policy, ppo_config
+
+    from t2g_core.config.ppo import PPOConfig
+
+    defaults = {k: PPOConfig.model_fields[k].default for k in ("max_approx_kl", "lr_schedule")}
+    out_dir = RESULTS / "smoke" if args.smoke else RESULTS
+    if args.smoke:
+        args.steps, args.batch_size, args.max_new_tokens = 2, 4, 8
+        args.workdir = str(out_dir / "work-ppo")  # the policy bench_ppo_sample_efficiency --smoke builds, too
+    if args.policy is None:
+        build = argparse.Namespace(build_threads=1, workdir=args.workdir, lm_steps=0, extra_sft_steps=0,
+                                   sft_steps=5 if args.smoke else 300)
+        args.policy = str(build_policy(build))
 
     from t2g_core.demo import make_demo_feedback
     from t2g_core.ppo import train
     from t2g_core.ppo.sources import oracle_source
 
-    prompts = make_demo_feedback("summarization", 256, seed=1)
+    prompts = make_demo_feedback("summarization", 16 if args.smoke else 256, seed=1)
     out = {}
     for mode in ("span", "scalar", "dense"):
         ns = argparse.Namespace(
@@ -55,6 +70,7 @@ def main() -> None:
             lr=1e-3,
             max_new_tokens=args.max_new_tokens,
             eval_every=10**6,
+            **defaults,
         )
         res = train(
             ppo_config(ns, mode, 0),
@@ -79,9 +95,9 @@ def main() -> None:
             + f" | span labels + rewards/GAE = {out[mode]['span_overhead_fraction']:.2%} of the step"
         )
     out["config"] = vars(args)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "ppo_step.json").write_text(json.dumps(out, indent=1))
-    print(f"results: {RESULTS / 'ppo_step.json'}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "ppo_step.json").write_text(json.dumps(out, indent=1))
+    print(f"results: {out_dir / 'ppo_step.json'}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ set -uo pipefail
 
 WS=$(realpath -m "${1:-t2g-workspace}")
 RUN="$WS/run"
-declare -A EXPECT=([serve]="flows.serve" [mlflow-server]="mlflow" [prefect-server]="prefect")
+declare -A EXPECT=([serve]="deployments/serve.py" [mlflow-server]="mlflow" [prefect-server]="prefect")
 
 for name in serve mlflow-server prefect-server; do
   pidfile="$RUN/$name.pid"

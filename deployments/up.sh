@@ -59,7 +59,7 @@ wait_health "http://127.0.0.1:$MLFLOW_PORT/health" mlflow-server 180 || stop_all
 export PREFECT_API_URL="http://127.0.0.1:$PREFECT_PORT/api"
 export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"
 export PREFECT_RUNNER_POLL_FREQUENCY="${PREFECT_RUNNER_POLL_FREQUENCY:-5}"
-start serve "$BIN/python" -m flows.serve --workspace "$WS" --sensor-interval "${SENSOR_INTERVAL:-60}" \
+start serve "$BIN/python" "$(cd "$(dirname "$0")" && pwd)/serve.py" --workspace "$WS" --sensor-interval "${SENSOR_INTERVAL:-60}" \
   --debounce "${DEBOUNCE_SECONDS:-30}" ${CRON:+--cron "$CRON"}
 
 # ready when the serve process has registered its deployments

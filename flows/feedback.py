@@ -3,7 +3,8 @@
 ``feedback-sensor`` runs on an interval, hashes the files in the inbox and emits one ``text2grad.feedback.landed``
 event per file whose content it has never seen. The ``reannotate`` deployment has an event trigger on that event,
 debounced (one run per burst); each run appends *every* pending file to the feedback dataset as a new version,
-annotates just the new items and merges them into the annotations, so a debounced burst loses nothing.
+annotates the items the current annotations do not cover and merges them in, so a debounced burst loses nothing and
+both datasets' version pointers move together.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def feedback_sensor(workspace: WorkspaceConfig = WorkspaceConfig(), inbox: str |
     from prefect.events import emit_event
 
     from t2g_core.workspace import Workspace
-    from tasks.data import scan_inbox
+    from tasks.inbox import scan_inbox
 
     folder = inbox or str(Workspace.at(workspace.root).inbox)
     new_files = scan_inbox(folder, workspace)
@@ -49,39 +50,35 @@ def reannotate(
     path: str | None = None,
     then: Literal["none", "validate", "reward_model"] = "none",
 ) -> dict:
-    """Append every pending inbox file to the feedback dataset and annotate just its new items.
+    """Append every pending inbox file to the feedback dataset and annotate the items not annotated yet.
 
     ``path`` is the file named by the triggering event (informational: all pending files are processed, which is
-    what makes debouncing safe). ``then`` continues to validation, or to validation and a reward-model refresh.
+    what makes debouncing safe). ``then`` continues to validation, or to validation and a reward-model refresh, on
+    the whole latest version of the dataset.
     """
-    from flows.annotate import annotate_task as pick_annotate_task
-    from flows.quality import align_and_validate
-    from flows.reward_model import train_reward_model
-    from flows.stages import is_ref, not_built
-    from tasks import data
+    from flows.stages import align_and_validate, train_reward_model
+    from t2g_core.stages.refs import ArtifactRef
+    from t2g_core.stages.settings import settings_for
+    from tasks import annotate, data, inbox
     from tasks.caching import cached
 
-    ws, root = config.workspace, config.workspace.root
-    annotate_task = pick_annotate_task(config)
-    if annotate_task is None:
-        return not_built("annotate")
+    ws, root, settings = config.workspace, config.workspace.root, settings_for("annotate", config)
     versions = []
-    for file in data.pending_feedback_files(ws):
-        appended = cached(data.append_feedback, root)(file, data.latest_feedback(ws), ws)
-        delta = cached(annotate_task, root)(appended["new_items"], config.annotate, ws)
-        merged = cached(data.merge_annotations, root)(data.latest_annotations(ws), delta, ws)
-        data.set_latest_annotations(ws, merged)
-        data.mark_processed(file, appended["version"], ws)
-        versions.append(
-            {"file": file, "version": appended["version"], "feedback": appended["dataset"], "annotations": merged}
-        )
+    for file in inbox.pending_files(ws):
+        feedback = cached(data.append_feedback, root)(ArtifactRef.of(file, "feedback"), data.latest_feedback(ws), ws)
+        todo = cached(annotate.unannotated, root)(feedback, data.latest_annotations(ws), ws)
+        fresh = cached(annotate.annotate_task(settings), root)(todo, settings, ws)
+        annotations = cached(annotate.merge_annotations, root)(data.latest_annotations(ws), fresh, ws)
+        version = data.advance_versions(ws, feedback, annotations)
+        inbox.mark_processed(file, version, ws)
+        versions.append({"file": file, "version": version, "feedback": feedback, "annotations": annotations})
     result: dict = {"processed": versions, "trigger_path": path}
     if not versions or then == "none":
         return result
-    models = cached(data.build_models, root)(config.models, versions[-1]["feedback"], ws)
-    feedback_data = {"feedback": versions[-1]["feedback"], "models": models}
-    quality = align_and_validate(config, feedback_data, versions[-1]["annotations"])
-    result.update(quality)
-    if then == "reward_model" and is_ref(quality.get("validation")):
-        result["reward_model"] = train_reward_model(config, feedback_data, versions[-1]["annotations"], quality)
+    feedback, annotations = versions[-1]["feedback"], versions[-1]["annotations"]
+    models = cached(data.build_models, root)(feedback, settings_for("models", config), ws)
+    spans, validation = align_and_validate(config, feedback, models, annotations)
+    result.update(spans=spans, validation=validation)
+    if then == "reward_model":
+        result["reward_model"] = train_reward_model(config, feedback, models, annotations, spans, validation)
     return result

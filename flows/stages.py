@@ -1,99 +1,122 @@
-"""Looking up stage tasks, and the shared bookkeeping of the stage flows (cache, refresh, not-yet-built stages)."""
+"""The stage groups of the pipeline, each a flow so it can run inline or on its own work pool (``placement``).
+
+Every stage task is cached (``tasks/caching.py``); ``forced`` names the stages ``refresh`` recomputes. A group's
+parameters are typed references, so a deployment on another work pool receives them as JSON and validates them.
+"""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Literal
+from prefect import flow
 
-from prefect import get_run_logger
+from t2g_core.config import PipelineConfig
+from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef, RewardModelRef, ValidationRef
+from t2g_core.stages.settings import settings_for
+from tasks.caching import cached
 
-# Names accepted by `t2g run --refresh` and the `refresh` flow parameter, in pipeline order.
-Stage = Literal["feedback", "models", "annotate", "align", "validate", "reward_model", "ppo", "evaluate"]
-STAGES: tuple[str, ...] = ("feedback", "models", "annotate", "align", "validate", "reward_model", "ppo", "evaluate")
-
-
-def downstream(refresh: list[str] | None) -> set[str]:
-    """Refreshing a stage re-runs it and every stage after it (their inputs are about to change)."""
-    if not refresh:
-        return set()
-    unknown = set(refresh) - set(STAGES)
-    if unknown:
-        raise ValueError(f"unknown stage(s) to refresh: {sorted(unknown)}; choose from {', '.join(STAGES)}")
-    first = min(STAGES.index(s) for s in refresh)
-    return set(STAGES[first:])
+RESULTS = {"persist_result": True, "result_serializer": "json"}  # a deployment's result is read by the caller
 
 
-def stage_task(module: str, name: str) -> Any | None:
-    """``tasks.<module>.<name>``, or None while that stage's task module has not been written."""
-    try:
-        mod = importlib.import_module(f"tasks.{module}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"tasks.{module}":
-            return None
-        raise
-    return getattr(mod, name, None)
+def _step(task, config: PipelineConfig, stage: str, forced: list[str] | None):
+    return cached(task, config.workspace.root, refresh=stage in (forced or []))
 
 
-def not_built(stage: str, reason: str = "its task module is not written yet") -> dict[str, str]:
-    """What a stage flow returns when its stage cannot run: a plain status the summary prints."""
-    get_run_logger().warning("stage %s skipped: %s", stage, reason)
-    return {"status": "not built", "stage": stage, "reason": reason}
+@flow(name="prepare-data", **RESULTS)
+def prepare_data(config: PipelineConfig, forced: list[str] | None = None) -> tuple[ArtifactRef, ModelsRef]:
+    """The feedback artifact (demo data or the configured source) and the base models."""
+    from t2g_core.stages.refs import SourceRef
+    from tasks import data
+
+    ws = config.workspace
+    feedback = _step(data.materialise_feedback, config, "feedback", forced)(
+        SourceRef.of(config.data), settings_for("feedback", config), ws
+    )
+    models = _step(data.build_models, config, "models", forced)(feedback, settings_for("models", config), ws)
+    return feedback, models
 
 
-def is_ref(value: Any) -> bool:
-    """True for a stage's output (any dict but the marker :func:`not_built` returns)."""
-    return isinstance(value, dict) and value.get("status") != "not built"
+@flow(name="annotate", **RESULTS)
+def annotate(config: PipelineConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ArtifactRef:
+    """Critiques and quoted good/poor spans for every feedback item; they become version 1 of the datasets."""
+    from tasks.annotate import annotate_task
+    from tasks.data import record_first_versions
+
+    settings = settings_for("annotate", config)
+    annotations = _step(annotate_task(settings), config, "annotate", forced)(feedback, settings, config.workspace)
+    record_first_versions(feedback, annotations, config.workspace)
+    return annotations
 
 
-def _pipeline_config(flow_run) -> Any:
-    from t2g_core.config import PipelineConfig
+@flow(name="align-and-validate", **RESULTS)
+def align_and_validate(
+    config: PipelineConfig,
+    feedback: ArtifactRef,
+    models: ModelsRef,
+    annotations: ArtifactRef,
+    forced: list[str] | None = None,
+) -> tuple[ArtifactRef, ValidationRef]:
+    """Quoted spans -> character offsets; a review sample, its verdicts, the gates (a failed gate fails the run)."""
+    from tasks import validate as v
+    from tasks.align import align
 
-    raw = (flow_run.parameters or {}).get("config") or {}
-    return raw if isinstance(raw, PipelineConfig) else PipelineConfig.model_validate(raw)
-
-
-def open_tracking(flow, flow_run, state) -> None:
-    """Flow hook (on_running): the MLflow parent run of this flow run, reused on a retry, with the config as params."""
-    import mlflow
-
-    from tasks import tracking
-
-    cfg = _pipeline_config(flow_run)
-    run_id = tracking.pipeline_run_id(cfg.workspace, root_id=str(flow_run.id), flow_name=flow.name)
-    client = mlflow.MlflowClient()
-    if not client.get_run(run_id).data.params:
-        params = tracking.flatten_params(cfg)
-        client.log_batch(run_id, params=[mlflow.entities.Param(k, v) for k, v in params.items()])
-
-
-def close_tracking(flow, flow_run, state) -> None:
-    """Flow hook (on_completion / on_failure / on_crashed): finish or fail the MLflow parent run."""
-    from tasks import tracking
-
-    cfg = _pipeline_config(flow_run)
-    tracking.end_pipeline_run(str(flow_run.id), cfg.workspace, "FINISHED" if state.is_completed() else "FAILED")
+    ws, settings = config.workspace, settings_for("validate", config)
+    spans = _step(align, config, "align", forced)(feedback, annotations, models, settings_for("align", config), ws)
+    sample = verdicts = None
+    if settings.validate_.review != "none":
+        sample = _step(v.draw_review_sample, config, "validate", forced)(annotations, spans, feedback, settings, ws)
+    if settings.validate_.review == "auto":
+        verdicts = _step(v.auto_review, config, "validate", forced)(sample, annotations, spans, feedback)
+    elif settings.validate_.review == "ui":
+        verdicts = v.ui_review(sample, settings.validate_)
+    report = _step(v.validation_report, config, "validate", forced)(
+        annotations, spans, feedback, sample, verdicts, settings, ws
+    )
+    return spans, report
 
 
-GPU_POOL_ENV = "T2G_GPU_POOL"  # "1": run the training stage flows as their *-gpu deployments (deployments/prefect.yaml)
+@flow(name="train-reward-model", **RESULTS)
+def train_reward_model(
+    config: PipelineConfig,
+    feedback: ArtifactRef,
+    models: ModelsRef,
+    annotations: ArtifactRef,
+    spans: ArtifactRef,
+    validation: ValidationRef,
+    forced: list[str] | None = None,
+) -> RewardModelRef:
+    """The reward model on the validated annotations; registered in MLflow (candidate, maybe champion)."""
+    from tasks.reward_model import train_reward_model as train
+
+    return _step(train, config, "reward_model", forced)(
+        feedback, annotations, spans, validation, models, settings_for("reward_model", config), config.workspace
+    )
 
 
-def run_stage(stage_flow, **params: Any) -> Any:
-    """Call a stage flow in-process, or, with ``T2G_GPU_POOL=1``, as its ``<flow>/<flow>-gpu`` deployment on a GPU
-    work pool (waiting for it; its JSON result must be on storage both sides see, e.g. the shared /workspace)."""
-    import os
+@flow(name="train-policy", **RESULTS)
+def train_policy(
+    config: PipelineConfig,
+    feedback: ArtifactRef,
+    models: ModelsRef,
+    reward_model: RewardModelRef | None,
+    forced: list[str] | None = None,
+) -> PolicyRef:
+    """PPO from the policy before PPO with the configured reward source; the adapter is registered in MLflow."""
+    from tasks.ppo import train_policy as train
 
-    if os.environ.get(GPU_POOL_ENV) != "1":
-        return stage_flow(**params)
-    from prefect.deployments import run_deployment
+    used = reward_model if config.ppo.reward_source == "reward_model" else None  # the oracle needs none
+    return _step(train, config, "ppo", forced)(feedback, models, used, settings_for("ppo", config), config.workspace)
 
-    name = f"{stage_flow.name}/{stage_flow.name}-gpu"
-    jsonable = {
-        k: sorted(v)
-        if isinstance(v, set)
-        else (v.model_dump(mode="json", by_alias=True) if hasattr(v, "model_dump") else v)
-        for k, v in params.items()
-    }
-    flow_run = run_deployment(name, parameters=jsonable, as_subflow=True)
-    if not flow_run.state.is_completed():
-        raise RuntimeError(f"{name}: flow run {flow_run.id} ended {flow_run.state.name}")
-    return flow_run.state.result()
+
+@flow(name="evaluate", **RESULTS)
+def evaluate(
+    config: PipelineConfig,
+    feedback: ArtifactRef,
+    models: ModelsRef,
+    policy: PolicyRef,
+    forced: list[str] | None = None,
+) -> EvaluationRef:
+    """The policy before PPO against the PPO policy on held-out prompts, with paired bootstrap intervals."""
+    from tasks.evaluate import evaluate_policy
+
+    return _step(evaluate_policy, config, "evaluate", forced)(
+        feedback, models, policy, settings_for("evaluate", config), config.workspace
+    )

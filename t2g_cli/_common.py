@@ -49,3 +49,63 @@ def guard(fn):
 def echo(msg: str) -> None:
     console.print(msg, soft_wrap=True, highlight=False, markup=False)
     sys.stdout.flush()
+
+
+class EchoTracker:
+    """The command line's tracker: prints the reward model's training loss now and then; datasets are not tracked."""
+
+    def __init__(self, every: int = 10):
+        self.every, self.n = every, 0
+
+    def log_metrics(self, metrics, step: int | None = None) -> None:
+        if "rm/loss" in metrics:
+            self.n += 1
+            if self.n % self.every == 1:
+                echo(f"  step {step}: loss {metrics['rm/loss']:.4f}")
+
+    def log_artifact(self, path, artifact_path: str | None = None) -> None:
+        return None
+
+    def log_input(self, ref, name: str, context: str) -> None:
+        return None
+
+    def log_output(self, ref, name: str) -> None:
+        return None
+
+
+def stage_context(stage: str, workspace: Path | str, params: dict, out: Path | None = None, *, progress: bool = True):
+    """The context a command runs stage ``stage`` in: its key from the stage's code and ``params``; outputs at
+    ``out`` (a file or folder the user named) or key-addressed in ``workspace``."""
+    from t2g_core.codehash import code_digest
+    from t2g_core.stages.context import StageContext, stage_key
+
+    key = stage_key(stage, code_digest(f"t2g_core.stages.{stage}"), params)
+    kwargs = {"tracker": EchoTracker(), "log": echo, "progress": progress}
+    if out is None:
+        return StageContext.keyed(workspace, key, **kwargs)
+    return StageContext.at_path(workspace, key, out, **kwargs)
+
+
+def artifact(path: Path, schema: str):
+    """A reference to an artifact folder or data file named on the command line (exit 2 when it does not exist)."""
+    from t2g_core.store import ArtifactRef
+
+    if not path.exists():
+        fail(f"{path}: no such file or folder")
+    return ArtifactRef.of(path, schema)
+
+
+def read_extra(ref) -> dict:
+    """What a stage recorded beside its output (statistics, metrics): the artifact's manifest, or the files
+    ``<stem>.<name>.json`` beside a plain output file."""
+    import json
+
+    from t2g_core.store import MANIFEST
+
+    path = Path(ref.path)
+    if (path / MANIFEST).is_file():
+        return json.loads((path / MANIFEST).read_text(encoding="utf-8")).get("extra", {})
+    return {
+        f.name.removeprefix(path.stem + ".").removesuffix(".json"): json.loads(f.read_text(encoding="utf-8"))
+        for f in path.parent.glob(f"{path.stem}.*.json")
+    }

@@ -8,34 +8,23 @@ from pathlib import Path
 
 import typer
 
-from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config
+from t2g_cli._common import (
+    ConfigOpt,
+    SetOpt,
+    artifact,
+    echo,
+    fail,
+    guard,
+    pipeline_config,
+    read_extra,
+    stage_context,
+)
 
 
 def _overrides(annotator, base_url, model, concurrency, mode, only_failed) -> list[str]:
     pairs = {"annotator": annotator, "base_url": base_url, "model": model, "concurrency": concurrency, "mode": mode}
     out = [f"annotate.{k}={json.dumps(v)}" for k, v in pairs.items() if v is not None]
     return out + (["annotate.only_failed=true"] if only_failed else [])
-
-
-def _write(frame, output: Path, cfg, feedback: Path, extra: dict) -> str:
-    from t2g_core.store import ArtifactStore, artifact_key, sha256_file, write_parquet
-
-    if output.suffix == ".parquet":
-        write_parquet(frame, output, "annotations")
-        output.with_suffix(".stats.json").write_text(json.dumps(extra, indent=2), encoding="utf-8")
-        return str(output)
-    src = feedback / "data.parquet" if feedback.is_dir() else feedback
-    key = artifact_key("annotations", cfg, {"feedback": sha256_file(src)} if src.is_file() else None)
-    return ArtifactStore(output.parent).write(output.name, key, frame, "annotations", extra=extra).path
-
-
-def _previous(path: Path | None, output: Path):
-    from t2g_core.store import read_artifact
-
-    path = path or output
-    if not path.exists():
-        fail(f"--only-failed needs the previous annotations: {path} does not exist (give --previous PATH)")
-    return read_artifact(path, "annotations")
 
 
 def _print_stats(stats: dict) -> None:
@@ -67,26 +56,32 @@ def annotate(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Annotate every item; print counts per status, tokens and cost. The API key comes from the env var in config."""
-    from t2g_core.annotators import annotate as run_annotate
-    from t2g_core.feedback import load_feedback
+    from t2g_core.stages import annotate as stage
+    from t2g_core.stages.settings import AnnotateSettings
 
     pcfg = pipeline_config(
         config, [*(set_ or []), *_overrides(annotator, base_url, model, concurrency, mode, only_failed)]
     )
-    cfg = pcfg.annotate
+    settings = AnnotateSettings.from_pipeline(pcfg)
+    cfg = settings.annotate
     if cfg.annotator == "llm" and not cfg.base_url:
         fail("--annotator llm needs --base-url (an OpenAI-compatible endpoint)")
-    df = load_feedback(feedback)
-    prev = _previous(previous, output) if cfg.only_failed else None
-    api_key = os.environ.get(cfg.api_key_env) if cfg.annotator == "llm" else None
-    cache = cache_dir or Path(pcfg.workspace.root) / "cache" / "annotate"
+    fb = artifact(feedback, "feedback")
+    prev = None
+    if cfg.only_failed:
+        prev_path = previous or output
+        if not prev_path.exists():
+            fail(f"--only-failed needs the previous annotations: {prev_path} does not exist (give --previous PATH)")
+        prev = artifact(prev_path, "annotations")
+    key = os.environ.get(cfg.api_key_env) if cfg.annotator == "llm" else None
+    params = {"feedback": fb, "settings": settings, "previous": prev}
+    ctx = stage_context("annotate", pcfg.workspace.root, params, output, progress=not quiet)
     try:
-        run = run_annotate(df, cfg, api_key=api_key, cache_dir=cache, progress=not quiet, previous=prev)
+        ref = stage.annotate(fb, settings, ctx, api_key=key, previous=prev, cache_dir=cache_dir)
     except ValueError as exc:
         fail(str(exc))
-    where = _write(run.frame, output, cfg, feedback, {"stats": run.stats})
-    echo(f"annotations: {where} ({len(run.frame)} items, annotator {cfg.annotator})")
-    _print_stats(run.stats)
+    echo(f"annotations: {ref.path} ({ref.n_rows} items, annotator {cfg.annotator})")
+    _print_stats(read_extra(ref)["stats"])
 
 
 def register(app: typer.Typer) -> None:

@@ -28,5 +28,15 @@ def schema() -> None:
     echo(json.dumps(PipelineConfig.model_json_schema(by_alias=True), indent=2))
 
 
+@config_app.command("stages")
+def stages() -> None:
+    """Print which configuration sections each stage reads (its cache key); the others re-run nothing."""
+    from t2g_core.stages.settings import NOT_STAGE_INPUTS, STAGE_SECTIONS
+
+    for stage, sections in STAGE_SECTIONS.items():
+        echo(f"{stage:<13} {', '.join(sections)}")
+    echo(f"{'(none)':<13} {', '.join(NOT_STAGE_INPUTS)}: read by the orchestration only")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(config_app, name="config")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import typer
 
-from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config
+from t2g_cli._common import ConfigOpt, SetOpt, artifact, echo, fail, guard, pipeline_config, stage_context
 
 eval_app = typer.Typer(
     help="Evaluate policies: task metrics, paired-bootstrap comparisons, reports.", no_args_is_help=True
@@ -71,12 +72,15 @@ def policy(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Generate with every policy on the same prompts, score them, compare with the baseline; print the table."""
-    from t2g_core.evaluation import comparison_table, evaluate_policies, write_report
+    from t2g_core.evaluation import EvalResults, comparison_table
     from t2g_core.evaluation.judge import PairwiseJudge
-    from t2g_core.feedback import load_feedback
+    from t2g_core.stages import evaluate
+    from t2g_core.stages.refs import PolicySet
+    from t2g_core.stages.settings import EvaluateSettings
 
-    pipeline = pipeline_config(config, set_)
-    cfg = pipeline.evaluate
+    pipeline = pipeline_config(config, [*(set_ or []), f"evaluate.task={task}"])
+    settings = EvaluateSettings.from_pipeline(pipeline)
+    cfg = settings.evaluate
     policies = parse_model_refs(model, pipeline.workspace)
     if baseline is not None and baseline not in policies:
         fail(f"--baseline {baseline!r} is not one of the --model names {list(policies)}")
@@ -89,23 +93,19 @@ def policy(
             cfg.judge_timeout_s,
             cfg.judge_concurrency,
         )
+    chosen = PolicySet(models={n: str(p) for n, p in policies.items()}, baseline=baseline)
+    data_ref = artifact(data, "feedback")
+    ctx = stage_context(
+        "evaluate", pipeline.workspace.root, {"data": data_ref, "policies": chosen, "settings": settings}, output
+    )
     try:
-        results = evaluate_policies(
-            policies,
-            load_feedback(data),
-            task,
-            cfg,
-            baseline=baseline,
-            judge=judge,
-            device=_device(device),
-            progress=echo,
+        ref = evaluate.evaluate(
+            data_ref, chosen, settings, replace(ctx, force=True), judge=judge, device=_device(device)
         )
     except ValueError as exc:
         fail(str(exc))
-    results.save(output)
-    write_report(results, output / "report")
-    echo(comparison_table(results))
-    echo(f"results: {output} (report: {output / 'report' / 'report.md'})")
+    echo(comparison_table(EvalResults.load(ref.path)))
+    echo(f"results: {ref.path} (report: {ref.report})")
 
 
 def _histories(specs: list[str]):

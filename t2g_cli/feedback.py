@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from t2g_cli._common import echo, guard
+from t2g_cli._common import echo, guard, stage_context
 
 feedback_app = typer.Typer(
     help="Check and import feedback (Parquet, JSONL, CSV or a datasets folder).", no_args_is_help=True
@@ -30,17 +30,16 @@ def import_(
     path: Path = typer.Argument(..., help="Feedback file or folder."),
     workspace: Path = typer.Option(Path("t2g-workspace"), help="Workspace folder."),
 ) -> None:
-    """Validate feedback and store it as an immutable `feedback` artifact; prints its path."""
-    from t2g_core.feedback import load_feedback
-    from t2g_core.store import artifact_key, sha256_file
-    from t2g_core.workspace import Workspace
+    """Validate feedback and store it as an immutable `feedback` artifact in the workspace; prints its path."""
+    from t2g_core.config import DataConfig
+    from t2g_core.stages import feedback
+    from t2g_core.stages.refs import SourceRef
+    from t2g_core.stages.settings import FeedbackSettings
 
-    df = load_feedback(path)
-    ws = Workspace.at(workspace)
-    src = path / "data.parquet" if path.is_dir() and (path / "data.parquet").exists() else path
-    digest = sha256_file(src) if src.is_file() else artifact_key("hf", None, {"rows": str(len(df))})
-    ref = ws.store.write(
-        "feedback", artifact_key("feedback", None, {"source": digest}), df, "feedback", extra={"source": str(path)}
+    settings = FeedbackSettings(data=DataConfig(source=str(path.resolve())))
+    source = SourceRef.of(settings.data)
+    ref = feedback.materialise(
+        source, settings, stage_context("feedback", workspace, {"source": source, "settings": settings})
     )
     echo(f"feedback artifact: {ref.path} ({ref.n_rows} rows, sha256 {ref.sha256[:12]})")
 

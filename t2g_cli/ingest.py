@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from t2g_cli._common import echo, guard
+from t2g_cli._common import echo, guard, stage_context
 
 
 @guard
@@ -15,15 +15,21 @@ def ingest_cmd(
     path: Path | None = typer.Option(None, "--path", help="Local files in the dataset's own format (else the Hub)."),
     split: str | None = typer.Option(None, "--split", help="Split name (default per dataset)."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Keep at most N feedback rows."),
-    output: Path = typer.Option(..., "-o", "--output", help="Feedback Parquet file to write."),
+    output: Path = typer.Option(..., "-o", "--output", help="Feedback file to write (.parquet, .jsonl or .csv)."),
 ) -> None:
-    """Convert a public dataset to feedback rows (validated) and write them as Parquet."""
-    from t2g_core.ingest import ingest
-    from t2g_core.store import write_parquet
+    """Convert a public dataset to feedback rows (validated) and write them."""
+    from t2g_core.config import DataConfig
+    from t2g_core.stages import feedback
+    from t2g_core.stages.refs import SourceRef
+    from t2g_core.stages.settings import FeedbackSettings
 
-    df = ingest(dataset, path=path, split=split, limit=limit)
-    write_parquet(df, output, "feedback")
-    echo(f"{output}: {len(df)} feedback rows from {dataset}")
+    data = DataConfig(dataset=dataset, source=str(path) if path else "hub", split=split, limit=limit)
+    settings = FeedbackSettings(data=data)
+    source = SourceRef.of(data)
+    ref = feedback.materialise(
+        source, settings, stage_context("feedback", output.parent, {"source": source, "settings": settings}, output)
+    )
+    echo(f"{output}: {ref.n_rows} feedback rows from {dataset}")
 
 
 def register(app: typer.Typer) -> None:

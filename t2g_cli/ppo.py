@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config
+from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config, stage_context
 
 ppo_app = typer.Typer(
     help="Span-reward PPO: token-level rewards from critiques (span), or scalar / dense baselines.",
@@ -24,21 +24,10 @@ def _init_distributed() -> None:
         PartialState()
 
 
-def _feedback(cfg):
-    if cfg.data.source == "demo":
-        from t2g_core.demo import make_demo_feedback
-
-        return make_demo_feedback(cfg.data.task, cfg.data.n_items, cfg.data.seed)
-    from t2g_core.feedback import load_feedback
-
-    return load_feedback(cfg.data.source)
-
-
-def _summary(result) -> None:
-    last = result.history[-1] if result.history else {}
+def _summary(ref) -> None:
     keys = ("reward/span_mean", "kl/mean", "task/error", "eval/task_error", "parse/failure_rate")
-    echo(" ".join(f"{k}={last[k]:.4f}" for k in keys if k in last))
-    echo(f"adapter: {result.adapter_dir}\nrun: {result.run_dir} (resume with: t2g ppo resume {result.run_dir})")
+    echo(" ".join(f"{k}={ref.metrics[k]:.4f}" for k in keys if k in ref.metrics))
+    echo(f"adapter: {ref.adapter_dir}\nrun: {ref.run_dir} (resume with: t2g ppo resume {ref.run_dir})")
 
 
 @ppo_app.command("train")
@@ -51,22 +40,26 @@ def train_cmd(
     ),
 ) -> None:
     """Train a LoRA policy with PPO from the configured data, policy and reward source."""
-    from t2g_core.models.tiny import ensure_demo_models
-    from t2g_core.ppo.run import default_run_name, prepare_run, run_from_dir
-    from t2g_core.workspace import Workspace
+    from t2g_core.ppo.run import default_run_name
+    from t2g_core.stages import feedback, models, ppo
+    from t2g_core.stages.refs import SourceRef
+    from t2g_core.stages.settings import FeedbackSettings, ModelsSettings, PPOSettings
 
     cfg = pipeline_config(config, set_)
     _init_distributed()
-    ws = Workspace.at(cfg.workspace.root)
-    feedback = _feedback(cfg)
-    policy = ensure_demo_models(ws.models, cfg.models, feedback, log=echo).policy
-    out = run_dir or ws.checkpoints / "ppo" / default_run_name(cfg)
+    ws = cfg.workspace.root
+    settings = PPOSettings.from_pipeline(cfg)
+    out = run_dir or Path(ws).resolve() / "checkpoints" / "ppo" / default_run_name(settings)
     if (out / "checkpoints" / "latest").exists():
         fail(f"{out} already holds a run; continue it with `t2g ppo resume {out}` or pass another --run-dir")
-    prepare_run(cfg, out, feedback, policy, cfg.ppo.reward_model_path)
-    echo(f"PPO ({cfg.ppo.reward_mode}, {cfg.ppo.reward_source}) from {policy} -> {out}")
+    source, data = SourceRef.of(cfg.data), FeedbackSettings.from_pipeline(cfg)
+    fb = feedback.materialise(source, data, stage_context("feedback", ws, {"source": source, "settings": data}))
+    built_with = ModelsSettings.from_pipeline(cfg)
+    built = models.build(fb, built_with, stage_context("models", ws, {"feedback": fb, "settings": built_with}))
+    echo(f"PPO ({cfg.ppo.reward_mode}, {cfg.ppo.reward_source}) from {built.policy} -> {out}")
+    params = {"feedback": fb, "models": built, "settings": settings}
     try:
-        _summary(run_from_dir(out, resume=False))
+        _summary(ppo.train(fb, built, None, settings, stage_context("ppo", ws, params, out)))
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
 
@@ -75,11 +68,11 @@ def train_cmd(
 @guard
 def resume_cmd(run_dir: Path = typer.Argument(..., help="A run folder written by `t2g ppo train`.")) -> None:
     """Continue a run from its latest checkpoint, exactly as if it had not stopped."""
-    from t2g_core.ppo.run import run_from_dir
+    from t2g_core.stages import ppo
 
     _init_distributed()
     try:
-        _summary(run_from_dir(run_dir, resume=True))
+        _summary(ppo.resume(run_dir, stage_context("ppo", run_dir.parent, {"run_dir": str(run_dir)}, run_dir)))
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
 

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import typer
 
-from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config
+from t2g_cli._common import (
+    ConfigOpt,
+    SetOpt,
+    artifact,
+    echo,
+    fail,
+    guard,
+    pipeline_config,
+    read_extra,
+    stage_context,
+)
 
 rm_app = typer.Typer(help="Generative reward model: build-data, train, eval, score.", no_args_is_help=True)
 
@@ -22,31 +33,9 @@ def _exists(path: Path) -> Path:
     return path
 
 
-def _read(path: Path, schema: str):
-    from t2g_core.store import read_artifact
-
-    return read_artifact(_exists(path), schema)
-
-
 def _print_metrics(metrics: dict[str, float]) -> None:
     for key, value in sorted(metrics.items()):
         echo(f"  {key:<28} {value:.4g}")
-
-
-class _EchoTracker:
-    """Prints the training loss every few logged steps."""
-
-    def __init__(self, every: int = 10):
-        self.every, self.n = every, 0
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        if "rm/loss" in metrics:
-            self.n += 1
-            if self.n % self.every == 1:
-                echo(f"  step {step}: loss {metrics['rm/loss']:.4f}")
-
-    def log_artifact(self, path: str) -> None:
-        pass
 
 
 @rm_app.command("build-data")
@@ -63,36 +52,20 @@ def build_data(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Rows (id, split, rm_prompt, rm_target) with the shared prompt builder and a deterministic split."""
-    from transformers import AutoTokenizer
-
-    from t2g_core.feedback import load_feedback
-    from t2g_core.reward_model.data import build_rm_data
-    from t2g_core.store import ArtifactStore, artifact_key, sha256_file, write_parquet
+    from t2g_core.stages import reward_model as stage
+    from t2g_core.stages.settings import RewardModelSettings
 
     pipe = pipeline_config(config, set_)
-    cfg = pipe.reward_model
-    df, stats = build_rm_data(
-        load_feedback(_exists(feedback)),
-        _read(annotations, "annotations"),
-        AutoTokenizer.from_pretrained(base),
-        cfg,
-        spans_df=_read(spans, "spans") if spans else None,
-        align_cfg=pipe.align,
+    settings = RewardModelSettings.from_pipeline(pipe)
+    fb, ann = artifact(feedback, "feedback"), artifact(annotations, "annotations")
+    sp = artifact(spans, "spans") if spans else None
+    params = {"feedback": fb, "annotations": ann, "spans": sp, "base": base, "settings": settings}
+    ref = stage.build_data(
+        fb, ann, sp, base, settings, stage_context("reward_model", pipe.workspace.root, params, output)
     )
-    if output.suffix == ".parquet":
-        where = str(write_parquet(df, output, "rm_data"))
-    else:
-        src = [p / "data.parquet" if p.is_dir() else p for p in (feedback, annotations)]
-        key = artifact_key(
-            "rm_data", cfg, {"feedback": sha256_file(src[0]), "annotations": sha256_file(src[1]), "base": base}
-        )
-        where = (
-            ArtifactStore(output.parent)
-            .write(output.name, key, df, "rm_data", extra={"stats": stats.as_metrics()})
-            .path
-        )
-    echo(f"rm_data: {where} ({stats.n_train} train, {stats.n_validation} validation)")
-    _print_metrics(stats.as_metrics())
+    stats = read_extra(ref)["stats"]
+    echo(f"rm_data: {ref.path} ({int(stats['n_train'])} train, {int(stats['n_validation'])} validation)")
+    _print_metrics(stats)
 
 
 @rm_app.command("train")
@@ -106,10 +79,16 @@ def train(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """LoRA SFT of the base on the train split (loss on the target only); checkpoints every save_steps."""
-    from t2g_core.reward_model.train import train_rm
+    from t2g_core.stages import reward_model as stage
+    from t2g_core.stages.settings import RewardModelSettings
 
-    cfg = pipeline_config(config, set_).reward_model
-    result = train_rm(cfg, base, _read(rm_data, "rm_data"), out, tracker=_EchoTracker(), resume=resume, progress=False)
+    pipe = pipeline_config(config, set_)
+    settings = RewardModelSettings.from_pipeline(pipe)
+    data = artifact(rm_data, "rm_data")
+    ctx = stage_context(
+        "reward_model", pipe.workspace.root, {"rm_data": data, "base": base, "settings": settings}, out, progress=False
+    )
+    result = stage.fit(data, base, settings, replace(ctx, force=not resume))
     how = f"resumed from {result.resumed_from}" if result.resumed_from else "from scratch"
     echo(f"adapter: {result.adapter_dir} ({result.global_step} steps, {how}, {result.train_seconds:.1f} s)")
 
@@ -130,24 +109,27 @@ def evaluate(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """JSON-valid rate, span/token P/R/F1 vs gold, unmatched rate, ROUGE-L and tokens/s on held-out rows."""
-    from t2g_core.feedback import load_feedback
-    from t2g_core.reward_model.evaluate import evaluate_adapter, write_eval_report
+    import tempfile
 
-    pipe = pipeline_config(config, set_)
-    try:
-        report = evaluate_adapter(
-            _exists(model),
-            _read(rm_data, "rm_data"),
-            load_feedback(_exists(feedback)),
-            pipe.reward_model,
-            split=split,
-            align_cfg=pipe.align,
-        )
-    except ValueError as exc:
-        fail(str(exc))
+    from t2g_core.stages import reward_model as stage
+    from t2g_core.stages.settings import RewardModelSettings
+
+    settings = RewardModelSettings.from_pipeline(pipeline_config(config, set_))
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            report, paths = stage.evaluate(
+                _exists(model),
+                artifact(rm_data, "rm_data"),
+                artifact(feedback, "feedback"),
+                settings,
+                out or Path(tmp),
+                split=split,
+            )
+        except ValueError as exc:
+            fail(str(exc))
     _print_metrics(report.metrics)
     if out is not None:
-        echo(f"report: {write_eval_report(report, out)['markdown']}")
+        echo(f"report: {paths['markdown']}")
 
 
 @rm_app.command("score")

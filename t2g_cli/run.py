@@ -21,9 +21,9 @@ def _with_workspace(overrides: list[str] | None, workspace: Path | None) -> list
 
 def _run_pipeline(config, refresh: list[str] | None) -> tuple[dict, dict]:
     """Run the text2grad flow in this process (against `make up`'s server if running, else an ephemeral API)."""
-    from flows.runtime import prepare_environment
+    from t2g_cli.runtime import prepare_environment
 
-    where = prepare_environment(config.workspace.root)
+    where = prepare_environment(config.workspace.root, start_prefect=True)
     echo(f"Prefect: {where['prefect']}\nMLflow:  {where['mlflow']}")
     from flows.text2grad import text2grad
 
@@ -52,19 +52,15 @@ def run(
     _print_summary(cfg, result, where, time.perf_counter() - t0)
 
 
-# The demo evaluates the distribution PPO optimises (seeded sampling at T=1): the warm-started policy states each fact
-# wrongly about 1 time in 3 when sampled, but its greedy answer is usually the correct one, which hides the errors.
-DEMO_SETTINGS = ["evaluate.do_sample=true", "evaluate.temperature=1.0"]
-
-
 @guard
 def demo(
     workspace: Path = typer.Option(Path("t2g-workspace"), "--workspace", "-w", help="Workspace folder."),
     set_: list[str] | None = SetOpt,
     refresh: list[str] | None = RefreshOpt,
 ) -> None:
-    """The main job: the whole pipeline on the built-in demo data with embedded defaults, then what was learnt."""
-    cfg = pipeline_config(None, DEMO_SETTINGS + _with_workspace(set_, workspace))
+    """The main job: the whole pipeline on the built-in demo data with the embedded defaults (the same as the Prefect
+    UI form's and `t2g run`'s), then what was learnt."""
+    cfg = pipeline_config(None, _with_workspace(set_, workspace))
     t0 = time.perf_counter()
     result, where = _run_pipeline(cfg, refresh)
     _print_summary(cfg, result, where, time.perf_counter() - t0)
@@ -82,10 +78,10 @@ def lineage(
 ) -> None:
     """Walk back policy -> PPO run -> reward model -> RM data -> validated annotations -> feedback, from MLflow
     alone."""
-    from flows.runtime import prepare_environment
+    from t2g_cli.runtime import prepare_environment
 
     where = prepare_environment(workspace)
-    from flows.lineage import lineage_chain
+    from t2g_cli.lineage import lineage_chain
 
     try:
         chain = lineage_chain(model, version, tracking_uri or where["mlflow"])
@@ -96,7 +92,7 @@ def lineage(
 
 
 def _print_summary(cfg, result: dict, where: dict, seconds: float) -> None:
-    from flows.summary import summary_lines
+    from t2g_cli.summary import summary_lines
 
     for line in summary_lines(cfg, result, where, seconds):
         echo(line)

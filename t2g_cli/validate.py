@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config
+from t2g_cli._common import ConfigOpt, SetOpt, artifact, echo, fail, guard, pipeline_config, stage_context
 
 review_app = typer.Typer(
     help="Offline human-alignment review: export an HTML page + JSONL sheet, import verdicts.", no_args_is_help=True
@@ -25,30 +25,15 @@ ReviewOpt = typer.Option(
 )
 
 
-def _batch(annotations: Path, spans: Path, feedback: Path | None, tokenizer: str | None = None):
-    from t2g_core.feedback import load_feedback
-    from t2g_core.store import read_artifact
-    from t2g_core.validation import make_batch
-
-    fb = load_feedback(feedback) if feedback is not None else None
-    tok = None
-    if tokenizer:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(tokenizer)
-    return make_batch(read_artifact(annotations, "annotations"), read_artifact(spans, "spans"), fb, tokenizer=tok)
-
-
 def _out_dir(out: Path | None, cfg) -> Path:
     return out if out is not None else Path(cfg.workspace.root) / "reports" / "validate"
 
 
-def _ui_verdicts(sample, cfg):
+def _ui_verdicts(sample, settings):
     """Run the review as a Prefect flow that pauses for the verdict form; needs a reachable Prefect server."""
     from prefect import flow
     from prefect.settings import PREFECT_API_URL
 
-    from t2g_core.review import ReviewVerdicts
     from tasks.validate import ui_review
 
     if not PREFECT_API_URL.value():
@@ -57,28 +42,25 @@ def _ui_verdicts(sample, cfg):
             "then set PREFECT_API_URL, e.g. http://127.0.0.1:4200/api"
         )
     review_flow = flow(name="t2g-review", log_prints=True)(ui_review)
-    return ReviewVerdicts.model_validate(
-        review_flow(sample.model_dump(mode="json"), cfg.validate_.model_dump(mode="json"))
-    )
+    return review_flow(sample, settings.validate_)
 
 
-def _review(mode: str, b, sample, cfg, review_dir: Path, verdicts: Path | None):
-    """Verdicts for ``sample`` from the chosen path, or None when the review is pending or skipped."""
-    from t2g_core.review import export_review, load_verdicts
-    from t2g_core.validation import gold_by_id, ground_truth_review
+def _verdicts(mode: str, sample, inputs: tuple, settings, verdicts: Path | None):
+    """Verdicts on ``sample`` from the chosen review, or None when the review is pending or skipped."""
+    from t2g_core.review import check_verdicts, load_sample, load_verdicts
+    from t2g_core.stages import validate as stage
 
     if mode == "auto":
-        return ground_truth_review(sample, gold_by_id(b)) if b.has_gold else None
+        return stage.auto_review(sample, *inputs)
     if mode == "offline":
-        if verdicts is not None:
-            return load_verdicts(verdicts)
-        paths = export_review(sample, review_dir)
-        echo(f"review page: {paths['page']}\nreview sheet: {paths['sheet']}")
-        echo(f"then: t2g review import VERDICTS --sample {paths['sample']}")
-        return None
-    if mode == "ui":
-        return _ui_verdicts(sample, cfg)
-    return None
+        if verdicts is None:
+            echo(f"review page: {sample.page}\nreview sheet: {sample.sheet}")
+            echo(f"then: t2g review import VERDICTS --sample {sample.sample}")
+            return None
+        loaded = load_verdicts(verdicts)
+        check_verdicts(load_sample(sample.sample), loaded, str(verdicts))
+        return loaded.model_dump(mode="json")
+    return _ui_verdicts(sample, settings) if mode == "ui" else None
 
 
 @guard
@@ -100,52 +82,56 @@ def validate(
     set_: list[str] = SetOpt,
 ) -> None:
     """Check annotations + spans against the gates, run the human-alignment review, write the report."""
-    from dataclasses import replace
-
     from t2g_core.review import VerdictError
-    from t2g_core.validation import check_batch, review_sample, with_review
+    from t2g_core.stages import validate as stage
+    from t2g_core.stages.settings import ValidateSettings
 
-    cfg = pipeline_config(config, set_)
-    mode = review or cfg.validate_.review
-    if mode not in ("auto", "ui", "offline", "none"):
-        fail(f"--review must be auto, ui, offline or none, not {mode!r}")
+    cfg = pipeline_config(config, [*(set_ or []), *([f"validate.review={review}"] if review else [])])
+    settings = ValidateSettings.from_pipeline(cfg)
+    mode = settings.validate_.review
     if mode in ("ui", "offline") and feedback is None:
         fail(f"--review {mode} needs --feedback: the reviewer must see the prompts and responses")
-    b = _batch(annotations, spans, feedback, tokenizer)
-    report = replace(check_batch(b, cfg.validate_), review=mode)
+    inputs = (
+        artifact(annotations, "annotations"),
+        artifact(spans, "spans"),
+        artifact(feedback, "feedback") if feedback is not None else None,
+    )
     out_dir = _out_dir(out, cfg)
-    if mode != "none":
-        sample = review_sample(b, cfg.validate_)
-        try:
-            v = _review(mode, b, sample, cfg, out_dir / "review", verdicts)
-            if v is not None:
-                report = with_review(report, sample, v, cfg.validate_, str(verdicts or mode))
-        except VerdictError as exc:
-            fail(str(exc))
-        if v is None and mode == "offline":
-            report = replace(report, review_pending=True)
-        elif v is None:
-            report = replace(
-                report, notes=[f"review {mode}: no ground truth (feedback meta.gold_spans), alignment not measured"]
+    params = {"annotations": inputs[0], "spans": inputs[1], "feedback": inputs[2], "settings": settings}
+    sample = found = None
+    try:
+        if mode != "none":
+            sample = stage.draw_sample(
+                *inputs, settings, stage_context("validate", cfg.workspace.root, params, out_dir / "review")
             )
-    _finish(report, out_dir)
+            found = _verdicts(mode, sample, inputs, settings, verdicts)
+        ctx = stage_context("validate", cfg.workspace.root, params, out_dir)
+        ref = stage.check(
+            *inputs, sample, found, settings, ctx, tokenizer=tokenizer, verdict_source=str(verdicts or mode)
+        )
+    except VerdictError as exc:
+        fail(str(exc))
+    _finish(ref)
 
 
-def _finish(report, out_dir: Path) -> None:
-    from t2g_core.validation import write_report
+def _finish(ref) -> None:
+    import json
 
-    paths = write_report(report, out_dir)
-    for c in report.checks:
+    from t2g_core.validation.checks import CheckResult
+
+    report = json.loads(Path(ref.json_path).read_text(encoding="utf-8"))
+    for c in (CheckResult(**c) for c in report["checks"]):
         echo(f"{c.status.upper():7} {c.name:20} {c.value:.4g}  ({c.threshold_text}) {c.detail}")
-    if report.alignment is not None:
-        a = report.alignment.overall
-        lo, hi = a.interval
-        echo(f"alignment {a.point:.3f} [{lo:.3f}, {hi:.3f}] from {a.judged} judgements by {report.alignment.reviewer}")
-    echo(f"report: {paths['markdown']} (chart {paths['chart'].name})")
-    if report.status == "fail":
-        echo("FAILED gates:\n" + "\n".join(f"  - {f}" for f in report.failures))
+    alignment = report.get("alignment")
+    if alignment is not None:
+        a = alignment["groups"][-1]  # the whole sample
+        echo(f"alignment {a['alignment']:.3f} [{a['ci95_low']:.3f}, {a['ci95_high']:.3f}] from {a['judged']} "
+             f"judgements by {alignment['reviewer']}")
+    echo(f"report: {ref.report} (chart {Path(ref.chart).name})")
+    if ref.status == "fail":
+        echo("FAILED gates:\n" + "\n".join(f"  - {f}" for f in report["failures"]))
         raise typer.Exit(EXIT_FAIL)
-    if report.status == "pending":
+    if ref.status == "pending":
         echo("review pending: gates not decided until the verdicts are imported")
         raise typer.Exit(EXIT_PENDING)
     echo("all gates passed")
@@ -164,15 +150,17 @@ def review_export(
     set_: list[str] = SetOpt,
 ) -> None:
     """Draw the stratified review sample and write the HTML review page and the JSONL sheet."""
-    from t2g_core.review import export_review
-    from t2g_core.validation import review_sample
+    from t2g_core.stages import validate as stage
+    from t2g_core.stages.settings import ValidateSettings
 
     cfg = pipeline_config(config, set_)
-    sample = review_sample(_batch(annotations, spans, feedback), cfg.validate_)
-    paths = export_review(sample, out)
-    echo(f"{len(sample.items)} items, {sample.n_judgements} judgements (sample {sample.key})")
-    for name, p in paths.items():
-        echo(f"{name}: {p}")
+    settings = ValidateSettings.from_pipeline(cfg)
+    inputs = (artifact(annotations, "annotations"), artifact(spans, "spans"), artifact(feedback, "feedback"))
+    params = {"annotations": inputs[0], "spans": inputs[1], "feedback": inputs[2], "settings": settings}
+    sample = stage.draw_sample(*inputs, settings, stage_context("validate", cfg.workspace.root, params, out))
+    echo(f"{sample.n_items} items (sample {sample.key})")
+    for name in ("sample", "page", "sheet"):
+        echo(f"{name}: {getattr(sample, name)}")
 
 
 @review_app.command("import")

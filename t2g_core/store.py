@@ -16,12 +16,12 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field
 
 from t2g_core.schemas import SCHEMAS, ArtifactSchema, SchemaError, to_arrow, validate_frame
 
@@ -29,22 +29,54 @@ DATA_FILE = "data.parquet"
 MANIFEST = "manifest.json"
 
 
-@dataclass(frozen=True)
-class ArtifactRef:
-    """What a stage returns: where its artifact lives and what it holds. Small and JSON-serialisable."""
+class ArtifactRef(BaseModel):
+    """What a stage returns for a Parquet artifact: where it lives and what it holds. Small and JSON-serialisable.
 
-    path: str  # the artifact folder
-    sha256: str  # content hash of data.parquet
+    Its identity (``fingerprint``) is the content hash, never the path: the same rows written elsewhere are the same
+    input to the next stage. ``run_id`` names the tracking run that produced it, when one did (lineage).
+    """
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    path: str  # the artifact folder, or a plain file
+    sha256: str  # content hash of the data file
     n_rows: int
-    schema: str
+    schema_name: str = Field(alias="schema")
     key: str
+    run_id: str | None = None
 
     @property
     def data_path(self) -> str:
-        return str(Path(self.path) / DATA_FILE)
+        p = Path(self.path)
+        return str(p / DATA_FILE) if p.is_dir() or not p.suffix else str(p)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump(by_alias=True)
+
+    def fingerprint(self) -> dict[str, str]:
+        return {"sha256": self.sha256}
+
+    @classmethod
+    def of(cls, path: str | Path, schema: str) -> ArtifactRef:
+        """A reference to an existing artifact folder or data file (e.g. a path given on the command line)."""
+        p = Path(path)
+        if (p / MANIFEST).is_file():
+            return ref_from_manifest(p / MANIFEST)
+        if p.is_file():
+            digest = sha256_file(p)
+            return cls(path=str(p), sha256=digest, n_rows=-1, schema=schema, key=digest[:20])
+        if p.is_dir():
+            digest = _folder_digest(p)
+            return cls(path=str(p), sha256=digest, n_rows=-1, schema=schema, key=digest[:20])
+        raise FileNotFoundError(f"{p}: no such file or folder")
+
+
+def _folder_digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(x for x in folder.rglob("*") if x.is_file()):
+        h.update(str(f.relative_to(folder)).encode())
+        h.update(sha256_file(f).encode())
+    return h.hexdigest()
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -152,6 +184,18 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:6]}")
     try:
         tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` at once (temp file + rename; the temp file never outlives a failure)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:6]}")
+    try:
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

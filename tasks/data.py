@@ -1,254 +1,108 @@
-"""Data tasks: materialise the feedback artifact, build the tiny demo models, version the feedback dataset."""
+"""Data tasks: the feedback artifact, the base models, and the versions of the feedback and annotations datasets.
+
+Version pointers ``<workspace>/artifacts/{feedback,annotations}/LATEST.json`` name the current version of each
+dataset the inbox extends (an ``ArtifactRef`` dict plus ``version``; the annotations pointer also names the
+feedback version it covers). The pipeline sets them when it creates the first version; re-annotation moves both.
+"""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from prefect import task
 
-from t2g_core.config import DataConfig, ModelsConfig, WorkspaceConfig
-from tasks import tracking
-from tasks.caching import forced, stage_task_options
+from t2g_core.config import WorkspaceConfig
+from t2g_core.stages.refs import ArtifactRef, ModelsRef, SourceRef
+from t2g_core.stages.settings import FeedbackSettings, ModelsSettings
+from tasks.caching import stage_task_options
+from tasks.stage import stage
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-LATEST = "LATEST.json"  # <workspace>/artifacts/feedback/LATEST.json: the current version of the feedback dataset
-
-
-def _workspace(cfg: WorkspaceConfig):
-    from t2g_core.workspace import Workspace
-
-    return Workspace.at(cfg.root)
-
-
-def _source_frame(data: DataConfig) -> tuple[pd.DataFrame, str]:
-    """The feedback frame and a content id of where it came from (demo recipe, dataset adapter or file hash)."""
-    from tasks.caching import content_digest
-
-    if data.dataset is not None:
-        from t2g_core.ingest import ingest
-
-        path = None if data.source in ("hub", "demo") else data.source
-        df = ingest(data.dataset, path, split=data.split, limit=data.limit)
-        return df, f"dataset:{data.dataset}:{content_digest(str(Path(path).resolve())) if path else 'hub'}"
-    if data.source == "demo":
-        from t2g_core.demo import make_demo_feedback
-
-        return make_demo_feedback(data.task, data.n_items, data.seed), f"demo:{data.task}:{data.n_items}:{data.seed}"
-    from t2g_core.feedback import load_feedback
-
-    df = load_feedback(data.source)
-    if data.limit is not None:
-        df = df.head(data.limit)
-    return df, f"file:{content_digest(str(Path(data.source).resolve())) or data.source}"
+LATEST = "LATEST.json"
 
 
 @task(name="feedback", **stage_task_options(600))
-def materialise_feedback(data: DataConfig, workspace: WorkspaceConfig) -> dict:
-    """Demo data or a user's file -> an immutable, validated ``feedback`` artifact (version 1 of the dataset)."""
-    from t2g_core.store import artifact_key
+def materialise_feedback(source: SourceRef, settings: FeedbackSettings, workspace: WorkspaceConfig) -> ArtifactRef:
+    """Demo data, a dataset adapter or a user's file -> an immutable, validated ``feedback`` artifact."""
+    from t2g_core.stages import feedback
 
-    ws = _workspace(workspace)
-    df, origin = _source_frame(data)
-    key = artifact_key("feedback", data, {"origin": origin})
-    ref = ws.store.write("feedback", key, df, "feedback", extra={"source": data.source, "origin": origin, "version": 1})
-    if latest_feedback(workspace) is None:
-        set_latest_feedback(workspace, {**ref.to_dict(), "version": 1})
-    with tracking.stage_run("feedback", data, workspace):
-        tracking.log_output(ref, "feedback")
-        tracking.log_metrics({"n_items": ref.n_rows})
-    return ref.to_dict()
+    with stage(materialise_feedback, "feedback", workspace, source=source, settings=settings) as ctx:
+        return ctx.produced(feedback.materialise(source, settings, ctx))
 
 
 @task(name="build-models", **stage_task_options(3600))
-def build_models(models: ModelsConfig, feedback: dict, workspace: WorkspaceConfig) -> dict:
-    """Build (once) the tiny base and warm-started policy for the feedback's task; returns their folders."""
-    from prefect import get_run_logger
+def build_models(feedback: ArtifactRef, settings: ModelsSettings, workspace: WorkspaceConfig) -> ModelsRef:
+    """The tiny base and warm-started policy for the feedback's task (built once), or the named models."""
+    from t2g_core.stages import models
 
-    from t2g_core.models.tiny import ensure_demo_models
-    from t2g_core.store import read_artifact
-
-    ws = _workspace(workspace)
-    df = read_artifact(feedback["path"], "feedback")
-    with tracking.stage_run("build_models", models, workspace):
-        tracking.log_dataset(feedback, "feedback", "training")
-        built = ensure_demo_models(ws.models, models, df, progress=False, log=get_run_logger().info, rebuild=forced())
-        build_info = built.policy.parent / "build.json"
-        if build_info.exists():
-            tracking.log_artifact(build_info)
-    return {"base": str(built.base), "policy": str(built.policy)}
+    with stage(build_models, "build_models", workspace, feedback=feedback, settings=settings) as ctx:
+        return ctx.produced(models.build(feedback, settings, ctx))
 
 
 @task(name="append-feedback", **stage_task_options(600))
-def append_feedback(new_file: str, current: dict | None, workspace: WorkspaceConfig) -> dict:
-    """Append the items of ``new_file`` that are not in ``current`` (the dataset version it extends, from
-    :func:`latest_feedback`) as a new version; cached on both contents, so a re-sent file changes nothing.
+def append_feedback(new_file: ArtifactRef, current: ArtifactRef | None, workspace: WorkspaceConfig) -> ArtifactRef:
+    """The next version of the feedback dataset: ``current`` plus the items of ``new_file`` it lacks."""
+    from t2g_core.stages import feedback
 
-    Returns ``{"dataset": <ref of the new version>, "new_items": <ref of just the new items>, "version": n}``.
-    Items whose id already exists are skipped (re-sent feedback never duplicates rows).
-    """
-    import pandas as pd
-
-    from t2g_core.feedback import load_feedback
-    from t2g_core.store import artifact_key, read_artifact
-
-    ws = _workspace(workspace)
-    incoming = load_feedback(new_file)
-    base = read_artifact(current["path"], "feedback") if current else incoming.iloc[0:0]
-    fresh = incoming[~incoming["id"].isin(set(base["id"]))].reset_index(drop=True)
-    version = int(current.get("version", 1)) + 1 if current else 1
-    new_ref = ws.store.write(
-        "feedback_delta",
-        artifact_key("feedback_delta", None, {"file": _sha(new_file)}),
-        fresh,
-        "feedback",
-        extra={"source": new_file},
-    )
-    merged = pd.concat([base, fresh], ignore_index=True)
-    key = artifact_key("feedback", None, {"parent": current["sha256"] if current else "", "delta": new_ref.sha256})
-    ref = ws.store.write(
-        "feedback",
-        key,
-        merged,
-        "feedback",
-        extra={"source": new_file, "version": version, "parent": current["sha256"] if current else None},
-    )
-    set_latest_feedback(workspace, {**ref.to_dict(), "version": version})
-    with tracking.stage_run("append_feedback", {"file": new_file, "version": version}, workspace):
-        tracking.log_dataset(new_ref, "feedback_delta", "annotation")
-        tracking.log_output(ref, "feedback")
-        tracking.log_metrics({"new_items": len(fresh), "items": len(merged), "version": version})
-    return {"dataset": {**ref.to_dict(), "version": version}, "new_items": new_ref.to_dict(), "version": version}
+    with stage(append_feedback, "append_feedback", workspace, new_file=new_file, current=current) as ctx:
+        version, _delta = feedback.append(new_file, current, ctx)
+        return ctx.produced(version)
 
 
-def _sha(path: str) -> str:
-    from t2g_core.store import sha256_file
+# --------------------------------------------------------------------------------------------- version pointers
+def _pointer(workspace: WorkspaceConfig, dataset: str):
+    from t2g_core.workspace import Workspace
 
-    return sha256_file(path)
-
-
-def _read_pointer(workspace: WorkspaceConfig, stage: str, name: str) -> dict | None:
-    pointer = _workspace(workspace).artifacts / stage / name
-    return json.loads(pointer.read_text(encoding="utf-8")) if pointer.exists() else None
+    return Workspace.at(workspace.root).artifacts / dataset / LATEST
 
 
-def _write_pointer(workspace: WorkspaceConfig, stage: str, name: str, ref: dict) -> None:
-    """Move a version pointer atomically."""
+def _read_pointer(workspace: WorkspaceConfig, dataset: str) -> dict | None:
+    path = _pointer(workspace, dataset)
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def latest(workspace: WorkspaceConfig, dataset: str) -> ArtifactRef | None:
+    """The current version of ``dataset`` (``feedback`` or ``annotations``), or None."""
+    pointer = _read_pointer(workspace, dataset)
+    return ArtifactRef.model_validate(pointer) if pointer else None
+
+
+def latest_feedback(workspace: WorkspaceConfig) -> ArtifactRef | None:
+    return latest(workspace, "feedback")
+
+
+def latest_annotations(workspace: WorkspaceConfig) -> ArtifactRef | None:
+    return latest(workspace, "annotations")
+
+
+def version_of(workspace: WorkspaceConfig, dataset: str) -> int:
+    return int((_read_pointer(workspace, dataset) or {}).get("version", 0))
+
+
+def _write_pointer(workspace: WorkspaceConfig, dataset: str, ref: ArtifactRef, **extra) -> None:
     from t2g_core.store import write_text_atomic
 
-    write_text_atomic(_workspace(workspace).artifacts / stage / name, json.dumps(ref, indent=2))
+    write_text_atomic(_pointer(workspace, dataset), json.dumps({**ref.to_dict(), **extra}, indent=2))
 
 
-def latest_feedback(workspace: WorkspaceConfig) -> dict | None:
-    """The current version of the feedback dataset (``ArtifactRef`` dict plus ``version``), or None."""
-    return _read_pointer(workspace, "feedback", LATEST)
-
-
-def set_latest_feedback(workspace: WorkspaceConfig, ref: dict) -> None:
-    _write_pointer(workspace, "feedback", LATEST, ref)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Feedback inbox: new files are content-hashed, copied to an immutable place and announced once
-# ---------------------------------------------------------------------------------------------------------------
-FEEDBACK_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
-LANDED_DIR, SEEN_FILE, PROCESSED_FILE = ".landed", ".seen.json", ".processed.json"
-
-
-def _ledger(path: Path) -> dict[str, str]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-
-
-def _save_ledger(path: Path, data: dict[str, str]) -> None:
-    tmp = path.with_name(f"{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
-    tmp.replace(path)
-
-
-@task(name="scan-inbox", timeout_seconds=300, retries=2, retry_delay_seconds=[5, 30])
-def scan_inbox(inbox: str, workspace: WorkspaceConfig) -> list[dict]:
-    """Hash every feedback file in ``inbox`` (a folder or an fsspec URL); copy unseen ones into the workspace.
-
-    Returns ``[{"sha256", "path" (immutable local copy), "source"}]`` for files whose content was never seen; the
-    seen-set is the file ``<workspace>/inbox/.seen.json`` (content hash -> original path), so renaming or re-sending
-    a file does not announce it twice.
-    """
-    import hashlib
-
-    import fsspec
-
-    ws = _workspace(workspace)
-    seen_path = ws.inbox / SEEN_FILE
-    seen = _ledger(seen_path)
-    fs, root = fsspec.core.url_to_fs(inbox)
-    landed_dir = ws.inbox / LANDED_DIR
-    landed_dir.mkdir(parents=True, exist_ok=True)
-    new: list[dict] = []
-    for name in sorted(fs.find(root)):
-        if Path(name).name.startswith(".") or f"/{LANDED_DIR}/" in name or not name.endswith(FEEDBACK_SUFFIXES):
-            continue
-        data = fs.cat_file(name)
-        sha = hashlib.sha256(data).hexdigest()
-        if sha in seen:
-            continue
-        copy = landed_dir / f"{sha[:32]}{Path(name).suffix}"
-        if not copy.exists():
-            tmp = copy.with_name(f".{copy.name}.tmp")
-            tmp.write_bytes(data)
-            tmp.replace(copy)
-        seen[sha] = name
-        new.append({"sha256": sha, "path": str(copy), "source": name})
-    _save_ledger(seen_path, seen)
-    return new
-
-
-def pending_feedback_files(workspace: WorkspaceConfig) -> list[str]:
-    """Landed inbox files not yet appended to the feedback dataset, oldest first."""
-    ws = _workspace(workspace)
-    done = _ledger(ws.inbox / PROCESSED_FILE)
-    files = [p for p in (ws.inbox / LANDED_DIR).glob("*") if p.is_file() and not p.name.startswith(".")]
-    return [str(p) for p in sorted(files, key=lambda p: p.stat().st_mtime) if p.name not in done]
-
-
-def mark_processed(path: str, version: int, workspace: WorkspaceConfig) -> None:
-    ledger_path = _workspace(workspace).inbox / PROCESSED_FILE
-    ledger = _ledger(ledger_path)
-    ledger[Path(path).name] = f"feedback version {version}"
-    _save_ledger(ledger_path, ledger)
-
-
-LATEST_ANNOTATIONS = "LATEST.json"
-
-
-@task(name="merge-annotations", **stage_task_options(600))
-def merge_annotations(previous: dict | None, delta: dict, workspace: WorkspaceConfig) -> dict:
-    """The previous annotations plus the new items' (a new item's id replaces an older row with that id)."""
-    import pandas as pd
-
-    from t2g_core.store import artifact_key, read_artifact
-
-    ws = _workspace(workspace)
-    frames = [read_artifact(previous["path"], "annotations")] if previous else []
-    frames.append(read_artifact(delta["path"], "annotations"))
-    merged = pd.concat(frames, ignore_index=True).drop_duplicates("id", keep="last").reset_index(drop=True)
-    key = artifact_key(
-        "annotations", None, {"previous": previous["sha256"] if previous else "", "delta": delta["sha256"]}
+def advance_versions(workspace: WorkspaceConfig, feedback: ArtifactRef, annotations: ArtifactRef) -> int:
+    """Move both pointers to ``feedback`` and the ``annotations`` covering it; returns the feedback version (a new
+    number only when the content changed)."""
+    current = _read_pointer(workspace, "feedback")
+    version = (
+        int(current["version"])
+        if current and current["sha256"] == feedback.sha256
+        else version_of(workspace, "feedback") + 1
     )
-    ref = ws.store.write("annotations", key, merged, "annotations", extra={"delta": delta["sha256"]})
-    with tracking.stage_run("merge_annotations", {"items": len(merged)}, workspace):
-        if previous:
-            tracking.log_dataset(previous, "annotations", "annotation")
-        tracking.log_dataset(delta, "annotations_delta", "annotation")
-        tracking.log_output(ref, "annotations")
-    return ref.to_dict()
+    _write_pointer(workspace, "feedback", feedback, version=version)
+    _write_pointer(workspace, "annotations", annotations, version=version, feedback_sha256=feedback.sha256)
+    return version
 
 
-def latest_annotations(workspace: WorkspaceConfig) -> dict | None:
-    return _read_pointer(workspace, "annotations", LATEST_ANNOTATIONS)
-
-
-def set_latest_annotations(workspace: WorkspaceConfig, ref: dict) -> None:
-    _write_pointer(workspace, "annotations", LATEST_ANNOTATIONS, ref)
+@task(name="record-dataset-versions", timeout_seconds=60)
+def record_first_versions(feedback: ArtifactRef, annotations: ArtifactRef, workspace: WorkspaceConfig) -> int:
+    """The pipeline's annotated feedback becomes version 1 of both datasets when the workspace has none yet, and the
+    annotations pointer follows when it annotated the current feedback version; returns the feedback version."""
+    current = latest_feedback(workspace)
+    if current is None or current.sha256 == feedback.sha256:
+        return advance_versions(workspace, feedback, annotations)
+    return version_of(workspace, "feedback")

@@ -1,38 +1,31 @@
-"""Evaluation task: generate with the policy before and after PPO on held-out prompts, score, compare, report.
+"""Evaluation task: the policy before PPO against the PPO policy on held-out prompts, reported and compared.
 
-Results land in ``<workspace>/reports/evaluate/<key>/`` (``items.parquet``, ``summary.json``, ``report/``), keyed by
-the config and the content of the feedback artifact and policy folders, so a re-run with the same inputs reuses them
-(``--refresh evaluate`` recomputes them).
+Results land in ``<workspace>/reports/evaluate/<key>/`` (``items.parquet``, ``summary.json``, ``report/``); a re-run
+with the same inputs reuses them (``--refresh evaluate`` recomputes them). The PPO policy's registered version is
+promoted to ``champion`` when its verdict against the baseline on the task's primary metric is "better" and its
+score beats the champion's (the reward model's rule).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import uuid
 from pathlib import Path
 
 from prefect import task
 
-from t2g_core.config import DataConfig, EvaluateConfig, WorkspaceConfig
+from t2g_core.config import EvaluateConfig, WorkspaceConfig
+from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef
+from t2g_core.stages.settings import EvaluateSettings
 from tasks import tracking
-from tasks.caching import content_digest, forced, stage_task_options
+from tasks.caching import stage_task_options
+from tasks.ppo import POLICY_MODEL
+from tasks.stage import stage
 
 
-def _metric_name(name: str) -> str:
-    return re.sub(r"[^\w./\- ]", "_", name)  # MLflow metric names: no '@' (pass@k)
-
-
-def _flat_metrics(summary: dict) -> dict[str, float]:
-    out = {f"{p}/{m}": v for p, e in summary["policies"].items() for m, v in e["metrics"].items()}
-    for c in summary["comparisons"]:
-        for field in ("diff", "low", "high"):
-            out[f"{c['policy']}_vs_{c['baseline']}/{c['metric']}_{field}"] = c[field]
-    for p, j in (summary.get("judge") or {}).items():
-        out[f"{p}/judge_win_rate"] = j["win_rate"]
-    return {_metric_name(k): v for k, v in out.items()}
-
-
-def _judge(cfg: EvaluateConfig):
+def judge_for(cfg: EvaluateConfig):
+    """The pairwise LLM judge when ``judge_base_url`` is set (key from ``$OPENAI_API_KEY``), else None."""
     if not cfg.judge_base_url:
         return None
     from t2g_core.evaluation.judge import PairwiseJudge
@@ -44,6 +37,51 @@ def _judge(cfg: EvaluateConfig):
         cfg.judge_timeout_s,
         cfg.judge_concurrency,
     )
+
+
+@task(name="evaluate-policy", **stage_task_options(3600))
+def evaluate_policy(
+    feedback: ArtifactRef, models: ModelsRef, policy: PolicyRef, settings: EvaluateSettings, workspace: WorkspaceConfig
+) -> EvaluationRef:
+    """Baseline = the policy before PPO; returns the results folder, summary and report."""
+    from t2g_core.stages import evaluate
+
+    with stage(
+        evaluate_policy, "evaluate", workspace, feedback=feedback, models=models, policy=policy, settings=settings
+    ) as ctx:
+        ref = ctx.produced(
+            evaluate.pipeline(feedback, models, policy, settings, ctx, judge=judge_for(settings.evaluate))
+        )
+        if policy.version:
+            promote_policy(ref, policy.version, ctx.log)
+    publish(ref)
+    return ref
+
+
+def promote_policy(ref: EvaluationRef, version: str, log) -> bool:
+    """``champion`` moves to this policy version when its evaluation says so (see the module docstring)."""
+    import json
+
+    from t2g_core.stages.evaluate import PRIMARY_METRICS, promotion
+
+    summary = json.loads(Path(ref.summary).read_text(encoding="utf-8"))
+    decided = promotion(summary, "ppo")
+    metric = decided[0] if decided else next(iter(PRIMARY_METRICS.get(ref.task, ("score",))))
+    promoted = tracking.promote_if_better(POLICY_MODEL, version, metric, decided[1] if decided else None)
+    log(f"policy version {version}: " + ("promoted to champion" if promoted else f"not promoted ({metric})"))
+    return promoted
+
+
+def publish(ref: EvaluationRef) -> None:
+    """The comparison table as a Prefect markdown artifact (when running inside Prefect)."""
+    from prefect.artifacts import create_markdown_artifact
+    from prefect.context import TaskRunContext
+
+    from t2g_core.evaluation import EvalResults, comparison_table
+
+    if TaskRunContext.get() is not None:
+        table = comparison_table(EvalResults.load(ref.path))
+        create_markdown_artifact(key="policy-evaluation", markdown=table, description="Policies on held-out prompts")
 
 
 def resolve_model_ref(ref: str, workspace: WorkspaceConfig) -> Path:
@@ -65,90 +103,15 @@ def resolve_model_ref(ref: str, workspace: WorkspaceConfig) -> Path:
         name, _, version = spec.partition("/")
     dst = Workspace.at(workspace.root).models / "registry" / re.sub(r"[^\w.-]", "_", name) / f"v{version}"
     if not dst.exists():
-        tmp = dst.with_name(f".{dst.name}.tmp")
+        tmp = dst.with_name(f".{dst.name}.tmp-{uuid.uuid4().hex[:8]}")  # concurrent fetches never share a folder
         mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(tmp))
-        tmp.rename(dst)
+        try:
+            tmp.rename(dst)
+        except OSError:  # another process finished the same version first
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
     found = [p.parent for p in sorted(dst.rglob("*config.json")) if p.name in ("adapter_config.json", "config.json")]
     if not found:
         raise ValueError(f"{ref}: version {version} holds no model or adapter folder (no config.json)")
     return found[0]
-
-
-def _held_out(frame, policy: dict, data: DataConfig | None):
-    """The feedback rows PPO did not train on (see ``evaluate_policy``), in feedback order."""
-    from t2g_core.evaluation.policies import held_out_ids
-
-    ids = held_out_ids(policy)
-    if ids is None and data is not None and data.eval_fraction > 0:
-        from t2g_core.ppo.sources import split_prompts
-
-        _, held = split_prompts(frame, data.eval_fraction, data.seed)
-        ids = [] if held is None else held["id"].tolist()
-    return frame if ids is None else frame[frame["id"].isin(set(ids))].reset_index(drop=True)
-
-
-def _publish(table: str) -> None:
-    """The comparison table as a Prefect markdown artifact (when running inside Prefect)."""
-    from prefect.artifacts import create_markdown_artifact
-    from prefect.context import TaskRunContext
-
-    if TaskRunContext.get() is not None:
-        create_markdown_artifact(key="policy-evaluation", markdown=table, description="Policies on held-out prompts")
-
-
-@task(name="evaluate-policy", **stage_task_options(3600))
-def evaluate_policy(
-    feedback: dict,
-    models: dict,
-    policy: dict,
-    cfg: EvaluateConfig,
-    workspace: WorkspaceConfig,
-    data: DataConfig | None = None,
-) -> dict:
-    """Baseline = the policy before PPO; returns {path, summary, report, n_rows, task}.
-
-    The prompts are the ones PPO held out (its run folder's ``eval.parquet``); without one, the same split is redone
-    from ``data`` (``t2g_core.ppo.sources.split_prompts``); without ``data``, every item is used.
-    """
-    from t2g_core.evaluation import EvalResults, comparison_table, evaluate_policies, write_report
-    from t2g_core.evaluation.policies import histories, policy_refs
-    from t2g_core.store import artifact_key, read_artifact
-    from t2g_core.workspace import Workspace
-
-    refs = policy_refs(models, policy, include_base=cfg.include_base_model)
-    frame = _held_out(read_artifact(feedback["path"], "feedback"), policy, data)
-    inputs = {
-        "feedback": feedback["sha256"],
-        "ids": ",".join(frame["id"]),
-        **{n: content_digest(str(p)) or str(p) for n, p in refs.items()},
-    }
-    out = Workspace.at(workspace.root).reports / "evaluate" / artifact_key("evaluate", cfg, inputs)
-    task_name = cfg.task or str(frame["task"].iloc[0])
-    with tracking.stage_run(
-        "evaluate", {**cfg.model_dump(mode="json"), "policies": {n: str(p) for n, p in refs.items()}}, workspace
-    ):
-        tracking.log_dataset(feedback, "feedback", "eval")
-        if (out / "summary.json").exists() and not forced():  # --refresh evaluate generates and scores again
-            results = EvalResults.load(out)
-        else:
-            results = evaluate_policies(
-                refs, frame, task_name, cfg, judge=_judge(cfg), device="cuda" if _cuda() else "cpu"
-            )
-            results.save(out)
-        files = write_report(results, out / "report", histories(policy))
-        tracking.log_metrics(_flat_metrics(results.summary))
-        tracking.log_artifact(out, "evaluation")
-        _publish(comparison_table(results))
-    return {
-        "path": str(out),
-        "summary": str(out / "summary.json"),
-        "report": str(files["report_md"]),
-        "n_rows": len(results.items),
-        "task": task_name,
-    }
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()

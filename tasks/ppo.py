@@ -1,59 +1,46 @@
-"""PPO task: feedback prompts + warm-started policy (+ reward model) -> a trained LoRA policy adapter.
+"""PPO task: feedback prompts + the policy before PPO (+ reward model) -> a trained LoRA policy adapter, registered.
 
-The run folder is keyed by the PPO config and the content of its inputs; a re-run after a crash resumes from the
-run's own latest checkpoint (training is not retried by Prefect, it continues); ``--refresh ppo`` starts it afresh.
+The run folder is keyed by the stage key; a re-run after a crash resumes from the run's own latest checkpoint
+(training is not retried by Prefect, it continues, and the log says from which step); ``--refresh ppo`` starts it
+afresh. The adapter is registered as ``text2grad-policy`` (alias ``candidate``) with the reward-model version it was
+trained against, so ``t2g lineage`` walks back from the policy; evaluation may promote it to ``champion``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import task
 
-from t2g_core.config import PPOConfig, WorkspaceConfig
+from t2g_core.config import WorkspaceConfig
+from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicyRef, RewardModelRef
+from t2g_core.stages.settings import PPOSettings
 from tasks import tracking
-from tasks.caching import clear_if_forced, stage_task_options
+from tasks.caching import stage_task_options
+from tasks.stage import stage
 
-RM_KEYS = ("adapter_dir", "model_dir", "path")
-
-
-def _rm_path(reward_model: dict | None) -> str | None:
-    for key in RM_KEYS:
-        if reward_model and reward_model.get(key) and Path(reward_model[key]).exists():
-            return str(reward_model[key])
-    return None
+POLICY_MODEL = "text2grad-policy"
 
 
 @task(name="ppo", **stage_task_options(24 * 3600))
 def train_policy(
-    feedback: dict, models: dict, reward_model: dict | None, cfg: PPOConfig, workspace: WorkspaceConfig
-) -> dict:
-    """Returns {adapter_dir, run_dir, history_path, rollouts_path, steps, final metrics}."""
-    from t2g_core.config import PipelineConfig
-    from t2g_core.ppo.run import prepare_run, run_from_dir
-    from t2g_core.store import artifact_key, read_artifact
-    from t2g_core.workspace import Workspace
+    feedback: ArtifactRef,
+    models: ModelsRef,
+    reward_model: RewardModelRef | None,
+    settings: PPOSettings,
+    workspace: WorkspaceConfig,
+) -> PolicyRef:
+    """PPO with the configured reward source; returns the adapter, run folder and registered version."""
+    from t2g_core.stages import ppo
 
-    rm_path = cfg.reward_model_path or _rm_path(reward_model)
-    inputs = {"feedback": feedback["sha256"], "policy": str(models["policy"]), "reward_model": rm_path or "none"}
-    run_dir = Workspace.at(workspace.root).checkpoints / "ppo" / artifact_key("ppo", cfg, inputs)
-    clear_if_forced(run_dir)  # --refresh ppo: train again from the warm start, not resume the finished run
-    resume = (run_dir / "checkpoints" / "latest").exists()
-    if not resume:
-        pipeline = PipelineConfig(workspace=workspace, ppo=cfg)
-        prepare_run(pipeline, run_dir, read_artifact(feedback["path"], "feedback"), models["policy"], rm_path)
-    with tracking.stage_run("ppo", {**cfg.model_dump(mode="json"), "resumed": resume}, workspace):
-        tracking.log_dataset(feedback, "feedback", "training")
-        result = run_from_dir(run_dir, resume=resume, tracker=tracking.MlflowTracker())
-        tracking.log_artifact(run_dir / "history.json")
-        for page in result.heatmaps[-3:]:
-            tracking.log_artifact(page, "heatmaps")
-    final = {k: v for k, v in (result.history[-1] if result.history else {}).items() if k != "step"}
-    return {
-        "adapter_dir": str(result.adapter_dir),
-        "run_dir": str(run_dir),
-        "history_path": str(run_dir / "history.json"),
-        "rollouts_path": str(result.rollouts_path) if result.rollouts_path else None,
-        "steps": result.steps_done,
-        "metrics": final,
-    }
+    used_rm = reward_model if settings.ppo.reward_source == "reward_model" else None
+    with stage(
+        train_policy, "ppo", workspace, feedback=feedback, models=models, reward_model=reward_model, settings=settings
+    ) as ctx:
+        ref = ppo.train(feedback, models, used_rm, settings, ctx)
+        rm_version = used_rm.version if used_rm is not None and not settings.ppo.reward_model_path else None
+        if rm_version:
+            tracking.log_model_input(settings.reward_model.registered_name, rm_version)
+        version = tracking.log_adapter_model(
+            ref.adapter_dir, POLICY_MODEL, params=settings, metrics=ref.metrics, alias="candidate"
+        )
+        ctx.log(f"policy adapter registered as {POLICY_MODEL} version {version}")
+        return ctx.produced(ref.model_copy(update={"version": version, "reward_model_version": rm_version}))

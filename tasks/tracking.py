@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
+import re
 import threading
 import warnings
 from collections.abc import Iterator, Mapping
@@ -37,6 +39,9 @@ STAGE_TAG = "t2g.stage"
 FLOW_RUN_TAG = "prefect.flow_run_id"  # root flow run on the parent; the stage's own flow run on stage runs
 TASK_RUN_TAG = "prefect.task_run_id"
 OUTPUT_TAG_PREFIX = "t2g.output."  # t2g.output.<name> = sha256 of an artifact a stage produced
+OUTPUT_CONTEXT = "output"  # dataset context of what a stage produced
+PRODUCER_TAG = "t2g.producer_run_id"  # dataset-input tag: the run that produced that input
+PIPELINE_CONTEXT = "pipeline"  # dataset context on the parent run: a stage output the pipeline used
 DIGEST_LEN = 32  # MLflow caps dataset digests at 36 chars: the first 32 hex chars of the sha256
 PARAM_MAX = 6000
 
@@ -120,8 +125,8 @@ def prefect_tags() -> dict[str, str]:
         "prefect.task_run_name": task_run.name,
         "prefect.flow_run_url": flow_run.ui_url,
     }.items():
-        if value:
-            tags[name] = str(value)
+        if value and not (name == "prefect.flow_run_url" and not str(value).startswith("http")):
+            tags[name] = str(value)  # without PREFECT_UI_URL (ephemeral API) Prefect's URL is "None/flow-runs/..."
     return tags
 
 
@@ -179,6 +184,23 @@ def end_pipeline_run(flow_run_id: str, workspace_cfg: WorkspaceConfig, status: s
         client.set_terminated(run.info.run_id, status=status)
         return run.info.run_id
     return None
+
+
+def close_stale_stage_runs(parent_run_id: str, reason: str) -> list[str]:
+    """Stage runs under ``parent_run_id`` still RUNNING (their process was killed): mark them KILLED with ``reason``
+    (tag ``t2g.ended_by``). Called when a flow run starts again (a Retry); returns the runs closed."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    parent = client.get_run(parent_run_id)
+    stale = client.search_runs(
+        [parent.info.experiment_id],
+        f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status = 'RUNNING'",
+    )
+    for run in stale:
+        client.set_tag(run.info.run_id, "t2g.ended_by", reason)
+        client.set_terminated(run.info.run_id, status="KILLED")
+    return [run.info.run_id for run in stale]
 
 
 def flatten_params(params: Any, prefix: str = "") -> dict[str, str]:
@@ -265,34 +287,44 @@ def _link_from_prefect(stage: str, run_id: str, exp_id: str, workspace_cfg: Work
 def _as_ref(ref: ArtifactRef | Mapping[str, Any]) -> ArtifactRef:
     from t2g_core.store import ArtifactRef
 
-    return (
-        ref
-        if isinstance(ref, ArtifactRef)
-        else ArtifactRef(**{k: ref[k] for k in ("path", "sha256", "n_rows", "schema", "key")})
-    )
+    return ref if isinstance(ref, ArtifactRef) else ArtifactRef.model_validate(dict(ref))
 
 
-def log_dataset(ref: ArtifactRef | Mapping[str, Any], name: str, context: str) -> None:
-    """Log an artifact's Parquet as an MLflow dataset input (source = its path, digest = its content sha256).
+def log_dataset(ref: ArtifactRef | Mapping[str, Any], name: str, context: str, run_id: str | None = None) -> None:
+    """Log an artifact's Parquet as an MLflow dataset input of ``run_id`` (default: the active run): source = its
+    path, digest = its content sha256, tag ``t2g.producer_run_id`` = the run that produced it (when known).
 
     ``context``: "annotation" | "training" | "eval" for inputs; "output" records what the stage produced
     (also set as the run tag ``t2g.output.<name>``), which is what ``t2g lineage`` follows.
     """
     import mlflow
     import pandas as pd
+    from mlflow.entities import DatasetInput, InputTag
 
     ref = _as_ref(ref)
+    run_id = run_id or mlflow.active_run().info.run_id
     df = pd.read_parquet(ref.data_path)
     for col in df.columns:  # list/dict cells break MLflow's schema inference; lineage needs the source, not types
         if df[col].map(lambda v: isinstance(v, (list, dict)) or hasattr(v, "tolist")).any():
             df[col] = df[col].map(lambda v: json.dumps(v.tolist() if hasattr(v, "tolist") else v, default=str))
-    tags = {"sha256": ref.sha256, "artifact_key": ref.key, "schema": ref.schema, "n_rows": str(ref.n_rows)}
+    tags = {
+        "mlflow.data.context": context,
+        "sha256": ref.sha256,
+        "artifact_key": ref.key,
+        "schema": ref.schema_name,
+        "n_rows": str(ref.n_rows),
+    }
+    if ref.run_id and context != OUTPUT_CONTEXT:
+        tags[PRODUCER_TAG] = ref.run_id  # lineage follows this exact run (see t2g_cli/lineage.py)
     with warnings.catch_warnings():  # "source can be interpreted in multiple ways" (both are the local file) and
         warnings.simplefilter("ignore", UserWarning)  # schema-inference hints about integer columns
         ds = mlflow.data.from_pandas(df, source=ref.data_path, name=name, digest=ref.sha256[:DIGEST_LEN])
-        mlflow.log_input(ds, context=context, tags=tags)
-    if context == "output":
-        mlflow.set_tag(f"{OUTPUT_TAG_PREFIX}{name}", ref.sha256)
+    client = mlflow.MlflowClient()
+    client.log_inputs(
+        run_id, datasets=[DatasetInput(ds._to_mlflow_entity(), [InputTag(k, v) for k, v in tags.items()])]
+    )
+    if context == OUTPUT_CONTEXT:
+        client.set_tag(run_id, f"{OUTPUT_TAG_PREFIX}{name}", ref.sha256)
 
 
 def log_output(ref: ArtifactRef | Mapping[str, Any], name: str) -> None:
@@ -370,6 +402,71 @@ def log_model_input(registered_name: str, version: str | int) -> None:
     mlflow.set_tag(f"t2g.uses.{registered_name}", str(version))
 
 
+def link_pipeline_outputs(outputs: Mapping[str, Any], workspace_cfg: WorkspaceConfig) -> str | None:
+    """Record on the pipeline's parent run every stage output it used, computed now or reused from the cache: the
+    run that produced it (tag ``t2g.stage_run.<stage>``), Parquet outputs as datasets (context ``pipeline``), all
+    references as ``pipeline.json``, and the evaluation and validation reports as artifacts."""
+    import tempfile
+
+    from mlflow import MlflowClient
+
+    parent = pipeline_run_id(workspace_cfg, create=False)
+    if parent is None:
+        return None
+    client = MlflowClient()
+    refs = {name: ref for name, ref in outputs.items() if hasattr(ref, "model_dump")}
+    for name, ref in refs.items():
+        if ref.run_id:
+            client.set_tag(parent, f"t2g.stage_run.{name}", ref.run_id)
+        if hasattr(ref, "sha256") and hasattr(ref, "schema_name"):
+            log_dataset(ref, name, PIPELINE_CONTEXT, run_id=parent)
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = Path(tmp) / "pipeline.json"
+        summary.write_text(json.dumps({n: r.model_dump(mode="json") for n, r in refs.items()}, indent=2))
+        client.log_artifact(parent, str(summary))
+    for name, folder in (("evaluation", "report"), ("validation", None)):
+        ref = refs.get(name)
+        path = Path(ref.path) / folder if ref is not None and folder else Path(ref.report).parent if ref else None
+        if path is not None and path.is_dir():
+            client.log_artifacts(parent, str(path), artifact_path=name)
+    return parent
+
+
+METRIC_TAG = "t2g.metric."
+
+
+def promote_if_better(name: str, version: str, metric: str, value: float | None) -> bool:
+    """Tag the version with its metric; move alias ``champion`` to it when it beats the champion's (or none exists).
+
+    ``value`` is oriented so that higher is better; None records that the version may not be promoted (its
+    evaluation verdict was not "better"), and it is not.
+    """
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient()
+    tag = METRIC_TAG + re.sub(r"[^\w.\- /:]", "_", metric)  # pass@1 -> pass_1 (tag names allow no '@')
+    client.set_model_version_tag(name, version, tag, "none" if value is None else str(value))
+    if value is None:
+        return False
+    try:
+        champion = client.get_model_version_by_alias(name, "champion")
+        best = _as_float(champion.tags.get(tag))
+    except MlflowException:
+        champion, best = None, -math.inf
+    if champion is None or value > best:
+        client.set_registered_model_alias(name, "champion", version)
+        return True
+    return False
+
+
+def _as_float(text: str | None) -> float:
+    try:
+        return float(text) if text not in (None, "none") else -math.inf
+    except ValueError:
+        return -math.inf
+
+
 class MlflowTracker:
     """The t2g_core tracker protocol over one MLflow run, thread-safe (explicit run id, no fluent state)."""
 
@@ -406,3 +503,10 @@ class MlflowTracker:
             MlflowClient().log_artifacts(self.run_id, str(path), artifact_path=artifact_path)
         else:
             MlflowClient().log_artifact(self.run_id, str(path), artifact_path=artifact_path)
+
+    def log_input(self, ref: ArtifactRef, name: str, context: str) -> None:
+        """A dataset the stage read (tagged with the run that produced it, when known)."""
+        log_dataset(ref, name, context, run_id=self.run_id)
+
+    def log_output(self, ref: ArtifactRef, name: str) -> None:
+        log_dataset(ref, name, OUTPUT_CONTEXT, run_id=self.run_id)

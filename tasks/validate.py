@@ -2,11 +2,11 @@
 
 Flow shape (what ``flows/`` calls)::
 
-    sample = draw_review_sample(annotations, spans, feedback, cfg.validate_, cfg.workspace)  # + offline page and sheet
+    sample = draw_review_sample(annotations, spans, feedback, settings, workspace)  # + offline page and sheet
     verdicts = auto_review(sample, annotations, spans, feedback)  # review="auto": ground truth
-    # review="ui":      verdicts = ui_review(sample, cfg.validate_.model_dump())  (in the flow body: it pauses the flow)
+    # review="ui":      verdicts = ui_review(sample, settings.validate_)  (in the flow body: it pauses the flow)
     # review="offline": verdicts = import_verdicts(sample, path)  (or None: the report says the review is pending)
-    report = validation_report(annotations, spans, feedback, sample, verdicts, cfg.validate_, cfg.workspace)
+    report = validation_report(annotations, spans, feedback, sample, verdicts, settings, workspace)
 
 ``validation_report`` publishes the report (Prefect markdown + table artifacts, MLflow artifacts and metrics) and
 raises :class:`ValidationGateError` naming every failed gate, so a bad batch stops the flow with a readable report.
@@ -14,6 +14,7 @@ raises :class:`ValidationGateError` naming every failed gate, so a bad batch sto
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from prefect import task
@@ -22,8 +23,20 @@ from pydantic import create_model
 
 from t2g_core.config import ValidateConfig, WorkspaceConfig
 from t2g_core.review.models import VERDICT_FIELDS, ReviewSample, ReviewVerdicts, VerdictError, check_verdicts
-from tasks import tracking
+from t2g_core.stages.refs import ArtifactRef, ReviewSampleRef, ValidationRef
+from t2g_core.stages.settings import ValidateSettings
+from t2g_core.stages.validate import ValidationGateError
 from tasks.caching import stage_task_options
+from tasks.stage import stage
+
+__all__ = [
+    "ValidationGateError",
+    "auto_review",
+    "draw_review_sample",
+    "import_verdicts",
+    "ui_review",
+    "validation_report",
+]
 
 # The Prefect form: the same field definitions as the core verdict model, so the server validates resume input
 # with exactly the rules `t2g review import` applies.
@@ -37,57 +50,46 @@ PAUSE_KEY = "span-review"
 SAMPLE_ARTIFACT = "validation-review-sample"
 
 
-class ValidationGateError(RuntimeError):
-    """The batch failed a validation gate; the message lists every failed gate and where the report is."""
-
-
-def _batch(annotations: dict, spans: dict, feedback: dict | None):
-    from t2g_core.feedback import load_feedback
-    from t2g_core.store import read_artifact
-    from t2g_core.validation import make_batch
-
-    fb = load_feedback(feedback["path"]) if feedback else None
-    return make_batch(read_artifact(annotations["path"], "annotations"), read_artifact(spans["path"], "spans"), fb)
-
-
-def _report_dir(workspace: WorkspaceConfig, *parts: str) -> Path:
-    from t2g_core.workspace import Workspace
-
-    return Workspace.at(workspace.root).reports.joinpath("validate", *parts)
-
-
 @task(name="review-sample", **stage_task_options(600))
 def draw_review_sample(
-    annotations: dict, spans: dict, feedback: dict | None, cfg: ValidateConfig, workspace: WorkspaceConfig
-) -> dict:
-    """Stratified, seeded review sample, saved as ``sample.json`` with its offline page and sheet; returns paths."""
-    from t2g_core.review import export_review
-    from t2g_core.validation import review_sample
+    annotations: ArtifactRef,
+    spans: ArtifactRef,
+    feedback: ArtifactRef | None,
+    settings: ValidateSettings,
+    workspace: WorkspaceConfig,
+) -> ReviewSampleRef:
+    """Stratified, seeded review sample, saved as ``sample.json`` with its offline page and sheet."""
+    from t2g_core.stages import validate
 
-    sample = review_sample(_batch(annotations, spans, feedback), cfg)
-    paths = export_review(sample, _report_dir(workspace, sample.key))
-    return {"key": sample.key, "n_items": len(sample.items), **{k: str(p) for k, p in paths.items()}}
+    with stage(
+        draw_review_sample,
+        "review_sample",
+        workspace,
+        annotations=annotations,
+        spans=spans,
+        feedback=feedback,
+        settings=settings,
+    ) as ctx:
+        return ctx.produced(validate.draw_sample(annotations, spans, feedback, settings, ctx))
 
 
 @task(name="auto-review", **stage_task_options(600))
-def auto_review(sample: dict, annotations: dict, spans: dict, feedback: dict) -> dict | None:
+def auto_review(
+    sample: ReviewSampleRef, annotations: ArtifactRef, spans: ArtifactRef, feedback: ArtifactRef
+) -> dict | None:
     """The programmatic reviewer: judge the sample against feedback meta.gold_spans (None without ground truth)."""
-    from t2g_core.review import load_sample
-    from t2g_core.validation import gold_by_id, ground_truth_review
+    from t2g_core.stages import validate
 
-    b = _batch(annotations, spans, feedback)
-    if not b.has_gold:
-        return None
-    return ground_truth_review(load_sample(sample["sample"]), gold_by_id(b)).model_dump(mode="json")
+    return validate.auto_review(sample, annotations, spans, feedback)
 
 
 @task(name="import-verdicts", **stage_task_options(60))
-def import_verdicts(sample: dict, verdicts_path: str) -> dict:
+def import_verdicts(sample: ReviewSampleRef, verdicts_path: str) -> dict:
     """Offline review: the verdict file downloaded from the review page (or the filled JSONL sheet), checked."""
     from t2g_core.review import load_sample, load_verdicts
 
     verdicts = load_verdicts(verdicts_path)
-    check_verdicts(load_sample(sample["sample"]), verdicts, verdicts_path)
+    check_verdicts(load_sample(sample.sample), verdicts, verdicts_path)
     return verdicts.model_dump(mode="json")
 
 
@@ -122,7 +124,9 @@ def _initial_items(sample: ReviewSample) -> list[dict]:
     ]
 
 
-def ui_review(sample: dict, cfg: dict, attempts: int = 3, poll_interval_s: float = 10.0) -> dict:
+def ui_review(
+    sample: ReviewSampleRef | dict, cfg: ValidateConfig | dict, attempts: int = 3, poll_interval_s: float = 10.0
+) -> dict:
     """Publish the sample as a markdown artifact and pause the flow until a reviewer submits verdicts.
 
     Call it from a flow body (Prefect pauses flow runs, not task runs). The server rejects input that breaks the
@@ -133,8 +137,10 @@ def ui_review(sample: dict, cfg: dict, attempts: int = 3, poll_interval_s: float
     from prefect.artifacts import create_markdown_artifact
     from prefect.flow_runs import pause_flow_run
 
-    s = ReviewSample.model_validate(sample)
-    c = ValidateConfig.model_validate(cfg)
+    from t2g_core.review import load_sample
+
+    s = load_sample(sample.sample) if isinstance(sample, ReviewSampleRef) else ReviewSample.model_validate(sample)
+    c = cfg if isinstance(cfg, ValidateConfig) else ValidateConfig.model_validate(cfg)
     create_markdown_artifact(key=SAMPLE_ARTIFACT, markdown=sample_markdown(s), description=f"review sample {s.key}")
     note = f"Review the sample in the `{SAMPLE_ARTIFACT}` artifact ({s.n_judgements} judgements)."
     for attempt in range(1, attempts + 1):
@@ -155,57 +161,46 @@ def ui_review(sample: dict, cfg: dict, attempts: int = 3, poll_interval_s: float
 
 @task(name="validate", **stage_task_options(600))
 def validation_report(
-    annotations: dict,
-    spans: dict,
-    feedback: dict | None,
-    sample: dict | None,
+    annotations: ArtifactRef,
+    spans: ArtifactRef,
+    feedback: ArtifactRef | None,
+    sample: ReviewSampleRef | None,
     verdicts: dict | None,
-    cfg: ValidateConfig,
+    settings: ValidateSettings,
     workspace: WorkspaceConfig,
-) -> dict:
+) -> ValidationRef:
     """Checks + alignment -> report files -> Prefect and MLflow; raises ValidationGateError when a gate fails."""
+    from t2g_core.stages import validate
+
+    with stage(
+        validation_report,
+        "validate",
+        workspace,
+        annotations=annotations,
+        spans=spans,
+        feedback=feedback,
+        sample=sample,
+        verdicts=verdicts,
+        settings=settings,
+    ) as ctx:
+        ref = ctx.produced(validate.check(annotations, spans, feedback, sample, verdicts, settings, ctx))
+    publish_report(ref)
+    validate.gate(ref)
+    return ref
+
+
+def publish_report(ref: ValidationRef) -> None:
+    """The report as Prefect artifacts: the markdown report and the table of checks."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-    from t2g_core.review import load_sample
-    from t2g_core.validation import check_batch, render_markdown, with_review, write_report
+    from t2g_core.validation.checks import CheckResult
 
-    report = check_batch(_batch(annotations, spans, feedback), cfg)
-    if sample and verdicts:
-        report = with_review(report, load_sample(sample["sample"]), ReviewVerdicts.model_validate(verdicts), cfg)
-    elif cfg.review == "auto":
-        report.notes.append("review auto: no ground truth (feedback meta.gold_spans), alignment not measured")
-    else:
-        report.review_pending = cfg.review != "none"
-    out = _report_dir(workspace, sample["key"] if sample else "no-sample")
-    paths = write_report(report, out)
+    report = json.loads(Path(ref.json_path).read_text(encoding="utf-8"))
     create_markdown_artifact(
-        key="validation-report", markdown=render_markdown(report), description=f"validation: {report.status}"
+        key="validation-report",
+        markdown=Path(ref.report).read_text(encoding="utf-8"),
+        description=f"validation: {ref.status}",
     )
-    create_table_artifact(
-        key="validation-checks",
-        table=[
-            {"check": c.name, "value": c.value, "threshold": c.threshold_text, "status": c.status}
-            for c in report.checks
-        ],
-    )
-    with tracking.stage_run("validate", cfg, workspace):
-        tracking.log_dataset(annotations, "annotations", "annotation")
-        tracking.log_metrics({f"validate.{c.name}": c.value for c in report.checks if c.status != "skipped"})
-        if report.alignment is not None:
-            tracking.log_metrics(
-                {
-                    "validate.alignment": report.alignment.overall.point,
-                    "validate.alignment_low": report.alignment.overall.interval[0],
-                }
-            )
-        tracking.log_artifact(out, "validation")
-    if report.status == "fail":
-        raise ValidationGateError(
-            f"validation failed ({paths['markdown']}):\n" + "\n".join(f"- {f}" for f in report.failures)
-        )
-    return {
-        "status": report.status,
-        "report": str(paths["markdown"]),
-        "chart": str(paths["chart"]),
-        "json": str(paths["json"]),
-    }
+    checks = [CheckResult(**c) for c in report.get("checks", [])]
+    rows = [{"check": c.name, "value": c.value, "threshold": c.threshold_text, "status": c.status} for c in checks]
+    create_table_artifact(key="validation-checks", table=rows)

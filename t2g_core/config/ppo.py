@@ -81,7 +81,10 @@ class PPOConfig(StageConfig):
     )
     heatmap_samples: int = Field(4, ge=0, description="Samples shown in the token-reward heatmap per logging interval.")
     run_name: str | None = Field(
-        None, description="Run folder name under <workspace>/checkpoints/ppo (None = derived from mode and seed)."
+        None,
+        description="Run folder name under `WORKSPACE/checkpoints/ppo` for `t2g ppo train` (None = derived from "
+        "mode and "
+        "seed).",
     )
     seed: int = Field(
         0,

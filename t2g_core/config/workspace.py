@@ -13,7 +13,7 @@ class WorkspaceConfig(StageConfig):
     )
     mlflow_tracking_uri: str | None = Field(
         None,
-        description="MLflow tracking URI; default sqlite:///<workspace>/mlflow.db (or an http:// server, e.g. from "
-        "`make up`).",
+        description="MLflow tracking URI; default `sqlite:///WORKSPACE/mlflow.db` in the workspace folder (or an "
+        "http:// server, e.g. from `make up`).",
     )
     mlflow_experiment: str = Field("text2grad", description="MLflow experiment that holds the pipeline runs.")

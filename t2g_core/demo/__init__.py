@@ -37,6 +37,12 @@ def _summarization_rows(n_items: int, seed: int) -> list[dict]:
     return rows
 
 
+def demo_id(task: str, seed: int, index: int) -> str:
+    """``sum-00007`` for seed 0, ``sum-s3-00007`` for seed 3: files of other seeds add new items, never collide."""
+    prefix = ID_PREFIX[task] if seed == 0 else f"{ID_PREFIX[task]}-s{seed}"
+    return f"{prefix}-{index:05d}"
+
+
 def make_demo_feedback(task: str, n_items: int, seed: int = 0, *, verify_code: bool = True) -> pd.DataFrame:
     """``n_items`` demo items of ``task`` (``summarization``, ``code`` or ``qa``), deterministic per ``seed``.
 
@@ -55,7 +61,7 @@ def make_demo_feedback(task: str, n_items: int, seed: int = 0, *, verify_code: b
         rows = qa.make_items(n_items, seed)
     frame = pd.DataFrame(
         [
-            {"id": f"{ID_PREFIX[task]}-{i:05d}", "task": task, "critique": None, **row, "meta": json.dumps(row["meta"])}
+            {"id": demo_id(task, seed, i), "task": task, "critique": None, **row, "meta": json.dumps(row["meta"])}
             for i, row in enumerate(rows)
         ]
     )

@@ -1,6 +1,7 @@
 """A PPO run folder: everything needed to start, inspect and resume a run from the command line or a task.
 
-``<run_dir>/run.json`` records the pipeline config, the policy folder and the reward-model path; ``prompts.parquet``
+``<run_dir>/run.json`` records the settings PPO reads (``ppo``, ``data``, ``align`` and ``reward_model`` sections),
+the policy folder and the reward-model path; ``prompts.parquet``
 and ``eval.parquet`` (feedback schema) hold the exact prompts. ``t2g ppo resume RUN_DIR`` needs nothing else.
 """
 
@@ -11,24 +12,24 @@ from pathlib import Path
 
 import pandas as pd
 
-from t2g_core.config import PipelineConfig
 from t2g_core.ppo.distributed import barrier, rank_and_world
 from t2g_core.ppo.sources import make_reward_source, split_prompts, task_metric_for
 from t2g_core.ppo.tracking import Tracker
 from t2g_core.ppo.trainer import PPOResult, train
 from t2g_core.schemas import FEEDBACK
+from t2g_core.stages.settings import PPOSettings
 from t2g_core.store import write_parquet
 
 RUN_FILE = "run.json"
 
 
-def default_run_name(cfg: PipelineConfig) -> str:
+def default_run_name(cfg: PPOSettings) -> str:
     p = cfg.ppo
     return p.run_name or f"{p.reward_mode}-{p.reward_source}-seed{p.seed}"
 
 
 def prepare_run(
-    cfg: PipelineConfig,
+    cfg: PPOSettings,
     run_dir: str | Path,
     feedback: pd.DataFrame,
     policy_dir: str | Path,
@@ -44,7 +45,7 @@ def prepare_run(
             write_parquet(eval_df, run_dir / "eval.parquet", FEEDBACK)
         spec = {
             "config": cfg.model_dump(mode="json", by_alias=True),
-            "policy_dir": str(Path(policy_dir).resolve()),
+            "policy_dir": str(Path(policy_dir).resolve()) if Path(policy_dir).exists() else str(policy_dir),
             "reward_model_path": str(reward_model_path) if reward_model_path else None,
         }
         (run_dir / RUN_FILE).write_text(json.dumps(spec, indent=2), encoding="utf-8")
@@ -59,7 +60,7 @@ def run_from_dir(run_dir: str | Path, *, resume: bool, tracker: Tracker | None =
     if not spec_file.exists():
         raise FileNotFoundError(f"{spec_file}: not a PPO run folder (no {RUN_FILE})")
     spec = json.loads(spec_file.read_text(encoding="utf-8"))
-    cfg = PipelineConfig.model_validate(spec["config"])
+    cfg = load_settings(spec["config"])
     prompts = pd.read_parquet(run_dir / "prompts.parquet")
     eval_df = pd.read_parquet(run_dir / "eval.parquet") if (run_dir / "eval.parquet").exists() else None
     task = str(prompts["task"].mode().iloc[0])
@@ -78,3 +79,8 @@ def run_from_dir(run_dir: str | Path, *, resume: bool, tracker: Tracker | None =
         align_cfg=cfg.align,
         task_metric=task_metric_for(task, prompts),
     )
+
+
+def load_settings(config: dict) -> PPOSettings:
+    """The PPO settings recorded in a run folder (older run folders recorded the whole pipeline config)."""
+    return PPOSettings.model_validate({k: v for k, v in config.items() if k in PPOSettings.sections()})

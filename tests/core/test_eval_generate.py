@@ -76,7 +76,7 @@ PROMPTS = ["the cat sat on a mat", "two dogs", "the cat sat on a mat in paris wi
 
 def test_batched_left_padded_generation_matches_one_by_one(policy_dir):
     torch.set_num_threads(1)
-    cfg = EvaluateConfig(batch_size=4, max_new_tokens=6)
+    cfg = EvaluateConfig(batch_size=4, max_new_tokens=6, do_sample=False)
     batched = generate(policy_dir, "summarization", PROMPTS, cfg)
     single = generate(policy_dir, "summarization", PROMPTS, cfg.model_copy(update={"batch_size": 1}))
     assert len(batched) == len(PROMPTS)
@@ -101,7 +101,7 @@ def test_sampling_is_seeded_and_recorded(policy_dir):
         "top_p": 1.0,
     }
     with pytest.raises(ValueError, match="needs do_sample"):
-        generate_samples(policy_dir, "qa", PROMPTS[:1], EvaluateConfig(num_samples=2, pass_k=(1,)))
+        generate_samples(policy_dir, "qa", PROMPTS[:1], EvaluateConfig(num_samples=2, pass_k=(1,), do_sample=False))
 
 
 def test_prompt_is_rendered_with_the_chat_template(policy_dir):
@@ -137,7 +137,7 @@ def test_adapter_folder_loads_on_its_base_and_changes_outputs(policy_dir, tmp_pa
     assert Path(cfg_json["base_model_name_or_path"]).resolve() == Path(policy_dir).resolve()
     model, _ = load_policy(adapter)
     assert type(model).__name__ == "PeftModelForCausalLM"
-    cfg = EvaluateConfig(batch_size=4, max_new_tokens=6)
+    cfg = EvaluateConfig(batch_size=4, max_new_tokens=6, do_sample=False)
     with_adapter = generate(adapter, "summarization", PROMPTS, cfg)
     assert len(with_adapter) == len(PROMPTS)
     # the same LoRA weights must act: logits differ from the base
@@ -157,6 +157,6 @@ def test_a_prompt_that_does_not_fit_is_a_clear_error(policy_dir):
     from t2g_core.evaluation.generate import generate_with
 
     short = len(tok(render_prompt(tok, "qa", "two"), add_special_tokens=False)["input_ids"])
-    cfg = EvaluateConfig(max_new_tokens=limit - short)  # the short prompt fits exactly, the longer one does not
+    cfg = EvaluateConfig(max_new_tokens=limit - short, do_sample=False)  # the short prompt fits exactly, the longer one does not
     with pytest.raises(ValueError, match=r"prompt 1: \d+ tokens \+ max_new_tokens"):
         generate_with(model, tok, "qa", ["two", "two dogs and the cat"], cfg)

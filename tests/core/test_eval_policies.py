@@ -88,27 +88,28 @@ def test_prefect_task_writes_results_logs_and_reuses_them(tiny_model_dir, tmp_pa
     ref = ArtifactStore(tmp_path / "ws" / "artifacts").write(
         "feedback", artifact_key("feedback"), pd.DataFrame(rows), "feedback"
     )
-    args = (
-        ref.to_dict(),
-        {"base": str(tiny_model_dir), "policy": str(tiny_model_dir)},
-        {"adapter_dir": str(adapter), "history": [{"step": 0, "reward": 0.1}, {"step": 1, "reward": 0.3}]},
-        EvaluateConfig(max_new_tokens=4, bootstrap_samples=200),
-        WorkspaceConfig(root=str(tmp_path / "ws")),
-        DataConfig(eval_fraction=0.5),
-    )
-    out = evaluate_policy.fn(*args)
-    summary = json.loads(open(out["summary"]).read())
-    assert list(summary["policies"]) == ["warm_start", "ppo"] and out["task"] == "qa"
-    assert summary["policies"]["ppo"]["n_items"] == 6  # no PPO run folder: PPO's split redone with eval_fraction 0.5
-    assert (tmp_path / "ws" / "mlflow.db").exists()
-    report = open(out["report"]).read()
-    assert "learning_curves.png" in report and "| token_f1 |" in report
-    assert evaluate_policy.fn(*args) == out  # same inputs: the saved results are reused
+    from t2g_core.stages.refs import ModelsRef, PolicyRef
+    from t2g_core.stages.settings import EvaluateSettings
+
     run_dir = tmp_path / "run"
     run_dir.mkdir()
+    (run_dir / "history.json").write_text(json.dumps([{"step": 0, "reward": 0.1}, {"step": 1, "reward": 0.3}]))
+    policy = PolicyRef(adapter_dir=str(adapter), run_dir=str(run_dir), digest="d", steps=2,
+                       history_path=str(run_dir / "history.json"))
+    settings = EvaluateSettings(evaluate=EvaluateConfig(max_new_tokens=4, bootstrap_samples=200),
+                                data=DataConfig(eval_fraction=0.5))
+    args = (ref, ModelsRef.of(tiny_model_dir, tiny_model_dir), policy, settings, WorkspaceConfig(root=str(tmp_path / "ws")))
+    out = evaluate_policy.fn(*args)
+    summary = json.loads(open(out.summary).read())
+    assert list(summary["policies"]) == ["warm_start", "ppo"] and out.task == "qa"
+    assert summary["policies"]["ppo"]["n_items"] == 6  # no held-out file in the run: PPO's split redone at 0.5
+    assert (tmp_path / "ws" / "mlflow.db").exists()
+    report = open(out.report).read()
+    assert "learning_curves.png" in report and "| token_f1 |" in report
+    assert evaluate_policy.fn(*args).path == out.path  # same inputs: the saved results are reused
     pd.DataFrame(rows[:3]).to_parquet(run_dir / "eval.parquet")  # what PPO held out
-    again = evaluate_policy.fn(args[0], args[1], {**args[2], "run_dir": str(run_dir)}, *args[3:])
-    assert json.loads(open(again["summary"]).read())["policies"]["ppo"]["n_items"] == 3
+    again = evaluate_policy.fn(args[0], args[1], policy, *args[3:])
+    assert json.loads(open(again.summary).read())["policies"]["ppo"]["n_items"] == 3
 
 
 @pytest.mark.slow

@@ -55,7 +55,7 @@ def scripted_generator(feedback: pd.DataFrame):
 @pytest.fixture(scope="module")
 def results() -> EvalResults:
     fb = _feedback()
-    cfg = EvaluateConfig(bootstrap_samples=500)
+    cfg = EvaluateConfig(bootstrap_samples=500, do_sample=False)
     return evaluate_policies(
         {"base": "base", "good": "good"}, fb, "summarization", cfg, generator=scripted_generator(fb)
     )
@@ -100,7 +100,7 @@ def test_save_load_and_merge_separate_runs(results, tmp_path):
     again = EvalResults.load(tmp_path / "all")
     assert again.summary["comparisons"] == json.loads(json.dumps(results.summary["comparisons"]))
     fb = _feedback()
-    gen, cfg = scripted_generator(fb), EvaluateConfig(bootstrap_samples=500)
+    gen, cfg = scripted_generator(fb), EvaluateConfig(bootstrap_samples=500, do_sample=False)
     one = evaluate_policies({"base": "base"}, fb, "summarization", cfg, generator=gen)
     two = evaluate_policies({"good": "good"}, fb, "summarization", cfg, generator=gen)
     merged = merge_results([one, two], cfg)
@@ -147,7 +147,7 @@ def test_judge_scores_join_the_comparison():
         return json.dumps({"winner": "tie" if a == b else "1" if a else "2"})
 
     fb = _feedback(12)
-    cfg = EvaluateConfig(bootstrap_samples=500)
+    cfg = EvaluateConfig(bootstrap_samples=500, do_sample=False)
     with FakeOpenAIServer(answer=prefer_berlin_free) as server:
         judge = PairwiseJudge(OpenAI(base_url=server.base_url, api_key="t", max_retries=0), "judge")
         res = evaluate_policies(

@@ -129,25 +129,29 @@ def test_reward_model_task_builds_trains_evaluates_and_registers(tiny_model_dir,
     store = Workspace.at(ws.root).store
     fb = make_demo_feedback("summarization", 8, seed=3)
     ann = annotate(fb, AnnotateConfig(annotator="reference"), progress=False).frame
-    fb_ref = store.write("feedback", artifact_key("feedback", None, {"t": "1"}), fb, "feedback").to_dict()
-    ann_ref = store.write("annotations", artifact_key("annotations", None, {"t": "1"}), ann, "annotations").to_dict()
+    fb_ref = store.write("feedback", artifact_key("feedback", None, {"t": "1"}), fb, "feedback")
+    ann_ref = store.write("annotations", artifact_key("annotations", None, {"t": "1"}), ann, "annotations")
     cfg = RewardModelConfig(
         val_fraction=0.5, max_steps=2, save_steps=100, batch_size=4, max_new_tokens=16, registered_name=TASK_NAME
     )
-    models = {"base": str(tiny_model_dir), "policy": str(tiny_model_dir)}
+    from t2g_core.stages.refs import ModelsRef
+    from t2g_core.stages.settings import RewardModelSettings
 
-    first = train_reward_model.fn(fb_ref, ann_ref, {"status": "pass"}, models, cfg, ws)
-    assert Path(first["adapter_dir"], "adapter_config.json").exists()
-    assert first["version"] == "1" and first["champion"] is True and first["global_step"] == 2
-    assert {"json_valid_rate", "span_f1", "rouge_l", "gen_tokens_per_s"} <= first["metrics"].keys()
-    assert Path(first["report"]).read_text().startswith("# Reward model evaluation")
+    models = ModelsRef.of(tiny_model_dir, tiny_model_dir)
+    settings = RewardModelSettings(reward_model=cfg)
+
+    first = train_reward_model.fn(fb_ref, ann_ref, None, None, models, settings, ws)
+    assert Path(first.model_dir, "adapter_config.json").exists()
+    assert first.version == "1" and first.champion is True and first.global_step == 2
+    assert {"json_valid_rate", "span_f1", "rouge_l", "gen_tokens_per_s"} <= first.metrics.keys()
+    assert Path(first.report).read_text().startswith("# Reward model evaluation")
     client = MlflowClient()
     run = client.get_run(client.get_model_version(TASK_NAME, "1").tags["source_run_id"])
     assert "rm_eval.span_f1" in run.data.metrics and "rm/loss" in run.data.metrics
-    assert run.data.params["base_model"] == str(tiny_model_dir)
+    assert run.data.params["input.models.base"] == str(tiny_model_dir)
     # same inputs again: data and training are reused, a new candidate version is logged, champion stays (not better)
-    second = train_reward_model.fn(fb_ref, ann_ref, {"status": "pass"}, models, cfg, ws)
-    assert second["adapter_dir"] == first["adapter_dir"] and second["rm_data"] == first["rm_data"]
-    assert second["version"] == "2" and second["champion"] is False
+    second = train_reward_model.fn(fb_ref, ann_ref, None, None, models, settings, ws)
+    assert second.model_dir == first.model_dir and second.rm_data == first.rm_data.model_copy(update={"run_id": None})
+    assert second.version == "2" and second.champion is False
     assert str(client.get_model_version_by_alias(TASK_NAME, "candidate").version) == "2"
     assert str(client.get_model_version_by_alias(TASK_NAME, "champion").version) == "1"

@@ -53,7 +53,43 @@ def test_reannotate_appends_a_version_and_annotates_only_new_items(tmp_path):
     feedback_sensor(config.workspace)
     out = reannotate(config)
     assert [v["version"] for v in out["processed"]] == [2]
-    assert latest_feedback(config.workspace)["n_rows"] == 4
-    annotations = read_artifact(latest_annotations(config.workspace)["path"], "annotations")
+    assert latest_feedback(config.workspace).n_rows == 4
+    annotations = read_artifact(latest_annotations(config.workspace).path, "annotations")
     assert sorted(annotations["id"]) == ["n0", "n1", "n2", "n3"]
     assert reannotate(config)["processed"] == []  # nothing pending any more
+
+
+@pytest.mark.slow
+def test_reannotation_after_a_pipeline_run_extends_the_pipelines_annotations(tmp_path):
+    """The pipeline's annotated feedback is version 1 of both datasets, so the first inbox file extends *them*
+    (before: the pipeline set no annotations pointer and the merged annotations held only the new items)."""
+    from flows.feedback import feedback_sensor, reannotate
+    from flows.stages import annotate
+    from t2g_core.stages import feedback as feedback_stage
+    from t2g_core.stages.context import StageContext
+    from t2g_core.stages.refs import SourceRef
+    from t2g_core.stages.settings import FeedbackSettings
+    from t2g_core.store import read_artifact
+    from tasks.data import latest_annotations, latest_feedback
+
+    config = PipelineConfig.model_validate({"workspace": {"root": str(tmp_path)}, "data": {"n_items": 12}})
+    settings = FeedbackSettings.from_pipeline(config)
+    fb = feedback_stage.materialise(SourceRef.of(config.data), settings, StageContext.keyed(tmp_path, "pipeline"))
+    annotate(config, fb)  # the pipeline's annotation stage group
+    assert latest_feedback(config.workspace).sha256 == fb.sha256
+    _write_feedback(tmp_path / "inbox" / "new.jsonl", ["new-0", "new-1", "new-2"], seed=9)
+    feedback_sensor(config.workspace)
+    out = reannotate(config)
+    assert [v["version"] for v in out["processed"]] == [2]
+    latest = latest_feedback(config.workspace)
+    annotations = read_artifact(latest_annotations(config.workspace).path, "annotations")
+    assert latest.n_rows == 15 and len(annotations) == 15
+    assert set(annotations["id"]) == set(read_artifact(latest.path, "feedback")["id"])
+
+
+def test_demo_files_of_other_seeds_add_new_items():
+    from t2g_core.demo import make_demo_feedback
+
+    zero, three = make_demo_feedback("summarization", 4, seed=0), make_demo_feedback("summarization", 4, seed=3)
+    assert list(zero["id"]) == [f"sum-{i:05d}" for i in range(4)]  # seed 0 keeps its ids
+    assert not set(zero["id"]) & set(three["id"])

@@ -12,7 +12,7 @@ import pytest
 def test_text2grad_form_is_the_pipeline_config_with_descriptions():
     from prefect.utilities.callables import parameter_schema
 
-    from flows.stages import STAGES
+    from t2g_core.stages.order import STAGES
     from flows.text2grad import text2grad
     from t2g_core.config import PPOConfig
 
@@ -27,7 +27,7 @@ def test_text2grad_form_is_the_pipeline_config_with_descriptions():
 
 
 def test_refresh_names_are_checked_and_imply_downstream():
-    from flows.stages import downstream
+    from t2g_core.stages.order import downstream
 
     assert downstream(["ppo"]) == {"ppo", "evaluate"}
     assert downstream(None) == set()
@@ -37,7 +37,7 @@ def test_refresh_names_are_checked_and_imply_downstream():
 
 def test_flow_modules_import_without_heavy_libraries():
     code = (
-        "import sys, flows.text2grad, flows.feedback, flows.serve, flows.lineage\n"
+        "import sys, flows.text2grad, flows.feedback, t2g_cli.lineage, t2g_cli.summary\n"
         "print(','.join(m for m in ('torch', 'transformers', 'mlflow', 'peft') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -36,15 +36,15 @@ def test_tiny_recipe_runs_end_to_end(name, tmp_path, monkeypatch, prefect_harnes
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = load_config(ROOT / "recipes" / f"{name}.yaml", [f"workspace.root={tmp_path / 'ws'}"])
     out = text2grad(config=cfg)
-    feedback = read_artifact(out["feedback"]["path"], "feedback")
+    feedback = read_artifact(out["feedback"].path, "feedback")
     assert len(feedback) >= 24 and set(feedback["task"]) == {cfg.data.task}
-    annotations = read_artifact(out["annotations"]["path"], "annotations")
+    annotations = read_artifact(out["annotations"].path, "annotations")
     assert len(annotations) == len(feedback) and (annotations["status"] == "ok").mean() > 0.9
-    assert out["reward_model"]["version"] and Path(out["reward_model"]["adapter_dir"]).is_dir()
-    assert Path(out["policy"]["adapter_dir"], "adapter_config.json").exists()
-    history = json.loads(Path(out["policy"]["history_path"]).read_text())
+    assert out["reward_model"].version and Path(out["reward_model"].model_dir).is_dir()
+    assert Path(out["policy"].adapter_dir, "adapter_config.json").exists() and out["policy"].version
+    history = json.loads(Path(out["policy"].history_path).read_text())
     assert len(history) >= cfg.ppo.steps
-    assert out["evaluation"]["n_rows"] > 0
+    assert out["evaluation"].n_rows > 0
 
 
 @pytest.mark.slow
@@ -57,16 +57,16 @@ def test_refresh_recomputes_ppo_and_evaluation_but_not_the_reward_model(tmp_path
     cfg = load_config(ROOT / "recipes" / "qa-ultrafeedback-tiny.yaml", [f"workspace.root={tmp_path / 'ws'}"])
     out = text2grad(config=cfg)
     folders = {
-        "ppo": Path(out["policy"]["run_dir"]),
-        "evaluate": Path(out["evaluation"]["path"]),
-        "reward_model": Path(out["reward_model"]["adapter_dir"]).parent,
+        "ppo": Path(out["policy"].run_dir),
+        "evaluate": Path(out["evaluation"].path),
+        "reward_model": Path(out["reward_model"].model_dir).parent,
     }
     for folder in folders.values():
         (folder / "left-by-the-first-run").write_text("x")
-    summary_written = Path(out["evaluation"]["summary"]).stat().st_mtime_ns
+    summary_written = Path(out["evaluation"].summary).stat().st_mtime_ns
     again = text2grad(config=cfg, refresh=["ppo"])
     assert not (folders["ppo"] / "left-by-the-first-run").exists()  # a fresh run folder, trained from the start
-    assert len(json.loads(Path(again["policy"]["history_path"]).read_text())) >= cfg.ppo.steps
-    assert Path(again["evaluation"]["summary"]).stat().st_mtime_ns > summary_written  # scored again
+    assert len(json.loads(Path(again["policy"].history_path).read_text())) >= cfg.ppo.steps
+    assert Path(again["evaluation"].summary).stat().st_mtime_ns > summary_written  # scored again
     assert (folders["reward_model"] / "left-by-the-first-run").exists()  # upstream of ppo: cached, untouched
     assert again["reward_model"] == out["reward_model"]

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from flows.summary import _stage_line
+from t2g_cli.summary import _stage_line
+from t2g_core.stages.refs import ArtifactRef, PolicyRef, RewardModelRef
+
+DATA = ArtifactRef(path="/a", sha256="0" * 64, n_rows=3, schema="rm_data", key="k")
 
 
 def test_reward_model_line_shows_its_headline_metrics():
-    line = _stage_line(
-        "reward_model",
-        {"adapter_dir": "/rm", "version": "3", "metrics": {"json_valid_rate": 1.0, "span_f1": 0.1786, "rouge_l": 0.5}},
-    )
-    first, second = line.splitlines()
-    assert first.split() == ["reward_model", "adapter_dir=/rm,", "version=3"]
+    ref = RewardModelRef(model_dir="/rm", base="/b", rm_data=DATA, digest="d", version="3",
+                         metrics={"json_valid_rate": 1.0, "span_f1": 0.1786, "rouge_l": 0.5})
+    first, second = _stage_line("reward_model", ref).splitlines()
+    assert first.split() == ["reward_model", "model_dir=/rm,", "version=3,", "global_step=0"]
     assert second.split() == ["held-out:", "json_valid_rate=1.000,", "span_f1=0.179"]
 
 
 def test_other_stage_lines_are_one_line():
-    assert _stage_line("policy", {"adapter_dir": "/p", "steps": 40, "history": [1, 2]}).splitlines() == [
-        "  policy        adapter_dir=/p, steps=40"
-    ]
-    assert _stage_line("evaluate", {"status": "not built", "reason": "why"}) == "  evaluate      NOT RUN: why"
+    ref = PolicyRef(adapter_dir="/p", run_dir="/r", digest="d", steps=40, history_path="/r/history.json")
+    assert _stage_line("policy", ref).splitlines() == ["  policy        adapter_dir=/p, steps=40"]
+    assert _stage_line("feedback", DATA) == "  feedback      3 rows  /a"

@@ -106,19 +106,21 @@ def _artifacts(tmp_path, **kw):
     s = make_synthetic_batch(n_items=16, **kw)
     ws = Workspace.at(tmp_path / "ws")
     key = "bad" if kw else "good"
-    ann = ws.store.write("annotations", key, s.annotations, "annotations").to_dict()
-    spans = ws.store.write("spans", key, s.spans, "spans").to_dict()
-    fb = ws.store.write("feedback", key, s.feedback, "feedback").to_dict()
+    ann = ws.store.write("annotations", key, s.annotations, "annotations")
+    spans = ws.store.write("spans", key, s.spans, "spans")
+    fb = ws.store.write("feedback", key, s.feedback, "feedback")
     return ws, ann, spans, fb
 
 
 @flow(name="t2g-validate-auto-test")
-def auto_flow(ann: dict, spans: dict, fb: dict, cfg: ValidateConfig, workspace) -> dict:
+def auto_flow(ann, spans, fb, cfg: ValidateConfig, workspace):
+    from t2g_core.stages.settings import ValidateSettings
     from tasks.validate import auto_review, draw_review_sample, validation_report
 
-    sample = draw_review_sample(ann, spans, fb, cfg, workspace)
+    settings = ValidateSettings(validate=cfg)
+    sample = draw_review_sample(ann, spans, fb, settings, workspace)
     verdicts = auto_review(sample, ann, spans, fb)
-    return validation_report(ann, spans, fb, sample, verdicts, cfg, workspace)
+    return validation_report(ann, spans, fb, sample, verdicts, settings, workspace)
 
 
 def test_auto_review_tasks_report_and_gate(prefect_harness, tmp_path):
@@ -129,7 +131,7 @@ def test_auto_review_tasks_report_and_gate(prefect_harness, tmp_path):
     ws, ann, spans, fb = _artifacts(tmp_path)
     wcfg = WorkspaceConfig(root=str(ws.root))
     out = auto_flow(ann, spans, fb, cfg, wcfg)
-    assert out["status"] == "pass" and "# Validation report: PASS" in open(out["report"]).read()
+    assert out.status == "pass" and "# Validation report: PASS" in open(out.report).read()
     assert Artifact.get("validation-checks") is not None
 
     import mlflow
@@ -148,6 +150,7 @@ def test_auto_review_tasks_report_and_gate(prefect_harness, tmp_path):
 
 def test_import_verdicts_task_checks_the_file_against_the_sample(tmp_path):
     from t2g_core.review import VerdictError, export_review
+    from t2g_core.stages.refs import ReviewSampleRef
     from tasks.validate import import_verdicts
 
     s = make_synthetic_batch(n_items=8)
@@ -157,8 +160,9 @@ def test_import_verdicts_task_checks_the_file_against_the_sample(tmp_path):
     verdicts = ground_truth_review(sample, gold_by_id(b))
     good = tmp_path / "v.json"
     good.write_text(verdicts.model_dump_json())
-    assert import_verdicts.fn({"sample": str(paths["sample"])}, str(good)) == verdicts.model_dump(mode="json")
+    sample_ref = ReviewSampleRef(key=sample.key, n_items=len(sample.items), sample=str(paths["sample"]))
+    assert import_verdicts.fn(sample_ref, str(good)) == verdicts.model_dump(mode="json")
     bad = tmp_path / "bad.json"
     bad.write_text(verdicts.model_copy(update={"sample_key": "other"}).model_dump_json())
     with pytest.raises(VerdictError, match="sample_key 'other'"):
-        import_verdicts.fn({"sample": str(paths["sample"])}, str(bad))
+        import_verdicts.fn(sample_ref, str(bad))

@@ -39,21 +39,21 @@ def _write_inputs(root):
             "latency_s": [0.0] * n,
         }
     )
-    return store.write("feedback", "k1", fb, "feedback").to_dict(), store.write(
-        "annotations", "k2", ann, "annotations"
-    ).to_dict()
+    return store.write("feedback", "k1", fb, "feedback"), store.write("annotations", "k2", ann, "annotations")
 
 
 @pytest.mark.slow
 def test_align_task_writes_spans_and_logs_metrics(workspace_cfg, run_task, tmp_path):
     import mlflow
 
+    from t2g_core.stages.settings import AlignSettings
+    from t2g_core.store import read_manifest
     from tasks.align import align
 
     feedback, annotations = _write_inputs(tmp_path)
-    out = run_task(align, feedback, annotations, None, AlignConfig(), workspace_cfg)
-    spans = read_artifact(out["path"], "spans")
-    assert len(spans) == out["n_rows"] == 5
+    out = run_task(align, feedback, annotations, None, AlignSettings(align=AlignConfig()), workspace_cfg)
+    spans = read_artifact(out.path, "spans")
+    assert len(spans) == out.n_rows == 5
     assert list(spans["match"]) == [
         "exact",
         "normalized",
@@ -61,8 +61,9 @@ def test_align_task_writes_spans_and_logs_metrics(workspace_cfg, run_task, tmp_p
         "fuzzy",
         "unmatched",
     ]  # "is 24 years" ~ "is 42 years"
-    assert out["metrics"]["unmatched_rate"] == pytest.approx(0.2)
+    assert read_manifest(out)["extra"]["metrics"]["unmatched_rate"] == pytest.approx(0.2)
     runs = mlflow.search_runs(search_all_experiments=True, filter_string="tags.`t2g.stage` = 'align'")
     assert len(runs) == 1 and runs["metrics.align.unmatched_rate"].iloc[0] == pytest.approx(0.2)
-    again = run_task(align, feedback, annotations, None, AlignConfig(), workspace_cfg)
-    assert again["path"] == out["path"]  # same inputs and config: the same immutable artifact
+    assert out.run_id == runs["run_id"].iloc[0]  # the output names the run that produced it (lineage)
+    again = run_task(align, feedback, annotations, None, AlignSettings(align=AlignConfig()), workspace_cfg)
+    assert again.path == out.path  # same inputs and config: the same immutable artifact

@@ -1,16 +1,18 @@
 """Lineage from MLflow alone: a registered policy version back to the feedback files it was learnt from.
 
-Each stage run logs its input datasets (``log_input``, digest = content sha256) and the datasets it produced
-(context ``output``); a run that consumed a registered model carries the tag ``t2g.uses.<name> = <version>``. The walk:
-model version -> its source run -> for every input dataset, the run that produced a dataset with the same digest ->
-... until a dataset has no producer (a feedback file), and for every model used, that model version's own chain.
+Each stage run logs its input datasets (``log_input``, digest = content sha256, tag ``t2g.producer_run_id`` = the
+run that produced it) and the datasets it produced (context ``output``); a run that consumed a registered model
+carries the tag ``t2g.uses.<name> = <version>``. The walk: model version -> its source run -> for every input
+dataset, its producer run (the one the input names; for inputs logged without it, the latest run that output a
+dataset with the same digest and *finished before the consumer started*) -> ... until a dataset has no producer (a
+feedback file), and for every model used, that model version's own chain.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-OUTPUT_CONTEXT = "output"
+from tasks.tracking import OUTPUT_CONTEXT, PRODUCER_TAG
 
 
 def _client(tracking_uri: str):
@@ -50,14 +52,25 @@ def _source_run_id(client, mv) -> str | None:
     return None
 
 
-def _producers(client, experiment_ids: list[str], digest: str, exclude: str) -> list[Any]:
-    runs = client.search_runs(experiment_ids, f"dataset.digest = '{digest}' and dataset.context = '{OUTPUT_CONTEXT}'")
-    return [
+def _producer(client, run, dataset_input) -> Any | None:
+    """The run that produced ``dataset_input`` of ``run``: named by its tag, else found by digest and time."""
+    named = next((t.value for t in dataset_input.tags if t.key == PRODUCER_TAG), None)
+    if named:
+        return client.get_run(named)
+    digest = dataset_input.dataset.digest
+    runs = client.search_runs(
+        [run.info.experiment_id], f"dataset.digest = '{digest}' and dataset.context = '{OUTPUT_CONTEXT}'"
+    )
+    earlier = [
         r
         for r in runs
-        if r.info.run_id != exclude
+        if r.info.run_id != run.info.run_id
+        and r.info.status == "FINISHED"
+        and r.info.end_time is not None
+        and r.info.end_time <= run.info.start_time
         and any(d.dataset.digest == digest and _context(d) == OUTPUT_CONTEXT for d in r.inputs.dataset_inputs)
     ]
+    return max(earlier, key=lambda r: r.info.end_time) if earlier else None
 
 
 def _context(dataset_input) -> str | None:
@@ -85,9 +98,9 @@ def _walk_run(client, run, depth: int, seen: set[str], out: list[tuple[int, str]
             continue
         ds = d.dataset
         out.append((depth + 1, f"<- dataset {ds.name} ({_context(d)}) digest {ds.digest} source {_source_path(ds)}"))
-        producers = _producers(client, [run.info.experiment_id], ds.digest, run.info.run_id)
-        for prod in producers[:1]:
-            _walk_run(client, prod, depth + 2, seen, out)
+        producer = _producer(client, run, d)
+        if producer is not None:
+            _walk_run(client, producer, depth + 2, seen, out)
 
 
 def _source_path(ds) -> str:

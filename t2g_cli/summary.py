@@ -1,4 +1,4 @@
-"""What a finished pipeline run prints: each stage's output (or why it did not run), what was learnt, where to look."""
+"""What a finished pipeline run prints: each stage's output, what was learnt, where to look."""
 
 from __future__ import annotations
 
@@ -8,39 +8,33 @@ from typing import Any
 
 HEADLINE_METRICS = ("json_valid_rate", "span_f1", "unmatched_span_rate")  # the reward model's, in its stage line
 ORDER = ("feedback", "models", "annotations", "spans", "validation", "reward_model", "policy", "evaluation")
+SHOWN = {  # the fields of each reference worth a line
+    "models": ("base", "policy"),
+    "validation": ("status", "report"),
+    "reward_model": ("model_dir", "version", "champion", "global_step"),
+    "policy": ("adapter_dir", "steps", "version", "reward_model_version"),
+    "evaluation": ("path", "n_rows", "task"),
+}
 
 
-def _stage_line(name: str, value: Any) -> str:
+def _stage_line(name: str, ref: Any) -> str:
+    value = ref.model_dump(mode="json", by_alias=True) if hasattr(ref, "model_dump") else ref
     if not isinstance(value, dict):
         return f"  {name:<13} {value}"
-    if value.get("status") == "not built":
-        return f"  {name:<13} NOT RUN: {value.get('reason', '')}"
-    if "n_rows" in value:
+    if "n_rows" in value and "sha256" in value:
         return f"  {name:<13} {value['n_rows']} rows  {value['path']}"
-    line = f"  {name:<13} " + ", ".join(f"{k}={v}" for k, v in value.items() if not isinstance(v, (dict, list)))
-    metrics = value.get("metrics") if isinstance(value.get("metrics"), dict) else {}
-    shown = [f"{k}={metrics[k]:.3f}" for k in HEADLINE_METRICS if isinstance(metrics.get(k), (int, float))]
+    fields = SHOWN.get(name, tuple(k for k, v in value.items() if not isinstance(v, (dict, list))))
+    line = f"  {name:<13} " + ", ".join(f"{k}={value[k]}" for k in fields if value.get(k) is not None)
+    metrics = value.get("metrics") if name == "reward_model" else None
+    shown = [f"{k}={metrics[k]:.3f}" for k in HEADLINE_METRICS if isinstance((metrics or {}).get(k), (int, float))]
     return line + (f"\n  {'':<13} held-out: " + ", ".join(shown) if shown else "")
 
 
-def _find_summary(ref: dict) -> Path | None:
-    for key in ("summary", "summary_path", "path"):
-        value = ref.get(key)
-        if isinstance(value, str):
-            p = Path(value)
-            candidate = p if p.name == "summary.json" else p / "summary.json"
-            if candidate.exists():
-                return candidate
-    return None
-
-
 def learnt_lines(evaluation: Any) -> list[str]:
-    """The evaluation's comparison table (task score before and after PPO, span vs scalar when configured)."""
-    if not isinstance(evaluation, dict) or evaluation.get("status") == "not built":
-        return ["What was learnt: evaluation did not run in this pipeline yet (see NOT RUN above)."]
-    path = _find_summary(evaluation)
-    if path is None:
-        return [f"What was learnt: {json.dumps(evaluation)[:400]}"]
+    """The evaluation's comparison table (task score before and after PPO)."""
+    path = Path(evaluation.summary) if evaluation is not None else None
+    if path is None or not path.exists():
+        return ["What was learnt: the evaluation did not run."]
     from t2g_core.evaluation.report import comparison_table
 
     summary = json.loads(path.read_text(encoding="utf-8"))
@@ -48,12 +42,12 @@ def learnt_lines(evaluation: Any) -> list[str]:
 
 
 def plot_lines(result: dict) -> list[str]:
-    """Plots and reports of the evaluation and of the PPO run (learning curves, token-reward heatmaps)."""
+    """Plots and reports of the evaluation, the PPO run (learning curves, token-reward heatmaps) and validation."""
     folders = []
-    for name, key in (("evaluation", "path"), ("policy", "run_dir"), ("validation", "chart")):
-        value = result.get(name)
-        if isinstance(value, dict) and isinstance(value.get(key), str):
-            p = Path(value[key])
+    for name, attr in (("evaluation", "path"), ("policy", "run_dir"), ("validation", "chart")):
+        value = getattr(result.get(name), attr, None)
+        if isinstance(value, str):
+            p = Path(value)
             folders.append(p.parent if p.is_file() else p)
     files = [
         f
@@ -66,7 +60,7 @@ def plot_lines(result: dict) -> list[str]:
 
 
 def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[str]:
-    from flows.lineage import pipeline_run_for
+    from t2g_cli.lineage import pipeline_run_for
 
     lines = [f"Pipeline finished in {seconds:.0f} s. Stage outputs:"]
     lines += [_stage_line(name, result[name]) for name in ORDER if name in result]
@@ -79,9 +73,10 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
     if not where["mlflow"].startswith("http"):
         lines.append(f"                    browse: mlflow ui --backend-store-uri {where['mlflow']}")
     ui = where.get("prefect_ui")
+    flow_run = where["flow_run_id"]
     lines.append(
-        f"  Prefect flow run: {where['flow_run_id']}"
-        + (f"  {ui}/runs/flow-run/{where['flow_run_id']}" if ui else "  (ephemeral API; `make up` for the UI)")
+        f"  Prefect flow run: {flow_run}"
+        + (f"  {ui}/runs/flow-run/{flow_run}" if ui else "  (temporary API; `make up` for the UI)")
     )
     lines.append(f"  Workspace:        {Path(cfg.workspace.root).resolve()}")
     return lines

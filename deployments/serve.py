@@ -1,11 +1,17 @@
-"""Serve the deployments from one process (``make up`` starts it): no work pool or worker needed on one machine.
+"""Serve the deployments from one process (``make up`` starts it), or register stage deployments on a work pool.
 
-    python -m flows.serve --workspace t2g-workspace [--sensor-interval 60] [--cron "0 3 * * *"] [--debounce 30]
+    python deployments/serve.py --workspace t2g-workspace [--sensor-interval 60] [--cron "0 3 * * *"] [--debounce 30]
+    python deployments/serve.py --workspace t2g-workspace --pool t2g-gpu   # stage flows on a work pool, then exit
 
+Serving (no work pool or worker needed on one machine):
 - ``text2grad/text2grad``: the pipeline, started from the UI form (its defaults point at this workspace); optional cron.
 - ``feedback-sensor/feedback-sensor``: every ``--sensor-interval`` seconds, one event per new inbox file.
 - ``reannotate/reannotate``: event trigger on ``text2grad.feedback.landed``, debounced: the first event of a burst
   schedules one run ``--debounce`` seconds later and the rest of the burst within that window adds no runs.
+
+``--pool P`` instead registers the placeable stage flows (``annotate``, ``align-and-validate``, ``train-reward-model``,
+``train-policy``, ``evaluate``) as deployments named ``P`` on work pool ``P``, with this project folder as their
+source and the workspace's result storage, so ``placement.<group>: P`` runs that group on a worker of ``P``.
 The same deployments for a work pool (process, docker or kubernetes) are in ``deployments/prefect.yaml``.
 """
 
@@ -14,6 +20,9 @@ from __future__ import annotations
 import argparse
 from datetime import timedelta
 from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+PLACEABLE = ("annotate", "align_and_validate", "train_reward_model", "train_policy", "evaluate")
 
 
 def build_deployments(
@@ -55,6 +64,30 @@ def build_deployments(
     ]
 
 
+def deploy_stage_flows(pool: str, workspace: str, project: Path = PROJECT) -> list[str]:
+    """Register the placeable stage flows on work pool ``pool`` (from ``project``'s source); returns their names."""
+    from prefect import flow as prefect_flow
+
+    import flows.stages as stages
+
+    results = str(Path(workspace).resolve() / "prefect-results")
+    names = []
+    for attr in PLACEABLE:
+        stage_flow = getattr(stages, attr)
+        remote = prefect_flow.from_source(source=str(project), entrypoint=f"flows/stages.py:{attr}")
+        remote.deploy(
+            name=pool,
+            work_pool_name=pool,
+            build=False,
+            push=False,
+            print_next_steps=False,
+            job_variables={"env": {"PREFECT_RESULTS_LOCAL_STORAGE_PATH": results}},
+            tags=["text2grad"],
+        )
+        names.append(f"{stage_flow.name}/{pool}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", default="t2g-workspace")
@@ -62,11 +95,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cron", default=None, help="Optional cron schedule of text2grad, e.g. '0 3 * * *'.")
     parser.add_argument("--debounce", type=float, default=30.0, help="Seconds a burst of new files is collected.")
     parser.add_argument("--limit", type=int, default=2, help="Flow runs executed at once.")
+    parser.add_argument("--pool", default=None, help="Register the stage flows on this work pool and exit.")
     args = parser.parse_args(argv)
 
-    from flows.runtime import prepare_environment
+    from t2g_cli.runtime import prepare_environment
 
     prepare_environment(args.workspace)
+    if args.pool:
+        for name in deploy_stage_flows(args.pool, args.workspace):
+            print(f"deployment {name} on work pool {args.pool}")
+        return
     from prefect import serve
 
     deployments = build_deployments(

@@ -1,0 +1,143 @@
+"""Where a pipeline run talks to: the local servers of `make up` when they are running, else embedded defaults.
+
+Called by the CLI *before* prefect or mlflow is imported (Prefect reads its settings at import time):
+- ``PREFECT_HOME`` = ``<workspace>/prefect`` (API database, logs, default result storage),
+- ``PREFECT_API_URL`` / ``MLFLOW_TRACKING_URI`` from ``<workspace>/run/servers.json`` (written by ``deployments/up.sh``)
+  when those servers answer their health checks; otherwise a temporary Prefect API server (the one Prefect itself
+  would start for an ephemeral run) that dies with this process, even on ``kill -9``, and MLflow uses
+  ``sqlite:///<workspace>/mlflow.db``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+SERVERS_FILE = "run/servers.json"
+TELEMETRY_OFF = {
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+PR_SET_PDEATHSIG = 1
+
+
+def healthy(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback health check)
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def local_servers(workspace_root: str | Path) -> dict | None:
+    """``{"prefect_api": ..., "prefect_ui": ..., "mlflow": ...}`` of a running `make up`, or None."""
+    path = Path(workspace_root).resolve() / SERVERS_FILE
+    if not path.exists():
+        return None
+    info = json.loads(path.read_text(encoding="utf-8"))
+    if healthy(f"{info['prefect_api']}/health") and healthy(f"{info['mlflow']}/health"):
+        return info
+    return None
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    os.setsid()  # its own process group: a Ctrl-C in the terminal reaches the CLI, which stops the server itself
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:  # not Linux: the atexit stop below still covers every exit but SIGKILL
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_temporary_prefect(timeout_s: float = 180.0) -> str:
+    """Start Prefect's own API app (as Prefect's ephemeral mode does) in a child process bound to this one: it
+    ends when this process ends, however it ends. Returns the API URL; ``PREFECT_API_URL`` is set to it."""
+    import importlib.util
+
+    prefect_dir = Path(importlib.util.find_spec("prefect").origin).parent  # not imported: settings are read at import
+    port = _free_port()
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--app-dir",
+        str(prefect_dir.parent),
+        "--factory",
+        "prefect.server.api.server:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "error",
+        "--lifespan",
+        "on",
+    ]
+    proc = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)  # noqa: PLW1509
+    atexit.register(_stop, proc)
+    url = f"http://127.0.0.1:{port}/api"
+    deadline = time.monotonic() + timeout_s
+    while not healthy(f"{url}/health", timeout=1.0):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _stop(proc)
+            raise RuntimeError(f"the temporary Prefect server did not start (exit code {proc.poll()})")
+        time.sleep(0.2)
+    os.environ["PREFECT_API_URL"] = url
+    return url
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def prepare_environment(workspace_root: str | Path, *, start_prefect: bool = False) -> dict[str, str]:
+    """Set Prefect/MLflow environment for a run in this workspace; returns what was chosen (for printing).
+
+    ``start_prefect`` starts the temporary Prefect server when no server is configured or running (``t2g run``).
+    """
+    root = Path(workspace_root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_HOME", str(root / "prefect"))
+    os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(root / "prefect-results"))
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    for key, value in TELEMETRY_OFF.items():
+        os.environ.setdefault(key, value)
+    servers = None if os.environ.get("PREFECT_API_URL") else local_servers(root)
+    if servers:
+        os.environ["PREFECT_API_URL"] = servers["prefect_api"]
+        os.environ.setdefault("MLFLOW_TRACKING_URI", servers["mlflow"])
+    prefect = os.environ.get("PREFECT_API_URL")
+    if prefect is None and start_prefect:
+        prefect = (
+            f"{start_temporary_prefect()} (temporary server, database in {os.environ['PREFECT_HOME']}; it ends "
+            "with this command)"
+        )
+    return {
+        "prefect": prefect or f"ephemeral API (database in {os.environ['PREFECT_HOME']})",
+        "prefect_ui": (servers or {}).get("prefect_ui", ""),
+        "mlflow": os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}",
+    }

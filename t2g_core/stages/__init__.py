@@ -1,0 +1,17 @@
+"""One Prefect-free, MLflow-free function per pipeline stage: typed inputs and settings in, a typed reference out.
+
+| stage | function | reads (settings) | returns |
+|---|---|---|---|
+| feedback | ``feedback.materialise(source, settings, ctx)`` | data | ``ArtifactRef`` (feedback) |
+| models | ``models.build(feedback, settings, ctx)`` | models | ``ModelsRef`` |
+| annotate | ``annotate.annotate(feedback, settings, ctx)`` | annotate | ``ArtifactRef`` (annotations) |
+| align | ``align.align(feedback, annotations, tokenizer, settings, ctx)`` | align | ``ArtifactRef`` (spans) |
+| validate | ``validate.draw_sample / auto_review / check`` | validate | ``ValidationRef`` |
+| reward_model | ``reward_model.train(...)`` | reward_model, align | ``RewardModelRef`` |
+| ppo | ``ppo.train(feedback, models, reward_model, settings, ctx)`` | ppo, data, align, reward_model | ``PolicyRef`` |
+| evaluate | ``evaluate.evaluate(feedback, policies, settings, ctx)`` | evaluate, data | ``EvaluationRef`` |
+
+The sections each stage reads are its settings model (``settings.py``), so they are also its cache key; the Prefect
+task (``tasks/``) and the CLI command (``t2g_cli/``) are thin wrappers around these functions. Submodules are
+imported by their callers (this package imports none of them, so a stage's code digest covers only its own code).
+"""

@@ -1,0 +1,78 @@
+"""Annotation stage: feedback -> one annotations row per item (LLM, code critic or reference critic).
+
+Also the dataset's versions: :func:`merge` folds the annotations of new items into the current annotations.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from t2g_core.stages.context import StageContext
+from t2g_core.stages.io import read
+from t2g_core.stages.refs import ArtifactRef
+from t2g_core.stages.settings import AnnotateSettings
+
+
+def annotate(
+    feedback: ArtifactRef,
+    settings: AnnotateSettings,
+    ctx: StageContext,
+    *,
+    api_key: str | None = None,
+    previous: ArtifactRef | None = None,
+    cache_dir: str | Path | None = None,
+) -> ArtifactRef:
+    """Annotate every item (never dropping one: failures are statuses); ``previous`` serves ``only_failed``.
+
+    The API key is handed in by the caller (environment or secret store) and never stored. LLM answers are cached
+    under ``cache_dir`` (default ``<workspace>/cache/annotate``), so a re-run pays only for what was never answered.
+    """
+    from t2g_core.annotators import annotate as run_annotate
+
+    cfg = settings.annotate
+    prev = read(previous, "annotations") if previous is not None else None
+    run = run_annotate(
+        read(feedback, "feedback"),
+        cfg,
+        api_key=api_key,
+        progress=ctx.progress,
+        previous=prev,
+        cache_dir=cache_dir or ctx.workspace.root / "cache" / "annotate",
+    )
+    ref = ctx.out.artifact("annotations", run.frame, "annotations", extra={"stats": run.stats})
+    ctx.tracker.log_input(feedback, "feedback", "annotation")
+    ctx.tracker.log_output(ref, "annotations")
+    ctx.tracker.log_metrics({f"annotate.{k}": v for k, v in flat_stats(run.stats).items()})
+    return ref
+
+
+def flat_stats(stats: dict) -> dict[str, float]:
+    flat = {f"status.{k}": float(v) for k, v in stats["status_counts"].items()}
+    keys = ("n_items", "prompt_tokens", "completion_tokens", "cost", "requests", "cache_hits")
+    flat.update({k: float(stats[k]) for k in keys})
+    return flat
+
+
+def unannotated(feedback: ArtifactRef, annotations: ArtifactRef | None, ctx: StageContext) -> ArtifactRef:
+    """The feedback items that ``annotations`` does not cover yet (all of them when there are none)."""
+    fb = read(feedback, "feedback")
+    done = set(read(annotations, "annotations")["id"]) if annotations is not None else set()
+    todo = fb[~fb["id"].isin(done)].reset_index(drop=True)
+    ctx.log(f"{len(todo)} of {len(fb)} feedback items need annotations")
+    return ctx.out.artifact("feedback_todo", todo, "feedback", extra={"feedback": feedback.sha256})
+
+
+def merge(previous: ArtifactRef | None, delta: ArtifactRef, ctx: StageContext) -> ArtifactRef:
+    """The previous annotations plus ``delta``'s (a newer row for an id replaces the older one)."""
+    frames = [read(previous, "annotations")] if previous is not None else []
+    frames.append(read(delta, "annotations"))
+    merged = pd.concat(frames, ignore_index=True).drop_duplicates("id", keep="last").reset_index(drop=True)
+    ref = ctx.out.artifact("annotations", merged, "annotations", extra={"delta": delta.sha256})
+    if previous is not None:
+        ctx.tracker.log_input(previous, "annotations", "annotation")
+    ctx.tracker.log_input(delta, "annotations_delta", "annotation")
+    ctx.tracker.log_output(ref, "annotations")
+    ctx.tracker.log_metrics({"items": len(merged)})
+    return ref

@@ -1,0 +1,180 @@
+"""What a stage function gets besides its inputs and settings: where to write, its key, how to report.
+
+The **stage key** hashes the stage's code (``t2g_core.codehash``), its settings and the fingerprints of its inputs.
+It names every output the stage writes (artifact folders, run folders, reports), so a change to any of the three
+writes new outputs instead of returning stale ones, and the same inputs find their finished outputs again. The
+Prefect cache key of the stage's task is the same hash, computed from the same parameters.
+
+Outputs go through a sink: :class:`KeyedSink` writes key-addressed folders in a workspace (the pipeline), while
+:class:`PathSink` writes where a command-line user asked (``-o FILE.parquet`` or a folder).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas as pd
+
+from t2g_core.store import ArtifactRef, ArtifactStore, write_parquet
+from t2g_core.workspace import Workspace
+
+
+def fingerprint(value: Any) -> Any:
+    """A JSON-able identity of one stage parameter: refs by content, configs by value."""
+    if hasattr(value, "fingerprint"):
+        return value.fingerprint()
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", by_alias=True)
+    if isinstance(value, Mapping):
+        if "sha256" in value and "path" in value:  # an artifact reference as a plain dict: its content
+            return {"sha256": value["sha256"]}
+        return {str(k): fingerprint(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [fingerprint(v) for v in value]
+    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+
+
+def stage_key(name: str, code: str, params: Mapping[str, Any]) -> str:
+    """``<name>-<hash>`` of the stage name, the code digest ``code`` (``t2g_core.codehash``) and the parameters'
+    fingerprints."""
+    parts = {"stage": name, "code": code, "params": fingerprint(dict(params))}
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:24]}"
+
+
+class Tracker(Protocol):
+    """Where a stage reports: metrics, files, and the datasets it read and wrote (an MLflow run in the pipeline)."""
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None: ...
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None: ...
+
+    def log_input(self, ref: ArtifactRef, name: str, context: str) -> None: ...
+
+    def log_output(self, ref: ArtifactRef, name: str) -> None: ...
+
+
+class NullTracker:
+    """Discards everything."""
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        return None
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        return None
+
+    def log_input(self, ref: ArtifactRef, name: str, context: str) -> None:
+        return None
+
+    def log_output(self, ref: ArtifactRef, name: str) -> None:
+        return None
+
+
+class Sink(Protocol):
+    def artifact(self, name: str, df: pd.DataFrame, schema: str, extra: Mapping[str, Any] | None = None) -> ArtifactRef:
+        """Write ``df`` (validated against ``schema``) as the artifact ``name``; returns its reference."""
+        ...
+
+    def folder(self, area: str) -> Path:
+        """This stage's own folder in ``area`` (``checkpoints/ppo``, ``reports/evaluate``...), not yet created."""
+        ...
+
+
+@dataclass(frozen=True)
+class KeyedSink:
+    """Key-addressed outputs in a workspace: ``artifacts/<name>/<key>/`` and ``<area>/<key>/``."""
+
+    workspace: Workspace
+    key: str
+
+    def artifact(self, name: str, df: pd.DataFrame, schema: str, extra: Mapping[str, Any] | None = None) -> ArtifactRef:
+        return self.workspace.store.write(name, self.key, df, schema, extra=extra)
+
+    def folder(self, area: str) -> Path:
+        return self.workspace.root / area / self.key
+
+
+@dataclass(frozen=True)
+class PathSink:
+    """Outputs where a user asked: a ``.parquet`` (or ``.jsonl`` / ``.csv``) file, or a folder holding artifacts."""
+
+    path: Path
+    key: str
+
+    def artifact(self, name: str, df: pd.DataFrame, schema: str, extra: Mapping[str, Any] | None = None) -> ArtifactRef:
+        if self.path.suffix in (".parquet", ".jsonl", ".csv"):
+            return write_file(df, self.path, schema, extra)
+        return ArtifactStore(self.path.parent).write(self.path.name, self.key, df, schema, extra=extra)
+
+    def folder(self, area: str) -> Path:
+        return self.path
+
+
+def write_file(df: pd.DataFrame, path: Path, schema: str, extra: Mapping[str, Any] | None = None) -> ArtifactRef:
+    """``df`` as one file (Parquet validated and written atomically; JSONL or CSV after validation), plus each
+    mapping in ``extra`` beside it as ``<stem>.<name>.json`` (``spans.metrics.json``, ``annotations.stats.json``)."""
+    from t2g_core.schemas import SCHEMAS, validate_frame
+    from t2g_core.store import sha256_file, write_text_atomic
+
+    if path.suffix == ".parquet":
+        write_parquet(df, path, schema)
+    else:
+        df = validate_frame(df, SCHEMAS[schema], str(path))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = (
+            df.to_json(orient="records", lines=True, force_ascii=False)
+            if path.suffix == ".jsonl"
+            else df.to_csv(index=False)
+        )
+        write_text_atomic(path, text)
+    for name, value in (extra or {}).items():
+        if isinstance(value, Mapping):
+            write_text_atomic(path.with_suffix(f".{name}.json"), json.dumps(dict(value), indent=2, default=str))
+    digest = sha256_file(path)
+    return ArtifactRef(path=str(path), sha256=digest, n_rows=len(df), schema=schema, key=digest[:20])
+
+
+def _silent(_message: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """Everything a stage function needs besides its inputs and settings."""
+
+    workspace: Workspace
+    key: str
+    out: Sink
+    force: bool = False  # recompute: do not reuse what an earlier run left under this key (checkpoints, results)
+    tracker: Any = field(default_factory=NullTracker)
+    log: Callable[[str], None] = _silent
+    progress: bool = False
+    run_id: str | None = None  # the tracking run this stage reports to, recorded on its outputs for lineage
+
+    def produced(self, ref):
+        """``ref`` stamped with this stage's tracking run (a no-op outside tracking)."""
+        return ref.model_copy(update={"run_id": self.run_id}) if self.run_id else ref
+
+    @classmethod
+    def keyed(cls, workspace: str | Path | Workspace, key: str, **kwargs: Any) -> StageContext:
+        ws = workspace if isinstance(workspace, Workspace) else Workspace.at(workspace)
+        return cls(workspace=ws, key=key, out=KeyedSink(ws, key), **kwargs)
+
+    @classmethod
+    def at_path(cls, workspace: str | Path | Workspace, key: str, path: str | Path, **kwargs: Any) -> StageContext:
+        """Outputs at ``path``; the workspace (answer caches) is not created here, only used if a stage needs it."""
+        ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace).resolve())
+        return cls(workspace=ws, key=key, out=PathSink(Path(path), key), **kwargs)
+
+    def fresh_folder(self, area: str) -> Path:
+        """``out.folder(area)``, emptied first when the stage is forced."""
+        folder = self.out.folder(area)
+        if self.force and folder.exists():
+            shutil.rmtree(folder)
+        return folder

@@ -1,0 +1,202 @@
+"""Typed references between stages: what a stage returns and the next one takes.
+
+Each reference is small, frozen and JSON-serialisable (Prefect persists them as task results and passes them to
+deployments on other work pools), names where its output lives, and has a ``fingerprint()``: the content identity
+that goes into the cache key of the stages that consume it (never a path or a run id). ``run_id`` names the tracking
+run that produced the output, for lineage; it is not part of the fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from t2g_core.config.data import DataConfig
+from t2g_core.store import ArtifactRef, sha256_file
+
+__all__ = [
+    "ArtifactRef",
+    "EvaluationRef",
+    "ModelsRef",
+    "PolicyRef",
+    "PolicySet",
+    "Ref",
+    "ReviewSampleRef",
+    "RewardModelRef",
+    "SourceRef",
+    "ValidationRef",
+    "folder_digest",
+]
+
+_BIG_FILE = 64 << 20  # files above this are identified by (size, mtime) instead of their content
+_MODEL_FILES = ("config.json", "adapter_config.json", "tokenizer.json", "tokenizer_config.json")
+
+
+class Ref(BaseModel):
+    """Base of the stage references."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str | None = None
+
+    def fingerprint(self) -> Any:
+        raise NotImplementedError
+
+
+def folder_digest(path: str | Path) -> str:
+    """sha256 of a file, or of a folder's (relative path, content hash) list; huge files by size and mtime."""
+    path = Path(path)
+    h = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for f in files:
+        h.update((f.name if f == path else str(f.relative_to(path))).encode())
+        stat = f.stat()
+        h.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode() if stat.st_size > _BIG_FILE else sha256_file(f).encode())
+    return h.hexdigest()
+
+
+def model_digest(name: str) -> str:
+    """A model folder's content hash; a Hugging Face id (not a folder here) is its own identity."""
+    path = Path(name)
+    return folder_digest(path) if path.is_dir() else f"id:{name}"
+
+
+class SourceRef(Ref):
+    """Where the feedback comes from and a digest of its content: the input of the feedback stage."""
+
+    origin: str  # demo:<task>:<n>:<seed> | dataset:<name>:<location> | file:<path>
+    digest: str
+
+    def fingerprint(self) -> dict[str, str]:
+        return {"source": self.digest}
+
+    @classmethod
+    def of(cls, data: DataConfig) -> SourceRef:
+        """The content identity of ``data``'s source, computed without loading it (files are hashed)."""
+        if data.dataset is not None:
+            local = data.source not in ("hub", "demo")
+            location = str(Path(data.source).resolve()) if local else "hub"
+            return cls(origin=f"dataset:{data.dataset}:{location}", digest=folder_digest(location) if local else "hub")
+        if data.source == "demo":
+            origin = f"demo:{data.task}:{data.n_items}:{data.seed}"
+            return cls(origin=origin, digest=hashlib.sha256(origin.encode()).hexdigest())
+        path = Path(data.source).resolve()
+        if not path.exists():
+            raise FileNotFoundError(f"data.source {data.source}: no such file or folder")
+        return cls(origin=f"file:{path}", digest=folder_digest(path))
+
+
+class ModelsRef(Ref):
+    """The reward-model base and the policy before PPO (folders, or Hugging Face ids), with content digests."""
+
+    base: str
+    policy: str
+    base_digest: str
+    policy_digest: str
+
+    def fingerprint(self) -> dict[str, str]:
+        return {"base": self.base_digest, "policy": self.policy_digest}
+
+    @classmethod
+    def of(cls, base: str | Path, policy: str | Path) -> ModelsRef:
+        return cls(
+            base=str(base),
+            policy=str(policy),
+            base_digest=model_digest(str(base)),
+            policy_digest=model_digest(str(policy)),
+        )
+
+
+class ReviewSampleRef(Ref):
+    """The stratified review sample: ``sample.json`` and the offline page and sheet beside it."""
+
+    key: str
+    n_items: int
+    sample: str
+    page: str | None = None
+    sheet: str | None = None
+
+    def fingerprint(self) -> dict[str, str]:
+        return {"sample": sha256_file(self.sample)}
+
+
+class ValidationRef(Ref):
+    """The validation verdict and its report files."""
+
+    status: str  # pass | pending | fail
+    report: str
+    chart: str
+    json_path: str
+
+    def fingerprint(self) -> dict[str, str]:
+        return {"status": self.status, "report": sha256_file(self.json_path)}
+
+
+class RewardModelRef(Ref):
+    """A trained reward model: its folder (a LoRA adapter for the generative kind), data, metrics, registry version."""
+
+    model_dir: str
+    base: str
+    rm_data: ArtifactRef
+    digest: str
+    metrics: dict[str, float] = {}
+    report: str | None = None
+    global_step: int = 0
+    version: str | None = None  # registered model version, when a tracking layer registered it
+    champion: bool | None = None
+
+    def fingerprint(self) -> dict[str, str]:
+        return {"reward_model": self.digest}
+
+
+class PolicyRef(Ref):
+    """A PPO-trained policy adapter and its run folder (history, rollouts, heatmaps, held-out prompts)."""
+
+    adapter_dir: str
+    run_dir: str
+    digest: str
+    steps: int
+    history_path: str
+    rollouts_path: str | None = None
+    metrics: dict[str, float] = {}
+    version: str | None = None
+    reward_model_version: str | None = None
+
+    def fingerprint(self) -> dict[str, str]:
+        eval_file = Path(self.run_dir) / "eval.parquet"
+        held_out = sha256_file(eval_file) if eval_file.is_file() else "none"
+        return {"policy": self.digest, "held_out": held_out}
+
+
+class EvaluationRef(Ref):
+    """An evaluation: results folder, summary and report."""
+
+    path: str
+    summary: str
+    report: str
+    n_rows: int
+    task: str
+
+    def fingerprint(self) -> dict[str, str]:
+        return {"summary": sha256_file(self.summary)}
+
+
+class PolicySet(Ref):
+    """The policies one evaluation compares: ordered name -> model folder or id (the first is the baseline unless
+    ``baseline`` says otherwise), the held-out item ids to use (None: every item) and metric histories to plot."""
+
+    models: dict[str, str]
+    baseline: str | None = None
+    held_out: list[str] | None = None
+    histories: dict[str, str] = {}
+    registered: dict[str, str] = {}  # name -> registered model version, for promotion
+
+    def fingerprint(self) -> dict:
+        return {
+            "models": {n: model_digest(m) for n, m in self.models.items()},
+            "baseline": self.baseline,
+            "held_out": self.held_out,
+        }

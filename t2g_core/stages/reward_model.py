@@ -1,0 +1,116 @@
+"""Reward-model stage: validated annotations -> rm_data -> fine-tuning -> held-out evaluation.
+
+:func:`train` is the stage (what the pipeline runs); :func:`build_data`, :func:`fit` and :func:`evaluate` are its
+steps, which ``t2g rm build-data | train | eval`` also run one at a time. Registration in a model registry is the
+tracking layer's job: the returned reference says what to register.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from t2g_core.stages.context import StageContext
+from t2g_core.stages.io import read
+from t2g_core.stages.refs import ArtifactRef, ModelsRef, RewardModelRef, ValidationRef, folder_digest
+from t2g_core.stages.settings import RewardModelSettings
+
+
+def build_data(
+    feedback: ArtifactRef,
+    annotations: ArtifactRef,
+    spans: ArtifactRef | None,
+    base: str,
+    settings: RewardModelSettings,
+    ctx: StageContext,
+) -> ArtifactRef:
+    """``rm_data`` rows (prompt rendered with ``base``'s tokenizer, critique + span JSON target, split by id)."""
+    from transformers import AutoTokenizer
+
+    from t2g_core.reward_model.data import build_rm_data
+
+    spans_df = read(spans, "spans") if spans is not None else None
+    df, stats = build_rm_data(
+        read(feedback, "feedback"),
+        read(annotations, "annotations"),
+        AutoTokenizer.from_pretrained(base),
+        settings.reward_model,
+        spans_df=spans_df,
+        align_cfg=settings.align,
+    )
+    if stats.n_train == 0:  # say why, rather than letting the trainer fail on an empty split
+        raise ValueError(
+            f"rm_data: no training rows from {stats.n_items} items ({stats.as_metrics()}); "
+            "raise reward_model.max_target_tokens / max_prompt_tokens or check the annotations"
+        )
+    extra = {"stats": stats.as_metrics(), "skipped_ids": stats.skipped_ids[:200]}
+    ref = ctx.out.artifact("rm_data", df, "rm_data", extra=extra)
+    ctx.tracker.log_input(annotations, "annotations", "annotation")
+    ctx.tracker.log_input(ref, "rm_data", "training")
+    ctx.tracker.log_metrics({f"rm_data.{k}": v for k, v in stats.as_metrics().items()})
+    return ref
+
+
+def fit(rm_data: ArtifactRef, base: str, settings: RewardModelSettings, ctx: StageContext):
+    """Fine-tune on the train split into ``<checkpoints/reward_model>/<key>``; resumes a killed run, retrains a
+    forced one. Returns the training result (``adapter_dir``, ``global_step``, ``train_seconds``...)."""
+    from t2g_core.reward_model.train import train_rm
+
+    run_dir = ctx.fresh_folder("checkpoints/reward_model")
+    return train_rm(
+        settings.reward_model, base, read(rm_data, "rm_data"), run_dir, tracker=ctx.tracker, progress=ctx.progress
+    )
+
+
+def evaluate(
+    model_dir: str | Path,
+    rm_data: ArtifactRef,
+    feedback: ArtifactRef,
+    settings: RewardModelSettings,
+    out: Path,
+    *,
+    split: str = "validation",
+):
+    """Held-out metrics (JSON-valid rate, span P/R/F1 against truth, unmatched rate...) and the report in ``out``."""
+    from t2g_core.reward_model.evaluate import evaluate_adapter, write_eval_report
+
+    report = evaluate_adapter(
+        model_dir,
+        read(rm_data, "rm_data"),
+        read(feedback, "feedback"),
+        settings.reward_model,
+        split=split,
+        align_cfg=settings.align,
+    )
+    return report, write_eval_report(report, out)
+
+
+def train(
+    feedback: ArtifactRef,
+    annotations: ArtifactRef,
+    spans: ArtifactRef | None,
+    validation: ValidationRef | None,
+    models: ModelsRef,
+    settings: RewardModelSettings,
+    ctx: StageContext,
+) -> RewardModelRef:
+    """The whole stage on the reward-model base of ``models``: data, fine-tuning, held-out evaluation."""
+    if validation is not None and validation.status == "fail":
+        raise ValueError(f"validation failed ({validation.report}): the reward model is not trained on this batch")
+    data = build_data(feedback, annotations, spans, models.base, settings, ctx)
+    result = fit(data, models.base, settings, ctx)
+    report, paths = evaluate(result.adapter_dir, data, feedback, settings, Path(result.adapter_dir).parent / "eval")
+    metrics = {k: float(v) for k, v in report.metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+    ctx.tracker.log_metrics(
+        {f"rm_eval.{k}": v for k, v in metrics.items()} | {"rm_train.seconds": result.train_seconds}
+    )
+    ctx.tracker.log_artifact(paths["markdown"].parent, "eval")
+    return RewardModelRef(
+        model_dir=str(result.adapter_dir),
+        base=models.base,
+        rm_data=data,
+        digest=folder_digest(result.adapter_dir),
+        metrics=metrics,
+        report=str(paths["markdown"]),
+        global_step=result.global_step,
+    )

@@ -1,0 +1,107 @@
+"""Which configuration sections each stage reads: one settings model per stage, the table derived from them.
+
+A stage's settings model holds exactly the ``PipelineConfig`` sections its function reads, so a setting outside them
+cannot reach the stage, and every setting inside them is part of the stage's cache key. ``STAGE_SECTIONS`` is the
+table (stage -> sections), derived from the models; ``t2g config stages`` prints it and ``docs/operations.md`` shows
+it. ``workspace`` (where outputs go) and ``placement`` (which work pool runs a stage) are read by the orchestration,
+never by a stage: changing them re-runs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from t2g_core.config import (
+    AlignConfig,
+    AnnotateConfig,
+    DataConfig,
+    EvaluateConfig,
+    ModelsConfig,
+    PipelineConfig,
+    PPOConfig,
+    RewardModelConfig,
+    StageConfig,
+    ValidateConfig,
+)
+
+
+class StageSettings(StageConfig):
+    """The config sections one stage reads (field names are ``PipelineConfig`` field names)."""
+
+    @classmethod
+    def from_pipeline(cls, cfg: PipelineConfig) -> StageSettings:
+        return cls(**{name: getattr(cfg, name) for name in cls.model_fields})
+
+    @classmethod
+    def sections(cls) -> tuple[str, ...]:
+        """Section names as the YAML file and ``--set`` spell them (``validate``, not ``validate_``)."""
+        return tuple(f.alias or name for name, f in cls.model_fields.items())
+
+
+class FeedbackSettings(StageSettings):
+    data: DataConfig = Field(default_factory=DataConfig, description="Feedback to learn from.")
+
+
+class ModelsSettings(StageSettings):
+    models: ModelsConfig = Field(default_factory=ModelsConfig, description="Base models.")
+
+
+class AnnotateSettings(StageSettings):
+    annotate: AnnotateConfig = Field(default_factory=AnnotateConfig, description="Annotation stage.")
+
+
+class AlignSettings(StageSettings):
+    align: AlignConfig = Field(default_factory=AlignConfig, description="Span alignment stage.")
+
+
+class ValidateSettings(StageSettings):
+    validate_: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate", description="Validation.")
+
+    model_config = StageSettings.model_config | {"populate_by_name": True}
+
+
+class RewardModelSettings(StageSettings):
+    reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig, description="Reward model.")
+    align: AlignConfig = Field(default_factory=AlignConfig, description="How its spans become token labels.")
+
+
+class PPOSettings(StageSettings):
+    ppo: PPOConfig = Field(default_factory=PPOConfig, description="PPO.")
+    data: DataConfig = Field(default_factory=DataConfig, description="The held-out split (eval_fraction, seed).")
+    align: AlignConfig = Field(default_factory=AlignConfig, description="How critiques' spans become token rewards.")
+    reward_model: RewardModelConfig = Field(
+        default_factory=RewardModelConfig, description="How the reward model scores (reward_source=reward_model)."
+    )
+
+
+class EvaluateSettings(StageSettings):
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Policy evaluation.")
+    data: DataConfig = Field(
+        default_factory=DataConfig, description="The held-out split when the policy recorded none."
+    )
+
+
+SETTINGS: dict[str, type[StageSettings]] = {
+    "feedback": FeedbackSettings,
+    "models": ModelsSettings,
+    "annotate": AnnotateSettings,
+    "align": AlignSettings,
+    "validate": ValidateSettings,
+    "reward_model": RewardModelSettings,
+    "ppo": PPOSettings,
+    "evaluate": EvaluateSettings,
+}
+STAGE_SECTIONS: dict[str, tuple[str, ...]] = {stage: cls.sections() for stage, cls in SETTINGS.items()}
+NOT_STAGE_INPUTS = ("workspace", "placement")  # read by the orchestration only
+
+
+def settings_for(stage: str, cfg: PipelineConfig) -> Any:
+    """The settings of ``stage`` taken from ``cfg``."""
+    return SETTINGS[stage].from_pipeline(cfg)
+
+
+def stages_reading(section: str) -> list[str]:
+    """The stages whose settings include ``section``."""
+    return [stage for stage, sections in STAGE_SECTIONS.items() if section in sections]

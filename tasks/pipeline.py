@@ -1,0 +1,124 @@
+"""The pipeline run's own bookkeeping: its MLflow parent run, what a Retry after a crash must close, its outputs.
+
+- ``open_pipeline_run`` (flow hook, on_running): the MLflow parent run of this flow run (reused on a retry) with the
+  configuration as params. On a retry it first closes what the killed attempt left open: Prefect task runs and
+  subflow runs still Running or Pending become Crashed, MLflow stage runs still RUNNING become KILLED, and the
+  run log says how the previous attempt ended.
+- ``record_outputs`` (task): the parent run links every stage output the pipeline used, cached or not.
+- ``close_pipeline_run`` (flow hook): the parent run ends FINISHED or FAILED.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+
+from t2g_core.config import PipelineConfig, WorkspaceConfig
+from tasks import tracking
+
+ACTIVE = ("RUNNING", "PENDING")
+
+
+def _pipeline_config(flow_run) -> PipelineConfig:
+    raw = (flow_run.parameters or {}).get("config") or {}
+    return raw if isinstance(raw, PipelineConfig) else PipelineConfig.model_validate(raw)
+
+
+def _flow_run_tree(client, root_id) -> list:
+    """``root_id`` and every subflow run below it."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    found, frontier = [], [root_id]
+    while frontier:
+        found += frontier
+        children = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=frontier))
+        )
+        frontier = [r.id for r in children if r.id not in found]
+    return found
+
+
+def crash_stale_runs(flow_run_id, reason: str) -> list[str]:
+    """Task runs and subflow runs of ``flow_run_id`` still Running/Pending (their process is gone) -> Crashed."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterId,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+        TaskRunFilter,
+        TaskRunFilterState,
+        TaskRunFilterStateType,
+    )
+    from prefect.states import Crashed
+
+    closed: list[str] = []
+    with get_client(sync_client=True) as client:
+        tree = _flow_run_tree(client, flow_run_id)
+        tasks = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=tree)),
+            task_run_filter=TaskRunFilter(state=TaskRunFilterState(type=TaskRunFilterStateType(any_=list(ACTIVE)))),
+        )
+        for tr in tasks:
+            client.set_task_run_state(tr.id, Crashed(message=reason), force=True)
+            closed.append(f"task run {tr.name}")
+        subflows = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                id=FlowRunFilterId(any_=[f for f in tree if f != flow_run_id]),
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=list(ACTIVE))),
+            )
+        )
+        for fr in subflows:
+            client.set_flow_run_state(fr.id, Crashed(message=reason), force=True)
+            closed.append(f"flow run {fr.name}")
+    return closed
+
+
+def previous_attempt(flow_run_id) -> str | None:
+    """How the previous attempt of this flow run ended (state name and message), or None on the first attempt."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        states = client.read_flow_run_states(flow_run_id)
+    ended = [s for s in states if s.is_final() or s.name == "AwaitingRetry"]
+    final = [s for s in ended if s.is_final()]
+    if not final:
+        return None
+    last = max(final, key=lambda s: s.timestamp)
+    return f"{last.name}: {last.message or 'no message'}"
+
+
+def open_pipeline_run(flow, flow_run, state) -> None:
+    """Flow hook (on_running): close what a killed attempt left open, then open (or reuse) the MLflow parent run."""
+    import mlflow
+    from prefect.logging.loggers import flow_run_logger
+
+    log = flow_run_logger(flow_run, flow)
+    cfg = _pipeline_config(flow_run)
+    previous = previous_attempt(flow_run.id)
+    if previous is not None:
+        log.info("retrying; the previous attempt ended %s", previous)
+        reason = f"the previous attempt of flow run {flow_run.id} ended {previous}"
+        for closed in crash_stale_runs(flow_run.id, reason):
+            log.info("marked %s Crashed (its process is gone)", closed)
+    run_id = tracking.pipeline_run_id(cfg.workspace, root_id=str(flow_run.id), flow_name=flow.name)
+    if previous is not None:
+        for killed in tracking.close_stale_stage_runs(run_id, f"retry after: {previous}"):
+            log.info("MLflow stage run %s marked KILLED (left RUNNING by the previous attempt)", killed)
+    client = mlflow.MlflowClient()
+    if not client.get_run(run_id).data.params:
+        params = tracking.flatten_params(cfg)
+        client.log_batch(run_id, params=[mlflow.entities.Param(k, v) for k, v in params.items()])
+
+
+def close_pipeline_run(flow, flow_run, state) -> None:
+    """Flow hook (on_completion / on_failure / on_crashed): finish or fail the MLflow parent run."""
+    cfg = _pipeline_config(flow_run)
+    tracking.end_pipeline_run(str(flow_run.id), cfg.workspace, "FINISHED" if state.is_completed() else "FAILED")
+
+
+@task(name="record-outputs", timeout_seconds=600)
+def record_outputs(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str | None:
+    """Link every stage output (cached or not) to the pipeline's MLflow parent run; returns the parent run id."""
+    return tracking.link_pipeline_outputs(outputs, workspace)

@@ -1,0 +1,67 @@
+"""The one way a Prefect task runs a stage function: its key, its MLflow stage run, its context.
+
+``with stage(fn, "ppo", workspace, feedback=..., settings=...) as ctx:`` computes the stage key from the task
+function and its parameters exactly as the Prefect cache key is computed (``tasks.caching.stage_cache_key``), opens the
+stage's nested MLflow run (its settings as params, the Prefect ids as tags) and yields the
+:class:`~t2g_core.stages.context.StageContext` the ``t2g_core.stages`` function takes: key-addressed outputs in the
+workspace, an MLflow tracker, the Prefect run logger, and ``force`` when ``--refresh`` named the stage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from t2g_core.config import WorkspaceConfig
+from t2g_core.stages.context import StageContext
+from tasks import tracking
+from tasks.caching import forced, task_key
+
+
+def run_logger():
+    """The Prefect run logger inside a run, else the ``text2grad`` logger."""
+    import logging
+
+    from prefect.context import FlowRunContext, TaskRunContext
+
+    if TaskRunContext.get() is not None or FlowRunContext.get() is not None:
+        from prefect import get_run_logger
+
+        return get_run_logger()
+    return logging.getLogger("text2grad")
+
+
+def _task_parameters() -> dict[str, Any] | None:
+    """The running task's parameters as Prefect's cache key saw them (None outside a task run, e.g. ``.fn()``)."""
+    from prefect.context import TaskRunContext
+
+    ctx = TaskRunContext.get()
+    return dict(ctx.parameters) if ctx is not None and ctx.parameters is not None else None
+
+
+def mlflow_params(params: dict[str, Any]) -> dict[str, Any]:
+    """What a stage run records as MLflow params: its settings' sections flattened, and its inputs' locations."""
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        if hasattr(value, "sections"):  # StageSettings
+            out.update(value.model_dump(mode="json", by_alias=True))
+        elif hasattr(value, "fingerprint"):
+            out[f"input.{name}"] = getattr(value, "path", None) or value.model_dump(mode="json")
+    return out
+
+
+@contextlib.contextmanager
+def stage(fn: Any, name: str, workspace: WorkspaceConfig, **params: Any) -> Iterator[StageContext]:
+    """Run one stage's work inside its MLflow run with its key-addressed context."""
+    key = task_key(fn, _task_parameters() or params)
+    with tracking.stage_run(name, mlflow_params(params), workspace) as run:
+        log = run_logger()
+        yield StageContext.keyed(
+            workspace.root,
+            key,
+            force=forced(),
+            tracker=tracking.MlflowTracker(run.info.run_id),
+            log=log.info,
+            run_id=run.info.run_id,
+        )
