@@ -26,8 +26,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-SMOKE = {"seeds": 1, "steps": 2, "batch_size": 4, "max_new_tokens": 8, "eval_every": 1, "n_eval": 4, "workers": 1,
-         "lm_steps": 0, "sft_steps": 5, "arms": "span,scalar"}
+SMOKE = {
+    "seeds": 1,
+    "steps": 2,
+    "batch_size": 4,
+    "max_new_tokens": 8,
+    "eval_every": 1,
+    "n_eval": 4,
+    "workers": 1,
+    "lm_steps": 0,
+    "sft_steps": 5,
+    "arms": "span,scalar",
+}
 ARMS = ("span", "scalar", "dense")
 
 

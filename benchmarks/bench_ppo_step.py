@@ -52,8 +52,9 @@ def main() -> None:
         args.steps, args.batch_size, args.max_new_tokens = 2, 4, 8
         args.workdir = str(out_dir / "work-ppo")  # the policy bench_ppo_sample_efficiency --smoke builds, too
     if args.policy is None:
-        build = argparse.Namespace(build_threads=1, workdir=args.workdir, lm_steps=0, extra_sft_steps=0,
-                                   sft_steps=5 if args.smoke else 300)
+        build = argparse.Namespace(
+            build_threads=1, workdir=args.workdir, lm_steps=0, extra_sft_steps=0, sft_steps=5 if args.smoke else 300
+        )
         args.policy = str(build_policy(build))
 
     from t2g_core.demo import make_demo_feedback

@@ -125,8 +125,10 @@ def _finish(ref) -> None:
     alignment = report.get("alignment")
     if alignment is not None:
         a = alignment["groups"][-1]  # the whole sample
-        echo(f"alignment {a['alignment']:.3f} [{a['ci95_low']:.3f}, {a['ci95_high']:.3f}] from {a['judged']} "
-             f"judgements by {alignment['reviewer']}")
+        echo(
+            f"alignment {a['alignment']:.3f} [{a['ci95_low']:.3f}, {a['ci95_high']:.3f}] from {a['judged']} "
+            f"judgements by {alignment['reviewer']}"
+        )
     echo(f"report: {ref.report} (chart {Path(ref.chart).name})")
     if ref.status == "fail":
         echo("FAILED gates:\n" + "\n".join(f"  - {f}" for f in report["failures"]))

@@ -22,9 +22,16 @@ def test_every_benchmark_is_covered():
 def test_benchmark_runs_at_smoke_size(script):
     started = {p: p.stat().st_mtime_ns for p in (ROOT / "benchmarks" / "results" / "smoke").rglob("*.json")}
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--smoke"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--smoke"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"{script} --smoke failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
-    written = [p for p in (ROOT / "benchmarks" / "results" / "smoke").rglob("*.json")
-               if started.get(p) != p.stat().st_mtime_ns]
+    written = [
+        p for p in (ROOT / "benchmarks" / "results" / "smoke").rglob("*.json") if started.get(p) != p.stat().st_mtime_ns
+    ]
     assert written, f"{script} --smoke wrote no JSON result under benchmarks/results/smoke/"

@@ -157,6 +157,7 @@ def test_a_prompt_that_does_not_fit_is_a_clear_error(policy_dir):
     from t2g_core.evaluation.generate import generate_with
 
     short = len(tok(render_prompt(tok, "qa", "two"), add_special_tokens=False)["input_ids"])
-    cfg = EvaluateConfig(max_new_tokens=limit - short, do_sample=False)  # the short prompt fits exactly, the longer one does not
+    # the short prompt fits exactly, the longer one does not
+    cfg = EvaluateConfig(max_new_tokens=limit - short, do_sample=False)
     with pytest.raises(ValueError, match=r"prompt 1: \d+ tokens \+ max_new_tokens"):
         generate_with(model, tok, "qa", ["two", "two dogs and the cat"], cfg)

@@ -94,11 +94,19 @@ def test_prefect_task_writes_results_logs_and_reuses_them(tiny_model_dir, tmp_pa
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "history.json").write_text(json.dumps([{"step": 0, "reward": 0.1}, {"step": 1, "reward": 0.3}]))
-    policy = PolicyRef(adapter_dir=str(adapter), run_dir=str(run_dir), digest="d", steps=2,
-                       history_path=str(run_dir / "history.json"))
-    settings = EvaluateSettings(evaluate=EvaluateConfig(max_new_tokens=4, bootstrap_samples=200),
-                                data=DataConfig(eval_fraction=0.5))
-    args = (ref, ModelsRef.of(tiny_model_dir, tiny_model_dir), policy, settings, WorkspaceConfig(root=str(tmp_path / "ws")))
+    policy = PolicyRef(
+        adapter_dir=str(adapter), run_dir=str(run_dir), digest="d", steps=2, history_path=str(run_dir / "history.json")
+    )
+    settings = EvaluateSettings(
+        evaluate=EvaluateConfig(max_new_tokens=4, bootstrap_samples=200), data=DataConfig(eval_fraction=0.5)
+    )
+    args = (
+        ref,
+        ModelsRef.of(tiny_model_dir, tiny_model_dir),
+        policy,
+        settings,
+        WorkspaceConfig(root=str(tmp_path / "ws")),
+    )
     out = evaluate_policy.fn(*args)
     summary = json.loads(open(out.summary).read())
     assert list(summary["policies"]) == ["warm_start", "ppo"] and out.task == "qa"

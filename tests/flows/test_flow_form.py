@@ -12,9 +12,9 @@ import pytest
 def test_text2grad_form_is_the_pipeline_config_with_descriptions():
     from prefect.utilities.callables import parameter_schema
 
-    from t2g_core.stages.order import STAGES
     from flows.text2grad import text2grad
     from t2g_core.config import PPOConfig
+    from t2g_core.stages.order import STAGES
 
     schema = parameter_schema(text2grad).model_dump_for_openapi()
     defs = schema["definitions"]

@@ -9,8 +9,14 @@ DATA = ArtifactRef(path="/a", sha256="0" * 64, n_rows=3, schema="rm_data", key="
 
 
 def test_reward_model_line_shows_its_headline_metrics():
-    ref = RewardModelRef(model_dir="/rm", base="/b", rm_data=DATA, digest="d", version="3",
-                         metrics={"json_valid_rate": 1.0, "span_f1": 0.1786, "rouge_l": 0.5})
+    ref = RewardModelRef(
+        model_dir="/rm",
+        base="/b",
+        rm_data=DATA,
+        digest="d",
+        version="3",
+        metrics={"json_valid_rate": 1.0, "span_f1": 0.1786, "rouge_l": 0.5},
+    )
     first, second = _stage_line("reward_model", ref).splitlines()
     assert first.split() == ["reward_model", "model_dir=/rm,", "version=3,", "global_step=0"]
     assert second.split() == ["held-out:", "json_valid_rate=1.000,", "span_f1=0.179"]

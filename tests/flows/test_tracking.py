@@ -102,8 +102,8 @@ def test_parent_run_is_reused_on_retry_and_lineage_walks_back_to_feedback(tmp_pa
     import shutil
 
     import mlflow
-    from t2g_cli.lineage import lineage_chain
 
+    from t2g_cli.lineage import lineage_chain
     from tasks.tracking import tracking_uri
 
     adapter = tmp_path / "adapter"
