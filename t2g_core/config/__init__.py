@@ -11,7 +11,7 @@ from pydantic import Field
 from t2g_core.config.align import AlignConfig
 from t2g_core.config.annotate import AnnotateConfig
 from t2g_core.config.base import StageConfig
-from t2g_core.config.data import DataConfig, Task
+from t2g_core.config.data import DataConfig, HoldoutConfig, Task
 from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.config.models import ModelsConfig, TinyModelConfig
 from t2g_core.config.placement import PlacementConfig
@@ -30,6 +30,7 @@ __all__ = [
     "PipelineConfig",
     "PlacementConfig",
     "RewardModelConfig",
+    "HoldoutConfig",
     "StageConfig",
     "Task",
     "TinyModelConfig",
@@ -45,6 +46,9 @@ class PipelineConfig(StageConfig):
 
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig, description="Workspace and tracking.")
     data: DataConfig = Field(default_factory=DataConfig, description="Feedback to learn from.")
+    holdout: HoldoutConfig = Field(
+        default_factory=HoldoutConfig, description="Prompts held out from PPO for evaluation."
+    )
     models: ModelsConfig = Field(default_factory=ModelsConfig, description="Base models.")
     annotate: AnnotateConfig = Field(default_factory=AnnotateConfig, description="Annotation stage.")
     align: AlignConfig = Field(default_factory=AlignConfig, description="Span alignment stage.")

@@ -28,5 +28,11 @@ class DataConfig(StageConfig):
     limit: int | None = Field(None, ge=1, description="Ingest at most this many feedback rows.")
     task: Task = Field("summarization", description="Task of the demo data and of the prompts used downstream.")
     n_items: int = Field(256, ge=1, description="Number of demo items to generate (ignored for a path source).")
-    seed: int = Field(0, description="Seed for demo data generation.")
+    seed: int = Field(0, description="Seed for demo data generation (the held-out split has its own: holdout.seed).")
+
+
+class HoldoutConfig(StageConfig):
+    """How the feedback's prompts are divided between PPO training and held-out evaluation."""
+
     eval_fraction: float = Field(0.25, ge=0.0, lt=1.0, description="Fraction of prompts held out for evaluation.")
+    seed: int = Field(0, description="Seed of the split (which prompts are held out).")

@@ -39,7 +39,7 @@ def prepare_run(
     run_dir = Path(run_dir)
     if rank_and_world()[0] == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
-        train_df, eval_df = split_prompts(feedback, cfg.data.eval_fraction, cfg.data.seed)
+        train_df, eval_df = split_prompts(feedback, cfg.holdout.eval_fraction, cfg.holdout.seed)
         write_parquet(train_df, run_dir / "prompts.parquet", FEEDBACK)
         if eval_df is not None:
             write_parquet(eval_df, run_dir / "eval.parquet", FEEDBACK)

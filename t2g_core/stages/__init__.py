@@ -8,8 +8,8 @@
 | align | ``align.align(feedback, annotations, tokenizer, settings, ctx)`` | align | ``ArtifactRef`` (spans) |
 | validate | ``validate.draw_sample / auto_review / check`` | validate | ``ValidationRef`` |
 | reward_model | ``reward_model.train(...)`` | reward_model, align | ``RewardModelRef`` |
-| ppo | ``ppo.train(feedback, models, reward_model, settings, ctx)`` | ppo, data, align, reward_model | ``PolicyRef`` |
-| evaluate | ``evaluate.evaluate(feedback, policies, settings, ctx)`` | evaluate, data | ``EvaluationRef`` |
+| ppo | ``ppo.train(feedback, models, reward_model, ...)`` | ppo, holdout, align, reward_model | ``PolicyRef`` |
+| evaluate | ``evaluate.evaluate(feedback, policies, settings, ctx)`` | evaluate, holdout | ``EvaluationRef`` |
 
 The sections each stage reads are its settings model (``settings.py``), so they are also its cache key; the Prefect
 task (``tasks/``) and the CLI command (``t2g_cli/``) are thin wrappers around these functions. Submodules are

@@ -31,8 +31,8 @@ def pipeline_policies(
     eval_file = Path(policy.run_dir) / "eval.parquet"
     if eval_file.is_file():
         held_out = pd.read_parquet(eval_file, columns=["id"])["id"].tolist()
-    elif settings.data.eval_fraction > 0:
-        _, held = split_prompts(read(feedback, "feedback"), settings.data.eval_fraction, settings.data.seed)
+    elif settings.holdout.eval_fraction > 0:
+        _, held = split_prompts(read(feedback, "feedback"), settings.holdout.eval_fraction, settings.holdout.seed)
         held_out = [] if held is None else held["id"].tolist()
     else:
         held_out = None

@@ -18,6 +18,7 @@ from t2g_core.config import (
     AnnotateConfig,
     DataConfig,
     EvaluateConfig,
+    HoldoutConfig,
     ModelsConfig,
     PipelineConfig,
     PPOConfig,
@@ -69,7 +70,7 @@ class RewardModelSettings(StageSettings):
 
 class PPOSettings(StageSettings):
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="PPO.")
-    data: DataConfig = Field(default_factory=DataConfig, description="The held-out split (eval_fraction, seed).")
+    holdout: HoldoutConfig = Field(default_factory=HoldoutConfig, description="The prompts held out from training.")
     align: AlignConfig = Field(default_factory=AlignConfig, description="How critiques' spans become token rewards.")
     reward_model: RewardModelConfig = Field(
         default_factory=RewardModelConfig, description="How the reward model scores (reward_source=reward_model)."
@@ -78,8 +79,8 @@ class PPOSettings(StageSettings):
 
 class EvaluateSettings(StageSettings):
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Policy evaluation.")
-    data: DataConfig = Field(
-        default_factory=DataConfig, description="The held-out split when the policy recorded none."
+    holdout: HoldoutConfig = Field(
+        default_factory=HoldoutConfig, description="The held-out split, when the policy recorded none."
     )
 
 

@@ -64,7 +64,7 @@ def test_prefect_task_writes_results_logs_and_reuses_them(tiny_model_dir, tmp_pa
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from t2g_core.config import DataConfig, EvaluateConfig, WorkspaceConfig
+    from t2g_core.config import EvaluateConfig, HoldoutConfig, WorkspaceConfig
     from t2g_core.store import ArtifactStore, artifact_key
     from tasks.evaluate import evaluate_policy
 
@@ -98,7 +98,7 @@ def test_prefect_task_writes_results_logs_and_reuses_them(tiny_model_dir, tmp_pa
         adapter_dir=str(adapter), run_dir=str(run_dir), digest="d", steps=2, history_path=str(run_dir / "history.json")
     )
     settings = EvaluateSettings(
-        evaluate=EvaluateConfig(max_new_tokens=4, bootstrap_samples=200), data=DataConfig(eval_fraction=0.5)
+        evaluate=EvaluateConfig(max_new_tokens=4, bootstrap_samples=200), holdout=HoldoutConfig(eval_fraction=0.5)
     )
     args = (
         ref,

@@ -19,7 +19,7 @@ def _sets(tiny_model_dir, tmp_path, mode, steps):
         f"models.policy={tiny_model_dir}",
         f"models.reward_model_base={tiny_model_dir}",
         "data.n_items=12",
-        "data.eval_fraction=0.25",
+        "holdout.eval_fraction=0.25",
         f"ppo.steps={steps}",
         "ppo.batch_size=4",
         "ppo.minibatches=2",
