@@ -25,6 +25,16 @@ PROJECT = Path(__file__).resolve().parents[1]
 PLACEABLE = ("annotate", "align_and_validate", "train_reward_model", "train_policy", "evaluate")
 
 
+def form_defaults(workspace: str) -> dict:
+    """The ``config`` parameter the text2grad deployment is registered with: only this workspace. Every other field
+    shows the code's defaults in the UI form (the ones `t2g run` and `t2g demo` use), so a deployment registered
+    before a config field was added or renamed still starts."""
+    from t2g_core.config import PipelineConfig
+
+    root = str(Path(workspace).resolve())
+    return {"workspace": PipelineConfig.model_validate({"workspace": {"root": root}}).workspace.model_dump(mode="json")}
+
+
 def build_deployments(
     workspace: str, *, sensor_interval: float = 60, cron: str | None = None, debounce: float = 30
 ) -> list:
@@ -32,14 +42,8 @@ def build_deployments(
 
     from flows.feedback import EVENT, RESOURCE_PREFIX, feedback_sensor, reannotate
     from flows.text2grad import text2grad
-    from t2g_core.config import PipelineConfig
 
-    root = str(Path(workspace).resolve())
-    # only the workspace is fixed; every other field takes the code's current default, so a deployment registered
-    # before a config field was added or renamed still starts
-    config = {
-        "workspace": PipelineConfig.model_validate({"workspace": {"root": root}}).workspace.model_dump(mode="json")
-    }
+    config = form_defaults(workspace)
     trigger = DeploymentEventTrigger(
         name="feedback-landed",
         expect={EVENT},

@@ -47,3 +47,48 @@ def test_every_field_is_documented():
 def test_round_trip_through_json_schema_names():
     dumped = PipelineConfig().model_dump(mode="json", by_alias=True)
     assert "validate" in dumped and PipelineConfig.model_validate(dumped) == PipelineConfig()
+
+
+def _descriptions(model, prefix=""):
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        yield f"{prefix}{name}", field.description
+        if isinstance(value, BaseModel):
+            yield from _descriptions(value, f"{prefix}{name}.")
+
+
+def test_every_field_is_documented_in_markdown_safe_text():
+    """The Prefect UI renders descriptions as Markdown: a bare ``<workspace>`` is swallowed as an HTML tag (the form
+    showed "default sqlite:////mlflow.db"); placeholders belong in backticks."""
+    import re
+
+    for path, text in _descriptions(PipelineConfig()):
+        assert text, f"{path} has no description"
+        outside_code = re.sub(r"`[^`]*`", "", text)
+        assert not re.search(r"<[A-Za-z/]", outside_code), f"{path}: {text!r}"
+
+
+def test_demo_ui_form_and_cli_share_one_set_of_defaults(tmp_path, monkeypatch):
+    """`t2g demo`, `t2g run` and the UI form all start from PipelineConfig's defaults (the demo used to add sampled
+    evaluation that the form did not have)."""
+    from typer.testing import CliRunner
+
+    import t2g_cli.run as run_cmd
+    from t2g_cli import app
+
+    seen = []
+    monkeypatch.setattr(run_cmd, "_run_pipeline", lambda cfg, refresh: seen.append(cfg) or ({}, {}))
+    monkeypatch.setattr(run_cmd, "_print_summary", lambda *a: None)
+    for args in (["demo", "-w", str(tmp_path)], ["run", "-w", str(tmp_path)]):
+        assert CliRunner().invoke(app, args).exit_code == 0
+    default = PipelineConfig.model_validate({"workspace": {"root": str(tmp_path.resolve())}})
+    assert seen == [default, default]
+    import importlib.util
+    from pathlib import Path
+
+    serve_py = Path(__file__).resolve().parents[2] / "deployments" / "serve.py"
+    spec = importlib.util.spec_from_file_location("serve", serve_py)
+    serve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve)
+    assert serve.form_defaults(str(tmp_path)) == {"workspace": default.workspace.model_dump(mode="json")}
+    assert default.evaluate.do_sample is True  # the demo's sampled evaluation is everyone's default

@@ -137,3 +137,46 @@ def test_parent_run_is_reused_on_retry_and_lineage_walks_back_to_feedback(tmp_pa
         d.dataset.digest for r in stages if r.data.tags["t2g.stage"] == "feedback" for d in r.inputs.dataset_inputs
     )
     assert feedback_sha in text
+
+
+def test_lineage_follows_only_producers_that_finished_before_the_consumer(tmp_path, mlflow_template_db):
+    """A later run that outputs the same content (a re-annotation that changed nothing) is not the producer of what
+    an earlier consumer read: before, lineage took the newest run with that digest and ended at it."""
+    import shutil
+    import time
+
+    import mlflow
+
+    from t2g_cli.lineage import lineage_chain
+    from tasks import tracking
+
+    (tmp_path / "ws").mkdir()
+    shutil.copy(mlflow_template_db, tmp_path / "ws" / "mlflow.db")
+    ws = WorkspaceConfig(root=str(tmp_path / "ws"), mlflow_tracking_uri=f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}")
+    ref = ArtifactStore(Path(ws.root) / "artifacts").write("feedback", "k", _feedback(3), "feedback")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    with tracking.stage_run("annotate", {}, ws) as first:
+        tracking.log_output(ref, "annotations")
+    time.sleep(0.05)
+    with tracking.stage_run("reward_model", {}, ws):
+        tracking.log_dataset(ref, "annotations", "training")  # logged without its producer (older runs did)
+        version = tracking.log_adapter_model(adapter, "lineage-time-test", alias="champion")
+    time.sleep(0.05)
+    with tracking.stage_run("merge_annotations", {}, ws) as later:  # a re-annotation that changed nothing, later
+        tracking.log_output(ref, "annotations")
+    chain = "\n".join(line for _, line in lineage_chain("lineage-time-test", version, tracking.tracking_uri(ws)))
+    assert first.info.run_id in chain and later.info.run_id not in chain
+    assert mlflow.get_run(later.info.run_id).info.status == "FINISHED"
+
+
+def test_stage_runs_carry_no_placeholder_urls(tmp_path, monkeypatch):
+    """Without a Prefect UI URL (ephemeral API) Prefect's flow-run URL is "None/flow-runs/...": not a tag."""
+    from prefect import flow
+
+    from tasks.tracking import prefect_tags
+
+    monkeypatch.delenv("PREFECT_UI_URL", raising=False)
+    tags = flow(name="tag-test")(prefect_tags)()
+    assert tags["prefect.flow_run_id"] and not [v for v in tags.values() if v.startswith("None")]

@@ -1,0 +1,56 @@
+"""The policy is promoted to ``champion`` by the reward model's rule: its evaluation verdict against the policy
+before PPO must be "better" on the task's primary metric, and its score must beat the champion's."""
+
+from __future__ import annotations
+
+import json
+
+from t2g_core.stages.evaluate import promotion
+
+
+def _summary(verdict: str, fact_error: float, task: str = "summarization") -> dict:
+    return {
+        "task": task,
+        "policies": {"ppo": {"metrics": {"fact_error": fact_error, "rougeL": 0.9}}},
+        "comparisons": [
+            {"policy": "ppo", "baseline": "warm_start", "metric": "rougeL", "verdict": "better"},
+            {"policy": "ppo", "baseline": "warm_start", "metric": "fact_error", "verdict": verdict},
+        ],
+    }
+
+
+def test_the_primary_metric_decides_and_lower_error_scores_higher():
+    assert promotion(_summary("better", 0.2), "ppo") == ("fact_error", -0.2)
+    assert promotion(_summary("no clear difference", 0.2), "ppo") is None  # rougeL "better" does not count
+    assert promotion(_summary("worse", 0.2), "ppo") is None
+    code = {
+        "task": "code",
+        "policies": {"ppo": {"metrics": {"pass@1": 0.5}}},
+        "comparisons": [{"policy": "ppo", "metric": "pass@1", "verdict": "better"}],
+    }
+    assert promotion(code, "ppo") == ("pass@1", 0.5)
+
+
+def test_champion_moves_only_to_a_better_evaluated_policy(workspace_cfg, tmp_path):
+    from mlflow import MlflowClient
+
+    from t2g_core.stages.refs import EvaluationRef
+    from tasks import tracking
+    from tasks.evaluate import promote_policy
+    from tasks.ppo import POLICY_MODEL
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    client, champions = MlflowClient(tracking.tracking_uri(workspace_cfg)), []
+    for n, (verdict, error) in enumerate(
+        [("better", 0.2), ("no clear difference", 0.05), ("better", 0.1), ("better", 0.3)]
+    ):
+        with tracking.stage_run("ppo", {}, workspace_cfg):
+            version = tracking.log_adapter_model(adapter, POLICY_MODEL, alias="candidate")
+        summary = tmp_path / f"summary{n}.json"
+        summary.write_text(json.dumps(_summary(verdict, error)))
+        ref = EvaluationRef(path=str(tmp_path), summary=str(summary), report="r", n_rows=1, task="summarization")
+        promote_policy(ref, version, lambda _m: None)
+        champions.append(str(client.get_model_version_by_alias(POLICY_MODEL, "champion").version))
+    assert champions == ["1", "1", "3", "3"]
