@@ -54,4 +54,14 @@ def placed(stage_flow: Any, pool: str | None, **params: Any) -> Any:
             f"{name}: flow run {flow_run.id} on pool {pool!r} ended {flow_run.state.name}: "
             f"{flow_run.state.message or ''}"
         )
-    return flow_run.state.result()
+    return _typed(stage_flow, flow_run.state.result())
+
+
+def _typed(stage_flow: Any, result: Any) -> Any:
+    """The result as the flow's declared return type (typed references come back from storage as plain JSON)."""
+    import typing
+
+    from pydantic import TypeAdapter
+
+    returns = typing.get_type_hints(stage_flow.fn).get("return", Any)
+    return TypeAdapter(returns).validate_python(result)

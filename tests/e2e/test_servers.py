@@ -1,15 +1,18 @@
 """End to end against real servers: `deployments/up.sh` starts `prefect server`, `mlflow server` and the serve process
-on free 127.0.0.1 ports; a text2grad run is started through the REST API exactly as the UI's Run button does; a file
-dropped in the inbox is announced by the sensor and re-annotated by the event-triggered deployment; MLflow is queried
-for the lineage; `deployments/down.sh` stops exactly the processes up.sh recorded.
+on free 127.0.0.1 ports; the stage flows are deployed on a process work pool with a worker; a text2grad run is started
+through the REST API exactly as the UI's Run button does, with its evaluation placed on that pool; its process is
+killed during PPO and the run is retried as the UI's Retry button does; a file dropped in the inbox is announced by the
+sensor and re-annotated by the event-triggered deployment; MLflow is queried for the lineage; `deployments/down.sh`
+stops exactly the processes up.sh recorded.
 
-Runs the real stages that exist, on a tiny configuration.
+Runs the real stages on a tiny configuration.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +26,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+POOL = "t2g-e2e-pool"
 
 TINY = {
     "data": {"n_items": 24, "seed": 3},
@@ -39,7 +43,7 @@ TINY = {
     "validate": {"review": "auto", "sample_size": 8},
     "reward_model": {"max_steps": 2, "batch_size": 4, "max_new_tokens": 16},
     "ppo": {
-        "steps": 2,
+        "steps": 12,
         "batch_size": 4,
         "minibatches": 1,
         "ppo_epochs": 1,
@@ -94,6 +98,79 @@ def servers(tmp_path):
         assert [n for n, pid in pids.items() if _alive(pid)] == [], "down.sh left processes running"
 
 
+@pytest.fixture
+def worker(servers):
+    """A process work pool with the stage flows deployed on it (``deployments/serve.py --pool``) and a worker."""
+    ws, info = servers
+    env = {**os.environ, "PREFECT_API_URL": info["prefect_api"], "MLFLOW_TRACKING_URI": info["mlflow"]}
+    bin_dir = Path(sys.executable).parent
+    for cmd in (
+        [str(bin_dir / "prefect"), "work-pool", "create", POOL, "--type", "process"],
+        [sys.executable, "deployments/serve.py", "--workspace", str(ws), "--pool", POOL],
+    ):
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    log = open(ws / "run" / "worker.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [str(bin_dir / "prefect"), "worker", "start", "--pool", POOL, "--type", "process"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield ws, info
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGTERM, signal.SIGKILL):
+            if proc.poll() is None:
+                os.killpg(proc.pid, sig)
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+        log.close()
+
+
+def _flow_run_process(flow_run_id: str) -> int | None:
+    """PID of the process executing ``flow_run_id`` (its environment names the flow run)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"PREFECT__FLOW_RUN_ID={flow_run_id}".encode() in env.split(b"\0"):
+            return int(proc.name)
+    return None
+
+
+def _kill_during_ppo(api: httpx.Client, ws: Path, flow_run_id: str, timeout: float) -> None:
+    """Wait until PPO saved a checkpoint, then kill -9 the flow run's process (an OOM kill, a lost node)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if list((ws / "checkpoints" / "ppo").glob("*/checkpoints/latest")):
+            pid = _flow_run_process(flow_run_id)
+            assert pid is not None, "no process runs the flow run"
+            os.kill(pid, signal.SIGKILL)
+            return
+        run = api.get(f"/flow_runs/{flow_run_id}").json()
+        assert run["state_type"] not in TERMINAL, f"the run ended before PPO checkpointed: {run['state_name']}"
+        time.sleep(0.2)
+    raise AssertionError("PPO saved no checkpoint in time")
+
+
+def _logs(api: httpx.Client) -> str:
+    out, offset = [], 0
+    while True:
+        page = api.post("/logs/filter", json={"limit": 200, "offset": offset}).json()
+        out += [entry["message"] for entry in page]
+        if len(page) < 200:
+            return "\n".join(out)
+        offset += 200
+
+
 def _create_flow_run(api: httpx.Client, deployment_id: str, parameters: dict) -> dict:
     """POST create_flow_run as the UI does; a busy SQLite server may answer 5xx once, so try three times and report."""
     answers = []
@@ -134,21 +211,42 @@ def _runs_of(api: httpx.Client, flow_name: str) -> list[dict]:
     return api.post("/flow_runs/filter", json=body).json()
 
 
-def test_ui_run_reannotation_event_and_lineage(servers):
-    ws, info = servers
+def test_ui_run_crash_retry_placement_reannotation_and_lineage(worker):
+    ws, info = worker
     api = httpx.Client(base_url=info["prefect_api"], timeout=30)
     names = {d["name"] for d in api.post("/deployments/filter", json={}).json()}
     assert {"text2grad", "feedback-sensor", "reannotate"} <= names
 
-    # 1. the UI's Run button: POST /deployments/{id}/create_flow_run with the form's parameters
+    # 1. the UI's Run button: POST /deployments/{id}/create_flow_run with the form's parameters; evaluation placed on
+    #    the work pool
     dep = api.get("/deployments/name/text2grad/text2grad").json()
-    config = {**dep["parameters"]["config"], **TINY}  # the form's defaults: this workspace; the rest tiny
-    assert config["workspace"]["root"] == str(ws)
+    config = {**dep["parameters"]["config"], **TINY, "placement": {"evaluate": POOL}}
+    assert config["workspace"]["root"] == str(ws)  # the form's defaults: this workspace; the rest tiny
     created = _create_flow_run(api, dep["id"], {"config": config})
+    _crash_and_retry(api, ws, created)
+    _reannotation(api, ws)
+    _mlflow_lineage(info, created)
+
+
+def _crash_and_retry(api: httpx.Client, ws: Path, created: dict) -> None:
+    """2. the process dies during PPO; the UI's Retry button re-runs the same flow run, which resumes."""
+    _kill_during_ppo(api, ws, created["id"], 420)
+    crashed = _wait_flow_run(api, created["id"], 120)
+    assert crashed["state_type"] == "CRASHED", _why(crashed, ws)
+    retry = {"state": {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}, "force": True}
+    assert api.post(f"/flow_runs/{created['id']}/set_state", json=retry).status_code < 300
     run = _wait_flow_run(api, created["id"], 420)
     assert run["state_type"] == "COMPLETED", _why(run, ws)
+    logs = _logs(api)
+    assert "retrying; the previous attempt ended Crashed" in logs and "PPO resumes from step-" in logs, logs[-3000:]
+    stale = api.post("/task_runs/filter", json={"task_runs": {"state": {"type": {"any_": ["RUNNING", "PENDING"]}}}})
+    assert stale.json() == [], "a killed task run was left Running"
+    placed = [r for r in api.post("/flow_runs/filter", json={}).json() if r.get("work_pool_name") == POOL]
+    assert [r["state_type"] for r in placed] == ["COMPLETED"]  # evaluate ran on the pool's worker
 
-    # 2. new feedback in the inbox -> sensor event -> reannotate run (debounced) -> a new feedback version
+
+def _reannotation(api: httpx.Client, ws: Path) -> None:
+    """3. new feedback in the inbox -> sensor event -> reannotate run (debounced) -> new versions of both datasets."""
     from t2g_core.demo import make_demo_feedback
 
     new = make_demo_feedback("summarization", 3, seed=99)
@@ -163,9 +261,12 @@ def test_ui_run_reannotation_event_and_lineage(servers):
     done = _wait_flow_run(api, reruns[0]["id"], 120)
     assert done["state_type"] == "COMPLETED", _why(done, ws)
     latest = json.loads((ws / "artifacts" / "feedback" / "LATEST.json").read_text())
-    assert latest["version"] == 2 and latest["n_rows"] == 24 + 3
+    annotations = json.loads((ws / "artifacts" / "annotations" / "LATEST.json").read_text())
+    assert latest["version"] == 2 and latest["n_rows"] == annotations["n_rows"] == 24 + 3
 
-    # 3. lineage in MLflow (over HTTP): the pipeline's parent run, its stage runs, datasets linked by content digest
+
+def _mlflow_lineage(info: dict, created: dict) -> None:
+    """4. MLflow (over HTTP): one parent run, the killed stage run closed, every stage output linked, lineage."""
     import mlflow
 
     client = mlflow.MlflowClient(info["mlflow"])
@@ -174,13 +275,17 @@ def test_ui_run_reannotation_event_and_lineage(servers):
         [exp.experiment_id], f"tags.`prefect.flow_run_id` = '{created['id']}' and tags.`t2g.role` = 'pipeline'"
     )
     assert len(parent) == 1 and parent[0].info.status == "FINISHED"
-    stages = {
-        r.data.tags["t2g.stage"]: r
-        for r in client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent[0].info.run_id}'")
-    }
+    children = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent[0].info.run_id}'")
+    assert sorted(r.info.status for r in children if r.data.tags["t2g.stage"] == "ppo") == ["FINISHED", "KILLED"]
+    stages = {r.data.tags["t2g.stage"]: r for r in children if r.info.status == "FINISHED"}
     assert {"feedback", "build_models", "annotate", "align", "validate", "reward_model", "ppo", "evaluate"} <= set(
         stages
     )
+    links = {
+        k.removeprefix("t2g.stage_run."): v for k, v in parent[0].data.tags.items() if k.startswith("t2g.stage_run.")
+    }
+    assert links["policy"] == stages["ppo"].info.run_id and links["evaluation"] == stages["evaluate"].info.run_id
+    assert {"pipeline.json", "evaluation"} <= {a.path for a in client.list_artifacts(parent[0].info.run_id)}
     produced = {d.dataset.digest for d in stages["feedback"].inputs.dataset_inputs}
     consumed = {d.dataset.digest for d in stages["annotate"].inputs.dataset_inputs if d.dataset.name == "feedback"}
     assert consumed and consumed <= produced
