@@ -70,3 +70,15 @@ def test_refresh_recomputes_ppo_and_evaluation_but_not_the_reward_model(tmp_path
     assert Path(again["evaluation"].summary).stat().st_mtime_ns > summary_written  # scored again
     assert (folders["reward_model"] / "left-by-the-first-run").exists()  # upstream of ppo: cached, untouched
     assert again["reward_model"] == out["reward_model"]
+
+
+@pytest.mark.parametrize("name", FULL)
+def test_placed_stage_groups_have_a_deployment_on_their_pool(name):
+    """The recipes, docs and deployments/prefect.yaml name the same pools (before: t2g-gpu vs t2g-gpu-k8s)."""
+    import yaml
+
+    placement = load_config(ROOT / "recipes" / f"{name}.yaml").placement.model_dump()
+    deployments = yaml.safe_load((ROOT / "deployments" / "prefect.yaml").read_text())["deployments"]
+    on_pool = {(d["entrypoint"].rsplit(":", 1)[1], d["work_pool"]["name"]) for d in deployments}
+    placed = {(group, pool) for group, pool in placement.items() if pool}
+    assert placed and placed <= on_pool
