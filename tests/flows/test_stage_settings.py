@@ -217,7 +217,11 @@ def stand_ins(monkeypatch, tmp_path, prefect_harness):
     monkeypatch.setattr(tasks.reward_model, "train_reward_model", spies["reward_model"])
     monkeypatch.setattr(tasks.ppo, "train_policy", spies["ppo"])
     monkeypatch.setattr(tasks.evaluate, "evaluate_policy", spies["evaluate"])
-    monkeypatch.setattr(tasks.pipeline, "record_outputs", task(name="stand-in-record")(lambda outputs, ws: None))
+    import flows.text2grad
+
+    record = task(name="stand-in-record")(lambda outputs, ws: None)
+    monkeypatch.setattr(tasks.pipeline, "record_outputs", record)
+    monkeypatch.setattr(flows.text2grad, "record_outputs", record)  # imported by name when the flow module loads
     RECORDED.clear()
     EXECUTED.clear()
     return tmp_path
