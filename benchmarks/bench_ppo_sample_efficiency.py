@@ -51,6 +51,17 @@ def _models_cfg(args):
         policy_sft_lr=3e-3,
         warm_start_batch_size=32,
     )
+    if getattr(args, "smoke", False):  # a policy that only has to exist
+        tiny = tiny.model_copy(
+            update={
+                "vocab_size": 256,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "policy_noise_steps": 2,
+                "policy_sft_examples": 64,
+                "policy_sft_batch_size": 8,
+            }
+        )
     return ModelsConfig(tiny=tiny)
 
 

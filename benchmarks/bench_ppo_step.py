@@ -53,7 +53,12 @@ def main() -> None:
         args.workdir = str(out_dir / "work-ppo")  # the policy bench_ppo_sample_efficiency --smoke builds, too
     if args.policy is None:
         build = argparse.Namespace(
-            build_threads=1, workdir=args.workdir, lm_steps=0, extra_sft_steps=0, sft_steps=5 if args.smoke else 300
+            build_threads=1,
+            workdir=args.workdir,
+            lm_steps=0,
+            extra_sft_steps=0,
+            sft_steps=5 if args.smoke else 300,
+            smoke=args.smoke,
         )
         args.policy = str(build_policy(build))
 

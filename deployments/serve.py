@@ -68,15 +68,16 @@ def build_deployments(
     ]
 
 
-def deploy_stage_flows(pool: str, workspace: str, project: Path = PROJECT) -> list[str]:
-    """Register the placeable stage flows on work pool ``pool`` (from ``project``'s source); returns their names."""
+def deploy_stage_flows(pool: str, workspace: str, project: Path = PROJECT, groups=PLACEABLE) -> list[str]:
+    """Register the placeable stage flows (``groups`` of them) on work pool ``pool`` from ``project``'s source;
+    returns their names."""
     from prefect import flow as prefect_flow
 
     import flows.stages as stages
 
     results = str(Path(workspace).resolve() / "prefect-results")
     names = []
-    for attr in PLACEABLE:
+    for attr in groups:
         stage_flow = getattr(stages, attr)
         remote = prefect_flow.from_source(source=str(project), entrypoint=f"flows/stages.py:{attr}")
         remote.deploy(
@@ -100,13 +101,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--debounce", type=float, default=30.0, help="Seconds a burst of new files is collected.")
     parser.add_argument("--limit", type=int, default=2, help="Flow runs executed at once.")
     parser.add_argument("--pool", default=None, help="Register the stage flows on this work pool and exit.")
+    parser.add_argument("--groups", default=",".join(PLACEABLE), help="With --pool: which stage groups.")
     args = parser.parse_args(argv)
 
     from t2g_cli.runtime import prepare_environment
 
     prepare_environment(args.workspace)
     if args.pool:
-        for name in deploy_stage_flows(args.pool, args.workspace):
+        for name in deploy_stage_flows(args.pool, args.workspace, groups=args.groups.split(",")):
             print(f"deployment {name} on work pool {args.pool}")
         return
     from prefect import serve

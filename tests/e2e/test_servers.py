@@ -106,7 +106,7 @@ def worker(servers):
     bin_dir = Path(sys.executable).parent
     for cmd in (
         [str(bin_dir / "prefect"), "work-pool", "create", POOL, "--type", "process"],
-        [sys.executable, "deployments/serve.py", "--workspace", str(ws), "--pool", POOL],
+        [sys.executable, "deployments/serve.py", "--workspace", str(ws), "--pool", POOL, "--groups", "evaluate"],
     ):
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
