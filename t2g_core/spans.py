@@ -61,6 +61,8 @@ class ParsedFeedback:
     status: str = "ok"
     error: str | None = None
     raw: str | None = None
+    outcome: float | None = None  # a critic's overall verdict in [-1, 1] (code: from the pass rate), when it has one
+    degenerate: bool = False  # no real attempt: empty, crashes its harness, hangs past its timer (worst of all)
 
     @property
     def ok(self) -> bool:

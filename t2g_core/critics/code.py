@@ -28,6 +28,7 @@ from t2g_core.critics.testcases import TestCase, split_check
 from t2g_core.spans import ParsedFeedback
 
 FAILED = ("fail", "error", "timeout")
+DEGENERATE = ("killed", "timeout")  # every case ends like this: the program crashed its harness or never returned
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
 
 
@@ -111,10 +112,11 @@ class CodeCritic:
     def run(self, row: dict[str, Any]) -> tuple[Program, list[TestCase], SandboxRun]:
         program = build_program(row.get("prompt") or "", row.get("response") or "", row.get("entry_point"))
         cases = split_check(row["tests"])
+        tests = [{"code": c.code} for c in cases]
         return (
             program,
             cases,
-            run_cases(program.source, [{"code": c.code} for c in cases], row.get("entry_point"), self.limits),
+            run_cases(program.source, tests, row.get("entry_point"), self.limits, prelude=row.get("prompt") or ""),
         )
 
     def critique(self, row: dict[str, Any]) -> ParsedFeedback:
@@ -129,13 +131,21 @@ class CodeCritic:
         if not cases:
             return ParsedFeedback(None, status="sandbox_error", error="the tests hold no assertion on candidate")
         raw = _raw_report(run)
-        if run.error or (run.results and all(r.outcome == "killed" for r in run.results)) or not run.results:
+        judged = [r for r in run.results if r.outcome != "judge_error"]  # the tests' own failures blame no one
+        if run.error or not judged:
             return ParsedFeedback(None, status="sandbox_error", error=run.error or _first_message(run), raw=raw)
-        lines = self.fault_lines(program, run.results)
         response = row.get("response") or ""
-        spans = [q for q in (unique_quote(response, program.code_start, k) for k in lines) if q]
-        spans = list(dict.fromkeys(spans))
-        return ParsedFeedback(critique_text(cases, run.results, spans), [], spans, None, "ok", None, raw)
+        code = _code_text(response, program)
+        outcome = 2 * sum(r.outcome == "pass" for r in judged) / len(judged) - 1
+        if outcome == 1:  # correct code is rewarded, not just left unpunished
+            return ParsedFeedback(critique_text(cases, judged, []), [code], [], None, "ok", None, raw, outcome)
+        degenerate = not code or all(r.outcome in DEGENERATE for r in judged)
+        lines = [] if degenerate else self.fault_lines(program, judged)
+        spans = list(dict.fromkeys(q for q in (unique_quote(response, program.code_start, k) for k in lines) if q))
+        if not spans and code:  # a failure no line explains (a crash at import, a hang): all of the code
+            spans = [code]
+        text = "The response holds no code." if not code else critique_text(cases, judged, spans)
+        return ParsedFeedback(text, [], spans, None, "ok", None, raw, outcome, degenerate)
 
     def critique_batch(self, rows: list[dict[str, Any]], workers: int = 2) -> list[ParsedFeedback]:
         """The reward-source protocol: one ParsedFeedback per row, in order (sandboxes run ``workers`` at a time)."""
@@ -196,6 +206,12 @@ def passthrough_lines(program: Program) -> set[int]:
         for node in ast.walk(tree)
         if isinstance(node, ast.stmt) and _is_passthrough(node)
     }
+
+
+def _code_text(response: str, program: Program) -> str:
+    """The response's code (the fenced block, or the whole response), stripped: what a whole-code span quotes."""
+    fenced = _FENCE.search(response)
+    return (fenced.group(1) if fenced else response).strip()
 
 
 def _first_message(run: SandboxRun) -> str:

@@ -1,26 +1,24 @@
-"""Run untrusted Python against test cases in a sandboxed subprocess; one JSON result per case.
+"""Run untrusted code against test cases so that nothing the code does can forge a result.
 
-Layers, outermost first (what is used is reported in :attr:`SandboxRun.isolation`):
+Two sandboxed processes, each wrapped by an isolation backend (:mod:`t2g_core.critics.isolation`):
 
-- **namespaces** (root with ``unshare`` available): ``unshare --net --pid --fork --kill-child``: a fresh network
-  namespace with no interface up (no network at all, loopback included) and a PID namespace, so killing the
-  sandbox kills every process it started. Without root or ``unshare`` there is no network namespace; the audit
-  hook's socket guard (below) is then the only network block.
-- **a throwaway user**: as root, the harness drops to a per-sandbox uid/gid (no supplementary groups), so it
-  cannot write the checkout or read root's files, and ``RLIMIT_NPROC`` counts only its own processes.
-- **rlimits** set in ``preexec_fn``: CPU seconds, address space, process count, file size, open files, no core.
-- **a temporary work directory** (owned by the sandbox uid, removed afterwards) as cwd and ``HOME``; a minimal
-  environment (``PATH``, ``LANG``, ``HOME``): no secret of the parent's environment is passed on.
-- **an audit hook** in the harness (:mod:`t2g_core.critics.sandbox_child`) refusing fork/exec/subprocess, ctypes,
-  sockets, writes outside the work directory and ``/proc/*/environ``.
-- **a new session**: on timeout the whole process group is killed (and with namespaces, the whole PID namespace).
+- the **candidate** (:mod:`t2g_core.critics.sandbox_candidate`) runs the untrusted program and answers calls to
+  its entry point with plain data (:mod:`t2g_core.critics.plain`), never anything else;
+- the **judge** (:mod:`t2g_core.critics.sandbox_judge`) runs the trusted tests; its ``candidate`` is a proxy whose
+  calls this process relays to the candidate, so the comparisons, the entry point's resolution and each case's
+  verdict happen in a process untrusted code never runs in, and only the judge's channel carries verdicts.
 
-Cases run one at a time with a per-case timer; if the process dies or hangs, the case in progress is reported as
-``killed`` and a fresh sandbox continues with the remaining cases.
+This parent relays calls with a deadline per call (the candidate's own timer reports the line that was running;
+a loop that swallows it is killed here), restarts a candidate that died or hung for the next case, and blames every
+failure the candidate causes on the candidate: an exception, a timeout, a crash, ``os._exit``, a missing entry point,
+a value that is not plain data or too large. Outcomes: ``pass``, ``fail`` (an assertion did not hold), ``error``,
+``timeout``, ``killed``, ``syntax_error`` (all of them the candidate's), and ``judge_error`` (the tests could not run:
+not the candidate's fault). Limits (rlimits) apply to both processes; both die with this one.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import itertools
 import json
@@ -31,14 +29,15 @@ import selectors
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HARNESS = Path(__file__).with_name("sandbox_child.py")
+from t2g_core.critics.isolation import Isolation, IsolationUnavailable, resolve
+
+HERE = Path(__file__).parent
 PRELOAD = (
     "math",
     "cmath",
@@ -67,7 +66,6 @@ PRELOAD = (
     "dataclasses",
     "enum",
     "encodings.idna",
-    "socket",
     "traceback",
     "linecache",
     "tokenize",
@@ -80,25 +78,31 @@ PRELOAD = (
     "time",
     "calendar",
     "_strptime",
+    "base64",
 )
+CANDIDATE_FAULTS = ("fail", "error", "timeout", "killed", "syntax_error")
+MAX_LINE = 4 << 20  # a reply line longer than this is the candidate flooding the channel
 _UIDS = itertools.count()
 UID_BASE, UID_SPAN = 61000, 2000
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    timeout_s: float = 5.0  # per case (wall clock)
+    timeout_s: float = 5.0  # per call of the candidate (wall clock)
     memory_mb: int = 512  # address space
     max_procs: int = 16
     max_file_mb: int = 16
     startup_s: float = 5.0  # allowance for interpreter start-up on a loaded machine
+    max_value_kb: int = 1024  # a returned value larger than this (as plain data) is a failure
+    isolation: str = "auto"  # auto | bwrap | unshare | none (see t2g_core.critics.isolation)
     audit_guard: bool = True  # the in-process layer; tests turn it off to show the OS layers hold on their own
 
 
 @dataclass(frozen=True)
 class CaseResult:
     index: int
-    outcome: str  # pass | fail | error | timeout | killed | syntax_error
+    outcome: str  # pass | fail | error | timeout | killed | syntax_error | judge_error
     message: str | None
     line: int | None  # program line that raised (or was running at timeout), if in the program
     covered: tuple[int, ...] = ()
@@ -109,172 +113,279 @@ class SandboxRun:
     results: list[CaseResult] = field(default_factory=list)
     isolation: str = ""
     error: str | None = None  # the sandbox itself failed (not the code under test)
-    uids: list[int] = field(default_factory=list)  # throwaway uids used (as root), for audits and tests
+    uids: list[int] = field(default_factory=list)  # throwaway uids used (as root, unshare/none), for audits
 
 
-@functools.lru_cache(maxsize=1)
-def namespaces_available() -> bool:
-    """True when we are root and ``unshare --net --pid --fork`` works here."""
-    exe = shutil.which("unshare")
-    if os.geteuid() != 0 or exe is None:
-        return False
-    try:
-        done = subprocess.run(
-            [exe, "--net", "--pid", "--fork", "--kill-child", "true"], capture_output=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
+@functools.cache
+def _script(name: str) -> str:
+    """A sandbox script's source with the plain-value codec in front (it runs with ``-I``: nothing is importable)."""
+    return (
+        (HERE / "plain.py").read_text(encoding="utf-8")
+        + "\n"
+        + (HERE / f"sandbox_{name}.py").read_text(encoding="utf-8")
+    )
 
 
-def _preexec(limits: SandboxLimits, n_cases: int):
-    cpu = int(n_cases * limits.timeout_s + limits.startup_s) + 1
-    mem = limits.memory_mb * 1024 * 1024
-    fsize = limits.max_file_mb * 1024 * 1024
+def _user_processes() -> int:
+    uid = os.getuid()
+    count = 0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            if f"\nUid:\t{uid}\t" in status.read_text():
+                count += 1
+        except OSError:
+            continue
+    return count
 
-    def apply() -> None:  # runs in the child between fork and exec: async-signal-safe calls only
+
+def _preexec(limits: SandboxLimits):
+    cpu = int(limits.startup_s + 60 * limits.timeout_s) + 1
+    mem, fsize = limits.memory_mb << 20, limits.max_file_mb << 20
+    nproc = limits.max_procs + (0 if os.geteuid() == 0 else _user_processes())  # a normal user's limit is per uid
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def apply() -> None:  # in the child between fork and exec
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with us, even on kill -9
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_procs, limits.max_procs))
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
     return apply
 
 
-def _command() -> tuple[list[str], str]:
-    python = [sys.executable, "-I", "-B", str(HARNESS)]
-    if namespaces_available():
-        return [
-            shutil.which("unshare") or "unshare",
-            "--net",
-            "--pid",
-            "--fork",
-            "--kill-child",
-            *python,
-        ], "netns+pidns+uid"
-    if os.geteuid() == 0:
-        return python, "uid"
-    return python, "same-user"
+class _Process:
+    """One sandboxed interpreter speaking JSON lines on stdin/stdout."""
 
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _parse(stdout: bytes, nonce: str) -> list[CaseResult]:
-    out = []
-    for line in stdout.decode("utf-8", "replace").splitlines():
-        if not line.startswith(nonce + " "):
-            continue
-        d = json.loads(line[len(nonce) + 1 :])
-        out.append(CaseResult(d["index"], d["outcome"], d.get("message"), d.get("line"), tuple(d.get("covered", ()))))
-    return out
-
-
-def _read_results(proc: subprocess.Popen, job: dict[str, Any], limits: SandboxLimits) -> tuple[bytes, str | None]:
-    """Collect stdout; the deadline restarts at each result line, so a hung case costs at most its own timeout."""
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    data, seen = b"", 0
-    deadline = time.monotonic() + limits.startup_s + limits.timeout_s + 0.5
-    try:
-        while True:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                return data, f"killed after {limits.timeout_s:g} s (case did not finish)"
-            if not sel.select(timeout=wait):
-                continue
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:
-                return data, None
-            data += chunk
-            lines = data.count(b"\n")
-            if lines > seen:
-                seen, deadline = lines, time.monotonic() + limits.timeout_s + 0.5
-    finally:
-        sel.close()
-
-
-def _one_process(
-    job: dict[str, Any], limits: SandboxLimits, workdir: Path, uid: int
-) -> tuple[list[CaseResult], str | None, str]:
-    """Run the harness once; returns (results received, why it stopped early or None, isolation)."""
-    cmd, isolation = _command()
-    if os.geteuid() == 0:
-        os.chown(workdir, uid, uid)
-        job = dict(job, uid=uid, gid=uid)
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(workdir)}
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(
+    def __init__(self, name: str, iso: Isolation, limits: SandboxLimits, job: dict[str, Any]):
+        self.host_dir: str | None = None
+        cmd, workdir = iso.wrap([iso.interpreter, "-I", "-B", "-c", _script(name)])
+        if iso.needs_host_dir:
+            self.host_dir = workdir = tempfile.mkdtemp(prefix="t2g-sandbox-")
+            if job.get("uid") is not None:
+                os.chown(workdir, job["uid"], job["gid"])
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir or "/"}
+        self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=err,
-            cwd=workdir,
+            stderr=subprocess.DEVNULL,
+            cwd=self.host_dir,
             env=env,
-            preexec_fn=_preexec(limits, len(job["cases"])),
+            preexec_fn=_preexec(limits),
             start_new_session=True,
         )
+        self.buffer = b""
+        self.send({**job, "workdir": workdir})
+
+    def send(self, message: dict[str, Any]) -> bool:
         try:
-            proc.stdin.write(json.dumps(job).encode())
-            proc.stdin.close()
-            stdout, why = _read_results(proc, job, limits)
-        except BrokenPipeError:
-            stdout, why = b"", None
-        finally:
-            _kill(proc)  # the whole session (and with namespaces, the whole PID namespace)
-            proc.wait()
-            proc.stdout.close()
-        err.seek(0)
-        stderr = err.read()[-2000:]
-    if why is None and proc.returncode != 0:
-        sig = -proc.returncode if proc.returncode < 0 else None
-        why = f"sandbox died ({f'signal {signal.Signals(sig).name}' if sig else f'exit code {proc.returncode}'})"
-        tail = stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
-        if tail:
-            why += f": {tail[0][:200]}"
-    return _parse(stdout, job["nonce"]), why, isolation
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
+    def receive(self, timeout_s: float) -> dict[str, Any] | str:
+        """The next message, or ``"timeout"`` / ``"dead"`` / ``"garbled"``."""
+        deadline = time.monotonic() + timeout_s
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            while b"\n" not in self.buffer:
+                if len(self.buffer) > MAX_LINE:
+                    return "garbled"
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    return "timeout"
+                if not sel.select(timeout=wait):
+                    continue
+                chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    return "dead"
+                self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return "garbled"
+        return message if isinstance(message, dict) else "garbled"
+
+    def exit_text(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            return "it stopped answering"
+        return f"its process died ({f'signal {signal.Signals(-code).name}' if code < 0 else f'exit code {code}'})"
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        if self.host_dir:
+            shutil.rmtree(self.host_dir, ignore_errors=True)
+
+
+class _Relay:
+    """Runs the judge over every case, relaying its calls to a candidate process (restarted after a crash)."""
+
+    def __init__(self, program: str, entry_point: str | None, limits: SandboxLimits, iso: Isolation, run: SandboxRun):
+        self.limits, self.iso, self.run = limits, iso, run
+        self.job = {
+            "program": program,
+            "entry_point": entry_point,
+            "timeout_s": limits.timeout_s,
+            "max_bytes": limits.max_value_kb << 10,
+            "preload": list(PRELOAD),
+            "audit_guard": limits.audit_guard,
+        }
+        self.candidate: _Process | None = None
+        self.syntax_error: dict[str, Any] | None = None
+        self.fault: dict[str, Any] | None = None  # the candidate's failure in the case under way
+        self.covered: set[int] = set()
+
+    # -- the candidate --------------------------------------------------------------------------------------
+    def _start_candidate(self) -> None:
+        job = dict(self.job)
+        if os.geteuid() == 0 and self.iso.backend != "bwrap":  # bwrap drops every capability instead
+            uid = UID_BASE + (os.getpid() * 31 + next(_UIDS)) % UID_SPAN
+            job.update(uid=uid, gid=uid)
+            self.run.uids.append(uid)
+        self.candidate = _Process("candidate", self.iso, self.limits, job)
+        hello = self.candidate.receive(self.limits.startup_s + self.limits.timeout_s)
+        if isinstance(hello, dict) and "syntax_error" in hello:
+            self.syntax_error = hello
+        elif hello != {"ready": True}:
+            self._drop_candidate("killed", f"the program did not start: {self._why(hello)}")
+
+    def _why(self, reply: dict | str) -> str:
+        if reply == "garbled":
+            return "it wrote to the result channel"
+        return self.candidate.exit_text() if self.candidate is not None else "no process"
+
+    def _drop_candidate(self, kind: str, message: str, line: int | None = None) -> dict[str, Any]:
+        if self.candidate is not None:
+            self.candidate.kill()
+            self.candidate = None
+        self.fault = {"error": message, "kind": kind, "line": line}
+        return self.fault
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The candidate's reply to ``request``; a dead, hung or garbling candidate becomes this case's fault."""
+        if self.candidate is None or not self.candidate.send(request):
+            return self._drop_candidate("killed", "the program's process is gone")
+        reply = self.candidate.receive(self.limits.timeout_s + 1.0)
+        if reply == "timeout":
+            return self._drop_candidate("timeout", f"timed out after {self.limits.timeout_s:g} s (killed)")
+        if isinstance(reply, str):
+            return self._drop_candidate("killed", f"the program failed: {self._why(reply)}")
+        self.covered.update(int(n) for n in reply.get("covered", ()) if isinstance(n, int))
+        if "error" in reply:
+            self.fault = {
+                "error": str(reply["error"])[:300],
+                "kind": reply.get("kind", "error") if reply.get("kind") in ("error", "timeout") else "error",
+                "line": reply.get("line") if isinstance(reply.get("line"), int) else None,
+                "type": reply.get("type") if isinstance(reply.get("type"), str) else None,
+            }
+            return self.fault
+        return {"value": reply.get("value")}
+
+    # -- the judge's messages -------------------------------------------------------------------------------
+    def case_start(self) -> None:
+        self.fault, self.covered = None, set()
+        if self.candidate is None:
+            self._start_candidate()
+        if self.candidate is not None and self.syntax_error is None:
+            self._ask({"op": "reset"})
+
+    def call(self, message: dict[str, Any]) -> dict[str, Any]:
+        if self.fault is not None:
+            return self.fault
+        return self._ask({"op": "call", "args": message.get("args"), "kwargs": message.get("kwargs")})
+
+    def verdict(self, message: dict[str, Any]) -> CaseResult:
+        outcome, text = message.get("outcome"), message.get("message")
+        fault = self.fault or {}
+        if fault.get("kind") in ("timeout", "killed"):  # whatever the test did with it (a bare except included)
+            outcome, text = fault["kind"], fault["error"]
+        elif fault and outcome == "error":
+            text = fault["error"]
+        if outcome not in (*CANDIDATE_FAULTS, "pass", "judge_error"):
+            outcome, text = "judge_error", f"unknown outcome {outcome!r}"
+        return CaseResult(int(message["case"]), outcome, text, fault.get("line"), tuple(sorted(self.covered)))
+
+    def close(self) -> None:
+        if self.candidate is not None:
+            self.candidate.kill()
+
+
+def _judge(relay: _Relay, judge: _Process, n_cases: int) -> None:
+    """Drive the judge to the end; every case gets a result."""
+    patience = relay.limits.startup_s + 4 * relay.limits.timeout_s + 2.0
+    while True:
+        message = judge.receive(patience)
+        if not isinstance(message, dict):
+            done = {r.index for r in relay.run.results}
+            why = f"the tests stopped ({message})"
+            relay.run.results += [CaseResult(i, "judge_error", why, None) for i in range(n_cases) if i not in done]
+            return
+        if "case_start" in message:
+            relay.case_start()
+            if relay.syntax_error is not None:
+                line = relay.syntax_error.get("line")
+                relay.run.results = [CaseResult(0, "syntax_error", relay.syntax_error["syntax_error"], line)]
+                return
+        elif "call" in message:
+            judge.send(relay.call(message))
+        elif "case" in message:
+            relay.run.results.append(relay.verdict(message))
+            if len(relay.run.results) == n_cases:
+                return
 
 
 def run_cases(
-    program: str, cases: list[dict[str, str]], entry_point: str | None, limits: SandboxLimits = SandboxLimits()
+    program: str,
+    cases: list[dict[str, str]],
+    entry_point: str | None,
+    limits: SandboxLimits = SandboxLimits(),
+    prelude: str = "",
 ) -> SandboxRun:
-    """Run ``program`` against ``cases`` (each ``{"code": test module source defining check(candidate)}``)."""
+    """Run ``program`` against ``cases`` (each ``{"code": test module source defining check(candidate)}``).
+
+    ``prelude`` is trusted code the tests may use (the prompt's helpers); the candidate never sees the tests.
+    """
     run = SandboxRun()
-    base_job = {
-        "program": program,
-        "program_file": "<solution>",
-        "entry_point": entry_point,
-        "timeout_s": limits.timeout_s,
-        "preload": list(PRELOAD),
-        "audit_guard": limits.audit_guard,
-        "nonce": secrets.token_hex(8),
-    }
-    start = 0
-    while start < len(cases):
-        workdir = Path(tempfile.mkdtemp(prefix="t2g-sandbox-"))
-        try:
-            job = dict(base_job, cases=cases[start:], first_index=start, workdir=str(workdir))
-            uid = UID_BASE + (os.getpid() * 31 + next(_UIDS)) % UID_SPAN
-            run.uids.append(uid)
-            results, why, run.isolation = _one_process(job, limits, workdir, uid)
-        except OSError as exc:
-            run.error = f"could not start the sandbox: {exc}"
-            return run
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-        run.results.extend(results)
-        if results and results[-1].outcome == "syntax_error":
-            return run
-        start += len(results)
-        if start < len(cases):  # the process stopped early: blame the case in progress, go on with a fresh one
-            if why is None:
-                why = "sandbox stopped without reporting"
-            run.results.append(CaseResult(start, "killed", why, None, ()))
-            start += 1
+    if not cases:
+        return run
+    try:
+        iso = resolve(limits.isolation)
+    except (IsolationUnavailable, ValueError) as exc:
+        run.error = str(exc)
+        return run
+    run.isolation = iso.backend
+    relay = _Relay(program, entry_point, limits, iso, run)
+    judge = None
+    try:
+        judge_job = {
+            "prelude": prelude,
+            "cases": [c["code"] for c in cases],
+            "max_bytes": limits.max_value_kb << 10,
+            "nonce": secrets.token_hex(4),
+        }
+        judge = _Process("judge", iso, limits, judge_job)
+        _judge(relay, judge, len(cases))
+    except OSError as exc:
+        run.error = f"could not start the sandbox: {exc}"
+    finally:
+        relay.close()
+        if judge is not None:
+            judge.kill()
+    run.results.sort(key=lambda r: r.index)
     return run

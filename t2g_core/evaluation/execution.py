@@ -18,6 +18,7 @@ _FROM_CASE = {
     "syntax_error": "error",
     "timeout": "timeout",
     "killed": "timeout",
+    "judge_error": "sandbox_error",
 }
 
 
@@ -40,9 +41,11 @@ def run_humaneval(
     from t2g_core.critics.sandbox import SandboxLimits, run_cases
 
     program = build_program(prompt, completion, entry_point)
-    run = run_cases(program.source, [{"code": tests}], entry_point, SandboxLimits(timeout_s=timeout_s))
+    run = run_cases(program.source, [{"code": tests}], entry_point, SandboxLimits(timeout_s=timeout_s), prelude=prompt)
     if run.error or not run.results:
         return TestOutcome(False, "sandbox_error", run.error or "the sandbox returned no result")
     case = run.results[0]
     status = _FROM_CASE.get(case.outcome, "error")
+    if status == "sandbox_error":
+        return TestOutcome(False, status, case.message)
     return TestOutcome(status == "passed", status, None if status == "passed" else (case.message or case.outcome))

@@ -1,19 +1,22 @@
-"""The code sandbox: hostile programs are stopped or refused and reported; the parent is unharmed."""
+"""The code sandbox: a judge process runs the tests, the candidate process only answers calls with plain data.
+
+Behaviour under each isolation backend this machine has (bwrap, unshare): verdicts with expected vs actual, timeouts
+(even swallowed ones), crashes and exits blamed on the candidate, memory and process limits, syntax errors, plain
+values only, exceptions a test expects. The hostile cases (reward hacks, escapes, a normal user) are in
+``tests/adversarial``.
+"""
 
 from __future__ import annotations
 
-import os
-import socket
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from t2g_core.critics.sandbox import SandboxLimits, namespaces_available, run_cases
+from t2g_core.critics import isolation
+from t2g_core.critics.plain import NotPlain, decode, encode
+from t2g_core.critics.sandbox import SandboxLimits, run_cases
 
-FAST = SandboxLimits(timeout_s=1.0, memory_mb=256, max_procs=8)
-OS_ONLY = SandboxLimits(timeout_s=1.0, memory_mb=256, max_procs=8, audit_guard=False)
+BACKENDS = [b for b in ("bwrap", "unshare") if isolation.works(b)]
 PROGRAM = "def f(x):\n    return x + 1\n"
 
 
@@ -22,142 +25,130 @@ def case(body: str, header: str = "") -> dict[str, str]:
     return {"code": f"{header}\ndef check(candidate):\n{lines}\n"}
 
 
-def _sandbox_processes(uids: list[int], wait_s: float = 3.0) -> list[int]:
-    """Live processes of these sandbox uids (after up to ``wait_s`` for the kernel to finish killing them)."""
-    deadline = time.monotonic() + wait_s
-    while (pids := _scan(set(uids))) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return pids
+@pytest.fixture(params=BACKENDS)
+def limits(request):
+    return SandboxLimits(timeout_s=1.0, memory_mb=256, max_procs=8, isolation=request.param)
 
 
-def _scan(uids: set[int]) -> list[int]:
-    pids = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            uid = int(next(line for line in status.read_text().splitlines() if line.startswith("Uid:")).split()[1])
-        except (OSError, StopIteration, ValueError):
-            continue
-        if uid in uids and "\nState:\tZ" not in status.read_text():
-            pids.append(int(status.parent.name))
-    return pids
-
-
-def run(cases, limits=FAST):
-    result = run_cases(PROGRAM, cases, "f", limits)
-    assert result.error is None
-    assert result.uids or os.geteuid() != 0
-    assert len(result.results) == len(cases) and [r.index for r in result.results] == list(range(len(cases)))
+def run(cases, limits, program=PROGRAM):
+    result = run_cases(program, cases, "f", limits)
+    assert result.error is None and result.isolation == limits.isolation
+    assert [r.index for r in result.results] == list(range(len(cases)))
     return result
 
 
-def test_passing_and_failing_cases_with_expected_vs_actual():
-    res = run([case("assert __t2g_eq(candidate(1), 2, True)"), case("assert __t2g_eq(candidate(1), 3, True)")])
+def test_this_machine_has_an_isolation_backend():
+    assert BACKENDS, "install bubblewrap (make test installs it) or allow user namespaces"
+
+
+def test_passing_and_failing_cases_with_expected_vs_actual(limits):
+    res = run([case("assert __t2g_eq(candidate(1), 2, True)"), case("assert __t2g_eq(candidate(1), 3, True)")], limits)
     assert [r.outcome for r in res.results] == ["pass", "fail"]
     assert res.results[1].message == "got 2, expected 3"
     assert res.results[0].covered == (2,)  # the body line; def lines carry no signal
 
 
-def test_infinite_loop_is_stopped_and_the_next_case_still_runs():
+def test_an_infinite_loop_times_out_and_the_next_case_still_runs(limits):
     start = time.monotonic()
-    res = run([case("while True:\n    pass"), case("assert candidate(1) == 2")])
-    assert [r.outcome for r in res.results] == ["timeout", "pass"]
+    program = "def f(x):\n    while x == 0:\n        pass\n    return x + 1\n"
+    res = run([case("assert candidate(0) == 1"), case("assert candidate(1) == 2")], limits, program)
+    assert [r.outcome for r in res.results] == ["timeout", "pass"] and res.results[0].line in (2, 3)  # in the loop
     assert time.monotonic() - start < 8
 
 
-def test_loop_that_swallows_the_timer_is_killed_from_outside():
-    body = "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass"
-    res = run([case(body), case("assert candidate(1) == 2")], SandboxLimits(timeout_s=1.0, startup_s=2.5))
-    assert res.results[0].outcome == "killed" and "killed after" in res.results[0].message
-    assert res.results[1].outcome == "pass"  # a fresh sandbox went on with the rest
-    assert _sandbox_processes(res.uids) == []
-
-
-@pytest.mark.parametrize("limits", [FAST, OS_ONLY], ids=["audit-hook", "os-limits-only"])
-def test_fork_bomb_is_refused_or_capped(limits):
-    if limits is OS_ONLY and os.geteuid() != 0:
-        pytest.skip("RLIMIT_NPROC per throwaway uid needs root")
-    res = run([case("while True:\n    os.fork()", header="import os"), case("assert candidate(1) == 2")], limits)
-    first = res.results[0]
-    assert first.outcome in ("error", "timeout", "killed")
-    if limits is FAST:
-        assert "os.fork is not allowed" in first.message
-    assert res.results[1].outcome in ("pass", "error")  # the parent lives on; the sandbox ends with its namespace
-    assert _sandbox_processes(res.uids) == []
-
-
-def test_memory_hog_gets_a_memory_error():
-    res = run([case("block = bytearray(2 ** 31)\nassert block is None"), case("assert candidate(1) == 2")])
-    assert res.results[0].outcome == "error" and res.results[0].message.startswith("MemoryError")
-    assert res.results[1].outcome == "pass"
-
-
-@pytest.mark.parametrize("limits", [FAST, OS_ONLY], ids=["audit-hook", "os-limits-only"])
-def test_no_network_connection_reaches_the_host(limits):
-    if limits is OS_ONLY and not namespaces_available():
-        pytest.skip("no network namespace here: the audit hook is the only network block")
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    listener.settimeout(3)
-    port = listener.getsockname()[1]
-    accepted = []
-    threading.Thread(target=lambda: accepted.append(_accept(listener)), daemon=True).start()
-    body = f"s = socket.socket()\ns.settimeout(1)\ns.connect(('127.0.0.1', {port}))\nassert candidate(1) == 2"
-    res = run([case(body, header="import socket")], limits)
-    listener.close()
-    assert res.results[0].outcome == "error"
-    assert (
-        ("socket.connect is not allowed" in res.results[0].message)
-        if limits is FAST
-        else "Error" in res.results[0].message
+def test_a_loop_that_swallows_the_timer_is_killed_from_outside(limits):
+    program = (
+        "def f(x):\n    while x == 0:\n        try:\n            while True:\n                pass\n"
+        "        except BaseException:\n            pass\n    return x + 1\n"
     )
-    assert accepted in ([], [None])
+    res = run([case("assert candidate(0) == 1"), case("assert candidate(1) == 2")], limits, program)
+    assert res.results[0].outcome == "timeout" and "killed" in res.results[0].message
+    assert res.results[1].outcome == "pass"  # a fresh candidate process went on
 
 
-def _accept(listener):
-    try:
-        return listener.accept()[0]
-    except OSError:
-        return None
-
-
-def test_environment_secrets_do_not_reach_the_sandbox(monkeypatch):
-    monkeypatch.setenv("T2G_TEST_SECRET", "hunter2")
-    res = run(
-        [
-            case("assert 'T2G_TEST_SECRET' not in os.environ, dict(os.environ)", header="import os"),
-            case(f"assert 'hunter2' not in open('/proc/{os.getpid()}/environ').read()"),
-        ]
+def test_a_bare_except_in_the_tests_cannot_turn_a_hang_into_a_pass(limits):
+    program = (
+        "def f(x):\n    while True:\n        try:\n            pass\n        except BaseException:\n            pass\n"
     )
-    assert res.results[0].outcome == "pass", res.results[0].message
-    assert res.results[1].outcome == "error" and "PermissionError" in res.results[1].message
+    res = run([case("try:\n    candidate(1)\nexcept BaseException:\n    pass")], limits, program)
+    assert res.results[0].outcome == "timeout"
 
 
-@pytest.mark.parametrize("limits", [FAST, OS_ONLY], ids=["audit-hook", "os-limits-only"])
-def test_writes_outside_the_work_directory_are_refused(tmp_path, limits):
-    if limits is OS_ONLY and os.geteuid() != 0:
-        pytest.skip("the throwaway uid needs root")
-    target = tmp_path / "parent-file.txt"
-    target.write_text("untouched")
+def test_exits_and_crashes_are_the_candidates_failure(limits):
+    program = (
+        "import os\ndef f(x):\n    if x == 0:\n        os._exit(3)\n    if x == 1:\n        raise SystemExit(0)\n"
+        "    return x + 1\n"
+    )
     res = run(
-        [
-            case(f"open({str(target)!r}, 'w').write('pwned')"),
-            case("open('inside.txt', 'w').write('fine')\nassert open('inside.txt').read() == 'fine'"),
-        ],
+        [case("assert candidate(0) == 1"), case("assert candidate(1) == 2"), case("assert candidate(2) == 3")],
         limits,
+        program,
     )
-    assert res.results[0].outcome == "error" and "PermissionError" in res.results[0].message
-    assert res.results[1].outcome == "pass"
-    assert target.read_text() == "untouched"
-
-
-def test_exiting_the_interpreter_is_reported_and_later_cases_run():
-    res = run([case("os._exit(3)", header="import os"), case("raise SystemExit(0)"), case("assert candidate(1) == 2")])
     assert res.results[0].outcome == "killed" and "exit code 3" in res.results[0].message
     assert res.results[1].outcome == "error" and "SystemExit" in res.results[1].message
     assert res.results[2].outcome == "pass"
 
 
-def test_syntax_error_in_the_program_is_reported_once():
-    res = run_cases("def f(x):\n    return x +\n", [case("assert candidate(1) == 2")] * 3, "f", FAST)
+def test_memory_hog_gets_a_memory_error(limits):
+    program = "def f(x):\n    block = bytearray(2 ** 31)\n    return x\n"
+    res = run([case("assert candidate(1) == 1")], limits, program)
+    assert res.results[0].outcome == "error" and res.results[0].message.startswith("MemoryError")
+
+
+def test_fork_bomb_is_refused_and_capped(limits):
+    program = "import os\ndef f(x):\n    while True:\n        os.fork()\n"
+    res = run([case("assert candidate(1) == 2"), case("assert candidate(1) == 2")], limits, program)
+    assert [r.outcome for r in res.results] == ["error", "error"] and "os.fork is not allowed" in res.results[0].message
+    bare = SandboxLimits(timeout_s=1.0, memory_mb=256, max_procs=8, isolation=limits.isolation, audit_guard=False)
+    res = run([case("assert candidate(1) == 2")], bare, program)  # the OS layer alone: rlimits and the namespace
+    assert res.results[0].outcome in ("error", "timeout", "killed")
+
+
+def test_syntax_error_in_the_program_is_reported_once(limits):
+    res = run_cases("def f(x):\n    return x +\n", [case("assert candidate(1) == 2")] * 3, "f", limits)
     assert len(res.results) == 1 and res.results[0].outcome == "syntax_error" and res.results[0].line == 2
+
+
+def test_a_missing_entry_point_fails_every_case(limits):
+    res = run([case("assert candidate(1) == 2")], limits, "def g(x):\n    return x + 1\n")
+    assert res.results[0].outcome == "error" and "defines no function 'f'" in res.results[0].message
+
+
+def test_tests_may_expect_a_builtin_exception(limits):
+    program = "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x\n"
+    body = "try:\n    candidate(-1)\n    assert False, 'no error'\nexcept ValueError:\n    pass"
+    res = run([case(body), case("assert candidate(2) == 2")], limits, program)
+    assert [r.outcome for r in res.results] == ["pass", "pass"]
+
+
+def test_the_prompt_prelude_serves_the_tests(limits):
+    prelude = "def helper(s):\n    return s[::-1]\n"
+    res = run_cases(
+        "def f(s):\n    return s[::-1]\n",
+        [case("assert candidate(helper('ab')) == 'ab'")],
+        "f",
+        limits,
+        prelude=prelude,
+    )
+    assert res.results[0].outcome == "pass"
+
+
+def test_only_plain_values_cross_and_they_come_back_whole():
+    value = [1, 2.5, float("inf"), "s", b"b", (1, (2,)), {3, 4}, frozenset({5}), {1: [None, True]}, 1 + 2j, 10**40]
+    back = decode(encode(value, 10_000))
+    assert back == value and type(back[5]) is tuple and type(back[6]) is set
+    for bad in (object(), type("I", (int,), {})(3), [1] * 10_000, eval("[" * 70 + "]" * 70)):  # noqa: S307
+        with pytest.raises(NotPlain):
+            encode(bad, 10_000)
+
+
+def test_no_isolation_is_refused_unless_asked_for(monkeypatch):
+    isolation.works.cache_clear()
+    monkeypatch.setattr(isolation.shutil, "which", lambda name: None)
+    try:
+        res = run_cases(PROGRAM, [case("assert candidate(1) == 2")], "f", SandboxLimits())
+        assert res.results == [] and "no sandbox isolation works here" in res.error
+        res = run_cases(PROGRAM, [case("assert candidate(1) == 2")], "f", SandboxLimits(isolation="none"))
+        assert res.isolation == "none" and res.results[0].outcome == "pass"
+    finally:
+        isolation.works.cache_clear()

@@ -1,0 +1,178 @@
+"""Isolation backends: how a sandbox process is wrapped so it cannot reach the machine it runs on.
+
+- ``bwrap`` (bubblewrap; works as a normal user through user namespaces, and as root): the process sees only the
+  interpreter's files and the system folders, read-only, an empty ``/tmp`` and its own work folder; no network;
+  its own PID namespace (no other process, not its parent); a cleared environment; every capability dropped; it
+  dies with its parent.
+- ``unshare`` (util-linux; as a normal user, user namespaces): the same namespaces; the filesystem keeps only the
+  system folders and the interpreter's, every other top-level folder (homes, ``/tmp``, ``/var``, ``/opt``, the
+  project and its workspace) is an empty tmpfs; the kernel kills the namespace with its parent; as root the
+  interpreter also drops to a throwaway uid.
+- ``none``: the same user and machine, only the in-process audit hook and rlimits. Used only when asked for by name.
+
+``auto`` picks the first backend that works here (``bwrap``, then ``unshare``) and refuses to run untrusted code when
+none does. The sandbox's work directory is private to it (a tmpfs), never a folder of the host.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BACKENDS = ("bwrap", "unshare", "none")
+SANDBOX_DIR = "/sandbox"  # where the work directory is mounted inside bwrap
+
+
+class IsolationUnavailable(RuntimeError):
+    """No isolation backend works on this machine (and ``none`` was not chosen)."""
+
+
+@dataclass(frozen=True)
+class Isolation:
+    backend: str
+    interpreter: str = field(default_factory=lambda: base_interpreter())
+    hidden: tuple[str, ...] = ()  # unshare: folders replaced by empty tmpfs mounts
+
+    def wrap(self, argv: list[str]) -> tuple[list[str], str]:
+        """The command running ``argv`` (an interpreter command line) isolated, and the work directory it sees
+        (private to the sandbox, except with ``none``, where the caller creates it: see :meth:`needs_host_dir`)."""
+        return getattr(self, f"_{self.backend}")(argv)
+
+    @property
+    def needs_host_dir(self) -> bool:
+        return self.backend == "none"
+
+    def _bwrap(self, argv: list[str]) -> tuple[list[str], str]:
+        binds: list[str] = []
+        for path in [*_system_dirs(), _prefix(self.interpreter)]:
+            binds += ["--ro-bind", path, path]
+        cmd = [
+            "bwrap",
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            *binds,
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            SANDBOX_DIR,
+            "--chdir",
+            SANDBOX_DIR,
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            "/usr/bin:/bin",
+            "--setenv",
+            "HOME",
+            SANDBOX_DIR,
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--",
+            *argv,
+        ]
+        return cmd, SANDBOX_DIR
+
+    def _unshare(self, argv: list[str]) -> tuple[list[str], str]:
+        user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+        keep = _prefix(self.interpreter)
+        hide = [h for h in self.hidden if not (keep + "/").startswith(h.rstrip("/") + "/")]
+        mounts = [f"mount -t tmpfs -o size=64m t2g {_quote(h)}" for h in hide if Path(h).is_dir()]
+        work = "/tmp/sandbox"  # inside the fresh /tmp: private to the sandbox
+        script = " && ".join(
+            [*mounts, "mount -t tmpfs -o size=64m t2g /tmp", f"mkdir -m 777 {work}", f"cd {work}", 'exec "$@"']
+        )
+        cmd = [
+            "unshare",
+            *user,
+            "--mount",
+            "--net",
+            "--pid",
+            "--ipc",
+            "--uts",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            *argv,
+        ]
+        return cmd, work
+
+    def _none(self, argv: list[str]) -> tuple[list[str], str]:
+        return argv, ""
+
+
+def base_interpreter() -> str:
+    """The real interpreter behind this one (a virtual environment's python is a link to it): sandboxes run the
+    standard library only, so they need no virtual environment, and its folder may be hidden from them."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+def _quote(path: str) -> str:
+    return "'" + path.replace("'", "'\\''") + "'"
+
+
+def _system_dirs() -> list[str]:
+    return [d for d in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/alternatives") if Path(d).exists()]
+
+
+def _prefix(interpreter: str) -> str:
+    """The installation folder of ``interpreter`` (its ``sys.base_prefix``: the standard library lives there)."""
+    return str(Path(os.path.realpath(interpreter)).parent.parent)
+
+
+SYSTEM_TOP = ("usr", "lib", "lib64", "lib32", "bin", "sbin", "etc", "proc", "dev", "sys")
+
+
+def default_hidden(interpreter: str | None = None) -> tuple[str, ...]:
+    """Folders hidden from an ``unshare`` sandbox: every top-level folder but the system ones and the one holding
+    the interpreter (homes, ``/tmp``, ``/var``, ``/opt``, the project and its workspace wherever they live)."""
+    keep = {*SYSTEM_TOP, Path(_prefix(interpreter or base_interpreter())).parts[1]}
+    return tuple(
+        str(p) for p in sorted(Path("/").iterdir()) if p.is_dir() and not p.is_symlink() and p.name not in keep
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def works(backend: str, interpreter: str | None = None) -> bool:
+    """True when ``backend`` can start ``interpreter`` on this machine (a probe run, cached per process)."""
+    interpreter = interpreter or base_interpreter()
+    if backend == "none":
+        return True
+    if shutil.which(backend) is None:
+        return False
+    probe = Isolation(backend, interpreter, default_hidden(interpreter) if backend == "unshare" else ())
+    cmd, _ = probe.wrap([interpreter, "-I", "-c", "pass"])
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=30, stdin=subprocess.DEVNULL).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def resolve(choice: str, interpreter: str | None = None) -> Isolation:
+    """The backend for ``choice`` (``auto`` or a name), checked to work; raises IsolationUnavailable otherwise."""
+    interpreter = interpreter or base_interpreter()
+    candidates = ("bwrap", "unshare") if choice == "auto" else (choice,)
+    for backend in candidates:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown sandbox isolation {backend!r}; choose auto, {', '.join(BACKENDS)}")
+        if works(backend, interpreter):
+            return Isolation(backend, interpreter, default_hidden(interpreter) if backend == "unshare" else ())
+    raise IsolationUnavailable(
+        f"no sandbox isolation works here (tried {', '.join(candidates)}): install bubblewrap (Debian: apt-get install "
+        "bubblewrap) or allow unprivileged user namespaces; `sandbox_isolation: none` runs untrusted code unisolated"
+    )
