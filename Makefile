@@ -17,7 +17,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install browser demo test test-quick bench lint up down clean help
+.PHONY: install system-packages demo test test-quick bench lint up down clean help
 
 help:
 	@echo "make demo   - set up .venv if absent and run the end-to-end pipeline on the demo data"
@@ -39,15 +39,19 @@ install: $(VENV)/.installed
 demo: install
 	$(T2G) demo --workspace $(WORKSPACE)
 
-# Headless Chromium for the review-page browser test (Debian's package; needs root). Best effort: without it the
-# browser test is skipped with a message saying how to install it.
-browser:
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
-	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ; } || \
-	  echo "chromium not installed: the browser test will be skipped"
+# Debian packages the tests use, best effort (needs root): headless Chromium for the review-page browser test, and
+# bubblewrap, the code sandbox's isolation (without it the sandbox uses unprivileged user namespaces via unshare).
+SYSTEM_PACKAGES := chromium bubblewrap
+system-packages:
+	@missing=""; command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing="chromium"; \
+	  command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	  if [ -n "$$missing" ]; then \
+	    { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) ; } || \
+	    echo "not installed: $$missing (the browser test is skipped without chromium; the sandbox falls back to unshare)"; \
+	  fi
 
-test: install browser
+test: install system-packages
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-quick: install
