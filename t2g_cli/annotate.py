@@ -78,8 +78,15 @@ def annotate(
     ctx = stage_context("annotate", pcfg.workspace.root, params, output, progress=not quiet)
     try:
         ref = stage.annotate(fb, settings, ctx, api_key=key, previous=prev, cache_dir=cache_dir)
+    except stage.TooManyFailures as exc:
+        _report(exc.ref, cfg)
+        fail(str(exc), code=1)
     except ValueError as exc:
         fail(str(exc))
+    _report(ref, cfg)
+
+
+def _report(ref, cfg) -> None:
     echo(f"annotations: {ref.path} ({ref.n_rows} items, annotator {cfg.annotator})")
     _print_stats(read_extra(ref)["stats"])
 

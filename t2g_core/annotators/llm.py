@@ -22,7 +22,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import openai
@@ -32,6 +32,29 @@ from t2g_core.annotators.cache import AnswerCache, cache_key
 from t2g_core.annotators.prompts import SPAN_JSON_SCHEMA, render_messages
 from t2g_core.config.annotate import AnnotateConfig
 from t2g_core.spans import ParsedFeedback, parse_span_json
+
+_SECRET = re.compile(r"(sk-[A-Za-z0-9_\-]{8,}|Bearer\s+\S+|(?i:api[_-]?key)[\"']?\s*[:=]\s*[\"']?[^\s\"',}]{6,})")
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")  # noqa: S104 - compared with, never bound
+
+
+class MissingApiKey(ValueError):
+    """A remote endpoint and no API key: every request would be refused."""
+
+
+def redact(text: str | None, key: str | None = None) -> str | None:
+    """``text`` without the API key or anything shaped like a key or a bearer token (an endpoint may echo them)."""
+    if not text:
+        return text
+    if key and key != NO_KEY:
+        text = text.replace(key, "[redacted]")
+    return _SECRET.sub("[redacted]", text)
+
+
+def is_local(base_url: str | None) -> bool:
+    from urllib.parse import urlparse
+
+    return (urlparse(base_url or "").hostname or "") in LOCAL_HOSTS
+
 
 _REFUSAL_TEXT = re.compile(r"^\s*(I'?m sorry|I am sorry|I can(?:no|')t|I won'?t|I'm unable|I am unable)\b", re.I)
 NO_KEY = "not-needed"  # local servers (vLLM, Ollama, the test server) accept any key; never read from the environment
@@ -49,7 +72,7 @@ class RunStats:
 
     def add_live(self, answer: dict[str, Any], cfg: AnnotateConfig) -> None:
         self.requests += 1
-        if "status" not in answer:  # failures have no usage to pay for
+        if "prompt_tokens" in answer:  # failed requests have no usage to pay for (a too-long answer does)
             self.cost += item_cost(answer.get("prompt_tokens", 0), answer.get("completion_tokens", 0), cfg)
 
 
@@ -61,6 +84,8 @@ def answer_to_feedback(answer: dict[str, Any], max_tokens: int) -> ParsedFeedbac
     """Turn a stored answer (or a failure record) into a ParsedFeedback with a final status."""
     if answer.get("status") in ("api_error", "timeout"):
         return ParsedFeedback(None, status=answer["status"], error=answer.get("error"), raw=None)
+    if answer.get("status") == "too_long":
+        return ParsedFeedback(None, status="parse_error", error=answer["error"], raw=answer.get("content"))
     content, refusal = answer.get("content"), answer.get("refusal")
     if refusal or answer.get("finish_reason") == "content_filter":
         return ParsedFeedback(
@@ -82,6 +107,11 @@ class LLMAnnotator:
     def __init__(self, cfg: AnnotateConfig, *, api_key: str | None = None, cache: AnswerCache | None = None):
         if cfg.annotator != "llm":
             raise ValueError(f"LLMAnnotator needs annotator='llm', got {cfg.annotator!r}")
+        if not api_key and not is_local(cfg.base_url):
+            raise MissingApiKey(
+                f"annotate: no API key for {cfg.base_url} (set ${cfg.api_key_env}, or "
+                "annotate.api_key_secret in the pipeline); local endpoints need none"
+            )
         self.cfg, self.cache = cfg, cache
         self._api_key = api_key or NO_KEY
         self._structured = cfg.structured_output != "off"
@@ -119,19 +149,22 @@ class LLMAnnotator:
         return await self._post(client, body)
 
     async def _ask(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]]) -> dict[str, Any]:
-        """Send one request (client retries included); a failure record instead of an exception."""
+        """Send one request (client retries included); a failure record instead of an exception, whatever fails."""
         start = time.perf_counter()
         try:
             completion = await self._create(client, messages)
-        except openai.APITimeoutError:
-            return {
-                "status": "timeout",
-                "error": f"no answer within {self.cfg.timeout_s}s after {self.cfg.max_retries} retries",
-            }
+        except openai.APIConnectionError as exc:  # timeouts are a kind of connection error in the SDK
+            return self._failure(_connection_failure(exc, self.cfg))
         except openai.APIStatusError as exc:
-            return {"status": "api_error", "error": f"HTTP {exc.status_code}: {_short(exc.message)}"}
-        except openai.APIError as exc:  # connection errors and the like
-            return {"status": "api_error", "error": f"{type(exc).__name__}: {_short(str(exc))}"}
+            return self._failure({"status": "api_error", "error": f"HTTP {exc.status_code}: {_short(exc.message)}"})
+        except Exception as exc:  # noqa: BLE001 - a cut body, a broken proxy: this item's failure, never the run's
+            return self._failure({"status": "api_error", "error": f"{type(exc).__name__}: {_short(str(exc))}"})
+        return self._completion(completion, start)
+
+    def _failure(self, record: dict[str, Any]) -> dict[str, Any]:
+        return {**record, "error": redact(record.get("error"), self._api_key)}
+
+    def _completion(self, completion: ChatCompletion, start: float) -> dict[str, Any]:
         try:
             choice, usage = completion.choices[0], completion.usage
             return {
@@ -144,14 +177,20 @@ class LLMAnnotator:
                 "model": completion.model,
             }
         except (AttributeError, IndexError, TypeError, ValueError) as exc:  # HTTP 200 but not a chat completion
-            return {
-                "status": "api_error",
-                "error": f"malformed completion from the endpoint: {type(exc).__name__}: {_short(str(exc))}",
-            }
+            return self._failure(
+                {
+                    "status": "api_error",
+                    "error": f"malformed completion from the endpoint: {type(exc).__name__}: {_short(str(exc))}",
+                }
+            )
 
     async def _answer(self, client: openai.AsyncOpenAI, row: dict[str, Any], key: str) -> dict[str, Any]:
         """One live request; a returned answer is committed to the cache before its row is built."""
-        answer = await self._ask(client, row["_messages"])
+        try:
+            answer = await self._ask(client, row["_messages"])
+        except Exception as exc:  # noqa: BLE001 - nothing one item does may stop the run
+            answer = self._failure({"status": "api_error", "error": f"{type(exc).__name__}: {_short(str(exc))}"})
+        answer = _capped(answer, self.cfg.max_answer_chars)
         self.stats.add_live(answer, self.cfg)
         if "status" not in answer and self.cache is not None:
             self.cache.put(key, answer)
@@ -159,6 +198,7 @@ class LLMAnnotator:
 
     def _row(self, row: dict[str, Any], answer: dict[str, Any], cached: bool) -> dict[str, Any]:
         parsed = answer_to_feedback(answer, self.cfg.max_tokens)
+        parsed = replace(parsed, error=redact(parsed.error, self._api_key), raw=redact(parsed.raw, self._api_key))
         pt, ct = int(answer.get("prompt_tokens", 0)), int(answer.get("completion_tokens", 0))
         return feedback_row(
             row["id"], self.name, parsed, pt, ct, 0.0 if cached else float(answer.get("latency_s", 0.0))
@@ -226,6 +266,36 @@ class LLMAnnotator:
         thread.start()
         thread.join()
         return result[0]
+
+
+def _connection_failure(exc: Exception, cfg: AnnotateConfig) -> dict[str, Any]:
+    """A timeout, or what really went wrong: a refused or broken connection (some transports report those as
+    timeouts; the underlying OSError in the exception chain says which)."""
+    cause, seen = exc.__cause__ or exc.__context__, 0
+    while cause is not None and seen < 10:
+        if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
+            return {
+                "status": "api_error",
+                "error": f"connection failed ({cfg.base_url}): {type(cause).__name__}: {_short(str(cause))}",
+            }
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    if isinstance(exc, openai.APITimeoutError):
+        return {"status": "timeout", "error": f"no answer within {cfg.timeout_s:g} s ({cfg.max_retries} retries)"}
+    return {"status": "api_error", "error": f"connection failed ({cfg.base_url}): {_short(str(exc))}"}
+
+
+def _capped(answer: dict[str, Any], max_chars: int) -> dict[str, Any]:
+    """An answer longer than ``max_chars`` becomes a parse_error (never cached; its raw text is cut)."""
+    content = answer.get("content")
+    if "status" in answer or not isinstance(content, str) or len(content) <= max_chars:
+        return answer
+    usage = {k: answer[k] for k in ("prompt_tokens", "completion_tokens", "latency_s") if k in answer}
+    return {
+        **usage,
+        "status": "too_long",
+        "error": f"the answer has {len(content)} characters, more than annotate.max_answer_chars ({max_chars})",
+        "content": content[:1000],
+    }
 
 
 def _short(text: str, n: int = 300) -> str:

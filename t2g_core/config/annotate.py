@@ -59,3 +59,18 @@ class AnnotateConfig(StageConfig):
         2, ge=1, description="Code critic: most suspicious lines (Ochiai) quoted as poor spans per failing item."
     )
     only_failed: bool = Field(False, description="Re-annotate only the items whose previous status was not ok.")
+    max_answer_chars: int = Field(
+        200_000, ge=1000, description="An answer longer than this is not used (status parse_error; raw kept short)."
+    )
+    max_failure_rate: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="After writing every row, fail the stage (the command exits 1) when more than this fraction of "
+        "items has a status other than ok.",
+    )
+    sandbox_isolation: Literal["auto", "bwrap", "unshare", "none"] = Field(
+        "auto",
+        description="Code critic: how untrusted code is isolated. auto = bubblewrap, else user namespaces, else "
+        "refuse; none = no OS isolation (unsafe: only for code you trust).",
+    )

@@ -105,7 +105,10 @@ class CodeCritic:
     @classmethod
     def from_config(cls, cfg: Any) -> CodeCritic:
         limits = SandboxLimits(
-            timeout_s=cfg.sandbox_timeout_s, memory_mb=cfg.sandbox_memory_mb, max_procs=cfg.sandbox_max_procs
+            timeout_s=cfg.sandbox_timeout_s,
+            memory_mb=cfg.sandbox_memory_mb,
+            max_procs=cfg.sandbox_max_procs,
+            isolation=cfg.sandbox_isolation,
         )
         return cls(limits, cfg.max_fault_lines)
 

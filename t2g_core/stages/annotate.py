@@ -45,7 +45,30 @@ def annotate(
     ctx.tracker.log_input(feedback, "feedback", "annotation")
     ctx.tracker.log_output(ref, "annotations")
     ctx.tracker.log_metrics({f"annotate.{k}": v for k, v in flat_stats(run.stats).items()})
+    check_failure_rate(ref, run.stats, cfg.max_failure_rate)
     return ref
+
+
+class TooManyFailures(RuntimeError):
+    """More items than ``annotate.max_failure_rate`` failed; every row was written first (``ref``)."""
+
+    def __init__(self, message: str, ref: ArtifactRef):
+        super().__init__(message)
+        self.ref = ref
+
+
+def check_failure_rate(ref: ArtifactRef, stats: dict, limit: float) -> None:
+    """Raise :class:`TooManyFailures` naming the statuses when the share of items not ``ok`` exceeds ``limit``."""
+    counts, n = stats["status_counts"], max(stats["n_items"], 1)
+    failed = n - counts.get("ok", 0) if stats["n_items"] else 0
+    if failed / n > limit:
+        detail = ", ".join(f"{k}: {v}" for k, v in counts.items() if v and k != "ok")
+        raise TooManyFailures(
+            f"{failed} of {n} items failed ({detail}), more than annotate.max_failure_rate "
+            f"{limit:g}; every row is in {ref.path}. Fix the cause and run again (answers already "
+            "received are cached), or `t2g annotate --only-failed`.",
+            ref,
+        )
 
 
 def flat_stats(stats: dict) -> dict[str, float]:

@@ -16,6 +16,13 @@ client: its retries, timeouts and parsing. Use it as a context manager::
 - ``truncated``: 200 with JSON cut in half and ``finish_reason="length"``
 - ``refusal``: 200 with ``message.refusal`` set and no content
 - ``bad_body``: 200 with a JSON body that is not a chat completion (a broken proxy)
+
+Hostile endpoints (persistent: the same request gets the same treatment every time), chosen by name only:
+
+- ``cut_body``: 200 whose body stops halfway (the connection closes before ``Content-Length`` bytes)
+- ``huge``: 200 with an answer of ``huge_bytes`` characters
+- ``echo_key``: 401 whose error message repeats the request's ``Authorization`` header
+- ``hang_up``: the connection closes without any answer
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 FAULTS = ("rate_limit", "server_error", "slow", "malformed", "truncated", "refusal", "bad_body")
+HOSTILE = ("cut_body", "huge", "echo_key", "hang_up")
 
 
 @dataclass
@@ -79,10 +87,12 @@ class FakeOpenAIServer:
         retry_after: str = "0.05",
         slow_s: float = 2.0,
         json_schema: bool = True,
+        huge_bytes: int = 40 << 20,
     ):
-        unknown = set(faults) - set(FAULTS)
+        unknown = set(faults) - set(FAULTS) - set(HOSTILE)
         if unknown:
-            raise ValueError(f"unknown fault(s) {sorted(unknown)}; choose from {FAULTS}")
+            raise ValueError(f"unknown fault(s) {sorted(unknown)}; choose from {FAULTS + HOSTILE}")
+        self.huge_bytes = huge_bytes
         self.answer, self.latency_s, self.fault_rate, self.faults = answer, latency_s, fault_rate, tuple(faults)
         self.seed, self.retry_after, self.slow_s, self.json_schema = seed, retry_after, slow_s, json_schema
         self.lock = threading.Lock()
@@ -95,8 +105,8 @@ class FakeOpenAIServer:
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> FakeOpenAIServer:
-        handler = _make_handler(self)
-        self._httpd = _Server(("127.0.0.1", 0), handler)
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd.fake = self
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
@@ -131,6 +141,10 @@ class FakeOpenAIServer:
             attempt = self._attempts[digest]
             self._attempts[digest] += 1
         rng = random.Random(f"{self.seed}:{digest}:{attempt}")
+        persistent = random.Random(f"{self.seed}:{digest}")  # hostile faults do not go away on a retry
+        hostile = [f for f in self.faults if f in HOSTILE]
+        if hostile and persistent.random() < self.fault_rate:
+            return persistent.choice(hostile)
         if not self.faults or rng.random() >= self.fault_rate:
             return None
         return rng.choice(self.faults)
@@ -144,6 +158,8 @@ class FakeOpenAIServer:
             return Reply(refusal="I'm sorry, I can't help with that.")
         if fault == "bad_body":
             return Reply(body={"object": "error", "detail": "upstream proxy hiccup"})
+        if fault == "echo_key":
+            return Reply(status=401, content=f"invalid key: {request.get('_authorization', '')}")
         scripted = self.answer(request)
         reply = scripted if isinstance(scripted, Reply) else Reply(content=scripted)
         if fault == "slow":
@@ -152,6 +168,8 @@ class FakeOpenAIServer:
             reply.content = "Sure! Here is my critique: the response is good, spans are 'the' and 'a'."
         elif fault == "truncated" and reply.content:
             reply.content, reply.finish_reason = reply.content[: len(reply.content) // 2], "length"
+        elif fault == "huge":
+            reply.content = "x" * self.huge_bytes
         return reply
 
 
@@ -183,65 +201,74 @@ def _completion_body(request: dict[str, Any], reply: Reply) -> dict[str, Any]:
     }
 
 
-def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # headers and body are separate writes: Nagle + delayed ACK would add ~40 ms
+class _Handler(BaseHTTPRequestHandler):
+    """The endpoint: ``self.server.fake`` is the FakeOpenAIServer it serves."""
 
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are separate writes: Nagle + delayed ACK would add ~40 ms
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+    def _send(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None, cut: bool = False
+    ) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if cut:  # half the body, then the connection closes
+            data = data[: len(data) // 2]
+            self.close_connection = True
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
+            pass
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            self._send(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
+        else:
+            self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send(404, {"error": {"message": f"no route {self.path}"}})
             return
+        try:
+            request = json.loads(body)
+        except json.JSONDecodeError:
+            self._send(400, {"error": {"message": "body is not JSON"}})
+            return
+        fault = self.server.fake.draw_fault(body)
+        with self.server.fake.lock:
+            self.server.fake.requests.append(request)
+            self.server.fake.outcomes[fault or "ok"] += 1
+            self.server.fake.auth_headers.append(self.headers.get("Authorization", ""))
+        rf = request.get("response_format") or {}
+        if rf.get("type") == "json_schema" and not self.server.fake.json_schema:
+            self._send(
+                400,
+                {"error": {"message": "response_format json_schema is not supported", "param": "response_format"}},
+            )
+            return
+        if fault == "hang_up":
+            self.close_connection = True
+            return
+        self._answer(request, fault)
 
-        def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for key, value in (headers or {}).items():
-                self.send_header(key, value)
-            self.end_headers()
-            try:
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
-                pass
-
-        def do_GET(self) -> None:
-            if self.path.rstrip("/").endswith("/models"):
-                self._send(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
-            else:
-                self._send(404, {"error": {"message": f"no route {self.path}"}})
-
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if not self.path.rstrip("/").endswith("/chat/completions"):
-                self._send(404, {"error": {"message": f"no route {self.path}"}})
-                return
-            try:
-                request = json.loads(body)
-            except json.JSONDecodeError:
-                self._send(400, {"error": {"message": "body is not JSON"}})
-                return
-            fault = server.draw_fault(body)
-            with server.lock:
-                server.requests.append(request)
-                server.outcomes[fault or "ok"] += 1
-                server.auth_headers.append(self.headers.get("Authorization", ""))
-            rf = request.get("response_format") or {}
-            if rf.get("type") == "json_schema" and not server.json_schema:
-                self._send(
-                    400,
-                    {"error": {"message": "response_format json_schema is not supported", "param": "response_format"}},
-                )
-                return
-            reply = server.reply_for(request, fault)
-            time.sleep(server.latency_s + reply.delay_s)
-            if reply.status != 200:
-                self._send(reply.status, {"error": {"message": reply.content or "error"}}, reply.headers)
-            else:
-                self._send(
-                    200, reply.body if reply.body is not None else _completion_body(request, reply), reply.headers
-                )
-
-    return Handler
+    def _answer(self, request: dict[str, Any], fault: str | None) -> None:
+        reply = self.server.fake.reply_for({**request, "_authorization": self.headers.get("Authorization", "")}, fault)
+        time.sleep(self.server.fake.latency_s + reply.delay_s)
+        if reply.status != 200:
+            self._send(reply.status, {"error": {"message": reply.content or "error"}}, reply.headers)
+            return
+        body = reply.body if reply.body is not None else _completion_body(request, reply)
+        self._send(200, body, reply.headers, cut=fault == "cut_body")
 
 
 def main(argv: list[str] | None = None) -> None:
