@@ -11,12 +11,16 @@ are aligned word by word (``difflib.SequenceMatcher``); then
   **invented**; a clause whose content words were all said before is **redundant**: both poor spans;
 - a key fact with no counterpart in the response is an **omission**: named in the critique only.
 
-Spans are quoted exactly from the response and extended by neighbouring words until they occur once in it.
-Pure Python, about a millisecond per item, so PPO can call it on every rollout.
+Spans are quoted exactly from the response and extended by neighbouring words until they occur once in it. A
+response with many errors gets at most ``MAX_SPANS`` quoted spans of each kind (the first ones) and ``MAX_NOTES``
+sentences of critique: the cost stays linear in the response's length (a 30 KB response takes milliseconds, a
+megabyte well under seconds: ``benchmarks/bench_annotate.py``), whatever a policy writes. Pure Python, about a
+millisecond per ordinary item, so PPO can call it on every rollout.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from dataclasses import dataclass, field
@@ -27,6 +31,8 @@ from t2g_core.spans import ParsedFeedback
 
 _TOKEN = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?|[^\sA-Za-z0-9]")
 _CLAUSE_END = {".", "!", "?", ";", ":"}
+MAX_SPANS = 32  # quoted spans of each kind per item
+MAX_NOTES = 12  # critique sentences about errors per item
 STOPWORDS = frozenset(
     "a an the and or but also this that these those is are was were be been it its i me my we our you your he she "
     "him her his they them their who which what of in on at to for with by from as so very too just then there here "
@@ -128,8 +134,9 @@ class ReferenceCritic:
         keys = key_facts(row, ref)
         source = {t.low for t in tokenize((row.get("prompt") or "") + " " + reference)}
         found = self._compare(ref, resp, keys, source, response)
-        poor_ranges = [r for r in (_unique_range(response, s, e) for s, e in found.poor) if r]
-        good_ranges = [r for r in (_unique_range(response, s, e) for s, e in found.good) if r]
+        bounds = ([t.start for t in resp], [t.end for t in resp])
+        poor_ranges = [r for r in (_unique_range(response, bounds, s, e) for s, e in found.poor[:MAX_SPANS]) if r]
+        good_ranges = [r for r in (_unique_range(response, bounds, s, e) for s, e in found.good[:MAX_SPANS]) if r]
         good_ranges = [g for g in good_ranges if not any(g[0] < p[1] and p[0] < g[1] for p in poor_ranges)]
         good, poor = (_dedupe([response[a:b] for a, b in rs]) for rs in (good_ranges, poor_ranges))
         return ParsedFeedback(self._text(row, found), good, poor, None, "ok", None, None)
@@ -141,14 +148,15 @@ class ReferenceCritic:
     def _compare(
         self, ref: list[Tok], resp: list[Tok], keys: dict[str, tuple[str, str]], source: set[str], text: str
     ) -> Findings:
-        found = Findings()
+        found, said = Findings(), set()  # said: content words of the response so far (grows as it is read)
         sm = SequenceMatcher(None, [t.low for t in ref], [t.low for t in resp], autojunk=False)
         for tag, i1, i2, j1, j2 in sm.get_opcodes():
             if tag == "equal":
                 self._correct(ref[i1:i2], resp[j1:j2], keys, found)
+                said.update(t.low for t in resp[j1:j2] if t.content)
                 continue
             expected = list(dict.fromkeys(keys[t.low] for t in ref[i1:i2] if t.low in keys))
-            expected = self._judge_pieces(_pieces(resp[j1:j2]), expected, resp[:j1], keys, source, found, text)
+            expected = self._judge_pieces(_pieces(resp[j1:j2]), expected, said, keys, source, found, text)
             found.omitted += [_describe(k) for k in expected]
         return found
 
@@ -168,8 +176,7 @@ class ReferenceCritic:
                 found.correct.append(_describe(key))
             last = key
 
-    def _judge_pieces(self, pieces, expected, before, keys, source, found, text) -> list[tuple[str, str]]:  # noqa: PLR0913
-        said = {t.low for t in before if t.content}
+    def _judge_pieces(self, pieces, expected, said, keys, source, found, text) -> list[tuple[str, str]]:  # noqa: PLR0913
         for piece in pieces:
             core = _trim(piece)
             text_lows = [t.low for t in core if t.content]
@@ -187,13 +194,15 @@ class ReferenceCritic:
                 for t in dict.fromkeys(invented):
                     found.poor.append((t.start, t.end))
                     found.notes.append(f"It mentions '{t.text}', which {{src}} does not.")
-            said |= set(text_lows)
+            said.update(text_lows)
         return expected
 
     @staticmethod
     def _text(row: dict[str, Any], found: Findings) -> str:
         src = "the reference answer" if row.get("task") == "qa" else "the post"
-        parts = [n.replace("{src}", src) for n in found.notes]
+        parts = [n.replace("{src}", src) for n in found.notes[:MAX_NOTES]]
+        if len(found.notes) > MAX_NOTES:
+            parts.append(f"And {len(found.notes) - MAX_NOTES} more such problems.")
         if found.omitted:
             parts.append(f"It leaves out {_join(found.omitted)}.")
         if found.correct:
@@ -211,17 +220,43 @@ def _dedupe(items: list[str | None]) -> list[str]:
     return list(dict.fromkeys(i for i in items if i))
 
 
-def _unique_range(text: str, start: int, end: int) -> tuple[int, int] | None:
-    """``(start, end)`` widened by whole tokens until ``text[start:end]`` occurs once in ``text``: leftward first
-    (context before a value reads naturally), else rightward, else both."""
+def _unique_range(text: str, bounds: tuple[list[int], list[int]], start: int, end: int) -> tuple[int, int] | None:
+    """``(start, end)`` widened by the fewest whole tokens that make ``text[start:end]`` occur once in ``text``:
+    leftward first (context before a value reads naturally), else rightward, else both. Uniqueness only grows with
+    widening, so the fewest is found by doubling then bisecting: a logarithmic number of searches, each linear."""
     if start >= end:
         return None
-    if text.count(text[start:end]) == 1:
+    if _once(text, start, end):
         return start, end
-    toks = tokenize(text)
-    lefts = [t.start for t in reversed(toks) if t.start < start]
-    rights = [t.end for t in toks if t.end > end]
-    for cand in [(a, end) for a in lefts] + [(start, b) for b in rights] + list(zip(lefts, rights, strict=False)):
-        if text.count(text[cand[0] : cand[1]]) == 1:
-            return cand
+    starts, ends = bounds  # of the text's tokens
+    first, last = bisect.bisect_left(starts, start), bisect.bisect_left(ends, end)
+    widenings = (
+        (first, lambda w: (starts[first - w], end)),  # w tokens to the left
+        (len(ends) - 1 - last, lambda w: (start, ends[last + w])),  # w tokens to the right
+        (min(first, len(ends) - 1 - last), lambda w: (starts[first - w], ends[last + w])),
+    )
+    for most, span in widenings:
+        width = _fewest(text, most, span)
+        if width is not None:
+            return span(width)
     return start, end
+
+
+def _fewest(text: str, most: int, span) -> int | None:
+    """The smallest ``w`` in 1..most with ``span(w)`` unique in ``text``, or None."""
+    if most < 1 or not _once(text, *span(most)):
+        return None
+    lo, hi = 0, 1  # span(lo) is not unique (or lo == 0); find hi with span(hi) unique
+    while hi < most and not _once(text, *span(hi)):
+        lo, hi = hi, min(most, hi * 2)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _once(text, *span(mid)) else (mid, hi)
+    return hi
+
+
+def _once(text: str, start: int, end: int) -> bool:
+    """``text[start:end]`` occurs exactly once in ``text`` (two searches, no count of every occurrence)."""
+    piece = text[start:end]
+    first = text.find(piece)
+    return text.find(piece, first + 1) == -1

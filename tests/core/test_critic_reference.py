@@ -120,3 +120,20 @@ def test_correct_responses_get_no_poor_spans(task):
 def test_critique_batch_is_the_reward_source_protocol():
     rows = feedback_rows(make_demo_feedback("qa", 4, seed=1))
     assert [fb.poor_spans for fb in CRITIC.critique_batch(rows)] == [CRITIC.critique(r).poor_spans for r in rows]
+
+
+def test_a_long_repetitive_response_gets_capped_unique_quotes():
+    """A policy can write the same wrong clause a thousand times: the critique stays bounded (MAX_SPANS quotes, each
+    occurring once in the response) and its cost linear (before: cubic, 35 s for 30 KB; see bench_annotate.py)."""
+    import json
+
+    from t2g_core.critics.reference import MAX_NOTES, MAX_SPANS, ReferenceCritic
+    from t2g_core.demo import make_demo_feedback
+
+    row = make_demo_feedback("summarization", 1, seed=3).iloc[0].to_dict()
+    row["meta"] = json.loads(row["meta"])
+    long = dict(row, response=" ".join([row["response"], "Bo lives in Atlantis."] * 400))
+    fb = ReferenceCritic().critique(long)
+    assert 0 < len(fb.poor_spans) <= MAX_SPANS and len(fb.good_spans) <= MAX_SPANS
+    assert all(long["response"].count(q) == 1 for q in fb.poor_spans + fb.good_spans)
+    assert fb.critique.count("It ") <= MAX_NOTES + 2
