@@ -233,7 +233,10 @@ def _unique_range(text: str, bounds: tuple[list[int], list[int]], start: int, en
     widenings = (
         (first, lambda w: (starts[first - w], end)),  # w tokens to the left
         (len(ends) - 1 - last, lambda w: (start, ends[last + w])),  # w tokens to the right
-        (min(first, len(ends) - 1 - last), lambda w: (starts[first - w], ends[last + w])),
+        (
+            max(first, len(ends) - 1 - last),  # both ways, up to the whole text (which occurs once)
+            lambda w: (starts[max(0, first - w)], ends[min(len(ends) - 1, last + w)]),
+        ),
     )
     for most, span in widenings:
         width = _fewest(text, most, span)
