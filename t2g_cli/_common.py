@@ -23,8 +23,16 @@ SetOpt = typer.Option(None, "--set", "-s", help="Override a config field, e.g. -
 def pipeline_config(config: Path | None, overrides: list[str] | None) -> PipelineConfig:
     try:
         return load_config(config, overrides or [])
-    except (ValidationError, ValueError) as exc:
+    except ValidationError as exc:
+        where = f"{config}: " if config else ""
+        fail(f"invalid configuration: {where}{one_line(exc)}")
+    except ValueError as exc:
         fail(f"invalid configuration: {exc}")
+
+
+def one_line(exc: ValidationError) -> str:
+    """Every problem of a pydantic validation error on one line: ``ppo.stepz: Extra inputs are not permitted``."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
 
 
 def fail(message: str, code: int = 2) -> None:

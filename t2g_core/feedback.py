@@ -37,6 +37,17 @@ def _read_csv(path: Path) -> pd.DataFrame:
         return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise SchemaError(str(path), f"is not valid UTF-8 (byte {exc.start})") from exc
+    except pd.errors.EmptyDataError:
+        raise SchemaError(str(path), "is empty (no header, no rows)") from None
+    except pd.errors.ParserError as exc:
+        raise SchemaError(str(path), f"is not valid CSV: {' '.join(str(exc).split())[:200]}") from None
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise SchemaError(str(path), f"cannot be read as Parquet: {' '.join(str(exc).split())[:200]}") from None
 
 
 def _read_hf(path: Path) -> pd.DataFrame:
@@ -58,9 +69,18 @@ def _normalise(df: pd.DataFrame) -> pd.DataFrame:
             v if v is None or isinstance(v, str) or (isinstance(v, float) and pd.isna(v)) else json.dumps(v)
             for v in df["meta"]
         ]
-    if "id" in df.columns:  # integer ids from CSV/JSON are fine as text
-        df["id"] = [v if v is None or isinstance(v, str) else str(v) for v in df["id"]]
+    if "id" in df.columns:  # integer ids from CSV/JSON become text, explicitly; anything else is refused
+        df["id"] = [_id_text(v) for v in df["id"]]
     return df
+
+
+def _id_text(value: object) -> object:
+    """An integer id as its decimal text; everything else unchanged (validation then names what is wrong)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) or (hasattr(value, "dtype") and getattr(value.dtype, "kind", "") in "iu"):
+        return str(int(value))
+    return value
 
 
 def load_feedback(path: str | Path) -> pd.DataFrame:
@@ -75,7 +95,7 @@ def load_feedback(path: str | Path) -> pd.DataFrame:
             return validate_frame(_normalise(_read_hf(p)), FEEDBACK, str(p))
     suffix = p.suffix.lower()
     if suffix == ".parquet":
-        df = pd.read_parquet(p)
+        df = _read_parquet(p)
     elif suffix in (".jsonl", ".json"):
         df = _read_jsonl(p)
     elif suffix == ".csv":

@@ -7,6 +7,7 @@ A violation raises :class:`SchemaError` naming the file, the column and the firs
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -159,10 +160,16 @@ def _check_string(col: Column, value: object) -> str | None:
         return f"{value!r:.40} is not one of {', '.join(col.choices)}"
     if col.json:
         try:
-            json.loads(value)
+            json.loads(value, parse_constant=_refuse_constant)
         except json.JSONDecodeError as exc:
             return f"is not valid JSON ({exc.msg})"
+        except ValueError as exc:
+            return str(exc)
     return None
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"holds {name}, which is not a finite number (JSON has no such value)")
 
 
 def _check_integer(col: Column, value: object) -> str | None:
@@ -181,9 +188,11 @@ def _check_float(col: Column, value: object) -> str | None:
     if isinstance(value, (bool, str, bytes)):
         return f"expected a number, got {value!r:.40}"
     try:
-        float(value)  # ints, floats and numpy scalars
+        number = float(value)  # ints, floats and numpy scalars
     except (TypeError, ValueError):
         return f"expected a number, got {value!r:.40}"
+    if not math.isfinite(number):
+        return f"expected a finite number, got {number}"
     return None
 
 

@@ -76,15 +76,38 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             node = node.setdefault(key, {})
             if not isinstance(node, dict):
                 raise ValueError(f"override {item!r}: {key!r} is not a section")
-        node[keys[-1]] = yaml.safe_load(raw)
+        try:
+            node[keys[-1]] = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ValueError(
+                f"override {item!r}: the value is not valid YAML ({getattr(exc, 'problem', exc)})"
+            ) from None
     return out
+
+
+class ConfigFileError(ValueError):
+    """A configuration file that is missing or not valid YAML: the message names the file (and line)."""
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigFileError(f"{path}: no such configuration file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigFileError(f"{path}: cannot be read ({exc})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigFileError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"{path}: the top level must be a mapping of stage names")
+    return data
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
     """Load a PipelineConfig from YAML (or defaults) and apply CLI overrides; errors name the bad field."""
     data: dict[str, Any] = {}
     if path is not None:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: the top level must be a mapping of stage names")
+        data = _read_yaml(Path(path))
     return PipelineConfig.model_validate(apply_overrides(data, overrides or []))
