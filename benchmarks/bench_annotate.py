@@ -10,9 +10,16 @@
    below 1.
 2. Code critic on HumanEval (164 problems): the canonical solutions (false alarm = any poor span or a failed case;
    target 0) and one seeded mutant per problem from the demo's mutation operators (hit = a poor span overlaps the
-   mutated line; mutants that pass every test are counted as survivors and left out of the hit rate).
+   mutated line; mutants that pass every test are counted as survivors and left out of the hit rate; target 0.8),
+   with and without mutation-based localisation (``t2g_core/critics/mutation.py``; its operators overlap the
+   demo's mutation operators, so on these mutants it is at its best: real bugs are less regular).
+3. Sandbox overhead: seconds per test case of a trivial program (two isolated processes per problem, one call per
+   case), per isolation backend available here.
+4. Reference critic cost per item against response length, 1 KB to 1 MB (a repetitive summary: the worst case for
+   unique quotes); linear means seconds / KB stays flat.
 
-Writes benchmarks/results/bench_annotate.json.  ``python benchmarks/bench_annotate.py [--quick]``
+Writes benchmarks/results/bench_annotate.json (``--smoke``: a tiny run, benchmarks/results/smoke/).
+``python benchmarks/bench_annotate.py [--quick | --smoke]``
 """
 
 from __future__ import annotations
@@ -33,8 +40,9 @@ import pandas as pd
 
 from t2g_core.annotators import annotate
 from t2g_core.config.annotate import AnnotateConfig
+from t2g_core.critics import isolation
 from t2g_core.critics.code import CodeCritic
-from t2g_core.critics.sandbox import SandboxLimits, namespaces_available
+from t2g_core.critics.sandbox import SandboxLimits, run_cases
 from t2g_core.demo.code import load_problems, mutants
 
 OUT = Path(__file__).parent / "results" / "bench_annotate.json"
@@ -153,8 +161,8 @@ def _row(p: dict, response: str) -> dict:
     }
 
 
-def localisation(n_problems: int, seed: int, workers: int) -> dict:
-    critic = CodeCritic(SandboxLimits(timeout_s=5.0))
+def localisation(n_problems: int, seed: int, workers: int, mutation: bool = True) -> dict:
+    critic = CodeCritic(SandboxLimits(timeout_s=5.0), mutation_localisation=mutation)
     rng = random.Random(seed)
     problems = list(load_problems())[:n_problems]
     picked = {p["task_id"]: rng.choice(ms) for p in problems if (ms := mutants(p["prompt"], p["canonical_solution"]))}
@@ -190,7 +198,7 @@ def localisation(n_problems: int, seed: int, workers: int) -> dict:
         by_kind[m.kind]["hit" if hit else "miss"] += 1
     return {
         "problems": len(problems),
-        "isolation": "netns+pidns+uid" if namespaces_available() else "audit-hook/uid",
+        "isolation": isolation.resolve("auto").backend,
         "canonical_false_alarms": len(false_alarms),
         "false_alarm_rate": len(false_alarms) / len(problems),
         "false_alarm_ids": false_alarms,
@@ -202,7 +210,54 @@ def localisation(n_problems: int, seed: int, workers: int) -> dict:
         "by_kind": {k: dict(v) for k, v in by_kind.items()},
         "seconds": round(elapsed, 1),
         "workers": workers,
+        "mutation_localisation": mutation,
     }
+
+
+def sandbox_overhead(cases: int, repeats: int) -> dict:
+    """Seconds per case of ``return x`` under each backend (start-up of both processes included, once per run)."""
+    out = {}
+    tests = [{"code": f"def check(candidate):\n    assert candidate({i}) == {i}\n"} for i in range(cases)]
+    for backend in ("bwrap", "unshare"):
+        if not isolation.works(backend):
+            continue
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            run = run_cases("def f(x):\n    return x\n", tests, "f", SandboxLimits(isolation=backend))
+            times.append(time.perf_counter() - start)
+            assert all(r.outcome == "pass" for r in run.results), run
+        out[backend] = {
+            "cases": cases,
+            "seconds_per_run": round(min(times), 4),
+            "seconds_per_case": round(min(times) / cases, 5),
+        }
+    return out
+
+
+def reference_cost(sizes_kb: list[int]) -> list[dict]:
+    """Reference-critic seconds per item for responses of growing length."""
+    from t2g_core.critics.reference import ReferenceCritic
+    from t2g_core.demo import make_demo_feedback
+
+    row = make_demo_feedback("summarization", 1, seed=3).iloc[0].to_dict()
+    row["meta"] = json.loads(row["meta"])
+    critic, out = ReferenceCritic(), []
+    for kb in sizes_kb:
+        response = " ".join(
+            [row["response"], "Bo lives in Atlantis."] * max(1, kb * 1000 // (len(row["response"]) + 22))
+        )
+        start = time.perf_counter()
+        critic.critique(dict(row, response=response))
+        seconds = time.perf_counter() - start
+        out.append(
+            {
+                "kb": round(len(response) / 1000, 1),
+                "seconds": round(seconds, 4),
+                "seconds_per_kb": round(seconds / (len(response) / 1000), 5),
+            }
+        )
+    return out
 
 
 def main() -> None:
@@ -212,22 +267,34 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="code-critic sandboxes in parallel")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--waves", type=int, default=30, help="items per run = waves x concurrency (30: about 3 s per run)")
+    ap.add_argument("--smoke", action="store_true", help="a tiny run that only proves the script works (the suite)")
     args = ap.parse_args()
+    out = OUT.parent / "smoke" / OUT.name if args.smoke else OUT
     result = {"latency_s": args.latency}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    result["throughput"] = throughput(
-        args.latency, [1, 8, 32], waves=10 if args.quick else args.waves, rounds=1 if args.quick else 2
-    )
-    result["code_critic"] = loc = localisation(40 if args.quick else 164, args.seed, args.workers)
+    if args.smoke:
+        result["throughput"] = throughput(0.01, [1, 4], waves=2, rounds=1)
+    else:
+        result["throughput"] = throughput(
+            args.latency, [1, 8, 32], waves=10 if args.quick else args.waves, rounds=1 if args.quick else 2
+        )
+    result["sandbox"] = sandbox_overhead(4 if args.smoke else 20, 1 if args.smoke else 3)
+    print("sandbox seconds per case:", {k: v["seconds_per_case"] for k, v in result["sandbox"].items()})
+    result["reference_critic"] = reference_cost([1, 4] if args.smoke else [1, 4, 16, 64, 256, 1024])
+    print("reference critic:", ", ".join(f"{r['kb']} KB {r['seconds']} s" for r in result["reference_critic"]))
+    n_problems = 3 if args.smoke else 40 if args.quick else 164
+    if not args.smoke:  # the same mutants without mutation-based localisation (Ochiai and the return-None rule)
+        base = result["code_critic_without_mutation"] = localisation(n_problems, args.seed, args.workers, False)
+        print(f"without mutation-based localisation: hit rate {base['hit_rate']} (top-1 {base['top1_hit_rate']})")
+    result["code_critic"] = loc = localisation(n_problems, args.seed, args.workers)
     print(
         f"code critic: false alarms {loc['canonical_false_alarms']}/{loc['problems']}, hit rate {loc['hit_rate']} "
         f"(top-1 {loc['top1_hit_rate']}, {loc['mean_poor_spans']} poor spans/item) on "
         f"{loc['mutants_caught_by_tests']} caught mutants "
         f"({loc['mutants'] - loc['mutants_caught_by_tests']} survived the tests), {loc['seconds']} s"
     )
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {OUT}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

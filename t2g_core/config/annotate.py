@@ -55,6 +55,11 @@ class AnnotateConfig(StageConfig):
     sandbox_timeout_s: float = Field(5.0, gt=0, description="Code critic: wall-clock limit per test case.")
     sandbox_memory_mb: int = Field(512, ge=64, description="Code critic: address-space limit of the sandboxed process.")
     sandbox_max_procs: int = Field(16, ge=1, description="Code critic: process limit of the sandbox user (fork bombs).")
+    mutation_localisation: bool = Field(
+        True,
+        description="Code critic: also blame the lines whose small mutations (relational, arithmetic, boolean "
+        "operators, integer constants) make failing tests pass; up to 48 variants in one extra sandbox session.",
+    )
     max_fault_lines: int = Field(
         2, ge=1, description="Code critic: most suspicious lines (Ochiai) quoted as poor spans per failing item."
     )

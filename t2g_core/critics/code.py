@@ -29,6 +29,9 @@ from t2g_core.spans import ParsedFeedback
 
 FAILED = ("fail", "error", "timeout")
 DEGENERATE = ("killed", "timeout")  # every case ends like this: the program crashed its harness or never returned
+MUTATED_LINES, MAX_VARIANTS = 8, 48  # mutation-based localisation: the most suspicious lines, variants in all
+VARIANT_TIMEOUT_S = 1.0  # a variant that loops costs a second
+VARIANT_BUDGET_S = 10.0  # and the variants' session at most ten
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
 
 
@@ -99,8 +102,11 @@ def unique_quote(response: str, code_start: int, line_no: int) -> str | None:
 class CodeCritic:
     """``critique(row) -> ParsedFeedback`` for code items (``tests``, ``entry_point``, ``prompt``, ``response``)."""
 
-    def __init__(self, limits: SandboxLimits = SandboxLimits(), max_fault_lines: int = 2):
+    def __init__(
+        self, limits: SandboxLimits = SandboxLimits(), max_fault_lines: int = 2, mutation_localisation: bool = True
+    ):
         self.limits, self.max_fault_lines = limits, max_fault_lines
+        self.mutation_localisation = mutation_localisation
 
     @classmethod
     def from_config(cls, cfg: Any) -> CodeCritic:
@@ -110,7 +116,7 @@ class CodeCritic:
             max_procs=cfg.sandbox_max_procs,
             isolation=cfg.sandbox_isolation,
         )
-        return cls(limits, cfg.max_fault_lines)
+        return cls(limits, cfg.max_fault_lines, cfg.mutation_localisation)
 
     def run(self, row: dict[str, Any]) -> tuple[Program, list[TestCase], SandboxRun]:
         program = build_program(row.get("prompt") or "", row.get("response") or "", row.get("entry_point"))
@@ -143,7 +149,7 @@ class CodeCritic:
         if outcome == 1:  # correct code is rewarded, not just left unpunished
             return ParsedFeedback(critique_text(cases, judged, []), [code], [], None, "ok", None, raw, outcome)
         degenerate = not code or all(r.outcome in DEGENERATE for r in judged)
-        lines = [] if degenerate else self.fault_lines(program, judged)
+        lines = [] if degenerate else self.fault_lines(program, judged, row, cases)
         spans = list(dict.fromkeys(q for q in (unique_quote(response, program.code_start, k) for k in lines) if q))
         if not spans and code:  # a failure no line explains (a crash at import, a hang): all of the code
             spans = [code]
@@ -157,8 +163,16 @@ class CodeCritic:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(self.critique, rows))
 
-    def fault_lines(self, program: Program, results: list[CaseResult]) -> list[int]:
-        """Code lines (1-based, in the response's code) to blame: raising lines first, then top Ochiai lines."""
+    def fault_lines(
+        self,
+        program: Program,
+        results: list[CaseResult],
+        row: dict[str, Any] | None = None,
+        cases: list[TestCase] | None = None,
+    ) -> list[int]:
+        """Code lines (1-based, in the response's code) to blame, best evidence first: the lines that raised; the
+        lines a small mutation fixes (``mutation_localisation``: needs ``row`` and ``cases`` to run the variants);
+        ``return None`` lines when the failing cases got None; then the top Ochiai lines."""
 
         def to_code(line: int | None) -> int | None:
             return line - program.line_offset if line is not None and line > program.line_offset else None
@@ -170,12 +184,64 @@ class CodeCritic:
         )
         picked = [k for k, _ in raising.most_common()]
         passthrough = passthrough_lines(program)
-        ranked = sorted(
-            ((s, k not in passthrough, k) for line, s in ochiai(results).items() if s > 0 and (k := to_code(line))),
-            reverse=True,
-        )
-        picked += [k for _, _, k in ranked if k not in picked]
+        ranked = [
+            line
+            for _, _, line in sorted(
+                (
+                    (s, (line - program.line_offset) not in passthrough, line)
+                    for line, s in ochiai(results).items()
+                    if s > 0 and to_code(line)
+                ),
+                reverse=True,
+            )
+        ]
+        if self.mutation_localisation and row is not None and cases:
+            scores = self._mutation_scores(program, results, ranked, row, cases)
+            picked += [k for line in sorted(scores, key=lambda n: -scores[n]) if (k := to_code(line)) not in picked]
+        picked += [k for k in none_returns(program, results) if k not in picked]
+        picked += [k for line in ranked if (k := to_code(line)) not in picked]
         return picked[: self.max_fault_lines]
+
+    def _mutation_scores(
+        self, program: Program, results: list[CaseResult], ranked: list[int], row: dict[str, Any], cases: list[TestCase]
+    ) -> dict[int, int]:
+        from dataclasses import replace
+
+        from t2g_core.critics.mutation import line_scores, variants
+        from t2g_core.critics.sandbox import run_variants
+
+        found = variants(program.source, ranked[:MUTATED_LINES], MAX_VARIANTS)
+        if not found:
+            return {}
+        quick = replace(self.limits, timeout_s=min(self.limits.timeout_s, VARIANT_TIMEOUT_S))
+        runs, _ = run_variants(
+            [v.program for v in found],
+            [{"code": c.code} for c in cases],
+            row.get("entry_point"),
+            quick,
+            prelude=row.get("prompt") or "",
+            budget_s=VARIANT_BUDGET_S,
+        )
+        return line_scores(results, runs, found)
+
+
+def none_returns(program: Program, results: list[CaseResult]) -> list[int]:
+    """Code lines holding ``return None`` / ``return`` that failing cases ran, when those cases got None back."""
+    got_none = [r for r in results if r.outcome == "fail" and (r.message or "").startswith("got None,")]
+    if not got_none:
+        return []
+    try:
+        tree = ast.parse(program.source)
+    except SyntaxError:
+        return []
+    covered = set().union(*(r.covered for r in got_none))
+    returns = {
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Return)
+        and (n.value is None or (isinstance(n.value, ast.Constant) and n.value.value is None))
+    }
+    return sorted(line - program.line_offset for line in returns & covered if line > program.line_offset)
 
 
 PASSTHROUGH = (ast.Pass, ast.Break, ast.Continue)

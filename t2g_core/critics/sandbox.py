@@ -24,7 +24,6 @@ import itertools
 import json
 import os
 import resource
-import secrets
 import selectors
 import shutil
 import signal
@@ -234,36 +233,52 @@ class _Process:
 
 
 class _Relay:
-    """Runs the judge over every case, relaying its calls to a candidate process (restarted after a crash)."""
+    """Runs the judge over every case (once per program variant), relaying its calls to a candidate process (started
+    again after a crash, with the variant under test)."""
 
-    def __init__(self, program: str, entry_point: str | None, limits: SandboxLimits, iso: Isolation, run: SandboxRun):
-        self.limits, self.iso, self.run = limits, iso, run
+    def __init__(
+        self, programs: list[str], entry_point: str | None, limits: SandboxLimits, iso: Isolation, run: SandboxRun
+    ):
+        self.limits, self.iso, self.run, self.programs = limits, iso, run, programs
         self.job = {
-            "program": program,
+            "program": programs[0],
             "entry_point": entry_point,
             "timeout_s": limits.timeout_s,
             "max_bytes": limits.max_value_kb << 10,
             "preload": list(PRELOAD),
             "audit_guard": limits.audit_guard,
         }
+        self.rounds: list[list[CaseResult]] = [[] for _ in programs]
+        self.current = 0  # the variant the candidate runs
         self.candidate: _Process | None = None
-        self.syntax_error: dict[str, Any] | None = None
+        self.syntax_error: dict[str, Any] | None = None  # of the current variant
         self.fault: dict[str, Any] | None = None  # the candidate's failure in the case under way
         self.covered: set[int] = set()
 
     # -- the candidate --------------------------------------------------------------------------------------
     def _start_candidate(self) -> None:
-        job = dict(self.job)
+        job = dict(self.job, program=self.programs[self.current])
         if os.geteuid() == 0 and self.iso.backend != "bwrap":  # bwrap drops every capability instead
             uid = UID_BASE + (os.getpid() * 31 + next(_UIDS)) % UID_SPAN
             job.update(uid=uid, gid=uid)
             self.run.uids.append(uid)
         self.candidate = _Process("candidate", self.iso, self.limits, job)
-        hello = self.candidate.receive(self.limits.startup_s + self.limits.timeout_s)
+        self._loaded(self.candidate.receive(self.limits.startup_s + self.limits.timeout_s))
+
+    def _loaded(self, hello: dict | str) -> None:
+        self.syntax_error = None
         if isinstance(hello, dict) and "syntax_error" in hello:
             self.syntax_error = hello
         elif hello != {"ready": True}:
             self._drop_candidate("killed", f"the program did not start: {self._why(hello)}")
+
+    def _switch(self, variant: int) -> None:
+        """The candidate runs ``variant`` from now on (a fresh process is started lazily if it has none)."""
+        self.current = variant
+        if self.candidate is not None and self.candidate.send({"op": "load", "program": self.programs[variant]}):
+            self._loaded(self.candidate.receive(self.limits.startup_s + self.limits.timeout_s))
+        elif self.candidate is not None:
+            self._drop_candidate("killed", "the program's process is gone")
 
     def _why(self, reply: dict | str) -> str:
         if reply == "garbled":
@@ -298,11 +313,19 @@ class _Relay:
         return {"value": reply.get("value")}
 
     # -- the judge's messages -------------------------------------------------------------------------------
-    def case_start(self) -> None:
+    def case_start(self, variant: int) -> None:
         self.fault, self.covered = None, set()
+        if variant != self.current:
+            self._switch(variant)
         if self.candidate is None:
             self._start_candidate()
-        if self.candidate is not None and self.syntax_error is None:
+        if self.syntax_error is not None:
+            self.fault = {
+                "error": self.syntax_error["syntax_error"],
+                "kind": "syntax_error",
+                "line": self.syntax_error.get("line"),
+            }
+        elif self.candidate is not None:
             self._ask({"op": "reset"})
 
     def call(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -310,44 +333,86 @@ class _Relay:
             return self.fault
         return self._ask({"op": "call", "args": message.get("args"), "kwargs": message.get("kwargs")})
 
-    def verdict(self, message: dict[str, Any]) -> CaseResult:
+    def verdict(self, message: dict[str, Any]) -> None:
         outcome, text = message.get("outcome"), message.get("message")
         fault = self.fault or {}
-        if fault.get("kind") in ("timeout", "killed"):  # whatever the test did with it (a bare except included)
+        if fault.get("kind") in ("timeout", "killed", "syntax_error"):  # whatever the test did with it
             outcome, text = fault["kind"], fault["error"]
         elif fault and outcome == "error":
             text = fault["error"]
         if outcome not in (*CANDIDATE_FAULTS, "pass", "judge_error"):
             outcome, text = "judge_error", f"unknown outcome {outcome!r}"
-        return CaseResult(int(message["case"]), outcome, text, fault.get("line"), tuple(sorted(self.covered)))
+        result = CaseResult(int(message["case"]), outcome, text, fault.get("line"), tuple(sorted(self.covered)))
+        self.rounds[self.current].append(result)
 
     def close(self) -> None:
         if self.candidate is not None:
             self.candidate.kill()
 
 
-def _judge(relay: _Relay, judge: _Process, n_cases: int) -> None:
-    """Drive the judge to the end; every case gets a result."""
+def _judge(relay: _Relay, judge: _Process, n_cases: int, budget_s: float | None) -> None:
+    """Drive the judge to the end (or the time budget); every case of a variant that started gets a result."""
     patience = relay.limits.startup_s + 4 * relay.limits.timeout_s + 2.0
+    stop = None if budget_s is None else time.monotonic() + budget_s
     while True:
         message = judge.receive(patience)
         if not isinstance(message, dict):
-            done = {r.index for r in relay.run.results}
+            results = relay.rounds[relay.current]
+            done = {r.index for r in results}
             why = f"the tests stopped ({message})"
-            relay.run.results += [CaseResult(i, "judge_error", why, None) for i in range(n_cases) if i not in done]
+            results += [CaseResult(i, "judge_error", why, None) for i in range(n_cases) if i not in done]
             return
         if "case_start" in message:
-            relay.case_start()
-            if relay.syntax_error is not None:
-                line = relay.syntax_error.get("line")
-                relay.run.results = [CaseResult(0, "syntax_error", relay.syntax_error["syntax_error"], line)]
-                return
+            variant = int(message.get("round", 0))
+            if variant != relay.current and stop is not None and time.monotonic() > stop:
+                return  # out of time: the variants not reached have no results
+            relay.case_start(variant)
         elif "call" in message:
             judge.send(relay.call(message))
         elif "case" in message:
-            relay.run.results.append(relay.verdict(message))
-            if len(relay.run.results) == n_cases:
+            relay.verdict(message)
+            if len(relay.rounds[-1]) == n_cases:
                 return
+
+
+def run_variants(
+    programs: list[str],
+    cases: list[dict[str, str]],
+    entry_point: str | None,
+    limits: SandboxLimits = SandboxLimits(),
+    prelude: str = "",
+    budget_s: float | None = None,
+) -> tuple[list[list[CaseResult]], SandboxRun]:
+    """Run each of ``programs`` against ``cases`` in one sandbox session (variants of one program, for fault
+    localisation): per program, one result per case (empty for programs the ``budget_s`` did not reach)."""
+    run = SandboxRun()
+    if not cases or not programs:
+        return [[] for _ in programs], run
+    try:
+        iso = resolve(limits.isolation)
+    except (IsolationUnavailable, ValueError) as exc:
+        run.error = str(exc)
+        return [[] for _ in programs], run
+    run.isolation = iso.backend
+    relay = _Relay(programs, entry_point, limits, iso, run)
+    judge = None
+    try:
+        job = {
+            "prelude": prelude,
+            "cases": [c["code"] for c in cases],
+            "max_bytes": limits.max_value_kb << 10,
+            "entry_point": entry_point,
+            "rounds": len(programs),
+        }
+        judge = _Process("judge", iso, limits, job)
+        _judge(relay, judge, len(cases), budget_s)
+    except OSError as exc:
+        run.error = f"could not start the sandbox: {exc}"
+    finally:
+        relay.close()
+        if judge is not None:
+            judge.kill()
+    return [sorted(r, key=lambda c: c.index) for r in relay.rounds], run
 
 
 def run_cases(
@@ -359,33 +424,11 @@ def run_cases(
 ) -> SandboxRun:
     """Run ``program`` against ``cases`` (each ``{"code": test module source defining check(candidate)}``).
 
-    ``prelude`` is trusted code the tests may use (the prompt's helpers); the candidate never sees the tests.
+    ``prelude`` is trusted code the tests may use (the prompt's helpers); the candidate never sees the tests. A
+    program that does not compile gets one ``syntax_error`` result.
     """
-    run = SandboxRun()
-    if not cases:
-        return run
-    try:
-        iso = resolve(limits.isolation)
-    except (IsolationUnavailable, ValueError) as exc:
-        run.error = str(exc)
-        return run
-    run.isolation = iso.backend
-    relay = _Relay(program, entry_point, limits, iso, run)
-    judge = None
-    try:
-        judge_job = {
-            "prelude": prelude,
-            "cases": [c["code"] for c in cases],
-            "max_bytes": limits.max_value_kb << 10,
-            "nonce": secrets.token_hex(4),
-        }
-        judge = _Process("judge", iso, limits, judge_job)
-        _judge(relay, judge, len(cases))
-    except OSError as exc:
-        run.error = f"could not start the sandbox: {exc}"
-    finally:
-        relay.close()
-        if judge is not None:
-            judge.kill()
-    run.results.sort(key=lambda r: r.index)
+    [results], run = run_variants([program], cases, entry_point, limits, prelude)
+    if results and all(r.outcome == "syntax_error" for r in results):
+        results = [results[0]]
+    run.results = results
     return run

@@ -6,6 +6,7 @@ its prints go to a file in the work directory), one JSON object per line:
 
 - first line in: the job (``program``, ``entry_point``, ``timeout_s``, ``max_bytes``, ``preload``, ``workdir``, and
   ``uid``/``gid`` when started as root); first line out: ``{"ready": true}`` or ``{"syntax_error", "line"}``;
+- ``{"op": "load", "program"}``: another program from now on (a variant, for fault localisation); same answer;
 - ``{"op": "reset"}``: the program is executed afresh (a new case); answer ``{"ok": true}`` or an error;
 - ``{"op": "call", "args", "kwargs"}`` (plain values): the entry point is resolved *now* and called; answer
   ``{"value"}`` (plain data, size-capped) or ``{"error", "kind", "line"}``, with the program lines it executed.
@@ -145,7 +146,19 @@ class Candidate:
     def __init__(self, job, code):
         self.job, self.code, self.ns = job, code, None
 
+    def load(self, program):
+        """Compile another program (a variant of the first, for fault localisation); ``ready`` or its syntax error."""
+        self.ns = None
+        try:
+            self.code = compile(program, PROGRAM_FILE, "exec")
+        except SyntaxError as exc:
+            self.code = None
+            return {"syntax_error": f"SyntaxError: {exc.msg}", "line": exc.lineno}
+        return {"ready": True}
+
     def reset(self):
+        if self.code is None:
+            return {"error": "the program does not compile", "kind": "error", "line": None}
         self.ns = {"__name__": "__t2g_solution__"}
         return self._guarded(lambda: exec(self.code, self.ns) or {"ok": True})
 
@@ -226,17 +239,17 @@ def main():
     sys.setrecursionlimit(3000)
     if job.get("audit_guard", True):
         sys.addaudithook(audit_hook(job["workdir"]))
-    try:
-        code = compile(job["program"], PROGRAM_FILE, "exec")
-    except SyntaxError as exc:
-        _send(out, {"syntax_error": f"SyntaxError: {exc.msg}", "line": exc.lineno})
-        return
-    candidate = Candidate(job, code)
-    _send(out, {"ready": True})
+    candidate = Candidate(job, None)
+    _send(out, candidate.load(job["program"]))
     me = os.getpid()
     for line in requests:
         request = json.loads(line)
-        reply = candidate.reset() if request["op"] == "reset" else candidate.call(request)
+        op = request["op"]
+        reply = (
+            candidate.load(request["program"])
+            if op == "load"
+            else (candidate.reset() if op == "reset" else candidate.call(request))
+        )
         if os.getpid() != me:  # a forked child of user code never answers
             os._exit(0)
         _send(out, reply)

@@ -111,11 +111,14 @@ def run_case(channel, job, index, code):
         exec(job.get("prelude") or "", ns)
     except Exception:  # noqa: BLE001 - a prompt that is only a stub still defines its helpers up to the stub
         pass
+    candidate = proxy(channel, job["max_bytes"])
+    if job.get("entry_point"):
+        ns[job["entry_point"]] = candidate  # tests that name the function itself (not `candidate`) call it too
     try:
         exec(compile(code, "<test>", "exec"), ns)
         if "check" not in ns:
             return {"outcome": "judge_error", "message": "the tests define no check(candidate)"}
-        ns["check"](proxy(channel, job["max_bytes"]))
+        ns["check"](candidate)
     except CandidateFailure as exc:
         return {"outcome": exc.kind, "message": str(exc)}
     except ArgumentNotPlain as exc:
@@ -134,10 +137,10 @@ def main():
     channel = Channel()
     job = channel.receive()
     sys.setrecursionlimit(3000)
-    for i, code in enumerate(job["cases"]):
-        index = i + job.get("first_index", 0)
-        channel.send({"case_start": index})
-        channel.send({"case": index, **run_case(channel, job, index, code)})
+    for round_ in range(job.get("rounds", 1)):  # one round of every case per program variant
+        for index, code in enumerate(job["cases"]):
+            channel.send({"case_start": index, "round": round_})
+            channel.send({"case": index, "round": round_, **run_case(channel, job, index, code)})
 
 
 if __name__ == "__main__":

@@ -219,8 +219,9 @@ def _check(jobs: list[dict], runs: list[dict], folder: Path, listener: Listener)
         [[outcome, message]] = run["results"]
         assert outcome != "pass", where
         assert SECRET not in (message or ""), f"{where}: {message}"
-        if job["attack"] == "writes outside":
-            assert "wrote" not in (message or ""), f"{where}: {message}"
+        if job["attack"] == "writes outside":  # the three writes into the host folder fail; /tmp is the sandbox's own
+            attempts = (message or "").split("'")[1].split()
+            assert "wrote" not in attempts[:3], f"{where}: {message}"
     assert listener.received == [], "a sandboxed program reached the host's network"
     assert sorted(p.name for p in folder.iterdir()) == ["mlflow.db"], "a sandboxed program wrote on the host"
     assert not Path("/tmp/t2g-canary-tmp").exists()
