@@ -80,6 +80,9 @@ class EchoTracker:
     def log_output(self, ref, name: str) -> None:
         return None
 
+    def log_params(self, params) -> None:
+        return None
+
 
 def stage_context(stage: str, workspace: Path | str, params: dict, out: Path | None = None, *, progress: bool = True):
     """The context a command runs stage ``stage`` in: its key from the stage's code and ``params``; outputs at

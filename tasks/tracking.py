@@ -510,3 +510,9 @@ class MlflowTracker:
 
     def log_output(self, ref: ArtifactRef, name: str) -> None:
         log_dataset(ref, name, OUTPUT_CONTEXT, run_id=self.run_id)
+
+    def log_params(self, params: Mapping[str, str]) -> None:
+        from mlflow import MlflowClient
+        from mlflow.entities import Param
+
+        MlflowClient().log_batch(self.run_id, params=[Param(k, str(v)[:PARAM_MAX]) for k, v in params.items()])

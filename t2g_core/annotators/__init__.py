@@ -71,6 +71,7 @@ class CriticAnnotator:
     def __init__(self, name: str, critic: Any, workers: int):
         self.name, self.critic, self.workers = name, critic, workers
         self.stats = RunStats()
+        self.isolation: str | None = None  # the sandbox backend, for critics that run code
 
     def _one(self, row: dict[str, Any]) -> dict[str, Any]:
         start = time.perf_counter()
@@ -104,8 +105,15 @@ def make_annotator(
         return LLMAnnotator(cfg, api_key=api_key, cache=cache)
     if cfg.annotator == "code":
         from t2g_core.critics.code import CodeCritic
+        from t2g_core.critics.isolation import IsolationUnavailable, resolve
 
-        return CriticAnnotator("code", CodeCritic.from_config(cfg), workers=cfg.concurrency)
+        try:  # refuse before the first item rather than fail every one
+            backend = resolve(cfg.sandbox_isolation).backend
+        except IsolationUnavailable as exc:
+            raise ValueError(str(exc)) from None
+        annotator = CriticAnnotator("code", CodeCritic.from_config(cfg), workers=cfg.concurrency)
+        annotator.isolation = backend
+        return annotator
     from t2g_core.critics.reference import ReferenceCritic
 
     return CriticAnnotator("reference", ReferenceCritic(), workers=1)
@@ -152,6 +160,7 @@ def annotate(
     out = [dict(kept[r["id"]], annotator=annotator.name) if r["id"] in kept else done[r["id"]] for r in rows]
     frame = validate_frame(pd.DataFrame(out, columns=ANNOTATIONS.names), ANNOTATIONS, "annotations")
     stats = summarize(frame, cfg, annotator.stats, n_kept=len(kept))
+    stats["sandbox_isolation"] = getattr(annotator, "isolation", None)
     return AnnotationRun(frame, stats)
 
 

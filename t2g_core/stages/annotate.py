@@ -45,6 +45,9 @@ def annotate(
     ctx.tracker.log_input(feedback, "feedback", "annotation")
     ctx.tracker.log_output(ref, "annotations")
     ctx.tracker.log_metrics({f"annotate.{k}": v for k, v in flat_stats(run.stats).items()})
+    if run.stats.get("sandbox_isolation"):
+        ctx.log(f"code sandbox isolation: {run.stats['sandbox_isolation']}")
+        ctx.tracker.log_params({"annotate.sandbox_backend": run.stats["sandbox_isolation"]})
     check_failure_rate(ref, run.stats, cfg.max_failure_rate)
     return ref
 

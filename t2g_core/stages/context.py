@@ -59,6 +59,8 @@ class Tracker(Protocol):
 
     def log_output(self, ref: ArtifactRef, name: str) -> None: ...
 
+    def log_params(self, params: Mapping[str, str]) -> None: ...
+
 
 class NullTracker:
     """Discards everything."""
@@ -73,6 +75,9 @@ class NullTracker:
         return None
 
     def log_output(self, ref: ArtifactRef, name: str) -> None:
+        return None
+
+    def log_params(self, params: Mapping[str, str]) -> None:
         return None
 
 

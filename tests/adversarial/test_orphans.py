@@ -2,6 +2,7 @@
 that one is killed with SIGKILL (no chance to clean up). The temporary Prefect server of `t2g run` is covered in
 tests/flows/test_cli_run.py."""
 
+# ruff: noqa: E501 - the hanging program below is data
 from __future__ import annotations
 
 import os
