@@ -63,6 +63,7 @@ class ParsedFeedback:
     raw: str | None = None
     outcome: float | None = None  # a critic's overall verdict in [-1, 1] (code: from the pass rate), when it has one
     degenerate: bool = False  # no real attempt: empty, crashes its harness, hangs past its timer (worst of all)
+    missing: tuple[str, ...] = ()  # required content the response leaves out (facts, behaviour), for omission rewards
 
     @property
     def ok(self) -> bool:

@@ -154,7 +154,10 @@ class CodeCritic:
         if not spans and code:  # a failure no line explains (a crash at import, a hang): all of the code
             spans = [code]
         text = "The response holds no code." if not code else critique_text(cases, judged, spans)
-        return ParsedFeedback(text, [], spans, None, "ok", None, raw, outcome, degenerate)
+        entry = row.get("entry_point")
+        absent = not code or any("defines no function" in (r.message or "") for r in judged)
+        missing = (f"an implementation of {entry or 'the function'}",) if absent else ()
+        return ParsedFeedback(text, [], spans, None, "ok", None, raw, outcome, degenerate, missing)
 
     def critique_batch(self, rows: list[dict[str, Any]], workers: int = 2) -> list[ParsedFeedback]:
         """The reward-source protocol: one ParsedFeedback per row, in order (sandboxes run ``workers`` at a time)."""

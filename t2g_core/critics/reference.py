@@ -139,7 +139,8 @@ class ReferenceCritic:
         good_ranges = [r for r in (_unique_range(response, bounds, s, e) for s, e in found.good[:MAX_SPANS]) if r]
         good_ranges = [g for g in good_ranges if not any(g[0] < p[1] and p[0] < g[1] for p in poor_ranges)]
         good, poor = (_dedupe([response[a:b] for a, b in rs]) for rs in (good_ranges, poor_ranges))
-        return ParsedFeedback(self._text(row, found), good, poor, None, "ok", None, None)
+        missing = tuple(dict.fromkeys(found.omitted))  # each left-out key fact, for omission-aware rewards
+        return ParsedFeedback(self._text(row, found), good, poor, None, "ok", None, None, missing=missing)
 
     def critique_batch(self, rows: list[dict[str, Any]]) -> list[ParsedFeedback]:
         """The reward-source protocol (PPO's oracle): one ParsedFeedback per row, in order."""
