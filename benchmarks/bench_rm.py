@@ -62,6 +62,20 @@ def _speed(model, tok, prompts, cfg, batch):
     }
 
 
+# a base that only has to exist, a few training steps
+SMOKE_OVERRIDES = [
+    "models.tiny.vocab_size=256",
+    "models.tiny.hidden_size=32",
+    "models.tiny.intermediate_size=64",
+    "models.tiny.warm_start_steps=2",
+    "models.tiny.policy_sft_steps=2",
+    "models.tiny.policy_noise_steps=1",
+    "models.tiny.policy_sft_examples=32",
+    "reward_model.max_steps=2",
+    "reward_model.max_new_tokens=16",
+    "reward_model.max_target_tokens=4096",
+]
+
 KEYS = (
     "json_valid_rate",
     "parse_ok_rate",
@@ -88,7 +102,12 @@ def main() -> None:
     )
     ap.add_argument("--work", type=Path, default=RESULTS / "bench_rm_work")
     ap.add_argument("--name", default="bench_rm", help="Results file name (and run folder) for side-by-side variants.")
+    ap.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     args = ap.parse_args()
+    results = RESULTS / "smoke" if args.smoke else RESULTS
+    if args.smoke:
+        args.items, args.work = 24, results / "bench_rm_work"
+        args.overrides = [*SMOKE_OVERRIDES, *args.overrides]
 
     import torch
 
@@ -162,8 +181,8 @@ def main() -> None:
         "json_valid_target_met": report.metrics["json_valid_rate"] >= 0.95,
         "examples": report.examples[:3],
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{args.name}.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
     print(json.dumps({k: out[k] for k in ("train", "heldout", "baselines", "generation_speed")}, indent=2))
 
 
