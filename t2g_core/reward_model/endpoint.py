@@ -10,7 +10,6 @@ retries, statuses, redaction and parsing, so a failed request is a status on its
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -57,10 +56,8 @@ class EndpointScorer:
         cache = AnswerCache(Path(cache_dir)) if cache_dir is not None else None
         render = _rm_prompt if endpoint.prompt == "reward_model" else None
         self.annotator = LLMAnnotator(annotate_config(endpoint), api_key=api_key, cache=cache, render=render)
-        self.seconds = 0.0
 
     def critique_batch(self, rows: Sequence[dict]) -> list[ParsedFeedback]:
-        t0 = time.perf_counter()
         items = [
             {
                 "id": f"rollout-{i}",
@@ -73,7 +70,6 @@ class EndpointScorer:
         ]
         out = self.annotator.annotate(items, progress=False)
         by_id = {row["id"]: row for row in out}
-        self.seconds += time.perf_counter() - t0
         return [_feedback(by_id[item["id"]]) for item in items]
 
 

@@ -271,7 +271,6 @@ class TaggerScorer:
 
         self.cfg = cfg or RewardModelConfig()
         self.model, self.tokenizer = load_tagger(path, device=device)
-        self.seconds = 0.0  # time spent scoring, for the scoring share of a PPO step
 
     def encode(self, task: str, prompt: str, response: str) -> Encoded:
         from t2g_core.policy_prompts import render_policy_prompt
@@ -282,15 +281,12 @@ class TaggerScorer:
         )
 
     def critique_batch(self, rows: Sequence[dict]) -> list[ParsedFeedback]:
-        t0 = time.perf_counter()
         encoded = [self.encode(r["task"], r["prompt"], r["response"]) for r in rows]
         classes = predict_classes(self.model, encoded, self.tokenizer.pad_token_id, self.cfg.score_batch_size)
-        out = [
+        return [
             feedback_from_spans(r["response"], spans_from_classes(e.offsets, c))
             for r, e, c in zip(rows, encoded, classes, strict=True)
         ]
-        self.seconds += time.perf_counter() - t0
-        return out
 
 
 # ----------------------------------------------------------------------------------------------------------------
