@@ -27,6 +27,12 @@ class AlignConfig(StageConfig):
     overlap: Literal["poor_wins", "good_wins"] = Field(
         "poor_wins", description="Label of a token inside both a good and a poor span."
     )
+    repeated_good_spans: Literal["once", "each"] = Field(
+        "once",
+        description="PPO rollouts: a good span whose text already appeared as a good span earlier in the response "
+        "earns nothing (once) or its label again (each). With 'each' a policy can farm a reward model's +1s by "
+        "repeating what it got right.",
+    )
     positive_value: float = Field(1.0, description="Token label for good spans.")
     negative_value: float = Field(-1.0, description="Token label for poor spans.")
     neutral_value: float = Field(0.0, description="Token label outside every span.")

@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from t2g_core.config.align import AlignConfig
-from t2g_core.spans import ParsedFeedback, align_feedback, decode_with_offsets, label_values, labels_for_offsets
+from t2g_core.spans import (
+    POSITIVE,
+    AlignedSpan,
+    ParsedFeedback,
+    align_feedback,
+    decode_with_offsets,
+    label_values,
+    labels_for_offsets,
+)
 
 
 class RewardSource(Protocol):
@@ -60,6 +68,20 @@ def decode_responses(
     return out
 
 
+def distinct_good_spans(aligned: list[AlignedSpan]) -> list[AlignedSpan]:
+    """The spans, less every good span whose text (case- and space-folded) an earlier good span already has."""
+    seen: set[str] = set()
+    out = []
+    for span in sorted(aligned, key=lambda s: (s.start is None, s.start or 0)):
+        if span.label == POSITIVE and span.start is not None:
+            key = " ".join(span.text.casefold().split())
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append(span)
+    return out
+
+
 def label_responses(
     decoded: list[tuple[str, list[tuple[int, int]]]], feedback: list[ParsedFeedback], align_cfg: AlignConfig | None
 ) -> list[ScoredResponse]:
@@ -72,6 +94,8 @@ def label_responses(
             scored.append(ScoredResponse(text, offsets, [0.0] * len(offsets), fb, 0, 0))
             continue
         aligned = align_feedback(text, fb, align_cfg)
+        if align_cfg is None or align_cfg.repeated_good_spans == "once":
+            aligned = distinct_good_spans(aligned)  # repeating what was right must not pay (a reward-model hack)
         labels = labels_for_offsets(offsets, aligned, values, overlap=overlap)
         unmatched = sum(1 for s in aligned if s.start is None)
         scored.append(ScoredResponse(text, offsets, labels, fb, len(aligned), unmatched))
