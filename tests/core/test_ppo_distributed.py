@@ -1,11 +1,17 @@
-"""A 2-process gloo run equals the 1-process run with the same global batch (whitening, KL stats and gradients are
-reduced across processes; each sample's random stream depends on its global index, not on the process)."""
+"""A 2-process run started by ``accelerate launch`` (DDP over gloo on the CPU) equals the 1-process run with the same
+global batch (whitening and KL stats are reduced across processes, gradients by DDP; each sample's random stream
+depends on its global index, not on the process)."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,15 +21,12 @@ WORKER = textwrap.dedent("""
     import sys
     import pandas as pd
     import torch
-    import torch.distributed as dist
     torch.set_num_threads(1)
     from t2g_core.config.ppo import PPOConfig
     from t2g_core.ppo import CriticSource, train
     from t2g_core.spans import ParsedFeedback
 
-    rank, world, init, model_dir, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-    if world > 1:
-        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    model_dir, out = sys.argv[1], sys.argv[2]
 
     class EdgeWordsCritic:
         def critique(self, row):
@@ -41,37 +44,49 @@ WORKER = textwrap.dedent("""
 
     res = train(cfg, model_dir, prompts, out, reward_source=CriticSource(EdgeWordsCritic()), eval_df=prompts.head(1),
                 task_metric=metrics)
-    if rank == 0:
+    import json
+    info = json.loads(open(out + "/models.json").read())
+    if res.steps_done and info["processes"] > 1:
+        assert info["distributed"] == "MULTI_CPU", info
+    if info["processes"] == 1 or __import__("torch").distributed.get_rank() == 0:
         torch.save(res.history, out + "/history.pt")
-    if world > 1:
-        dist.destroy_process_group()
 """)
 
 
-def _run(script, world, tmp_path, model_dir, name):
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(command: list[str], tmp_path: Path, name: str) -> Path:
     out = tmp_path / name
-    init = f"file://{tmp_path / (name + '.pg')}"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(r), str(world), init, str(model_dir), str(out)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(world)
-    ]
-    for p in procs:
-        log, _ = p.communicate(timeout=300)
-        assert p.returncode == 0, log[-3000:]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run([*command, str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     return out
 
 
+def accelerate_launch(processes: int) -> list[str]:
+    """``accelerate launch`` with DDP over ``processes`` processes; on a machine without CUDA they use gloo."""
+    exe = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
+    return [exe, "launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1"] + [
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+    ]
+
+
 @pytest.mark.slow
-def test_two_gloo_processes_equal_one_process(tiny_model_dir, tmp_path):
+def test_accelerate_launched_two_processes_equal_one_process(tiny_model_dir, tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    one = _run(script, 1, tmp_path, tiny_model_dir, "one")
-    two = _run(script, 2, tmp_path, tiny_model_dir, "two")
+    one = _run([sys.executable, str(script), str(tiny_model_dir)], tmp_path, "one")
+    two = _run([*accelerate_launch(2), str(script), str(tiny_model_dir)], tmp_path, "two")
+    assert json.loads((two / "models.json").read_text())["processes"] == 2
     a = load_file(str(one / "adapter" / "adapter_model.safetensors"))
     b = load_file(str(two / "adapter" / "adapter_model.safetensors"))
     assert any(float(v.abs().sum()) > 0 for k, v in a.items() if "lora_B" in k)
