@@ -6,22 +6,12 @@ from pathlib import Path
 
 import typer
 
-from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config, stage_context
+from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, join_processes, pipeline_config, stage_context
 
 ppo_app = typer.Typer(
     help="Span-reward PPO: token-level rewards from critiques (span), or scalar / dense baselines.",
     no_args_is_help=True,
 )
-
-
-def _init_distributed() -> None:
-    """Under ``accelerate launch`` / torchrun this joins the process group (gloo on CPU); alone it does nothing."""
-    import os
-
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from accelerate import PartialState
-
-        PartialState()
 
 
 def _summary(ref) -> None:
@@ -46,7 +36,7 @@ def train_cmd(
     from t2g_core.stages.settings import FeedbackSettings, ModelsSettings, PPOSettings
 
     cfg = pipeline_config(config, set_)
-    _init_distributed()
+    join_processes()
     ws = cfg.workspace.root
     settings = PPOSettings.from_pipeline(cfg)
     out = run_dir or Path(ws).resolve() / "checkpoints" / "ppo" / default_run_name(settings)
@@ -70,7 +60,7 @@ def resume_cmd(run_dir: Path = typer.Argument(..., help="A run folder written by
     """Continue a run from its latest checkpoint, exactly as if it had not stopped."""
     from t2g_core.stages import ppo
 
-    _init_distributed()
+    join_processes()
     try:
         _summary(ppo.resume(run_dir, stage_context("ppo", run_dir.parent, {"run_dir": str(run_dir)}, run_dir)))
     except (FileNotFoundError, ValueError) as exc:

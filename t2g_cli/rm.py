@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from t2g_cli._common import (
+    BarProgress,
     ConfigOpt,
     SetOpt,
     artifact,
@@ -88,7 +89,7 @@ def train(
     ctx = stage_context(
         "reward_model", pipe.workspace.root, {"rm_data": data, "base": base, "settings": settings}, out, progress=False
     )
-    result = stage.fit(data, base, settings, replace(ctx, force=not resume))
+    result = stage.fit(data, base, settings, replace(ctx, force=not resume, on_progress=BarProgress()))
     how = f"resumed from {result.resumed_from}" if result.resumed_from else "from scratch"
     echo(f"adapter: {result.adapter_dir} ({result.global_step} steps, {how}, {result.train_seconds:.1f} s)")
 

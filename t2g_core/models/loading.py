@@ -23,6 +23,7 @@ from typing import Any
 
 PAD_NAMES = ("<|finetune_right_pad_id|>", "<|pad|>", "<pad>", "[PAD]", "<|padding|>", "<|endofpad|>")
 RESERVED = re.compile(r"^<\|reserved_special_token_(\d+)\|>$")
+HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+(@[\w./-]+)?$")  # org/name or org/name@revision
 ADDED_PAD = "<|pad|>"
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 
@@ -43,6 +44,11 @@ def is_local(ref: str | Path) -> bool:
     return Path(split_revision(ref)[0]).exists()
 
 
+def is_hub_id(ref: str | Path) -> bool:
+    """``org/name`` or ``org/name@revision`` that is not a local path."""
+    return not Path(str(ref)).exists() and bool(HUB_ID.match(str(ref))) and not str(ref).startswith(".")
+
+
 def cached_commit(ref: str | Path) -> str | None:
     """The commit a Hub id (``@revision``) resolves to in the local Hugging Face cache, without any network call;
     None for a folder or an id that is not cached."""
@@ -56,6 +62,22 @@ def cached_commit(ref: str | Path) -> str | None:
     except ValueError:  # not a valid repo id
         return None
     return Path(found).parent.name if isinstance(found, str) else None
+
+
+def adapter_base(adapter_dir: str | Path) -> str:
+    """The base model a PEFT adapter folder names (``base_model_name_or_path``, with ``@revision`` when recorded)."""
+    import json
+
+    config_path = Path(adapter_dir) / "adapter_config.json"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        base = config["base_model_name_or_path"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{config_path}: cannot read 'base_model_name_or_path' ({exc})") from exc
+    if not base:
+        raise ValueError(f"{config_path}: 'base_model_name_or_path' is empty")
+    revision = config.get("revision")
+    return f"{base}@{revision}" if revision and not Path(base).exists() else base
 
 
 def pretrained_kwargs(ref: str | Path) -> tuple[str, dict[str, Any]]:
@@ -151,18 +173,23 @@ def load_tokenizer(ref: str | Path, *, padding_side: str | None = "left"):
     return tokenizer
 
 
-def load_causal_lm(ref: str | Path, *, dtype: str = "auto", device=None, tokenizer=None, backbone_only: bool = False):
-    """A causal LM (or its backbone without the LM head, ``backbone_only``) in ``dtype`` on ``device``; with a
-    ``tokenizer``, its vocabulary and pad token are matched (:func:`match_vocabulary`)."""
+def load_causal_lm(
+    ref: str | Path, *, dtype="auto", device=None, tokenizer=None, backbone_only: bool = False, place: bool = True
+):
+    """A causal LM (or its backbone without the LM head, ``backbone_only``) in ``dtype`` (a ``models.dtype`` name
+    or a torch dtype) on ``device`` (default: the GPU if any); ``place=False`` leaves it on the CPU for a trainer
+    that places it itself. With a ``tokenizer``, its vocabulary and pad token are matched (:func:`match_vocabulary`)."""
+    import torch
     from transformers import AutoModel, AutoModelForCausalLM
 
-    device = default_device() if device is None else device
+    device = default_device() if device is None else torch.device(device)
     name, kwargs = pretrained_kwargs(ref)
     cls = AutoModel if backbone_only else AutoModelForCausalLM
-    model = cls.from_pretrained(name, dtype=resolve_dtype(dtype, device), **kwargs)
+    torch_dtype = dtype if isinstance(dtype, torch.dtype) else resolve_dtype(dtype, device)
+    model = cls.from_pretrained(name, dtype=torch_dtype, **kwargs)
     if tokenizer is not None:
         match_vocabulary(model, tokenizer)
-    return model.to(device)
+    return model.to(device) if place else model
 
 
 def describe(model, tokenizer, ref: str | Path) -> dict[str, Any]:

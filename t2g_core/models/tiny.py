@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from t2g_core.config.models import ModelsConfig, TinyModelConfig
+from t2g_core.progress import Progress, as_progress
 
 BOS, EOS, PAD = "<|bos|>", "<|eot|>", "<|pad|>"
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
@@ -201,7 +202,7 @@ def warm_start(
     batch_size: int | None = None,
     block_size: int = 128,
     out_dir: str | Path | None = None,
-    progress: bool = True,
+    progress: Progress | bool = True,
 ) -> WarmStartResult:
     """Train the model in ``model_dir`` and save it to ``out_dir`` (default: in place).
 
@@ -227,16 +228,16 @@ def warm_start(
         if is_pairs
         else _lm_batches(tokenizer, texts_or_pairs, min(block_size, cfg.max_positions), batch_size, gen)
     )
-    losses = _train_loop(model, batches, steps, lr, progress, desc="policy SFT" if is_pairs else "LM warm start")
+    desc = "policy SFT" if is_pairs else "LM warm start"
+    losses = _train_loop(model, batches, steps, lr, as_progress(progress), desc=desc)
     target = Path(out_dir) if out_dir is not None else Path(model_dir)
     model.save_pretrained(target, safe_serialization=True)
     tokenizer.save_pretrained(target)
     return WarmStartResult(losses=losses, seconds=time.perf_counter() - t0)
 
 
-def _train_loop(model, batches, steps: int, lr: float, progress: bool, desc: str) -> list[float]:
+def _train_loop(model, batches, steps: int, lr: float, progress: Progress, desc: str) -> list[float]:
     import torch
-    from tqdm.auto import tqdm
 
     if steps <= 0:
         return []
@@ -252,8 +253,7 @@ def _train_loop(model, batches, steps: int, lr: float, progress: bool, desc: str
         ),
     )
     losses: list[float] = []
-    bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False)
-    for _ in bar:
+    for i in range(steps):
         ids, labels, mask = next(batches)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad(set_to_none=True)
@@ -262,8 +262,7 @@ def _train_loop(model, batches, steps: int, lr: float, progress: bool, desc: str
         opt.step()
         sched.step()
         losses.append(float(loss.detach()))
-        if math.isfinite(losses[-1]):
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        progress(desc, i + 1, steps, {"loss": losses[-1]} if math.isfinite(losses[-1]) else None)
     model.eval()
     return losses
 
@@ -293,7 +292,7 @@ def ensure_demo_models(
     cfg: ModelsConfig,
     feedback_df: pd.DataFrame,
     *,
-    progress: bool = True,
+    progress: Progress | bool = True,
     log: Callable[[str], None] | None = None,
     rebuild: bool = False,
 ) -> DemoModels:
@@ -312,7 +311,7 @@ def ensure_demo_models(
         tmp = models_dir / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         tmp.mkdir(parents=True)
         try:
-            _build_demo_models(tmp, cfg.tiny, feedback_df, progress=progress, log=log or (lambda _m: None))
+            _build_demo_models(tmp, cfg.tiny, feedback_df, progress=as_progress(progress), log=log or (lambda _m: None))
             if rebuild and final.exists():  # swap: the finished folder is replaced only once the new one is complete
                 os.rename(final, old := tmp.with_name(tmp.name + "-old"))
                 shutil.rmtree(old)
@@ -396,7 +395,7 @@ def _train_policy(
     return info
 
 
-def _build_demo_models(root: Path, cfg: TinyModelConfig, feedback_df: pd.DataFrame, *, progress: bool, log) -> None:
+def _build_demo_models(root: Path, cfg: TinyModelConfig, feedback_df: pd.DataFrame, *, progress: Progress, log) -> None:
     from t2g_core.demo import demo_corpus
 
     t0, c0 = time.perf_counter(), time.process_time()

@@ -16,6 +16,7 @@ from t2g_core.ppo.distributed import barrier, rank_and_world
 from t2g_core.ppo.sources import make_reward_source, split_prompts, task_metric_for
 from t2g_core.ppo.tracking import Tracker
 from t2g_core.ppo.trainer import PPOResult, train
+from t2g_core.progress import Progress, no_progress
 from t2g_core.schemas import FEEDBACK
 from t2g_core.stages.settings import PPOSettings
 from t2g_core.store import write_parquet
@@ -53,7 +54,9 @@ def prepare_run(
     return run_dir
 
 
-def run_from_dir(run_dir: str | Path, *, resume: bool, tracker: Tracker | None = None) -> PPOResult:
+def run_from_dir(
+    run_dir: str | Path, *, resume: bool, tracker: Tracker | None = None, progress: Progress = no_progress
+) -> PPOResult:
     """Train (or resume) the run described by ``run_dir/run.json``."""
     run_dir = Path(run_dir)
     spec_file = run_dir / RUN_FILE
@@ -65,7 +68,11 @@ def run_from_dir(run_dir: str | Path, *, resume: bool, tracker: Tracker | None =
     eval_df = pd.read_parquet(run_dir / "eval.parquet") if (run_dir / "eval.parquet").exists() else None
     task = str(prompts["task"].mode().iloc[0])
     source = make_reward_source(
-        cfg.ppo.reward_source, task, reward_model_path=spec.get("reward_model_path"), rm_cfg=cfg.reward_model
+        cfg.ppo.reward_source,
+        task,
+        reward_model_path=spec.get("reward_model_path"),
+        rm_cfg=cfg.reward_model,
+        dtype=cfg.models.dtype,
     )
     return train(
         cfg.ppo,
@@ -78,6 +85,8 @@ def run_from_dir(run_dir: str | Path, *, resume: bool, tracker: Tracker | None =
         resume=resume,
         align_cfg=cfg.align,
         task_metric=task_metric_for(task, prompts),
+        dtype=cfg.models.dtype,
+        progress=progress,
     )
 
 

@@ -42,7 +42,7 @@ def oracle_source(task: str) -> RewardSource:
         raise ValueError(f"no oracle critic for task {task!r}; expected one of {', '.join(ORACLE_CRITICS)}") from None
 
 
-def reward_model_source(path: str | Path | None, rm_cfg=None) -> RewardSource:
+def reward_model_source(path: str | Path | None, rm_cfg=None, dtype: str = "auto") -> RewardSource:
     if path is None or not Path(path).exists():
         raise FileNotFoundError(
             f"reward_source=reward_model needs a trained reward model; {path} does not exist (set "
@@ -50,15 +50,15 @@ def reward_model_source(path: str | Path | None, rm_cfg=None) -> RewardSource:
         )
     from t2g_core.reward_model.scoring import RewardModelScorer
 
-    return RewardModelScorer(path, rm_cfg)
+    return RewardModelScorer(path, rm_cfg, dtype=dtype)
 
 
 def make_reward_source(
-    kind: str, task: str, *, reward_model_path: str | Path | None = None, rm_cfg=None
+    kind: str, task: str, *, reward_model_path: str | Path | None = None, rm_cfg=None, dtype: str = "auto"
 ) -> RewardSource:
     builders: dict[str, Callable[[], RewardSource]] = {
         "oracle": lambda: oracle_source(task),
-        "reward_model": lambda: reward_model_source(reward_model_path, rm_cfg),
+        "reward_model": lambda: reward_model_source(reward_model_path, rm_cfg, dtype),
     }
     if kind not in builders:
         raise ValueError(f"unknown reward_source {kind!r}; expected one of {', '.join(builders)}")

@@ -263,10 +263,11 @@ def evaluate_adapter(
     base_model: str | None = None,
     device: str | None = None,
     align_cfg=None,
+    dtype: str = "auto",
 ) -> RMEvalReport:
-    """Load a trained RM (adapter or full folder) and evaluate it on ``split`` of ``rm_df``."""
+    """Load a trained RM (adapter or full folder, in ``dtype``) and evaluate it on ``split`` of ``rm_df``."""
     from t2g_core.reward_model.scoring import load_reward_model
 
-    model, tokenizer = load_reward_model(model_dir_or_adapter, base_model=base_model, device=device)
+    model, tokenizer = load_reward_model(model_dir_or_adapter, base_model=base_model, device=device, dtype=dtype)
     items = eval_items(rm_df, feedback_df, tokenizer.eos_token, split=split)
     return evaluate_rm(model, tokenizer, items, cfg, align_cfg=align_cfg)

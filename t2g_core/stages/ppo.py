@@ -44,14 +44,14 @@ def train(
     else:
         ctx.log(f"PPO resumes from {latest.name} of {settings.ppo.steps} steps ({run_dir})")
     ctx.tracker.log_input(feedback, "feedback", "training")
-    return _finish(run_from_dir(run_dir, resume=latest is not None, tracker=ctx.tracker), ctx)
+    return _finish(run_from_dir(run_dir, resume=latest is not None, tracker=ctx.tracker, progress=ctx.on_progress), ctx)
 
 
 def resume(run_dir: str | Path, ctx: StageContext) -> PolicyRef:
     """Continue the run in ``run_dir`` from its latest checkpoint, exactly as if it had not stopped."""
     from t2g_core.ppo.run import run_from_dir
 
-    return _finish(run_from_dir(run_dir, resume=True, tracker=ctx.tracker), ctx)
+    return _finish(run_from_dir(run_dir, resume=True, tracker=ctx.tracker, progress=ctx.on_progress), ctx)
 
 
 def _finish(result, ctx: StageContext) -> PolicyRef:

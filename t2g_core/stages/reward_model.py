@@ -25,15 +25,14 @@ def build_data(
     ctx: StageContext,
 ) -> ArtifactRef:
     """``rm_data`` rows (prompt rendered with ``base``'s tokenizer, critique + span JSON target, split by id)."""
-    from transformers import AutoTokenizer
-
+    from t2g_core.models.loading import load_tokenizer
     from t2g_core.reward_model.data import build_rm_data
 
     spans_df = read(spans, "spans") if spans is not None else None
     df, stats = build_rm_data(
         read(feedback, "feedback"),
         read(annotations, "annotations"),
-        AutoTokenizer.from_pretrained(base),
+        load_tokenizer(base, padding_side=None),
         settings.reward_model,
         spans_df=spans_df,
         align_cfg=settings.align,
@@ -58,7 +57,14 @@ def fit(rm_data: ArtifactRef, base: str, settings: RewardModelSettings, ctx: Sta
 
     run_dir = ctx.fresh_folder("checkpoints/reward_model")
     return train_rm(
-        settings.reward_model, base, read(rm_data, "rm_data"), run_dir, tracker=ctx.tracker, progress=ctx.progress
+        settings.reward_model,
+        base,
+        read(rm_data, "rm_data"),
+        run_dir,
+        tracker=ctx.tracker,
+        progress=ctx.progress,
+        dtype=settings.models.dtype,
+        on_progress=ctx.on_progress,
     )
 
 
@@ -81,6 +87,7 @@ def evaluate(
         settings.reward_model,
         split=split,
         align_cfg=settings.align,
+        dtype=settings.models.dtype,
     )
     return report, write_eval_report(report, out)
 
