@@ -41,14 +41,18 @@ BUILD_VERSION = "1"  # bump when the build recipe changes so cached folders are 
 
 
 # --------------------------------------------------------------------------------------------- tokenizer
-def train_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | Path):
-    """Train a byte-level BPE on ``texts`` and save it as a fast-tokenizer folder; returns the loaded tokenizer."""
+def train_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | Path, *, pad: bool = True, reserved: int = 0):
+    """Train a byte-level BPE on ``texts`` and save it as a fast-tokenizer folder; returns the loaded tokenizer.
+
+    ``pad=False, reserved=N`` gives a Llama-3-style tokenizer: no pad token, EOS != BOS, and N unused
+    ``<|reserved_special_token_i|>`` tokens (the pad-token policy of ``t2g_core.models.loading`` picks one)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     texts = [t for t in texts if t]
     if not texts:
         raise ValueError("train_tokenizer: the corpus is empty")
+    reserved_tokens = [f"<|reserved_special_token_{i}|>" for i in range(reserved)]
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
@@ -56,15 +60,15 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | Path):
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=2,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=[t for t in SPECIAL_TOKENS if pad or t != PAD] + reserved_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     bpe.train_from_iterator(texts, trainer=trainer, length=len(texts))
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, bos_token=BOS, eos_token=EOS, pad_token=PAD, model_max_length=1_000_000
+        tokenizer_object=bpe, bos_token=BOS, eos_token=EOS, pad_token=PAD if pad else None, model_max_length=1_000_000
     )
-    fast.add_special_tokens({"additional_special_tokens": list(ROLE_TOKENS)})
+    fast.add_special_tokens({"additional_special_tokens": [*ROLE_TOKENS, *reserved_tokens]})
     fast.chat_template = CHAT_TEMPLATE
     fast.padding_side = "left"  # decoder-only generation pads on the left
     out_dir = Path(out_dir)

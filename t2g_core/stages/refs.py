@@ -59,9 +59,15 @@ def folder_digest(path: str | Path) -> str:
 
 
 def model_digest(name: str) -> str:
-    """A model folder's content hash; a Hugging Face id (not a folder here) is its own identity."""
+    """A model folder's content hash; a Hugging Face id (``@revision``) is identified by the commit it resolves to in
+    the local cache (a moved branch re-runs what used it), else by its name."""
+    from t2g_core.models.loading import cached_commit
+
     path = Path(name)
-    return folder_digest(path) if path.is_dir() else f"id:{name}"
+    if path.is_dir():
+        return folder_digest(path)
+    commit = cached_commit(name)
+    return f"id:{name}@{commit}" if commit else f"id:{name}"
 
 
 class SourceRef(Ref):
