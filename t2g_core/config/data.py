@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from t2g_core.config.base import StageConfig
+from t2g_core.config.base import StageConfig, recipe_path
 
 Task = Literal["summarization", "code", "qa"]
 
@@ -16,8 +16,10 @@ class DataConfig(StageConfig):
         "demo",
         description=(
             "'demo' to generate the built-in demo data; a path to feedback (Parquet, JSONL, CSV or a datasets folder); "
-            "with `dataset` set, a path to that dataset's own files, or 'hub' to read it from the Hugging Face Hub."
+            "with `dataset` set, a path to that dataset's own files, or 'hub' to read it from the Hugging Face Hub. "
+            "A relative path in a recipe file is relative to the recipe's folder."
         ),
+        json_schema_extra=recipe_path("demo", "hub"),
     )
     dataset: str | None = Field(
         None,

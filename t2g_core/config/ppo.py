@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from t2g_core.config.base import StageConfig
+from t2g_core.config.base import StageConfig, recipe_path
 
 
 class PPOConfig(StageConfig):
@@ -104,6 +104,7 @@ class PPOConfig(StageConfig):
     reward_model_path: str | None = Field(
         None,
         description="Reward-model folder or adapter for reward_source=reward_model (None = the workspace's latest).",
+        json_schema_extra=recipe_path(),
     )
     heatmap_samples: int = Field(4, ge=0, description="Samples shown in the token-reward heatmap per logging interval.")
     run_name: str | None = Field(

@@ -59,7 +59,8 @@ def test_without_a_reserved_token_a_pad_is_added_and_the_embeddings_grow_determi
 
     corpus = ["Cai lives in Quito with three gray dogs.", "The summary says Paris but the post says Quito."] * 40
     train_tokenizer(corpus, 300, tmp_path / "tok", pad=False)
-    build_tiny_model(tmp_path / "m", tmp_path / "tok", TinyModelConfig(hidden_size=16, intermediate_size=32, num_heads=2))
+    small = TinyModelConfig(hidden_size=16, intermediate_size=32, num_heads=2)
+    build_tiny_model(tmp_path / "m", tmp_path / "tok", small)
     tok = load_tokenizer(tmp_path / "m")
     assert tok.pad_token == "<|pad|>" and tok.pad_token_id == len(tok) - 1
     a = load_causal_lm(tmp_path / "m", dtype="float32", device="cpu", tokenizer=tok)

@@ -84,7 +84,7 @@ def test_gradient_checkpointing_recomputes_the_layers_and_gives_the_same_gradien
         torch.nn.init.normal_(bundle.value.head.weight, std=0.1)
         layer = next(m for m in bundle.policy.modules() if isinstance(m, GradientCheckpointingLayer))
         count = [0]  # calls of a module inside the layer (transformers checkpoints the layer's forward, not its hooks)
-        layer.mlp.register_forward_pre_hook(lambda *_: count.__setitem__(0, count[0] + 1))
+        layer.mlp.register_forward_pre_hook(lambda *_, c=count: c.__setitem__(0, c[0] + 1))
         lp, v = forward_response(bundle, *_batch(bundle), 0.8)
         (lp.sum() + v.sum()).backward()
         calls[on] = count[0]
