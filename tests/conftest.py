@@ -78,8 +78,11 @@ def llama3_style_dir(tmp_path_factory):
     from t2g_core.config.models import TinyModelConfig
     from t2g_core.models.tiny import build_tiny_model, train_tokenizer
 
+    from t2g_core.demo import demo_corpus, make_demo_feedback
+
     root = tmp_path_factory.mktemp("llama3_style")
-    train_tokenizer(_FIXTURE_CORPUS * 20, 384, root / "tokenizer", pad=False, reserved=4)
+    corpus = _FIXTURE_CORPUS + demo_corpus(make_demo_feedback("summarization", 32, seed=0))
+    train_tokenizer(corpus, 512, root / "tokenizer", pad=False, reserved=4)
     cfg = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, seed=0)
     with torch.random.fork_rng():
         build_tiny_model(root / "model", root / "tokenizer", cfg)
