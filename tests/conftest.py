@@ -76,9 +76,8 @@ def llama3_style_dir(tmp_path_factory):
     import torch
 
     from t2g_core.config.models import TinyModelConfig
-    from t2g_core.models.tiny import build_tiny_model, train_tokenizer
-
     from t2g_core.demo import demo_corpus, make_demo_feedback
+    from t2g_core.models.tiny import build_tiny_model, train_tokenizer
 
     root = tmp_path_factory.mktemp("llama3_style")
     corpus = _FIXTURE_CORPUS + demo_corpus(make_demo_feedback("summarization", 32, seed=0))
