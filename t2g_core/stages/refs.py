@@ -82,6 +82,10 @@ class SourceRef(Ref):
     @classmethod
     def of(cls, data: DataConfig) -> SourceRef:
         """The content identity of ``data``'s source, computed without loading it (files are hashed)."""
+        if data.columns is not None:  # any dataset through a column mapping: a local one by content, else its id
+            local = Path(data.dataset).exists()
+            location = str(Path(data.dataset).resolve()) if local else f"hub:{data.dataset}"
+            return cls(origin=f"dataset:{location}", digest=folder_digest(location) if local else location)
         if data.dataset is not None:
             local = data.source not in ("hub", "demo")
             location = str(Path(data.source).resolve()) if local else "hub"

@@ -36,7 +36,7 @@ from t2g_core.stages.settings import NOT_STAGE_INPUTS, SETTINGS, STAGE_SECTIONS,
 
 ROOT = Path(__file__).resolve().parents[2]
 # fields whose other values need a partner change or the outside world; each is changed in ALL_CHANGES below
-PAIRED = {"evaluate.pass_k", "data.dataset", "data.source"}
+PAIRED = {"evaluate.pass_k", "data.dataset", "data.source", "data.columns"}  # data.columns: tests/core/test_ingest.py
 
 
 # ------------------------------------------------------------------------------------------ non-default values
