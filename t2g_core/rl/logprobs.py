@@ -28,7 +28,9 @@ def token_logprobs(
 
 
 def _chunk_logprobs(hidden: Tensor, lm_head: nn.Module, ids: Tensor, temperature: float) -> Tensor:  # (N, d), (N,)
-    logits = lm_head(hidden).float() / temperature  # (N, V), the only vocabulary-sized tensor
+    logits = lm_head(hidden).float()  # (N, V), the only vocabulary-sized tensor
+    if temperature != 1.0:
+        logits = logits.div_(temperature)  # in place: autograd keeps neither the head's output nor the cast's
     return logits.gather(-1, ids[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
