@@ -4,10 +4,11 @@ The same prompts, model and sampling settings (tau, max_new_tokens, untruncated 
 backend of ``t2g_core.ppo.generation`` that can run on this machine: ``exact`` (per-sample float64 noise streams),
 ``hf`` (transformers' batched ``generate``), ``vllm`` (only where the vllm extra is installed and a GPU is present;
 otherwise reported as not run). The model is a random-initialised Llama built locally, so every response runs to
-``max_new_tokens`` (EOS is rarely sampled) and the backends produce the same number of tokens. Ratios are against
+``max_new_tokens`` (EOS is rarely sampled) and the backends produce the same number of tokens; its vocabulary
+(``--vocab``, 32768 by default) is larger than the tokenizer's, as sampling costs grow with it. Ratios are against
 ``exact`` measured in the same run; the first repetition of each backend is a warm-up and not counted.
 
-    .venv/bin/python benchmarks/bench_generation.py                  # hidden 512, 4 layers, batch 16 x 64 tokens
+    .venv/bin/python benchmarks/bench_generation.py      # hidden 512, 4 layers, vocabulary 32768, batch 16 x 64 tokens
     .venv/bin/python benchmarks/bench_generation.py --smoke
 """
 
@@ -26,21 +27,28 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def build_model(folder: Path, args) -> Path:
-    """A random Llama with the project's tiny BPE tokenizer (trained on the demo corpus), saved as an HF folder."""
-    from t2g_core.config.models import TinyModelConfig
-    from t2g_core.demo import demo_corpus, make_demo_feedback
-    from t2g_core.models.tiny import build_tiny_model, train_tokenizer
+    """A random Llama (vocabulary ``args.vocab``) with the project's BPE tokenizer, saved as an HF folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
 
-    train_tokenizer(demo_corpus(make_demo_feedback("summarization", 64, seed=0)), args.vocab, folder / "tokenizer")
-    cfg = TinyModelConfig(
-        vocab_size=args.vocab,
+    from t2g_core.demo import demo_corpus, make_demo_feedback
+    from t2g_core.models.tiny import train_tokenizer
+
+    tok = train_tokenizer(demo_corpus(make_demo_feedback("summarization", 64, seed=0)), 4096, folder)
+    config = LlamaConfig(
+        vocab_size=max(args.vocab, len(tok)),
         hidden_size=args.hidden,
         intermediate_size=args.hidden * 3,
-        num_layers=args.layers,
-        num_heads=max(args.hidden // 64, 2),
-        seed=0,
+        num_hidden_layers=args.layers,
+        num_attention_heads=max(args.hidden // 64, 2),
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
-    return build_tiny_model(folder / "model", folder / "tokenizer", cfg)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return folder
 
 
 def measure(backend, model, enc, args, reps: int) -> list[float]:
@@ -66,7 +74,7 @@ def main() -> None:
     p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--vocab", type=int, default=32768, help="The model's vocabulary (sampling cost grows with it).")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--reps", type=int, default=3, help="Timed repetitions per backend (after one warm-up).")

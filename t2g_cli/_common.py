@@ -91,14 +91,15 @@ def BarProgress():  # noqa: N802 - the command line's progress sink
     return TqdmProgress()
 
 
-def join_processes() -> None:
+def join_processes():
     """Under ``accelerate launch`` / torchrun, join the process group before any stage runs (gloo without CUDA,
-    NCCL with it); alone, set up one process. The library then reads the same state (``t2g_core.ppo.distributed``)."""
+    NCCL with it); alone, set up one process. The library then reads the same state (``t2g_core.ppo.distributed``).
+    Returns accelerate's ``PartialState`` (``main_process_first()``: rank 0 prepares shared inputs, the rest reuse)."""
     from accelerate import PartialState
 
     from t2g_core.ppo.distributed import use_cpu
 
-    PartialState(cpu=use_cpu())
+    return PartialState(cpu=use_cpu())
 
 
 def stage_context(stage: str, workspace: Path | str, params: dict, out: Path | None = None, *, progress: bool = True):

@@ -36,16 +36,17 @@ def train_cmd(
     from t2g_core.stages.settings import FeedbackSettings, ModelsSettings, PPOSettings
 
     cfg = pipeline_config(config, set_)
-    join_processes()
+    processes = join_processes()
     ws = cfg.workspace.root
     settings = PPOSettings.from_pipeline(cfg)
     out = run_dir or Path(ws).resolve() / "checkpoints" / "ppo" / default_run_name(settings)
     if (out / "checkpoints" / "latest").exists():
         fail(f"{out} already holds a run; continue it with `t2g ppo resume {out}` or pass another --run-dir")
     source, data = SourceRef.of(cfg.data), FeedbackSettings.from_pipeline(cfg)
-    fb = feedback.materialise(source, data, stage_context("feedback", ws, {"source": source, "settings": data}))
     built_with = ModelsSettings.from_pipeline(cfg)
-    built = models.build(fb, built_with, stage_context("models", ws, {"feedback": fb, "settings": built_with}))
+    with processes.main_process_first():  # one process ingests and builds; the others find the results
+        fb = feedback.materialise(source, data, stage_context("feedback", ws, {"source": source, "settings": data}))
+        built = models.build(fb, built_with, stage_context("models", ws, {"feedback": fb, "settings": built_with}))
     echo(f"PPO ({cfg.ppo.reward_mode}, {cfg.ppo.reward_source}) from {built.policy} -> {out}")
     params = {"feedback": fb, "models": built, "settings": settings}
     try:

@@ -323,11 +323,10 @@ class PPOTrainer:
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.runtime = Runtime()
         self.rank, self.world = self.runtime.rank, self.runtime.world
-        if cfg.batch_size % self.world or cfg.batch_size % cfg.minibatches:
-            raise ValueError(
-                f"batch_size {cfg.batch_size} must divide by the process count {self.world} and minibatches "
-                f"{cfg.minibatches}"
-            )
+        if cfg.batch_size % cfg.minibatches:
+            raise ValueError(f"batch_size {cfg.batch_size} must divide by minibatches {cfg.minibatches}")
+        if cfg.batch_size < self.world:  # processes may hold unequal shares (12 prompts on 8 GPUs), never none
+            raise ValueError(f"batch_size {cfg.batch_size} is smaller than the process count {self.world}")
         if len(prompts_df) == 0:
             raise ValueError("no prompts to train on")
         self.prompts = prompts_df.reset_index(drop=True)

@@ -26,7 +26,7 @@ WORKER = textwrap.dedent("""
     from t2g_core.ppo import CriticSource, train
     from t2g_core.spans import ParsedFeedback
 
-    model_dir, out = sys.argv[1], sys.argv[2]
+    model_dir, batch_size, minibatches, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 
     class EdgeWordsCritic:
         def critique(self, row):
@@ -37,8 +37,8 @@ WORKER = textwrap.dedent("""
 
     prompts = pd.DataFrame({"id": [f"p{i}" for i in range(8)], "task": "summarization",
                             "prompt": [f"Post {i}: " + "Cai lives in Quito " * (1 + i % 3) for i in range(8)]})
-    cfg = PPOConfig(steps=2, batch_size=4, minibatches=2, ppo_epochs=2, max_new_tokens=10, log_every=1, save_every=100,
-                    value_model="head", learning_rate=1e-2, grad_accum=1)
+    cfg = PPOConfig(steps=2, batch_size=batch_size, minibatches=minibatches, ppo_epochs=2, max_new_tokens=10,
+                    log_every=1, save_every=100, value_model="head", learning_rate=1e-2, grad_accum=1)
     def metrics(rows, texts):  # several named metrics; one eval prompt leaves rank 1 without rows (must not hang)
         return {"words": [float(len(t.split())) for t in texts], "chars": [float(len(t)) for t in texts]}
 
@@ -81,11 +81,13 @@ def accelerate_launch(processes: int) -> list[str]:
 
 
 @pytest.mark.slow
-def test_accelerate_launched_two_processes_equal_one_process(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("batch_size, minibatches", [(4, 2), (5, 1)])  # (5, 1): the processes hold 3 and 2 prompts
+def test_accelerate_launched_two_processes_equal_one_process(tiny_model_dir, tmp_path, batch_size, minibatches):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    one = _run([sys.executable, str(script), str(tiny_model_dir)], tmp_path, "one")
-    two = _run([*accelerate_launch(2), str(script), str(tiny_model_dir)], tmp_path, "two")
+    args = [str(script), str(tiny_model_dir), str(batch_size), str(minibatches)]
+    one = _run([sys.executable, *args], tmp_path, "one")
+    two = _run([*accelerate_launch(2), *args], tmp_path, "two")
     assert json.loads((two / "models.json").read_text())["processes"] == 2
     a = load_file(str(one / "adapter" / "adapter_model.safetensors"))
     b = load_file(str(two / "adapter" / "adapter_model.safetensors"))
@@ -106,3 +108,15 @@ def test_accelerate_launched_two_processes_equal_one_process(tiny_model_dir, tmp
             "eval/task_chars",
         ):
             assert x[key] == pytest.approx(y[key], abs=1e-5), key
+
+
+@pytest.mark.parametrize("name, kind", [("ddp", "MULTI_GPU"), ("fsdp", "FSDP")])
+def test_the_committed_accelerate_configs_load(name, kind):
+    """The 8-GPU configurations docs/gpu.md launches with are valid accelerate configs."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config_from_file(str(root / "deployments" / "accelerate" / f"{name}.yaml"))
+    assert cfg.distributed_type.name == kind and cfg.num_processes == 8 and cfg.mixed_precision == "no"
+    if kind == "FSDP":
+        assert cfg.fsdp_config["fsdp_use_orig_params"] and cfg.fsdp_config["fsdp_version"] == 1
