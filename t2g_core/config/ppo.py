@@ -15,9 +15,12 @@ class PPOConfig(StageConfig):
         description="span = Text2Grad token rewards; scalar = sum of span labels on the last token; dense = that sum "
         "/ T on every token.",
     )
-    reward_source: Literal["reward_model", "oracle"] = Field(
-        "oracle",
-        description="reward_model = the trained generative RM; oracle = the annotation stage's programmatic critic.",
+    reward_source: Literal["reward_model", "endpoint", "oracle"] = Field(
+        "reward_model",
+        description="reward_model = the reward model the pipeline trained (the paper's loop; a tagger or a generative "
+        "model, reward_model.kind); endpoint = a reward model served over HTTP (reward_model.endpoint: vLLM serving "
+        "the adapter, or an LLM as online critic); oracle = the task's programmatic critic (reference or code "
+        "critic), for benchmarks.",
     )
     steps: int = Field(40, ge=1, description="PPO steps (rollout batches).")
     batch_size: int = Field(64, ge=1, description="Prompts per rollout batch (global).")

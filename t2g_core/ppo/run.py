@@ -55,9 +55,15 @@ def prepare_run(
 
 
 def run_from_dir(
-    run_dir: str | Path, *, resume: bool, tracker: Tracker | None = None, progress: Progress = no_progress
+    run_dir: str | Path,
+    *,
+    resume: bool,
+    tracker: Tracker | None = None,
+    api_key: str | None = None,
+    progress: Progress = no_progress,
 ) -> PPOResult:
-    """Train (or resume) the run described by ``run_dir/run.json``."""
+    """Train (or resume) the run described by ``run_dir/run.json``; ``api_key`` serves an HTTP reward source (it is
+    never stored; the endpoint's answers are cached in ``run_dir/answers``)."""
     run_dir = Path(run_dir)
     spec_file = run_dir / RUN_FILE
     if not spec_file.exists():
@@ -72,6 +78,8 @@ def run_from_dir(
         task,
         reward_model_path=spec.get("reward_model_path"),
         rm_cfg=cfg.reward_model,
+        api_key=api_key,
+        cache_dir=run_dir / "answers",
         dtype=cfg.models.dtype,
     )
     return train(
@@ -88,6 +96,14 @@ def run_from_dir(
         dtype=cfg.models.dtype,
         progress=progress,
     )
+
+
+def read_settings(run_dir: str | Path) -> PPOSettings:
+    """The settings of the run in ``run_dir`` (from its run.json)."""
+    spec_file = Path(run_dir) / RUN_FILE
+    if not spec_file.exists():
+        raise FileNotFoundError(f"{spec_file}: not a PPO run folder (no {RUN_FILE})")
+    return load_settings(json.loads(spec_file.read_text(encoding="utf-8"))["config"])
 
 
 def load_settings(config: dict) -> PPOSettings:
