@@ -35,7 +35,7 @@ def parse_model_refs(refs: list[str], workspace=None) -> dict[str, Path]:
             except Exception as exc:  # noqa: BLE001 - registry lookups fail in many ways; one clear line
                 fail(f"--model {ref!r}: cannot fetch it from the MLflow registry ({type(exc).__name__}: {exc})")
         if not Path(path).is_dir() and not is_hub_id(path):
-            fail(f"--model {ref!r}: {path} is neither a folder (model or PEFT adapter) nor a Hub id (ORG/NAME[@REV])")
+            fail(f"--model {ref!r}: {path} is not a folder (model or PEFT adapter) nor a Hub id (ORG/NAME[@REVISION])")
         out[name] = path if is_hub_id(path) else Path(path)
     return out
 

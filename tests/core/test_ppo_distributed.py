@@ -137,6 +137,7 @@ def test_t2g_ppo_train_under_accelerate_launch(tiny_model_dir, tmp_path):
         "ppo.ppo_epochs=1",
         "ppo.max_new_tokens=8",
         "ppo.value_model=head",
+        "ppo.reward_source=oracle",
     ]
     run_dir = tmp_path / "run"
     command = [*accelerate_launch(2), "-m", "t2g_cli", "ppo", "train", "--run-dir", str(run_dir)]
