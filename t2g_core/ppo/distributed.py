@@ -113,12 +113,14 @@ class Runtime:
         if self.fsdp:
             from torch.distributed.fsdp import FullyShardedDataParallel
 
-            return FullyShardedDataParallel.optim_state_dict(model, optimizer)
+            return FullyShardedDataParallel.optim_state_dict(model, getattr(optimizer, "optimizer", optimizer))
         return optimizer.state_dict()
 
     def load_optimizer_state(self, model: nn.Module, optimizer, state: dict) -> None:
         if self.fsdp:
             from torch.distributed.fsdp import FullyShardedDataParallel
 
-            state = FullyShardedDataParallel.optim_state_dict_to_load(model, optimizer, state)
+            state = FullyShardedDataParallel.optim_state_dict_to_load(
+                model, getattr(optimizer, "optimizer", optimizer), state
+            )
         optimizer.load_state_dict(state)
