@@ -27,7 +27,7 @@ def token_logprobs(
     return logp.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
 
 
-def _chunk_logprobs(hidden: Tensor, lm_head: nn.Module, ids: Tensor, temperature: float) -> Tensor:  # (N, d), (N,)
+def _chunk_logprobs(hidden: Tensor, lm_head, ids: Tensor, temperature: float) -> Tensor:  # (N, d), (N,)
     logits = lm_head(hidden).float()  # (N, V), the only vocabulary-sized tensor
     if temperature != 1.0:
         logits = logits.div_(temperature)  # in place: autograd keeps neither the head's output nor the cast's
@@ -35,14 +35,16 @@ def _chunk_logprobs(hidden: Tensor, lm_head: nn.Module, ids: Tensor, temperature
 
 
 def selective_logprobs(
-    hidden: Tensor, lm_head: nn.Module, token_ids: Tensor, temperature: float = 1.0, chunk_tokens: int = 1024
+    hidden: Tensor, lm_head, token_ids: Tensor, temperature: float = 1.0, chunk_tokens: int = 1024
 ) -> Tensor:  # (B, T, d), (B, T) -> (B, T) float32
-    """log pi(y_t) from the hidden states that precede each token, ``chunk_tokens`` positions at a time."""
+    """log pi(y_t) from the hidden states that precede each token, ``chunk_tokens`` positions at a time; ``lm_head``
+    maps (N, d) hidden states to (N, V) logits (the model's output layer, or a function around it)."""
     from torch.utils.checkpoint import checkpoint
 
     b, t, d = hidden.shape
     flat_h, flat_ids = hidden.reshape(b * t, d), token_ids.reshape(b * t)
-    recompute = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in lm_head.parameters()))
+    head_params = list(lm_head.parameters()) if isinstance(lm_head, nn.Module) else []
+    recompute = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head_params))
     parts = []
     for i in range(0, b * t, chunk_tokens):
         args = (flat_h[i : i + chunk_tokens], lm_head, flat_ids[i : i + chunk_tokens], temperature)

@@ -92,3 +92,23 @@ def test_gradient_checkpointing_recomputes_the_layers_and_gives_the_same_gradien
         assert all(not m.training for m in bundle.policy.modules())  # back in eval mode: dropout stays off
     assert calls == {False: 1, True: 2}  # the checkpointed layer ran again in the backward pass
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads[False], grads[True], strict=True))
+
+
+def test_logit_softcapping_is_applied_after_the_head(tiny_model_dir):
+    """Gemma-2/3 cap their logits in the LM's forward; the chunked pass reads the head itself, so it caps them too."""
+    bundle = load_policy(
+        tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="head", seed=0
+    )
+    q, qm, r, rm = _batch(bundle)
+    lm = bundle.model.causal_lm
+    lm.config.final_logit_softcapping = 0.5  # tight enough to change every distribution
+    with torch.no_grad():
+        got, _ = forward_response(bundle, q, qm, r, rm, 0.8)
+        ids, attn = torch.cat([q, r], 1), torch.cat([qm, rm], 1).long()
+        from t2g_core.rl.logprobs import position_ids_from_mask
+
+        logits = lm(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn)).logits
+        capped = torch.tanh(logits / 0.5) * 0.5
+        expected = token_logprobs(capped[:, q.shape[1] - 1 : -1], r, 0.8)
+        uncapped = token_logprobs(logits[:, q.shape[1] - 1 : -1], r, 0.8)
+    assert torch.allclose(got, expected, atol=1e-5) and not torch.allclose(got, uncapped, atol=1e-3)
