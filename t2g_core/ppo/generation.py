@@ -11,7 +11,10 @@ taken from the generator (§5 A8).
   reproducible for the same process count and batch, not across them. The GPU default.
 - ``vllm``: a vLLM engine on the same GPU (the ``vllm`` extra); the LoRA policy's weights are synchronised before
   every rollout by saving the adapter and handing vLLM a new ``LoRARequest``. vLLM holds its own copy of the base
-  weights and a KV cache, so leave it a share of the GPU (``ppo.vllm_gpu_memory_utilization``).
+  weights and a KV cache, so leave it a share of the GPU (``ppo.vllm_gpu_memory_utilization``). One engine per
+  process on the process's current GPU: meant for one-GPU runs; several colocated engines under ``accelerate
+  launch`` would need vLLM's external-launcher mode, which is not wired here. vLLM cannot be installed on this
+  project's CPU machine, so this backend has not been run (its absence is tested, its sampling is not).
 """
 
 from __future__ import annotations

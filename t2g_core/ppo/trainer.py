@@ -532,6 +532,7 @@ class PPOTrainer:
     def evaluate(self, eval_df: pd.DataFrame) -> dict[str, float]:
         idx = [i for i in range(len(eval_df)) if i % self.world == self.rank]
         rows = [_row_dict(eval_df.iloc[i]) for i in idx]
+        self.backend.sync(self.bundle.policy)  # the policy after this step's update
         ro = rollout(self.generate, self.bundle.tokenizer, rows, idx, self.cfg, EVAL_STEP_KEY) if rows else None
         if not rows:
             with self.runtime.gathered(self.model):  # FSDP: the gather is collective, rows or not
