@@ -1,11 +1,21 @@
-"""Reward-model benchmark on the demo data (tiny model, CPU).
+"""Reward-model kinds on the demo (tiny models, CPU): do they localise the policy's errors, and at what cost?
 
-Measures: training time; on the held-out split the strict JSON-valid rate (target >= 95%), the parse rate, span and
-token F1 against the gold annotation spans and against the demo ground truth, unmatched-span rate and ROUGE-L; the
-same metrics for trivial baselines ("no spans", "every value poor", "every value good"); generation tokens/s at
-batch 1 and batch 16. Writes ``benchmarks/results/bench_rm.json``.
+Trains each reward-model variant on the demo's annotated summaries (seed 0, the demo's size) exactly as the pipeline
+does, then scores it on demo items of a seed training never saw, against the generator's ground truth:
 
-    .venv/bin/python benchmarks/bench_rm.py [--items 256] [--threads 2] [--set reward_model.epochs=4 ...]
+- poor-span F1 (micro, characters) and the recall of each flaw type: invented values, swapped values, redundant
+  clauses (redundant clauses are most of the poor characters, so F1 alone hides a model that never catches an
+  invented value);
+- unmatched quotes (quotes found nowhere in the response), the JSON-valid rate of the generative kind;
+- scoring time per response (batch ``reward_model.score_batch_size``) and training time;
+- the same truth metrics on summaries *sampled from the policy* (what PPO scores), for the tagger;
+- trivial baselines: "every stated value poor" and "every stated value good".
+
+Variants: ``tagger`` (the demo's: LoRA on the policy, shift head), ``generative`` (the paper's: LoRA on the base,
+critique + span JSON, grounded decoding), the same generative model decoded without grounding, and ``generative-
+policy`` (LoRA on the policy). Writes ``benchmarks/results/bench_rm.json``.
+
+    .venv/bin/python benchmarks/bench_rm.py [--items 1024] [--eval-items 200] [--variants tagger,generative]
 """
 
 from __future__ import annotations
@@ -30,38 +40,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 
-
-def _baselines(items, fb):
-    """Trivial predictions: no spans; every demo value span marked poor; every value span marked good."""
-    from t2g_core.spans import ParsedFeedback
-
-    meta = {r.id: json.loads(r.meta) for r in fb.itertuples() if isinstance(r.meta, str)}
-
-    def values(it):
-        return [it.response[s["start"] : s["end"]] for s in meta.get(it.id, {}).get("gold_spans", [])]
-
-    return {
-        "no_spans": [ParsedFeedback("", [], []) for _ in items],
-        "all_values_poor": [ParsedFeedback("", [], values(it)) for it in items],
-        "all_values_good": [ParsedFeedback("", values(it), []) for it in items],
-    }
-
-
-def _speed(model, tok, prompts, cfg, batch):
-    from t2g_core.reward_model.scoring import generate_texts
-
-    c = cfg.model_copy(update={"score_batch_size": batch})
-    generate_texts(model, tok, prompts[:batch], c)  # warm-up
-    g = generate_texts(model, tok, prompts, c)
-    return {
-        "batch": batch,
-        "n_prompts": len(prompts),
-        "new_tokens": sum(g.n_new_tokens),
-        "seconds": round(g.seconds, 3),
-        "tokens_per_s": round(g.tokens_per_second, 1),
-    }
-
-
 # a base that only has to exist, a few training steps
 SMOKE_OVERRIDES = [
     "models.tiny.vocab_size=256",
@@ -74,116 +52,167 @@ SMOKE_OVERRIDES = [
     "reward_model.max_steps=2",
     "reward_model.max_new_tokens=16",
     "reward_model.max_target_tokens=4096",
+    "reward_model.max_prompt_tokens=4096",
 ]
-
-KEYS = (
-    "json_valid_rate",
-    "parse_ok_rate",
-    "span_f1",
-    "span_positive_f1",
-    "span_negative_f1",
-    "token_f1",
+VARIANTS = {  # name -> reward_model settings
+    "tagger": {"kind": "tagger", "init_from": "policy"},
+    "generative": {"kind": "generative", "init_from": "reward_model_base"},
+    "generative-policy": {"kind": "generative", "init_from": "policy"},
+}
+TRUTH_KEYS = (
+    "truth_poor_char_f1",
+    "truth_poor_char_precision",
+    "truth_poor_char_recall",
+    "truth_recall_invented",
+    "truth_recall_swapped",
+    "truth_recall_redundant",
     "truth_span_f1",
-    "unmatched_span_rate",
-    "rouge_l",
 )
+KEYS = (*TRUTH_KEYS, "span_f1", "unmatched_span_rate", "json_valid_rate", "parse_ok_rate", "score_ms_per_item")
+
+
+def _annotated(fb):
+    from t2g_core.annotators import annotate
+    from t2g_core.config import AnnotateConfig
+
+    return annotate(fb, AnnotateConfig(annotator="reference"), progress=False).frame
+
+
+def _rows(fb, ann, cfg, align_cfg, tokenizer_dir, split: str | None = None):
+    from transformers import AutoTokenizer
+
+    from t2g_core.reward_model.data import build_rm_data
+
+    df, _ = build_rm_data(fb, ann, AutoTokenizer.from_pretrained(str(tokenizer_dir)), cfg, align_cfg=align_cfg)
+    return df.assign(split=split) if split else df
+
+
+def _train(name: str, cfg, start: Path, rm_df, fb, work: Path, align_cfg):
+    from t2g_core.reward_model.tagger import fit_tagger, tagger_examples
+    from t2g_core.reward_model.train import train_rm
+
+    out = work / f"rm-{name}"
+    if cfg.kind == "tagger":
+        return fit_tagger(cfg, start, tagger_examples(rm_df, fb), out, overlap=align_cfg.overlap, resume=False)
+    return train_rm(cfg, start, rm_df, out, resume=False, progress=False)
+
+
+def _baselines(items):
+    """Trivial predictions on the ground truth's value spans: all of them poor, or all of them good."""
+    from t2g_core.spans import ParsedFeedback
+
+    def values(it, label):  # the value spans of the truth (repeated clauses are not values)
+        return tuple((s, e, label) for s, e, _lab, *kind in it.truth or () if kind != ["redundant"])
+
+    poor = [ParsedFeedback("", located=values(it, "negative")) for it in items]
+    good = [ParsedFeedback("", located=values(it, "positive")) for it in items]
+    return {"all_values_poor": poor, "all_values_good": good}
+
+
+def _policy_samples(policy: Path, fb, n: int):
+    """(rows, EvalItems with typed truth) for one sampled summary per prompt of ``fb`` from the policy."""
+    from t2g_core.config import EvaluateConfig
+    from t2g_core.evaluation.generate import generate
+    from t2g_core.reward_model.evaluate import EvalItem, _truth_from_meta
+    from t2g_core.spans import ParsedFeedback
+
+    rows = fb.head(n).to_dict("records")
+    cfg = EvaluateConfig(do_sample=True, max_new_tokens=48, batch_size=32)
+    texts = generate(policy, "summarization", [r["prompt"] for r in rows], cfg)
+    items = [
+        EvalItem(r["id"], "", t, ParsedFeedback(""), _truth_from_meta(r["meta"], t))
+        for r, t in zip(rows, texts, strict=True)
+    ]
+    return [{**r, "response": t} for r, t in zip(rows, texts, strict=True)], items
+
+
+def evaluate_variant(name, cfg, result, rm_eval, fb_eval, align_cfg, samples) -> dict:
+    from t2g_core.reward_model.evaluate import evaluate_model, score_predictions
+    from t2g_core.reward_model.scoring import load_scorer
+
+    report = evaluate_model(result.adapter_dir, rm_eval, fb_eval, cfg, split="validation", align_cfg=align_cfg)
+    out = {"train_seconds": round(result.train_seconds, 1), "steps": result.global_step}
+    out |= {k: report.metrics[k] for k in KEYS if k in report.metrics}
+    if samples is not None and cfg.kind == "tagger":
+        rows, items = samples
+        scorer = load_scorer(result.adapter_dir, cfg)
+        metrics, _ = score_predictions(items, scorer.critique_batch(rows), scorer.tokenizer, align_cfg=align_cfg)
+        out["on_policy_samples"] = {k: metrics[k] for k in TRUTH_KEYS if k in metrics}
+    print(f"{name:18s} " + " ".join(f"{k}={v:.3f}" for k, v in out.items() if isinstance(v, float)), flush=True)
+    return out
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--items", type=int, default=1024, help="Annotated demo items to train on (seed 0).")
+    ap.add_argument("--eval-items", type=int, default=200, help="Held-out demo items (seed 99).")
+    ap.add_argument("--policy-samples", type=int, default=200, help="Policy samples the tagger also scores.")
+    ap.add_argument("--variants", default="tagger,generative,generative-policy")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="PipelineConfig override.")
+    ap.add_argument("--work", type=Path, default=RESULTS / "bench_rm_work")
+    ap.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
+    args = ap.parse_args()
+    if args.smoke:
+        args.items, args.eval_items, args.policy_samples = 24, 8, 4
+        args.work, args.overrides = RESULTS / "smoke" / "bench_rm_work", [*SMOKE_OVERRIDES, *args.overrides]
+    return args
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--items", type=int, default=256)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        help="PipelineConfig override, e.g. reward_model.epochs=4",
-    )
-    ap.add_argument("--work", type=Path, default=RESULTS / "bench_rm_work")
-    ap.add_argument("--name", default="bench_rm", help="Results file name (and run folder) for side-by-side variants.")
-    ap.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
-    args = ap.parse_args()
-    results = RESULTS / "smoke" if args.smoke else RESULTS
-    if args.smoke:
-        args.items, args.work = 24, results / "bench_rm_work"
-        args.overrides = [*SMOKE_OVERRIDES, *args.overrides]
-
+    args = parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
-    from transformers import AutoTokenizer
-
-    from t2g_core.annotators import annotate
     from t2g_core.config import load_config
     from t2g_core.demo import make_demo_feedback
     from t2g_core.models.tiny import ensure_demo_models
-    from t2g_core.reward_model.data import build_rm_data
-    from t2g_core.reward_model.evaluate import eval_items, evaluate_rm, score_predictions
-    from t2g_core.reward_model.scoring import load_reward_model
-    from t2g_core.reward_model.train import train_rm
+    from t2g_core.reward_model.evaluate import eval_items, score_predictions
 
-    pipe = load_config(None, ["annotate.annotator=reference", *args.overrides])
-    cfg = pipe.reward_model
-    fb = make_demo_feedback("summarization", args.items, seed=0)
+    pipe = load_config(None, args.overrides)
+    fb, fb_eval = (
+        make_demo_feedback("summarization", args.items, seed=0),
+        make_demo_feedback("summarization", args.eval_items, seed=99),
+    )
     t0 = time.perf_counter()
     models = ensure_demo_models(args.work / "models", pipe.models, fb, progress=False)
-    build_s = time.perf_counter() - t0
-    ann = annotate(fb, pipe.annotate, progress=False).frame
-    tok = AutoTokenizer.from_pretrained(models.base)
-    rm_df, stats = build_rm_data(fb, ann, tok, cfg, align_cfg=pipe.align)
-    print(
-        f"rm_data: {stats.n_train} train / {stats.n_validation} validation; prompt tokens "
-        f"{max(len(tok(p)['input_ids']) for p in rm_df.rm_prompt)} max, target tokens "
-        f"{max(len(tok(t)['input_ids']) for t in rm_df.rm_target)} max"
+    print(f"models: {models.policy} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    ann, ann_eval = _annotated(fb), _annotated(fb_eval)
+    samples = _policy_samples(models.policy, fb_eval, args.policy_samples) if args.policy_samples else None
+    out: dict = {"variants": {}}
+    for name in args.variants.split(","):
+        cfg = pipe.reward_model.model_copy(update=VARIANTS[name.removesuffix("-ungrounded")])
+        start = models.policy if cfg.init_from == "policy" else models.base
+        rm_df = _rows(fb, ann, cfg.model_copy(update={"val_fraction": 0.0}), pipe.align, start)
+        rm_eval = _rows(fb_eval, ann_eval, cfg, pipe.align, start, split="validation")
+        result = _train(name, cfg, start, rm_df, fb, args.work, pipe.align)
+        out["variants"][name] = evaluate_variant(name, cfg, result, rm_eval, fb_eval, pipe.align, samples)
+        if cfg.kind == "generative":
+            free = cfg.model_copy(update={"grounded_decoding": False})
+            out["variants"][f"{name}-ungrounded"] = evaluate_variant(
+                f"{name}-ungrounded", free, result, rm_eval, fb_eval, pipe.align, None
+            )
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(models.policy))
+    items = eval_items(
+        _rows(fb_eval, ann_eval, pipe.reward_model, pipe.align, models.policy, "validation"), fb_eval, None
     )
-
-    result = train_rm(cfg, models.base, rm_df, args.work / f"rm_run-{args.name}", resume=False, progress=False)
-    print(f"trained {result.global_step} steps in {result.train_seconds:.1f} s")
-    model, rm_tok = load_reward_model(result.adapter_dir, device="cpu")
-    items = eval_items(rm_df, fb, rm_tok.eos_token)
-    report = evaluate_rm(model, rm_tok, items, cfg, align_cfg=pipe.align)
-    baselines = {
-        name: score_predictions(items, preds, rm_tok, align_cfg=pipe.align)[0]
-        for name, preds in _baselines(items, fb).items()
+    out["baselines"] = {
+        name: {k: v for k, v in score_predictions(items, preds, tok, align_cfg=pipe.align)[0].items() if k in KEYS}
+        for name, preds in _baselines(items).items()
     }
-    prompts = [it.rm_prompt for it in items][:16]
-    speed = [_speed(model, rm_tok, prompts, cfg, b) for b in (1, 16)]
-
-    losses = [h["rm/loss"] for h in result.history if "rm/loss" in h]
-    out = {
+    out |= {
         "benchmark": "bench_rm",
-        "machine": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "threads": args.threads,
-            "cpus": os.cpu_count(),
-        },
-        "data": {"items": args.items, **{k: v for k, v in stats.as_metrics().items()}},
-        "config": cfg.model_dump(mode="json"),
-        "base_model": {
-            "path": str(models.base),
-            "build_seconds_if_built": round(build_s, 1),
-            "parameters": sum(p.numel() for p in model.parameters()),
-        },
-        "train": {
-            "steps": result.global_step,
-            "seconds": round(result.train_seconds, 1),
-            "loss_first": losses[0] if losses else None,
-            "loss_last": losses[-1] if losses else None,
-        },
-        "heldout": {
-            k: report.metrics.get(k)
-            for k in (*KEYS, "eos_rate", "n_items", "gen_tokens_per_s", "span_precision", "span_recall")
-        },
-        "baselines": {name: {k: m.get(k) for k in KEYS if k in m} for name, m in baselines.items()},
-        "generation_speed": speed,
-        "json_valid_target_met": report.metrics["json_valid_rate"] >= 0.95,
-        "examples": report.examples[:3],
+        "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads},
+        "data": {"train_items": args.items, "eval_items": args.eval_items, "eval_seed": 99, "train_seed": 0},
+        "config": pipe.reward_model.model_dump(mode="json"),
     }
+    results = RESULTS / "smoke" if args.smoke else RESULTS
     results.mkdir(parents=True, exist_ok=True)
-    (results / f"{args.name}.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
-    print(json.dumps({k: out[k] for k in ("train", "heldout", "baselines", "generation_speed")}, indent=2))
+    (results / "bench_rm.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
+    print(json.dumps(out["baselines"], indent=1))
+    print(f"-> {results / 'bench_rm.json'}")
 
 
 if __name__ == "__main__":

@@ -6,12 +6,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-HEADLINE_METRICS = ("json_valid_rate", "span_f1", "unmatched_span_rate")  # the reward model's, in its stage line
+# the reward model's, in its stage line (truth: demo data; json_valid: the generative kind)
+HEADLINE_METRICS = (
+    "truth_poor_char_f1",
+    "truth_recall_invented",
+    "truth_recall_swapped",
+    "truth_recall_redundant",
+    "span_f1",
+    "unmatched_span_rate",
+    "json_valid_rate",
+)
 ORDER = ("feedback", "models", "annotations", "spans", "validation", "reward_model", "policy", "evaluation")
 SHOWN = {  # the fields of each reference worth a line
     "models": ("base", "policy"),
     "validation": ("status", "report"),
-    "reward_model": ("model_dir", "version", "champion", "global_step"),
+    "reward_model": ("kind", "model_dir", "version", "champion", "global_step"),
     "policy": ("adapter_dir", "steps", "version", "reward_model_version"),
     "evaluation": ("path", "n_rows", "task"),
 }
@@ -27,7 +36,19 @@ def _stage_line(name: str, ref: Any) -> str:
     line = f"  {name:<13} " + ", ".join(f"{k}={value[k]}" for k in fields if value.get(k) is not None)
     metrics = value.get("metrics") if name == "reward_model" else None
     shown = [f"{k}={metrics[k]:.3f}" for k in HEADLINE_METRICS if isinstance((metrics or {}).get(k), (int, float))]
-    return line + (f"\n  {'':<13} held-out: " + ", ".join(shown) if shown else "")
+    line += f"\n  {'':<13} held-out: " + ", ".join(shown) if shown else ""
+    reward = value.get("reward") if name == "policy" else None
+    return line + (f"\n  {'':<13} reward: {_reward_text(reward)}" if reward else "")
+
+
+def _reward_text(reward: dict) -> str:
+    what = reward.get("source", "?") + (f" ({reward['kind']})" if reward.get("kind") else "")
+    parts = [what]
+    if "score_share" in reward:
+        parts.append(f"scoring {100 * reward['score_share']:.1f}% of the PPO step")
+    if "rollout_unmatched_rate" in reward:
+        parts.append(f"unmatched quotes on rollouts {100 * reward['rollout_unmatched_rate']:.1f}%")
+    return ", ".join(parts)
 
 
 def learnt_lines(evaluation: Any) -> list[str]:

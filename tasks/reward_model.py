@@ -48,7 +48,10 @@ def train_reward_model(
     ) as ctx:
         ref = reward_model.train(feedback, annotations, spans, validation, models, settings, ctx)
         params = {**cfg.model_dump(mode="json"), "base_model": ref.base, "rm_data_sha256": ref.rm_data.sha256}
-        version = tracking.log_adapter_model(ref.model_dir, cfg.registered_name, params, ref.metrics, alias="candidate")
+        kind = "span-tagger" if ref.kind == "tagger" else "peft-adapter"
+        version = tracking.log_adapter_model(
+            ref.model_dir, cfg.registered_name, params, ref.metrics, alias="candidate", model_type=kind
+        )
         champion = tracking.promote_if_better(
             cfg.registered_name, version, cfg.promote_metric, ref.metrics.get(cfg.promote_metric, -math.inf)
         )

@@ -365,8 +365,10 @@ def log_adapter_model(
     params: Mapping[str, Any] | None = None,
     metrics: Mapping[str, float] | None = None,
     alias: str | None = "candidate",
+    model_type: str = "peft-adapter",
 ) -> str:
-    """Log a PEFT adapter folder as an external LoggedModel of the active run, register it and set ``alias``.
+    """Log a model folder (a PEFT adapter, or a span tagger's folder: ``model_type``) as an external LoggedModel of
+    the active run, register it and set ``alias``.
 
     Returns the registered model version. Load it back with
     ``PeftModel.from_pretrained(base, mlflow.artifacts.download_artifacts(f"models:/{name}@{alias}"))``.
@@ -381,7 +383,7 @@ def log_adapter_model(
         source_run_id=source_run,
         params=flatten_params(params or {}),
         tags=prefect_tags(),
-        model_type="peft-adapter",
+        model_type=model_type,
     )
     client = MlflowClient()
     client.log_model_artifacts(lm.model_id, str(adapter_dir))

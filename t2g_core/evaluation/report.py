@@ -190,10 +190,38 @@ def learning_curves(histories: Mapping[str, pd.DataFrame], path: Path, max_panel
     return path
 
 
+REWARD_LABELS = {
+    "source": "reward source",
+    "kind": "reward model kind",
+    "rm_truth_poor_char_f1": "reward model: poor-span F1 against the truth (held-out, characters)",
+    "rm_truth_recall_invented": "reward model: recall of invented values (held-out)",
+    "rm_truth_span_f1": "reward model: span F1 against the truth (held-out, IoU >= 0.5)",
+    "rm_span_f1": "reward model: span F1 against the annotations (held-out)",
+    "rm_unmatched_span_rate": "reward model: quotes that match no text (held-out)",
+    "rollout_unmatched_rate": "quotes that matched no text, on PPO's rollouts",
+    "score_share": "share of the PPO step spent scoring rollouts",
+}
+
+
+def reward_table(reward: Mapping[str, Any]) -> str:
+    """The reward the policy learnt from, as a Markdown table (source, reward model quality, scoring share)."""
+    rows = ["| | |", "|---|---|"]
+    for key, label in REWARD_LABELS.items():
+        if key in reward:
+            value = reward[key]
+            shown = f"{100 * value:.1f}%" if key in ("score_share",) else value
+            rows.append(f"| {label} | {shown if isinstance(shown, str) else f'{shown:.3f}'} |")
+    return "\n".join(rows)
+
+
 def write_report(
-    results: EvalResults, out_dir: str | Path, histories: Mapping[str, pd.DataFrame] | None = None
+    results: EvalResults,
+    out_dir: str | Path,
+    histories: Mapping[str, pd.DataFrame] | None = None,
+    reward: Mapping[str, Any] | None = None,
 ) -> dict[str, Path]:
-    """Write ``report.md``, ``metrics.png`` and (with PPO histories) ``learning_curves.png`` into ``out_dir``."""
+    """Write ``report.md``, ``metrics.png`` and (with PPO histories) ``learning_curves.png`` into ``out_dir``; with
+    ``reward``, a section on the reward PPO learnt from."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = {"metrics_png": metric_bars(results.summary, out / "metrics.png")}
@@ -209,6 +237,8 @@ def write_report(
         if curves is not None:
             files["learning_curves_png"] = curves
             md += ["", "![learning curves](learning_curves.png)"]
+    if reward:
+        md += ["", "## The reward PPO learnt from", "", reward_table(reward)]
     settings = {p: e.get("settings", {}) for p, e in results.summary["policies"].items()}
     md += ["", "## Generation settings", "", "```json", json.dumps(settings, indent=2), "```"]
     (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")

@@ -173,14 +173,15 @@ def feedback_from_spans(response: str, spans: Sequence[tuple[int, int, str]]) ->
 
 
 def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> tuple[SpanTagger, object]:
-    """A fresh tagger on ``base`` (LoRA-wrapped when ``cfg.finetune == "lora"``); dropout off (the RM's targets are
-    deterministic labels and the demo models have none)."""
+    """A fresh tagger on ``base`` (a folder or Hub id; LoRA-wrapped when ``cfg.finetune == "lora"``), initialised
+    from ``cfg.seed``."""
     from t2g_core.models.loading import load_causal_lm, load_tokenizer
 
     tokenizer = load_tokenizer(base, padding_side=None)  # a folder or Hub id; the shared pad-token policy
     lm = load_causal_lm(base, dtype=dtype, tokenizer=tokenizer, place=False)
     if cfg.gradient_checkpointing:
         lm.gradient_checkpointing_enable()
+    torch.manual_seed(cfg.seed)  # LoRA's A matrices and the head are random: one seed, one initial model
     if cfg.finetune == "lora":
         from peft import get_peft_model
 
@@ -188,7 +189,6 @@ def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> t
 
         lm = get_peft_model(lm, lora_config(cfg))
     hidden = lm.config.get_text_config().hidden_size if hasattr(lm.config, "get_text_config") else lm.config.hidden_size
-    torch.manual_seed(cfg.seed)
     model = SpanTagger(lm, hidden, cfg.tagger_head_size or None).to(dtype)
     return model, tokenizer
 
@@ -299,7 +299,8 @@ class TaggerScorer:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# training: a plain loop with checkpoints (resumes exactly: data order is a function of the step, dropout is off)
+# training: a plain loop with checkpoints (resumes exactly: data order is a function of the step, the checkpoint
+# holds the random state that LoRA dropout draws from)
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -343,7 +344,13 @@ def _save_checkpoint(folder: Path, model: SpanTagger, optimizer, scheduler, step
     shutil.rmtree(tmp, ignore_errors=True)  # a write killed half-way
     tmp.mkdir(parents=True)
     torch.save(
-        {"step": step, "params": trainable, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+        {
+            "step": step,
+            "params": trainable,
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "rng": torch.get_rng_state(),  # LoRA dropout draws from it
+        },
         tmp / "state.pt",
     )
     tmp.rename(folder)
@@ -362,6 +369,7 @@ def _restore(folder: Path, model: SpanTagger, optimizer, scheduler) -> int:
             params[name].copy_(value)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng"])
     return int(state["step"])
 
 

@@ -47,6 +47,7 @@ def pipeline_policies(
         held_out=held_out,
         histories={name: policy.history_path},
         registered=registered,
+        reward=policy.reward,
     )
 
 
@@ -88,7 +89,7 @@ def evaluate(
         )
         results.save(out)
     histories = {n: load_history(p) for n, p in policies.histories.items() if Path(p).is_file()}
-    files = write_report(results, out / "report", histories)
+    files = write_report(results, out / "report", histories, policies.reward)
     ctx.tracker.log_metrics(flat_metrics(results.summary))
     ctx.tracker.log_artifact(out, "evaluation")
     return EvaluationRef(

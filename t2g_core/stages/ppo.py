@@ -48,21 +48,39 @@ def train(
         ctx.log(f"PPO resumes from {latest.name} of {settings.ppo.steps} steps ({run_dir})")
     ctx.tracker.log_input(feedback, "feedback", "training")
     resumed = latest is not None
-    return _finish(
-        run_from_dir(run_dir, resume=resumed, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress), ctx
-    )
+    result = run_from_dir(run_dir, resume=resumed, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
+    return _finish(result, ctx, reward_facts(settings, reward_model))
+
+
+RM_QUALITY = ("truth_poor_char_f1", "truth_recall_invented", "truth_span_f1", "span_f1", "unmatched_span_rate")
+
+
+def reward_facts(settings: PPOSettings, reward_model: RewardModelRef | None) -> dict[str, float | str]:
+    """What the reward came from: the source, and the reward model's kind and held-out quality when one was used."""
+    facts: dict[str, float | str] = {"source": settings.ppo.reward_source}
+    if settings.ppo.reward_source == "reward_model" and reward_model is not None and not settings.ppo.reward_model_path:
+        facts["kind"] = reward_model.kind
+        facts |= {f"rm_{k}": reward_model.metrics[k] for k in RM_QUALITY if k in reward_model.metrics}
+    return facts
+
+
+def run_reward_stats(history: list[dict]) -> dict[str, float]:
+    """The share of the PPO step time spent scoring rollouts, and the rollouts' unmatched-quote rate, over the run."""
+    step = sum(h.get("time/step", 0.0) for h in history)
+    out = {"score_share": sum(h.get("time/score", 0.0) for h in history) / step} if step else {}
+    rates = [h["spans/unmatched_rate"] for h in history if "spans/unmatched_rate" in h]
+    return out | ({"rollout_unmatched_rate": sum(rates) / len(rates)} if rates else {})
 
 
 def resume(run_dir: str | Path, ctx: StageContext, *, api_key: str | None = None) -> PolicyRef:
     """Continue the run in ``run_dir`` from its latest checkpoint, exactly as if it had not stopped."""
-    from t2g_core.ppo.run import run_from_dir
+    from t2g_core.ppo.run import read_settings, run_from_dir
 
-    return _finish(
-        run_from_dir(run_dir, resume=True, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress), ctx
-    )
+    result = run_from_dir(run_dir, resume=True, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
+    return _finish(result, ctx, {"source": read_settings(run_dir).ppo.reward_source})
 
 
-def _finish(result, ctx: StageContext) -> PolicyRef:
+def _finish(result, ctx: StageContext, reward: dict[str, float | str]) -> PolicyRef:
     run_dir = Path(result.run_dir)
     ctx.tracker.log_artifact(run_dir / "history.json")
     for page in result.heatmaps[-3:]:
@@ -77,4 +95,5 @@ def _finish(result, ctx: StageContext) -> PolicyRef:
         history_path=str(run_dir / "history.json"),
         rollouts_path=rollouts,
         metrics=final,
+        reward=reward | run_reward_stats(result.history),
     )

@@ -176,6 +176,9 @@ class PolicyRef(Ref):
     metrics: dict[str, float] = {}
     version: str | None = None
     reward_model_version: str | None = None
+    # what PPO's reward came from: source (and reward-model kind), the reward model's held-out quality, the share of
+    # a PPO step spent scoring, the share of the rollouts' quotes that matched no text
+    reward: dict[str, float | str] = {}
 
     def fingerprint(self) -> dict[str, str]:
         eval_file = Path(self.run_dir) / "eval.parquet"
@@ -205,6 +208,7 @@ class PolicySet(Ref):
     held_out: list[str] | None = None
     histories: dict[str, str] = {}
     registered: dict[str, str] = {}  # name -> registered model version, for promotion
+    reward: dict[str, float | str] = {}  # the reward the trained policies learnt from (PolicyRef.reward), reported
 
     def fingerprint(self) -> dict:
         return {

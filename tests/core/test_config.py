@@ -92,3 +92,12 @@ def test_demo_ui_form_and_cli_share_one_set_of_defaults(tmp_path, monkeypatch):
     spec.loader.exec_module(serve)
     assert serve.form_defaults(str(tmp_path)) == {"workspace": default.workspace.model_dump(mode="json")}
     assert default.evaluate.do_sample is True  # the demo's sampled evaluation is everyone's default
+
+
+def test_the_demo_runs_the_papers_loop_by_default():
+    """One set of defaults (the demo, `t2g run` and the UI form): PPO is driven by the reward model the pipeline
+    trains (the tagger, started from the policy), not by the oracle critic; recipes that want the oracle say so."""
+    cfg = PipelineConfig()
+    assert cfg.ppo.reward_source == "reward_model"
+    assert (cfg.reward_model.kind, cfg.reward_model.init_from) == ("tagger", "policy")
+    assert cfg.data.n_items >= 1000  # what the tagger needs to catch invented values (benchmarks/bench_rm.py)

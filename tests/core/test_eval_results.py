@@ -127,6 +127,16 @@ def test_report_files(results, tmp_path):
         assert files[key].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = files["report_md"].read_text()
     assert comparison_table(results) in md and "learning_curves.png" in md and '"decoding": "greedy"' in md
+    assert "The reward PPO learnt from" not in md  # no reward facts given: no section
+
+
+def test_report_says_which_reward_the_policy_learnt_from(results, tmp_path):
+    reward = {"source": "reward_model", "kind": "tagger", "rm_truth_poor_char_f1": 0.987, "score_share": 0.0423}
+    md = write_report(results, tmp_path / "report", reward=reward)["report_md"].read_text()
+    section = md.split("## The reward PPO learnt from")[1]
+    assert "| reward model kind | tagger |" in section
+    assert "| reward model: poor-span F1 against the truth (held-out, characters) | 0.987 |" in section
+    assert "| share of the PPO step spent scoring rollouts | 4.2% |" in section
 
 
 def test_no_items_for_the_task_is_a_clear_error():

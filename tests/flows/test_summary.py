@@ -1,4 +1,5 @@
-"""The pipeline summary's stage lines: the reward model's headline held-out metrics are printed under its line."""
+"""The pipeline summary's stage lines: the reward model's headline held-out metrics are printed under its line, and
+the reward PPO learnt from under the policy's."""
 
 from __future__ import annotations
 
@@ -15,11 +16,19 @@ def test_reward_model_line_shows_its_headline_metrics():
         rm_data=DATA,
         digest="d",
         version="3",
-        metrics={"json_valid_rate": 1.0, "span_f1": 0.1786, "rouge_l": 0.5},
+        metrics={"json_valid_rate": 1.0, "span_f1": 0.1786, "rouge_l": 0.5, "truth_recall_invented": 0.95},
     )
     first, second = _stage_line("reward_model", ref).splitlines()
-    assert first.split() == ["reward_model", "model_dir=/rm,", "version=3,", "global_step=0"]
-    assert second.split() == ["held-out:", "json_valid_rate=1.000,", "span_f1=0.179"]
+    assert first.split() == ["reward_model", "kind=generative,", "model_dir=/rm,", "version=3,", "global_step=0"]
+    assert second.split() == ["held-out:", "truth_recall_invented=0.950,", "span_f1=0.179,", "json_valid_rate=1.000"]
+
+
+def test_policy_line_shows_the_reward_it_learnt_from():
+    reward = {"source": "reward_model", "kind": "tagger", "score_share": 0.0412, "rollout_unmatched_rate": 0.0}
+    ref = PolicyRef(adapter_dir="/p", run_dir="/r", digest="d", steps=4, history_path="/h", reward=reward)
+    assert _stage_line("policy", ref).splitlines()[1].split("reward: ")[1] == (
+        "reward_model (tagger), scoring 4.1% of the PPO step, unmatched quotes on rollouts 0.0%"
+    )
 
 
 def test_other_stage_lines_are_one_line():

@@ -13,6 +13,7 @@ from t2g_core.config import AlignConfig, HoldoutConfig, PPOConfig
 from t2g_core.stages.settings import PPOSettings
 
 SMALL = PPOConfig(
+    reward_source="oracle",
     steps=2,
     batch_size=4,
     minibatches=2,
@@ -61,6 +62,7 @@ def test_ppo_reads_holdout_and_align_and_registers_the_policy(tiny_model_dir, wo
     recorded = json.loads((run_dir / "run.json").read_text())["config"]
     assert recorded["align"]["positive_value"] == 2.0 and recorded["holdout"]["eval_fraction"] == 0.5
     assert out.version == "1" and out.run_id
+    assert out.reward["source"] == "oracle" and 0 < out.reward["score_share"] < 1  # what the reward came from
     assert mlflow.MlflowClient().get_model_version(POLICY_MODEL, "1").run_id == out.run_id
 
 

@@ -1,0 +1,199 @@
+"""The span-tagger reward model: labels through the alignment's offset mapping, features, training that learns and
+resumes exactly, scoring as a PPO reward source, and the reward-model stage training it and registering it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_rm_train import ITEMS, rm_rows  # same folder (pytest prepends it to sys.path)
+
+from t2g_core.config import RewardModelConfig
+from t2g_core.reward_model.tagger import (
+    GOOD,
+    NEUTRAL,
+    POOR,
+    TaggerScorer,
+    encode_pair,
+    feedback_from_spans,
+    fit_tagger,
+    shift_features,
+    spans_from_classes,
+    tagger_examples,
+    token_classes,
+)
+from t2g_core.spans import AlignedSpan, align_feedback, labels_for_offsets
+from tests.core._tokenizers import byte_level_bpe
+
+WORDS = st.sampled_from(["Cai", "lives", "in", "Paris", "中文", "😀", "naïve", "3", ",", "."])
+
+
+@pytest.fixture(scope="module")
+def bpe():
+    return byte_level_bpe()
+
+
+@settings(max_examples=80, deadline=None)
+@given(words=st.lists(WORDS, min_size=1, max_size=12), labels=st.lists(st.sampled_from([0, 1, 2]), max_size=12))
+def test_classes_round_trip_through_the_alignment_offset_mapping(bpe, words, labels):
+    """Word spans -> token classes (the alignment's labels_for_offsets) -> char spans -> the same token classes, and
+    the same tokens the alignment labels for those spans."""
+    response = " ".join(words)
+    spans, pos = [], 0
+    for word, label in zip(words, labels, strict=False):
+        start = response.index(word, pos)
+        pos = start + len(word)
+        if label:
+            spans.append(AlignedSpan(word, "positive" if label == GOOD else "negative", start, pos, "exact", 100.0))
+    offsets = [tuple(o) for o in bpe(response, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]]
+    classes = token_classes(offsets, spans, "poor_wins")
+    back = feedback_from_spans(response, spans_from_classes(offsets, classes))
+    aligned = align_feedback(response, back)
+    assert token_classes(offsets, aligned, "poor_wins") == classes
+    signed = labels_for_offsets(offsets, spans)
+    assert [{NEUTRAL: 0.0, GOOD: 1.0, POOR: -1.0}[c] for c in classes] == signed
+    for start, end, label in back.located:  # the quotes are the located text
+        assert response[start:end] in (back.poor_spans if label == "negative" else back.good_spans)
+
+
+def test_spans_merge_runs_and_skip_zero_width_tokens():
+    offsets = [(0, 3), (3, 4), (4, 9), (9, 9), (9, 12), (12, 15)]
+    classes = [GOOD, GOOD, NEUTRAL, POOR, POOR, POOR]
+    assert spans_from_classes(offsets, classes) == [(0, 4, "positive"), (9, 15, "negative")]
+    fb = feedback_from_spans("abcdefghijklmno", spans_from_classes(offsets, classes))
+    assert fb.good_spans == ["abcd"] and fb.poor_spans == ["jklmno"] and "jklmno" in fb.critique
+
+
+def test_shift_features_read_the_models_own_prediction_of_each_token():
+    torch.manual_seed(0)
+    hidden, logits = torch.randn(2, 5, 4), torch.randn(2, 5, 7)
+    ids = torch.randint(0, 7, (2, 5))
+    f = shift_features(hidden, logits, ids)  # (B, L, 2d + 2)
+    assert f.shape == (2, 5, 10)
+    logp = torch.log_softmax(logits, -1)
+    for b in range(2):
+        for i in range(1, 5):  # plain loop: token i is predicted at position i - 1
+            assert torch.allclose(f[b, i, :4], hidden[b, i]) and torch.allclose(f[b, i, 4:8], hidden[b, i - 1])
+            assert f[b, i, 8] == pytest.approx(float(logp[b, i - 1, ids[b, i]]), abs=1e-5)
+            assert f[b, i, 9] == pytest.approx(float(logp[b, i - 1].max()), abs=1e-5)
+        assert torch.all(f[b, 0, 4:] == 0)
+
+
+def test_over_budget_pairs_keep_the_prompts_end_and_the_responses_start(bpe):
+    e = encode_pair(bpe, "The summary says Berlin but the post says Paris.", "Alice moved to Paris in 2019.", 4, 3)
+    assert e.truncated and e.start == 4 and len(e.input_ids) == 7 and len(e.offsets) == 3
+    assert (
+        e.input_ids[:4]
+        == bpe("The summary says Berlin but the post says Paris.", add_special_tokens=False)["input_ids"][-4:]
+    )
+
+
+def _tagger_data(tok, n_copies: int = 4):
+    cfg = RewardModelConfig(kind="tagger", val_fraction=0.0)
+    items = ITEMS * n_copies
+    rm_df = rm_rows(tok, cfg, items).assign(id=lambda d: [f"sum-{i}" for i in range(len(d))])
+    fb = pd.DataFrame({"id": rm_df["id"], "response": [r for _p, r, *_ in items]})
+    return rm_df, fb
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def _cfg(**kw) -> RewardModelConfig:
+    base = {"kind": "tagger", "finetune": "full", "learning_rate": 3e-3, "batch_size": 4, "save_steps": 5}
+    return RewardModelConfig(**{**base, **kw})
+
+
+@pytest.mark.slow
+def test_a_tagger_learns_to_quote_the_wrong_values_and_scores_as_a_reward_source(tiny_model_dir, tok, tmp_path):
+    torch.set_num_threads(1)
+    rm_df, fb = _tagger_data(tok)
+    examples = tagger_examples(rm_df, fb)
+    assert json.loads(rm_df["rm_target"][0])["located"]  # the targets carry the located spans
+    result = fit_tagger(_cfg(max_steps=60), tiny_model_dir, examples, tmp_path / "run")
+    losses = [h["rm/loss"] for h in result.history]
+    assert losses[-1] < 0.2 * losses[0]
+    scorer = TaggerScorer(result.adapter_dir, _cfg())
+    rows = [{"task": "summarization", "prompt": p, "response": r} for p, r, *_ in ITEMS]
+    out = scorer.critique_batch(rows)
+    for fb_, (_p, _r, _good, poor, _c) in zip(out, ITEMS, strict=True):
+        assert [q.strip() for q in fb_.poor_spans] == poor
+        assert fb_.ok and fb_.located
+    # the untrained tagger does not (the check can fail)
+    untrained = fit_tagger(_cfg(max_steps=1, learning_rate=1e-9), tiny_model_dir, examples, tmp_path / "zero")
+    out0 = TaggerScorer(untrained.adapter_dir, _cfg()).critique_batch(rows)
+    assert [[q.strip() for q in f.poor_spans] for f in out0] != [poor for *_x, poor, _c in ITEMS]
+
+
+@pytest.mark.slow
+def test_a_killed_tagger_run_resumes_to_the_same_weights(tiny_model_dir, tok, tmp_path):
+    from safetensors.torch import load_file
+
+    torch.set_num_threads(1)
+    rm_df, fb = _tagger_data(tok, 2)
+    examples = tagger_examples(rm_df, fb)
+    cfg = _cfg(max_steps=12, finetune="lora", learning_rate=1e-2)
+    full = fit_tagger(cfg, tiny_model_dir, examples, tmp_path / "full")
+
+    class Killed(Exception):
+        pass
+
+    class KillAt:  # a tracker that dies after step 7 (a checkpoint was written at step 5)
+        def log_metrics(self, metrics, step=None):
+            if step == 7:
+                raise Killed
+
+    with pytest.raises(Killed):
+        fit_tagger(
+            cfg.model_copy(update={"logging_steps": 1}), tiny_model_dir, examples, tmp_path / "cut", tracker=KillAt()
+        )
+    assert (tmp_path / "cut" / "checkpoints" / "step-5").is_dir()
+    resumed = fit_tagger(cfg.model_copy(update={"logging_steps": 1}), tiny_model_dir, examples, tmp_path / "cut")
+    assert resumed.resumed_from and resumed.resumed_from.endswith("step-5")
+    a, b = (
+        load_file(str(full.adapter_dir / "head.safetensors")),
+        load_file(str(resumed.adapter_dir / "head.safetensors")),
+    )
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert fit_tagger(cfg, tiny_model_dir, examples, tmp_path / "full").train_seconds == full.train_seconds  # reused
+
+
+@pytest.mark.slow
+def test_the_stage_trains_a_tagger_from_the_policy_and_registers_it(tiny_model_dir, tmp_path):
+    from mlflow import MlflowClient
+
+    from t2g_core.annotators import annotate
+    from t2g_core.config import AnnotateConfig, WorkspaceConfig
+    from t2g_core.demo import make_demo_feedback
+    from t2g_core.reward_model.scoring import load_scorer
+    from t2g_core.stages.refs import ModelsRef
+    from t2g_core.stages.settings import RewardModelSettings
+    from t2g_core.store import artifact_key
+    from t2g_core.workspace import Workspace
+    from tasks.reward_model import train_reward_model
+
+    torch.set_num_threads(1)
+    ws = WorkspaceConfig(root=str(tmp_path / "ws"), mlflow_tracking_uri=f"sqlite:///{tmp_path / 'ws' / 'm.db'}")
+    store = Workspace.at(ws.root).store
+    fb = make_demo_feedback("summarization", 16, seed=5)
+    ann = annotate(fb, AnnotateConfig(annotator="reference"), progress=False).frame
+    fb_ref = store.write("feedback", artifact_key("feedback", None, {"t": "t"}), fb, "feedback")
+    ann_ref = store.write("annotations", artifact_key("annotations", None, {"t": "t"}), ann, "annotations")
+    cfg = _cfg(max_steps=3, val_fraction=0.3, registered_name="tagger-test")
+    models = ModelsRef.of("/nonexistent/base", tiny_model_dir)  # the tagger starts from the policy
+    ref = train_reward_model.fn(fb_ref, ann_ref, None, None, models, RewardModelSettings(reward_model=cfg), ws)
+    assert ref.kind == "tagger" and ref.base == str(tiny_model_dir) and ref.version == "1"
+    assert {"span_f1", "truth_poor_char_f1", "truth_recall_invented", "score_ms_per_item"} <= ref.metrics.keys()
+    assert Path(ref.model_dir, "tagger.json").exists() and Path(ref.report).read_text().startswith("# Reward model")
+    assert isinstance(load_scorer(ref.model_dir, cfg), TaggerScorer)
+    run = MlflowClient().get_run(MlflowClient().get_model_version("tagger-test", "1").tags["source_run_id"])
+    assert "rm_eval.truth_poor_char_f1" in run.data.metrics
