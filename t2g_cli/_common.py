@@ -84,14 +84,34 @@ class EchoTracker:
         return None
 
 
+def BarProgress():  # noqa: N802 - the command line's progress sink
+    """One bar per phase on stderr with the phase's metrics and the time left (``t2g_core.progress.TqdmProgress``)."""
+    from t2g_core.progress import TqdmProgress
+
+    return TqdmProgress()
+
+
+def join_processes():
+    """Under ``accelerate launch`` / torchrun, join the process group before any stage runs (gloo without CUDA,
+    NCCL with it); alone, set up one process. The library then reads the same state (``t2g_core.ppo.distributed``).
+    Returns accelerate's ``PartialState`` (``main_process_first()``: rank 0 prepares shared inputs, the rest reuse)."""
+    from accelerate import PartialState
+
+    from t2g_core.ppo.distributed import use_cpu
+
+    return PartialState(cpu=use_cpu())
+
+
 def stage_context(stage: str, workspace: Path | str, params: dict, out: Path | None = None, *, progress: bool = True):
     """The context a command runs stage ``stage`` in: its key from the stage's code and ``params``; outputs at
-    ``out`` (a file or folder the user named) or key-addressed in ``workspace``."""
+    ``out`` (a file or folder the user named) or key-addressed in ``workspace``; progress bars when ``progress``."""
     from t2g_core.codehash import code_digest
+    from t2g_core.progress import no_progress
     from t2g_core.stages.context import StageContext, stage_key
 
     key = stage_key(stage, code_digest(f"t2g_core.stages.{stage}"), params)
-    kwargs = {"tracker": EchoTracker(), "log": echo, "progress": progress}
+    bars = BarProgress() if progress else no_progress
+    kwargs = {"tracker": EchoTracker(), "log": echo, "progress": progress, "on_progress": bars}
     if out is None:
         return StageContext.keyed(workspace, key, **kwargs)
     return StageContext.at_path(workspace, key, out, **kwargs)

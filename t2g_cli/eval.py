@@ -16,9 +16,11 @@ eval_app = typer.Typer(
 
 
 def parse_model_refs(refs: list[str], workspace=None) -> dict[str, Path]:
-    """``NAME=REF`` or ``REF`` -> ordered {name: folder}; REF is a folder or ``models:/NAME@ALIAS`` (MLflow
-    registry)."""
-    out: dict[str, Path] = {}
+    """``NAME=REF`` or ``REF`` -> ordered {name: folder or Hub id}; REF is a folder, a Hub id (``ORG/NAME[@REV]``,
+    from the local Hugging Face cache when offline) or ``models:/NAME@ALIAS`` (MLflow registry)."""
+    from t2g_core.models.loading import is_hub_id
+
+    out: dict[str, Path | str] = {}
     for ref in refs:
         name, _, path = ref.partition("=") if "=" in ref else (_default_name(ref), "", ref)
         if not name or not path:
@@ -32,9 +34,9 @@ def parse_model_refs(refs: list[str], workspace=None) -> dict[str, Path]:
                 path = str(resolve_model_ref(path, workspace))
             except Exception as exc:  # noqa: BLE001 - registry lookups fail in many ways; one clear line
                 fail(f"--model {ref!r}: cannot fetch it from the MLflow registry ({type(exc).__name__}: {exc})")
-        if not Path(path).is_dir():
-            fail(f"--model {ref!r}: {path} is not a folder (a model folder or a PEFT adapter folder)")
-        out[name] = Path(path)
+        if not Path(path).is_dir() and not is_hub_id(path):
+            fail(f"--model {ref!r}: {path} is not a folder (model or PEFT adapter) nor a Hub id (ORG/NAME[@REVISION])")
+        out[name] = path if is_hub_id(path) else Path(path)
     return out
 
 
@@ -57,8 +59,8 @@ def policy(
         ...,
         "--model",
         "-m",
-        help="NAME=REF or REF: a model folder, a PEFT adapter folder or models:/NAME@ALIAS from the MLflow registry "
-        "(repeatable; the first is the baseline).",
+        help="NAME=REF or REF: a model folder, a PEFT adapter folder, a Hugging Face id ORG/NAME[@REVISION] or "
+        "models:/NAME@ALIAS from the MLflow registry (repeatable; the first is the baseline).",
     ),
     data: Path = typer.Option(
         ..., "--data", "-d", help="Feedback file or artifact folder holding the held-out prompts."

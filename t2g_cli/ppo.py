@@ -6,22 +6,12 @@ from pathlib import Path
 
 import typer
 
-from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config, stage_context
+from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, join_processes, pipeline_config, stage_context
 
 ppo_app = typer.Typer(
     help="Span-reward PPO: token-level rewards from critiques (span), or scalar / dense baselines.",
     no_args_is_help=True,
 )
-
-
-def _init_distributed() -> None:
-    """Under ``accelerate launch`` / torchrun this joins the process group (gloo on CPU); alone it does nothing."""
-    import os
-
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from accelerate import PartialState
-
-        PartialState()
 
 
 def _api_key(settings) -> str | None:
@@ -55,16 +45,17 @@ def train_cmd(
     from t2g_core.stages.settings import FeedbackSettings, ModelsSettings, PPOSettings
 
     cfg = pipeline_config(config, set_)
-    _init_distributed()
+    processes = join_processes()
     ws = cfg.workspace.root
     settings = PPOSettings.from_pipeline(cfg)
     out = run_dir or Path(ws).resolve() / "checkpoints" / "ppo" / default_run_name(settings)
     if (out / "checkpoints" / "latest").exists():
         fail(f"{out} already holds a run; continue it with `t2g ppo resume {out}` or pass another --run-dir")
     source, data = SourceRef.of(cfg.data), FeedbackSettings.from_pipeline(cfg)
-    fb = feedback.materialise(source, data, stage_context("feedback", ws, {"source": source, "settings": data}))
     built_with = ModelsSettings.from_pipeline(cfg)
-    built = models.build(fb, built_with, stage_context("models", ws, {"feedback": fb, "settings": built_with}))
+    with processes.main_process_first():  # one process ingests and builds; the others find the results
+        fb = feedback.materialise(source, data, stage_context("feedback", ws, {"source": source, "settings": data}))
+        built = models.build(fb, built_with, stage_context("models", ws, {"feedback": fb, "settings": built_with}))
     echo(f"PPO ({cfg.ppo.reward_mode}, {cfg.ppo.reward_source}) from {built.policy} -> {out}")
     params = {"feedback": fb, "models": built, "settings": settings}
     try:
@@ -81,7 +72,7 @@ def resume_cmd(run_dir: Path = typer.Argument(..., help="A run folder written by
     from t2g_core.ppo.run import read_settings
     from t2g_core.stages import ppo
 
-    _init_distributed()
+    join_processes()
     try:
         ctx = stage_context("ppo", run_dir.parent, {"run_dir": str(run_dir)}, run_dir)
         _summary(ppo.resume(run_dir, ctx, api_key=_api_key(read_settings(run_dir))))

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from t2g_cli._common import (
+    BarProgress,
     ConfigOpt,
     SetOpt,
     artifact,
@@ -99,7 +100,7 @@ def train(
     ctx = stage_context(
         "reward_model", pipe.workspace.root, {"rm_data": data, "base": base, "settings": settings}, out, progress=False
     )
-    result = stage.fit(data, base, settings, replace(ctx, force=not resume), fb)
+    result = stage.fit(data, base, settings, replace(ctx, force=not resume, on_progress=BarProgress()), fb)
     how = f"resumed from {result.resumed_from}" if result.resumed_from else "from scratch"
     took = f"{result.global_step} steps, {how}, {result.train_seconds:.1f} s"
     echo(f"{settings.reward_model.kind}: {result.adapter_dir} ({took})")

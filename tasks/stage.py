@@ -2,9 +2,10 @@
 
 ``with stage(fn, "ppo", workspace, feedback=..., settings=...) as ctx:`` computes the stage key from the task
 function and its parameters exactly as the Prefect cache key is computed (``tasks.caching.stage_cache_key``), opens the
-stage's nested MLflow run (its settings as params, the Prefect ids as tags) and yields the
-:class:`~t2g_core.stages.context.StageContext` the ``t2g_core.stages`` function takes: key-addressed outputs in the
-workspace, an MLflow tracker, the Prefect run logger, and ``force`` when ``--refresh`` named the stage.
+stage's nested MLflow run (its settings as params, the Prefect ids as tags; MLflow system metrics for the stages that
+train or generate) and yields the :class:`~t2g_core.stages.context.StageContext` the ``t2g_core.stages`` function
+takes: key-addressed outputs in the workspace, an MLflow tracker, the Prefect run logger, Prefect progress artifacts
+(``tasks.progress``), and ``force`` when ``--refresh`` named the stage.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from t2g_core.config import WorkspaceConfig
 from t2g_core.stages.context import StageContext
 from tasks import tracking
 from tasks.caching import forced, task_key
+from tasks.progress import PrefectProgress
+
+# stages that train or generate with a model: their MLflow runs record CPU / GPU / memory use over time
+SYSTEM_METRICS_STAGES = frozenset({"build_models", "reward_model", "ppo", "evaluate"})
 
 
 def run_logger():
@@ -55,7 +60,8 @@ def mlflow_params(params: dict[str, Any]) -> dict[str, Any]:
 def stage(fn: Any, name: str, workspace: WorkspaceConfig, **params: Any) -> Iterator[StageContext]:
     """Run one stage's work inside its MLflow run with its key-addressed context."""
     key = task_key(fn, _task_parameters() or params)
-    with tracking.stage_run(name, mlflow_params(params), workspace) as run:
+    system_metrics = name in SYSTEM_METRICS_STAGES
+    with tracking.stage_run(name, mlflow_params(params), workspace, system_metrics=system_metrics) as run:
         log = run_logger()
         yield StageContext.keyed(
             workspace.root,
@@ -63,5 +69,6 @@ def stage(fn: Any, name: str, workspace: WorkspaceConfig, **params: Any) -> Iter
             force=forced(),
             tracker=tracking.MlflowTracker(run.info.run_id),
             log=log.info,
+            on_progress=PrefectProgress(name, log.info),
             run_id=run.info.run_id,
         )

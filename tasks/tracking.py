@@ -220,19 +220,26 @@ def flatten_params(params: Any, prefix: str = "") -> dict[str, str]:
 
 @contextlib.contextmanager
 def stage_run(
-    stage: str, params: Mapping[str, Any] | Any, workspace_cfg: WorkspaceConfig
+    stage: str, params: Mapping[str, Any] | Any, workspace_cfg: WorkspaceConfig, *, system_metrics: bool = False
 ) -> Iterator[mlflow.ActiveRun]:
     """A nested MLflow run for one stage under the pipeline's parent run (top level outside a Prefect flow).
 
     The run is active in the calling thread, so ``log_metrics`` / ``log_artifact`` / ``log_dataset`` below log to it.
-    An exception marks it FAILED and propagates.
+    An exception marks it FAILED and propagates. ``system_metrics``: MLflow samples CPU, memory, disk, network and
+    (with ``nvidia-ml-py``, the ``gpu`` extra) GPU use into ``system/*`` metrics while the run is open.
     """
     import mlflow
 
     exp_id = configure(workspace_cfg)
     parent = pipeline_run_id(workspace_cfg)
     tags = {ROLE_TAG: "stage", STAGE_TAG: stage, **prefect_tags()}
-    with mlflow.start_run(experiment_id=exp_id, run_name=stage, parent_run_id=parent, tags=tags) as run:
+    with mlflow.start_run(
+        experiment_id=exp_id,
+        run_name=stage,
+        parent_run_id=parent,
+        tags=tags,
+        log_system_metrics=system_metrics or None,  # None: MLflow's own setting (MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING)
+    ) as run:
         mlflow.log_params(flatten_params(params))
         _link_from_prefect(stage, run.info.run_id, exp_id, workspace_cfg)
         yield run

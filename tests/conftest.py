@@ -64,3 +64,54 @@ def _no_leaked_tracking_uri():
         os.environ.pop("MLFLOW_TRACKING_URI", None)
     else:
         os.environ["MLFLOW_TRACKING_URI"] = before
+
+
+LLAMA3_STYLE_REPO = "org/name"
+
+
+@pytest.fixture(scope="session")
+def llama3_style_dir(tmp_path_factory):
+    """A tiny Llama checkpoint whose tokenizer is shaped like Llama 3's: no pad token, EOS (end of turn) != BOS, and a
+    few unused ``<|reserved_special_token_i|>`` tokens; built by the project's tiny-model factory."""
+    import torch
+
+    from t2g_core.config.models import TinyModelConfig
+    from t2g_core.demo import demo_corpus, make_demo_feedback
+    from t2g_core.models.tiny import build_tiny_model, train_tokenizer
+
+    root = tmp_path_factory.mktemp("llama3_style")
+    corpus = _FIXTURE_CORPUS + demo_corpus(make_demo_feedback("summarization", 32, seed=0))
+    train_tokenizer(corpus, 512, root / "tokenizer", pad=False, reserved=4)
+    cfg = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, seed=0)
+    with torch.random.fork_rng():
+        build_tiny_model(root / "model", root / "tokenizer", cfg)
+    return root / "model"
+
+
+def put_in_hf_cache(folder, repo_id: str, hf_home, commit: str = "0123456789abcdef0123456789abcdef01234567") -> str:
+    """Lay ``folder`` out as the Hugging Face cache does for a downloaded model, so ``from_pretrained(repo_id)``
+    loads it with ``HF_HUB_OFFLINE=1``: ``$HF_HOME/hub/models--ORG--NAME/snapshots/<commit>/`` and ``refs/main``."""
+    import shutil
+    from pathlib import Path
+
+    repo = Path(hf_home) / "hub" / f"models--{repo_id.replace('/', '--')}"
+    shutil.copytree(folder, repo / "snapshots" / commit)
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    return commit
+
+
+@pytest.fixture
+def hf_home(tmp_path, monkeypatch, llama3_style_dir):
+    """A Hugging Face home in a temporary folder (never the real cache) holding ``org/name``; this process and its
+    children resolve Hub ids through it, offline."""
+    import huggingface_hub.constants as hub
+
+    home = tmp_path / "hf-home"
+    put_in_hf_cache(llama3_style_dir, LLAMA3_STYLE_REPO, home)
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub, "HF_HOME", str(home))
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    return home

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from t2g_core.config.align import AlignConfig
 from t2g_core.config.annotate import AnnotateConfig
-from t2g_core.config.base import StageConfig
+from t2g_core.config.base import StageConfig, recipe_path
 from t2g_core.config.data import DataConfig, HoldoutConfig, Task
 from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.config.models import ModelsConfig, TinyModelConfig
@@ -38,6 +38,8 @@ __all__ = [
     "WorkspaceConfig",
     "apply_overrides",
     "load_config",
+    "recipe_path",
+    "resolve_recipe_paths",
 ]
 
 
@@ -105,9 +107,34 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def _recipe_relative(value: str, folder: Path, keywords: list[str]) -> str:
+    if value in keywords or Path(value).is_absolute() or "://" in value:
+        return value
+    candidate = folder / value
+    if candidate.exists() or value.startswith(("./", "../")):
+        return str(candidate.resolve())
+    return value  # a Hugging Face id, or a path relative to the current folder (recipes written before this rule)
+
+
+def resolve_recipe_paths(data: dict[str, Any], folder: Path, model: type[StageConfig] = PipelineConfig) -> dict:
+    """``data`` (a recipe's YAML) with each relative input path resolved against the recipe's ``folder``: the fields
+    marked with :func:`recipe_path` (data.source, models.policy, models.reward_model_base, ppo.reward_model_path)."""
+    out = dict(data)
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        value = out.get(key)
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if isinstance(value, dict) and isinstance(field.annotation, type) and issubclass(field.annotation, StageConfig):
+            out[key] = resolve_recipe_paths(value, folder, field.annotation)
+        elif isinstance(value, str) and "recipe_path" in extra:
+            out[key] = _recipe_relative(value, folder, list(extra["recipe_path"]))
+    return out
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
-    """Load a PipelineConfig from YAML (or defaults) and apply CLI overrides; errors name the bad field."""
+    """Load a PipelineConfig from YAML (or defaults) and apply CLI overrides; errors name the bad field. Relative
+    input paths in the file are relative to the file's folder; those in overrides to the current folder."""
     data: dict[str, Any] = {}
     if path is not None:
-        data = _read_yaml(Path(path))
+        data = resolve_recipe_paths(_read_yaml(Path(path)), Path(path).resolve().parent)
     return PipelineConfig.model_validate(apply_overrides(data, overrides or []))

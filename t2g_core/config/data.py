@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from t2g_core.config.base import StageConfig
+from t2g_core.config.base import StageConfig, recipe_path
 
 Task = Literal["summarization", "code", "qa"]
+MAPPABLE = ("id", "prompt", "response", "critique", "reference", "tests", "entry_point")  # feedback columns
+REQUIRED_MAPPED = ("prompt", "response")
+
+
+def check_columns(columns: dict[str, str]) -> None:
+    """A column mapping (feedback column -> dataset column) names known feedback columns, prompt and response."""
+    unknown = sorted(set(columns) - set(MAPPABLE))
+    if unknown:
+        raise ValueError(f"columns: {', '.join(unknown)} cannot be mapped; feedback columns are {', '.join(MAPPABLE)}")
+    missing = [c for c in REQUIRED_MAPPED if c not in columns]
+    if missing:
+        raise ValueError(f"columns: map {' and '.join(missing)} (e.g. prompt=question,response=answer)")
 
 
 class DataConfig(StageConfig):
@@ -16,13 +28,22 @@ class DataConfig(StageConfig):
         "demo",
         description=(
             "'demo' to generate the built-in demo data; a path to feedback (Parquet, JSONL, CSV or a datasets folder); "
-            "with `dataset` set, a path to that dataset's own files, or 'hub' to read it from the Hugging Face Hub."
+            "with `dataset` set, a path to that dataset's own files, or 'hub' to read it from the Hugging Face Hub. "
+            "A relative path in a recipe file is relative to the recipe's folder."
         ),
+        json_schema_extra=recipe_path("demo", "hub"),
     )
     dataset: str | None = Field(
         None,
-        description="Public dataset adapter to ingest (slf5k, ultrafeedback, kodcode, humaneval, mbpp); None = "
-        "source is feedback.",
+        description="Public dataset adapter to ingest (slf5k, ultrafeedback, kodcode, humaneval, mbpp); with "
+        "`columns`, any Hugging Face dataset id or local dataset file / folder; None = source is feedback.",
+        json_schema_extra=recipe_path(),
+    )
+    columns: dict[str, str] | None = Field(
+        None,
+        description="Column mapping for a dataset without an adapter: feedback column -> dataset column, e.g. "
+        "{prompt: question, response: answer}; prompt and response are required, id, critique, reference, tests and "
+        "entry_point optional. The dataset is streamed: only `limit` rows are read.",
     )
     split: str | None = Field(None, description="Dataset split to ingest (default per dataset).")
     limit: int | None = Field(None, ge=1, description="Ingest at most this many feedback rows.")
@@ -34,6 +55,14 @@ class DataConfig(StageConfig):
         "a thousand to catch invented values (benchmarks/bench_rm.py).",
     )
     seed: int = Field(0, description="Seed for demo data generation (the held-out split has its own: holdout.seed).")
+
+    @model_validator(mode="after")
+    def _check_columns(self) -> DataConfig:
+        if self.columns is not None:
+            if self.dataset is None:
+                raise ValueError("data.columns maps the columns of data.dataset: set data.dataset too")
+            check_columns(self.columns)
+        return self
 
 
 class HoldoutConfig(StageConfig):

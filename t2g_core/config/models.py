@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from t2g_core.config.base import StageConfig
+from t2g_core.config.base import StageConfig, recipe_path
 
 
 class TinyModelConfig(StageConfig):
@@ -61,11 +61,21 @@ class TinyModelConfig(StageConfig):
 
 
 class ModelsConfig(StageConfig):
-    policy: str = Field("tiny", description="Policy base model: 'tiny' (built locally) or a Hugging Face id / folder.")
+    policy: str = Field(
+        "tiny",
+        description="Policy base model: 'tiny' (built locally), a folder, or a Hugging Face id, optionally pinned as "
+        "ORG/NAME@REVISION (branch, tag or commit; resolved through the local Hugging Face cache when offline).",
+        json_schema_extra=recipe_path("tiny"),
+    )
     reward_model_base: str = Field(
-        "tiny", description="Reward-model base: 'tiny' (built locally) or a Hugging Face id / folder."
+        "tiny",
+        description="Reward-model base: 'tiny' (built locally), a folder, or a Hugging Face id ORG/NAME[@REVISION].",
+        json_schema_extra=recipe_path("tiny"),
     )
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="How the tiny local models are built.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Weights dtype: auto = bfloat16 on a GPU that supports it, float32 on CPU."
+        "auto",
+        description="Weights dtype of every stage that loads a model (PPO policy, value and reference; reward-model "
+        "training and scoring; evaluation): auto = bfloat16 on a GPU that supports it, float32 on CPU. Trainable "
+        "LoRA and value-head weights stay float32.",
     )

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from t2g_core.config.base import StageConfig
+from t2g_core.config.base import StageConfig, recipe_path
 
 
 class PPOConfig(StageConfig):
@@ -69,6 +69,32 @@ class PPOConfig(StageConfig):
         1.0, gt=0, description="Sampling temperature of rollouts (also applied when recomputing log-probs)."
     )
     max_new_tokens: int = Field(48, ge=1, description="Maximum response tokens.")
+    generation_backend: Literal["exact", "hf", "vllm"] = Field(
+        "exact",
+        description="How rollouts are sampled: exact = per-sample float64 noise streams (CPU; a sample does not depend "
+        "on its batch or process); hf = transformers' batched generate on the device, seeded per step and process (the "
+        "GPU choice); vllm = a colocated vLLM engine with the LoRA adapter synchronised every step (the vllm extra).",
+    )
+    vllm_gpu_memory_utilization: float = Field(
+        0.3, gt=0, lt=1, description="Share of the GPU's memory vLLM may take (generation_backend=vllm)."
+    )
+    micro_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Rows per forward pass of the old-log-prob, reference and value passes (None = the whole local "
+        "batch at once); lower it when those passes run out of memory.",
+    )
+    logprob_chunk_tokens: int = Field(
+        1024,
+        ge=1,
+        description="Token positions whose full-vocabulary logits exist at once when log-probs are computed (the "
+        "(B, T, V) logits are never built: 1024 x 128k float32 is 0.5 GB).",
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute the transformer layers' activations in the backward pass: less memory, ~30% "
+        "more compute.",
+    )
     eval_every: int = Field(10, ge=1, description="Evaluate the task score on held-out prompts every N steps.")
     log_every: int = Field(5, ge=1, description="Write rollouts and the token-reward heatmap every N steps.")
     save_every: int = Field(10, ge=1, description="Checkpoint every N steps.")
@@ -81,6 +107,7 @@ class PPOConfig(StageConfig):
     reward_model_path: str | None = Field(
         None,
         description="Reward-model folder or adapter for reward_source=reward_model (None = the workspace's latest).",
+        json_schema_extra=recipe_path(),
     )
     heatmap_samples: int = Field(4, ge=0, description="Samples shown in the token-reward heatmap per logging interval.")
     run_name: str | None = Field(

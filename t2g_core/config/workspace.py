@@ -9,7 +9,9 @@ from t2g_core.config.base import StageConfig
 
 class WorkspaceConfig(StageConfig):
     root: str = Field(
-        "t2g-workspace", description="Workspace folder holding artifacts/, models/, mlflow.db and the Prefect home."
+        "t2g-workspace",
+        description="Workspace folder holding artifacts/, models/, mlflow.db and the Prefect home; a relative path is "
+        "relative to the folder the command runs in (outputs go where you work, inputs are found next to the recipe).",
     )
     mlflow_tracking_uri: str | None = Field(
         None,

@@ -1,14 +1,15 @@
 """Batched, left-padded generation for evaluation, from a model folder or a PEFT adapter folder.
 
-A policy reference is a folder: either a full Hugging Face causal-LM folder, or a PEFT adapter folder whose
-``adapter_config.json`` names its base (``base_model_name_or_path``, absolute or relative to the adapter folder).
+A policy reference is a Hugging Face model id (``org/name``, optionally ``@revision``, resolved through the local
+Hugging Face cache), a full causal-LM folder, or a PEFT adapter folder whose ``adapter_config.json`` names its base
+(``base_model_name_or_path``: an id, or a folder absolute or relative to the adapter folder). Weights load in
+``models.dtype``; tokenizers get the shared pad-token policy (``t2g_core.models.loading``).
 Prompts are rendered with ``t2g_core.policy_prompts.render_policy_prompt`` (the same text PPO's rollouts see).
 Each batch reseeds torch with ``seed + batch index``, so a run is reproducible for a given batch size.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,37 +33,35 @@ def generation_settings(cfg: EvaluateConfig) -> dict[str, Any]:
 
 def resolve_base(adapter_dir: Path) -> str:
     """The base model an adapter folder was trained on (absolute path, path relative to the adapter, or a hub id)."""
-    config_path = adapter_dir / "adapter_config.json"
-    try:
-        base = json.loads(config_path.read_text(encoding="utf-8"))["base_model_name_or_path"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{config_path}: cannot read 'base_model_name_or_path' ({exc})") from exc
-    if not base:
-        raise ValueError(f"{config_path}: 'base_model_name_or_path' is empty")
+    from t2g_core.models.loading import adapter_base
+
+    base = adapter_base(adapter_dir)
     for candidate in (Path(base), adapter_dir / base):
         if candidate.is_dir():
             return str(candidate.resolve())
     return base
 
 
-def load_policy(ref: str | Path, device: str = "cpu"):
-    """Load (model, tokenizer) from a model folder or an adapter folder on top of its base. Model is in eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_policy(ref: str | Path, device: str = "cpu", dtype: str = "auto"):
+    """Load (model, tokenizer) from a Hub id, a model folder or an adapter folder on top of its base, in ``dtype``.
+    Model is in eval mode."""
+    from t2g_core.models.loading import is_hub_id, load_causal_lm, load_tokenizer
 
-    path = Path(ref)
-    if not path.is_dir():
-        raise FileNotFoundError(f"policy {ref}: no such folder")
+    path = Path(str(ref))
     if (path / "adapter_config.json").exists():
         from peft import PeftModel
 
         base = resolve_base(path)
-        has_tokenizer = (path / "tokenizer_config.json").exists()
-        tokenizer = AutoTokenizer.from_pretrained(str(path) if has_tokenizer else base)
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(path))
+        tokenizer = load_tokenizer(path if (path / "tokenizer_config.json").exists() else base)
+        model = PeftModel.from_pretrained(
+            load_causal_lm(base, dtype=dtype, device=device, tokenizer=tokenizer), str(path)
+        )
+    elif path.is_dir() or is_hub_id(ref):
+        tokenizer = load_tokenizer(ref)
+        model = load_causal_lm(ref, dtype=dtype, device=device, tokenizer=tokenizer)
     else:
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForCausalLM.from_pretrained(str(path))
-    return model.to(device).eval(), tokenizer
+        raise FileNotFoundError(f"policy {ref}: no such folder")
+    return model.eval(), tokenizer
 
 
 def render_prompt(tokenizer, task: str, prompt: str) -> str:
@@ -115,9 +114,10 @@ def generate_with(model, tokenizer, task: str, prompts: Sequence[str], cfg: Eval
 
     if cfg.num_samples > 1 and not cfg.do_sample:
         raise ValueError("num_samples > 1 needs do_sample=true (greedy decoding gives one answer per prompt)")
+    from t2g_core.models.loading import ensure_pad_token
+
     tokenizer.padding_side = "left"
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    ensure_pad_token(tokenizer)
     kwargs = _generate_kwargs(cfg, tokenizer)
     device = next(model.parameters()).device
     out: list[list[str]] = []
@@ -136,10 +136,15 @@ def generate_with(model, tokenizer, task: str, prompts: Sequence[str], cfg: Eval
 
 
 def generate_samples(
-    model_dir_or_adapter: str | Path, task: str, prompts: Sequence[str], cfg: EvaluateConfig, device: str = "cpu"
+    model_dir_or_adapter: str | Path,
+    task: str,
+    prompts: Sequence[str],
+    cfg: EvaluateConfig,
+    device: str = "cpu",
+    dtype: str = "auto",
 ) -> list[list[str]]:
     """Load a policy and return ``cfg.num_samples`` responses per prompt."""
-    model, tokenizer = load_policy(model_dir_or_adapter, device)
+    model, tokenizer = load_policy(model_dir_or_adapter, device, dtype)
     return generate_with(model, tokenizer, task, prompts, cfg)
 
 

@@ -198,6 +198,7 @@ def evaluate_policies(
     generator: Generator | None = None,
     device: str = "cpu",
     progress: Callable[[str], None] | None = None,
+    dtype: str = "auto",
     **metric_kwargs: Any,
 ) -> EvalResults:
     """Generate with every policy on the same held-out prompts, score them and compare with the baseline (first policy).
@@ -208,7 +209,7 @@ def evaluate_policies(
 
     if not policies:
         raise ValueError("evaluate_policies: give at least one policy")
-    generator = generator or (lambda ref, t, p, c: generate_samples(ref, t, p, c, device=device))
+    generator = generator or (lambda ref, t, p, c: generate_samples(ref, t, p, c, device=device, dtype=dtype))
     data = held_out(feedback, task, cfg.max_prompts)
     prompts = data["prompt"].tolist()
     frames, settings = [], {}

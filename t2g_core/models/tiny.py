@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from t2g_core.config.models import ModelsConfig, TinyModelConfig
+from t2g_core.progress import Progress, as_progress
 
 BOS, EOS, PAD = "<|bos|>", "<|eot|>", "<|pad|>"
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
@@ -40,14 +41,18 @@ BUILD_VERSION = "1"  # bump when the build recipe changes so cached folders are 
 
 
 # --------------------------------------------------------------------------------------------- tokenizer
-def train_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | Path):
-    """Train a byte-level BPE on ``texts`` and save it as a fast-tokenizer folder; returns the loaded tokenizer."""
+def train_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | Path, *, pad: bool = True, reserved: int = 0):
+    """Train a byte-level BPE on ``texts`` and save it as a fast-tokenizer folder; returns the loaded tokenizer.
+
+    ``pad=False, reserved=N`` gives a Llama-3-style tokenizer: no pad token, EOS != BOS, and N unused
+    ``<|reserved_special_token_i|>`` tokens (the pad-token policy of ``t2g_core.models.loading`` picks one)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     texts = [t for t in texts if t]
     if not texts:
         raise ValueError("train_tokenizer: the corpus is empty")
+    reserved_tokens = [f"<|reserved_special_token_{i}|>" for i in range(reserved)]
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
@@ -55,15 +60,15 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | Path):
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=2,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=[t for t in SPECIAL_TOKENS if pad or t != PAD] + reserved_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     bpe.train_from_iterator(texts, trainer=trainer, length=len(texts))
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, bos_token=BOS, eos_token=EOS, pad_token=PAD, model_max_length=1_000_000
+        tokenizer_object=bpe, bos_token=BOS, eos_token=EOS, pad_token=PAD if pad else None, model_max_length=1_000_000
     )
-    fast.add_special_tokens({"additional_special_tokens": list(ROLE_TOKENS)})
+    fast.add_special_tokens({"additional_special_tokens": [*ROLE_TOKENS, *reserved_tokens]})
     fast.chat_template = CHAT_TEMPLATE
     fast.padding_side = "left"  # decoder-only generation pads on the left
     out_dir = Path(out_dir)
@@ -201,7 +206,7 @@ def warm_start(
     batch_size: int | None = None,
     block_size: int = 128,
     out_dir: str | Path | None = None,
-    progress: bool = True,
+    progress: Progress | bool = True,
 ) -> WarmStartResult:
     """Train the model in ``model_dir`` and save it to ``out_dir`` (default: in place).
 
@@ -227,16 +232,16 @@ def warm_start(
         if is_pairs
         else _lm_batches(tokenizer, texts_or_pairs, min(block_size, cfg.max_positions), batch_size, gen)
     )
-    losses = _train_loop(model, batches, steps, lr, progress, desc="policy SFT" if is_pairs else "LM warm start")
+    desc = "policy SFT" if is_pairs else "LM warm start"
+    losses = _train_loop(model, batches, steps, lr, as_progress(progress), desc=desc)
     target = Path(out_dir) if out_dir is not None else Path(model_dir)
     model.save_pretrained(target, safe_serialization=True)
     tokenizer.save_pretrained(target)
     return WarmStartResult(losses=losses, seconds=time.perf_counter() - t0)
 
 
-def _train_loop(model, batches, steps: int, lr: float, progress: bool, desc: str) -> list[float]:
+def _train_loop(model, batches, steps: int, lr: float, progress: Progress, desc: str) -> list[float]:
     import torch
-    from tqdm.auto import tqdm
 
     if steps <= 0:
         return []
@@ -252,8 +257,7 @@ def _train_loop(model, batches, steps: int, lr: float, progress: bool, desc: str
         ),
     )
     losses: list[float] = []
-    bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False)
-    for _ in bar:
+    for i in range(steps):
         ids, labels, mask = next(batches)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad(set_to_none=True)
@@ -262,8 +266,7 @@ def _train_loop(model, batches, steps: int, lr: float, progress: bool, desc: str
         opt.step()
         sched.step()
         losses.append(float(loss.detach()))
-        if math.isfinite(losses[-1]):
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        progress(desc, i + 1, steps, {"loss": losses[-1]} if math.isfinite(losses[-1]) else None)
     model.eval()
     return losses
 
@@ -293,7 +296,7 @@ def ensure_demo_models(
     cfg: ModelsConfig,
     feedback_df: pd.DataFrame,
     *,
-    progress: bool = True,
+    progress: Progress | bool = True,
     log: Callable[[str], None] | None = None,
     rebuild: bool = False,
 ) -> DemoModels:
@@ -312,7 +315,7 @@ def ensure_demo_models(
         tmp = models_dir / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         tmp.mkdir(parents=True)
         try:
-            _build_demo_models(tmp, cfg.tiny, feedback_df, progress=progress, log=log or (lambda _m: None))
+            _build_demo_models(tmp, cfg.tiny, feedback_df, progress=as_progress(progress), log=log or (lambda _m: None))
             if rebuild and final.exists():  # swap: the finished folder is replaced only once the new one is complete
                 os.rename(final, old := tmp.with_name(tmp.name + "-old"))
                 shutil.rmtree(old)
@@ -396,7 +399,7 @@ def _train_policy(
     return info
 
 
-def _build_demo_models(root: Path, cfg: TinyModelConfig, feedback_df: pd.DataFrame, *, progress: bool, log) -> None:
+def _build_demo_models(root: Path, cfg: TinyModelConfig, feedback_df: pd.DataFrame, *, progress: Progress, log) -> None:
     from t2g_core.demo import demo_corpus
 
     t0, c0 = time.perf_counter(), time.process_time()

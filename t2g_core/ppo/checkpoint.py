@@ -43,7 +43,7 @@ def save_checkpoint(run_dir: Path, step: int, *, policy, trainer_state: dict, ra
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        policy.save_pretrained(tmp / "adapter")
+        policy.save_pretrained(tmp / "adapter", save_embedding_layers=False)
         torch.save(trainer_state, tmp / "trainer.pt")
     barrier()
     torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")

@@ -1,14 +1,19 @@
-"""Process-group helpers: the trainer runs unchanged in one process or under ``accelerate launch`` / torchrun.
+"""Processes, devices and model wrapping through ``accelerate``: one code path for one CPU process (the tests), one
+GPU, and several processes under ``accelerate launch`` (DDP, or FSDP with the committed FSDP config).
 
-Nothing here starts a process group (that reads env vars, which t2g_core never does): the launcher or the CLI does,
-and these helpers only ask ``torch.distributed`` whether one exists.
+Nothing here starts a process or reads an environment variable: the launcher starts the processes and the CLI joins
+the process group before calling the library (``t2g_cli.ppo``); :class:`Runtime` then asks ``accelerate`` what it
+was given. Statistics (token counts, whitening moments, metrics) are summed with :func:`all_reduce_sum`; gradients
+are reduced by DDP / FSDP during the backward pass.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
-from torch import Tensor
+from torch import Tensor, nn
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -17,10 +22,23 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
+def _collective_device() -> torch.device:
+    """NCCL reduces CUDA tensors only; gloo (and a mixed ``cuda:nccl,cpu:gloo`` group) takes CPU tensors."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def all_reduce_sum(t: Tensor) -> Tensor:
     """Sum ``t`` in place over processes (a no-op in one process)."""
     if rank_and_world()[1] > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        device = _collective_device()
+        if t.device == device:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        else:
+            buf = t.to(device)
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+            t.copy_(buf)
     return t
 
 
@@ -29,16 +47,80 @@ def global_sum(values: list[float]) -> list[float]:
     return all_reduce_sum(t).tolist()
 
 
-def all_reduce_grads(params: list[torch.nn.Parameter]) -> None:
-    """Sum gradients over processes. Losses are pre-divided by the *global* token count, so the sum is the mean."""
-    if rank_and_world()[1] == 1:
-        return
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-
-
 def barrier() -> None:
     if rank_and_world()[1] > 1:
         dist.barrier()
+
+
+def use_cpu() -> bool:
+    """Whether processes run on the CPU (gloo): the one switch between the CPU and CUDA paths."""
+    return not torch.cuda.is_available()
+
+
+class Runtime:
+    """The accelerator of one training run: device, process rank and count, the wrapped model."""
+
+    def __init__(self) -> None:
+        from accelerate import Accelerator
+        from accelerate.utils import DistributedDataParallelKwargs
+
+        # no buffer broadcast: processes may run different numbers of no-grad forwards (rollouts, evaluation)
+        ddp = DistributedDataParallelKwargs(broadcast_buffers=False)
+        self.accelerator = Accelerator(cpu=use_cpu(), kwargs_handlers=[ddp])
+        self.device = self.accelerator.device
+        self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
+        if rank_and_world()[1] != self.world:
+            raise RuntimeError(
+                f"a process group of {rank_and_world()[1]} processes exists but accelerate sees {self.world}: start "
+                "the processes with `accelerate launch` (or torchrun) so both agree"
+            )
+
+    @property
+    def fsdp(self) -> bool:
+        return self.accelerator.distributed_type.name == "FSDP"
+
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer):
+        """``(wrapped model, optimizer)``: DDP or FSDP around ``model`` when several processes share the run."""
+        return self.accelerator.prepare(model, optimizer)
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return self.accelerator.unwrap_model(model)
+
+    def backward(self, loss: Tensor) -> None:
+        """Backward of a loss pre-divided by the *global* token count: summed over processes it is the global
+        mean, and DDP / FSDP average gradients over processes, hence the factor ``world``."""
+        self.accelerator.backward(loss * self.world)
+
+    def sync(self, model: nn.Module, on: bool):
+        """Gradient all-reduce on this backward (``on``), or local accumulation only."""
+        return contextlib.nullcontext() if on or self.world == 1 else self.accelerator.no_sync(model)
+
+    @contextlib.contextmanager
+    def gathered(self, model: nn.Module, writeback: bool = False):
+        """The plain module with every weight present on this process, for generation, no-grad passes whose
+        number of forwards differs between processes, and checkpoints (FSDP gathers the shards once, a collective
+        every process must enter; DDP has nothing to do). ``writeback``: changes made inside are kept."""
+        if self.fsdp:
+            from torch.distributed.fsdp import FullyShardedDataParallel
+
+            with FullyShardedDataParallel.summon_full_params(model, writeback=writeback, recurse=True):
+                yield self.unwrap(model)
+        else:
+            yield self.unwrap(model)
+
+    def optimizer_state(self, model: nn.Module, optimizer) -> dict:
+        """The whole optimizer state (FSDP: gathered from the shards; every process calls this)."""
+        if self.fsdp:
+            from torch.distributed.fsdp import FullyShardedDataParallel
+
+            return FullyShardedDataParallel.optim_state_dict(model, getattr(optimizer, "optimizer", optimizer))
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, model: nn.Module, optimizer, state: dict) -> None:
+        if self.fsdp:
+            from torch.distributed.fsdp import FullyShardedDataParallel
+
+            state = FullyShardedDataParallel.optim_state_dict_to_load(
+                model, getattr(optimizer, "optimizer", optimizer), state
+            )
+        optimizer.load_state_dict(state)

@@ -1,20 +1,26 @@
-"""Policy (base + LoRA), reference (the same base with the adapter disabled) and the value model.
+"""Policy (base + LoRA), reference (the same base with the adapter disabled) and the value model, as one module.
 
 One copy of the base weights: ``policy.disable_adapter()`` *is* the reference policy (§5 E21). The value model is
 either a zero-initialised linear head on the policy's last hidden state (``value_model="head"``) or a separate
-backbone loaded from the same folder with its own zero-initialised head (``"separate"``). Dropout is off everywhere
+backbone loaded from the same model with its own zero-initialised head (``"separate"``). Dropout is off everywhere
 (every module stays in eval mode; gradients still flow).
+
+:class:`ActorCritic` is the trainable whole that DDP / FSDP wrap: its ``forward`` runs the backbone once, reads the
+value from the hidden states and the log-probs through the LM head in chunks (``rl.logprobs.selective_logprobs``),
+so no (B, T, V) logits tensor is ever built. Frozen base weights are in ``models.dtype``; the trainable LoRA weights
+and the value head stay float32.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from t2g_core.rl.logprobs import position_ids_from_mask, token_logprobs
+from t2g_core.rl.logprobs import position_ids_from_mask, selective_logprobs
 
 
 def disable_dropout(model: nn.Module) -> None:
@@ -39,16 +45,93 @@ class ValueModel(nn.Module):
 
     def backbone_hidden(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:  # (B, L) -> (B, L, d)
         out = self.backbone(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask)
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            use_cache=False,
         )
         return out.last_hidden_state
 
 
+@contextlib.contextmanager
+def checkpointed_layers(model: nn.Module, on: bool):
+    """Let transformers' gradient checkpointing act while every module stays in eval mode: it only fires on a
+    layer whose own ``training`` flag is set, so that flag (and no submodule's) is raised for the forward."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)] if on else []
+    for layer in layers:
+        layer.training = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.training = False
+
+
+class ActorCritic(nn.Module):
+    """The LoRA policy and the value model; ``forward`` gives response log-probs (and values) for one batch."""
+
+    def __init__(self, policy: nn.Module, value: ValueModel, *, chunk_tokens: int = 1024, checkpointing: bool = False):
+        super().__init__()
+        self.policy, self.value = policy, value
+        self.chunk_tokens, self.checkpointing = chunk_tokens, checkpointing
+
+    @property
+    def causal_lm(self) -> nn.Module:
+        """The base causal LM with the LoRA layers injected (what ``policy.generate`` runs)."""
+        return self.policy.get_base_model()
+
+    def _logits_head(self):
+        lm = self.causal_lm
+        head, cap = lm.get_output_embeddings(), getattr(lm.config.get_text_config(), "final_logit_softcapping", None)
+        if not cap:
+            return head
+        return lambda h: torch.tanh(head(h) / cap) * cap  # Gemma-2/3 cap their logits after the head
+
+    def forward(
+        self,
+        query_ids: Tensor,
+        query_mask: Tensor,
+        response_ids: Tensor,
+        response_mask: Tensor,
+        temperature: float,
+        reference: bool = False,
+        with_values: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:  # (B, Lq), (B, Lq), (B, T), (B, T) -> logprobs (B, T), values (B, T) or None
+        """Log-probs of the response tokens (and values), read at the position *before* each token (§5 A1)."""
+        input_ids = torch.cat([query_ids, response_ids], dim=1)
+        attn = torch.cat([query_mask.long(), response_mask.long()], dim=1)
+        lq = query_ids.shape[1]
+        backbone = self.causal_lm.base_model  # the decoder stack, without the LM head
+        adapter = self.policy.disable_adapter() if reference else contextlib.nullcontext()
+        with adapter, checkpointed_layers(backbone, self.checkpointing and torch.is_grad_enabled()):
+            out = backbone(
+                input_ids=input_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False
+            )
+            hidden = out.last_hidden_state[:, lq - 1 : -1]  # (B, T, d)
+            logprobs = selective_logprobs(hidden, self._logits_head(), response_ids, temperature, self.chunk_tokens)
+        if not with_values or reference:
+            return logprobs, None
+        if self.value.backbone is not None:
+            with checkpointed_layers(self.value.backbone, self.checkpointing and torch.is_grad_enabled()):
+                hidden = self.value.backbone_hidden(input_ids, attn)[:, lq - 1 : -1]
+        return logprobs, self.value(hidden)
+
+
 @dataclass
 class PolicyBundle:
-    policy: nn.Module  # PeftModel
-    value: ValueModel
+    model: ActorCritic
     tokenizer: object
+    loaded: dict  # what was loaded (name, revision, commit, dtype, pad token), for the run record
+
+    @property
+    def policy(self) -> nn.Module:  # PeftModel
+        return self.model.policy
+
+    @property
+    def value(self) -> ValueModel:
+        return self.model.value
 
     def trainable_parameters(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
         policy_params = [p for p in self.policy.parameters() if p.requires_grad]
@@ -56,32 +139,84 @@ class PolicyBundle:
 
 
 def load_policy(
-    policy_dir: str | Path, *, lora_r: int, lora_alpha: int, target_modules, value_model: str, seed: int
+    policy_dir: str | Path,
+    *,
+    lora_r: int,
+    lora_alpha: int,
+    target_modules,
+    value_model: str,
+    seed: int,
+    dtype: str = "float32",
+    device=None,
+    chunk_tokens: int = 1024,
+    gradient_checkpointing: bool = False,
 ) -> PolicyBundle:
-    """Load the base from ``policy_dir``, wrap it with a fresh LoRA adapter and build the value model."""
+    """Load the base (a folder or Hub id, in ``dtype``), wrap it with a fresh LoRA adapter, build the value model."""
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
-    if tokenizer.pad_token_id is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
-        raise ValueError(f"{policy_dir}: the tokenizer needs a pad token distinct from EOS (checklist §5 A3)")
-    tokenizer.padding_side = "left"
-    base = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32)
+    from t2g_core.models.loading import describe, load_causal_lm, load_tokenizer, split_revision
+
+    tokenizer = load_tokenizer(policy_dir)
+    base = load_causal_lm(policy_dir, dtype=dtype, device=device, tokenizer=tokenizer)
+    loaded = describe(base, tokenizer, policy_dir)
     disable_dropout(base)
+    if gradient_checkpointing:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     torch.manual_seed(seed)  # LoRA A matrices are randomly initialised
     lora = LoraConfig(
         r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=target_modules, task_type="CAUSAL_LM"
     )
-    policy = get_peft_model(base, lora)
+    lora.revision = split_revision(policy_dir)[1]
+    policy = get_peft_model(base, lora)  # adapter weights stay float32 (peft's autocast_adapter_dtype)
     disable_dropout(policy)
     hidden = base.config.get_text_config().hidden_size
     backbone = None
     if value_model == "separate":
-        backbone = AutoModel.from_pretrained(policy_dir, dtype=torch.float32)
+        backbone = load_causal_lm(policy_dir, dtype=dtype, device=device, tokenizer=tokenizer, backbone_only=True)
         disable_dropout(backbone)
-    value = ValueModel(hidden, backbone)
+        if gradient_checkpointing:
+            backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    value = ValueModel(hidden, backbone).to(base.device)
+    value.head.float()
     value.eval()
-    return PolicyBundle(policy, value, tokenizer)
+    model = ActorCritic(policy, value, chunk_tokens=chunk_tokens, checkpointing=gradient_checkpointing)
+    return PolicyBundle(model, tokenizer, loaded | {"trainable_dtype": str(value.head.weight.dtype).split(".")[-1]})
+
+
+@torch.no_grad()
+def forward_in_micro_batches(
+    model: nn.Module,
+    query_ids: Tensor,
+    query_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    temperature: float,
+    *,
+    micro_batch_size: int | None,
+    reference: bool = False,
+    with_values: bool = True,
+) -> tuple[Tensor, Tensor | None]:  # -> logprobs (B, T), values (B, T) or None
+    """``model``'s forward over the batch, ``micro_batch_size`` rows at a time (None: all at once)."""
+    n = query_ids.shape[0]
+    size = micro_batch_size or max(n, 1)
+    logprobs, values = [], []
+    for i in range(0, n, size):
+        rows = slice(i, i + size)
+        lp, v = model(
+            query_ids[rows],
+            query_mask[rows],
+            response_ids[rows],
+            response_mask[rows],
+            temperature,
+            reference=reference,
+            with_values=with_values,
+        )
+        logprobs.append(lp)
+        values.append(v)
+    if not logprobs:
+        empty = response_ids.new_zeros(response_ids.shape, dtype=torch.float32)
+        return empty, (empty if with_values and not reference else None)
+    return torch.cat(logprobs), (torch.cat(values) if values[0] is not None else None)
 
 
 def forward_response(
@@ -95,22 +230,7 @@ def forward_response(
     with_values: bool = True,
     reference: bool = False,
 ) -> tuple[Tensor, Tensor | None]:  # -> logprobs (B, T), values (B, T) or None
-    """Log-probs of the response tokens (and values), reading logits/hidden states at the token *before* each one."""
-    input_ids = torch.cat([query_ids, response_ids], dim=1)
-    attn = torch.cat([query_mask.long(), response_mask.long()], dim=1)
-    pos = position_ids_from_mask(attn)
-    lq = query_ids.shape[1]
-    need_hidden = with_values and bundle.value.backbone is None and not reference
-    if reference:
-        with bundle.policy.disable_adapter():
-            out = bundle.policy(input_ids=input_ids, attention_mask=attn, position_ids=pos)
-    else:
-        out = bundle.policy(
-            input_ids=input_ids, attention_mask=attn, position_ids=pos, output_hidden_states=need_hidden
-        )
-    logprobs = token_logprobs(out.logits[:, lq - 1 : -1], response_ids, temperature)
-    values = None
-    if with_values and not reference:
-        hidden = out.hidden_states[-1] if need_hidden else bundle.value.backbone_hidden(input_ids, attn)
-        values = bundle.value(hidden[:, lq - 1 : -1])
-    return logprobs, values
+    """Log-probs of the response tokens (and values) in one pass, with gradients when enabled."""
+    return bundle.model(
+        query_ids, query_mask, response_ids, response_mask, temperature, reference=reference, with_values=with_values
+    )

@@ -16,6 +16,7 @@ from t2g_core.ppo.distributed import barrier, rank_and_world
 from t2g_core.ppo.sources import make_reward_source, split_prompts, task_metric_for
 from t2g_core.ppo.tracking import Tracker
 from t2g_core.ppo.trainer import PPOResult, train
+from t2g_core.progress import Progress, no_progress
 from t2g_core.schemas import FEEDBACK
 from t2g_core.stages.settings import PPOSettings
 from t2g_core.store import write_parquet
@@ -54,7 +55,12 @@ def prepare_run(
 
 
 def run_from_dir(
-    run_dir: str | Path, *, resume: bool, tracker: Tracker | None = None, api_key: str | None = None
+    run_dir: str | Path,
+    *,
+    resume: bool,
+    tracker: Tracker | None = None,
+    api_key: str | None = None,
+    progress: Progress = no_progress,
 ) -> PPOResult:
     """Train (or resume) the run described by ``run_dir/run.json``; ``api_key`` serves an HTTP reward source (it is
     never stored; the endpoint's answers are cached in ``run_dir/answers``)."""
@@ -74,6 +80,7 @@ def run_from_dir(
         rm_cfg=cfg.reward_model,
         api_key=api_key,
         cache_dir=run_dir / "answers",
+        dtype=cfg.models.dtype,
     )
     return train(
         cfg.ppo,
@@ -86,6 +93,8 @@ def run_from_dir(
         resume=resume,
         align_cfg=cfg.align,
         task_metric=task_metric_for(task, prompts),
+        dtype=cfg.models.dtype,
+        progress=progress,
     )
 
 

@@ -3,7 +3,9 @@
 Each sample draws its Gumbel noise from its own generator seeded by (run seed, step, global sample index), so a
 sample's tokens do not depend on which process or which batch row produced it: a 2-process run samples exactly
 what the 1-process run with the same global batch samples. Sampling is plain softmax(logits / tau) (no top-k/top-p,
-§5 A5). Position ids come from the attention mask in every forward (§5 A2).
+§5 A5). Position ids come from the attention mask in every forward (§5 A2). The noise is drawn on the CPU in
+float64 whatever device the model is on, so a GPU run samples the same tokens as a CPU run up to logit round-off;
+this is the ``exact`` generation backend (``t2g_core.ppo.generation``), slower than batched ``generate``.
 """
 
 from __future__ import annotations
@@ -38,12 +40,12 @@ def sample_responses(
     out = model(input_ids=query_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=True)
     past, logits = out.past_key_values, out.logits[:, -1].float()
     next_pos = attn.sum(dim=1, keepdim=True)  # (B, 1) position of the next token
-    finished = torch.zeros(query_ids.shape[0], dtype=torch.bool)
+    finished = torch.zeros(query_ids.shape[0], dtype=torch.bool, device=query_ids.device)
     tokens: list[Tensor] = []
     logprobs: list[Tensor] = []
     for _ in range(max_new_tokens):
         uniform = torch.stack([torch.rand(logits.shape[-1], generator=g, dtype=torch.float64) for g in gens])
-        gumbel = -torch.log(-torch.log(uniform.clamp(1e-300, 1.0 - 1e-16)))
+        gumbel = -torch.log(-torch.log(uniform.clamp(1e-300, 1.0 - 1e-16))).to(logits.device)
         logp = torch.log_softmax(logits.double() / temperature, -1)
         tok = torch.argmax(logp + gumbel, dim=-1)
         tok = torch.where(finished, torch.full_like(tok, pad_token_id), tok)

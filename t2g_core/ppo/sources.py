@@ -43,7 +43,7 @@ def oracle_source(task: str) -> RewardSource:
         raise ValueError(f"no oracle critic for task {task!r}; expected one of {', '.join(ORACLE_CRITICS)}") from None
 
 
-def reward_model_source(path: str | Path | None, rm_cfg=None) -> RewardSource:
+def reward_model_source(path: str | Path | None, rm_cfg=None, dtype: str = "auto") -> RewardSource:
     if path is None or not Path(path).exists():
         raise FileNotFoundError(
             f"reward_source=reward_model needs a trained reward model; {path} does not exist (set "
@@ -51,7 +51,7 @@ def reward_model_source(path: str | Path | None, rm_cfg=None) -> RewardSource:
         )
     from t2g_core.reward_model.scoring import load_scorer
 
-    return load_scorer(path, rm_cfg)
+    return load_scorer(path, rm_cfg, dtype=dtype)
 
 
 def endpoint_source(rm_cfg, api_key: str | None, cache_dir: str | Path | None) -> RewardSource:
@@ -68,11 +68,12 @@ def make_reward_source(
     rm_cfg=None,
     api_key: str | None = None,
     cache_dir: str | Path | None = None,
+    dtype: str = "auto",
 ) -> RewardSource:
     """The reward source ``kind`` for ``task``; ``api_key`` and ``cache_dir`` (its answers) serve ``endpoint``."""
     builders: dict[str, Callable[[], RewardSource]] = {
         "oracle": lambda: oracle_source(task),
-        "reward_model": lambda: reward_model_source(reward_model_path, rm_cfg),
+        "reward_model": lambda: reward_model_source(reward_model_path, rm_cfg, dtype),
         "endpoint": lambda: endpoint_source(rm_cfg, api_key, cache_dir),
     }
     if kind not in builders:

@@ -11,7 +11,13 @@ re-encode); temperature divides the logits in every log-prob recomputation; posi
 in every forward; the reference is the base with the LoRA adapter disabled; an epoch loop stops early when the
 global approximate KL exceeds ``max_approx_kl``; a failed critique gets ``parse_failure_reward`` as a terminal
 reward and is counted, never skipping the step. Randomness is keyed by (seed, step, global index), so a run split
-over processes, or resumed from a checkpoint, reproduces the single uninterrupted run.
+over processes, or resumed from a checkpoint, reproduces the single uninterrupted run (with the ``exact``
+generation backend; ``hf`` and ``vllm`` are reproducible for the same process count).
+
+Devices and processes go through ``accelerate`` (:class:`~t2g_core.ppo.distributed.Runtime`): the model runs on the
+accelerator's device, bookkeeping tensors (rewards, advantages, masks) stay on the CPU, and gradients are
+all-reduced by DDP (or FSDP) in the backward pass. The old-log-prob, reference and value passes run in micro-batches
+(``micro_batch_size``) and no pass builds the (B, T, V) logits (``rl.logprobs.selective_logprobs``).
 """
 
 from __future__ import annotations
@@ -30,12 +36,14 @@ from torch import Tensor
 from t2g_core.config.align import AlignConfig
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.ppo import checkpoint as ckpt
-from t2g_core.ppo.distributed import all_reduce_grads, all_reduce_sum, barrier, global_sum, rank_and_world
-from t2g_core.ppo.models import PolicyBundle, forward_response, load_policy
+from t2g_core.ppo.distributed import Runtime, all_reduce_sum, barrier, global_sum
+from t2g_core.ppo.generation import make_backend, stream_seed
+from t2g_core.ppo.models import forward_in_micro_batches, load_policy
 from t2g_core.ppo.report import write_heatmap, write_rollouts
-from t2g_core.ppo.sampling import response_mask_after_eos, sample_responses, sample_seed
+from t2g_core.ppo.sampling import response_mask_after_eos, sample_seed
 from t2g_core.ppo.scoring import RewardSource, ScoredResponse, decode_responses, label_responses
 from t2g_core.ppo.tracking import NullTracker, Tracker
+from t2g_core.progress import Progress, no_progress
 from t2g_core.rl import (
     assemble_rewards,
     gae,
@@ -50,6 +58,8 @@ from t2g_core.spans import ParsedFeedback
 
 # (rows, responses) -> per-sample task error, or {name: per-sample values} logged as task/<name> and eval/task_<name>
 TaskMetric = Callable[[list[dict], list[str]], "list[float] | dict[str, list[float]]"]
+# (query_ids, query_mask, per-sample seeds, step) -> response ids (B, T)
+Generate = Callable[[Tensor, Tensor, list[int], int], Tensor]
 EVAL_STEP_KEY = 10**9  # eval samples use fixed streams, the same at every evaluation
 
 
@@ -118,20 +128,11 @@ def _render(tokenizer, rows: list[dict]) -> list[str]:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def rollout(bundle: PolicyBundle, rows: list[dict], global_index: list[int], cfg: PPOConfig, step: int) -> Rollout:
-    tok = bundle.tokenizer
+def rollout(generate: Generate, tok, rows: list[dict], global_index: list[int], cfg: PPOConfig, step: int) -> Rollout:
+    """Render and left-pad the prompts, sample a response each; the tensors come back on the CPU."""
     enc = tok(_render(tok, rows), add_special_tokens=False, padding=True, return_tensors="pt")
     seeds = [sample_seed(cfg.seed, step, g) for g in global_index]
-    response_ids = sample_responses(
-        bundle.policy,
-        enc["input_ids"],
-        enc["attention_mask"],
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        seeds=seeds,
-    )
+    response_ids = generate(enc["input_ids"], enc["attention_mask"], seeds, step).cpu()
     response_mask, has_eos = response_mask_after_eos(response_ids, tok.eos_token_id)
     return Rollout(
         rows, global_index, enc["input_ids"], enc["attention_mask"].bool(), response_ids, response_mask, has_eos
@@ -189,13 +190,18 @@ def place_task_rewards(scored: list[ScoredResponse], ro: Rollout, cfg: PPOConfig
 # --------------------------------------------------------------------------------------------------------------
 
 
+def _on(device, *tensors: Tensor) -> list[Tensor]:
+    return [t.to(device) for t in tensors]
+
+
 @torch.no_grad()
-def old_ref_values(bundle: PolicyBundle, ro: Rollout, cfg: PPOConfig) -> tuple[Tensor, Tensor, Tensor]:
-    args = (bundle, ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask, cfg.temperature)
-    old_logprobs, values = forward_response(*args)
-    ref_logprobs, _ = forward_response(*args, reference=True)
+def old_ref_values(model, ro: Rollout, cfg: PPOConfig, device) -> tuple[Tensor, Tensor, Tensor]:
+    """Old and reference log-probs and values (B, T) on the CPU, ``cfg.micro_batch_size`` rows per forward."""
+    args = (*_on(device, ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask), cfg.temperature)
+    old_logprobs, values = forward_in_micro_batches(model, *args, micro_batch_size=cfg.micro_batch_size)
+    ref_logprobs, _ = forward_in_micro_batches(model, *args, micro_batch_size=cfg.micro_batch_size, reference=True)
     m = ro.response_mask.float()
-    return old_logprobs * m, ref_logprobs * m, values * m
+    return old_logprobs.cpu() * m, ref_logprobs.cpu() * m, values.float().cpu() * m
 
 
 def advantages_and_returns(rewards: Tensor, values: Tensor, mask: Tensor, cfg: PPOConfig) -> tuple[Tensor, Tensor]:
@@ -235,25 +241,31 @@ def _chunks(rows: list[int], n: int) -> list[list[int]]:
 
 
 def minibatch_step(
-    bundle, optimizer, scheduler, ro: Rollout, exp: Experience, rows: list[int], cfg: PPOConfig
+    runtime: Runtime, model, optimizer, scheduler, ro: Rollout, exp: Experience, rows: list[int], cfg: PPOConfig
 ) -> list[float]:
     """One optimizer update on a global minibatch; returns global [policy loss, value loss, clipfrac, approx_kl,
     ratio]."""
     n_tokens = global_sum([float(ro.response_mask[rows].sum()) if rows else 0.0])[0]
     sums = torch.zeros(5, dtype=torch.float64)
     optimizer.zero_grad(set_to_none=True)
-    for chunk in _chunks(rows, cfg.grad_accum):
-        idx = torch.tensor(chunk)
+    # A process whose rows are not in this minibatch still takes part in the gradient all-reduce: one pass over its
+    # first row with the loss scaled to zero. The all-reduce runs on each process's last backward only.
+    chunks = _chunks(rows, cfg.grad_accum) or [[0]]
+    for i, chunk in enumerate(chunks):
+        idx, weight = torch.tensor(chunk), 1.0 if rows else 0.0
         mask = ro.response_mask[idx]
-        logprobs, values = forward_response(
-            bundle, ro.query_ids[idx], ro.query_mask[idx], ro.response_ids[idx], mask, cfg.temperature
-        )
-        pl, ps = policy_loss(logprobs, exp.old_logprobs[idx], exp.advantages[idx], mask, cfg.cliprange, n_tokens)
-        vl, _ = value_loss(values, exp.values[idx], exp.returns[idx], mask, cfg.cliprange_value, n_tokens)
-        (pl + cfg.vf_coef * vl).backward()
-        sums += torch.stack([pl.detach(), vl.detach(), ps["clipfrac"], ps["approx_kl"], ps["ratio"]]).to(torch.float64)
+        with runtime.sync(model, on=i == len(chunks) - 1):
+            logprobs, values = model(
+                *_on(runtime.device, ro.query_ids[idx], ro.query_mask[idx], ro.response_ids[idx], mask),
+                cfg.temperature,
+            )
+            logprobs, values = logprobs.cpu(), values.float().cpu()
+            pl, ps = policy_loss(logprobs, exp.old_logprobs[idx], exp.advantages[idx], mask, cfg.cliprange, n_tokens)
+            vl, _ = value_loss(values, exp.values[idx], exp.returns[idx], mask, cfg.cliprange_value, n_tokens)
+            runtime.backward(weight * (pl + cfg.vf_coef * vl))
+        stats = torch.stack([pl.detach(), vl.detach(), ps["clipfrac"], ps["approx_kl"], ps["ratio"]])
+        sums += weight * stats.to(torch.float64)
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    all_reduce_grads(params)
     torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
     optimizer.step()
     scheduler.step()
@@ -261,14 +273,14 @@ def minibatch_step(
 
 
 def ppo_update(
-    bundle, optimizer, scheduler, ro: Rollout, exp: Experience, cfg: PPOConfig, step: int
+    runtime: Runtime, model, optimizer, scheduler, ro: Rollout, exp: Experience, cfg: PPOConfig, step: int
 ) -> dict[str, float]:
     local_pos = {g: i for i, g in enumerate(ro.global_index)}
     history: list[list[float]] = []
     stopped = 0.0
     for epoch in range(cfg.ppo_epochs):
         for rows in _minibatches(cfg, step, epoch, local_pos):
-            history.append(minibatch_step(bundle, optimizer, scheduler, ro, exp, rows, cfg))
+            history.append(minibatch_step(runtime, model, optimizer, scheduler, ro, exp, rows, cfg))
             if history[-1][3] > cfg.max_approx_kl:
                 stopped = 1.0
                 break
@@ -306,14 +318,15 @@ class PPOTrainer:
         reward_source: RewardSource,
         align_cfg: AlignConfig | None = None,
         task_metric: TaskMetric | None = None,
+        dtype: str = "auto",
     ):
         self.cfg, self.run_dir = cfg, Path(run_dir)
-        self.rank, self.world = rank_and_world()
-        if cfg.batch_size % self.world or cfg.batch_size % cfg.minibatches:
-            raise ValueError(
-                f"batch_size {cfg.batch_size} must divide by the process count {self.world} and minibatches "
-                f"{cfg.minibatches}"
-            )
+        self.runtime = Runtime()
+        self.rank, self.world = self.runtime.rank, self.runtime.world
+        if cfg.batch_size % cfg.minibatches:
+            raise ValueError(f"batch_size {cfg.batch_size} must divide by minibatches {cfg.minibatches}")
+        if cfg.batch_size < self.world:  # processes may hold unequal shares (12 prompts on 8 GPUs), never none
+            raise ValueError(f"batch_size {cfg.batch_size} is smaller than the process count {self.world}")
         if len(prompts_df) == 0:
             raise ValueError("no prompts to train on")
         self.prompts = prompts_df.reset_index(drop=True)
@@ -325,16 +338,24 @@ class PPOTrainer:
             target_modules=cfg.lora_target_modules,
             value_model=cfg.value_model,
             seed=cfg.seed,
+            dtype=dtype,
+            device=self.runtime.device,
+            chunk_tokens=cfg.logprob_chunk_tokens,
+            gradient_checkpointing=cfg.gradient_checkpointing,
         )
         policy_params, value_params = self.bundle.trainable_parameters()
-        self.optimizer = torch.optim.AdamW(
+        optimizer = torch.optim.AdamW(
             [
                 {"params": policy_params, "lr": cfg.learning_rate},
                 {"params": value_params, "lr": cfg.value_learning_rate},
             ],
             weight_decay=0.0,
         )
+        self.model, self.optimizer = self.runtime.prepare(self.bundle.model, optimizer)  # DDP / FSDP when launched
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg))
+        self.backend = make_backend(
+            cfg, self.bundle.tokenizer, model_ref=policy_dir, dtype=dtype, workdir=self.run_dir, rank=self.rank
+        )
         self.kl_ctl = make_kl_controller(cfg.kl_coef, cfg.adaptive_kl, cfg.target_kl, cfg.kl_horizon)
         self.history: list[dict] = []
         self.records: list[dict] = []
@@ -347,10 +368,21 @@ class PPOTrainer:
         mine = [g for g in range(self.cfg.batch_size) if g % self.world == self.rank]
         return [_row_dict(self.prompts.iloc[rows[g]]) for g in mine], mine
 
+    def generate(self, query_ids: Tensor, query_mask: Tensor, seeds: list[int], step: int) -> Tensor:
+        """Responses from the current policy through the generation backend (on the device)."""
+        with self.runtime.gathered(self.model) as model:
+            return self.backend.generate(
+                model.causal_lm,
+                *_on(self.runtime.device, query_ids, query_mask),
+                seeds,
+                stream_seed(self.cfg.seed, step, self.rank),
+            )
+
     def step(self, step: int) -> dict[str, float]:
         cfg, t0 = self.cfg, time.perf_counter()
         rows, global_index = self.local_rows(step)
-        ro = rollout(self.bundle, rows, global_index, cfg, step)  # 1. rollout
+        self.backend.sync(self.bundle.policy)
+        ro = rollout(self.generate, self.bundle.tokenizer, rows, global_index, cfg, step)  # 1. rollout
         t1 = time.perf_counter()
         decoded = decode(ro, self.bundle.tokenizer)
         ta = time.perf_counter()
@@ -358,7 +390,8 @@ class PPOTrainer:
         tb = time.perf_counter()
         scored = label_responses(decoded, feedback, self.align_cfg)  # 3a. spans -> labels on the sampled ids
         t2 = time.perf_counter()
-        old_logprobs, ref_logprobs, values = old_ref_values(self.bundle, ro, cfg)
+        with self.runtime.gathered(self.model) as model:
+            old_logprobs, ref_logprobs, values = old_ref_values(model, ro, cfg, self.runtime.device)
         t3 = time.perf_counter()
         task, terminal, labels = place_task_rewards(scored, ro, cfg)  # 3b. place span rewards
         kl = per_token_kl(old_logprobs, ref_logprobs, ro.response_mask, cfg.kl_estimator)  # 4. KL
@@ -366,7 +399,7 @@ class PPOTrainer:
         advantages, returns = advantages_and_returns(rewards, values, ro.response_mask, cfg)  # 5. GAE, 6. whiten
         t4 = time.perf_counter()
         exp = Experience(old_logprobs, values, advantages, returns)
-        metrics = ppo_update(self.bundle, self.optimizer, self.scheduler, ro, exp, cfg, step)  # 7. update
+        metrics = ppo_update(self.runtime, self.model, self.optimizer, self.scheduler, ro, exp, cfg, step)  # 7. update
         t5 = time.perf_counter()
         metrics |= self.step_metrics(ro, scored, labels, kl, rewards)
         metrics |= {
@@ -457,10 +490,15 @@ class PPOTrainer:
 
     # ---- checkpoints --------------------------------------------------------------------------------------
     def save(self) -> Path:
+        optimizer_state = self.runtime.optimizer_state(self.model, self.optimizer)
+        with self.runtime.gathered(self.model):  # every process: FSDP gathers the weights rank 0 writes
+            return self._save(optimizer_state)
+
+    def _save(self, optimizer_state: dict) -> Path:
         state = {
             "step": self.next_step,
             "value": self.bundle.value.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optimizer_state,
             "scheduler": self.scheduler.state_dict(),
             "kl": self.kl_ctl.state_dict(),
             "history": self.history,
@@ -481,9 +519,10 @@ class PPOTrainer:
         path = ckpt.latest_checkpoint(self.run_dir)
         if path is None:
             return False
-        state = ckpt.load_checkpoint(path, policy=self.bundle.policy, rank=self.rank)
-        self.bundle.value.load_state_dict(state["value"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        with self.runtime.gathered(self.model, writeback=True):
+            state = ckpt.load_checkpoint(path, policy=self.bundle.policy, rank=self.rank)
+            self.bundle.value.load_state_dict(state["value"])
+        self.runtime.load_optimizer_state(self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.kl_ctl.load_state_dict(state["kl"])
         self.history, self.records, self.next_step = state["history"], state["records"], int(state["step"])
@@ -493,7 +532,11 @@ class PPOTrainer:
     def evaluate(self, eval_df: pd.DataFrame) -> dict[str, float]:
         idx = [i for i in range(len(eval_df)) if i % self.world == self.rank]
         rows = [_row_dict(eval_df.iloc[i]) for i in idx]
-        ro = rollout(self.bundle, rows, idx, self.cfg, EVAL_STEP_KEY) if rows else None
+        self.backend.sync(self.bundle.policy)  # the policy after this step's update
+        ro = rollout(self.generate, self.bundle.tokenizer, rows, idx, self.cfg, EVAL_STEP_KEY) if rows else None
+        if not rows:
+            with self.runtime.gathered(self.model):  # FSDP: the gather is collective, rows or not
+                pass
         scored = score(ro, self.reward_source, self.bundle.tokenizer, self.align_cfg) if ro else []
         m = ro.response_mask.float() if ro else torch.zeros(1, 1)
         labels = labels_tensor(scored, tuple(m.shape)) if ro else torch.zeros(1, 1)
@@ -512,10 +555,19 @@ class PPOTrainer:
         return {f"{prefix}{k}": total / sums[0] for k, total in zip(names, sums[1:], strict=True)}
 
     # ---- run ----------------------------------------------------------------------------------------------
-    def fit(self, *, tracker: Tracker, eval_df: pd.DataFrame | None = None, stop_after: int | None = None) -> PPOResult:
-        """Train from ``self.next_step`` to ``cfg.steps`` (or stop early after ``stop_after`` steps, for tests)."""
+    def fit(
+        self,
+        *,
+        tracker: Tracker,
+        eval_df: pd.DataFrame | None = None,
+        stop_after: int | None = None,
+        progress: Progress = no_progress,
+    ) -> PPOResult:
+        """Train from ``self.next_step`` to ``cfg.steps`` (or stop early after ``stop_after`` steps, for tests);
+        ``progress("ppo", step, steps, {reward, kl, ...})`` after every step (rank 0)."""
         cfg = self.cfg
         last = cfg.steps if stop_after is None else min(cfg.steps, self.next_step + stop_after)
+        self.write_loaded()
         for step in range(self.next_step, last):
             metrics = self.step(step)
             if eval_df is not None and (step % cfg.eval_every == 0 or step == cfg.steps - 1):
@@ -524,6 +576,7 @@ class PPOTrainer:
             self.next_step = step + 1
             if self.rank == 0:
                 tracker.log_metrics(metrics, step=step)
+                progress("ppo", self.next_step, cfg.steps, progress_metrics(metrics))
             if step % cfg.log_every == 0 or step == cfg.steps - 1:
                 self.write_rollouts(tracker)
             if self.next_step % cfg.save_every == 0 or self.next_step == last:
@@ -539,11 +592,25 @@ class PPOTrainer:
             tracker.log_artifact(self.heatmaps[-1])
         return path
 
+    def write_loaded(self) -> None:
+        """``models.json``: what this run loaded (name, revision, cached commit, dtype, pad token) and on what."""
+        if self.rank == 0:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            info = {
+                "policy": self.bundle.loaded,
+                "device": str(self.runtime.device),
+                "processes": self.world,
+                "distributed": self.runtime.accelerator.distributed_type.name,
+                "generation_backend": self.cfg.generation_backend,
+            }
+            (self.run_dir / "models.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+
     def result(self) -> PPOResult:
         adapter = self.run_dir / "adapter"
-        if self.rank == 0:
-            self.bundle.policy.save_pretrained(adapter)
-            (self.run_dir / "history.json").write_text(json.dumps(self.history, indent=1), encoding="utf-8")
+        with self.runtime.gathered(self.model):
+            if self.rank == 0:
+                self.bundle.policy.save_pretrained(adapter, save_embedding_layers=False)
+                (self.run_dir / "history.json").write_text(json.dumps(self.history, indent=1), encoding="utf-8")
         barrier()
         rollouts = self.run_dir / "rollouts.parquet"
         return PPOResult(
@@ -564,11 +631,27 @@ def train(
     align_cfg: AlignConfig | None = None,
     task_metric: TaskMetric | None = None,
     stop_after: int | None = None,
+    dtype: str = "auto",
+    progress: Progress = no_progress,
 ) -> PPOResult:
-    """Train a LoRA policy with span-reward PPO; ``resume=True`` continues from ``out_dir``'s latest checkpoint."""
+    """Train a LoRA policy with span-reward PPO; ``resume=True`` continues from ``out_dir``'s latest checkpoint.
+    ``policy_dir`` is a folder or a Hub id (``@revision``); the base loads in ``dtype`` (``models.dtype``)."""
     trainer = PPOTrainer(
-        cfg, policy_dir, prompts_df, out_dir, reward_source=reward_source, align_cfg=align_cfg, task_metric=task_metric
+        cfg,
+        policy_dir,
+        prompts_df,
+        out_dir,
+        reward_source=reward_source,
+        align_cfg=align_cfg,
+        task_metric=task_metric,
+        dtype=dtype,
     )
     if resume and not trainer.restore():
         raise FileNotFoundError(f"{out_dir}: no checkpoint to resume from (expected checkpoints/latest)")
-    return trainer.fit(tracker=tracker or NullTracker(), eval_df=eval_df, stop_after=stop_after)
+    return trainer.fit(tracker=tracker or NullTracker(), eval_df=eval_df, stop_after=stop_after, progress=progress)
+
+
+def progress_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """The few numbers a progress bar shows for a PPO step."""
+    names = {"reward/total_mean": "reward", "kl/mean": "kl", "task/error": "error", "time/step": "s/step"}
+    return {short: metrics[k] for k, short in names.items() if k in metrics}

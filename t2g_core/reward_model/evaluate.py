@@ -344,17 +344,18 @@ def evaluate_model(
     base_model: str | None = None,
     device: str | None = None,
     align_cfg=None,
+    dtype: str = "auto",
 ) -> RMEvalReport:
-    """Load a trained RM (tagger folder, LoRA adapter or full model folder) and evaluate it on ``split`` of
-    ``rm_df``."""
+    """Load a trained RM (tagger folder, LoRA adapter or full model folder; base weights in ``dtype``) and evaluate
+    it on ``split`` of ``rm_df``."""
     from t2g_core.reward_model.tagger import is_tagger, load_tagger
 
     if is_tagger(model_dir):
-        model, tokenizer = load_tagger(model_dir, device=device)
+        model, tokenizer = load_tagger(model_dir, device=device, dtype=dtype)
         items = eval_items(rm_df, feedback_df, None, split=split)
         return evaluate_tagger(model, tokenizer, items, cfg, align_cfg=align_cfg)
     from t2g_core.reward_model.scoring import load_reward_model
 
-    model, tokenizer = load_reward_model(model_dir, base_model=base_model, device=device)
+    model, tokenizer = load_reward_model(model_dir, base_model=base_model, device=device, dtype=dtype)
     items = eval_items(rm_df, feedback_df, tokenizer.eos_token, split=split)
     return evaluate_rm(model, tokenizer, items, cfg, align_cfg=align_cfg)

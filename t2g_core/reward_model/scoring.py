@@ -35,14 +35,6 @@ class Generation:
         return sum(self.n_new_tokens) / self.seconds if self.seconds > 0 else float("nan")
 
 
-def _device_and_dtype(device: str | None):
-    import torch
-
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    bf16 = device.startswith("cuda") and torch.cuda.is_bf16_supported()
-    return device, torch.bfloat16 if bf16 else torch.float32
-
-
 def _base_of_adapter(adapter_dir: Path, base_model: str | None) -> str:
     if base_model:
         return base_model
@@ -51,31 +43,39 @@ def _base_of_adapter(adapter_dir: Path, base_model: str | None) -> str:
         base = json.loads(meta.read_text(encoding="utf-8")).get("base_model")
         if base and (not base.startswith("/") or Path(base).exists()):
             return base
-    return json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8"))["base_model_name_or_path"]
+    from t2g_core.models.loading import adapter_base
+
+    return adapter_base(adapter_dir)
 
 
 def load_reward_model(
-    model_dir_or_adapter: str | Path, *, base_model: str | None = None, device: str | None = None, merge: bool = True
+    model_dir_or_adapter: str | Path,
+    *,
+    base_model: str | None = None,
+    device: str | None = None,
+    merge: bool = True,
+    dtype: str = "auto",
 ):
-    """(model, tokenizer) from a LoRA adapter folder (base found in rm_train.json / adapter_config.json, or given) or
-    a full model folder."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """(model, tokenizer) from a LoRA adapter folder (base found in rm_train.json / adapter_config.json, or given: a
+    folder or a Hub id) or a full model folder, in ``dtype`` (``models.dtype``), with the pad-token policy applied."""
+    from t2g_core.models.loading import load_causal_lm, load_tokenizer
 
     path = Path(model_dir_or_adapter)
     if not path.exists():
         raise FileNotFoundError(f"reward model folder {path} does not exist")
-    device, dtype = _device_and_dtype(device)
     if (path / "adapter_config.json").exists():
         from peft import PeftModel
 
         base = _base_of_adapter(path, base_model)
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=dtype), str(path))
+        tokenizer = load_tokenizer(path if (path / "tokenizer_config.json").exists() else base)
+        model = PeftModel.from_pretrained(
+            load_causal_lm(base, dtype=dtype, device=device, tokenizer=tokenizer), str(path)
+        )
         model = model.merge_and_unload() if merge else model
-        tok_src = path if (path / "tokenizer_config.json").exists() else base
     else:
-        model, tok_src = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype), path
-    tokenizer = AutoTokenizer.from_pretrained(str(tok_src))
-    return model.to(device).eval(), tokenizer
+        tokenizer = load_tokenizer(path)
+        model = load_causal_lm(path, dtype=dtype, device=device, tokenizer=tokenizer)
+    return model.eval(), tokenizer
 
 
 def _generation_config(model, tokenizer, cfg):
@@ -176,12 +176,20 @@ class RewardModelScorer:
     """The trained RM as a reward source for PPO: ``critique_batch(rows) -> list[ParsedFeedback]``."""
 
     def __init__(
-        self, model_dir_or_adapter: str | Path, cfg=None, *, base_model: str | None = None, device: str | None = None
+        self,
+        model_dir_or_adapter: str | Path,
+        cfg=None,
+        *,
+        base_model: str | None = None,
+        device: str | None = None,
+        dtype: str = "auto",
     ):
         from t2g_core.config.reward_model import RewardModelConfig
 
         self.cfg = cfg or RewardModelConfig()
-        self.model, self.tokenizer = load_reward_model(model_dir_or_adapter, base_model=base_model, device=device)
+        self.model, self.tokenizer = load_reward_model(
+            model_dir_or_adapter, base_model=base_model, device=device, dtype=dtype
+        )
 
     def score(self, prompts: Sequence[str], responses: Sequence[str], task: str) -> list[ScoredResponse]:
         return score(prompts, responses, model=self.model, tokenizer=self.tokenizer, task=task, cfg=self.cfg)
@@ -198,10 +206,11 @@ class RewardModelScorer:
         return out  # type: ignore[return-value]
 
 
-def load_scorer(model_dir: str | Path, cfg=None, *, device: str | None = None):
-    """The reward source of a trained reward-model folder, whichever kind it is (``critique_batch(rows)``)."""
+def load_scorer(model_dir: str | Path, cfg=None, *, device: str | None = None, dtype: str = "auto"):
+    """The reward source of a trained reward-model folder, whichever kind it is (``critique_batch(rows)``); base
+    weights in ``dtype`` (``models.dtype``)."""
     from t2g_core.reward_model.tagger import TaggerScorer, is_tagger
 
     if is_tagger(model_dir):
-        return TaggerScorer(model_dir, cfg, device=device)
-    return RewardModelScorer(model_dir, cfg, device=device)
+        return TaggerScorer(model_dir, cfg, device=device, dtype=dtype)
+    return RewardModelScorer(model_dir, cfg, device=device, dtype=dtype)

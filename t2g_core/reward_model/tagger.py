@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from t2g_core.progress import Progress, no_progress
 from t2g_core.rl.logprobs import position_ids_from_mask
 from t2g_core.spans import NEGATIVE, POSITIVE, AlignedSpan, ParsedFeedback, labels_for_offsets
 
@@ -172,11 +173,12 @@ def feedback_from_spans(response: str, spans: Sequence[tuple[int, int, str]]) ->
 
 
 def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> tuple[SpanTagger, object]:
-    """A fresh tagger on ``base`` (LoRA-wrapped when ``cfg.finetune == "lora"``), initialised from ``cfg.seed``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """A fresh tagger on ``base`` (a folder or Hub id; LoRA-wrapped when ``cfg.finetune == "lora"``), initialised
+    from ``cfg.seed``."""
+    from t2g_core.models.loading import load_causal_lm, load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(base))
-    lm = AutoModelForCausalLM.from_pretrained(str(base), dtype=dtype)
+    tokenizer = load_tokenizer(base, padding_side=None)  # a folder or Hub id; the shared pad-token policy
+    lm = load_causal_lm(base, dtype=dtype, tokenizer=tokenizer, place=False)
     if cfg.gradient_checkpointing:
         lm.gradient_checkpointing_enable()
     torch.manual_seed(cfg.seed)  # LoRA's A matrices and the head are random: one seed, one initial model
@@ -208,27 +210,30 @@ def is_tagger(path: str | Path) -> bool:
     return (Path(path) / TAGGER_META).is_file()
 
 
-def load_tagger(path: str | Path, *, device: str | None = None, dtype: torch.dtype | None = None):
-    """(SpanTagger in eval mode, tokenizer) from a tagger folder."""
+def load_tagger(path: str | Path, *, device: str | None = None, dtype: torch.dtype | str | None = None):
+    """(SpanTagger in eval mode, tokenizer) from a tagger folder; ``dtype``: a torch dtype or a ``models.dtype``
+    name (default float32)."""
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from t2g_core.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
 
     path = Path(path)
     if not is_tagger(path):
         raise FileNotFoundError(f"{path}: not a tagger reward model (no {TAGGER_META})")
     meta = json.loads((path / TAGGER_META).read_text(encoding="utf-8"))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = dtype or torch.float32
+    dtype = resolve_dtype(dtype, device) if isinstance(dtype, str) else (dtype or torch.float32)
+    tokenizer = load_tokenizer(path, padding_side=None)
     if meta["finetune"] == "lora":
         from peft import PeftModel
 
-        lm = AutoModelForCausalLM.from_pretrained(meta["base_model"], dtype=dtype)
+        lm = load_causal_lm(meta["base_model"], dtype=dtype, tokenizer=tokenizer, place=False)
         lm = PeftModel.from_pretrained(lm, str(path / "adapter")).merge_and_unload()
     else:
-        lm = AutoModelForCausalLM.from_pretrained(str(path / "lm"), dtype=dtype)
+        lm = load_causal_lm(path / "lm", dtype=dtype, tokenizer=tokenizer, place=False)
     model = SpanTagger(lm, int(meta["hidden_size"]), int(meta["head_size"]))
     model.head.load_state_dict(load_file(str(path / HEAD_FILE)))
-    return model.to(device=device, dtype=dtype).eval(), AutoTokenizer.from_pretrained(str(path))
+    return model.to(device=device, dtype=dtype).eval(), tokenizer
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -266,11 +271,11 @@ def predict_classes(model: SpanTagger, encoded: Sequence[Encoded], pad_id: int, 
 class TaggerScorer:
     """The tagger as a reward source for PPO and for evaluation: ``critique_batch(rows) -> list[ParsedFeedback]``."""
 
-    def __init__(self, path: str | Path, cfg=None, *, device: str | None = None):
+    def __init__(self, path: str | Path, cfg=None, *, device: str | None = None, dtype: str = "float32"):
         from t2g_core.config.reward_model import RewardModelConfig
 
         self.cfg = cfg or RewardModelConfig()
-        self.model, self.tokenizer = load_tagger(path, device=device)
+        self.model, self.tokenizer = load_tagger(path, device=device, dtype=dtype)
 
     def encode(self, task: str, prompt: str, response: str) -> Encoded:
         from t2g_core.policy_prompts import render_policy_prompt
@@ -411,7 +416,9 @@ class _Run:
     device: str
 
 
-def _loop(run: _Run, cfg, start: int, ckpt_dir: Path, tracker, progress: bool) -> list[dict[str, float]]:
+def _loop(
+    run: _Run, cfg, start: int, ckpt_dir: Path, tracker, progress: bool, on_progress: Progress = no_progress
+) -> list[dict[str, float]]:
     """Optimizer steps ``start .. total``; returns the logged rows."""
     from tqdm.auto import tqdm
 
@@ -435,6 +442,7 @@ def _loop(run: _Run, cfg, start: int, ckpt_dir: Path, tracker, progress: bool) -
                 tracker.log_metrics(row, step=step + 1)
         bar.update(1)
         bar.set_postfix(loss=f"{loss_value:.4f}")
+        on_progress("reward model", step + 1, run.total, {"loss": loss_value})
         if (step + 1) % cfg.save_steps == 0 and step + 1 < run.total:
             _save_checkpoint(ckpt_dir / f"step-{step + 1}", run.model, run.optimizer, run.scheduler, step + 1)
             _prune(ckpt_dir, cfg.save_total_limit)
@@ -453,14 +461,18 @@ def fit_tagger(
     tracker=None,
     resume: bool = True,
     progress: bool = False,
+    dtype: str | None = None,
+    on_progress: Progress = no_progress,
 ):
-    """Train a tagger on (prompt text, response, located spans) examples into ``<out_dir>/tagger``.
+    """Train a tagger on (prompt text, response, located spans) examples into ``<out_dir>/tagger``; the base loads
+    in ``dtype`` (``models.dtype``; None: bf16 when ``reward_model.precision`` gives bf16, else float32).
 
     Checkpoints go to ``<out_dir>/checkpoints/step-N`` every ``save_steps``; a re-run resumes from the last one and
     reproduces the uninterrupted run. Returns an :class:`~t2g_core.reward_model.train.RMTrainResult`.
     """
     import shutil
 
+    from t2g_core.models.loading import resolve_dtype
     from t2g_core.reward_model.train import TRAIN_META, RMTrainResult, finished_run, use_bf16
 
     out_dir, ckpt_dir = Path(out_dir), Path(out_dir) / "checkpoints"
@@ -469,8 +481,11 @@ def fit_tagger(
         return done
     if not resume:
         shutil.rmtree(ckpt_dir, ignore_errors=True)
-    dtype = torch.bfloat16 if use_bf16(cfg.precision) else torch.float32
-    model, tokenizer = build_tagger(base, cfg, dtype)
+    if dtype is None:
+        torch_dtype = torch.bfloat16 if use_bf16(cfg.precision) else torch.float32
+    else:
+        torch_dtype = resolve_dtype(dtype)
+    model, tokenizer = build_tagger(base, cfg, torch_dtype)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     data, n_skipped = _encode_examples(examples, tokenizer, cfg, overlap)
     total = planned_steps(cfg, len(data))
@@ -483,7 +498,7 @@ def fit_tagger(
     latest = _latest_checkpoint(ckpt_dir) if resume else None
     start = _restore(latest, model, optimizer, run.scheduler) if latest is not None else 0
     t0 = time.perf_counter()
-    history = _loop(run, cfg, start, ckpt_dir, tracker, progress)
+    history = _loop(run, cfg, start, ckpt_dir, tracker, progress, on_progress)
     seconds = time.perf_counter() - t0
     meta = {
         "kind": "tagger",

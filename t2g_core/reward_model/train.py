@@ -5,8 +5,9 @@ The dataset is TRL's prompt/completion form (``prompt`` = the rendered RM prompt
 JSON + EOS), so TRL masks every prompt token out of the loss (labels -100) and pads on the right for training.
 Checkpoints (adapter, optimizer, scheduler, RNG states, step) go to ``<out>/checkpoints/checkpoint-N`` every
 ``save_steps``; a re-run after a kill resumes from the last one. The final adapter and tokenizer go to
-``<out>/adapter`` with ``rm_train.json`` (base model, step, config). The same code runs on CPU (fp32) and on a
-GPU (bf16 when supported).
+``<out>/adapter`` with ``rm_train.json`` (base model, step, config, dtype). The base is a folder or a Hub id
+(``@revision``) loaded in ``models.dtype`` with the shared pad-token policy (``t2g_core.models.loading``); the same
+code runs on CPU (float32) and on a GPU (bf16 when supported, ``reward_model.precision``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pandas as pd
+
+from t2g_core.progress import Progress, no_progress
 
 TRAIN_META = "rm_train.json"
 
@@ -81,6 +84,26 @@ def _tracker_callback(tracker: Tracker, history: list[dict[str, float]]):
                 tracker.log_metrics(metrics, step=int(state.global_step))
 
     return TrackerCallback()
+
+
+def _progress_callback(progress: Progress):
+    from transformers import TrainerCallback
+
+    class ProgressCallback(TrainerCallback):
+        """``progress("reward model", step, max_steps, {loss})`` after every optimizer step."""
+
+        loss: float | None = None
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and isinstance(logs.get("loss"), (int, float)):
+                self.loss = float(logs["loss"])
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                metrics = {"loss": self.loss} if self.loss is not None else {}
+                progress("reward model", int(state.global_step), int(state.max_steps), metrics)
+
+    return ProgressCallback()
 
 
 def _datasets(rm_df: pd.DataFrame):
@@ -155,27 +178,33 @@ def make_trainer(
     callbacks: Iterable = (),
     history=None,
     progress: bool = True,
+    dtype: str = "auto",
+    on_progress: Progress = no_progress,
 ):
-    """An ``SFTTrainer`` on the LoRA-wrapped base (nothing trained yet); exposed for tests and custom loops."""
+    """An ``SFTTrainer`` on the LoRA-wrapped base (nothing trained yet); exposed for tests and custom loops. The
+    tokenizer gets a pad token distinct from EOS (EOS must stay in the loss)."""
     import datasets
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
+    from transformers import PrinterCallback
     from trl import SFTTrainer
+
+    from t2g_core.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
 
     if not progress:
         datasets.disable_progress_bars()
 
     base = str(Path(base_model).resolve()) if Path(base_model).exists() else str(base_model)
     out_dir = Path(out_dir)
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    if tokenizer.pad_token is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
-        raise ValueError(f"{base}: the tokenizer needs a pad token distinct from EOS (EOS must stay in the loss)")
+    tokenizer = load_tokenizer(base, padding_side=None)
     args = _sft_config(cfg, out_dir, has_eval=False)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16 if args.bf16 else torch.float32)
+    model = load_causal_lm(base, dtype=resolve_dtype(dtype), tokenizer=tokenizer, place=False)  # the Trainer places it
     train_ds, eval_ds = _datasets(rm_df)
     if eval_ds is not None:
         args = _sft_config(cfg, out_dir, has_eval=True)
-    all_callbacks = [_tracker_callback(tracker or NullTracker(), history if history is not None else []), *callbacks]
+    all_callbacks = [
+        _tracker_callback(tracker or NullTracker(), history if history is not None else []),
+        _progress_callback(on_progress),
+        *callbacks,
+    ]
     trainer = SFTTrainer(
         model=model,
         args=args,
@@ -228,6 +257,8 @@ def train_rm(
     resume: bool = True,
     callbacks: Iterable = (),
     progress: bool = True,
+    dtype: str = "auto",
+    on_progress: Progress = no_progress,
 ) -> RMTrainResult:
     """Fine-tune a LoRA adapter on ``rm_df`` (rm_data rows); resume from ``<out>/checkpoints`` if a run was killed.
 
@@ -239,7 +270,16 @@ def train_rm(
         return done
     history: list[dict[str, float]] = []
     trainer = make_trainer(
-        cfg, base_model, rm_df, out_dir, tracker=tracker, callbacks=callbacks, history=history, progress=progress
+        cfg,
+        base_model,
+        rm_df,
+        out_dir,
+        tracker=tracker,
+        callbacks=callbacks,
+        history=history,
+        progress=progress,
+        dtype=dtype,
+        on_progress=on_progress,
     )
     resumed_from = last_checkpoint(out_dir) if resume else None
     t0 = time.perf_counter()
@@ -257,6 +297,8 @@ def train_rm(
         "n_train": int(len(rm_df) - n_val),
         "n_validation": n_val,
         "config": cfg.model_dump(mode="json"),
+        "dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
+        "pad_token": trainer.processing_class.pad_token,
     }
     (adapter_dir / TRAIN_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return RMTrainResult(

@@ -1,15 +1,22 @@
 """Per-token log-probabilities of given token ids under temperature-scaled logits.
 
-    logprobs_t = log softmax(logits_t / tau)[y_t]
+    logprobs_t = log softmax(logits_t / tau)[y_t] = logits_t[y_t] / tau - logsumexp_v(logits_t[v] / tau)
 
 The same tau used for sampling must be applied whenever old, new and reference log-probs are recomputed (§5 A5);
 otherwise the first PPO ratio is not 1.
+
+:func:`token_logprobs` is the plain form: a float32 log-softmax over the whole (B, T, V) logits (about 6 GB per pass
+at B x T = 8 x 512 and a 128k vocabulary). :func:`selective_logprobs` computes the same numbers from the hidden
+states, ``chunk_tokens`` positions at a time: each chunk goes through the LM head, is upcast to float32, and only its
+logsumexp and the target logit are kept, so at most (chunk_tokens, V) logits exist at once and the full (B, T, V)
+logits are never materialised. Under autograd each chunk is checkpointed (its logits are recomputed in the backward
+pass instead of being kept), so training holds one chunk of logits at a time too. Gradients flow through both.
 """
 
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 
 def token_logprobs(
@@ -18,6 +25,31 @@ def token_logprobs(
     """log pi(y_t) for each position; logits are float32-upcast before the softmax."""
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
     return logp.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
+
+
+def _chunk_logprobs(hidden: Tensor, lm_head, ids: Tensor, temperature: float) -> Tensor:  # (N, d), (N,)
+    logits = lm_head(hidden).float()  # (N, V), the only vocabulary-sized tensor
+    if temperature != 1.0:
+        logits = logits.div_(temperature)  # in place: autograd keeps neither the head's output nor the cast's
+    return logits.gather(-1, ids[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def selective_logprobs(
+    hidden: Tensor, lm_head, token_ids: Tensor, temperature: float = 1.0, chunk_tokens: int = 1024
+) -> Tensor:  # (B, T, d), (B, T) -> (B, T) float32
+    """log pi(y_t) from the hidden states that precede each token, ``chunk_tokens`` positions at a time; ``lm_head``
+    maps (N, d) hidden states to (N, V) logits (the model's output layer, or a function around it)."""
+    from torch.utils.checkpoint import checkpoint
+
+    b, t, d = hidden.shape
+    flat_h, flat_ids = hidden.reshape(b * t, d), token_ids.reshape(b * t)
+    head_params = list(lm_head.parameters()) if isinstance(lm_head, nn.Module) else []
+    recompute = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head_params))
+    parts = []
+    for i in range(0, b * t, chunk_tokens):
+        args = (flat_h[i : i + chunk_tokens], lm_head, flat_ids[i : i + chunk_tokens], temperature)
+        parts.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False) if recompute else _chunk_logprobs(*args))
+    return torch.cat(parts).reshape(b, t) if parts else hidden.new_zeros((b, t), dtype=torch.float32)
 
 
 def position_ids_from_mask(attention_mask: Tensor) -> Tensor:  # (B, L) -> (B, L)

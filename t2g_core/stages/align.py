@@ -31,10 +31,9 @@ def align(
 
 def _policy_labels(spans_df, responses: dict[str, str], tokenizer: str, cfg) -> list[list[float]]:
     """Token labels under ``tokenizer`` (for the labelled-token fraction)."""
-    from transformers import AutoTokenizer
-
+    from t2g_core.models.loading import load_tokenizer
     from t2g_core.spans import spans_by_item, token_labels_batch
 
-    tok = AutoTokenizer.from_pretrained(tokenizer)
+    tok = load_tokenizer(tokenizer, padding_side=None)
     by_item, ids = spans_by_item(spans_df), list(responses)
     return token_labels_batch([responses[i] for i in ids], [by_item.get(i, []) for i in ids], tok, cfg)

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from t2g_core.progress import Progress, no_progress
 from t2g_core.store import ArtifactRef, ArtifactStore, write_parquet
 from t2g_core.workspace import Workspace
 
@@ -159,7 +160,8 @@ class StageContext:
     force: bool = False  # recompute: do not reuse what an earlier run left under this key (checkpoints, results)
     tracker: Any = field(default_factory=NullTracker)
     log: Callable[[str], None] = _silent
-    progress: bool = False
+    progress: bool = False  # draw the console progress bars of libraries that have their own (annotators)
+    on_progress: Progress = no_progress  # how far a long loop is (model building, reward-model training, PPO)
     run_id: str | None = None  # the tracking run this stage reports to, recorded on its outputs for lineage
 
     def produced(self, ref):

@@ -85,6 +85,7 @@ def evaluate(
             judge=judge,
             device=device or _device(),
             progress=ctx.log if ctx.progress else None,
+            dtype=settings.models.dtype,
         )
         results.save(out)
     histories = {n: load_history(p) for n, p in policies.histories.items() if Path(p).is_file()}

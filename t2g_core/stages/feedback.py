@@ -16,6 +16,10 @@ from t2g_core.stages.settings import FeedbackSettings
 
 def source_frame(data: DataConfig) -> pd.DataFrame:
     """The feedback rows ``data`` names: a public dataset, the built-in demo data, or a feedback file."""
+    if data.columns is not None:
+        from t2g_core.ingest.mapped import mapped_feedback
+
+        return mapped_feedback(data.dataset, data.columns, task=data.task, split=data.split, limit=data.limit)
     if data.dataset is not None:
         from t2g_core.ingest import ingest
 

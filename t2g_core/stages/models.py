@@ -15,7 +15,7 @@ def build(feedback: ArtifactRef, settings: ModelsSettings, ctx: StageContext) ->
     df = read(feedback, "feedback")
     ctx.tracker.log_input(feedback, "feedback", "training")
     folder = ctx.out.folder("models")
-    built = ensure_demo_models(folder, settings.models, df, progress=ctx.progress, log=ctx.log, rebuild=ctx.force)
+    built = ensure_demo_models(folder, settings.models, df, progress=ctx.on_progress, log=ctx.log, rebuild=ctx.force)
     build_info = built.policy.parent / "build.json"
     if build_info.exists():
         ctx.tracker.log_artifact(build_info)

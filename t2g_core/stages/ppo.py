@@ -47,7 +47,8 @@ def train(
     else:
         ctx.log(f"PPO resumes from {latest.name} of {settings.ppo.steps} steps ({run_dir})")
     ctx.tracker.log_input(feedback, "feedback", "training")
-    result = run_from_dir(run_dir, resume=latest is not None, tracker=ctx.tracker, api_key=api_key)
+    resumed = latest is not None
+    result = run_from_dir(run_dir, resume=resumed, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
     return _finish(result, ctx, reward_facts(settings, reward_model))
 
 
@@ -75,7 +76,7 @@ def resume(run_dir: str | Path, ctx: StageContext, *, api_key: str | None = None
     """Continue the run in ``run_dir`` from its latest checkpoint, exactly as if it had not stopped."""
     from t2g_core.ppo.run import read_settings, run_from_dir
 
-    result = run_from_dir(run_dir, resume=True, tracker=ctx.tracker, api_key=api_key)
+    result = run_from_dir(run_dir, resume=True, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
     return _finish(result, ctx, {"source": read_settings(run_dir).ppo.reward_source})
 
 

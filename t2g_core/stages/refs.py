@@ -59,9 +59,15 @@ def folder_digest(path: str | Path) -> str:
 
 
 def model_digest(name: str) -> str:
-    """A model folder's content hash; a Hugging Face id (not a folder here) is its own identity."""
+    """A model folder's content hash; a Hugging Face id (``@revision``) is identified by the commit it resolves to in
+    the local cache (a moved branch re-runs what used it), else by its name."""
+    from t2g_core.models.loading import cached_commit
+
     path = Path(name)
-    return folder_digest(path) if path.is_dir() else f"id:{name}"
+    if path.is_dir():
+        return folder_digest(path)
+    commit = cached_commit(name)
+    return f"id:{name}@{commit}" if commit else f"id:{name}"
 
 
 class SourceRef(Ref):
@@ -76,6 +82,10 @@ class SourceRef(Ref):
     @classmethod
     def of(cls, data: DataConfig) -> SourceRef:
         """The content identity of ``data``'s source, computed without loading it (files are hashed)."""
+        if data.columns is not None:  # any dataset through a column mapping: a local one by content, else its id
+            local = Path(data.dataset).exists()
+            location = str(Path(data.dataset).resolve()) if local else f"hub:{data.dataset}"
+            return cls(origin=f"dataset:{location}", digest=folder_digest(location) if local else location)
         if data.dataset is not None:
             local = data.source not in ("hub", "demo")
             location = str(Path(data.source).resolve()) if local else "hub"

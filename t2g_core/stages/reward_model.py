@@ -29,15 +29,14 @@ def build_data(
     ctx: StageContext,
 ) -> ArtifactRef:
     """``rm_data`` rows (prompt rendered with ``base``'s tokenizer, critique + span JSON target, split by id)."""
-    from transformers import AutoTokenizer
-
+    from t2g_core.models.loading import load_tokenizer
     from t2g_core.reward_model.data import build_rm_data
 
     spans_df = read(spans, "spans") if spans is not None else None
     df, stats = build_rm_data(
         read(feedback, "feedback"),
         read(annotations, "annotations"),
-        AutoTokenizer.from_pretrained(base),
+        load_tokenizer(base, padding_side=None),
         settings.reward_model,
         spans_df=spans_df,
         align_cfg=settings.align,
@@ -79,11 +78,28 @@ def fit(
             raise ValueError("a tagger reward model is trained on rm_data and the feedback it was built from")
         examples = tagger_examples(read(rm_data, "rm_data"), read(feedback, "feedback"))
         return fit_tagger(
-            cfg, base, examples, run_dir, overlap=settings.align.overlap, tracker=ctx.tracker, progress=ctx.progress
+            cfg,
+            base,
+            examples,
+            run_dir,
+            overlap=settings.align.overlap,
+            tracker=ctx.tracker,
+            progress=ctx.progress,
+            dtype=settings.models.dtype,
+            on_progress=ctx.on_progress,
         )
     from t2g_core.reward_model.train import train_rm
 
-    return train_rm(cfg, base, read(rm_data, "rm_data"), run_dir, tracker=ctx.tracker, progress=ctx.progress)
+    return train_rm(
+        cfg,
+        base,
+        read(rm_data, "rm_data"),
+        run_dir,
+        tracker=ctx.tracker,
+        progress=ctx.progress,
+        dtype=settings.models.dtype,
+        on_progress=ctx.on_progress,
+    )
 
 
 def evaluate(
@@ -106,6 +122,7 @@ def evaluate(
         settings.reward_model,
         split=split,
         align_cfg=settings.align,
+        dtype=settings.models.dtype,
     )
     return report, write_eval_report(report, out)
 

@@ -66,6 +66,7 @@ class ValidateSettings(StageSettings):
 class RewardModelSettings(StageSettings):
     reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig, description="Reward model.")
     align: AlignConfig = Field(default_factory=AlignConfig, description="How its spans become token labels.")
+    models: ModelsConfig = Field(default_factory=ModelsConfig, description="The weights dtype the base loads in.")
 
 
 class PPOSettings(StageSettings):
@@ -75,6 +76,9 @@ class PPOSettings(StageSettings):
     reward_model: RewardModelConfig = Field(
         default_factory=RewardModelConfig, description="How the reward model scores (reward_source=reward_model)."
     )
+    models: ModelsConfig = Field(
+        default_factory=ModelsConfig, description="The weights dtype the policy and the reward model load in."
+    )
 
 
 class EvaluateSettings(StageSettings):
@@ -82,6 +86,7 @@ class EvaluateSettings(StageSettings):
     holdout: HoldoutConfig = Field(
         default_factory=HoldoutConfig, description="The held-out split, when the policy recorded none."
     )
+    models: ModelsConfig = Field(default_factory=ModelsConfig, description="The weights dtype the policies load in.")
 
 
 SETTINGS: dict[str, type[StageSettings]] = {

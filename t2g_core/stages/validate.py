@@ -21,9 +21,9 @@ def batch(annotations: ArtifactRef, spans: ArtifactRef, feedback: ArtifactRef | 
 
     tok = None
     if tokenizer:
-        from transformers import AutoTokenizer
+        from t2g_core.models.loading import load_tokenizer
 
-        tok = AutoTokenizer.from_pretrained(tokenizer)
+        tok = load_tokenizer(tokenizer, padding_side=None)
     fb = read(feedback, "feedback") if feedback is not None else None
     return make_batch(read(annotations, "annotations"), read(spans, "spans"), fb, tokenizer=tok)
 

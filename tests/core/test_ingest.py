@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from typer.testing import CliRunner
 
+from t2g_cli import app
 from t2g_core.ingest import IngestError, ingest
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "datasets"
@@ -111,3 +114,68 @@ def test_kodcode_renames_only_the_entry_point_itself():
     check, skipped = _kodcode_check(test, "add")
     assert "assert candidate(1, 2) == 3" in check
     assert "assert ops.add(1, 2) == 'add(1, 2)'" in check and skipped == []
+
+
+# --------------------------------------------------------------------------------------------- any dataset by columns
+def _qa_shards(folder, n=12):
+    """A dataset folder of two Parquet shards, the second one corrupt: reading past the first shard fails."""
+    folder.mkdir()
+    pd.DataFrame(
+        {
+            "qid": [f"q{i}" for i in range(n)],
+            "question": [f"What is {i} + 1?" for i in range(n)],
+            "answer": [str(i + 1) for i in range(n)],
+            "gold": [str(i + 1) for i in range(n)],
+            "extra": [[i, i] for i in range(n)],
+        }
+    ).to_parquet(folder / "train-00000-of-00002.parquet")
+    (folder / "train-00001-of-00002.parquet").write_bytes(b"not parquet at all")
+    return folder
+
+
+def test_any_dataset_through_a_column_mapping_reads_only_the_rows_asked_for(tmp_path):
+    from t2g_core.ingest.mapped import mapped_feedback
+
+    folder = _qa_shards(tmp_path / "qa")
+    columns = {"id": "qid", "prompt": "question", "response": "answer", "reference": "gold"}
+    df = mapped_feedback(str(folder), columns, task="qa", limit=5)
+    assert df["id"].tolist() == [f"q{i}" for i in range(5)] and set(df["task"]) == {"qa"}
+    assert df["prompt"][2] == "What is 2 + 1?" and df["reference"][2] == "3" and df["critique"].isna().all()
+    with pytest.raises(IngestError, match="could not be read"):  # all rows: the corrupt shard is reached
+        mapped_feedback(str(folder), columns, task="qa")
+
+
+def test_the_ingest_command_maps_columns_of_a_file_and_names_a_missing_column(tmp_path):
+    src = tmp_path / "pairs.jsonl"
+    src.write_text("".join(json.dumps({"q": f"Post {i}", "a": f"Summary {i}"}) + "\n" for i in range(4)))
+    out = tmp_path / "fb.parquet"
+    args = ["ingest", "--dataset", str(src), "--columns", "prompt=q,response=a", "--limit", "3", "-o", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    df = pd.read_parquet(out)
+    assert len(df) == 3 and df["id"].tolist() == ["pairs-0", "pairs-1", "pairs-2"]
+    assert df["response"].tolist() == ["Summary 0", "Summary 1", "Summary 2"]
+    bad = CliRunner().invoke(
+        app, ["ingest", "--dataset", str(src), "--columns", "prompt=q,response=text", "-o", str(out)]
+    )
+    assert bad.exit_code == 2 and "has no column text (its columns: q, a)" in bad.output
+    no_response = CliRunner().invoke(app, ["ingest", "--dataset", str(src), "--columns", "prompt=q", "-o", str(out)])
+    assert no_response.exit_code == 2 and "map response" in no_response.output
+
+
+def test_a_recipe_can_name_any_dataset_with_columns(tmp_path):
+    from t2g_core.config import load_config
+    from t2g_core.stages.feedback import source_frame
+    from t2g_core.stages.refs import SourceRef
+
+    (tmp_path / "recipes").mkdir()
+    folder = _qa_shards(tmp_path / "recipes" / "qa")
+    (tmp_path / "recipes" / "r.yaml").write_text(
+        "data: {dataset: qa, columns: {prompt: question, response: answer}, task: qa, limit: 4}\n"
+    )
+    cfg = load_config(tmp_path / "recipes" / "r.yaml")
+    assert cfg.data.dataset == str(folder)  # relative to the recipe
+    assert len(source_frame(cfg.data)) == 4
+    assert SourceRef.of(cfg.data).origin == f"dataset:{folder}"
+    with pytest.raises(ValueError, match="set data.dataset too"):
+        load_config(None, ["data.columns={prompt: q, response: a}"])

@@ -1,11 +1,17 @@
-"""A 2-process gloo run equals the 1-process run with the same global batch (whitening, KL stats and gradients are
-reduced across processes; each sample's random stream depends on its global index, not on the process)."""
+"""A 2-process run started by ``accelerate launch`` (DDP over gloo on the CPU) equals the 1-process run with the same
+global batch (whitening and KL stats are reduced across processes, gradients by DDP; each sample's random stream
+depends on its global index, not on the process)."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,15 +21,12 @@ WORKER = textwrap.dedent("""
     import sys
     import pandas as pd
     import torch
-    import torch.distributed as dist
     torch.set_num_threads(1)
     from t2g_core.config.ppo import PPOConfig
     from t2g_core.ppo import CriticSource, train
     from t2g_core.spans import ParsedFeedback
 
-    rank, world, init, model_dir, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-    if world > 1:
-        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    model_dir, batch_size, minibatches, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 
     class EdgeWordsCritic:
         def critique(self, row):
@@ -34,44 +37,58 @@ WORKER = textwrap.dedent("""
 
     prompts = pd.DataFrame({"id": [f"p{i}" for i in range(8)], "task": "summarization",
                             "prompt": [f"Post {i}: " + "Cai lives in Quito " * (1 + i % 3) for i in range(8)]})
-    cfg = PPOConfig(steps=2, batch_size=4, minibatches=2, ppo_epochs=2, max_new_tokens=10, log_every=1, save_every=100,
-                    value_model="head", learning_rate=1e-2, grad_accum=1)
+    cfg = PPOConfig(steps=2, batch_size=batch_size, minibatches=minibatches, ppo_epochs=2, max_new_tokens=10,
+                    log_every=1, save_every=100, value_model="head", learning_rate=1e-2, grad_accum=1)
     def metrics(rows, texts):  # several named metrics; one eval prompt leaves rank 1 without rows (must not hang)
         return {"words": [float(len(t.split())) for t in texts], "chars": [float(len(t)) for t in texts]}
 
     res = train(cfg, model_dir, prompts, out, reward_source=CriticSource(EdgeWordsCritic()), eval_df=prompts.head(1),
                 task_metric=metrics)
-    if rank == 0:
+    import json
+    info = json.loads(open(out + "/models.json").read())
+    if res.steps_done and info["processes"] > 1:
+        assert info["distributed"] == "MULTI_CPU", info
+    if info["processes"] == 1 or __import__("torch").distributed.get_rank() == 0:
         torch.save(res.history, out + "/history.pt")
-    if world > 1:
-        dist.destroy_process_group()
 """)
 
 
-def _run(script, world, tmp_path, model_dir, name):
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(command: list[str], tmp_path: Path, name: str) -> Path:
     out = tmp_path / name
-    init = f"file://{tmp_path / (name + '.pg')}"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(r), str(world), init, str(model_dir), str(out)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(world)
-    ]
-    for p in procs:
-        log, _ = p.communicate(timeout=300)
-        assert p.returncode == 0, log[-3000:]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run([*command, str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     return out
 
 
+def accelerate_launch(processes: int) -> list[str]:
+    """``accelerate launch`` with DDP over ``processes`` processes; on a machine without CUDA they use gloo."""
+    exe = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
+    return [exe, "launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1"] + [
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+    ]
+
+
 @pytest.mark.slow
-def test_two_gloo_processes_equal_one_process(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("batch_size, minibatches", [(4, 2), (5, 1)])  # (5, 1): the processes hold 3 and 2 prompts
+def test_accelerate_launched_two_processes_equal_one_process(tiny_model_dir, tmp_path, batch_size, minibatches):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    one = _run(script, 1, tmp_path, tiny_model_dir, "one")
-    two = _run(script, 2, tmp_path, tiny_model_dir, "two")
+    args = [str(script), str(tiny_model_dir), str(batch_size), str(minibatches)]
+    one = _run([sys.executable, *args], tmp_path, "one")
+    two = _run([*accelerate_launch(2), *args], tmp_path, "two")
+    assert json.loads((two / "models.json").read_text())["processes"] == 2
     a = load_file(str(one / "adapter" / "adapter_model.safetensors"))
     b = load_file(str(two / "adapter" / "adapter_model.safetensors"))
     assert any(float(v.abs().sum()) > 0 for k, v in a.items() if "lora_B" in k)
@@ -91,3 +108,45 @@ def test_two_gloo_processes_equal_one_process(tiny_model_dir, tmp_path):
             "eval/task_chars",
         ):
             assert x[key] == pytest.approx(y[key], abs=1e-5), key
+
+
+@pytest.mark.parametrize("name, kind", [("ddp", "MULTI_GPU"), ("fsdp", "FSDP")])
+def test_the_committed_accelerate_configs_load(name, kind):
+    """The 8-GPU configurations docs/gpu.md launches with are valid accelerate configs."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config_from_file(str(root / "deployments" / "accelerate" / f"{name}.yaml"))
+    assert cfg.distributed_type.name == kind and cfg.num_processes == 8 and cfg.mixed_precision == "no"
+    if kind == "FSDP":
+        assert cfg.fsdp_config["fsdp_use_orig_params"] and cfg.fsdp_config["fsdp_version"] == 1
+
+
+@pytest.mark.slow
+def test_t2g_ppo_train_under_accelerate_launch(tiny_model_dir, tmp_path):
+    """The command docs/gpu.md gives, on two CPU processes: the CLI joins the process group, rank 0 prepares the
+    data and models first, both processes train, process 0 draws the progress bar."""
+    sets = [
+        f"workspace.root={tmp_path / 'ws'}",
+        f"models.policy={tiny_model_dir}",
+        f"models.reward_model_base={tiny_model_dir}",
+        "data.n_items=12",
+        "ppo.steps=2",
+        "ppo.batch_size=4",
+        "ppo.minibatches=2",
+        "ppo.ppo_epochs=1",
+        "ppo.max_new_tokens=8",
+        "ppo.value_model=head",
+        "ppo.reward_source=oracle",
+    ]
+    run_dir = tmp_path / "run"
+    command = [*accelerate_launch(2), "-m", "t2g_cli", "ppo", "train", "--run-dir", str(run_dir)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run(
+        [*command, *(a for s in sets for a in ("--set", s))], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    info = json.loads((run_dir / "models.json").read_text())
+    assert info["processes"] == 2 and info["distributed"] == "MULTI_CPU"
+    assert len(json.loads((run_dir / "history.json").read_text())) == 2
+    assert "ppo: 100%" in proc.stderr and "reward=" in proc.stderr and "kl=" in proc.stderr

@@ -32,7 +32,7 @@ def test_full_recipes_validate_completely(name):
 def test_tiny_recipe_runs_end_to_end(name, tmp_path, monkeypatch, prefect_harness):
     from flows.text2grad import text2grad
 
-    monkeypatch.chdir(ROOT)  # the recipes name their fixture data relative to the repository root
+    monkeypatch.chdir(tmp_path)  # not the repository root: the recipe's data path is relative to the recipe
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = load_config(ROOT / "recipes" / f"{name}.yaml", [f"workspace.root={tmp_path / 'ws'}"])
     out = text2grad(config=cfg)
@@ -52,7 +52,7 @@ def test_refresh_recomputes_ppo_and_evaluation_but_not_the_reward_model(tmp_path
     """``--refresh ppo`` must train again (not resume the finished run folder) and evaluate again; upstream stays."""
     from flows.text2grad import text2grad
 
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = load_config(ROOT / "recipes" / "qa-ultrafeedback-tiny.yaml", [f"workspace.root={tmp_path / 'ws'}"])
     out = text2grad(config=cfg)
@@ -70,6 +70,32 @@ def test_refresh_recomputes_ppo_and_evaluation_but_not_the_reward_model(tmp_path
     assert Path(again["evaluation"].summary).stat().st_mtime_ns > summary_written  # scored again
     assert (folders["reward_model"] / "left-by-the-first-run").exists()  # upstream of ppo: cached, untouched
     assert again["reward_model"] == out["reward_model"]
+
+
+def test_input_paths_in_a_recipe_are_relative_to_the_recipe_and_overrides_to_the_current_folder(tmp_path, monkeypatch):
+    recipe_dir = tmp_path / "recipes"
+    (recipe_dir / "data").mkdir(parents=True)
+    (recipe_dir / "data" / "feedback.parquet").write_bytes(b"")
+    (recipe_dir / "my-policy").mkdir()
+    (recipe_dir / "r.yaml").write_text(
+        "workspace: {root: ws}\n"
+        "data: {source: data/feedback.parquet}\n"
+        "models: {policy: ./my-policy, reward_model_base: meta-llama/Llama-3.1-8B-Instruct@main}\n"
+        "ppo: {reward_model_path: ../rm}\n"
+    )
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    cfg = load_config(recipe_dir / "r.yaml")
+    assert cfg.data.source == str(recipe_dir / "data" / "feedback.parquet")
+    assert cfg.models.policy == str(recipe_dir / "my-policy")
+    assert cfg.models.reward_model_base == "meta-llama/Llama-3.1-8B-Instruct@main"  # a Hub id is not a path
+    assert cfg.ppo.reward_model_path == str(tmp_path / "rm")
+    assert cfg.workspace.root == "ws"  # outputs: relative to where the command runs
+    again = load_config(recipe_dir / "r.yaml", ["data.source=other.parquet", "models.policy=tiny"])
+    assert again.data.source == "other.parquet" and again.models.policy == "tiny"
+    assert load_config(ROOT / "recipes" / "summarization-slf5k-tiny.yaml").data.source == str(
+        ROOT / "tests" / "fixtures" / "datasets" / "tiny" / "slf5k"
+    )
 
 
 @pytest.mark.parametrize("name", FULL)

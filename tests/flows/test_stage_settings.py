@@ -36,7 +36,7 @@ from t2g_core.stages.settings import NOT_STAGE_INPUTS, SETTINGS, STAGE_SECTIONS,
 
 ROOT = Path(__file__).resolve().parents[2]
 # fields whose other values need a partner change or the outside world; each is changed in ALL_CHANGES below
-PAIRED = {"evaluate.pass_k", "data.dataset", "data.source"}
+PAIRED = {"evaluate.pass_k", "data.dataset", "data.source", "data.columns"}  # data.columns: tests/core/test_ingest.py
 
 
 # ------------------------------------------------------------------------------------------ non-default values
@@ -239,7 +239,7 @@ def test_the_table_covers_every_section():
     sections = {f.alias or n for n, f in PipelineConfig.model_fields.items()}
     read = {s for secs in STAGE_SECTIONS.values() for s in secs}
     assert read | set(NOT_STAGE_INPUTS) == sections and not read & set(NOT_STAGE_INPUTS)
-    assert STAGE_SECTIONS["ppo"] == ("ppo", "holdout", "align", "reward_model")
+    assert STAGE_SECTIONS["ppo"] == ("ppo", "holdout", "align", "reward_model", "models")
 
 
 @pytest.mark.slow

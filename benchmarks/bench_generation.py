@@ -1,0 +1,133 @@
+"""Rollout throughput of each generation backend available here: response tokens per second.
+
+The same prompts, model and sampling settings (tau, max_new_tokens, untruncated distribution) go through every
+backend of ``t2g_core.ppo.generation`` that can run on this machine: ``exact`` (per-sample float64 noise streams),
+``hf`` (transformers' batched ``generate``), ``vllm`` (only where the vllm extra is installed and a GPU is present;
+otherwise reported as not run). The model is a random-initialised Llama built locally, so every response runs to
+``max_new_tokens`` (EOS is rarely sampled) and the backends produce the same number of tokens; its vocabulary
+(``--vocab``, 32768 by default) is larger than the tokenizer's, as sampling costs grow with it. Ratios are against
+``exact`` measured in the same run, on the best repetition of each backend (the one least slowed by other work on a
+shared machine; the mean is kept too); the first repetition of each backend is a warm-up and not counted.
+
+    .venv/bin/python benchmarks/bench_generation.py      # hidden 512, 4 layers, vocabulary 32768, batch 16 x 64 tokens
+    .venv/bin/python benchmarks/bench_generation.py --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def build_model(folder: Path, args) -> Path:
+    """A random Llama (vocabulary ``args.vocab``) with the project's BPE tokenizer, saved as an HF folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from t2g_core.demo import demo_corpus, make_demo_feedback
+    from t2g_core.models.tiny import train_tokenizer
+
+    tok = train_tokenizer(demo_corpus(make_demo_feedback("summarization", 64, seed=0)), 4096, folder)
+    config = LlamaConfig(
+        vocab_size=max(args.vocab, len(tok)),
+        hidden_size=args.hidden,
+        intermediate_size=args.hidden * 3,
+        num_hidden_layers=args.layers,
+        num_attention_heads=max(args.hidden // 64, 2),
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return folder
+
+
+def measure(backend, model, enc, args, reps: int) -> list[float]:
+    """Tokens per second of each repetition (response tokens up to and including EOS)."""
+    import torch
+
+    from t2g_core.ppo.sampling import response_mask_after_eos
+
+    rates = []
+    for r in range(reps):
+        t0 = time.perf_counter()
+        ids = backend.generate(model, enc["input_ids"], enc["attention_mask"], list(range(args.batch)), stream=r)
+        seconds = time.perf_counter() - t0
+        mask, _ = response_mask_after_eos(ids, backend.tok.eos_token_id)
+        rates.append(float(mask.sum()) / seconds)
+        del ids
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    return rates
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=32768, help="The model's vocabulary (sampling cost grows with it).")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--reps", type=int, default=5, help="Timed repetitions per backend (after one warm-up).")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    out_dir = RESULTS / "smoke" if args.smoke else RESULTS
+    if args.smoke:
+        args.hidden, args.layers, args.vocab, args.batch, args.max_new_tokens, args.reps = 64, 1, 512, 4, 8, 1
+
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from t2g_core.config.ppo import PPOConfig
+    from t2g_core.models.loading import load_causal_lm, load_tokenizer
+    from t2g_core.policy_prompts import render_policy_prompt
+    from t2g_core.ppo.generation import BACKENDS
+
+    torch.set_num_threads(args.threads)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    results: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else f"cpu ({args.threads} thread)"}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = build_model(Path(tmp), args)
+        tok = load_tokenizer(folder)
+        model = load_causal_lm(folder, dtype="auto", device=device, tokenizer=tok).eval()
+        posts = [f"Post {i}: Cai lives in Quito with {i % 5 + 1} gray dogs and works as a coach." for i in range(99)]
+        texts = [render_policy_prompt(tok, "summarization", posts[i]) for i in range(args.batch)]
+        enc = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt").to(device)
+        cfg = PPOConfig(temperature=1.0, max_new_tokens=args.max_new_tokens, generation_backend="hf")
+        for name, cls in BACKENDS.items():
+            try:
+                backend = cls(cfg, tok, model_ref=str(folder), dtype="auto", workdir=Path(tmp), rank=0)
+            except ImportError as exc:
+                results[name] = {"status": "not run", "reason": str(exc)}
+                print(f"{name:6s} not run: {exc}")
+                continue
+            rates = measure(backend, model, enc, args, args.reps + 1)[1:]
+            results[name] = {"status": "ok", "tokens_per_s": max(rates), "mean_tokens_per_s": statistics.fmean(rates)}
+            results[name]["reps"] = rates
+    base = results["exact"]["tokens_per_s"]
+    for name in BACKENDS:
+        if results[name]["status"] == "ok":
+            r = results[name]
+            r["vs_exact"] = r["tokens_per_s"] / base
+            print(
+                f"{name:6s} {r['tokens_per_s']:9.1f} tokens/s (best of {len(r['reps'])}; mean "
+                f"{r['mean_tokens_per_s']:.1f})   {r['vs_exact']:.2f}x exact"
+            )
+    results["config"] = vars(args)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "generation.json").write_text(json.dumps(results, indent=1))
+    print(f"results: {out_dir / 'generation.json'} ({results['device']})")
+
+
+if __name__ == "__main__":
+    main()

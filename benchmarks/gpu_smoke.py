@@ -1,0 +1,189 @@
+"""GPU smoke check: PPO on a random-initialised ~1B-parameter Llama built locally (a GPU box may have no Hub access).
+
+Builds the project's byte-level BPE tokenizer on the demo corpus and a Llama of the Llama-3.2-1B shape (hidden 2048,
+16 layers, 32 heads with 8 KV heads, MLP 8192; the vocabulary is the tokenizer's), saves it as a Hugging Face folder,
+then runs a few PPO steps through the real trainer (``t2g_core.ppo.train``: LoRA policy, value head, the reference
+as the adapter switched off, ``models.dtype``, the chosen generation backend) with a cheap programmatic critic, and
+reports:
+- PPO steps per second (the first step, with its one-off warm-up, is left out),
+- rollout tokens per second (response tokens sampled / rollout time),
+- peak GPU memory (``torch.cuda.max_memory_allocated``),
+- MFU: model FLOPs per step / step time / the GPU's peak dense bf16 FLOP/s, with FLOPs counted as 2N per token for
+  every forward (rollout, old log-probs + values, reference) and 4N per token and PPO epoch for the update (forward +
+  input gradients; the frozen base gets no weight gradients), N = parameters, attention FLOPs left out.
+
+    .venv/bin/python benchmarks/gpu_smoke.py                       # on a CUDA GPU
+    .venv/bin/python benchmarks/gpu_smoke.py --backend exact       # the per-sample sampler instead of generate
+    .venv/bin/python benchmarks/gpu_smoke.py --smoke               # tiny model on the CPU: proves the script runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PEAK_BF16_TFLOPS = {  # dense, no sparsity; the first name found in torch.cuda.get_device_name() wins
+    "H200": 989.4,
+    "H100 PCIe": 756.0,
+    "H100": 989.4,
+    "A100": 312.0,
+    "L40S": 362.1,
+    "A10G": 125.0,
+    "L4": 121.0,
+}
+
+
+class EdgeWordsCritic:
+    """First word poor, last word good: cheap, deterministic, exercises span rewards."""
+
+    def critique(self, row):
+        from t2g_core.spans import ParsedFeedback
+
+        words = row["response"].split()
+        if len(words) < 2:
+            return ParsedFeedback(critique="too short", poor_spans=words)
+        return ParsedFeedback(critique="edges", good_spans=[words[-1]], poor_spans=[words[0]])
+
+
+def build_model(folder: Path, smoke: bool) -> tuple[Path, int]:
+    """The tokenizer and a random Llama (``smoke``: a tiny one) saved in ``folder``; returns (folder, parameters)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from t2g_core.demo import demo_corpus, make_demo_feedback
+    from t2g_core.models.tiny import train_tokenizer
+
+    tok = train_tokenizer(demo_corpus(make_demo_feedback("summarization", 64, seed=0)), 8192, folder)
+    shape = (
+        dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+        if smoke
+        else dict(  # Llama-3.2-1B's shape
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+        )
+    )
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **shape,
+    )
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16 if device == "cuda" else torch.float32)
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder, sum(p.numel() for p in model.parameters())
+
+
+def peak_tflops(override: float | None) -> float | None:
+    import torch
+
+    if override:
+        return override
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name()
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="Tiny model on whatever device is here (the test suite).")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--ppo-epochs", type=int, default=2)
+    p.add_argument("--backend", choices=("hf", "exact", "vllm"), default="hf")
+    p.add_argument("--micro-batch-size", type=int, default=16)
+    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--peak-tflops", type=float, default=None, help="The GPU's peak dense bf16 TFLOP/s (for MFU).")
+    args = p.parse_args()
+
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    if not torch.cuda.is_available() and not args.smoke:
+        raise SystemExit("no CUDA device here: gpu_smoke.py measures a GPU (run --smoke for the CPU check)")
+    if args.smoke:
+        args.steps, args.batch_size, args.max_new_tokens, args.ppo_epochs, args.micro_batch_size = 2, 4, 8, 1, 2
+        torch.set_num_threads(1)
+    from t2g_core.config.ppo import PPOConfig
+    from t2g_core.demo import make_demo_feedback
+    from t2g_core.models.loading import load_tokenizer
+    from t2g_core.policy_prompts import render_policy_prompt
+    from t2g_core.ppo import CriticSource, train
+
+    out_dir = RESULTS / "smoke" if args.smoke else RESULTS
+    cfg = PPOConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        minibatches=2,
+        ppo_epochs=args.ppo_epochs,
+        max_new_tokens=args.max_new_tokens,
+        value_model="head",
+        lora_r=16,
+        lora_alpha=32,
+        learning_rate=1e-5,
+        temperature=1.0,
+        generation_backend=args.backend,
+        micro_batch_size=args.micro_batch_size,
+        gradient_checkpointing=args.gradient_checkpointing,
+        save_every=10**6,
+        log_every=10**6,
+        heatmap_samples=0,
+    )
+    prompts = make_demo_feedback("summarization", max(args.batch_size * 2, 8), seed=3)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder, n_params = build_model(Path(tmp) / "model", args.smoke)
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        critic = CriticSource(EdgeWordsCritic())
+        res = train(cfg, folder, prompts, Path(tmp) / "run", reward_source=critic, dtype="auto")
+        loaded = json.loads((Path(tmp) / "run" / "models.json").read_text())
+        tok = load_tokenizer(folder)
+        rendered = [render_policy_prompt(tok, "summarization", p) for p in prompts["prompt"].head(args.batch_size)]
+        prompt_tokens = statistics.fmean(len(tok(t, add_special_tokens=False)["input_ids"]) for t in rendered)
+    hist = res.history[1:] or res.history  # step 0 carries one-off warm-up costs
+    step_s = statistics.fmean(h["time/step"] for h in hist)
+    rollout_s = statistics.fmean(h["time/rollout"] for h in hist)
+    response_tokens = statistics.fmean(h["response/length"] for h in hist) * args.batch_size
+    tokens = response_tokens + prompt_tokens * args.batch_size  # per step, all sequences
+    flops = (2 * n_params * tokens) * 3 + 4 * n_params * tokens * args.ppo_epochs
+    peak = peak_tflops(args.peak_tflops)
+    report = {
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (smoke: not GPU figures)",
+        "parameters": n_params,
+        "dtype": loaded["policy"]["dtype"],
+        "generation_backend": args.backend,
+        "ppo_steps_per_s": 1.0 / step_s,
+        "step_s": step_s,
+        "rollout_tokens_per_s": response_tokens / rollout_s,
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / (1 << 30) if torch.cuda.is_available() else None,
+        "model_tflops_per_step": flops / 1e12,
+        "mfu": (flops / step_s) / (peak * 1e12) if peak else None,
+        "peak_bf16_tflops": peak,
+        "prompt_tokens": prompt_tokens,
+        "config": vars(args),
+    }
+    for key in ("device", "parameters", "dtype", "ppo_steps_per_s", "rollout_tokens_per_s", "peak_memory_gib", "mfu"):
+        print(f"{key:22s} {report[key]}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "gpu_smoke.json").write_text(json.dumps(report, indent=1))
+    print(f"results: {out_dir / 'gpu_smoke.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""Rollout generation backends, chosen by ``ppo.generation_backend`` through :data:`BACKENDS`.
+
+Every backend samples from the untruncated softmax(logits / tau) (top_k = 0, top_p = 1, no repetition penalty:
+§5 A5), stops at the tokenizer's EOS and pads after it; old log-probs are always recomputed by the trainer, never
+taken from the generator (§5 A8).
+
+- ``exact``: the per-sample sampler of :mod:`t2g_core.ppo.sampling`: float64 Gumbel noise from a generator seeded by
+  (seed, step, global index), so a sample does not depend on its batch or process. Slow; for CPU runs and the
+  determinism guarantees (2 processes = 1 process, resume = uninterrupted).
+- ``hf``: ``transformers``' batched ``generate`` with sampling on the model's device, seeded by (seed, step, process):
+  reproducible for the same process count and batch, not across them. The GPU default.
+- ``vllm``: a vLLM engine on the same GPU (the ``vllm`` extra); the LoRA policy's weights are synchronised before
+  every rollout by saving the adapter and handing vLLM a new ``LoRARequest``. vLLM holds its own copy of the base
+  weights and a KV cache, so leave it a share of the GPU (``ppo.vllm_gpu_memory_utilization``). One engine per
+  process on the process's current GPU: meant for one-GPU runs; several colocated engines under ``accelerate
+  launch`` would need vLLM's external-launcher mode, which is not wired here. vLLM cannot be installed on this
+  project's CPU machine, so this backend has not been run (its absence is tested, its sampling is not).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from t2g_core.ppo.sampling import sample_responses, sample_seed
+
+
+class Backend(Protocol):
+    def sync(self, policy) -> None:
+        """Make the generator sample from ``policy``'s current weights."""
+        ...
+
+    def generate(
+        self, model, query_ids: Tensor, query_mask: Tensor, seeds: list[int], stream: int
+    ) -> Tensor:  # (B, Lq), (B, Lq) -> response ids (B, T), PAD after the first EOS
+        """``seeds``: one per sample (global index); ``stream``: one per call (step and process)."""
+        ...
+
+
+class ExactBackend:
+    def __init__(self, cfg, tokenizer, **_):
+        self.cfg, self.tok = cfg, tokenizer
+
+    def sync(self, policy) -> None:
+        return None
+
+    def generate(self, model, query_ids: Tensor, query_mask: Tensor, seeds: list[int], stream: int) -> Tensor:
+        return sample_responses(
+            model,
+            query_ids,
+            query_mask,
+            max_new_tokens=self.cfg.max_new_tokens,
+            temperature=self.cfg.temperature,
+            eos_token_id=self.tok.eos_token_id,
+            pad_token_id=self.tok.pad_token_id,
+            seeds=seeds,
+        )
+
+
+def untruncated_sampling(cfg, tokenizer):
+    """A ``GenerationConfig`` that samples softmax(logits / tau) exactly: every warper that would truncate or
+    reshape the distribution is set to its neutral value, so a model's own ``generation_config.json`` (Llama 3.1
+    Instruct ships temperature 0.6, top_p 0.9) cannot change the rollout distribution."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        do_sample=True,
+        temperature=cfg.temperature,
+        top_k=0,
+        top_p=1.0,
+        min_p=None,
+        typical_p=1.0,
+        epsilon_cutoff=0.0,
+        eta_cutoff=0.0,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        num_beams=1,
+        max_new_tokens=cfg.max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        use_cache=True,
+    )
+
+
+def pad_after_eos(rows: Sequence[Sequence[int]], eos: int, pad: int, device=None) -> Tensor:  # -> (B, T)
+    """Token lists (each cut after its first EOS) as a right-padded (B, T) tensor."""
+    cut = []
+    for ids in rows:
+        ids = list(ids)
+        cut.append(ids[: ids.index(eos) + 1] if eos in ids else ids)
+    width = max((len(r) for r in cut), default=0) or 1
+    out = torch.full((len(cut), width), pad, dtype=torch.long, device=device)
+    for i, ids in enumerate(cut):
+        out[i, : len(ids)] = torch.tensor(ids, dtype=torch.long, device=device)
+    return out
+
+
+class HFBackend:
+    def __init__(self, cfg, tokenizer, **_):
+        self.cfg, self.tok = cfg, tokenizer
+        self.generation_config = untruncated_sampling(cfg, tokenizer)
+
+    def sync(self, policy) -> None:
+        return None
+
+    @torch.no_grad()
+    def generate(self, model, query_ids: Tensor, query_mask: Tensor, seeds: list[int], stream: int) -> Tensor:
+        torch.manual_seed(stream)  # seeds every device's default generator, the one generate samples from
+        out = model.generate(
+            input_ids=query_ids, attention_mask=query_mask.long(), generation_config=self.generation_config
+        )
+        new = out[:, query_ids.shape[1] :]
+        return pad_after_eos(new.tolist(), self.tok.eos_token_id, self.tok.pad_token_id, device=query_ids.device)
+
+
+class VllmBackend:
+    """A colocated vLLM engine sampling from the base + the policy's current LoRA adapter."""
+
+    def __init__(self, cfg, tokenizer, *, model_ref: str, dtype: str, workdir: Path, rank: int = 0):
+        try:
+            from vllm import LLM
+        except ImportError:
+            raise ImportError(
+                "ppo.generation_backend=vllm needs vLLM: pip install 'text2grad[vllm]' (GPU machines only; see "
+                "docs/gpu.md), or use generation_backend=hf"
+            ) from None
+        from t2g_core.models.loading import split_revision
+
+        name, revision = split_revision(model_ref)
+        self.cfg, self.tok = cfg, tokenizer
+        self.workdir = Path(workdir) / f"vllm-lora-rank{rank}"
+        self.version, self.request = 0, None
+        self.llm = LLM(
+            model=name,
+            revision=revision,
+            tokenizer=name,
+            dtype=dtype if dtype != "float32" else "auto",
+            enable_lora=True,
+            max_lora_rank=max(cfg.lora_r, 8),
+            max_loras=1,
+            gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+            seed=cfg.seed,
+        )
+
+    def sync(self, policy) -> None:
+        """Save the adapter and point a new ``LoRARequest`` at it (a new id makes vLLM load the new weights)."""
+        from vllm.lora.request import LoRARequest
+
+        self.version += 1
+        folder = self.workdir / f"v{self.version}"
+        policy.save_pretrained(folder, save_embedding_layers=False)
+        self.request = LoRARequest(f"policy-v{self.version}", self.version, str(folder))
+        shutil.rmtree(self.workdir / f"v{self.version - 1}", ignore_errors=True)
+
+    def generate(self, model, query_ids: Tensor, query_mask: Tensor, seeds: list[int], stream: int) -> Tensor:
+        from vllm import SamplingParams
+
+        prompts = [{"prompt_token_ids": q[m].tolist()} for q, m in zip(query_ids, query_mask.bool(), strict=True)]
+        params = [
+            SamplingParams(
+                temperature=self.cfg.temperature,
+                top_p=1.0,
+                top_k=-1,
+                max_tokens=self.cfg.max_new_tokens,
+                seed=s,
+                ignore_eos=True,  # the model's own EOS list may differ from the tokenizer's EOS: stop on ours only
+                stop_token_ids=[self.tok.eos_token_id],
+            )
+            for s in seeds
+        ]
+        outs = self.llm.generate(prompts, params, lora_request=self.request, use_tqdm=False)
+        rows = []
+        for o in outs:
+            ids = list(o.outputs[0].token_ids)
+            if o.outputs[0].finish_reason == "stop" and (not ids or ids[-1] != self.tok.eos_token_id):
+                ids.append(self.tok.eos_token_id)  # a stop token may be left out of the returned ids
+            rows.append(ids)
+        return pad_after_eos(rows, self.tok.eos_token_id, self.tok.pad_token_id, device=query_ids.device)
+
+
+BACKENDS = {"exact": ExactBackend, "hf": HFBackend, "vllm": VllmBackend}
+
+
+def make_backend(cfg, tokenizer, *, model_ref: str, dtype: str, workdir: Path, rank: int = 0) -> Backend:
+    return BACKENDS[cfg.generation_backend](
+        cfg, tokenizer, model_ref=str(model_ref), dtype=dtype, workdir=workdir, rank=rank
+    )
+
+
+def stream_seed(seed: int, step: int, rank: int) -> int:
+    """The seed of one backend call: distinct per (run seed, step, process)."""
+    return sample_seed(seed + 17, step, rank) % (2**63 - 1)
