@@ -54,12 +54,19 @@ def prepare(args) -> dict[str, str]:
     from t2g_core.reward_model.train import train_rm
 
     pipe, work = _pipeline(args), Path(args.workdir)
+    given = dict(kv.split("=", 1) for kv in args.reward_models.split(",") if kv)
     fb = make_demo_feedback("summarization", pipe.data.n_items, seed=pipe.data.seed)
-    models = ensure_demo_models(work / "models", pipe.models, fb, progress=False)
+    if args.policy:
+        models = type("Models", (), {"policy": Path(args.policy), "base": Path(args.base or args.policy)})
+    else:
+        models = ensure_demo_models(work / "models", pipe.models, fb, progress=False)
     ann = annotate(fb, pipe.annotate.model_copy(update={"annotator": "reference"}), progress=False).frame
     out = {"policy": str(models.policy)}
     for arm in args.arms.split(","):
         if arm == "oracle":
+            continue
+        if arm in given:
+            out[arm] = given[arm]
             continue
         cfg = pipe.reward_model.model_copy(update=KINDS[arm])
         start = models.policy if cfg.init_from == "policy" else models.base
@@ -159,6 +166,13 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2, help="Threads while building models and reward models.")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="PipelineConfig override.")
     p.add_argument("--workdir", default=str(RESULTS / "bench_rm_ppo_work"))
+    p.add_argument(
+        "--policy", default=None, help="A warm-started policy folder (e.g. the demo's) instead of building one."
+    )
+    p.add_argument("--base", default=None, help="Its base folder (a generative reward model starts there).")
+    p.add_argument(
+        "--reward-models", default="", help="ARM=FOLDER,... trained reward models to use instead of training them."
+    )
     p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     p.add_argument("--run-arm", dest="arm", default=None, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)

@@ -189,8 +189,7 @@ def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> t
 
         lm = get_peft_model(lm, lora_config(cfg))
     hidden = lm.config.get_text_config().hidden_size if hasattr(lm.config, "get_text_config") else lm.config.hidden_size
-    model = SpanTagger(lm, hidden, cfg.tagger_head_size or None).to(dtype)
-    return model, tokenizer
+    return SpanTagger(lm, hidden, cfg.tagger_head_size or None), tokenizer  # the trained head stays float32
 
 
 def save_tagger(model: SpanTagger, tokenizer, out: Path, meta: dict) -> Path:
