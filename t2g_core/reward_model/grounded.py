@@ -19,7 +19,7 @@ tokens that can continue one of the quote's occurrences (plus the closing and es
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _ESCAPES = {ord('"'): b'"', ord("\\"): b"\\", ord("/"): b"/", ord("b"): b"\b", ord("f"): b"\f", ord("n"): b"\n"}
@@ -44,29 +44,18 @@ class State:
     content: bytes = b""  # the quote so far, unescaped
     esc: bytes = b""  # a pending escape sequence (starts with a backslash)
     partial: bytes = b""  # the critique's bytes of a character not complete yet
+    done: tuple[str, ...] = ()  # the quotes written so far, stripped (as the aligner searches them)
 
 
 START = State("lit", lit=OPEN, then="critique")
 
 
-def _after_literal(state: State) -> State:
-    if state.then == "critique":
-        return State("critique")
-    if state.then == "list":
-        return State("list", which=state.which)
-    if state.then == "quote":
-        return State("quote", which=state.which)
-    return State("end")
+def _literal(s: State, text: bytes, then: str, which: str, pos: int = 0) -> State:
+    return replace(s, mode="lit", which=which, lit=text, pos=pos, then=then, content=b"", esc=b"", partial=b"")
 
 
-def _literal(text: bytes, then: str, which: str = "good") -> State:
-    return State("lit", which=which, lit=text, then=then)
-
-
-def _close_list(state: State) -> State:
-    if state.which == "good":
-        return _literal(BETWEEN_LISTS, "list", "poor")
-    return _literal(CLOSE, "end", "poor")
+def _close_list(s: State) -> State:
+    return _literal(s, BETWEEN_LISTS, "list", "poor") if s.which == "good" else _literal(s, CLOSE, "end", "poor")
 
 
 def _escape(esc: bytes) -> tuple[bool, bytes | None]:
@@ -87,28 +76,34 @@ def _escape(esc: bytes) -> tuple[bool, bytes | None]:
 
 
 class Grounding:
-    """The automaton for one response: ``step(state, byte)`` is the next state, or None when the byte is not allowed."""
+    """The automaton for one response: ``step(state, byte)`` is the next state, or None when the byte is not allowed.
+
+    A quote may close only when the aligner can place it: whole characters, not blank, and with an occurrence left
+    that the answer's earlier quotes have not claimed (the aligner gives each quote its own occurrence). States from
+    which no closable quote can be reached are refused too (:meth:`viable`), so decoding never reaches a dead end.
+    """
 
     def __init__(self, response: str):
-        self.response = response.encode("utf-8")
+        self.text, self.response = response, response.encode("utf-8")
 
     def step(self, s: State, b: int) -> State | None:  # noqa: PLR0911 (one return per transition)
         if s.mode == "lit":
             if b != s.lit[s.pos]:
                 return None
-            nxt = State("lit", which=s.which, lit=s.lit, pos=s.pos + 1, then=s.then)
-            return _after_literal(nxt) if nxt.pos == len(s.lit) else nxt
+            if s.pos + 1 < len(s.lit):
+                return replace(s, pos=s.pos + 1)
+            return replace(s, mode=s.then, lit=b"", pos=0, then="")
         if s.mode == "critique":
             return self._critique(s, b)
         if s.mode == "list":
             if b == ord('"') and self.response:
-                return State("quote", which=s.which)
+                return replace(s, mode="quote", content=b"")
             return _close_list(s) if b == ord("]") else None
         if s.mode == "quote":
             return self._quote(s, b)
         if s.mode == "after":
             if b == ord(","):
-                return State("lit", which=s.which, lit=NEXT_QUOTE, pos=1, then="quote")
+                return _literal(s, NEXT_QUOTE, "quote", s.which, pos=1)
             return _close_list(s) if b == ord("]") else None
         return None  # end: only EOS
 
@@ -117,16 +112,16 @@ class Grounding:
             ok, decoded = _escape(s.esc + bytes([b]))
             if not ok:
                 return None
-            return State("critique") if decoded is not None else State("critique", esc=s.esc + bytes([b]))
+            return replace(s, esc=b"" if decoded is not None else s.esc + bytes([b]))
         if s.partial or b >= 0x80:  # raw UTF-8: only whole, valid characters
             status = _utf8(s.partial + bytes([b]))
             if status == "invalid":
                 return None
-            return State("critique", partial=s.partial + bytes([b]) if status == "partial" else b"")
+            return replace(s, partial=s.partial + bytes([b]) if status == "partial" else b"")
         if b == ord("\\"):
-            return State("critique", esc=b"\\")
+            return replace(s, esc=b"\\")
         if b == ord('"'):
-            return _literal(AFTER_CRITIQUE, "list")
+            return _literal(s, AFTER_CRITIQUE, "list", "good")
         return None if b < 0x20 else s
 
     def _quote(self, s: State, b: int) -> State | None:
@@ -136,20 +131,51 @@ class Grounding:
             if not ok:
                 return None
             if decoded is not None:
-                return self._extend(s, decoded)
-            return State("quote", which=s.which, content=s.content, esc=esc) if self._can_finish(s, esc) else None
+                return self._extend(replace(s, esc=b""), decoded)
+            return replace(s, esc=esc) if self._can_finish(s, esc) else None
         if b == ord("\\"):
-            ok = self._can_finish(s, b"\\")
-            return State("quote", which=s.which, content=s.content, esc=b"\\") if ok else None
+            return replace(s, esc=b"\\") if self._can_finish(s, b"\\") else None
         if b == ord('"'):
-            return State("after", which=s.which) if s.content and _whole_characters(s.content) else None
+            quote = self._closable(s.content, s.done)
+            return None if quote is None else replace(s, mode="after", content=b"", done=(*s.done, quote))
         return None if b < 0x20 else self._extend(s, bytes([b]))
 
     def _extend(self, s: State, more: bytes) -> State | None:
         content = s.content + more
         if not s.content and 0x80 <= content[0] < 0xC0:  # a quote starts on a character, not inside one
             return None
-        return State("quote", which=s.which, content=content) if content in self.response else None
+        return replace(s, content=content) if content in self.response else None
+
+    def _closable(self, content: bytes, done: tuple[str, ...]) -> str | None:
+        """The quote as the aligner will search it, when it can close here (see the class docstring), else None."""
+        if not content or not _whole_characters(content):
+            return None
+        quote = content.decode("utf-8").strip()
+        if not quote:
+            return None
+        n, i = 0, -1
+        while (i := self.text.find(quote, i + 1)) != -1:
+            n += 1
+        return quote if n > done.count(quote) else None
+
+    def viable(self, s: State) -> bool:
+        """Whether a closable quote can still be reached from ``s`` (always, outside a quote and its opening)."""
+        if s.mode == "lit" and s.then == "quote":  # `, "` is being written: the next quote must be possible
+            return self.viable(State("quote", which=s.which, done=s.done))
+        if s.mode != "quote":
+            return True
+        if s.esc:
+            return self._can_finish(s, s.esc)
+        starts = (  # where the quote may be in the response: after each occurrence of what it holds so far
+            (i for i in range(len(self.response)) if not 0x80 <= self.response[i] < 0xC0)
+            if not s.content
+            else _find_all(self.response, s.content)
+        )
+        for i in starts:
+            for j in range(i + max(len(s.content), 1), len(self.response) + 1):
+                if self._closable(self.response[i:j], s.done) is not None:
+                    return True
+        return False
 
     def _next_characters(self, content: bytes) -> set[str]:
         """The characters that follow an occurrence of ``content`` (at a character boundary) in the response."""
@@ -164,13 +190,12 @@ class Grounding:
         return out
 
     def _can_finish(self, s: State, esc: bytes) -> bool:
-        """Whether the pending escape ``esc`` can still complete into a character that continues the quote."""
+        """Whether the pending escape ``esc`` can complete into a character that continues the quote viably."""
         tail = esc[1:].lower()
         return any(
-            f.lower().startswith(tail)
+            any(f.lower().startswith(tail) for f in _escaped_forms(ch))
+            and self.viable(replace(s, content=s.content + ch.encode("utf-8"), esc=b""))
             for ch in self._next_characters(s.content)
-            for f in _escaped_forms(ch)
-            if not (not s.content and 0xD800 <= ord(ch) <= 0xDFFF)
         )
 
     def next_bytes(self, s: State) -> set[int] | None:
@@ -197,6 +222,13 @@ class Grounding:
             if s is None:
                 return None
         return s
+
+
+def _find_all(haystack: bytes, needle: bytes):
+    i = haystack.find(needle)
+    while i != -1:
+        yield i
+        i = haystack.find(needle, i + 1)
 
 
 def _whole_characters(data: bytes) -> bool:
@@ -271,14 +303,16 @@ class TokenIndex:
         if state.mode == "end":
             return [self.eos]
         if state.mode == "critique" and not state.esc and not state.partial:
-            return self.plain + [i for i in self.special if grounding.walk(state, self.bytes[i]) is not None]
+            special = ((i, grounding.walk(state, self.bytes[i])) for i in self.special)
+            return self.plain + [i for i, nxt in special if nxt is not None and grounding.viable(nxt)]
         firsts = grounding.next_bytes(state)
         candidates = (
             [i for b in firsts for i in self.by_first.get(b, ())]
             if firsts is not None
             else [i for ids in self.by_first.values() for i in ids]
         )
-        return [i for i in candidates if grounding.walk(state, self.bytes[i]) is not None]
+        after = ((i, grounding.walk(state, self.bytes[i])) for i in candidates)
+        return [i for i, nxt in after if nxt is not None and grounding.viable(nxt)]
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from t2g_core.reward_model.grounded import START, GroundedSpansProcessor, Grounding, TokenIndex, token_bytes
+from t2g_core.spans import align_feedback
 from tests.core._tokenizers import byte_level_bpe, unigram_metaspace
 
 ALPHABET = st.sampled_from(list('abc de,."\\\n') + ["é", "中", "文", "😀", "Ω", "ß", "\t", "'"])
@@ -54,7 +55,9 @@ def test_every_quote_is_a_substring_of_the_response(bpe_index, response, seed):
     obj = json.loads(out.decode("utf-8"))
     assert set(obj) == {"critique", "good_spans", "poor_spans"}
     for quote in obj["good_spans"] + obj["poor_spans"]:
-        assert quote and quote in response
+        assert quote.strip() and quote in response
+    aligned = align_feedback(response, (obj["good_spans"], obj["poor_spans"]))
+    assert all(s.match == "exact" for s in aligned)  # every quote is placed, none left unmatched
 
 
 def test_random_decoding_finishes_and_quotes_multibyte_text(bpe_index):
@@ -76,6 +79,16 @@ def test_a_token_that_closes_a_quote_early_on_a_space_cannot_escape():
     assert g.walk(state, b'" was') is None  # closes, then text that is not list structure
     assert g.walk(state, b'"]}') is None  # a poor_spans list must follow
     assert g.walk(state, b'"], "poor_spans": []}') is not None
+
+
+def test_a_quote_is_written_no_more_often_than_the_response_holds_it():
+    head = b'{"critique": "", "good_spans": ["Paris"'
+    once, twice = Grounding("Paris is nice"), Grounding("Paris and Paris")
+    assert once.walk(START, head + b', "Paris"') is None  # its one occurrence is already quoted
+    assert once.walk(START, head + b', "Paris is"') is not None  # a longer quote is still free
+    assert twice.walk(START, head + b', "Paris"') is not None
+    assert twice.walk(START, head + b'], "poor_spans": ["Paris", "Paris"') is None
+    assert once.walk(START, b'{"critique": "", "good_spans": ["  "') is None  # blank: nothing to place
 
 
 def test_escapes_are_unescaped_before_the_substring_check():
