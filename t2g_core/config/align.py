@@ -33,6 +33,13 @@ class AlignConfig(StageConfig):
         "earns nothing (once) or its label again (each). With 'each' a policy can farm a reward model's +1s by "
         "repeating what it got right.",
     )
+    good_span_reward: Literal["per_span", "per_token"] = Field(
+        "per_span",
+        description="PPO rollouts: per_span = the tokens of a good span share its label (each gets label / n), so a "
+        "good span pays the same however long it grows; per_token = each of its tokens gets the whole label (the "
+        "paper's). A reward model that calls a run of repeated words one good span can be farmed by length under "
+        "per_token. Poor spans always label every token.",
+    )
     positive_value: float = Field(1.0, description="Token label for good spans.")
     negative_value: float = Field(-1.0, description="Token label for poor spans.")
     neutral_value: float = Field(0.0, description="Token label outside every span.")

@@ -82,6 +82,22 @@ def distinct_good_spans(aligned: list[AlignedSpan]) -> list[AlignedSpan]:
     return out
 
 
+def share_good_spans(
+    offsets: Sequence[tuple[int, int]], aligned: list[AlignedSpan], labels: list[float], value: float
+) -> list[float]:  # (T,) -> (T,)
+    """Each good span's tokens (those still labelled ``value``, not overruled by a poor span) share its label."""
+    out = list(labels)
+    for span in aligned:
+        if span.label != POSITIVE or span.start is None:
+            continue
+        tokens = [
+            i for i, (s, e) in enumerate(offsets) if s < e and s < span.end and span.start < e and labels[i] == value
+        ]
+        for i in tokens:
+            out[i] = value / len(tokens)
+    return out
+
+
 def label_responses(
     decoded: list[tuple[str, list[tuple[int, int]]]], feedback: list[ParsedFeedback], align_cfg: AlignConfig | None
 ) -> list[ScoredResponse]:
@@ -97,6 +113,8 @@ def label_responses(
         if align_cfg is None or align_cfg.repeated_good_spans == "once":
             aligned = distinct_good_spans(aligned)  # repeating what was right must not pay (a reward-model hack)
         labels = labels_for_offsets(offsets, aligned, values, overlap=overlap)
+        if align_cfg is None or align_cfg.good_span_reward == "per_span":
+            labels = share_good_spans(offsets, aligned, labels, values[POSITIVE])  # length must not pay either
         unmatched = sum(1 for s in aligned if s.start is None)
         scored.append(ScoredResponse(text, offsets, labels, fb, len(aligned), unmatched))
     return scored
