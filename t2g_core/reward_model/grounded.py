@@ -85,6 +85,8 @@ class Grounding:
 
     def __init__(self, response: str):
         self.text, self.response = response, response.encode("utf-8")
+        self.allowed_cache: dict = {}  # TokenIndex.allowed's answers for this response, per state
+        self.next_cache: dict[bytes, set[str]] = {}
 
     def step(self, s: State, b: int) -> State | None:  # noqa: PLR0911 (one return per transition)
         if s.mode == "lit":
@@ -161,24 +163,35 @@ class Grounding:
     def viable(self, s: State) -> bool:
         """Whether a closable quote can still be reached from ``s`` (always, outside a quote and its opening)."""
         if s.mode == "lit" and s.then == "quote":  # `, "` is being written: the next quote must be possible
-            return self.viable(State("quote", which=s.which, done=s.done))
+            return self.quote_viable(b"", s.done)
         if s.mode != "quote":
             return True
         if s.esc:
             return self._can_finish(s, s.esc)
+        return self.quote_viable(s.content, s.done)
+
+    def quote_viable(self, content: bytes, done: tuple[str, ...]) -> bool:
+        """Whether a quote holding ``content`` so far can still close (given the quotes ``done`` before it)."""
+        if content and self._closable(content, done) is not None:  # it could close right here (the usual case)
+            return True
         starts = (  # where the quote may be in the response: after each occurrence of what it holds so far
             (i for i in range(len(self.response)) if not 0x80 <= self.response[i] < 0xC0)
-            if not s.content
-            else _find_all(self.response, s.content)
+            if not content
+            else _find_all(self.response, content)
         )
         for i in starts:
-            for j in range(i + max(len(s.content), 1), len(self.response) + 1):
-                if self._closable(self.response[i:j], s.done) is not None:
+            for j in range(i + max(len(content), 1), len(self.response) + 1):
+                if self._closable(self.response[i:j], done) is not None:
                     return True
         return False
 
     def _next_characters(self, content: bytes) -> set[str]:
         """The characters that follow an occurrence of ``content`` (at a character boundary) in the response."""
+        if content not in self.next_cache:
+            self.next_cache[content] = self._find_next_characters(content)
+        return self.next_cache[content]
+
+    def _find_next_characters(self, content: bytes) -> set[str]:
         out, i = set(), self.response.find(content)
         while i != -1:
             rest = self.response[i + len(content) : i + len(content) + 4]
@@ -291,15 +304,24 @@ class TokenIndex:
         self.by_first: dict[int, list[int]] = {}
         self.plain: list[int] = []
         self.special: list[int] = []
+        self.simple: set[int] = set()  # no quote, backslash or control byte: inside a quote, only its bytes matter
         for i, b in enumerate(self.bytes):
             if b:
                 self.by_first.setdefault(b[0], []).append(i)
-                is_plain = b'"' not in b and b"\\" not in b and min(b) >= 0x20 and _utf8(b) == "complete"
-                (self.plain if is_plain else self.special).append(i)
+                simple = b'"' not in b and b"\\" not in b and min(b) >= 0x20
+                (self.plain if simple and _utf8(b) == "complete" else self.special).append(i)
+                if simple:
+                    self.simple.add(i)
         self.eos = tokenizer.eos_token_id
 
     def allowed(self, grounding: Grounding, state: State) -> list[int]:
-        """Token ids whose bytes the automaton accepts from ``state`` (EOS alone at the end)."""
+        """Token ids whose bytes the automaton accepts from ``state`` (EOS alone at the end); remembered per state
+        (a critique is one state however long it grows)."""
+        if state not in grounding.allowed_cache:
+            grounding.allowed_cache[state] = self._allowed(grounding, state)
+        return grounding.allowed_cache[state]
+
+    def _allowed(self, grounding: Grounding, state: State) -> list[int]:
         if state.mode == "end":
             return [self.eos]
         if state.mode == "critique" and not state.esc and not state.partial:
@@ -311,8 +333,22 @@ class TokenIndex:
             if firsts is not None
             else [i for ids in self.by_first.values() for i in ids]
         )
+        if state.mode == "quote" and not state.esc:  # a plain token extends the quote: one substring test
+            return [i for i in candidates if self._extends(grounding, state, i)]
+        if state.mode == "lit":  # only tokens that agree with the forced bytes are worth walking
+            rest = state.lit[state.pos :]
+            candidates = [i for i in candidates if self.bytes[i][: len(rest)] == rest[: len(self.bytes[i])]]
         after = ((i, grounding.walk(state, self.bytes[i])) for i in candidates)
         return [i for i, nxt in after if nxt is not None and grounding.viable(nxt)]
+
+    def _extends(self, grounding: Grounding, state: State, token: int) -> bool:
+        if token not in self.simple:
+            nxt = grounding.walk(state, self.bytes[token])
+            return nxt is not None and grounding.viable(nxt)
+        content = state.content + self.bytes[token]  # what _extend checks, without building the next state
+        if not state.content and 0x80 <= content[0] < 0xC0 or content not in grounding.response:
+            return False
+        return grounding.quote_viable(content, state.done)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -340,9 +376,17 @@ class GroundedSpansProcessor:
             if state is None:  # finished (EOS written) or off the grammar: leave the row alone
                 mask[b] = 0.0
                 continue
-            allowed = self.index.allowed(grounding, state)
-            mask[b, allowed or [self.index.eos]] = 0.0
+            mask[b, self._allowed_ids(grounding, state)] = 0.0
         return scores + mask
+
+    def _allowed_ids(self, grounding: Grounding, state: State):
+        import torch
+
+        key = ("ids", state)
+        if key not in grounding.allowed_cache:
+            allowed = self.index.allowed(grounding, state) or [self.index.eos]
+            grounding.allowed_cache[key] = torch.tensor(allowed, dtype=torch.long)
+        return grounding.allowed_cache[key]
 
     def _advance(self, b: int, generated: list[int]) -> None:
         for token in generated[self.seen[b] :]:
