@@ -72,7 +72,9 @@ class PrefectProgress:
             del self.phases[phase]
 
     def _artifact(self, phase: str, state: _Phase, percent: float, text: str) -> None:
-        if self.failed:
+        from prefect.context import TaskRunContext
+
+        if self.failed or TaskRunContext.get() is None:  # no task run (``task.fn``): no UI to show it in, no API
             return
         from prefect.artifacts import create_progress_artifact, update_progress_artifact
 

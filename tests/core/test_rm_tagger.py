@@ -1,10 +1,9 @@
 """The span-tagger reward model: labels through the alignment's offset mapping, features, training that learns and
-resumes exactly, scoring as a PPO reward source, and the reward-model stage training it and registering it."""
+resumes exactly, and scoring as a PPO reward source (the stage that trains and registers it: tests/tasks)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -165,35 +164,3 @@ def test_a_killed_tagger_run_resumes_to_the_same_weights(tiny_model_dir, tok, tm
     )
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     assert fit_tagger(cfg, tiny_model_dir, examples, tmp_path / "full").train_seconds == full.train_seconds  # reused
-
-
-@pytest.mark.slow
-def test_the_stage_trains_a_tagger_from_the_policy_and_registers_it(tiny_model_dir, tmp_path):
-    from mlflow import MlflowClient
-
-    from t2g_core.annotators import annotate
-    from t2g_core.config import AnnotateConfig, WorkspaceConfig
-    from t2g_core.demo import make_demo_feedback
-    from t2g_core.reward_model.scoring import load_scorer
-    from t2g_core.stages.refs import ModelsRef
-    from t2g_core.stages.settings import RewardModelSettings
-    from t2g_core.store import artifact_key
-    from t2g_core.workspace import Workspace
-    from tasks.reward_model import train_reward_model
-
-    torch.set_num_threads(1)
-    ws = WorkspaceConfig(root=str(tmp_path / "ws"), mlflow_tracking_uri=f"sqlite:///{tmp_path / 'ws' / 'm.db'}")
-    store = Workspace.at(ws.root).store
-    fb = make_demo_feedback("summarization", 16, seed=5)
-    ann = annotate(fb, AnnotateConfig(annotator="reference"), progress=False).frame
-    fb_ref = store.write("feedback", artifact_key("feedback", None, {"t": "t"}), fb, "feedback")
-    ann_ref = store.write("annotations", artifact_key("annotations", None, {"t": "t"}), ann, "annotations")
-    cfg = _cfg(max_steps=3, val_fraction=0.3, registered_name="tagger-test")
-    models = ModelsRef.of("/nonexistent/base", tiny_model_dir)  # the tagger starts from the policy
-    ref = train_reward_model.fn(fb_ref, ann_ref, None, None, models, RewardModelSettings(reward_model=cfg), ws)
-    assert ref.kind == "tagger" and ref.base == str(tiny_model_dir) and ref.version == "1"
-    assert {"span_f1", "truth_poor_char_f1", "truth_recall_invented", "score_ms_per_item"} <= ref.metrics.keys()
-    assert Path(ref.model_dir, "tagger.json").exists() and Path(ref.report).read_text().startswith("# Reward model")
-    assert isinstance(load_scorer(ref.model_dir, cfg), TaggerScorer)
-    run = MlflowClient().get_run(MlflowClient().get_model_version("tagger-test", "1").tags["source_run_id"])
-    assert "rm_eval.truth_poor_char_f1" in run.data.metrics

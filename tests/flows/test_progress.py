@@ -44,6 +44,19 @@ def test_the_description_gives_metrics_elapsed_and_time_left():
     assert text == "reward model: step 30/120, loss 0.1235, 1m00s elapsed, 3m00s left"
 
 
+def _three_steps() -> list[str]:
+    lines: list[str] = []
+    progress = PrefectProgress("ppo", lines.append, every_s=0.0)
+    for step in range(1, 4):
+        progress("ppo", step, 3)
+    return lines
+
+
+@flow
+def broken_api() -> list[str]:
+    return task(_three_steps)()
+
+
 def test_a_failing_artifact_api_is_reported_once_and_never_raises(monkeypatch):
     import prefect.artifacts
 
@@ -51,8 +64,14 @@ def test_a_failing_artifact_api_is_reported_once_and_never_raises(monkeypatch):
         raise ConnectionError("API down")
 
     monkeypatch.setattr(prefect.artifacts, "create_progress_artifact", broken)
-    lines: list[str] = []
-    progress = PrefectProgress("ppo", lines.append, every_s=0.0)
-    for step in range(1, 4):
-        progress("ppo", step, 3)
-    assert sum("progress artifacts are off" in line for line in lines) == 1
+    assert sum("progress artifacts are off" in line for line in broken_api()) == 1
+
+
+def test_outside_a_task_run_no_artifact_is_attempted(monkeypatch):
+    """``task.fn(...)`` (tests, scripts) has no run to show progress in: no API call, so no temporary server."""
+    import prefect.artifacts
+
+    calls: list[object] = []
+    monkeypatch.setattr(prefect.artifacts, "create_progress_artifact", lambda *a, **k: calls.append(a))
+    lines = _three_steps()
+    assert calls == [] and lines[-1].startswith("ppo: step 3/3")
