@@ -211,8 +211,13 @@ class _Process:
             return "garbled"
         return message if isinstance(message, dict) else "garbled"
 
-    def exit_text(self) -> str:
-        code = self.proc.poll()
+    def exit_text(self, wait_s: float = 0.0) -> str:
+        """How the process ended; ``wait_s``: how long to wait for a process whose output just closed to be reaped
+        (under load the exit code arrives a moment after the pipe closes)."""
+        try:
+            code = self.proc.wait(timeout=wait_s) if wait_s > 0 else self.proc.poll()
+        except subprocess.TimeoutExpired:
+            code = None
         if code is None:
             return "it stopped answering"
         return f"its process died ({f'signal {signal.Signals(-code).name}' if code < 0 else f'exit code {code}'})"
@@ -283,7 +288,9 @@ class _Relay:
     def _why(self, reply: dict | str) -> str:
         if reply == "garbled":
             return "it wrote to the result channel"
-        return self.candidate.exit_text() if self.candidate is not None else "no process"
+        if self.candidate is None:
+            return "no process"
+        return self.candidate.exit_text(wait_s=2.0 if reply == "dead" else 0.0)
 
     def _drop_candidate(self, kind: str, message: str, line: int | None = None) -> dict[str, Any]:
         if self.candidate is not None:
