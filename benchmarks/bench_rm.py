@@ -40,8 +40,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 
-# a base that only has to exist, a few training steps
+# a base that only has to exist, a few training steps (bench_rm_ppo --smoke builds the same models: one folder)
+SMOKE_WORK = RESULTS / "smoke" / "bench_rm_work"
+SMOKE_ITEMS = 24
 SMOKE_OVERRIDES = [
+    f"data.n_items={SMOKE_ITEMS}",
     "models.tiny.vocab_size=256",
     "models.tiny.hidden_size=32",
     "models.tiny.intermediate_size=64",
@@ -153,9 +156,9 @@ def parse_args():
     ap.add_argument("--work", type=Path, default=RESULTS / "bench_rm_work")
     ap.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     args = ap.parse_args()
-    if args.smoke:
-        args.items, args.eval_items, args.policy_samples = 24, 8, 4
-        args.work, args.overrides = RESULTS / "smoke" / "bench_rm_work", [*SMOKE_OVERRIDES, *args.overrides]
+    if args.smoke:  # each kind once, a handful of items
+        args.items, args.eval_items, args.policy_samples, args.variants = SMOKE_ITEMS, 4, 2, "tagger,generative"
+        args.work, args.overrides = SMOKE_WORK, [*SMOKE_OVERRIDES, *args.overrides]
     return args
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_rm import SMOKE_OVERRIDES  # noqa: E402  (the same tiny smoke models)
+from benchmarks.bench_rm import SMOKE_OVERRIDES, SMOKE_WORK  # noqa: E402  (the same tiny smoke models)
 
 KINDS = {"tagger": {"kind": "tagger", "init_from": "policy"}, "generative": {"kind": "generative"}}
 ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
@@ -58,8 +58,8 @@ def prepare(args) -> dict[str, str]:
     fb = make_demo_feedback("summarization", pipe.data.n_items, seed=pipe.data.seed)
     if args.policy:
         models = type("Models", (), {"policy": Path(args.policy), "base": Path(args.base or args.policy)})
-    else:
-        models = ensure_demo_models(work / "models", pipe.models, fb, progress=False)
+    else:  # smoke: bench_rm --smoke's models when it built them (same settings and data: the same key)
+        models = ensure_demo_models((SMOKE_WORK if args.smoke else work) / "models", pipe.models, fb, progress=False)
     ann = annotate(fb, pipe.annotate.model_copy(update={"annotator": "reference"}), progress=False).frame
     out = {"policy": str(models.policy)}
     for arm in args.arms.split(","):
