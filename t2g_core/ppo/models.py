@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from t2g_core.rl.logprobs import position_ids_from_mask, token_logprobs
+from t2g_core.rl.logprobs import position_ids_from_mask, token_entropy, token_logprobs
 
 
 def disable_dropout(model: nn.Module) -> None:
@@ -94,8 +94,12 @@ def forward_response(
     *,
     with_values: bool = True,
     reference: bool = False,
-) -> tuple[Tensor, Tensor | None]:  # -> logprobs (B, T), values (B, T) or None
-    """Log-probs of the response tokens (and values), reading logits/hidden states at the token *before* each one."""
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None, Tensor]:  # logprobs (B, T), values (B, T) | None
+    """Log-probs of the response tokens (and values), reading logits/hidden states at the token *before* each one.
+
+    ``with_entropy`` adds a third item: the entropy of each position's sampling distribution (B, T), for logging.
+    """
     input_ids = torch.cat([query_ids, response_ids], dim=1)
     attn = torch.cat([query_mask.long(), response_mask.long()], dim=1)
     pos = position_ids_from_mask(attn)
@@ -108,9 +112,12 @@ def forward_response(
         out = bundle.policy(
             input_ids=input_ids, attention_mask=attn, position_ids=pos, output_hidden_states=need_hidden
         )
-    logprobs = token_logprobs(out.logits[:, lq - 1 : -1], response_ids, temperature)
+    logits = out.logits[:, lq - 1 : -1]
+    logprobs = token_logprobs(logits, response_ids, temperature)
     values = None
     if with_values and not reference:
         hidden = out.hidden_states[-1] if need_hidden else bundle.value.backbone_hidden(input_ids, attn)
         values = bundle.value(hidden[:, lq - 1 : -1])
+    if with_entropy:
+        return logprobs, values, token_entropy(logits, temperature)
     return logprobs, values

@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 WORKER = textwrap.dedent("""
+    import json
     import sys
     import pandas as pd
     import torch
@@ -35,7 +36,7 @@ WORKER = textwrap.dedent("""
     prompts = pd.DataFrame({"id": [f"p{i}" for i in range(8)], "task": "summarization",
                             "prompt": [f"Post {i}: " + "Cai lives in Quito " * (1 + i % 3) for i in range(8)]})
     cfg = PPOConfig(steps=2, batch_size=4, minibatches=2, ppo_epochs=2, max_new_tokens=10, log_every=1, save_every=100,
-                    value_model="head", learning_rate=1e-2, grad_accum=1)
+                    value_model="head", learning_rate=1e-2, grad_accum=1, **json.loads(sys.argv[6]))
     def metrics(rows, texts):  # several named metrics; one eval prompt leaves rank 1 without rows (must not hang)
         return {"words": [float(len(t.split())) for t in texts], "chars": [float(len(t)) for t in texts]}
 
@@ -48,12 +49,12 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def _run(script, world, tmp_path, model_dir, name):
+def _run(script, world, tmp_path, model_dir, name, extra="{}"):
     out = tmp_path / name
     init = f"file://{tmp_path / (name + '.pg')}"
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script), str(r), str(world), init, str(model_dir), str(out)],
+            [sys.executable, str(script), str(r), str(world), init, str(model_dir), str(out), extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -67,11 +68,19 @@ def _run(script, world, tmp_path, model_dir, name):
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_equal_one_process(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "{}",
+        # a group baseline: the 2 samples of each prompt stay on one process, and the critic-free update matches
+        '{"advantage": "rloo", "group_size": 2, "value_max_grad_norm": 0.5}',
+    ],
+)
+def test_two_gloo_processes_equal_one_process(tiny_model_dir, tmp_path, extra):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    one = _run(script, 1, tmp_path, tiny_model_dir, "one")
-    two = _run(script, 2, tmp_path, tiny_model_dir, "two")
+    one = _run(script, 1, tmp_path, tiny_model_dir, "one", extra)
+    two = _run(script, 2, tmp_path, tiny_model_dir, "two", extra)
     a = load_file(str(one / "adapter" / "adapter_model.safetensors"))
     b = load_file(str(two / "adapter" / "adapter_model.safetensors"))
     assert any(float(v.abs().sum()) > 0 for k, v in a.items() if "lora_B" in k)
