@@ -56,6 +56,7 @@ ARMS: dict[str, dict] = {
     "span_rloo": {"reward_mode": "span", "advantage": "rloo", "group_size": 4},
     "span_grpo": {"reward_mode": "span", "advantage": "grpo", "group_size": 4},
 }
+DEFAULT_ARMS = ("scalar", "scalar_rloo", "dense", "span", "span_local", "span_bootstrap", "span_rloo")  # fits 2 cores
 SCALAR_INFO = ("scalar", "uniform", "scalar_rloo")  # arms that only see the sequence score
 SPAN_INFO = ("span", "span_local", "span_bootstrap", "span_rloo", "span_grpo")
 FRACTIONS = (0.5, 0.25)
@@ -153,23 +154,48 @@ class Summarization:
 CODE_MAX_CHARS = 80  # canonical solutions up to this long (43 HumanEval problems): 1-3 lines a tiny model can learn
 
 
-def code_problems(smoke: bool) -> tuple[list[dict], list[dict]]:
-    """(RL problems, held-out problems): short-solution HumanEval problems with a mutant that fails, split 70/30."""
+def code_problems(smoke: bool, workdir: str) -> tuple[list[dict], list[dict]]:
+    """(RL problems, held-out problems): short-solution HumanEval problems with a mutant that fails, split 70/30
+    (the selection runs each mutant's tests once and is kept in ``workdir``)."""
     import random
 
-    from t2g_core.demo.code import load_problems, pick_mutant
+    from t2g_core.demo.code import load_problems, passes_tests, pick_mutant
 
-    rng = random.Random(0)
-    usable = [
-        p
-        for p in load_problems()
-        if len(p["canonical_solution"]) <= CODE_MAX_CHARS and pick_mutant(p, random.Random(1), verify=not smoke)
-    ]
-    rng.shuffle(usable)
+    cache = Path(workdir) / "code_problems.json"
+    if cache.exists():
+        ids = set(json.loads(cache.read_text()))
+        usable = [p for p in load_problems() if p["task_id"] in ids]
+    else:
+        usable = [
+            p
+            for p in load_problems()
+            if len(p["canonical_solution"]) <= CODE_MAX_CHARS
+            and pick_mutant(p, random.Random(1), verify=not smoke)
+            and (smoke or passes_tests(dict(p, prompt=short_prompt(p)), p["canonical_solution"]))
+        ]
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps([p["task_id"] for p in usable]))
+    random.Random(0).shuffle(usable)
     if smoke:
         usable = usable[:6]
     cut = int(round(0.7 * len(usable)))
     return usable[:cut], usable[cut:]
+
+
+def short_prompt(problem: dict) -> str:
+    """The prompt up to the entry point's signature, with the docstring cut to its first line: what names the
+    problem, at a length a tiny model trains on in minutes (imports and helpers before it are kept)."""
+    import ast
+
+    prompt = problem["prompt"]
+    func = next(
+        n for n in ast.parse(prompt).body if isinstance(n, ast.FunctionDef) and n.name == problem["entry_point"]
+    )
+    lines = prompt.split("\n")
+    head = lines[: func.body[0].lineno - 1]
+    doc = ast.get_docstring(func) or problem["entry_point"]
+    first = next((x.strip() for x in doc.splitlines() if x.strip()), problem["entry_point"]).replace('"""', "'")
+    return "\n".join(head) + f'\n    """{first}"""\n'
 
 
 def _code_rows(problems: list[dict], copies: int, prefix: str):
@@ -181,7 +207,7 @@ def _code_rows(problems: list[dict], copies: int, prefix: str):
         {
             "id": f"{prefix}-{i:04d}-{k}",
             "task": "code",
-            "prompt": p["prompt"],
+            "prompt": short_prompt(p),
             "response": p["canonical_solution"],
             "critique": None,
             "reference": p["canonical_solution"],
@@ -228,7 +254,7 @@ class Code:
 
     def __init__(self, args):
         self.args = args
-        self.train_problems, self.held_out = code_problems(args.smoke)
+        self.train_problems, self.held_out = code_problems(args.smoke, args.workdir)
 
     def build_policy(self, seed: int) -> Path:
         """Clean SFT on every selected problem, then SFT on targets that are a failing mutant half of the time."""
@@ -257,7 +283,7 @@ class Code:
             for _ in range(8):
                 m = pick_mutant(p, rng, verify=not self.args.smoke) if rng.random() < 0.5 else None
                 pairs.append(
-                    (render_policy_prompt(tok, "code", p["prompt"]), m.response if m else p["canonical_solution"])
+                    (render_policy_prompt(tok, "code", short_prompt(p)), m.response if m else p["canonical_solution"])
                 )
         tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
         res = warm_start(
@@ -617,7 +643,12 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="summarization", choices=tuple(TASKS))
     p.add_argument("--phase", default="all", choices=("tune", "final", "all"))
-    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument(
+        "--arms",
+        default=",".join(DEFAULT_ARMS),
+        help=f"Comma-separated, from: {', '.join(ARMS)} (default: all but "
+        "uniform, the scalar spread, and span_grpo, which differs from span_rloo only by the scale of its baseline).",
+    )
     p.add_argument("--lrs", default="3e-4,1e-3,3e-3", help="Tuning grid: policy learning rates.")
     p.add_argument("--lams", default="0.95,1", help="Tuning grid: GAE lambda (not used by rloo / grpo).")
     p.add_argument("--kl-stops", default="0.03,1", help="Tuning grid: max_approx_kl (1 = practically off).")
