@@ -272,7 +272,9 @@ class Code:
         problems = self.train_problems + self.held_out
         feedback = _code_rows(problems, 4, "sft")
         tiny = _tiny_cfg(self.args, seed).model_copy(update={"policy_noise_steps": 0})
-        models = ensure_demo_models(Path(self.args.workdir) / "models", ModelsConfig(tiny=tiny), feedback, log=print)
+        models = ensure_demo_models(
+            Path(self.args.workdir) / "models", ModelsConfig(tiny=tiny), feedback, progress=False, log=print
+        )
         out = models.policy.parent / f"policy-mutants{self.args.code_noise_steps}"
         if (out / "config.json").exists():
             return out
