@@ -25,6 +25,15 @@ def _init_distributed() -> None:
         PartialState()
 
 
+def _api_key(settings) -> str | None:
+    """The HTTP reward source's key from the environment variable the config names (never printed or stored)."""
+    import os
+
+    return (
+        os.environ.get(settings.reward_model.endpoint.api_key_env) if settings.ppo.reward_source == "endpoint" else None
+    )
+
+
 def _summary(ref) -> None:
     keys = ("reward/span_mean", "kl/mean", "task/error", "eval/task_error", "parse/failure_rate")
     echo(" ".join(f"{k}={ref.metrics[k]:.4f}" for k in keys if k in ref.metrics))
@@ -60,7 +69,8 @@ def train_cmd(
     echo(f"PPO ({cfg.ppo.reward_mode}, {cfg.ppo.reward_source}) from {built.policy} -> {out}")
     params = {"feedback": fb, "models": built, "settings": settings}
     try:
-        _summary(ppo.train(fb, built, None, settings, stage_context("ppo", ws, params, out)))
+        ctx = stage_context("ppo", ws, params, out)
+        _summary(ppo.train(fb, built, None, settings, ctx, api_key=_api_key(settings)))
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
 
@@ -69,11 +79,13 @@ def train_cmd(
 @guard
 def resume_cmd(run_dir: Path = typer.Argument(..., help="A run folder written by `t2g ppo train`.")) -> None:
     """Continue a run from its latest checkpoint, exactly as if it had not stopped."""
+    from t2g_core.ppo.run import read_settings
     from t2g_core.stages import ppo
 
     _init_distributed()
     try:
-        _summary(ppo.resume(run_dir, stage_context("ppo", run_dir.parent, {"run_dir": str(run_dir)}, run_dir)))
+        ctx = stage_context("ppo", run_dir.parent, {"run_dir": str(run_dir)}, run_dir)
+        _summary(ppo.resume(run_dir, ctx, api_key=_api_key(read_settings(run_dir))))
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
 

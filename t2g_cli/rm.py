@@ -20,7 +20,9 @@ from t2g_cli._common import (
     stage_context,
 )
 
-rm_app = typer.Typer(help="Generative reward model: build-data, train, eval, score.", no_args_is_help=True)
+rm_app = typer.Typer(
+    help="Reward model (reward_model.kind: tagger or generative): build-data, train, eval, score.", no_args_is_help=True
+)
 
 BaseOpt = typer.Option(
     ..., "--base", "-b", help="Base model folder or Hugging Face id (its tokenizer renders the prompts)."
@@ -73,24 +75,34 @@ def build_data(
 def train(
     rm_data: Path = typer.Argument(..., help="rm_data artifact folder or Parquet file."),
     base: str = BaseOpt,
-    out: Path = typer.Option(..., "--out", "-o", help="Run folder: checkpoints/ and the final adapter/."),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="Run folder: checkpoints/ and the final adapter/ (generative) or tagger/."
+    ),
+    feedback: Path | None = typer.Option(
+        None, "--feedback", help="Feedback the rm_data was built from (a tagger reads its responses there)."
+    ),
     resume: bool = typer.Option(True, help="Resume from the last checkpoint in --out (or skip a finished run)."),
     config: Path | None = ConfigOpt,
     set_: list[str] | None = SetOpt,
 ) -> None:
-    """LoRA SFT of the base on the train split (loss on the target only); checkpoints every save_steps."""
+    """Fine-tune the base on the train split (generative: loss on the target only; tagger: per-token labels);
+    checkpoints every save_steps."""
     from t2g_core.stages import reward_model as stage
     from t2g_core.stages.settings import RewardModelSettings
 
     pipe = pipeline_config(config, set_)
     settings = RewardModelSettings.from_pipeline(pipe)
     data = artifact(rm_data, "rm_data")
+    fb = artifact(feedback, "feedback") if feedback else None
+    if settings.reward_model.kind == "tagger" and fb is None:
+        fail("reward_model.kind=tagger: pass --feedback FILE (the feedback the rm_data was built from)")
     ctx = stage_context(
         "reward_model", pipe.workspace.root, {"rm_data": data, "base": base, "settings": settings}, out, progress=False
     )
-    result = stage.fit(data, base, settings, replace(ctx, force=not resume))
+    result = stage.fit(data, base, settings, replace(ctx, force=not resume), fb)
     how = f"resumed from {result.resumed_from}" if result.resumed_from else "from scratch"
-    echo(f"adapter: {result.adapter_dir} ({result.global_step} steps, {how}, {result.train_seconds:.1f} s)")
+    took = f"{result.global_step} steps, {how}, {result.train_seconds:.1f} s"
+    echo(f"{settings.reward_model.kind}: {result.adapter_dir} ({took})")
 
 
 @rm_app.command("eval")
@@ -101,7 +113,7 @@ def evaluate(
         ..., help="Feedback the rm_data was built from (for the responses and demo truth)."
     ),
     model: Path = typer.Option(
-        ..., "--model", "-m", help="Adapter folder (from `t2g rm train`) or a full model folder."
+        ..., "--model", "-m", help="Tagger or adapter folder (from `t2g rm train`) or a full model folder."
     ),
     split: str = typer.Option("validation", help="Which split of rm_data to evaluate."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Folder for metrics.json, report.md and items.parquet."),
@@ -136,7 +148,7 @@ def evaluate(
 @guard
 def score_cmd(
     feedback: Path = typer.Argument(..., help="Feedback file with task, prompt and response columns."),
-    model: Path = typer.Option(..., "--model", "-m", help="Adapter folder or full model folder."),
+    model: Path = typer.Option(..., "--model", "-m", help="Tagger folder, adapter folder or full model folder."),
     output: Path = typer.Option(
         ..., "--output", "-o", help="JSONL: id, status, critique, good_spans, poor_spans, error, raw."
     ),
@@ -145,10 +157,10 @@ def score_cmd(
 ) -> None:
     """Critique and quote spans for every response; a failed parse is a status in the output, not an error."""
     from t2g_core.feedback import load_feedback
-    from t2g_core.reward_model.scoring import RewardModelScorer
+    from t2g_core.reward_model.scoring import load_scorer
 
     df = load_feedback(_exists(feedback))
-    scorer = RewardModelScorer(_exists(model), pipeline_config(config, set_).reward_model)
+    scorer = load_scorer(_exists(model), pipeline_config(config, set_).reward_model)
     rows = df[["id", "task", "prompt", "response"]].to_dict("records")
     parsed = scorer.critique_batch(rows)
     output.parent.mkdir(parents=True, exist_ok=True)

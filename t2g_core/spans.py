@@ -69,6 +69,9 @@ class ParsedFeedback:
     # word-level labels in response order, [(word, score)] with score in {-1, 0, 1} (the paper's dense ablation and
     # its SLF5K reward model's ``word_score_list``); None = this critic does not label words
     word_scores: tuple[tuple[str, float], ...] | None = None
+    # (start, end, label) char spans of the response, when the source knows where its spans are (a token tagger):
+    # used as they are instead of searching the response for the quotes
+    located: tuple[tuple[int, int, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -510,7 +513,12 @@ def align_feedback(
     *,
     use_context: bool = False,
 ) -> list[AlignedSpan]:
-    """Good spans then poor spans of one item, placed in ``response`` with one shared set of claimed intervals."""
+    """Good spans then poor spans of one item, placed in ``response`` with one shared set of claimed intervals.
+
+    Feedback that carries ``located`` offsets (a token tagger's) is placed exactly there, without searching.
+    """
+    if isinstance(parsed_or_good_poor, ParsedFeedback) and parsed_or_good_poor.located:
+        return [AlignedSpan(response[s:e], label, s, e, "exact", 100.0) for s, e, label in parsed_or_good_poor.located]
     if isinstance(parsed_or_good_poor, ParsedFeedback):
         good, poor = parsed_or_good_poor.good_spans, parsed_or_good_poor.poor_spans
         context = parsed_or_good_poor.critique if use_context else None

@@ -8,6 +8,8 @@ trained against, so ``t2g lineage`` walks back from the policy; evaluation may p
 
 from __future__ import annotations
 
+import os
+
 from prefect import task
 
 from t2g_core.config import WorkspaceConfig
@@ -18,6 +20,13 @@ from tasks.caching import stage_task_options
 from tasks.stage import stage
 
 POLICY_MODEL = "text2grad-policy"
+
+
+def endpoint_api_key(settings: PPOSettings) -> str | None:
+    """The HTTP reward source's key, from the environment variable the config names (never logged or stored)."""
+    if settings.ppo.reward_source != "endpoint":
+        return None
+    return os.environ.get(settings.reward_model.endpoint.api_key_env)
 
 
 @task(name="ppo", **stage_task_options(24 * 3600))
@@ -35,7 +44,7 @@ def train_policy(
     with stage(
         train_policy, "ppo", workspace, feedback=feedback, models=models, reward_model=reward_model, settings=settings
     ) as ctx:
-        ref = ppo.train(feedback, models, used_rm, settings, ctx)
+        ref = ppo.train(feedback, models, used_rm, settings, ctx, api_key=endpoint_api_key(settings))
         rm_version = used_rm.version if used_rm is not None and not settings.ppo.reward_model_path else None
         if rm_version:
             tracking.log_model_input(settings.reward_model.registered_name, rm_version)

@@ -58,7 +58,7 @@ def train_reward_model(
 def download_by_alias(
     alias: str, workspace: WorkspaceConfig, name: str = "text2grad-reward-model", dst: str | Path | None = None
 ) -> str:
-    """Local folder of the registered adapter ``name@alias`` (loadable with ``RewardModelScorer``)."""
+    """Local folder of the registered adapter ``name@alias`` (loadable with ``load_scorer``)."""
     import mlflow
 
     tracking.configure(workspace)
@@ -68,10 +68,10 @@ def download_by_alias(
 def load_scorer_by_alias(
     alias: str, workspace: WorkspaceConfig, cfg: RewardModelConfig | None = None, device: str | None = None
 ):
-    from t2g_core.reward_model.scoring import RewardModelScorer
+    from t2g_core.reward_model.scoring import load_scorer
 
     cfg = cfg or RewardModelConfig()
-    return RewardModelScorer(download_by_alias(alias, workspace, cfg.registered_name), cfg, device=device)
+    return load_scorer(download_by_alias(alias, workspace, cfg.registered_name), cfg, device=device)
 
 
 promote_if_better = tracking.promote_if_better  # the reward model's rule, shared with the policy

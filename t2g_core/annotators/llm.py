@@ -21,7 +21,7 @@ import gc
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -104,7 +104,16 @@ def answer_to_feedback(answer: dict[str, Any], max_tokens: int) -> ParsedFeedbac
 class LLMAnnotator:
     """Annotates feedback rows through an OpenAI-compatible chat-completions endpoint."""
 
-    def __init__(self, cfg: AnnotateConfig, *, api_key: str | None = None, cache: AnswerCache | None = None):
+    def __init__(
+        self,
+        cfg: AnnotateConfig,
+        *,
+        api_key: str | None = None,
+        cache: AnswerCache | None = None,
+        render: Callable[[dict[str, Any]], list[dict[str, str]]] | None = None,
+    ):
+        """``render`` turns a row into chat messages (default: the annotation prompt of ``cfg.mode`` and
+        ``cfg.prompt_version``; the HTTP reward source sends the reward model's own prompt)."""
         if cfg.annotator != "llm":
             raise ValueError(f"LLMAnnotator needs annotator='llm', got {cfg.annotator!r}")
         if not api_key and not is_local(cfg.base_url):
@@ -116,6 +125,7 @@ class LLMAnnotator:
         self._api_key = api_key or NO_KEY
         self._structured = cfg.structured_output != "off"
         self.stats = RunStats()
+        self.render = render or (lambda row: render_messages(row, cfg.mode, cfg.prompt_version))
 
     @property
     def name(self) -> str:
@@ -211,7 +221,7 @@ class LLMAnnotator:
         from tqdm.auto import tqdm
 
         refresh = set(refresh_ids)
-        rows = [dict(row, _messages=render_messages(row, self.cfg.mode, self.cfg.prompt_version)) for row in rows]
+        rows = [dict(row, _messages=self.render(row)) for row in rows]
         bar = tqdm(total=len(rows), desc=f"annotate ({self.name})", unit="item", disable=not progress)
         out: list[dict[str, Any] | None] = [None] * len(rows)
         live: list[tuple[int, dict[str, Any], str]] = []

@@ -27,7 +27,12 @@ class DataConfig(StageConfig):
     split: str | None = Field(None, description="Dataset split to ingest (default per dataset).")
     limit: int | None = Field(None, ge=1, description="Ingest at most this many feedback rows.")
     task: Task = Field("summarization", description="Task of the demo data and of the prompts used downstream.")
-    n_items: int = Field(256, ge=1, description="Number of demo items to generate (ignored for a path source).")
+    n_items: int = Field(
+        1024,
+        ge=1,
+        description="Number of demo items to generate (ignored for a path source); the tagger reward model needs about "
+        "a thousand to catch invented values (benchmarks/bench_rm.py).",
+    )
     seed: int = Field(0, description="Seed for demo data generation (the held-out split has its own: holdout.seed).")
 
 

@@ -40,9 +40,12 @@ class PPOConfig(StageConfig):
         description="Where an omission's penalty goes: anchor = the token where the content belonged (the last token "
         "when the critic gives no place); end = the last token.",
     )
-    reward_source: Literal["reward_model", "oracle"] = Field(
-        "oracle",
-        description="reward_model = the trained generative RM; oracle = the annotation stage's programmatic critic.",
+    reward_source: Literal["reward_model", "endpoint", "oracle"] = Field(
+        "reward_model",
+        description="reward_model = the reward model the pipeline trained (the paper's loop; a tagger or a generative "
+        "model, reward_model.kind); endpoint = a reward model served over HTTP (reward_model.endpoint: vLLM serving "
+        "the adapter, or an LLM as online critic); oracle = the task's programmatic critic (reference or code "
+        "critic), for benchmarks.",
     )
     steps: int = Field(40, ge=1, description="PPO steps (rollout batches).")
     batch_size: int = Field(64, ge=1, description="Prompts per rollout batch (global).")

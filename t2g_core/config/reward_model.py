@@ -1,4 +1,4 @@
-"""Generative reward model: LoRA SFT to write the critique, then the span JSON."""
+"""Reward model: generative (writes the critique, then the span JSON; the paper's) or a span tagger (labels tokens)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,54 @@ from pydantic import Field
 from t2g_core.config.base import StageConfig
 
 
+class EndpointConfig(StageConfig):
+    """A reward model served over HTTP (``ppo.reward_source=endpoint``): any OpenAI-compatible server."""
+
+    base_url: str | None = Field(
+        None,
+        description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM serving the registered adapter, "
+        "see docs/reward_model.md) or a hosted LLM acting as online critic.",
+    )
+    model: str = Field(
+        "text2grad-reward-model",
+        description="Model name sent to the endpoint (vLLM: the --lora-modules name of the adapter).",
+    )
+    prompt: Literal["reward_model", "annotator"] = Field(
+        "reward_model",
+        description="reward_model = the reward model's own prompt (what a served adapter was trained on); annotator "
+        "= the annotation stage's critique prompt (a strong LLM as critic).",
+    )
+    prompt_version: str = Field("v1", description="Annotator prompt version (prompt=annotator).")
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="Environment variable holding the API key (read by the task/CLI, never logged)."
+    )
+    concurrency: int = Field(16, ge=1, description="Requests in flight at once.")
+    timeout_s: float = Field(60.0, gt=0, description="Per-request timeout in seconds.")
+    max_retries: int = Field(3, ge=0, description="Retries on 429/5xx/timeouts (the openai client's own).")
+    max_tokens: int = Field(512, ge=16, description="Maximum completion tokens per request.")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0 = greedy).")
+    http_backend: Literal["aiohttp", "httpx"] = Field("aiohttp", description="Transport under the openai client.")
+
+
 class RewardModelConfig(StageConfig):
+    kind: Literal["generative", "tagger"] = Field(
+        "tagger",
+        description="generative = a causal LM fine-tuned to write the critique and then the quoted spans as JSON (the "
+        "paper's); tagger = a token-classification head (neutral / good / poor per token) on a causal LM, one forward "
+        "pass per response, no generation (at the demo's scale only the tagger localises errors: "
+        "benchmarks/bench_rm.py).",
+    )
+    init_from: Literal["reward_model_base", "policy"] = Field(
+        "policy",
+        description="Model the reward model starts from: models.reward_model_base, or the policy before PPO (which "
+        "already knows the task: a tagger on it compares each token with the policy's own prediction).",
+    )
+    finetune: Literal["lora", "full"] = Field(
+        "lora",
+        description="Train LoRA adapters (the lora_* fields) or every weight of the language model; the tagger's "
+        "head is always trained in full.",
+    )
+    tagger_head_size: int = Field(0, ge=0, description="Tagger: width of the head's hidden layer (0 = model width).")
     # data
     max_prompt_tokens: int = Field(
         384, ge=32, description="Token budget of the rendered prompt; the content is truncated, never the template."
@@ -46,12 +93,13 @@ class RewardModelConfig(StageConfig):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     epochs: float = Field(
-        6.0,
+        3.0,
         gt=0,
-        description="Training epochs (ignored when max_steps > 0); 6 x 232 demo items = 174 steps at batch 8.",
+        description="Training epochs (ignored when max_steps > 0); 3 x 922 demo training items = 173 steps at batch "
+        "16.",
     )
     max_steps: int = Field(-1, description="Optimizer steps; -1 = derive from epochs.")
-    batch_size: int = Field(8, ge=1, description="Per-device batch size.")
+    batch_size: int = Field(16, ge=1, description="Per-device batch size.")
     grad_accum: int = Field(1, ge=1, description="Gradient accumulation steps.")
     save_steps: int = Field(
         50, ge=1, description="Checkpoint every N optimizer steps (training resumes from the last one)."
@@ -69,8 +117,16 @@ class RewardModelConfig(StageConfig):
     max_new_tokens: int = Field(192, ge=8, description="Generation budget when scoring.")
     temperature: float = Field(0.0, ge=0, description="0 = greedy decoding when scoring; else sampling temperature.")
     score_batch_size: int = Field(16, ge=1, description="Batch size of generation when scoring.")
+    grounded_decoding: bool = Field(
+        True,
+        description="Generative kind: while a quote is written, allow only tokens that keep it a substring of the "
+        "response (and the span list valid), so every quote matches by construction.",
+    )
     eval_max_items: int = Field(0, ge=0, description="Evaluate on at most this many validation items (0 = all).")
     eval_examples: int = Field(5, ge=0, description="Rendered examples kept in the evaluation report.")
+    endpoint: EndpointConfig = Field(
+        default_factory=EndpointConfig, description="The reward model served over HTTP (ppo.reward_source=endpoint)."
+    )
     # registry
     registered_name: str = Field("text2grad-reward-model", description="MLflow registered model name of the adapter.")
     promote_metric: str = Field(

@@ -226,6 +226,31 @@ def summary_spans(response: str, facts: dict[str, str]) -> list[dict]:
     return sorted(spans, key=lambda d: (d["start"], d["end"]))
 
 
+def typed_spans(response: str, facts: dict[str, str]) -> list[dict]:
+    """:func:`summary_spans` with each span's ``type``: ``correct``, ``invented`` (a value none of the post's facts),
+    ``swapped`` (another slot's value) or ``redundant`` (a repeated clause): how reward models are scored per flaw."""
+    claims, repeats = parse_summary(response)
+    fact_values = {v.casefold() for v in facts.values()}
+
+    def kind(slot: str, value: str) -> str:
+        if _same(value, facts[slot]):
+            return "correct"
+        return "swapped" if value.strip().casefold() in fact_values else "invented"
+
+    spans = [
+        {
+            "start": s,
+            "end": e,
+            "label": "positive" if _same(v, facts[slot]) else "negative",
+            "slot": slot,
+            "type": kind(slot, v),
+        }
+        for slot, (v, s, e) in claims.items()
+    ]
+    spans += [{"start": s, "end": e, "label": "negative", "slot": slot, "type": "redundant"} for slot, s, e in repeats]
+    return sorted(spans, key=lambda d: (d["start"], d["end"]))
+
+
 @dataclass(frozen=True)
 class SummaryScore:
     """Per-slot verdicts (``correct`` / ``wrong`` / ``missing``) and the aggregate task metrics of one response.

@@ -53,8 +53,11 @@ def prepare_run(
     return run_dir
 
 
-def run_from_dir(run_dir: str | Path, *, resume: bool, tracker: Tracker | None = None) -> PPOResult:
-    """Train (or resume) the run described by ``run_dir/run.json``."""
+def run_from_dir(
+    run_dir: str | Path, *, resume: bool, tracker: Tracker | None = None, api_key: str | None = None
+) -> PPOResult:
+    """Train (or resume) the run described by ``run_dir/run.json``; ``api_key`` serves an HTTP reward source (it is
+    never stored; the endpoint's answers are cached in ``run_dir/answers``)."""
     run_dir = Path(run_dir)
     spec_file = run_dir / RUN_FILE
     if not spec_file.exists():
@@ -65,7 +68,12 @@ def run_from_dir(run_dir: str | Path, *, resume: bool, tracker: Tracker | None =
     eval_df = pd.read_parquet(run_dir / "eval.parquet") if (run_dir / "eval.parquet").exists() else None
     task = str(prompts["task"].mode().iloc[0])
     source = make_reward_source(
-        cfg.ppo.reward_source, task, reward_model_path=spec.get("reward_model_path"), rm_cfg=cfg.reward_model
+        cfg.ppo.reward_source,
+        task,
+        reward_model_path=spec.get("reward_model_path"),
+        rm_cfg=cfg.reward_model,
+        api_key=api_key,
+        cache_dir=run_dir / "answers",
     )
     return train(
         cfg.ppo,
@@ -79,6 +87,14 @@ def run_from_dir(run_dir: str | Path, *, resume: bool, tracker: Tracker | None =
         align_cfg=cfg.align,
         task_metric=task_metric_for(task, prompts),
     )
+
+
+def read_settings(run_dir: str | Path) -> PPOSettings:
+    """The settings of the run in ``run_dir`` (from its run.json)."""
+    spec_file = Path(run_dir) / RUN_FILE
+    if not spec_file.exists():
+        raise FileNotFoundError(f"{spec_file}: not a PPO run folder (no {RUN_FILE})")
+    return load_settings(json.loads(spec_file.read_text(encoding="utf-8"))["config"])
 
 
 def load_settings(config: dict) -> PPOSettings:

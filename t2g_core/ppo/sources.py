@@ -2,7 +2,8 @@
 
 Reward sources are chosen by ``PPOConfig.reward_source`` through a table of small builders (no if/elif tree):
 ``oracle`` = the programmatic critic of the task (reference critic for summarization / QA, sandboxed code critic for
-code), ``reward_model`` = the trained generative reward model's scorer.
+code), ``reward_model`` = the trained reward model's scorer (a tagger or a generative model), ``endpoint`` = a
+reward model served over HTTP (``t2g_core.reward_model.endpoint``).
 """
 
 from __future__ import annotations
@@ -48,17 +49,31 @@ def reward_model_source(path: str | Path | None, rm_cfg=None) -> RewardSource:
             f"reward_source=reward_model needs a trained reward model; {path} does not exist (set "
             f"ppo.reward_model_path)"
         )
-    from t2g_core.reward_model.scoring import RewardModelScorer
+    from t2g_core.reward_model.scoring import load_scorer
 
-    return RewardModelScorer(path, rm_cfg)
+    return load_scorer(path, rm_cfg)
+
+
+def endpoint_source(rm_cfg, api_key: str | None, cache_dir: str | Path | None) -> RewardSource:
+    from t2g_core.reward_model.endpoint import EndpointScorer
+
+    return EndpointScorer(rm_cfg, api_key=api_key, cache_dir=cache_dir)
 
 
 def make_reward_source(
-    kind: str, task: str, *, reward_model_path: str | Path | None = None, rm_cfg=None
+    kind: str,
+    task: str,
+    *,
+    reward_model_path: str | Path | None = None,
+    rm_cfg=None,
+    api_key: str | None = None,
+    cache_dir: str | Path | None = None,
 ) -> RewardSource:
+    """The reward source ``kind`` for ``task``; ``api_key`` and ``cache_dir`` (its answers) serve ``endpoint``."""
     builders: dict[str, Callable[[], RewardSource]] = {
         "oracle": lambda: oracle_source(task),
         "reward_model": lambda: reward_model_source(reward_model_path, rm_cfg),
+        "endpoint": lambda: endpoint_source(rm_cfg, api_key, cache_dir),
     }
     if kind not in builders:
         raise ValueError(f"unknown reward_source {kind!r}; expected one of {', '.join(builders)}")

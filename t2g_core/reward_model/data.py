@@ -1,5 +1,13 @@
 """Reward-model training data: ``rm_data`` rows (id, split, rm_prompt, rm_target) from feedback + annotations.
 
+The two reward-model kinds read the same rows differently:
+
+- ``generative``: ``rm_prompt`` is the RM prompt (:func:`build_rm_prompt`: instructions, the prompt and the response)
+  and ``rm_target`` the text to generate (the critique and the quoted spans as JSON, then EOS);
+- ``tagger``: ``rm_prompt`` is the policy's prompt (:func:`render_policy_prompt`), which the response follows, and
+  ``rm_target`` the same JSON plus ``"located"``: the ``[start, end, label]`` character spans of the response that
+  become its token labels (no EOS). A response longer than ``max_target_tokens`` tokens is skipped and counted.
+
 - One row per item id: the first annotation with status ``ok`` (in annotation order) is used; items whose
   annotations all failed are skipped and counted.
 - The prompt comes from :func:`build_rm_prompt` (the same builder evaluation and scoring use).
@@ -13,11 +21,13 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
 from t2g_core.reward_model.prompts import TRUNCATION_MARK, build_rm_target, count_tokens, render_rm_prompt
+from t2g_core.spans import ParsedFeedback, parse_span_json
 
 
 def split_for_id(item_id: str, val_fraction: float) -> str:
@@ -94,6 +104,59 @@ def _first_ok_annotations(annotations_df: pd.DataFrame) -> pd.DataFrame:
     return ok.drop_duplicates(subset="id", keep="first").set_index("id")
 
 
+def _generative_row(item, critique, spans: list[GoldSpan], tokenizer, cfg, stats: RMDataStats):
+    """(RM prompt, critique + quoted spans JSON + EOS), or None when the target is over budget."""
+    shown = render_rm_prompt(tokenizer, item.task, item.prompt, item.response, cfg.max_prompt_tokens)
+    stats.n_prompt_truncated += int(shown.truncated)
+    visible_end = len(item.response) if shown.response == item.response else len(shown.response) - len(TRUNCATION_MARK)
+    visible = [s for s in spans if s.end <= visible_end]
+    stats.n_spans_truncated += len(spans) - len(visible)
+    stats.n_spans_kept += len(visible)
+    good = _dedupe([s.text for s in visible if s.label == "positive"])
+    poor = _dedupe([s.text for s in visible if s.label == "negative"])
+    target = build_rm_target(critique, good, poor, tokenizer.eos_token)
+    if count_tokens(tokenizer, target) > cfg.max_target_tokens:
+        return None
+    return shown.text, target
+
+
+def _tagger_row(item, critique, spans: list[GoldSpan], tokenizer, cfg, stats: RMDataStats):
+    """(policy prompt, span JSON with the located spans), or None when the response is over budget."""
+    from t2g_core.policy_prompts import render_policy_prompt
+
+    if count_tokens(tokenizer, item.response) > cfg.max_target_tokens:
+        return None
+    stats.n_spans_kept += len(spans)
+    return render_policy_prompt(tokenizer, item.task, item.prompt), build_tagger_target(critique, spans)
+
+
+def build_tagger_target(critique: str | None, spans: list[GoldSpan]) -> str:
+    """The tagger's target: the span JSON plus ``located`` ``[start, end, label]`` character spans."""
+    obj = {
+        "critique": critique or "",
+        "good_spans": _dedupe([s.text for s in spans if s.label == "positive"]),
+        "poor_spans": _dedupe([s.text for s in spans if s.label == "negative"]),
+        "located": [[s.start, s.end, s.label] for s in spans],
+    }
+    return json.dumps(obj, ensure_ascii=False)
+
+
+ROW_BUILDERS = {"generative": _generative_row, "tagger": _tagger_row}
+
+
+def parse_rm_target(target: str, eos: str | None = None) -> ParsedFeedback:
+    """The feedback a target encodes (either kind's): critique, quotes, and the located spans when present."""
+    text = target.removesuffix(eos) if eos else target
+    parsed = parse_span_json(text)
+    try:
+        located = json.loads(text).get("located") if parsed.ok else None
+    except (ValueError, AttributeError):
+        located = None
+    if not located:
+        return parsed
+    return replace(parsed, located=tuple((int(s), int(e), str(lab)) for s, e, lab in located))
+
+
 def build_rm_data(
     feedback_df: pd.DataFrame,
     annotations_df: pd.DataFrame,
@@ -112,8 +175,6 @@ def build_rm_data(
             stats.skipped_ids.append(item.id)
             continue
         a = ann.loc[item.id]
-        shown = render_rm_prompt(tokenizer, item.task, item.prompt, item.response, cfg.max_prompt_tokens)
-        stats.n_prompt_truncated += int(shown.truncated)
         spans, n_unmatched = locate_gold_spans(
             item.response,
             list(a.good_spans),
@@ -122,25 +183,18 @@ def build_rm_data(
             item_id=item.id,
             align_cfg=align_cfg,
         )
-        visible_end = (
-            len(item.response) if shown.response == item.response else len(shown.response) - len(TRUNCATION_MARK)
-        )
-        visible = [s for s in spans if s.end <= visible_end]
         stats.n_spans_unmatched += n_unmatched
-        stats.n_spans_truncated += len(spans) - len(visible)
-        stats.n_spans_kept += len(visible)
-        good = _dedupe([s.text for s in visible if s.label == "positive"])
-        poor = _dedupe([s.text for s in visible if s.label == "negative"])
-        target = build_rm_target(a.critique, good, poor, tokenizer.eos_token)
-        if count_tokens(tokenizer, target) > cfg.max_target_tokens:
+        row = ROW_BUILDERS[cfg.kind](item, a.critique, spans, tokenizer, cfg, stats)
+        if row is None:
             stats.n_target_too_long += 1
             stats.skipped_ids.append(item.id)
             continue
+        shown_prompt, target = row
         rows.append(
             {
                 "id": item.id,
                 "split": split_for_id(item.id, cfg.val_fraction),
-                "rm_prompt": shown.text,
+                "rm_prompt": shown_prompt,
                 "rm_target": target,
             }
         )

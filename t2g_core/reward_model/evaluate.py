@@ -11,7 +11,12 @@ Metrics (micro-averaged over items):
 - ``unmatched_span_rate``: generated spans that cannot be found in the response;
 - ``rouge_l``: ROUGE-L F of the generated critique against the gold critique (0 when nothing parsed);
 - ``gen_tokens_per_s``: generated tokens per second over the whole evaluation;
-- ``truth_span_*``: with demo data (``meta.gold_spans`` offsets), the same span metrics against the ground truth.
+- ``truth_span_*``: with demo data (``meta.gold_spans`` offsets), the same span metrics against the ground truth;
+- ``truth_poor_char_{precision,recall,f1}``: micro character P/R/F1 of the predicted poor spans against the ground
+  truth's negative spans, and ``truth_recall_{invented,swapped,redundant}`` the character recall of each flaw type
+  (demo summaries): a model that never catches an invented value can still score a high F1 on redundant clauses,
+  which are most of the poor characters;
+- ``score_ms_per_item``: wall time per scored response.
 
 Any other source of predictions (a baseline, an LLM annotator) can be scored with :func:`score_predictions`.
 """
@@ -26,7 +31,8 @@ from pathlib import Path
 import pandas as pd
 
 from t2g_core.alignment import micro_prf, span_prf, token_prf
-from t2g_core.spans import ParsedFeedback, align_feedback, parse_span_json, token_labels
+from t2g_core.reward_model.data import parse_rm_target
+from t2g_core.spans import ParsedFeedback, align_feedback, token_labels
 
 LABELS = ("positive", "negative")
 _LABEL_NAMES = {"positive": "positive", "good": "positive", "negative": "negative", "poor": "negative"}
@@ -40,7 +46,7 @@ class EvalItem:
     rm_prompt: str
     response: str
     gold: ParsedFeedback
-    truth: list[tuple[int, int, str]] | None = None  # demo ground truth (start, end, label), if known
+    truth: list[tuple] | None = None  # demo ground truth (start, end, label[, flaw type]), if known
 
 
 @dataclass
@@ -97,10 +103,15 @@ def strict_json_valid(text: str) -> bool:
     )
 
 
-def _truth_from_meta(meta: object) -> list[tuple[int, int, str]] | None:
+def _truth_from_meta(meta: object, response: str | None = None) -> list[tuple] | None:
+    """Ground-truth spans of a demo item: typed by flaw when the item has its facts (summaries), else as stored."""
     if meta is None or (isinstance(meta, float) and pd.isna(meta)):
         return None
     obj = json.loads(meta) if isinstance(meta, str) else meta
+    if isinstance(obj, dict) and isinstance(obj.get("facts"), dict) and response is not None:
+        from t2g_core.demo.summarization import typed_spans
+
+        return [(s["start"], s["end"], s["label"], s["type"]) for s in typed_spans(response, obj["facts"])]
     spans = obj.get("gold_spans") if isinstance(obj, dict) else None
     if spans is None:
         return None
@@ -108,7 +119,7 @@ def _truth_from_meta(meta: object) -> list[tuple[int, int, str]] | None:
 
 
 def eval_items(
-    rm_df: pd.DataFrame, feedback_df: pd.DataFrame, eos: str, *, split: str = "validation"
+    rm_df: pd.DataFrame, feedback_df: pd.DataFrame, eos: str | None, *, split: str = "validation"
 ) -> list[EvalItem]:
     """Held-out rows joined with their responses; gold spans come from the row's target."""
     fb = feedback_df.set_index("id")
@@ -117,8 +128,9 @@ def eval_items(
         if row.id not in fb.index:
             raise ValueError(f"rm_data row {row.id!r} has no feedback item (response) to evaluate against")
         item = fb.loc[row.id]
-        gold = parse_span_json(row.rm_target.removesuffix(eos))
-        items.append(EvalItem(row.id, row.rm_prompt, item["response"], gold, _truth_from_meta(item.get("meta"))))
+        gold = parse_rm_target(row.rm_target, eos)
+        truth = _truth_from_meta(item.get("meta"), item["response"])
+        items.append(EvalItem(row.id, row.rm_prompt, item["response"], gold, truth))
     return items
 
 
@@ -134,6 +146,13 @@ def _rouge_l(scorer, gold: str | None, pred: str | None) -> float:
     return scorer.score(gold, pred)["rougeL"].fmeasure
 
 
+FLAW_TYPES = ("invented", "swapped", "redundant")
+
+
+def _chars(spans, label: str = "negative") -> set[int]:
+    return {c for s in spans if s[2] == label for c in range(s[0], s[1])}
+
+
 class _Totals:
     """Per-item results accumulated for micro-averaging."""
 
@@ -141,6 +160,28 @@ class _Totals:
         self.span = {k: [] for k in ("all", *LABELS)}
         self.token = {k: [] for k in ("all", *LABELS)}
         self.truth = {k: [] for k in ("all", *LABELS)}
+        self.poor_chars = [0, 0, 0]  # true positives, predicted, true
+        self.by_type = {t: [0, 0] for t in FLAW_TYPES}  # characters caught, characters of that type
+
+    def add_truth_chars(self, pred, truth) -> None:
+        predicted, true = _chars(pred), _chars(truth)
+        counts = (len(predicted & true), len(predicted), len(true))
+        self.poor_chars = [a + b for a, b in zip(self.poor_chars, counts, strict=True)]
+        for span in truth:
+            if len(span) > 3 and span[3] in self.by_type:
+                chars = set(range(span[0], span[1]))
+                self.by_type[span[3]][0] += len(chars & predicted)
+                self.by_type[span[3]][1] += len(chars)
+
+    def truth_char_metrics(self) -> dict[str, float]:
+        tp, n_pred, n_true = self.poor_chars
+        if not n_true and not n_pred:
+            return {}
+        p, r = (tp / n_pred if n_pred else 0.0), (tp / n_true if n_true else 0.0)
+        out = {"truth_poor_char_precision": p, "truth_poor_char_recall": r}
+        out["truth_poor_char_f1"] = 2 * p * r / (p + r) if p + r else 0.0
+        out.update({f"truth_recall_{t}": hit / n for t, (hit, n) in self.by_type.items() if n})
+        return out
 
     def add_spans(self, bucket: dict, pred, gold, threshold: float) -> dict:
         out = span_prf(pred, gold, iou_threshold=threshold)
@@ -168,7 +209,7 @@ class _Totals:
                 m.update(
                     {f"{name}_precision": agg["precision"], f"{name}_recall": agg["recall"], f"{name}_f1": agg["f1"]}
                 )
-        return m
+        return m | self.truth_char_metrics()
 
 
 def score_predictions(
@@ -198,6 +239,7 @@ def score_predictions(
         )
         if item.truth is not None:
             totals.add_spans(totals.truth, pred_spans, item.truth, iou_threshold)
+            totals.add_truth_chars(pred_spans, item.truth)
         rouge = _rouge_l(scorer, item.gold.critique, pred.critique if pred.ok else None)
         rows.append(
             {
@@ -227,7 +269,8 @@ def evaluate_rm(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_cfg=N
         items = list(items)[: cfg.eval_max_items]
     if not items:
         raise ValueError("no held-out items to evaluate (is reward_model.val_fraction 0?)")
-    gen = generate_texts(model, tokenizer, [it.rm_prompt for it in items], cfg)
+    gen = generate_texts(model, tokenizer, [it.rm_prompt for it in items], cfg, [it.response for it in items])
+    metrics_time = 1000 * gen.seconds / len(items)
     preds = [parse_generation(t, h, cfg.max_new_tokens) for t, h in zip(gen.texts, gen.hit_limit, strict=True)]
     metrics, rows = score_predictions(items, preds, tokenizer, align_cfg=align_cfg)
     rows["json_valid"] = [strict_json_valid(t) for t in gen.texts]
@@ -237,15 +280,13 @@ def evaluate_rm(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_cfg=N
     metrics["eos_rate"] = 1.0 - sum(gen.hit_limit) / len(gen.hit_limit)
     metrics["gen_tokens_per_s"] = gen.tokens_per_second
     metrics["gen_seconds"] = gen.seconds
+    metrics["score_ms_per_item"] = metrics_time
     examples = [
         {
             "id": it.id,
             "status": p.status,
             "response": it.response,
-            "gold": json.dumps(
-                {"critique": it.gold.critique, "good_spans": it.gold.good_spans, "poor_spans": it.gold.poor_spans},
-                ensure_ascii=False,
-            ),
+            "gold": _gold_json(it.gold),
             "generated": t,
         }
         for it, p, t in list(zip(items, preds, gen.texts, strict=True))[: cfg.eval_examples]
@@ -253,8 +294,48 @@ def evaluate_rm(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_cfg=N
     return RMEvalReport(metrics, rows, examples)
 
 
-def evaluate_adapter(
-    model_dir_or_adapter: str | Path,
+def evaluate_tagger(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_cfg=None) -> RMEvalReport:
+    """Tag each held-out item's response (after its stored policy prompt) and score the labels as spans."""
+    import time
+
+    from t2g_core.reward_model.tagger import encode_pair, feedback_from_spans, predict_classes, spans_from_classes
+
+    items = list(items)[: cfg.eval_max_items] if cfg.eval_max_items else list(items)
+    if not items:
+        raise ValueError("no held-out items to evaluate (is reward_model.val_fraction 0?)")
+    t0 = time.perf_counter()
+    encoded = [
+        encode_pair(tokenizer, it.rm_prompt, it.response, cfg.max_prompt_tokens, cfg.max_target_tokens) for it in items
+    ]
+    classes = predict_classes(model, encoded, tokenizer.pad_token_id, cfg.score_batch_size)
+    preds = [
+        feedback_from_spans(it.response, spans_from_classes(e.offsets, c))
+        for it, e, c in zip(items, encoded, classes, strict=True)
+    ]
+    seconds = time.perf_counter() - t0
+    metrics, rows = score_predictions(items, preds, tokenizer, align_cfg=align_cfg)
+    metrics["score_ms_per_item"] = 1000 * seconds / len(items)
+    examples = [
+        {
+            "id": it.id,
+            "status": p.status,
+            "response": it.response,
+            "gold": _gold_json(it.gold),
+            "generated": _gold_json(p),
+        }
+        for it, p in list(zip(items, preds, strict=True))[: cfg.eval_examples]
+    ]
+    return RMEvalReport(metrics, rows, examples)
+
+
+def _gold_json(fb: ParsedFeedback) -> str:
+    return json.dumps(
+        {"critique": fb.critique, "good_spans": fb.good_spans, "poor_spans": fb.poor_spans}, ensure_ascii=False
+    )
+
+
+def evaluate_model(
+    model_dir: str | Path,
     rm_df: pd.DataFrame,
     feedback_df: pd.DataFrame,
     cfg,
@@ -264,9 +345,16 @@ def evaluate_adapter(
     device: str | None = None,
     align_cfg=None,
 ) -> RMEvalReport:
-    """Load a trained RM (adapter or full folder) and evaluate it on ``split`` of ``rm_df``."""
+    """Load a trained RM (tagger folder, LoRA adapter or full model folder) and evaluate it on ``split`` of
+    ``rm_df``."""
+    from t2g_core.reward_model.tagger import is_tagger, load_tagger
+
+    if is_tagger(model_dir):
+        model, tokenizer = load_tagger(model_dir, device=device)
+        items = eval_items(rm_df, feedback_df, None, split=split)
+        return evaluate_tagger(model, tokenizer, items, cfg, align_cfg=align_cfg)
     from t2g_core.reward_model.scoring import load_reward_model
 
-    model, tokenizer = load_reward_model(model_dir_or_adapter, base_model=base_model, device=device)
+    model, tokenizer = load_reward_model(model_dir, base_model=base_model, device=device)
     items = eval_items(rm_df, feedback_df, tokenizer.eos_token, split=split)
     return evaluate_rm(model, tokenizer, items, cfg, align_cfg=align_cfg)

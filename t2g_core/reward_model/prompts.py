@@ -69,15 +69,22 @@ def _task_prompt(task: str) -> TaskPrompt:
         raise ValueError(f"unknown task {task!r}; expected one of {', '.join(TASK_PROMPTS)}") from None
 
 
+def _messages(spec: TaskPrompt, prompt: str, response: str) -> list[dict[str, str]]:
+    user = f"{spec.instruction}\n\n{spec.prompt_header}\n{prompt}\n\n{spec.response_header}\n{response}"
+    return [{"role": "user", "content": user}]
+
+
+def rm_messages(task: str, prompt: str, response: str) -> list[dict[str, str]]:
+    """The RM's input as chat messages (what a server applies its chat template to: the same text as training's)."""
+    return _messages(_task_prompt(task), prompt, response)
+
+
 def _render(tokenizer, spec: TaskPrompt, prompt: str, response: str) -> str:
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError(
             f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template; the reward model needs one"
         )
-    user = f"{spec.instruction}\n\n{spec.prompt_header}\n{prompt}\n\n{spec.response_header}\n{response}"
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
-    )
+    return tokenizer.apply_chat_template(_messages(spec, prompt, response), tokenize=False, add_generation_prompt=True)
 
 
 def count_tokens(tokenizer, text: str) -> int:

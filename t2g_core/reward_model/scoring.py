@@ -95,12 +95,21 @@ def _generation_config(model, tokenizer, cfg):
     )
 
 
-def _generate_batch(model, tokenizer, texts: list[str], gen_cfg) -> tuple[list[str], list[int], list[bool]]:
+def _generate_batch(
+    model, tokenizer, texts: list[str], gen_cfg, grounded: tuple | None = None
+) -> tuple[list[str], list[int], list[bool]]:
+    """``grounded`` = (token index, the responses of these rows): quotes are constrained to them."""
     import torch
+    from transformers import LogitsProcessorList
 
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    processors = LogitsProcessorList()
+    if grounded is not None:
+        from t2g_core.reward_model.grounded import GroundedSpansProcessor
+
+        processors.append(GroundedSpansProcessor(grounded[0], grounded[1], enc["input_ids"].shape[1]))
     with torch.inference_mode():
-        out = model.generate(**enc, generation_config=gen_cfg)  # (B, T_in + T_new)
+        out = model.generate(**enc, generation_config=gen_cfg, logits_processor=processors)  # (B, T_in + T_new)
     new = out[:, enc["input_ids"].shape[1] :]  # (B, T_new)
     is_eos = new == tokenizer.eos_token_id
     has_eos = is_eos.any(dim=1)
@@ -114,17 +123,28 @@ def _generate_batch(model, tokenizer, texts: list[str], gen_cfg) -> tuple[list[s
     return decoded, lengths.tolist(), (~has_eos).tolist()
 
 
-def generate_texts(model, tokenizer, prompt_texts: Sequence[str], cfg) -> Generation:
-    """Greedy (or low-temperature) continuations of rendered RM prompts, batched by length, in input order."""
+def generate_texts(
+    model, tokenizer, prompt_texts: Sequence[str], cfg, responses: Sequence[str] | None = None
+) -> Generation:
+    """Greedy (or low-temperature) continuations of rendered RM prompts, batched by length, in input order.
+
+    With ``responses`` (one per prompt) and ``cfg.grounded_decoding``, every quote the model writes is a substring of
+    its response (``t2g_core.reward_model.grounded``)."""
     tokenizer.padding_side = "left"
     gen_cfg = _generation_config(model, tokenizer, cfg)
+    index = None
+    if responses is not None and cfg.grounded_decoding:
+        from t2g_core.reward_model.grounded import TokenIndex
+
+        index = TokenIndex(tokenizer)
     lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in prompt_texts]
     order = sorted(range(len(prompt_texts)), key=lambda i: -lengths[i])  # similar lengths share a batch: less padding
     texts, n_new, hit = [""] * len(order), [0] * len(order), [False] * len(order)
     t0 = time.perf_counter()
     for b in range(0, len(order), cfg.score_batch_size):
         idx = order[b : b + cfg.score_batch_size]
-        dec, lens, lim = _generate_batch(model, tokenizer, [prompt_texts[i] for i in idx], gen_cfg)
+        grounded = (index, [responses[i] for i in idx]) if index is not None else None
+        dec, lens, lim = _generate_batch(model, tokenizer, [prompt_texts[i] for i in idx], gen_cfg, grounded)
         for j, i in enumerate(idx):
             texts[i], n_new[i], hit[i] = dec[j], lens[j], lim[j]
     return Generation(texts, n_new, hit, time.perf_counter() - t0)
@@ -148,7 +168,7 @@ def score(
     texts = [
         build_rm_prompt(tokenizer, task, p, r, cfg.max_prompt_tokens) for p, r in zip(prompts, responses, strict=True)
     ]
-    gen = generate_texts(model, tokenizer, texts, cfg)
+    gen = generate_texts(model, tokenizer, texts, cfg, responses)
     return [parse_generation(t, h, cfg.max_new_tokens) for t, h in zip(gen.texts, gen.hit_limit, strict=True)]
 
 
@@ -176,3 +196,12 @@ class RewardModelScorer:
             ):
                 out[i] = parsed
         return out  # type: ignore[return-value]
+
+
+def load_scorer(model_dir: str | Path, cfg=None, *, device: str | None = None):
+    """The reward source of a trained reward-model folder, whichever kind it is (``critique_batch(rows)``)."""
+    from t2g_core.reward_model.tagger import TaggerScorer, is_tagger
+
+    if is_tagger(model_dir):
+        return TaggerScorer(model_dir, cfg, device=device)
+    return RewardModelScorer(model_dir, cfg, device=device)

@@ -1,4 +1,5 @@
-"""Train the generative reward model: TRL ``SFTTrainer`` + a PEFT LoRA adapter, loss on the completion only.
+"""Train the generative reward model: TRL ``SFTTrainer`` (a PEFT LoRA adapter, or every weight with
+``reward_model.finetune=full``), loss on the completion only.
 
 The dataset is TRL's prompt/completion form (``prompt`` = the rendered RM prompt, ``completion`` = the target
 JSON + EOS), so TRL masks every prompt token out of the loss (labels -100) and pads on the right for training.
@@ -181,7 +182,7 @@ def make_trainer(
         train_dataset=train_ds,
         eval_dataset=eval_ds,
         processing_class=tokenizer,
-        peft_config=lora_config(cfg),
+        peft_config=lora_config(cfg) if cfg.finetune == "lora" else None,
         callbacks=all_callbacks,
     )
     if not progress:
@@ -196,9 +197,10 @@ def last_checkpoint(out_dir: str | Path) -> str | None:
     return get_last_checkpoint(str(ckpt)) if ckpt.is_dir() else None
 
 
-def finished_run(out_dir: str | Path, cfg) -> RMTrainResult | None:
-    """The result of a completed run in ``out_dir`` trained with ``cfg``, or None."""
-    meta_path = Path(out_dir) / "adapter" / TRAIN_META
+def finished_run(out_dir: str | Path, cfg, folder: str = "adapter") -> RMTrainResult | None:
+    """The result of a completed run in ``out_dir`` (its model in ``<out_dir>/<folder>``) trained with ``cfg``, or
+    None."""
+    meta_path = Path(out_dir) / folder / TRAIN_META
     if not meta_path.exists():
         return None
     meta = json.loads(meta_path.read_text(encoding="utf-8"))

@@ -28,8 +28,11 @@ def train(
     reward_model: RewardModelRef | None,
     settings: PPOSettings,
     ctx: StageContext,
+    *,
+    api_key: str | None = None,
 ) -> PolicyRef:
-    """Train (or resume) PPO; the adapter is in ``adapter_dir``, the held-out prompts in ``run_dir/eval.parquet``."""
+    """Train (or resume) PPO; the adapter is in ``adapter_dir``, the held-out prompts in ``run_dir/eval.parquet``.
+    ``api_key`` (handed in by the caller, never stored) serves ``reward_source=endpoint``."""
     from t2g_core.ppo.checkpoint import latest_checkpoint
     from t2g_core.ppo.run import prepare_run, run_from_dir
 
@@ -44,14 +47,14 @@ def train(
     else:
         ctx.log(f"PPO resumes from {latest.name} of {settings.ppo.steps} steps ({run_dir})")
     ctx.tracker.log_input(feedback, "feedback", "training")
-    return _finish(run_from_dir(run_dir, resume=latest is not None, tracker=ctx.tracker), ctx)
+    return _finish(run_from_dir(run_dir, resume=latest is not None, tracker=ctx.tracker, api_key=api_key), ctx)
 
 
-def resume(run_dir: str | Path, ctx: StageContext) -> PolicyRef:
+def resume(run_dir: str | Path, ctx: StageContext, *, api_key: str | None = None) -> PolicyRef:
     """Continue the run in ``run_dir`` from its latest checkpoint, exactly as if it had not stopped."""
     from t2g_core.ppo.run import run_from_dir
 
-    return _finish(run_from_dir(run_dir, resume=True, tracker=ctx.tracker), ctx)
+    return _finish(run_from_dir(run_dir, resume=True, tracker=ctx.tracker, api_key=api_key), ctx)
 
 
 def _finish(result, ctx: StageContext) -> PolicyRef:

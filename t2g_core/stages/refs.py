@@ -136,9 +136,11 @@ class ValidationRef(Ref):
 
 
 class RewardModelRef(Ref):
-    """A trained reward model: its folder (a LoRA adapter for the generative kind), data, metrics, registry version."""
+    """A trained reward model: its folder (a LoRA adapter for the generative kind, a tagger folder for the tagger),
+    data, metrics, registry version."""
 
     model_dir: str
+    kind: str = "generative"
     base: str
     rm_data: ArtifactRef
     digest: str

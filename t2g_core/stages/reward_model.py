@@ -1,5 +1,9 @@
 """Reward-model stage: validated annotations -> rm_data -> fine-tuning -> held-out evaluation.
 
+Both kinds (``reward_model.kind``) run through the same steps: a generative model (TRL SFT, the paper's) or a span
+tagger (a token-classification head, ``t2g_core.reward_model.tagger``). The model starts from
+``models.reward_model_base`` or from the policy before PPO (``reward_model.init_from``).
+
 :func:`train` is the stage (what the pipeline runs); :func:`build_data`, :func:`fit` and :func:`evaluate` are its
 steps, which ``t2g rm build-data | train | eval`` also run one at a time. Registration in a model registry is the
 tracking layer's job: the returned reference says what to register.
@@ -51,15 +55,35 @@ def build_data(
     return ref
 
 
-def fit(rm_data: ArtifactRef, base: str, settings: RewardModelSettings, ctx: StageContext):
+def start_model(models: ModelsRef, settings: RewardModelSettings) -> str:
+    """The model the reward model is fine-tuned from (``reward_model.init_from``)."""
+    return models.policy if settings.reward_model.init_from == "policy" else models.base
+
+
+def fit(
+    rm_data: ArtifactRef,
+    base: str,
+    settings: RewardModelSettings,
+    ctx: StageContext,
+    feedback: ArtifactRef | None = None,
+):
     """Fine-tune on the train split into ``<checkpoints/reward_model>/<key>``; resumes a killed run, retrains a
-    forced one. Returns the training result (``adapter_dir``, ``global_step``, ``train_seconds``...)."""
+    forced one. Returns the training result (``adapter_dir`` = the folder to load, ``global_step``,
+    ``train_seconds``...). A tagger needs the ``feedback`` its rows were built from (the responses)."""
+    run_dir = ctx.fresh_folder("checkpoints/reward_model")
+    cfg = settings.reward_model
+    if cfg.kind == "tagger":
+        from t2g_core.reward_model.tagger import fit_tagger, tagger_examples
+
+        if feedback is None:
+            raise ValueError("a tagger reward model is trained on rm_data and the feedback it was built from")
+        examples = tagger_examples(read(rm_data, "rm_data"), read(feedback, "feedback"))
+        return fit_tagger(
+            cfg, base, examples, run_dir, overlap=settings.align.overlap, tracker=ctx.tracker, progress=ctx.progress
+        )
     from t2g_core.reward_model.train import train_rm
 
-    run_dir = ctx.fresh_folder("checkpoints/reward_model")
-    return train_rm(
-        settings.reward_model, base, read(rm_data, "rm_data"), run_dir, tracker=ctx.tracker, progress=ctx.progress
-    )
+    return train_rm(cfg, base, read(rm_data, "rm_data"), run_dir, tracker=ctx.tracker, progress=ctx.progress)
 
 
 def evaluate(
@@ -71,10 +95,11 @@ def evaluate(
     *,
     split: str = "validation",
 ):
-    """Held-out metrics (JSON-valid rate, span P/R/F1 against truth, unmatched rate...) and the report in ``out``."""
-    from t2g_core.reward_model.evaluate import evaluate_adapter, write_eval_report
+    """Held-out metrics (span P/R/F1 against the annotations and the truth, unmatched rate, JSON-valid rate of a
+    generative model...) and the report in ``out``."""
+    from t2g_core.reward_model.evaluate import evaluate_model, write_eval_report
 
-    report = evaluate_adapter(
+    report = evaluate_model(
         model_dir,
         read(rm_data, "rm_data"),
         read(feedback, "feedback"),
@@ -97,8 +122,9 @@ def train(
     """The whole stage on the reward-model base of ``models``: data, fine-tuning, held-out evaluation."""
     if validation is not None and validation.status == "fail":
         raise ValueError(f"validation failed ({validation.report}): the reward model is not trained on this batch")
-    data = build_data(feedback, annotations, spans, models.base, settings, ctx)
-    result = fit(data, models.base, settings, ctx)
+    base = start_model(models, settings)
+    data = build_data(feedback, annotations, spans, base, settings, ctx)
+    result = fit(data, base, settings, ctx, feedback)
     report, paths = evaluate(result.adapter_dir, data, feedback, settings, Path(result.adapter_dir).parent / "eval")
     metrics = {k: float(v) for k, v in report.metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
     ctx.tracker.log_metrics(
@@ -107,7 +133,8 @@ def train(
     ctx.tracker.log_artifact(paths["markdown"].parent, "eval")
     return RewardModelRef(
         model_dir=str(result.adapter_dir),
-        base=models.base,
+        kind=settings.reward_model.kind,
+        base=base,
         rm_data=data,
         digest=folder_digest(result.adapter_dir),
         metrics=metrics,

@@ -28,6 +28,7 @@ def _sets(tiny_model_dir, tmp_path, mode, steps):
         "ppo.value_model=head",
         "ppo.save_every=1",
         f"ppo.reward_mode={mode}",
+        "ppo.reward_source=oracle",
         "ppo.eval_every=1",
     ]
 

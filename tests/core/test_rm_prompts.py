@@ -128,7 +128,7 @@ def test_rm_data_rows_quote_the_response_exactly_and_count_what_was_dropped(tok,
             _annotation("c", ["Cai"], []),
         ]
     )
-    cfg = RewardModelConfig(val_fraction=0.0)
+    cfg = RewardModelConfig(kind="generative", val_fraction=0.0)
     df, stats = build_rm_data(fb, ann, tok, cfg)
     assert list(df.columns) == ["id", "split", "rm_prompt", "rm_target"]
     assert df["id"].tolist() == ["a", "c"]
@@ -148,7 +148,9 @@ def test_spans_cut_off_by_truncation_are_dropped(tok):
     long_summary = SUMMARY + " " + " ".join(["Filler words that go on."] * 60) + " The end is Lima."
     fb = _feedback([{"id": "a", "task": "summarization", "prompt": POST, "response": long_summary}])
     ann = pd.DataFrame([_annotation("a", ["Cai"], ["Lima"])])
-    df, stats = build_rm_data(fb, ann, tok, RewardModelConfig(max_prompt_tokens=260, val_fraction=0.0))
+    df, stats = build_rm_data(
+        fb, ann, tok, RewardModelConfig(kind="generative", max_prompt_tokens=260, val_fraction=0.0)
+    )
     parsed = parse_span_json(df.iloc[0].rm_target.removesuffix(tok.eos_token))
     assert stats.n_prompt_truncated == 1 and stats.n_spans_truncated == 1
     assert (parsed.good_spans, parsed.poor_spans) == (["Cai"], [])

@@ -70,6 +70,7 @@ def test_register_promote_and_load_by_alias_from_a_fresh_process(tiny_model_dir,
     adapters = []
     for seed in (0, 1):  # two different adapters
         cfg = RewardModelConfig(
+            kind="generative",
             val_fraction=0.0,
             max_steps=2,
             save_steps=100,
@@ -132,7 +133,13 @@ def test_reward_model_task_builds_trains_evaluates_and_registers(tiny_model_dir,
     fb_ref = store.write("feedback", artifact_key("feedback", None, {"t": "1"}), fb, "feedback")
     ann_ref = store.write("annotations", artifact_key("annotations", None, {"t": "1"}), ann, "annotations")
     cfg = RewardModelConfig(
-        val_fraction=0.5, max_steps=2, save_steps=100, batch_size=4, max_new_tokens=16, registered_name=TASK_NAME
+        kind="generative",
+        val_fraction=0.5,
+        max_steps=2,
+        save_steps=100,
+        batch_size=4,
+        max_new_tokens=16,
+        registered_name=TASK_NAME,
     )
     from t2g_core.stages.refs import ModelsRef
     from t2g_core.stages.settings import RewardModelSettings

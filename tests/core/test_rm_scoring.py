@@ -28,7 +28,7 @@ def rm(tiny_model_dir):
 
 def test_score_train_and_eval_use_one_prompt_builder(rm, monkeypatch):
     model, tok = rm
-    cfg = RewardModelConfig(val_fraction=0.99)
+    cfg = RewardModelConfig(kind="generative", val_fraction=0.99)
     fb = pd.DataFrame(
         [
             {
@@ -67,9 +67,9 @@ def test_score_train_and_eval_use_one_prompt_builder(rm, monkeypatch):
     rm_df, _ = build_rm_data(fb, ann, tok, cfg)
     seen: list[str] = []
 
-    def capture(model_, tok_, texts, cfg_):
+    def capture(model_, tok_, texts, cfg_, responses=None):
         seen.extend(texts)
-        return generate_texts(model_, tok_, texts, cfg_.model_copy(update={"max_new_tokens": 8}))
+        return generate_texts(model_, tok_, texts, cfg_.model_copy(update={"max_new_tokens": 8}), responses)
 
     monkeypatch.setattr(scoring, "generate_texts", capture)
     score(PROMPTS, RESPONSES, model=model, tokenizer=tok, task="summarization", cfg=cfg)
@@ -81,7 +81,7 @@ def test_score_train_and_eval_use_one_prompt_builder(rm, monkeypatch):
 
 def test_left_padded_batches_generate_what_single_prompts_do(rm):
     model, tok = rm
-    cfg = RewardModelConfig(max_new_tokens=12, score_batch_size=3)
+    cfg = RewardModelConfig(kind="generative", max_new_tokens=12, score_batch_size=3)
     texts = [scoring.build_rm_prompt(tok, "summarization", p, r, 384) for p, r in zip(PROMPTS, RESPONSES, strict=True)]
     batched = generate_texts(model, tok, texts, cfg)
     single = [generate_texts(model, tok, [t], cfg.model_copy(update={"score_batch_size": 1})) for t in texts]
@@ -96,7 +96,12 @@ def test_left_padded_batches_generate_what_single_prompts_do(rm):
 def test_an_untrained_model_gives_parse_errors_not_exceptions(rm):
     model, tok = rm
     out = score(
-        PROMPTS, RESPONSES, model=model, tokenizer=tok, task="summarization", cfg=RewardModelConfig(max_new_tokens=10)
+        PROMPTS,
+        RESPONSES,
+        model=model,
+        tokenizer=tok,
+        task="summarization",
+        cfg=RewardModelConfig(kind="generative", max_new_tokens=10),
     )
     assert len(out) == 3
     for parsed in out:
@@ -108,11 +113,13 @@ def test_an_untrained_model_gives_parse_errors_not_exceptions(rm):
 def test_mismatched_lengths_are_a_clear_error(rm):
     model, tok = rm
     with pytest.raises(ValueError, match="2 prompts but 1 responses"):
-        score(PROMPTS[:2], RESPONSES[:1], model=model, tokenizer=tok, task="qa", cfg=RewardModelConfig())
+        score(
+            PROMPTS[:2], RESPONSES[:1], model=model, tokenizer=tok, task="qa", cfg=RewardModelConfig(kind="generative")
+        )
 
 
 def test_critique_batch_keeps_row_order_across_tasks(tiny_model_dir, monkeypatch):
-    cfg = RewardModelConfig(max_new_tokens=8)
+    cfg = RewardModelConfig(kind="generative", max_new_tokens=8)
     scorer = RewardModelScorer(tiny_model_dir, cfg, device="cpu")
     rows = [
         {"task": "summarization", "prompt": PROMPTS[0], "response": RESPONSES[0]},
@@ -123,7 +130,9 @@ def test_critique_batch_keeps_row_order_across_tasks(tiny_model_dir, monkeypatch
     alone = [scorer.score([r["prompt"]], [r["response"]], r["task"])[0] for r in rows]
     assert [b.raw for b in batch] == [a.raw for a in alone]
 
-    def echo(model_, tok_, texts, cfg_):  # "generate" the prompt itself, to see which prompt each row got
+    def echo(
+        model_, tok_, texts, cfg_, responses=None
+    ):  # "generate" the prompt itself, to see which prompt each row got
         return scoring.Generation(list(texts), [1] * len(texts), [False] * len(texts), 1.0)
 
     monkeypatch.setattr(scoring, "generate_texts", echo)

@@ -90,7 +90,7 @@ def tok(tiny_model_dir):
 
 
 def test_completion_only_loss_masks_every_prompt_token(tiny_model_dir, tok, tmp_path):
-    cfg = RewardModelConfig(val_fraction=0.0, max_steps=1)
+    cfg = RewardModelConfig(kind="generative", val_fraction=0.0, max_steps=1)
     df = rm_rows(tok, cfg)
     trainer = make_trainer(cfg, tiny_model_dir, df, tmp_path, progress=False)
     for i, row in enumerate(df.itertuples()):
@@ -131,6 +131,7 @@ def _adapter_state(path):
 def test_resume_after_kill_continues_step_count_and_optimizer_state(tiny_model_dir, tok, tmp_path):
     torch.set_num_threads(1)
     cfg = RewardModelConfig(
+        kind="generative",
         val_fraction=0.0,
         max_steps=4,
         save_steps=2,
@@ -176,6 +177,7 @@ def test_tiny_rm_overfits_a_handful_of_examples_until_its_spans_match_gold(tiny_
 
     torch.set_num_threads(1)
     cfg = RewardModelConfig(
+        kind="generative",
         val_fraction=0.0,
         max_steps=150,
         save_steps=1000,
@@ -198,7 +200,11 @@ def test_tiny_rm_overfits_a_handful_of_examples_until_its_spans_match_gold(tiny_
     assert report.metrics["span_f1"] == 1.0 and report.metrics["token_f1"] == 1.0
     assert report.metrics["unmatched_span_rate"] == 0.0
     assert report.metrics["rouge_l"] == pytest.approx(1.0)
-    # and the untrained base does not (the metrics can fail)
+    # and the untrained base does not (the metrics can fail) ...
     base, base_tok = load_reward_model(tiny_model_dir, device="cpu")
-    before = evaluate_rm(base, base_tok, eval_items(df, fb, base_tok.eos_token, split="train"), cfg)
-    assert before.metrics["json_valid_rate"] == 0.0 and before.metrics["span_f1"] < 0.5
+    items = eval_items(df, fb, base_tok.eos_token, split="train")
+    free = evaluate_rm(base, base_tok, items, cfg.model_copy(update={"grounded_decoding": False}))
+    assert free.metrics["json_valid_rate"] == 0.0 and free.metrics["span_f1"] < 0.5
+    # ... though grounded decoding keeps even its quotes inside the response
+    grounded = evaluate_rm(base, base_tok, items, cfg.model_copy(update={"max_new_tokens": 96}))
+    assert grounded.metrics["unmatched_span_rate"] == 0.0 and grounded.metrics["span_f1"] < 0.5

@@ -1,0 +1,502 @@
+"""A span-tagger reward model: one label per response token (neutral / good / poor) in one forward pass.
+
+For the response token y_i at input position i the head reads
+
+    f_i = [ h_i ; h_{i-1} ; log p(y_i | y_<i) ; max_v log p(v | y_<i) ]        (2d + 2 features)
+
+where h is the language model's last hidden state and the two log-probabilities come from its own LM head at
+position i-1 (what the model itself predicted there), and a two-layer MLP maps f_i to three logits. Training is
+cross-entropy over the response tokens against the labels alignment produces (validated spans placed on tokens
+through the tokenizer's offset mapping, poor winning on overlap as ``align.overlap`` says); the language model is
+fine-tuned with it (LoRA or fully, ``reward_model.finetune``).
+
+Why this head: measured at demo scale (``shared/reference/reward_model_findings.md``), a tagger only catches invented
+values when it starts from a model that can look the value up (the policy) *and* its head compares the token with
+that model's own prediction; either part alone gave invented-value recall 0. Deviation from the paper: the paper's
+reward model is generative (it writes the critique and then the spans); the tagger writes no critique, so a templated
+one is made from its labels (:func:`critique_from_spans`).
+
+Saved as a folder: ``tagger.json`` (what it is and how it was built), ``head.safetensors``, the tokenizer, and the
+fine-tuned language model (``lm/``, a full model folder, or ``adapter/``, a LoRA adapter on ``base_model``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from t2g_core.rl.logprobs import position_ids_from_mask
+from t2g_core.spans import NEGATIVE, POSITIVE, AlignedSpan, ParsedFeedback, labels_for_offsets
+
+NEUTRAL, GOOD, POOR = 0, 1, 2
+CLASS_LABELS = {GOOD: POSITIVE, POOR: NEGATIVE}
+IGNORE = -100  # cross-entropy ignore index: prompt and padding tokens
+TAGGER_META = "tagger.json"
+HEAD_FILE = "head.safetensors"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the model
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def shift_features(
+    hidden: Tensor, logits: Tensor, input_ids: Tensor
+) -> Tensor:  # (B,L,d), (B,L,V), (B,L) -> (B,L,2d+2)
+    """[h_i, h_{i-1}, log p(y_i | y_<i), max log p(. | y_<i)]; position 0 has no predecessor (zeros)."""
+    b, _, d = hidden.shape
+    lse = torch.logsumexp(logits[:, :-1].float(), dim=-1)  # (B, L-1), no (B, L, V) fp32 log-softmax
+    actual = logits[:, :-1].gather(-1, input_ids[:, 1:, None]).squeeze(-1).float() - lse
+    top = logits[:, :-1].amax(dim=-1).float() - lse
+    zero = hidden.new_zeros(b, 1)
+    logp = torch.cat([zero.float(), actual.clamp(min=-30.0)], dim=1)
+    top_logp = torch.cat([zero.float(), top], dim=1)
+    prev = torch.cat([hidden.new_zeros(b, 1, d), hidden[:, :-1]], dim=1)
+    return torch.cat([hidden.float(), prev.float(), logp[..., None], top_logp[..., None]], dim=-1)
+
+
+class SpanTagger(nn.Module):
+    """A causal LM (maybe LoRA-wrapped) and the shift head; ``forward`` returns per-token class logits (B, L, 3)."""
+
+    def __init__(self, lm: nn.Module, hidden_size: int, head_size: int | None = None):
+        super().__init__()
+        self.lm = lm
+        head_size = head_size or hidden_size
+        self.head = nn.Sequential(nn.Linear(2 * hidden_size + 2, head_size), nn.GELU(), nn.Linear(head_size, 3))
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, labels: Tensor | None = None) -> dict[str, Tensor]:
+        out = self.lm(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            output_hidden_states=True,
+        )
+        feats = shift_features(out.hidden_states[-1], out.logits, input_ids)
+        tag_logits = self.head(feats.to(self.head[0].weight.dtype))  # (B, L, 3)
+        result = {"logits": tag_logits}
+        if labels is not None:
+            result["loss"] = nn.functional.cross_entropy(
+                tag_logits.reshape(-1, 3).float(), labels.reshape(-1), ignore_index=IGNORE
+            )
+        return result
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# examples: (prompt text, response) -> ids and per-token classes through the offset mapping
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Prompt + response ids; ``start`` is where the response begins, ``offsets`` its tokens' char intervals."""
+
+    input_ids: list[int]
+    start: int
+    offsets: list[tuple[int, int]]
+    truncated: bool
+
+
+def encode_pair(
+    tokenizer, prompt_text: str, response: str, max_prompt_tokens: int, max_response_tokens: int
+) -> Encoded:
+    """Ids of the rendered prompt followed by the response (tokenized on its own, so its offsets index it).
+
+    Over budget, the prompt keeps its *last* ``max_prompt_tokens`` tokens (its end, with the assistant header, is what
+    the response follows) and the response its first ``max_response_tokens`` (later tokens are not scored).
+    """
+    p_ids = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+    enc = tokenizer(response, add_special_tokens=False, return_offsets_mapping=True)
+    r_ids, offsets = enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]]
+    truncated = len(p_ids) > max_prompt_tokens or len(r_ids) > max_response_tokens
+    p_ids, r_ids, offsets = p_ids[-max_prompt_tokens:], r_ids[:max_response_tokens], offsets[:max_response_tokens]
+    return Encoded(p_ids + r_ids, len(p_ids), offsets, truncated)
+
+
+def token_classes(offsets: Sequence[tuple[int, int]], spans: Sequence[AlignedSpan], overlap: str) -> list[int]:
+    """NEUTRAL / GOOD / POOR per response token: the same offset mapping and overlap rule as alignment."""
+    values = {POSITIVE: float(GOOD), NEGATIVE: float(POOR), "neutral": float(NEUTRAL)}
+    return [int(v) for v in labels_for_offsets(offsets, spans, values, overlap=overlap)]
+
+
+def spans_from_classes(offsets: Sequence[tuple[int, int]], classes: Sequence[int]) -> list[tuple[int, int, str]]:
+    """Runs of consecutive tokens with the same non-neutral class, as (start, end, label) char spans."""
+    spans: list[tuple[int, int, str]] = []
+    run: list[int] | None = None  # [start, end, class]
+    for (s, e), c in zip(offsets, classes, strict=True):
+        if e <= s:  # zero-width (special) tokens neither open nor break a run
+            continue
+        if run is not None and c == run[2]:
+            run[1] = e
+            continue
+        if run is not None and run[2] != NEUTRAL:
+            spans.append((run[0], run[1], CLASS_LABELS[run[2]]))
+        run = [s, e, int(c)]
+    if run is not None and run[2] != NEUTRAL:
+        spans.append((run[0], run[1], CLASS_LABELS[run[2]]))
+    return spans
+
+
+def critique_from_spans(response: str, spans: Sequence[tuple[int, int, str]]) -> str:
+    """A templated critique from the tagger's labels (it writes none of its own)."""
+    poor = [response[s:e].strip() for s, e, lab in spans if lab == NEGATIVE]
+    good = [response[s:e].strip() for s, e, lab in spans if lab == POSITIVE]
+    if not poor:
+        return "No wrong or unsupported content found." + (f" Supported: {_quoted(good)}." if good else "")
+    return f"Wrong or unsupported: {_quoted(poor)}." + (f" Supported: {_quoted(good)}." if good else "")
+
+
+def _quoted(texts: Sequence[str]) -> str:
+    return ", ".join(json.dumps(t, ensure_ascii=False) for t in texts)
+
+
+def feedback_from_spans(response: str, spans: Sequence[tuple[int, int, str]]) -> ParsedFeedback:
+    """The tagger's answer in the one feedback shape: quotes, a templated critique, and the exact offsets."""
+    return ParsedFeedback(
+        critique=critique_from_spans(response, spans),
+        good_spans=[response[s:e] for s, e, lab in spans if lab == POSITIVE],
+        poor_spans=[response[s:e] for s, e, lab in spans if lab == NEGATIVE],
+        located=tuple(spans),
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# building, saving, loading
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> tuple[SpanTagger, object]:
+    """A fresh tagger on ``base`` (LoRA-wrapped when ``cfg.finetune == "lora"``); dropout off (the RM's targets are
+    deterministic labels and the demo models have none)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    lm = AutoModelForCausalLM.from_pretrained(str(base), dtype=dtype)
+    if cfg.gradient_checkpointing:
+        lm.gradient_checkpointing_enable()
+    if cfg.finetune == "lora":
+        from peft import get_peft_model
+
+        from t2g_core.reward_model.train import lora_config
+
+        lm = get_peft_model(lm, lora_config(cfg))
+    hidden = lm.config.get_text_config().hidden_size if hasattr(lm.config, "get_text_config") else lm.config.hidden_size
+    torch.manual_seed(cfg.seed)
+    model = SpanTagger(lm, hidden, cfg.tagger_head_size or None).to(dtype)
+    return model, tokenizer
+
+
+def save_tagger(model: SpanTagger, tokenizer, out: Path, meta: dict) -> Path:
+    """Write the tagger folder (see the module docstring)."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    lm_dir = out / ("adapter" if meta.get("finetune") == "lora" else "lm")
+    model.lm.save_pretrained(str(lm_dir))
+    save_file({k: v.detach().contiguous().cpu() for k, v in model.head.state_dict().items()}, str(out / HEAD_FILE))
+    tokenizer.save_pretrained(str(out))
+    (out / TAGGER_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    return out
+
+
+def is_tagger(path: str | Path) -> bool:
+    return (Path(path) / TAGGER_META).is_file()
+
+
+def load_tagger(path: str | Path, *, device: str | None = None, dtype: torch.dtype | None = None):
+    """(SpanTagger in eval mode, tokenizer) from a tagger folder."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not is_tagger(path):
+        raise FileNotFoundError(f"{path}: not a tagger reward model (no {TAGGER_META})")
+    meta = json.loads((path / TAGGER_META).read_text(encoding="utf-8"))
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = dtype or torch.float32
+    if meta["finetune"] == "lora":
+        from peft import PeftModel
+
+        lm = AutoModelForCausalLM.from_pretrained(meta["base_model"], dtype=dtype)
+        lm = PeftModel.from_pretrained(lm, str(path / "adapter")).merge_and_unload()
+    else:
+        lm = AutoModelForCausalLM.from_pretrained(str(path / "lm"), dtype=dtype)
+    model = SpanTagger(lm, int(meta["hidden_size"]), int(meta["head_size"]))
+    model.head.load_state_dict(load_file(str(path / HEAD_FILE)))
+    return model.to(device=device, dtype=dtype).eval(), AutoTokenizer.from_pretrained(str(path))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# inference
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _left_padded(batch: list[Encoded], pad_id: int) -> tuple[Tensor, Tensor]:  # -> (B, L), (B, L)
+    width = max(len(e.input_ids) for e in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for b, e in enumerate(batch):
+        ids[b, width - len(e.input_ids) :] = torch.tensor(e.input_ids)
+        mask[b, width - len(e.input_ids) :] = 1
+    return ids, mask
+
+
+@torch.inference_mode()
+def predict_classes(model: SpanTagger, encoded: Sequence[Encoded], pad_id: int, batch_size: int) -> list[list[int]]:
+    """Argmax class per response token of each encoded pair (batched, left-padded, lengths sorted)."""
+    device = next(model.parameters()).device
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i].input_ids))
+    out: list[list[int]] = [[] for _ in encoded]
+    for b in range(0, len(order), batch_size):
+        idx = order[b : b + batch_size]
+        ids, mask = _left_padded([encoded[i] for i in idx], pad_id)
+        classes = model(ids.to(device), mask.to(device))["logits"].argmax(dim=-1).cpu()  # (B, L)
+        width = ids.shape[1]
+        for j, i in enumerate(idx):
+            n = len(encoded[i].input_ids) - encoded[i].start  # response tokens, right-aligned
+            out[i] = classes[j, width - n :].tolist() if n else []
+    return out
+
+
+class TaggerScorer:
+    """The tagger as a reward source for PPO and for evaluation: ``critique_batch(rows) -> list[ParsedFeedback]``."""
+
+    def __init__(self, path: str | Path, cfg=None, *, device: str | None = None):
+        from t2g_core.config.reward_model import RewardModelConfig
+
+        self.cfg = cfg or RewardModelConfig()
+        self.model, self.tokenizer = load_tagger(path, device=device)
+        self.seconds = 0.0  # time spent scoring, for the scoring share of a PPO step
+
+    def encode(self, task: str, prompt: str, response: str) -> Encoded:
+        from t2g_core.policy_prompts import render_policy_prompt
+
+        prompt_text = render_policy_prompt(self.tokenizer, task, prompt)
+        return encode_pair(
+            self.tokenizer, prompt_text, response, self.cfg.max_prompt_tokens, self.cfg.max_target_tokens
+        )
+
+    def critique_batch(self, rows: Sequence[dict]) -> list[ParsedFeedback]:
+        t0 = time.perf_counter()
+        encoded = [self.encode(r["task"], r["prompt"], r["response"]) for r in rows]
+        classes = predict_classes(self.model, encoded, self.tokenizer.pad_token_id, self.cfg.score_batch_size)
+        out = [
+            feedback_from_spans(r["response"], spans_from_classes(e.offsets, c))
+            for r, e, c in zip(rows, encoded, classes, strict=True)
+        ]
+        self.seconds += time.perf_counter() - t0
+        return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# training: a plain loop with checkpoints (resumes exactly: data order is a function of the step, dropout is off)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _right_padded(batch: list[tuple[Encoded, list[int]]], pad_id: int) -> dict[str, Tensor]:
+    width = max(len(e.input_ids) for e, _ in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    labels = torch.full((len(batch), width), IGNORE, dtype=torch.long)
+    for b, (e, classes) in enumerate(batch):
+        n = len(e.input_ids)
+        ids[b, :n], mask[b, :n] = torch.tensor(e.input_ids), 1
+        labels[b, e.start : n] = torch.tensor(classes, dtype=torch.long)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def _batch_order(n: int, batch_size: int, step: int, seed: int) -> list[int]:
+    """Example indices of optimizer step ``step``: consecutive slices of a fresh permutation per epoch."""
+    per_epoch = max(1, math.ceil(n / batch_size))
+    epoch, k = divmod(step, per_epoch)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7919 + epoch)).tolist()
+    return perm[k * batch_size : (k + 1) * batch_size]
+
+
+def planned_steps(cfg, n_train: int) -> int:
+    return cfg.max_steps if cfg.max_steps > 0 else max(1, math.ceil(cfg.epochs * n_train / cfg.batch_size))
+
+
+def _schedule(optimizer, cfg, total: int):
+    from transformers import get_scheduler
+
+    return get_scheduler(
+        cfg.lr_scheduler, optimizer, num_warmup_steps=int(cfg.warmup_ratio * total), num_training_steps=total
+    )
+
+
+def _save_checkpoint(folder: Path, model: SpanTagger, optimizer, scheduler, step: int) -> None:
+    import shutil
+
+    trainable = {k: v.detach().cpu() for k, v in model.named_parameters() if v.requires_grad}
+    tmp = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)  # a write killed half-way
+    tmp.mkdir(parents=True)
+    torch.save(
+        {"step": step, "params": trainable, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+        tmp / "state.pt",
+    )
+    tmp.rename(folder)
+
+
+def _latest_checkpoint(ckpt_dir: Path) -> Path | None:
+    done = sorted(ckpt_dir.glob("step-*[0-9]"), key=lambda p: int(p.name.split("-")[1])) if ckpt_dir.is_dir() else []
+    return done[-1] if done else None
+
+
+def _restore(folder: Path, model: SpanTagger, optimizer, scheduler) -> int:
+    state = torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in state["params"].items():
+            params[name].copy_(value)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    return int(state["step"])
+
+
+def _prune(ckpt_dir: Path, keep: int) -> None:
+    import shutil
+
+    done = sorted(ckpt_dir.glob("step-*[0-9]"), key=lambda p: int(p.name.split("-")[1]))
+    for old in done[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def tagger_examples(rm_df, feedback_df, split: str = "train") -> list[tuple[str, str, list[AlignedSpan]]]:
+    """(policy prompt, response, located spans) for the ``split`` rows of tagger ``rm_data``."""
+    from t2g_core.reward_model.data import parse_rm_target
+
+    responses = dict(zip(feedback_df["id"], feedback_df["response"], strict=True))
+    out = []
+    for row in rm_df[rm_df["split"] == split].itertuples(index=False):
+        response = responses[row.id]
+        target = parse_rm_target(row.rm_target)
+        spans = [AlignedSpan(response[s:e], lab, s, e, "exact", 100.0) for s, e, lab in target.located]
+        out.append((row.rm_prompt, response, spans))
+    return out
+
+
+def _encode_examples(examples, tokenizer, cfg, overlap: str) -> tuple[list[tuple[Encoded, list[int]]], int]:
+    data, n_skipped = [], 0
+    for prompt_text, response, spans in examples:
+        e = encode_pair(tokenizer, prompt_text, response, cfg.max_prompt_tokens, cfg.max_target_tokens)
+        if e.truncated:
+            n_skipped += 1
+            continue
+        data.append((e, token_classes(e.offsets, spans, overlap)))
+    if not data:
+        raise ValueError(f"tagger: no training example fits {cfg.max_prompt_tokens}+{cfg.max_target_tokens} tokens")
+    return data, n_skipped
+
+
+@dataclass
+class _Run:
+    """What the training loop works on."""
+
+    model: SpanTagger
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    data: list[tuple[Encoded, list[int]]]
+    total: int
+    device: str
+
+
+def _loop(run: _Run, cfg, start: int, ckpt_dir: Path, tracker, progress: bool) -> list[dict[str, float]]:
+    """Optimizer steps ``start .. total``; returns the logged rows."""
+    from tqdm.auto import tqdm
+
+    history: list[dict[str, float]] = []
+    params = [p for p in run.model.parameters() if p.requires_grad]
+    run.model.train()
+    bar = tqdm(total=run.total, initial=start, desc="tagger", disable=not progress, dynamic_ncols=True)
+    for step in range(start, run.total):
+        batch = _right_padded([run.data[i] for i in _batch_order(len(run.data), cfg.batch_size, step, cfg.seed)], 0)
+        loss = run.model(**{k: v.to(run.device) for k, v in batch.items()})["loss"]
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        run.optimizer.step()
+        run.scheduler.step()
+        run.optimizer.zero_grad(set_to_none=True)
+        loss_value = float(loss.detach())
+        if (step + 1) % cfg.logging_steps == 0 or step + 1 == run.total:
+            row = {"rm/loss": loss_value, "rm/grad_norm": grad_norm, "rm/learning_rate": run.scheduler.get_last_lr()[0]}
+            history.append({"step": float(step + 1), **row})
+            if tracker is not None:
+                tracker.log_metrics(row, step=step + 1)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_value:.4f}")
+        if (step + 1) % cfg.save_steps == 0 and step + 1 < run.total:
+            _save_checkpoint(ckpt_dir / f"step-{step + 1}", run.model, run.optimizer, run.scheduler, step + 1)
+            _prune(ckpt_dir, cfg.save_total_limit)
+    bar.close()
+    run.model.eval()
+    return history
+
+
+def fit_tagger(
+    cfg,
+    base: str | Path,
+    examples: Sequence[tuple[str, str, list[AlignedSpan]]],
+    out_dir: str | Path,
+    *,
+    overlap: str = "poor_wins",
+    tracker=None,
+    resume: bool = True,
+    progress: bool = False,
+):
+    """Train a tagger on (prompt text, response, located spans) examples into ``<out_dir>/tagger``.
+
+    Checkpoints go to ``<out_dir>/checkpoints/step-N`` every ``save_steps``; a re-run resumes from the last one and
+    reproduces the uninterrupted run. Returns an :class:`~t2g_core.reward_model.train.RMTrainResult`.
+    """
+    import shutil
+
+    from t2g_core.reward_model.train import TRAIN_META, RMTrainResult, finished_run, use_bf16
+
+    out_dir, ckpt_dir = Path(out_dir), Path(out_dir) / "checkpoints"
+    done = finished_run(out_dir, cfg, folder="tagger") if resume else None
+    if done is not None:
+        return done
+    if not resume:
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+    dtype = torch.bfloat16 if use_bf16(cfg.precision) else torch.float32
+    model, tokenizer = build_tagger(base, cfg, dtype)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    data, n_skipped = _encode_examples(examples, tokenizer, cfg, overlap)
+    total = planned_steps(cfg, len(data))
+    optimizer = torch.optim.AdamW(
+        [p for p in model.to(device).parameters() if p.requires_grad],
+        lr=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+    )
+    run = _Run(model, optimizer, _schedule(optimizer, cfg, total), data, total, device)
+    latest = _latest_checkpoint(ckpt_dir) if resume else None
+    start = _restore(latest, model, optimizer, run.scheduler) if latest is not None else 0
+    t0 = time.perf_counter()
+    history = _loop(run, cfg, start, ckpt_dir, tracker, progress)
+    seconds = time.perf_counter() - t0
+    meta = {
+        "kind": "tagger",
+        "base_model": str(Path(base).resolve()) if Path(base).exists() else str(base),
+        "finetune": cfg.finetune,
+        "hidden_size": model.head[0].in_features // 2 - 1,
+        "head_size": model.head[0].out_features,
+        "classes": {"neutral": NEUTRAL, "good": GOOD, "poor": POOR},
+        "global_step": total,
+        "resumed_from": str(latest) if latest else None,
+        "train_seconds": seconds,
+        "n_train": len(data),
+        "n_skipped_too_long": n_skipped,
+        "n_validation": 0,
+        "config": cfg.model_dump(mode="json"),
+    }
+    folder = save_tagger(model, tokenizer, out_dir / "tagger", meta)
+    (folder / TRAIN_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    return RMTrainResult(folder, ckpt_dir, total, meta["resumed_from"], seconds, len(data), 0, history)
