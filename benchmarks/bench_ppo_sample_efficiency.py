@@ -365,11 +365,30 @@ def run_one(args) -> None:
     (out / "run.json").write_text(json.dumps(record))
 
 
+def _same_as_tighter_stop(spec: dict) -> dict | None:
+    """A finished run of the same configuration with a lower KL stop that never stopped early: it is this run too
+    (every measured KL stayed under the lower bound, so under this one the trajectory is the same, bit for bit)."""
+    cfg_dir = Path(spec["out"]).parents[2]  # runs/<arm>/<name>/<key>/<ws-seed>
+    for sibling in sorted(cfg_dir.glob(f"*/{Path(spec['out']).parent.name}/{Path(spec['out']).name}/run.json")):
+        run = json.loads(sibling.read_text())
+        tuned, mine = run["tuned"], spec["tuned"]
+        same = all(tuned[k] == mine[k] for k in mine if k != "max_approx_kl")
+        if same and tuned["max_approx_kl"] < mine["max_approx_kl"]:
+            if not any(h.get("ppo/early_stopped") for h in run["history"]):
+                return {**run, **spec, "same_as": str(sibling.parent)}
+    return None
+
+
 def _launch(args, spec: dict) -> dict:
     out = Path(spec["out"])
     done = out / "run.json"
     if done.exists():
         return json.loads(done.read_text())
+    same = _same_as_tighter_stop(spec)
+    if same is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        done.write_text(json.dumps(same))
+        return same
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, __file__, "--run-one", json.dumps(spec)] + _shared_flags(args)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -526,8 +545,10 @@ def summarise_arm(runs: list[dict], steps: int) -> dict:
 
 def tune(args, arms: list[str], policy: Path) -> dict[str, dict]:
     """Every grid configuration of every arm on the first warm start; the best per arm (fewest steps to 0.25x, then
-    the lowest area under the held-out error curve)."""
+    the lowest area under the held-out error curve). The tightest KL stop runs first: a looser stop's run is the same
+    run when the tighter one never stopped (see :func:`_same_as_tighter_stop`)."""
     specs = [spec(args, a, t, 0, policy, s) for a in arms for t in grid(a, args) for s in range(args.tune_seeds)]
+    specs.sort(key=lambda sp: sp["tuned"]["max_approx_kl"])  # stable: arms and configs keep their order
     print(f"tuning: {len(specs)} runs", flush=True)
     runs = run_all(args, specs)
     table: dict[str, dict] = {}
