@@ -359,7 +359,7 @@ def run_one(args) -> None:
     warm = trainer.evaluate(eval_df)  # the warm start itself (no update yet): the same for every run of a policy
     result = trainer.fit(tracker=NullTracker(), eval_df=eval_df)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    keep = ("task/", "eval/", "kl/", "response/", "ppo/", "value/", "grad/", "policy/", "reward/", "loss/")
+    keep = ("task/", "eval/", "kl/", "response/", "ppo/", "value/", "grad/", "policy/", "reward/", "loss/", "lr/")
     history = [{k: v for k, v in h.items() if k == "step" or k.startswith(keep)} for h in result.history]
     record = {**spec, "warm_eval": warm, "history": history, "seconds": time.time() - t0}
     (out / "run.json").write_text(json.dumps(record))
@@ -489,7 +489,8 @@ def run_stats(run: dict, steps: int) -> dict:
         "steps_to": {str(f): s for f, s in reached.items()},
         "final_error": final,
         "auc": statistics.fmean(err for _, err in curve(run)),
-        "collapsed": final >= err0,  # worse at the end than the warm start it started from
+        # collapsed: worse at the end than the warm start, or back above half of it after having got there (relapse)
+        "collapsed": final >= err0 or (reached[0.5] is not None and final > 0.5 * err0),
         "final_length": run["history"][-1].get("response/length"),
     }
 
@@ -537,7 +538,8 @@ def summarise_arm(runs: list[dict], steps: int) -> dict:
         "final_error_mean": statistics.fmean(finals),
         "final_error_ci95": bootstrap_ci(finals),
         "auc_mean": statistics.fmean(s["auc"] for s in stats),
-        "warm_start_error": sorted({round(s["warm_start_error"], 6) for s in stats}),
+        "warm_start_error_mean": statistics.fmean(s["warm_start_error"] for s in stats),
+        "final_length_mean": statistics.fmean(s["final_length"] for s in stats if s["final_length"] is not None),
         "seconds_per_run": statistics.fmean(r["seconds"] for r in runs),
     }
     return out
@@ -636,7 +638,11 @@ def plot(runs: list[dict], table: dict, path: Path, task: str) -> None:
         ax.axhline(f * err0, color="grey", ls="--", lw=0.8)
     ax.set_xlabel("PPO steps trained")
     ax.set_ylabel("held-out error" + (" (1 - pass@1)" if task == "code" else " (1 - correct facts / 8)"))
-    ax.set_title(f"{task}: best-tuned arms, mean and 95% bootstrap band (dashed: 0.5x, 0.25x warm start)")
+    ax.set_title(
+        f"{task}: each arm at its best-tuned setting, mean and 95% bootstrap band\n(dashed: 0.5x and 0.25x the "
+        "warm-start error)",
+        fontsize=10,
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
