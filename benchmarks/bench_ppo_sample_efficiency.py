@@ -20,8 +20,9 @@ Tasks:
 Each (arm, config, warm start, seed) is a 1-thread subprocess, ``--workers`` at a time; finished runs are kept in
 ``--workdir`` and skipped when the benchmark is run again (so a sweep can be resumed). Phases: ``tune`` (the grid,
 ``--tune-seeds`` seeds, first warm start), ``final`` (the best configuration of each arm, ``--seeds`` x
-``--warm-starts``), ``all`` (both). Writes benchmarks/results/ppo_sample_efficiency_<task>.json and
-docs/figures/ppo_sample_efficiency_<task>.png (held-out curves, mean and 95% bootstrap band per arm).
+``--warm-starts``), ``all`` (both). Writes benchmarks/results/ppo_sample_efficiency_<task>[_<tag>].json and
+docs/figures/ppo_sample_efficiency_<task>.png (held-out curves, mean and 95% bootstrap band per arm; a tagged run
+keeps its figure beside its JSON).
 
     .venv/bin/python benchmarks/bench_ppo_sample_efficiency.py --task summarization --phase all --workers 2
     .venv/bin/python benchmarks/bench_ppo_sample_efficiency.py --smoke
@@ -736,7 +737,7 @@ def main() -> None:
     tuning = json.loads(tune_file.read_text())
     table, runs = final(args, arms, policies, {a: tuning[a]["best"] for a in arms})
     comparison = compare(table, args.steps)
-    figure = (out_dir if args.smoke else FIGURES) / f"{name}.png"
+    figure = (out_dir if args.smoke or args.tag else FIGURES) / f"{name}.png"  # ablations stay with the results
     plot(runs, table, figure, args.task)
     result = {
         "task": args.task,
