@@ -61,6 +61,21 @@ DEFAULT_ARMS = ("scalar", "scalar_rloo", "dense", "span", "span_local", "span_bo
 SCALAR_INFO = ("scalar", "uniform", "scalar_rloo")  # arms that only see the sequence score
 SPAN_INFO = ("span", "span_local", "span_bootstrap", "span_rloo", "span_grpo")
 FRACTIONS = (0.5, 0.25)
+TASK_DEFAULTS = {  # code: what 2 shared cores allow (a run is ~4.5 min, mostly sandbox); flags still override
+    "code": {
+        "arms": "span,scalar",
+        "lrs": "1e-3,3e-3",
+        "lams": "0.95,1",
+        "kl_stops": "0.03",
+        "seeds": 3,
+        "warm_starts": 1,
+        "steps": 16,
+        "eval_every": 4,
+        "max_new_tokens": 40,
+        "code_eval_copies": 2,
+        "lm_steps": 0,
+    }
+}
 SMOKE = {
     "steps": 2,
     "batch_size": 4,
@@ -702,6 +717,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--tag", default="", help="Suffix of the result and figure names (e.g. an ablation).")
     p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     p.add_argument("--run-one", dest="spec", default=None, help=argparse.SUPPRESS)
+    task, _ = p.parse_known_args()
+    p.set_defaults(**TASK_DEFAULTS.get(task.task, {}))
     args = p.parse_args()
     if args.smoke:
         args.__dict__.update(SMOKE, workdir=str(RESULTS / "smoke" / "work-ppo"))
