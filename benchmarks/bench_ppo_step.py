@@ -42,25 +42,17 @@ def main() -> None:
 
     torch.set_num_threads(1)
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_ppo_sample_efficiency import build_policy, ppo_config
+    from bench_ppo_sample_efficiency import Summarization
 
     from t2g_core.config.ppo import PPOConfig
 
-    defaults = {k: PPOConfig.model_fields[k].default for k in ("max_approx_kl", "lr_schedule")}
     out_dir = RESULTS / "smoke" if args.smoke else RESULTS
     if args.smoke:
         args.steps, args.batch_size, args.max_new_tokens = 2, 4, 8
         args.workdir = str(out_dir / "work-ppo")  # the policy bench_ppo_sample_efficiency --smoke builds, too
     if args.policy is None:
-        build = argparse.Namespace(
-            build_threads=1,
-            workdir=args.workdir,
-            lm_steps=0,
-            extra_sft_steps=0,
-            sft_steps=5 if args.smoke else 300,
-            smoke=args.smoke,
-        )
-        args.policy = str(build_policy(build))
+        build = argparse.Namespace(workdir=args.workdir, sft_steps=5 if args.smoke else 600, smoke=args.smoke)
+        args.policy = str(Summarization(build).build_policy(0))
 
     from t2g_core.demo import make_demo_feedback
     from t2g_core.ppo import train
@@ -68,23 +60,19 @@ def main() -> None:
 
     prompts = make_demo_feedback("summarization", 16 if args.smoke else 256, seed=1)
     out = {}
-    for mode in ("span", "scalar", "dense"):
-        ns = argparse.Namespace(
+    for mode in ("span", "scalar", "uniform", "dense"):
+        cfg = PPOConfig(
+            reward_mode=mode,
+            reward_source="oracle",
             steps=args.steps,
             batch_size=args.batch_size,
             minibatches=1,
-            lr=1e-3,
             max_new_tokens=args.max_new_tokens,
             eval_every=10**6,
-            **defaults,
+            log_every=args.steps,
+            save_every=args.steps,
         )
-        res = train(
-            ppo_config(ns, mode, 0),
-            args.policy,
-            prompts,
-            Path(args.workdir) / mode,
-            reward_source=oracle_source("summarization"),
-        )
+        res = train(cfg, args.policy, prompts, Path(args.workdir) / mode, reward_source=oracle_source("summarization"))
         hist = res.history[1:]  # step 0 includes one-off warm-up costs
         step = statistics.fmean(h["time/step"] for h in hist)
         phases = {ph: statistics.fmean(h[f"time/{ph}"] for h in hist) for ph in PHASES}

@@ -9,7 +9,8 @@ import typer
 from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, join_processes, pipeline_config, stage_context
 
 ppo_app = typer.Typer(
-    help="Span-reward PPO: token-level rewards from critiques (span), or scalar / dense baselines.",
+    help="Span-reward PPO: token-level rewards from critiques (span), or the scalar / uniform / dense (word-level) "
+    "baselines.",
     no_args_is_help=True,
 )
 

@@ -64,6 +64,11 @@ class ParsedFeedback:
     outcome: float | None = None  # a critic's overall verdict in [-1, 1] (code: from the pass rate), when it has one
     degenerate: bool = False  # no real attempt: empty, crashes its harness, hangs past its timer (worst of all)
     missing: tuple[str, ...] = ()  # required content the response leaves out (facts, behaviour), for omission rewards
+    # where each missing item belonged: a char offset into the response (None = unknown: the reward goes at the end)
+    missing_at: tuple[int | None, ...] = ()
+    # word-level labels in response order, [(word, score)] with score in {-1, 0, 1} (the paper's dense ablation and
+    # its SLF5K reward model's ``word_score_list``); None = this critic does not label words
+    word_scores: tuple[tuple[str, float], ...] | None = None
     # (start, end, label) char spans of the response, when the source knows where its spans are (a token tagger):
     # used as they are instead of searching the response for the quotes
     located: tuple[tuple[int, int, str], ...] = ()
@@ -78,7 +83,9 @@ CRITIQUE_KEYS = ("critique", "textual_feedback", "code_feedback", "feedback", "s
 GOOD_KEYS = ("good_spans", "improvement_code", "good", "positive_spans")
 POOR_KEYS = ("poor_spans", "wrong_code", "poor", "bad_spans", "negative_spans")
 REASONING_KEYS = ("reasoning", "analysis", "chain_of_thought", "thoughts")
-_KNOWN_KEYS = frozenset(CRITIQUE_KEYS + GOOD_KEYS + POOR_KEYS)
+WORD_KEYS = ("word_score_list", "word_scores")
+MISSING_KEYS = ("missing", "missing_content", "omissions", "omitted")
+_KNOWN_KEYS = frozenset(CRITIQUE_KEYS + GOOD_KEYS + POOR_KEYS + WORD_KEYS)
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
 _OBJECT_START = re.compile(r"\{\s*[\"'`]")
 
@@ -169,18 +176,49 @@ def parse_span_json(text: str | None) -> ParsedFeedback:
         )
     has_good, good = _pick(obj, GOOD_KEYS)
     has_poor, poor = _pick(obj, POOR_KEYS)
+    has_words, words = _pick(obj, WORD_KEYS)
     _, critique = _pick(obj, CRITIQUE_KEYS)
-    if not (has_good or has_poor):
+    if not (has_good or has_poor or has_words):
         return ParsedFeedback(
             _text_or_none(critique), status="parse_error", error="no good_spans/poor_spans key", raw=text
         )
     try:
         good_spans, poor_spans = _as_span_list(good, "good_spans"), _as_span_list(poor, "poor_spans")
+        word_scores = _as_word_scores(words) if has_words else None
+        missing = tuple(_as_span_list(_pick(obj, MISSING_KEYS)[1], "missing"))
     except ValueError as exc:
         return ParsedFeedback(_text_or_none(critique), status="parse_error", error=str(exc), raw=text)
     _, reasoning = _pick(obj, REASONING_KEYS)
     reasoning = _text_or_none(reasoning) or _clean_reasoning(text[:pos])
-    return ParsedFeedback(_text_or_none(critique), good_spans, poor_spans, reasoning, "ok", None, text)
+    return ParsedFeedback(
+        _text_or_none(critique),
+        good_spans,
+        poor_spans,
+        reasoning,
+        "ok",
+        None,
+        text,
+        missing=missing,
+        word_scores=word_scores,
+    )
+
+
+def _as_word_scores(value: Any) -> tuple[tuple[str, float], ...]:
+    """``[[word, score], ...]`` (or ``[{"word": w, "score": s}]``) as (word, score) pairs, score clipped to [-1, 1]."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ValueError(f"word_score_list is a {type(value).__name__}, expected a list of [word, score] pairs")
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, Mapping):
+            item = [item.get("word"), item.get("score")]
+        ok = isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str)
+        score = item[1] if ok else None
+        if not ok or isinstance(score, bool) or not isinstance(score, (int, float)) or score != score:
+            raise ValueError(f"word_score_list[{i}] is not a [word, number] pair")
+        out.append((item[0], max(-1.0, min(1.0, float(score)))))
+    return tuple(out)
 
 
 def _text_or_none(value: Any) -> str | None:
@@ -449,6 +487,23 @@ def locate_spans(
         "min_fuzzy_chars": min_fuzzy_chars,
     }
     return [locate_span(resp, s, label, **kw) for s in spans]
+
+
+def locate_words(response: str, word_scores: Sequence[tuple[str, float]]) -> list[AlignedSpan]:
+    """Word-level labels placed in order: each word is found (exactly) after the previous one; score 0 is neutral.
+
+    A word that is not found is ``unmatched`` and does not move the cursor, so one bad word does not shift the rest.
+    """
+    out, cursor = [], 0
+    for word, score in word_scores:
+        label = POSITIVE if score > 0 else NEGATIVE if score < 0 else "neutral"
+        pos = response.find(word, cursor) if word.strip() else -1
+        if pos < 0:
+            out.append(AlignedSpan(word, label, None, None, "unmatched", 0.0))
+            continue
+        cursor = pos + len(word)
+        out.append(AlignedSpan(word, label, pos, cursor, "exact", 100.0))
+    return out
 
 
 def align_feedback(

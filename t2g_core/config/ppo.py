@@ -1,19 +1,44 @@
-"""Span-reward PPO: one trainer, three reward modes."""
+"""Span-reward PPO: one trainer, four reward modes, five advantage estimators."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from t2g_core.config.base import StageConfig, recipe_path
 
+HYBRID_MODES = ("span", "dense")  # reward modes where a terminal scalar adds information (terminal_coef)
+WORD_LABEL_MODES = ("dense",)  # reward modes whose labels are the critic's word-level scores
+CRITIC_FREE = ("rloo", "grpo")  # advantage estimators with a group baseline instead of a value model
+
 
 class PPOConfig(StageConfig):
-    reward_mode: Literal["span", "scalar", "dense"] = Field(
+    reward_mode: Literal["span", "scalar", "uniform", "dense"] = Field(
         "span",
-        description="span = Text2Grad token rewards; scalar = sum of span labels on the last token; dense = that sum "
-        "/ T on every token.",
+        description="span = Text2Grad token rewards from the critic's spans; scalar = their sum on the last token; "
+        "uniform = that sum / T on every token (the scalar's information, spread); dense = the paper's ablation, the "
+        "critic's word-level labels on every word's tokens.",
+    )
+    advantage: Literal["gae", "span_local", "span_bootstrap", "rloo", "grpo"] = Field(
+        "gae",
+        description="Credit assignment (t2g_core.rl.advantages): gae; span_local = GAE cut at each span's end; "
+        "span_bootstrap = GAE bootstrapping the critic's value at span ends; rloo / grpo = critic-free group "
+        "baselines over group_size samples per prompt, span rewards kept per token.",
+    )
+    group_size: int = Field(
+        1, ge=1, description="Samples per prompt in a batch (k); rloo and grpo need k >= 2 and batch_size % k == 0."
+    )
+    omission_penalty: float = Field(
+        1.0,
+        ge=0,
+        description="Reward -p per item the critic reports missing (a left-out fact, unimplemented behaviour), in "
+        "label units: at 1 a missing fact costs what a wrong one does, so omitting never pays.",
+    )
+    omission_placement: Literal["anchor", "end"] = Field(
+        "anchor",
+        description="Where an omission's penalty goes: anchor = the token where the content belonged (the last token "
+        "when the critic gives no place); end = the last token.",
     )
     reward_source: Literal["reward_model", "endpoint", "oracle"] = Field(
         "reward_model",
@@ -47,9 +72,26 @@ class PPOConfig(StageConfig):
     kl_horizon: int = Field(10000, ge=1, description="Horizon of the adaptive KL controller.")
     span_coef: float = Field(1.0, description="c in r_t = m_t (c*delta_t - beta*KL_t).")
     terminal_coef: float = Field(
-        0.0, description="Weight of an optional terminal scalar added to span rewards (hybrid)."
+        0.0,
+        description="Weight of an optional terminal scalar (the sum of the labels) added to span or dense rewards "
+        "(hybrid); refused in scalar and uniform modes, where it would count the same score twice.",
     )
-    parse_failure_reward: float = Field(0.0, description="Reward of a sample whose critique failed to parse.")
+    outcome_coef: float = Field(
+        1.0,
+        ge=0,
+        description="Weight of a critic's overall verdict v in [-1, 1] (the code critic: 2 * pass rate - 1), added at "
+        "the last token in every reward mode; a critique with a verdict has its good and poor labels scaled to sum "
+        "+1 and -1, so the verdict orders responses: passes all > passes some > fails (t2g_core.rl.rewards).",
+    )
+    degenerate_reward: float = Field(
+        -4.0,
+        description="Reward of a response that made no real attempt (empty, crashes its harness, hangs past its "
+        "timer), replacing its labels; must lie below the worst attempt, -(span_coef * (1 + omission_penalty) + "
+        "outcome_coef).",
+    )
+    parse_failure_reward: float = Field(
+        0.0, description="Reward of a sample whose critique failed (the reward source's fault, not the sample's)."
+    )
     missing_eos_penalty: float | None = Field(
         None, description="Reward replacing the score of a response without EOS (None = off)."
     )
@@ -58,12 +100,21 @@ class PPOConfig(StageConfig):
     cliprange: float = Field(0.2, gt=0, description="Policy ratio clip.")
     cliprange_value: float = Field(0.2, gt=0, description="Value clip around the old values.")
     vf_coef: float = Field(0.1, ge=0, description="Value loss coefficient.")
-    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip of the policy (actor) parameters.")
+    value_max_grad_norm: float = Field(
+        1.0, gt=0, description="Gradient-norm clip of the value model (critic), separate from the policy's."
+    )
+    critic_warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="First PPO steps that train only the critic (the policy stays frozen; their rollouts count as "
+        "steps), so a value-based estimator starts from a competent critic.",
+    )
     max_approx_kl: float = Field(
         0.03,
         gt=0,
-        description="Stop the update of a batch early once a minibatch's approximate KL exceeds this (1.0 = "
-        "practically never).",
+        description="Early stop: once the approximate KL(old || new) over a minibatch exceeds this, the update that "
+        "pushed it there is reverted and the batch's remaining updates are skipped (1.0 = practically never).",
     )
     temperature: float = Field(
         1.0, gt=0, description="Sampling temperature of rollouts (also applied when recomputing log-probs)."
@@ -98,11 +149,13 @@ class PPOConfig(StageConfig):
     eval_every: int = Field(10, ge=1, description="Evaluate the task score on held-out prompts every N steps.")
     log_every: int = Field(5, ge=1, description="Write rollouts and the token-reward heatmap every N steps.")
     save_every: int = Field(10, ge=1, description="Checkpoint every N steps.")
-    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warmup over this many optimizer updates.")
+    warmup_steps: int = Field(
+        0, ge=0, description="Linear learning-rate warmup over this many optimizer updates actually taken."
+    )
     lr_schedule: Literal["constant", "linear"] = Field(
         "linear",
-        description="After warm-up: constant, or linear decay to 0 over the planned updates (steps x epochs x "
-        "minibatches).",
+        description="After warm-up: constant, or linear decay to 0 with training progress (PPO step and planned "
+        "update within it), so updates skipped by the early stop never leave the rate higher.",
     )
     reward_model_path: str | None = Field(
         None,
@@ -121,3 +174,27 @@ class PPOConfig(StageConfig):
         description="Seed: data order, LoRA init, minibatch order; each sample's stream derives from (seed, step, "
         "index).",
     )
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> PPOConfig:
+        worst_attempt = -(abs(self.span_coef) * (1 + self.omission_penalty) + self.outcome_coef)
+        if self.degenerate_reward >= worst_attempt:
+            raise ValueError(
+                f"degenerate_reward {self.degenerate_reward} must lie below the worst real attempt ({worst_attempt:g} "
+                "= -(span_coef * (1 + omission_penalty) + outcome_coef)): otherwise an empty or crashing response "
+                "outscores code that fails its tests"
+            )
+        if self.terminal_coef and self.reward_mode not in HYBRID_MODES:
+            raise ValueError(
+                f"terminal_coef applies to {' and '.join(HYBRID_MODES)} rewards only; with reward_mode="
+                f"{self.reward_mode} the sequence score is already the reward (set terminal_coef to 0)"
+            )
+        if self.batch_size % self.group_size:
+            raise ValueError(f"batch_size {self.batch_size} must be a multiple of group_size {self.group_size}")
+        if self.advantage in CRITIC_FREE and self.group_size < 2:
+            raise ValueError(f"advantage={self.advantage} needs group_size >= 2 samples per prompt")
+        if self.advantage in CRITIC_FREE and self.critic_warmup_steps:
+            raise ValueError(f"advantage={self.advantage} has no critic to warm up (set critic_warmup_steps to 0)")
+        if self.critic_warmup_steps >= self.steps:
+            raise ValueError(f"critic_warmup_steps {self.critic_warmup_steps} leaves none of the {self.steps} steps")
+        return self

@@ -12,6 +12,11 @@ Each assertion of ``check(candidate)`` is its own case (:mod:`t2g_core.critics.t
 
 A span is the line's text without indentation, extended upward by whole lines until it occurs once in the
 response, so that alignment places it on the right line.
+
+Omissions: a response with no code, no function to test, or only a stub (``pass``, ``...``, ``raise
+NotImplementedError``, a bare ``return``) lists "an implementation of <entry point>" in ``missing`` (its reward goes
+at the end: there is no line where it belonged). Word labels (``word_scores``, the paper's dense ablation, in the
+reference KodCode convention): every code word +1, words on a blamed line -1.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from t2g_core.critics.testcases import TestCase, split_check
 from t2g_core.spans import ParsedFeedback
 
 FAILED = ("fail", "error", "timeout")
-DEGENERATE = ("killed", "timeout")  # every case ends like this: the program crashed its harness or never returned
+# every case ends like this (or fails while the program loads): the program crashed its harness or never returned
+DEGENERATE = ("killed", "timeout")
 MUTATED_LINES, MAX_VARIANTS = 8, 48  # mutation-based localisation: the most suspicious lines, variants in all
 VARIANT_TIMEOUT_S = 1.0  # a variant that loops costs a second
 VARIANT_BUDGET_S = 10.0  # and the variants' session at most ten
@@ -147,17 +153,24 @@ class CodeCritic:
         code = _code_text(response, program)
         outcome = 2 * sum(r.outcome == "pass" for r in judged) / len(judged) - 1
         if outcome == 1:  # correct code is rewarded, not just left unpunished
-            return ParsedFeedback(critique_text(cases, judged, []), [code], [], None, "ok", None, raw, outcome)
-        degenerate = not code or all(r.outcome in DEGENERATE for r in judged)
-        lines = [] if degenerate else self.fault_lines(program, judged, row, cases)
+            words = code_word_scores(response, [])
+            return ParsedFeedback(
+                critique_text(cases, judged, []), [code], [], None, "ok", None, raw, outcome, word_scores=words
+            )
+        hopeless = not code or all(r.outcome in DEGENERATE for r in judged)  # no line to blame
+        degenerate = hopeless or all(r.at_import for r in judged)  # no test reached the function
+        lines = [] if hopeless else self.fault_lines(program, judged, row, cases)
         spans = list(dict.fromkeys(q for q in (unique_quote(response, program.code_start, k) for k in lines) if q))
         if not spans and code:  # a failure no line explains (a crash at import, a hang): all of the code
             spans = [code]
         text = "The response holds no code." if not code else critique_text(cases, judged, spans)
         entry = row.get("entry_point")
-        absent = not code or any("defines no function" in (r.message or "") for r in judged)
+        absent = not code or any("defines no function" in (r.message or "") for r in judged) or is_stub(program, entry)
         missing = (f"an implementation of {entry or 'the function'}",) if absent else ()
-        return ParsedFeedback(text, [], spans, None, "ok", None, raw, outcome, degenerate, missing)
+        words = code_word_scores(response, spans)
+        return ParsedFeedback(
+            text, [], spans, None, "ok", None, raw, outcome, degenerate, missing, (None,) * len(missing), words
+        )
 
     def critique_batch(self, rows: list[dict[str, Any]], workers: int = 2) -> list[ParsedFeedback]:
         """The reward-source protocol: one ParsedFeedback per row, in order (sandboxes run ``workers`` at a time)."""
@@ -278,6 +291,42 @@ def passthrough_lines(program: Program) -> set[int]:
         for node in ast.walk(tree)
         if isinstance(node, ast.stmt) and _is_passthrough(node)
     }
+
+
+def _is_stub_statement(node: ast.stmt) -> bool:
+    if isinstance(node, ast.Pass):
+        return True
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):  # docstring, ``...``
+        return isinstance(node.value.value, str) or node.value.value is Ellipsis
+    if isinstance(node, ast.Return):
+        return node.value is None or (isinstance(node.value, ast.Constant) and node.value.value is None)
+    if isinstance(node, ast.Raise) and node.exc is not None:
+        exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+    return False
+
+
+def is_stub(program: Program, entry_point: str | None) -> bool:
+    """The entry-point function holds nothing but a docstring, pass, ..., a bare return or NotImplementedError."""
+    try:
+        tree = ast.parse(program.source)
+    except SyntaxError:
+        return False
+    funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entry_point]
+    return bool(funcs) and all(_is_stub_statement(node) for node in funcs[-1].body)
+
+
+_CODE_WORD = re.compile(r"[A-Za-z0-9_]+")
+
+
+def code_word_scores(response: str, poor_spans: list[str]) -> tuple[tuple[str, float], ...]:
+    """Every word of the response +1, or -1 inside a poor span (spans quote unique text, so ``find`` places them)."""
+    poor = [(at, at + len(q)) for q in poor_spans if (at := response.find(q)) >= 0]
+    out = []
+    for m in _CODE_WORD.finditer(response):
+        bad = any(a < m.end() and m.start() < b for a, b in poor)
+        out.append((m.group(), -1.0 if bad else 1.0))
+    return tuple(out)
 
 
 def _code_text(response: str, program: Program) -> str:

@@ -9,7 +9,13 @@ are aligned word by word (``difflib.SequenceMatcher``); then
   critique says what the source says ("says 'Gus' where the post says 'Sunday' (day)");
 - a response clause holding a number / entity / fact value found nowhere in the source (prompt + reference) is
   **invented**; a clause whose content words were all said before is **redundant**: both poor spans;
-- a key fact with no counterpart in the response is an **omission**: named in the critique only.
+- a key fact with no counterpart in the response is an **omission**: named in the critique and listed in
+  ``missing``, with ``missing_at`` = where it belonged (the char offset of the first response word after the gap,
+  or the end of the response), so an omission-aware reward can charge the token that skipped it.
+
+Besides spans, every word of the response gets a label (``word_scores``, the paper's dense ablation): +1 inside a
+passage that matches the reference (template words included), -1 inside a poor span, 0 otherwise; punctuation is
+not scored.
 
 Spans are quoted exactly from the response and extended by neighbouring words until they occur once in it. A
 response with many errors gets at most ``MAX_SPANS`` quoted spans of each kind (the first ones) and ``MAX_NOTES``
@@ -100,6 +106,8 @@ class Findings:
     correct: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     omitted: list[str] = field(default_factory=list)
+    omitted_at: list[int] = field(default_factory=list)  # char offset where each omitted fact belonged
+    supported: list[tuple[int, int]] = field(default_factory=list)  # response token ranges matching the reference
 
 
 def _pieces(toks: list[Tok]) -> list[list[Tok]]:
@@ -139,8 +147,20 @@ class ReferenceCritic:
         good_ranges = [r for r in (_unique_range(response, bounds, s, e) for s, e in found.good[:MAX_SPANS]) if r]
         good_ranges = [g for g in good_ranges if not any(g[0] < p[1] and p[0] < g[1] for p in poor_ranges)]
         good, poor = (_dedupe([response[a:b] for a, b in rs]) for rs in (good_ranges, poor_ranges))
+        first_at = dict(zip(reversed(found.omitted), reversed(found.omitted_at), strict=True))  # first mention
         missing = tuple(dict.fromkeys(found.omitted))  # each left-out key fact, for omission-aware rewards
-        return ParsedFeedback(self._text(row, found), good, poor, None, "ok", None, None, missing=missing)
+        return ParsedFeedback(
+            self._text(row, found),
+            good,
+            poor,
+            None,
+            "ok",
+            None,
+            None,
+            missing=missing,
+            missing_at=tuple(first_at[m] for m in missing),
+            word_scores=_word_scores(resp, found),
+        )
 
     def critique_batch(self, rows: list[dict[str, Any]]) -> list[ParsedFeedback]:
         """The reward-source protocol (PPO's oracle): one ParsedFeedback per row, in order."""
@@ -151,14 +171,19 @@ class ReferenceCritic:
     ) -> Findings:
         found, said = Findings(), set()  # said: content words of the response so far (grows as it is read)
         sm = SequenceMatcher(None, [t.low for t in ref], [t.low for t in resp], autojunk=False)
-        for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        opcodes = sm.get_opcodes()
+        matched = {t.low for tag, _, _, j1, j2 in opcodes if tag == "equal" for t in resp[j1:j2] if t.content}
+        for tag, i1, i2, j1, j2 in opcodes:
             if tag == "equal":
                 self._correct(ref[i1:i2], resp[j1:j2], keys, found)
                 said.update(t.low for t in resp[j1:j2] if t.content)
+                found.supported.append((j1, j2))
                 continue
             expected = list(dict.fromkeys(keys[t.low] for t in ref[i1:i2] if t.low in keys))
-            expected = self._judge_pieces(_pieces(resp[j1:j2]), expected, said, keys, source, found, text)
+            pieces = _pieces(resp[j1:j2])
+            expected = self._judge_pieces(pieces, expected, said, matched, keys, source, found, text)
             found.omitted += [_describe(k) for k in expected]
+            found.omitted_at += [resp[j2].start if j2 < len(resp) else len(text)] * len(expected)
         return found
 
     @staticmethod
@@ -177,7 +202,12 @@ class ReferenceCritic:
                 found.correct.append(_describe(key))
             last = key
 
-    def _judge_pieces(self, pieces, expected, said, keys, source, found, text) -> list[tuple[str, str]]:  # noqa: PLR0913
+    def _judge_pieces(self, pieces, expected, said, matched, keys, source, found, text) -> list[tuple[str, str]]:  # noqa: PLR0913
+        """Poor spans for the response pieces of one non-matching block; returns the expected facts left unsaid.
+
+        ``said`` = content words read so far; ``matched`` = content words of every matching passage of the response,
+        so a value repeated *before* its matching mention ("named Gus Gus") is redundant too.
+        """
         for piece in pieces:
             core = _trim(piece)
             text_lows = [t.low for t in core if t.content]
@@ -187,7 +217,7 @@ class ReferenceCritic:
                 slot, value = expected.pop(0)
                 found.poor.append(span)
                 found.notes.append(f"It says '{quote}' where {{src}} says '{value}'" + (f" ({slot})." if slot else "."))
-            elif set(text_lows) <= said:
+            elif set(text_lows) <= said | matched:
                 found.poor.append((piece[0].start, piece[-1].end))
                 found.notes.append(f"It repeats itself: '{text[piece[0].start : piece[-1].end]}'.")
             else:
@@ -211,6 +241,18 @@ class ReferenceCritic:
         if not found.notes and not found.omitted:
             parts.append("It is accurate and complete with respect to " + src + ".")
         return " ".join(parts)
+
+
+def _word_scores(resp: list[Tok], found: Findings) -> tuple[tuple[str, float], ...]:
+    """+1 / -1 / 0 per response word (see the module docstring); linear in the response plus the poor spans."""
+    status = [0.0] * len(resp)
+    for j1, j2 in found.supported:
+        status[j1:j2] = [1.0] * (j2 - j1)
+    starts, ends = [t.start for t in resp], [t.end for t in resp]
+    for a, b in found.poor:  # tokens overlapping a poor range
+        for j in range(bisect.bisect_right(ends, a), bisect.bisect_left(starts, b)):
+            status[j] = -1.0
+    return tuple((t.text, status[j]) for j, t in enumerate(resp) if t.text[0].isalnum())
 
 
 def _join(items: list[str]) -> str:

@@ -105,6 +105,7 @@ class CaseResult:
     message: str | None
     line: int | None  # program line that raised (or was running at timeout), if in the program
     covered: tuple[int, ...] = ()
+    at_import: bool = False  # the program failed while it was loaded, before the test could call it
 
 
 @dataclass
@@ -332,8 +333,8 @@ class _Relay:
                 "kind": "syntax_error",
                 "line": self.syntax_error.get("line"),
             }
-        elif self.candidate is not None:
-            self._ask({"op": "reset"})
+        elif self.candidate is not None and "error" in self._ask({"op": "reset"}):
+            self.fault["at_import"] = True
 
     def call(self, message: dict[str, Any]) -> dict[str, Any]:
         if self.fault is not None:
@@ -349,7 +350,14 @@ class _Relay:
             text = fault["error"]
         if outcome not in (*CANDIDATE_FAULTS, "pass", "judge_error"):
             outcome, text = "judge_error", f"unknown outcome {outcome!r}"
-        result = CaseResult(int(message["case"]), outcome, text, fault.get("line"), tuple(sorted(self.covered)))
+        result = CaseResult(
+            int(message["case"]),
+            outcome,
+            text,
+            fault.get("line"),
+            tuple(sorted(self.covered)),
+            bool(fault.get("at_import")),
+        )
         self.rounds[self.current].append(result)
 
     def close(self) -> None:

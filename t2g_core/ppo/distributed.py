@@ -79,9 +79,10 @@ class Runtime:
     def fsdp(self) -> bool:
         return self.accelerator.distributed_type.name == "FSDP"
 
-    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer):
-        """``(wrapped model, optimizer)``: DDP or FSDP around ``model`` when several processes share the run."""
-        return self.accelerator.prepare(model, optimizer)
+    def prepare(self, model: nn.Module, *optimizers: torch.optim.Optimizer) -> list:
+        """``[wrapped model, *optimizers]``: DDP or FSDP around ``model`` when several processes share the run (the
+        optimizers over its parameters, re-pointed to FSDP's)."""
+        return list(self.accelerator.prepare(model, *optimizers)) if optimizers else [self.accelerator.prepare(model)]
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return self.accelerator.unwrap_model(model)

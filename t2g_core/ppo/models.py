@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from t2g_core.rl.logprobs import position_ids_from_mask, selective_logprobs
+from t2g_core.rl.logprobs import position_ids_from_mask, selective_entropy, selective_logprobs
 
 
 def disable_dropout(model: nn.Module) -> None:
@@ -98,8 +98,11 @@ class ActorCritic(nn.Module):
         temperature: float,
         reference: bool = False,
         with_values: bool = True,
-    ) -> tuple[Tensor, Tensor | None]:  # (B, Lq), (B, Lq), (B, T), (B, T) -> logprobs (B, T), values (B, T) or None
-        """Log-probs of the response tokens (and values), read at the position *before* each token (§5 A1)."""
+        with_entropy: bool = False,
+    ) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None, Tensor]:
+        """Log-probs of the response tokens (B, T) and values (B, T) or None, read at the position *before* each token
+        (§5 A1); ``with_entropy`` adds a third item, the entropy of each position's sampling distribution (for
+        logging, no gradient)."""
         input_ids = torch.cat([query_ids, response_ids], dim=1)
         attn = torch.cat([query_mask.long(), response_mask.long()], dim=1)
         lq = query_ids.shape[1]
@@ -111,12 +114,17 @@ class ActorCritic(nn.Module):
             )
             hidden = out.last_hidden_state[:, lq - 1 : -1]  # (B, T, d)
             logprobs = selective_logprobs(hidden, self._logits_head(), response_ids, temperature, self.chunk_tokens)
+            extra = (
+                (selective_entropy(hidden, self._logits_head(), temperature, self.chunk_tokens),)
+                if with_entropy
+                else ()
+            )
         if not with_values or reference:
-            return logprobs, None
+            return (logprobs, None, *extra)
         if self.value.backbone is not None:
             with checkpointed_layers(self.value.backbone, self.checkpointing and torch.is_grad_enabled()):
                 hidden = self.value.backbone_hidden(input_ids, attn)[:, lq - 1 : -1]
-        return logprobs, self.value(hidden)
+        return (logprobs, self.value(hidden), *extra)
 
 
 @dataclass
@@ -195,28 +203,31 @@ def forward_in_micro_batches(
     micro_batch_size: int | None,
     reference: bool = False,
     with_values: bool = True,
-) -> tuple[Tensor, Tensor | None]:  # -> logprobs (B, T), values (B, T) or None
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None, Tensor]:  # as ActorCritic.forward
     """``model``'s forward over the batch, ``micro_batch_size`` rows at a time (None: all at once)."""
     n = query_ids.shape[0]
     size = micro_batch_size or max(n, 1)
-    logprobs, values = [], []
+    parts = []
     for i in range(0, n, size):
         rows = slice(i, i + size)
-        lp, v = model(
-            query_ids[rows],
-            query_mask[rows],
-            response_ids[rows],
-            response_mask[rows],
-            temperature,
-            reference=reference,
-            with_values=with_values,
+        parts.append(
+            model(
+                query_ids[rows],
+                query_mask[rows],
+                response_ids[rows],
+                response_mask[rows],
+                temperature,
+                reference=reference,
+                with_values=with_values,
+                with_entropy=with_entropy,
+            )
         )
-        logprobs.append(lp)
-        values.append(v)
-    if not logprobs:
+    if not parts:
         empty = response_ids.new_zeros(response_ids.shape, dtype=torch.float32)
-        return empty, (empty if with_values and not reference else None)
-    return torch.cat(logprobs), (torch.cat(values) if values[0] is not None else None)
+        out = (empty, empty if with_values and not reference else None)
+        return (*out, empty) if with_entropy else out
+    return tuple(None if col[0] is None else torch.cat(col) for col in zip(*parts, strict=True))
 
 
 def forward_response(

@@ -4,12 +4,15 @@ A reward source is anything with ``critique_batch(rows) -> list[ParsedFeedback]`
 scorer, or :class:`CriticSource` around any critic, e.g. the reference "oracle" critic). Spans are located in the
 decoded response and mapped to the sampled ids through their own char offsets (``spans.decode_with_offsets``):
 the ids are never re-encoded (§5 B12). A failed critique keeps its row, with status and error, and is counted.
+With ``words=True`` (the paper's dense ablation) the critic's word-level labels are placed instead of its spans.
+Each item the critique reports missing is anchored on a sampled token: the one holding (or first after) the char
+offset where the content belonged, or the last token (EOS) when the critic gives no place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from t2g_core.config.align import AlignConfig
@@ -21,6 +24,7 @@ from t2g_core.spans import (
     decode_with_offsets,
     label_values,
     labels_for_offsets,
+    locate_words,
 )
 
 
@@ -52,6 +56,7 @@ class ScoredResponse:
     feedback: ParsedFeedback
     n_spans: int
     n_unmatched: int
+    missing_tokens: list[int] = field(default_factory=list)  # sampled-id index where each missing item belonged
 
 
 def decode_responses(
@@ -98,10 +103,29 @@ def share_good_spans(
     return out
 
 
+def anchor_token(offsets: Sequence[tuple[int, int]], at: int | None) -> int:
+    """Index of the token holding char ``at`` or, in a gap, the first token after it; the last token when ``at`` is
+    None or past every token."""
+    last = max(len(offsets) - 1, 0)
+    if at is None:
+        return last
+    return next((k for k, (start, end) in enumerate(offsets) if end > at and end > start), last)
+
+
+def missing_tokens(offsets: Sequence[tuple[int, int]], fb: ParsedFeedback) -> list[int]:
+    at = list(fb.missing_at) + [None] * (len(fb.missing) - len(fb.missing_at))
+    return [anchor_token(offsets, a) for a in at[: len(fb.missing)]]
+
+
 def label_responses(
-    decoded: list[tuple[str, list[tuple[int, int]]]], feedback: list[ParsedFeedback], align_cfg: AlignConfig | None
+    decoded: list[tuple[str, list[tuple[int, int]]]],
+    feedback: list[ParsedFeedback],
+    align_cfg: AlignConfig | None,
+    *,
+    words: bool = False,
 ) -> list[ScoredResponse]:
-    """Align each critique's quoted spans to its response and label every sampled token."""
+    """Align each critique's quoted spans (or, with ``words``, its word labels) to its response and label every
+    sampled token. Raises ValueError when ``words`` is asked of a critique without word labels."""
     values = label_values(align_cfg)
     overlap = align_cfg.overlap if align_cfg is not None else "poor_wins"
     scored = []
@@ -109,12 +133,19 @@ def label_responses(
         if not fb.ok:
             scored.append(ScoredResponse(text, offsets, [0.0] * len(offsets), fb, 0, 0))
             continue
-        aligned = align_feedback(text, fb, align_cfg)
-        if align_cfg is None or align_cfg.repeated_good_spans == "once":
+        if words and fb.word_scores is None:
+            raise ValueError(
+                "reward_mode=dense needs word-level labels (ParsedFeedback.word_scores, a reward model's "
+                "word_score_list); this reward source only quotes spans"
+            )
+        aligned = locate_words(text, fb.word_scores) if words else align_feedback(text, fb, align_cfg)
+        aligned = [s for s in aligned if s.label != "neutral"]
+        once = align_cfg is None or align_cfg.repeated_good_spans == "once"
+        if once and not words:
             aligned = distinct_good_spans(aligned)  # repeating what was right must not pay (a reward-model hack)
         labels = labels_for_offsets(offsets, aligned, values, overlap=overlap)
-        if align_cfg is None or align_cfg.good_span_reward == "per_span":
+        if not words and (align_cfg is None or align_cfg.good_span_reward == "per_span"):
             labels = share_good_spans(offsets, aligned, labels, values[POSITIVE])  # length must not pay either
         unmatched = sum(1 for s in aligned if s.start is None)
-        scored.append(ScoredResponse(text, offsets, labels, fb, len(aligned), unmatched))
+        scored.append(ScoredResponse(text, offsets, labels, fb, len(aligned), unmatched, missing_tokens(offsets, fb)))
     return scored

@@ -2,17 +2,26 @@
 
 Per response token t (mask m_t true up to and including EOS):
 
-    r_t = m_t (s_t - beta KL_t) + [t = last] terminal      s_t from the reward mode (t2g_core.rl.rewards)
-    A, R = GAE(r, V; gamma, lam);  A <- whiten(A) over valid tokens of the *global* batch
-    loss = L_clip(pi) + vf_coef * L_clip(V)                 token mean over each global minibatch
+    d_t = delta_t + o_t                                     span (or word) labels plus omission labels
+    r_t = m_t (s_t - beta KL_t) + [t = last] terminal      s_t = d_t placed by the reward mode (t2g_core.rl.rewards)
+    A, R = estimator(r, V, s)  (gae by default);  A <- whiten(A) over valid tokens of the *global* batch
+    actor:  L_clip(pi)          critic: vf_coef * L_clip(V)    token means over each global minibatch
+
+Actor and critic have their own optimizer, gradient clip and learning-rate schedule; the first
+``critic_warmup_steps`` steps train the critic alone; critic-free estimators (rloo, grpo) train no critic and draw
+``group_size`` samples per prompt.
 
 Deliberate choices (see ``../shared/reference/rlhf_anchors.md`` §5): sampled ids are trained as-is (no decode /
 re-encode); temperature divides the logits in every log-prob recomputation; positions come from the attention mask
-in every forward; the reference is the base with the LoRA adapter disabled; an epoch loop stops early when the
-global approximate KL exceeds ``max_approx_kl``; a failed critique gets ``parse_failure_reward`` as a terminal
-reward and is counted, never skipping the step. Randomness is keyed by (seed, step, global index), so a run split
-over processes, or resumed from a checkpoint, reproduces the single uninterrupted run (with the ``exact``
-generation backend; ``hf`` and ``vllm`` are reproducible for the same process count).
+in every forward; the reference is the base with the LoRA adapter disabled; a failed critique gets
+``parse_failure_reward`` as a terminal reward and is counted, never skipping the step. Early stop: before each actor
+update the minibatch's forward measures the global approximate KL(old || current); above ``max_approx_kl`` the
+previous actor update (the one that crossed it) is reverted and the batch stops, and after the last update one more
+forward checks it, so no update that breaks the bound survives. The learning rates decay with training progress
+(step, planned update), not with the count of updates taken, so skipped updates never leave an arm's rate higher.
+Randomness is keyed by (seed, step, global index), so a run split over processes, or resumed from a checkpoint,
+reproduces the single uninterrupted run (with the ``exact`` generation backend; ``hf`` and ``vllm`` are reproducible
+for the same process count).
 
 Devices and processes go through ``accelerate`` (:class:`~t2g_core.ppo.distributed.Runtime`): the model runs on the
 accelerator's device, bookkeeping tensors (rewards, advantages, masks) stay on the CPU, and gradients are
@@ -22,6 +31,7 @@ all-reduced by DDP (or FSDP) in the backward pass. The old-log-prob, reference a
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -34,7 +44,7 @@ import torch
 from torch import Tensor
 
 from t2g_core.config.align import AlignConfig
-from t2g_core.config.ppo import PPOConfig
+from t2g_core.config.ppo import CRITIC_FREE, HYBRID_MODES, WORD_LABEL_MODES, PPOConfig
 from t2g_core.ppo import checkpoint as ckpt
 from t2g_core.ppo.distributed import Runtime, all_reduce_sum, barrier, global_sum
 from t2g_core.ppo.generation import make_backend, stream_seed
@@ -46,12 +56,15 @@ from t2g_core.ppo.tracking import NullTracker, Tracker
 from t2g_core.progress import Progress, no_progress
 from t2g_core.rl import (
     assemble_rewards,
-    gae,
+    estimate_advantages,
+    explained_variance,
     make_kl_controller,
     masked_whiten,
+    omission_labels,
     per_token_kl,
     policy_loss,
     task_rewards,
+    unit_label_sums,
     value_loss,
 )
 from t2g_core.spans import ParsedFeedback
@@ -84,6 +97,7 @@ class Rollout:
     response_ids: Tensor
     response_mask: Tensor
     has_eos: Tensor
+    group: Tensor | None = None  # (B_local,) the prompt of each sample, numbered locally (group baselines)
 
 
 @dataclass
@@ -99,13 +113,15 @@ class Experience:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def batch_rows(step: int, n_prompts: int, batch_size: int, seed: int) -> list[int]:
-    """Row numbers of step ``step``'s global batch: consecutive slices of a fresh permutation per pass over the data."""
+def batch_rows(step: int, n_prompts: int, batch_size: int, seed: int, group_size: int = 1) -> list[int]:
+    """Row numbers of step ``step``'s global batch: consecutive slices of a fresh permutation per pass over the data,
+    each prompt repeated ``group_size`` times in a row (global index g holds prompt g // group_size of the step)."""
+    n = batch_size // group_size
     out = []
-    for pos in range(step * batch_size, (step + 1) * batch_size):
+    for pos in range(step * n, (step + 1) * n):
         data_epoch, offset = divmod(pos, n_prompts)
         perm = torch.randperm(n_prompts, generator=torch.Generator().manual_seed(seed * 7919 + data_epoch))
-        out.append(int(perm[offset]))
+        out += [int(perm[offset])] * group_size
     return out
 
 
@@ -129,13 +145,16 @@ def _render(tokenizer, rows: list[dict]) -> list[str]:
 
 
 def rollout(generate: Generate, tok, rows: list[dict], global_index: list[int], cfg: PPOConfig, step: int) -> Rollout:
-    """Render and left-pad the prompts, sample a response each; the tensors come back on the CPU."""
+    """Render and left-pad the prompts, sample a response each (tensors come back on the CPU); samples of one prompt
+    (global index // group_size) share a local group id."""
     enc = tok(_render(tok, rows), add_special_tokens=False, padding=True, return_tensors="pt")
     seeds = [sample_seed(cfg.seed, step, g) for g in global_index]
     response_ids = generate(enc["input_ids"], enc["attention_mask"], seeds, step).cpu()
     response_mask, has_eos = response_mask_after_eos(response_ids, tok.eos_token_id)
+    prompts = [g // cfg.group_size for g in global_index]
+    group = torch.tensor([sorted(set(prompts)).index(p) for p in prompts], dtype=torch.long)
     return Rollout(
-        rows, global_index, enc["input_ids"], enc["attention_mask"].bool(), response_ids, response_mask, has_eos
+        rows, global_index, enc["input_ids"], enc["attention_mask"].bool(), response_ids, response_mask, has_eos, group
     )
 
 
@@ -156,10 +175,12 @@ def critique(ro: Rollout, decoded, reward_source: RewardSource) -> list[ParsedFe
     )
 
 
-def score(ro: Rollout, reward_source: RewardSource, tokenizer, align_cfg: AlignConfig | None) -> list[ScoredResponse]:
+def score(
+    ro: Rollout, reward_source: RewardSource, tokenizer, align_cfg: AlignConfig | None, *, words: bool = False
+) -> list[ScoredResponse]:
     """decode -> critique -> label (the three parts, timed separately in :meth:`PPOTrainer.step`)."""
     decoded = decode(ro, tokenizer)
-    return label_responses(decoded, critique(ro, decoded, reward_source), align_cfg)
+    return label_responses(decoded, critique(ro, decoded, reward_source), align_cfg, words=words)
 
 
 def labels_tensor(scored: list[ScoredResponse], shape: tuple[int, int]) -> Tensor:  # -> (B, T) delta_t
@@ -169,20 +190,43 @@ def labels_tensor(scored: list[ScoredResponse], shape: tuple[int, int]) -> Tenso
     return out
 
 
+def missing_tensor(scored: list[ScoredResponse], shape: tuple[int, int]) -> Tensor:  # -> (B, T) items per token
+    """How many missing items each sampled token is the anchor of."""
+    out = torch.zeros(shape, dtype=torch.float32)
+    for b, s in enumerate(scored):
+        for k in s.missing_tokens:
+            out[b, min(k, shape[1] - 1)] += 1.0
+    return out
+
+
 def place_task_rewards(scored: list[ScoredResponse], ro: Rollout, cfg: PPOConfig) -> tuple[Tensor, Tensor, Tensor]:
-    """Task reward s_t (B, T), terminal reward (B,), and the labels delta (B, T) after failure handling."""
+    """Task reward s_t (B, T), terminal reward (B,), and the labels delta (B, T) after failure handling.
+
+    s_t places d_t = delta_t + o_t (token labels plus omission labels, see :func:`t2g_core.rl.omission_labels`); a
+    critic's verdict scales the labels to unit sums and joins the terminal, and a degenerate response gets
+    ``degenerate_reward`` alone (the order in :mod:`t2g_core.rl.rewards`).
+    """
     mask = ro.response_mask
+    fbs = [s.feedback for s in scored]
     labels = labels_tensor(scored, tuple(mask.shape))
-    failed = torch.tensor([not s.feedback.ok for s in scored])
+    omitted = omission_labels(
+        missing_tensor(scored, tuple(mask.shape)), mask, cfg.omission_penalty, cfg.omission_placement
+    )
+    failed = torch.tensor([not fb.ok for fb in fbs])
+    has_verdict = torch.tensor([fb.ok and fb.outcome is not None for fb in fbs])
+    verdict = torch.tensor([float(fb.outcome) if fb.ok and fb.outcome is not None else 0.0 for fb in fbs])
+    degenerate = torch.tensor([fb.ok and fb.degenerate for fb in fbs])
+    labels = torch.where(has_verdict[:, None], unit_label_sums(labels, mask), labels)
     no_eos = ~ro.has_eos if cfg.missing_eos_penalty is not None else torch.zeros_like(failed)
-    replaced = failed | no_eos
-    labels = labels * (~replaced).to(labels.dtype)[:, None]
-    task = task_rewards(cfg.reward_mode, labels, mask, cfg.span_coef)
-    terminal = cfg.terminal_coef * cfg.span_coef * (labels * mask).sum(dim=1)
+    keep = (~(failed | no_eos | degenerate)).to(labels.dtype)
+    labels, signal = labels * keep[:, None], (labels + omitted) * keep[:, None]
+    task = task_rewards(cfg.reward_mode, signal, mask, cfg.span_coef)
+    hybrid = cfg.terminal_coef if cfg.reward_mode in HYBRID_MODES else 0.0  # scalar/uniform: already the reward
+    terminal = hybrid * cfg.span_coef * (signal * mask).sum(dim=1) + cfg.outcome_coef * verdict * keep
     terminal = torch.where(failed, torch.full_like(terminal, cfg.parse_failure_reward), terminal)
     if cfg.missing_eos_penalty is not None:
         terminal = torch.where(no_eos & ~failed, torch.full_like(terminal, cfg.missing_eos_penalty), terminal)
-    return task, terminal, labels
+    return task, torch.where(degenerate, torch.full_like(terminal, cfg.degenerate_reward), terminal), labels
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -194,18 +238,32 @@ def _on(device, *tensors: Tensor) -> list[Tensor]:
     return [t.to(device) for t in tensors]
 
 
+def uses_critic(cfg: PPOConfig) -> bool:
+    return cfg.advantage not in CRITIC_FREE
+
+
 @torch.no_grad()
-def old_ref_values(model, ro: Rollout, cfg: PPOConfig, device) -> tuple[Tensor, Tensor, Tensor]:
-    """Old and reference log-probs and values (B, T) on the CPU, ``cfg.micro_batch_size`` rows per forward."""
+def old_ref_values(model, ro: Rollout, cfg: PPOConfig, device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Old log-probs, reference log-probs, values (0 without a critic) and the sampling entropy, all (B, T) on the
+    CPU, ``cfg.micro_batch_size`` rows per forward."""
     args = (*_on(device, ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask), cfg.temperature)
-    old_logprobs, values = forward_in_micro_batches(model, *args, micro_batch_size=cfg.micro_batch_size)
-    ref_logprobs, _ = forward_in_micro_batches(model, *args, micro_batch_size=cfg.micro_batch_size, reference=True)
+    size = cfg.micro_batch_size
+    old_logprobs, values, entropy = forward_in_micro_batches(
+        model, *args, micro_batch_size=size, with_values=uses_critic(cfg), with_entropy=True
+    )
+    ref_logprobs, _ = forward_in_micro_batches(model, *args, micro_batch_size=size, reference=True)
     m = ro.response_mask.float()
-    return old_logprobs.cpu() * m, ref_logprobs.cpu() * m, values.float().cpu() * m
+    values = torch.zeros_like(m) if values is None else values.float().cpu()
+    return old_logprobs.cpu() * m, ref_logprobs.cpu() * m, values * m, entropy.cpu() * m
 
 
-def advantages_and_returns(rewards: Tensor, values: Tensor, mask: Tensor, cfg: PPOConfig) -> tuple[Tensor, Tensor]:
-    advantages, returns = gae(rewards, values, mask, cfg.gamma, cfg.lam)
+def advantages_and_returns(
+    rewards: Tensor, values: Tensor, mask: Tensor, task: Tensor, group: Tensor | None, cfg: PPOConfig
+) -> tuple[Tensor, Tensor]:
+    """The configured estimator's advantages, whitened over the global batch, and the critic's returns."""
+    advantages, returns = estimate_advantages(
+        cfg.advantage, rewards, values, mask, task=task, group=group, gamma=cfg.gamma, lam=cfg.lam
+    )
     return masked_whiten(advantages, mask, reduce=all_reduce_sum), returns
 
 
@@ -214,13 +272,19 @@ def advantages_and_returns(rewards: Tensor, values: Tensor, mask: Tensor, cfg: P
 # --------------------------------------------------------------------------------------------------------------
 
 
-def lr_factor(cfg: PPOConfig):
-    """Multiplier of the learning rates after ``n`` optimizer updates: linear warm-up, then constant or linear decay."""
-    warm, planned = max(cfg.warmup_steps, 1), max(cfg.steps * cfg.ppo_epochs * cfg.minibatches, 1)
+def lr_factor(cfg: PPOConfig, *, actor: bool = True):
+    """Multiplier of a learning rate at PPO step ``step``, planned update ``j`` of that step (0-based, of
+    ``ppo_epochs x minibatches``), after ``taken`` optimizer updates: linear warm-up over the updates actually
+    taken, then constant or a linear decay with training progress (the actor's progress starts after the critic
+    warm-up). Updates skipped by the early stop do not move the decay, so every arm's rate follows the same path."""
+    warm = max(cfg.warmup_steps, 1)
+    first = cfg.critic_warmup_steps if actor else 0
+    per_step = cfg.ppo_epochs * cfg.minibatches
 
-    def factor(n: int) -> float:
-        decay = max(0.0, 1.0 - n / planned) if cfg.lr_schedule == "linear" else 1.0
-        return min(1.0, (n + 1) / warm) * decay
+    def factor(step: int, j: int, taken: int) -> float:
+        progress = (step - first + j / per_step) / max(cfg.steps - first, 1)
+        decay = max(0.0, 1.0 - progress) if cfg.lr_schedule == "linear" else 1.0
+        return min(1.0, (taken + 1) / warm) * decay
 
     return factor
 
@@ -240,14 +304,17 @@ def _chunks(rows: list[int], n: int) -> list[list[int]]:
     return [rows[i : i + size] for i in range(0, len(rows), size)] if rows else []
 
 
-def minibatch_step(
-    runtime: Runtime, model, optimizer, scheduler, ro: Rollout, exp: Experience, rows: list[int], cfg: PPOConfig
-) -> list[float]:
-    """One optimizer update on a global minibatch; returns global [policy loss, value loss, clipfrac, approx_kl,
-    ratio]."""
+MINIBATCH_STATS = ("policy", "value", "clipfrac", "approx_kl", "ratio", "vf_clipfrac")
+
+
+def minibatch_grads(runtime: Runtime, model, ro: Rollout, exp: Experience, rows: list[int], cfg: PPOConfig):
+    """Forward and backward of one global minibatch (gradients left in the parameters, averaged over processes by
+    DDP / FSDP); returns its global statistics. ``approx_kl`` is that of the policy *before* this minibatch's
+    update."""
+    critic = uses_critic(cfg)
     n_tokens = global_sum([float(ro.response_mask[rows].sum()) if rows else 0.0])[0]
-    sums = torch.zeros(5, dtype=torch.float64)
-    optimizer.zero_grad(set_to_none=True)
+    sums = torch.zeros(len(MINIBATCH_STATS), dtype=torch.float64)
+    model.zero_grad(set_to_none=True)
     # A process whose rows are not in this minibatch still takes part in the gradient all-reduce: one pass over its
     # first row with the loss scaled to zero. The all-reduce runs on each process's last backward only.
     chunks = _chunks(rows, cfg.grad_accum) or [[0]]
@@ -258,46 +325,153 @@ def minibatch_step(
             logprobs, values = model(
                 *_on(runtime.device, ro.query_ids[idx], ro.query_mask[idx], ro.response_ids[idx], mask),
                 cfg.temperature,
+                with_values=critic,
             )
-            logprobs, values = logprobs.cpu(), values.float().cpu()
+            logprobs = logprobs.cpu()
             pl, ps = policy_loss(logprobs, exp.old_logprobs[idx], exp.advantages[idx], mask, cfg.cliprange, n_tokens)
-            vl, _ = value_loss(values, exp.values[idx], exp.returns[idx], mask, cfg.cliprange_value, n_tokens)
-            runtime.backward(weight * (pl + cfg.vf_coef * vl))
-        stats = torch.stack([pl.detach(), vl.detach(), ps["clipfrac"], ps["approx_kl"], ps["ratio"]])
-        sums += weight * stats.to(torch.float64)
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-    optimizer.step()
-    scheduler.step()
-    return all_reduce_sum(sums).tolist()
+            loss, vl, vs = pl, torch.zeros(()), {"vf_clipfrac": torch.zeros(())}
+            if critic:
+                values = values.float().cpu()
+                vl, vs = value_loss(values, exp.values[idx], exp.returns[idx], mask, cfg.cliprange_value, n_tokens)
+                loss = pl + cfg.vf_coef * vl
+            runtime.backward(weight * loss)
+        stats = [pl.detach(), vl.detach(), ps["clipfrac"], ps["approx_kl"], ps["ratio"], vs["vf_clipfrac"]]
+        sums += weight * torch.stack(stats).to(torch.float64)
+    return dict(zip(MINIBATCH_STATS, all_reduce_sum(sums).tolist(), strict=True))
+
+
+@torch.no_grad()
+def approx_kl_now(runtime: Runtime, model, ro: Rollout, exp: Experience, rows: list[int], cfg: PPOConfig) -> float:
+    """Global approximate KL(old || current policy) over one minibatch (the early stop's last check; every process
+    calls it, rows or not)."""
+    n_tokens = global_sum([float(ro.response_mask[rows].sum()) if rows else 0.0])[0]
+    total = torch.zeros(1, dtype=torch.float64)
+    with runtime.gathered(model) as plain:
+        if rows:
+            idx = torch.tensor(rows)
+            mask = ro.response_mask[idx]
+            args = _on(runtime.device, ro.query_ids[idx], ro.query_mask[idx], ro.response_ids[idx], mask)
+            logprobs, _ = forward_in_micro_batches(
+                plain, *args, cfg.temperature, micro_batch_size=cfg.micro_batch_size, with_values=False
+            )
+            _, ps = policy_loss(
+                logprobs.cpu(), exp.old_logprobs[idx], exp.advantages[idx], mask, cfg.cliprange, n_tokens
+            )
+            total += float(ps["approx_kl"])
+    return float(all_reduce_sum(total)[0])
+
+
+def clip_grads(params: list[torch.nn.Parameter], max_norm: float, sharded: bool) -> float:
+    """Scale the gradients of ``params`` to a global norm of at most ``max_norm``; returns the norm before clipping.
+    ``sharded`` (FSDP): each process holds a shard of every gradient, so the squared norms are summed over them."""
+    grads = [p.grad for p in params if p.grad is not None]
+    sq = torch.zeros(1, dtype=torch.float64)
+    for g in grads:
+        sq += g.detach().float().pow(2).sum().cpu().double()
+    norm = float((all_reduce_sum(sq) if sharded else sq).sqrt())
+    coef = max_norm / (norm + 1e-6)
+    if coef < 1.0:
+        for g in grads:
+            g.detach().mul_(coef)
+    return norm
+
+
+class Optimizer:
+    """One model's AdamW with its own gradient clip and learning-rate schedule; can snapshot and revert a step."""
+
+    def __init__(self, params: list[torch.nn.Parameter], lr: float, max_grad_norm: float, factor):
+        self.params, self.base_lr, self.max_grad_norm, self.factor = params, lr, max_grad_norm, factor
+        self.opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+        self.taken = 0  # updates applied (warm-up counts these)
+        self.sharded = False  # set when FSDP shards the parameters (the clip's norm is then summed over processes)
+        self._snapshot = None
+
+    def step(self, step: int, j: int) -> float:
+        """Clip, set the scheduled rate, update; returns the gradient norm before clipping."""
+        norm = clip_grads(self.params, self.max_grad_norm, self.sharded)
+        self._snapshot = ([p.detach().clone() for p in self.params], copy.deepcopy(self.opt.state_dict()), self.taken)
+        for group in self.opt.param_groups:
+            group["lr"] = self.base_lr * self.factor(step, j, self.taken)
+        self.opt.step()
+        self.taken += 1
+        return norm
+
+    def revert(self) -> bool:
+        """Undo the last :meth:`step` (parameters, moments, warm-up count); False when there is none to undo."""
+        if self._snapshot is None:
+            return False
+        saved, state, taken = self._snapshot
+        with torch.no_grad():
+            for p, s in zip(self.params, saved, strict=True):
+                p.copy_(s)
+        self.opt.load_state_dict(state)
+        self.taken, self._snapshot = taken, None
+        return True
+
+    def state_dict(self, runtime: Runtime, model) -> dict:
+        return {"opt": runtime.optimizer_state(model, self.opt), "taken": self.taken}
+
+    def load_state_dict(self, runtime: Runtime, model, state: dict) -> None:
+        runtime.load_optimizer_state(model, self.opt, state["opt"])
+        self.taken = int(state["taken"])
 
 
 def ppo_update(
-    runtime: Runtime, model, optimizer, scheduler, ro: Rollout, exp: Experience, cfg: PPOConfig, step: int
+    runtime: Runtime,
+    model,
+    actor: Optimizer,
+    critic: Optimizer | None,
+    ro: Rollout,
+    exp: Experience,
+    cfg: PPOConfig,
+    step: int,
 ) -> dict[str, float]:
+    """PPO epochs over minibatches with the early stop that reverts the update crossing ``max_approx_kl``."""
     local_pos = {g: i for i, g in enumerate(ro.global_index)}
-    history: list[list[float]] = []
-    stopped = 0.0
+    train_actor = step >= cfg.critic_warmup_steps
+    actor._snapshot = None
+    history: list[dict[str, float]] = []
+    norms: dict[str, list[float]] = {"actor": [], "critic": []}
+    stopped = reverted = False
+    last_rows: list[int] = []
     for epoch in range(cfg.ppo_epochs):
-        for rows in _minibatches(cfg, step, epoch, local_pos):
-            history.append(minibatch_step(runtime, model, optimizer, scheduler, ro, exp, rows, cfg))
-            if history[-1][3] > cfg.max_approx_kl:
-                stopped = 1.0
+        for k, rows in enumerate(_minibatches(cfg, step, epoch, local_pos)):
+            stats = minibatch_grads(runtime, model, ro, exp, rows, cfg)
+            history.append(stats)
+            if train_actor and stats["approx_kl"] > cfg.max_approx_kl:
+                stopped, reverted = True, actor.revert()
                 break
+            j = epoch * cfg.minibatches + k
+            if train_actor:
+                norms["actor"].append(actor.step(step, j))
+            if critic is not None:
+                norms["critic"].append(critic.step(step, j))
+            last_rows = rows
         if stopped:
             break
-    mean = torch.tensor(history).mean(dim=0).tolist()
-    return {
-        "loss/policy": mean[0],
-        "loss/value": mean[1],
-        "ppo/clipfrac": mean[2],
-        "ppo/approx_kl": mean[3],
-        "ppo/ratio": mean[4],
-        "ppo/first_ratio": history[0][4],
-        "ppo/first_approx_kl": history[0][3],
-        "ppo/early_stopped": stopped,
-        "ppo/updates": float(len(history)),
+    if train_actor and not stopped and approx_kl_now(runtime, model, ro, exp, last_rows, cfg) > cfg.max_approx_kl:
+        stopped, reverted = True, actor.revert()
+    mean = {k: sum(h[k] for h in history) / len(history) for k in MINIBATCH_STATS}
+    out = {
+        "loss/policy": mean["policy"],
+        "loss/value": mean["value"],
+        "ppo/clipfrac": mean["clipfrac"],
+        "ppo/approx_kl": mean["approx_kl"],
+        "ppo/ratio": mean["ratio"],
+        "ppo/first_ratio": history[0]["ratio"],
+        "ppo/first_approx_kl": history[0]["approx_kl"],
+        "ppo/early_stopped": float(stopped),
+        "ppo/reverted": float(reverted),
+        "ppo/updates": float(len(norms["actor"]) - reverted),
+        "ppo/critic_only": float(not train_actor),
+        "value/clipfrac": mean["vf_clipfrac"],
+        "lr/actor": actor.base_lr * actor.factor(step, 0, actor.taken),
     }
+    for name, limit in (("actor", cfg.max_grad_norm), ("critic", cfg.value_max_grad_norm)):
+        if norms[name]:
+            out[f"grad/{name}_norm"] = sum(norms[name]) / len(norms[name])
+            out[f"grad/{name}_clipped"] = sum(n > limit for n in norms[name]) / len(norms[name])
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -325,34 +499,41 @@ class PPOTrainer:
         self.rank, self.world = self.runtime.rank, self.runtime.world
         if cfg.batch_size % cfg.minibatches:
             raise ValueError(f"batch_size {cfg.batch_size} must divide by minibatches {cfg.minibatches}")
-        if cfg.batch_size < self.world:  # processes may hold unequal shares (12 prompts on 8 GPUs), never none
-            raise ValueError(f"batch_size {cfg.batch_size} is smaller than the process count {self.world}")
         if len(prompts_df) == 0:
             raise ValueError("no prompts to train on")
         self.prompts = prompts_df.reset_index(drop=True)
         self.reward_source, self.align_cfg, self.task_metric = reward_source, align_cfg, task_metric
+        if cfg.batch_size // cfg.group_size < self.world:  # processes may hold unequal shares, never none
+            raise ValueError(
+                f"the {cfg.batch_size // cfg.group_size} prompts of a batch (batch_size / group_size) are fewer than "
+                f"the process count {self.world}: every process needs a prompt (a prompt's samples stay on one)"
+            )
         self.bundle = load_policy(
             policy_dir,
             lora_r=cfg.lora_r,
             lora_alpha=cfg.lora_alpha,
             target_modules=cfg.lora_target_modules,
-            value_model=cfg.value_model,
+            value_model=cfg.value_model if uses_critic(cfg) else "head",  # critic-free: no value backbone to load
             seed=cfg.seed,
             dtype=dtype,
             device=self.runtime.device,
             chunk_tokens=cfg.logprob_chunk_tokens,
             gradient_checkpointing=cfg.gradient_checkpointing,
         )
+        if not uses_critic(cfg):
+            self.bundle.value.requires_grad_(False)  # critic-free: nothing trains the value head
         policy_params, value_params = self.bundle.trainable_parameters()
-        optimizer = torch.optim.AdamW(
-            [
-                {"params": policy_params, "lr": cfg.learning_rate},
-                {"params": value_params, "lr": cfg.value_learning_rate},
-            ],
-            weight_decay=0.0,
+        self.actor = Optimizer(policy_params, cfg.learning_rate, cfg.max_grad_norm, lr_factor(cfg))
+        self.critic = (
+            Optimizer(value_params, cfg.value_learning_rate, cfg.value_max_grad_norm, lr_factor(cfg, actor=False))
+            if uses_critic(cfg)
+            else None
         )
-        self.model, self.optimizer = self.runtime.prepare(self.bundle.model, optimizer)  # DDP / FSDP when launched
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg))
+        optimizers = [o for o in (self.actor, self.critic) if o is not None]
+        self.model, *prepared = self.runtime.prepare(self.bundle.model, *(o.opt for o in optimizers))  # DDP / FSDP
+        for o, opt in zip(optimizers, prepared, strict=True):
+            o.opt, o.sharded = opt, self.runtime.fsdp
+            o.params = [p for group in opt.param_groups for p in group["params"]]
         self.backend = make_backend(
             cfg, self.bundle.tokenizer, model_ref=policy_dir, dtype=dtype, workdir=self.run_dir, rank=self.rank
         )
@@ -364,8 +545,10 @@ class PPOTrainer:
 
     # ---- one step -------------------------------------------------------------------------------------------
     def local_rows(self, step: int) -> tuple[list[dict], list[int]]:
-        rows = batch_rows(step, len(self.prompts), self.cfg.batch_size, self.cfg.seed)
-        mine = [g for g in range(self.cfg.batch_size) if g % self.world == self.rank]
+        """This process's rows of the global batch; the samples of one prompt stay together (group baselines)."""
+        k = self.cfg.group_size
+        rows = batch_rows(step, len(self.prompts), self.cfg.batch_size, self.cfg.seed, k)
+        mine = [g for g in range(self.cfg.batch_size) if (g // k) % self.world == self.rank]
         return [_row_dict(self.prompts.iloc[rows[g]]) for g in mine], mine
 
     def generate(self, query_ids: Tensor, query_mask: Tensor, seeds: list[int], step: int) -> Tensor:
@@ -388,20 +571,24 @@ class PPOTrainer:
         ta = time.perf_counter()
         feedback = critique(ro, decoded, self.reward_source)  # 2. score
         tb = time.perf_counter()
-        scored = label_responses(decoded, feedback, self.align_cfg)  # 3a. spans -> labels on the sampled ids
+        words = cfg.reward_mode in WORD_LABEL_MODES
+        scored = label_responses(decoded, feedback, self.align_cfg, words=words)  # 3a. labels on the sampled ids
         t2 = time.perf_counter()
         with self.runtime.gathered(self.model) as model:
-            old_logprobs, ref_logprobs, values = old_ref_values(model, ro, cfg, self.runtime.device)
+            old_logprobs, ref_logprobs, values, entropy = old_ref_values(model, ro, cfg, self.runtime.device)
         t3 = time.perf_counter()
-        task, terminal, labels = place_task_rewards(scored, ro, cfg)  # 3b. place span rewards
+        task, terminal, labels = place_task_rewards(scored, ro, cfg)  # 3b. place span (and omission) rewards
         kl = per_token_kl(old_logprobs, ref_logprobs, ro.response_mask, cfg.kl_estimator)  # 4. KL
         rewards = assemble_rewards(task, kl, ro.response_mask, self.kl_ctl.value, terminal)
-        advantages, returns = advantages_and_returns(rewards, values, ro.response_mask, cfg)  # 5. GAE, 6. whiten
+        advantages, returns = advantages_and_returns(  # 5. advantages (GAE or another estimator), 6. whiten
+            rewards, values, ro.response_mask, task, ro.group, cfg
+        )
         t4 = time.perf_counter()
         exp = Experience(old_logprobs, values, advantages, returns)
-        metrics = ppo_update(self.runtime, self.model, self.optimizer, self.scheduler, ro, exp, cfg, step)  # 7. update
+        metrics = ppo_update(self.runtime, self.model, self.actor, self.critic, ro, exp, cfg, step)  # 7. update
         t5 = time.perf_counter()
         metrics |= self.step_metrics(ro, scored, labels, kl, rewards)
+        metrics |= self.critic_metrics(ro, entropy, values, returns)
         metrics |= {
             "time/rollout": t1 - t0,
             "time/score": tb - ta,
@@ -432,20 +619,32 @@ class PPOTrainer:
             float(ro.has_eos.sum()),
             float(sum(s.n_spans for s in scored)),
             float(sum(s.n_unmatched for s in scored)),
+            float(sum(len(s.missing_tokens) for s in scored if s.feedback.ok)),
         ]
-        n, tokens, span_sum, pos, neg, kl_sum, r_sum, failed, eos, spans, unmatched = global_sum(local)
+        n, tokens, span_sum, pos, neg, kl_sum, r_sum, failed, eos, spans, unmatched, missing = global_sum(local)
         out = {
             "reward/span_mean": span_sum / n,
             "reward/total_mean": r_sum / n,
             "reward/positive_frac": pos / tokens,
             "reward/negative_frac": neg / tokens,
+            "reward/missing_mean": missing / n,
             "kl/mean": kl_sum / n,
+            "kl/per_token": kl_sum / tokens,
             "parse/failure_rate": failed / n,
             "eos/rate": eos / n,
             "response/length": tokens / n,
             "spans/unmatched_rate": unmatched / spans if spans else 0.0,
         }
         return out | self.task_metrics(ro.rows, [s.text for s in scored], "task/")
+
+    def critic_metrics(self, ro: Rollout, entropy: Tensor, values: Tensor, returns: Tensor) -> dict[str, float]:
+        """Sampling entropy per token, and the critic's explained variance on this batch (before its update)."""
+        m = ro.response_mask.float()
+        entropy_sum, tokens = global_sum([float((entropy * m).sum()), float(m.sum())])
+        out = {"policy/entropy": entropy_sum / tokens}
+        if uses_critic(self.cfg):
+            out["value/explained_variance"] = explained_variance(values, returns, ro.response_mask, all_reduce_sum)
+        return out
 
     def record(
         self, step: int, ro: Rollout, scored, task: Tensor, terminal: Tensor, kl: Tensor, rewards: Tensor
@@ -490,16 +689,17 @@ class PPOTrainer:
 
     # ---- checkpoints --------------------------------------------------------------------------------------
     def save(self) -> Path:
-        optimizer_state = self.runtime.optimizer_state(self.model, self.optimizer)
+        actor_state = self.actor.state_dict(self.runtime, self.model)
+        critic_state = self.critic.state_dict(self.runtime, self.model) if self.critic is not None else None
         with self.runtime.gathered(self.model):  # every process: FSDP gathers the weights rank 0 writes
-            return self._save(optimizer_state)
+            return self._save(actor_state, critic_state)
 
-    def _save(self, optimizer_state: dict) -> Path:
+    def _save(self, actor_state: dict, critic_state: dict | None) -> Path:
         state = {
             "step": self.next_step,
             "value": self.bundle.value.state_dict(),
-            "optimizer": optimizer_state,
-            "scheduler": self.scheduler.state_dict(),
+            "actor_optimizer": actor_state,
+            "critic_optimizer": critic_state,
             "kl": self.kl_ctl.state_dict(),
             "history": self.history,
             "records": self.records,
@@ -522,8 +722,9 @@ class PPOTrainer:
         with self.runtime.gathered(self.model, writeback=True):
             state = ckpt.load_checkpoint(path, policy=self.bundle.policy, rank=self.rank)
             self.bundle.value.load_state_dict(state["value"])
-        self.runtime.load_optimizer_state(self.model, self.optimizer, state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        self.actor.load_state_dict(self.runtime, self.model, state["actor_optimizer"])
+        if self.critic is not None:
+            self.critic.load_state_dict(self.runtime, self.model, state["critic_optimizer"])
         self.kl_ctl.load_state_dict(state["kl"])
         self.history, self.records, self.next_step = state["history"], state["records"], int(state["step"])
         return True

@@ -1,6 +1,7 @@
 """Per-token log-probabilities of given token ids under temperature-scaled logits.
 
     logprobs_t = log softmax(logits_t / tau)[y_t] = logits_t[y_t] / tau - logsumexp_v(logits_t[v] / tau)
+    entropy_t  = - sum_v p_v log p_v,  p = softmax(logits_t / tau)      (of the sampling distribution, for logging)
 
 The same tau used for sampling must be applied whenever old, new and reference log-probs are recomputed (§5 A5);
 otherwise the first PPO ratio is not 1.
@@ -49,6 +50,24 @@ def selective_logprobs(
     for i in range(0, b * t, chunk_tokens):
         args = (flat_h[i : i + chunk_tokens], lm_head, flat_ids[i : i + chunk_tokens], temperature)
         parts.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False) if recompute else _chunk_logprobs(*args))
+    return torch.cat(parts).reshape(b, t) if parts else hidden.new_zeros((b, t), dtype=torch.float32)
+
+
+@torch.no_grad()
+def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:  # (B, T, V) -> (B, T)
+    """Entropy of the temperature-scaled next-token distribution at each position (no gradient: a statistic)."""
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+@torch.no_grad()
+def selective_entropy(
+    hidden: Tensor, lm_head, temperature: float = 1.0, chunk_tokens: int = 1024
+) -> Tensor:  # (B, T, d) -> (B, T) float32
+    """:func:`token_entropy` from the hidden states, ``chunk_tokens`` positions at a time (never the (B, T, V))."""
+    b, t, d = hidden.shape
+    flat = hidden.reshape(b * t, d)
+    parts = [token_entropy(lm_head(flat[i : i + chunk_tokens]), temperature) for i in range(0, b * t, chunk_tokens)]
     return torch.cat(parts).reshape(b, t) if parts else hidden.new_zeros((b, t), dtype=torch.float32)
 
 

@@ -3,6 +3,7 @@
     mean(x; m)  = sum_t m_t x_t / sum_t m_t
     var(x; m)   = sum_t m_t (x_t - mean)^2 / (sum_t m_t - 1)      (unbiased, as in TRL / lm-human-preferences)
     whiten(x)   = (x - mean) / sqrt(var + eps)   [+ mean when shift_mean=False]
+    EV(V; R)    = 1 - var(R - V) / var(R)                          (explained variance of the critic; 1 = perfect)
 
 ``reduce`` (optional) all-reduces a tensor of sums in place (e.g. ``torch.distributed.all_reduce``), so that
 every process whitens with the statistics of the *global* batch (checklist §5 D17).
@@ -58,3 +59,10 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float =
     if not shift_mean:
         out = out + mean
     return out * mask.to(x.dtype)
+
+
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor, reduce: Reduce = None) -> float:  # (B, T) x3
+    """1 - var(R - V) / var(R) over valid tokens (nan when the returns do not vary)."""
+    var_r = float(masked_var(returns, mask, unbiased=False, reduce=reduce))
+    var_err = float(masked_var(returns - values, mask, unbiased=False, reduce=reduce))
+    return 1.0 - var_err / var_r if var_r > 0 else float("nan")

@@ -1,18 +1,34 @@
 """Task rewards placed on policy tokens, and the per-token reward PPO optimises.
 
-Span labels (ARCHITECTURE §4):  delta_t = +1 on a token overlapping a good span, -1 on a poor span, 0 elsewhere.
-Three placements of the same task signal, chosen by ``PPOConfig.reward_mode`` (one small function each):
+Token labels (ARCHITECTURE §4):  delta_t = +1 on a token overlapping a good span, -1 on a poor span, 0 elsewhere.
+Omissions (content the critic says is missing) add o_t = -p * (number of missing items anchored at token t), where
+an item is anchored at the token where the content belonged ("anchor") or on the last real token ("end"):
 
-    span    s_t = c * delta_t                                (Text2Grad)
-    scalar  s_t = [t = last] * c * sum_u delta_u            (classic RLHF: one score on the last real token / EOS)
-    dense   s_t = m_t * c * sum_u delta_u / T_valid          (the paper's ablation: the sequence label on every token)
+    d_t = delta_t + o_t                                          (the task signal of one response)
 
-The scalar and dense totals equal the span total, so only the placement differs (demo_task_findings "fair scalar").
-The reward PPO sees is
+Four placements, chosen by ``PPOConfig.reward_mode`` (one small function each):
+
+    span     s_t = c * d_t                         (Text2Grad: the critic's span labels on their tokens)
+    dense    s_t = c * d_t, delta from word labels  (the paper's ablation: the critic labels most words, not spans)
+    scalar   s_t = [t = last] * c * sum_u d_u      (classic RLHF: one score on the last real token / EOS)
+    uniform  s_t = m_t * c * sum_u d_u / T_valid   (the scalar spread over every token: the same information)
+
+``span`` and ``dense`` place per token (they differ in what the critic labels, see ``ppo.scoring``); the scalar and
+uniform totals equal the span total, so between those three only the placement differs (demo_task_findings
+"fair scalar"). The reward PPO sees is
 
     r_t = m_t (s_t - beta * KL_t) + [t = last] * terminal_t
 
-where ``terminal`` carries an optional hybrid scalar, the parse-failure fallback and the missing-EOS penalty.
+where ``terminal`` carries an optional hybrid scalar (span / dense modes only: in scalar and uniform modes it would
+count the same score twice), the critic's verdict, the parse-failure fallback and the missing-EOS penalty.
+
+Critics with an overall verdict v in [-1, 1] (``ParsedFeedback.outcome``: the code critic's pass rate, 2 * passed /
+cases - 1) order responses by it: their good and poor labels are scaled to sum +1 and -1 (:func:`unit_label_sums`,
+so blaming a long line costs what blaming a short one does) and ``outcome_coef * v`` is added to the terminal. A
+response that made no real attempt (``degenerate``: empty, crashing its harness, hanging past its timer) gets
+``degenerate_reward`` instead of everything else, below any attempt. With the defaults (c = 1, outcome_coef = 1,
+omission penalty 1, degenerate -4) the summed task reward is: passes all 2 > passes some (-2, 0) > fails -2 >
+a stub that implements nothing -3 > empty / crash / kill / hang -4, in every reward mode.
 """
 
 from __future__ import annotations
@@ -23,7 +39,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-RewardMode = Literal["span", "scalar", "dense"]
+RewardMode = Literal["span", "scalar", "uniform", "dense"]
+OmissionPlacement = Literal["anchor", "end"]
 
 
 def last_token_index(mask: Tensor) -> Tensor:  # (B, T) -> (B,)
@@ -41,6 +58,33 @@ def place_on_last(scores: Tensor, mask: Tensor) -> Tensor:  # (B,), (B, T) -> (B
     return out
 
 
+def omission_labels(
+    missing: Tensor, mask: Tensor, penalty: float, placement: OmissionPlacement
+) -> Tensor:  # (B, T) counts, (B, T) -> (B, T)
+    """o_t: ``-penalty`` per missing item, at its anchor token (``missing[b, t]`` items belong at t) or at the end.
+
+    Anchors outside the mask are moved to the last valid token, so no omission is ever lost to padding.
+    """
+    m = mask.to(missing.dtype)
+    if placement == "end":
+        return place_on_last(-penalty * missing.sum(dim=1), mask)
+    if placement != "anchor":
+        raise ValueError(f"unknown omission placement {placement!r}; expected 'anchor' or 'end'")
+    stray = (missing * (1 - m)).sum(dim=1)  # anchored on padding: belongs at the end of the response
+    return -penalty * (missing * m + place_on_last(stray, mask))
+
+
+def unit_label_sums(labels: Tensor, mask: Tensor) -> Tensor:  # (B, T) -> (B, T)
+    """Labels scaled per row so the positive ones sum to +1 and the negative ones to -1 (rows without either keep 0)."""
+    m = mask.to(labels.dtype)
+    pos, neg = (labels.clamp(min=0) * m), (labels.clamp(max=0) * m)
+    pos_sum = pos.sum(dim=1, keepdim=True)
+    neg_sum = -neg.sum(dim=1, keepdim=True)
+    return pos / pos_sum.where(pos_sum > 0, torch.ones_like(pos_sum)) + neg / neg_sum.where(
+        neg_sum > 0, torch.ones_like(neg_sum)
+    )
+
+
 def span_rewards(labels: Tensor, mask: Tensor, coef: float) -> Tensor:  # (B, T) -> (B, T)
     return coef * labels * mask.to(labels.dtype)
 
@@ -50,7 +94,7 @@ def scalar_rewards(labels: Tensor, mask: Tensor, coef: float) -> Tensor:
     return place_on_last(coef * total, mask)
 
 
-def dense_rewards(labels: Tensor, mask: Tensor, coef: float) -> Tensor:
+def uniform_rewards(labels: Tensor, mask: Tensor, coef: float) -> Tensor:
     m = mask.to(labels.dtype)
     total = (labels * m).sum(dim=1, keepdim=True)
     return coef * total / m.sum(dim=1, keepdim=True).clamp(min=1) * m
@@ -58,13 +102,14 @@ def dense_rewards(labels: Tensor, mask: Tensor, coef: float) -> Tensor:
 
 REWARD_MODES: dict[str, Callable[[Tensor, Tensor, float], Tensor]] = {
     "span": span_rewards,
+    "dense": span_rewards,  # same placement as span; the labels are word-level (ppo.scoring)
     "scalar": scalar_rewards,
-    "dense": dense_rewards,
+    "uniform": uniform_rewards,
 }
 
 
 def task_rewards(mode: RewardMode, labels: Tensor, mask: Tensor, coef: float) -> Tensor:  # (B, T)
-    """Place the span labels ``labels`` (B, T) with the chosen mode."""
+    """Place the task signal ``labels`` (B, T) (token labels plus omission labels) with the chosen mode."""
     try:
         fn = REWARD_MODES[mode]
     except KeyError:

@@ -40,7 +40,7 @@ def _args(sets, *extra):
     return out
 
 
-@pytest.mark.parametrize("mode", ["span", "scalar", "dense"])
+@pytest.mark.parametrize("mode", ["span", "scalar", "uniform", "dense"])
 def test_train_every_mode_then_resume(tiny_model_dir, tmp_path, mode):
     run_dir = tmp_path / "run"
     result = runner.invoke(app, _args(_sets(tiny_model_dir, tmp_path, mode, 1), "--run-dir", str(run_dir)))

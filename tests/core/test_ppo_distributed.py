@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 WORKER = textwrap.dedent("""
+    import json
     import sys
     import pandas as pd
     import torch
@@ -26,7 +27,8 @@ WORKER = textwrap.dedent("""
     from t2g_core.ppo import CriticSource, train
     from t2g_core.spans import ParsedFeedback
 
-    model_dir, batch_size, minibatches, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    model_dir, batch_size, minibatches, extra, out = sys.argv[1:6]
+    batch_size, minibatches = int(batch_size), int(minibatches)
 
     class EdgeWordsCritic:
         def critique(self, row):
@@ -38,7 +40,8 @@ WORKER = textwrap.dedent("""
     prompts = pd.DataFrame({"id": [f"p{i}" for i in range(8)], "task": "summarization",
                             "prompt": [f"Post {i}: " + "Cai lives in Quito " * (1 + i % 3) for i in range(8)]})
     cfg = PPOConfig(steps=2, batch_size=batch_size, minibatches=minibatches, ppo_epochs=2, max_new_tokens=10,
-                    log_every=1, save_every=100, value_model="head", learning_rate=1e-2, grad_accum=1)
+                    log_every=1, save_every=100, value_model="head", learning_rate=1e-2, grad_accum=1,
+                    **json.loads(extra))
     def metrics(rows, texts):  # several named metrics; one eval prompt leaves rank 1 without rows (must not hang)
         return {"words": [float(len(t.split())) for t in texts], "chars": [float(len(t)) for t in texts]}
 
@@ -81,11 +84,19 @@ def accelerate_launch(processes: int) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("batch_size, minibatches", [(4, 2), (5, 1)])  # (5, 1): the processes hold 3 and 2 prompts
-def test_accelerate_launched_two_processes_equal_one_process(tiny_model_dir, tmp_path, batch_size, minibatches):
+@pytest.mark.parametrize(
+    "batch_size, minibatches, extra",
+    [
+        (4, 2, "{}"),
+        (5, 1, "{}"),  # the processes hold 3 and 2 prompts
+        # a group baseline: the 2 samples of each prompt stay on one process, and the critic-free update matches
+        (4, 2, '{"advantage": "rloo", "group_size": 2, "value_max_grad_norm": 0.5}'),
+    ],
+)
+def test_accelerate_launched_two_processes_equal_one_process(tiny_model_dir, tmp_path, batch_size, minibatches, extra):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    args = [str(script), str(tiny_model_dir), str(batch_size), str(minibatches)]
+    args = [str(script), str(tiny_model_dir), str(batch_size), str(minibatches), extra]
     one = _run([sys.executable, *args], tmp_path, "one")
     two = _run([*accelerate_launch(2), *args], tmp_path, "two")
     assert json.loads((two / "models.json").read_text())["processes"] == 2

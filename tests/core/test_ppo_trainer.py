@@ -284,14 +284,20 @@ def test_missing_eos_penalty_and_parse_fallback_replace_the_task_reward():
     task, terminal, _ = place_task_rewards(scored, ro, _cfg(missing_eos_penalty=-1.5, parse_failure_reward=-0.5))
     assert task.tolist() == [[-1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
     assert terminal.tolist() == [0.0, -1.5, -0.5]
-    task, terminal, _ = place_task_rewards(scored, ro, _cfg(reward_mode="scalar", terminal_coef=0.5))
+    task, terminal, _ = place_task_rewards(scored, ro, _cfg(reward_mode="scalar"))
     assert task[0].tolist() == [0, 0, -1, 0] and task[2].tolist() == [0, 0, 0, 0]  # scalar on the EOS
-    assert task[1, 3] == 0.0 and terminal.tolist() == [
-        -0.5,
-        0.0,
-        0.0,
-    ]  # penalty off: the missing-EOS row keeps its score
+    assert task[1, 3] == 0.0 and terminal.tolist() == [0.0, 0.0, 0.0]  # penalty off: the missing-EOS row keeps it
     assert float(task[1].sum()) == 0.0  # -1 + 1
+    _, terminal, _ = place_task_rewards(scored, ro, _cfg(terminal_coef=0.5))  # hybrid: span + scalar on the EOS
+    assert terminal.tolist() == [-0.5, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("mode", ["scalar", "uniform"])
+def test_terminal_coef_is_refused_where_it_would_count_the_scalar_twice(mode):
+    with pytest.raises(ValueError, match="terminal_coef applies to span and dense"):
+        _cfg(reward_mode=mode, terminal_coef=0.5)
+    for hybrid in ("span", "dense"):
+        assert _cfg(reward_mode=hybrid, terminal_coef=0.5).terminal_coef == 0.5
 
 
 def test_grad_accumulation_matches_one_big_minibatch(tiny_model_dir, tmp_path):
@@ -313,14 +319,14 @@ def test_reference_stays_the_base_model_and_dropout_is_off(tiny_model_dir, tmp_p
     from t2g_core.ppo import PPOTrainer
 
     trainer = PPOTrainer(
-        _cfg(steps=2, max_approx_kl=1e-12),
+        _cfg(steps=2, max_approx_kl=1.0),
         tiny_model_dir,
         _prompts(),
         tmp_path / "run",
         reward_source=CriticSource(EdgeWordsCritic()),
     )
     res = trainer.fit(tracker=MemoryTracker())
-    assert res.history[0]["ppo/early_stopped"] == 1.0 and res.history[0]["ppo/updates"] < 4  # approx-KL guard
+    assert res.history[0]["ppo/updates"] == 4
     assert all(not m.training for m in trainer.bundle.policy.modules())
     assert all(m.p == 0 for m in trainer.bundle.policy.modules() if isinstance(m, torch.nn.Dropout))
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
@@ -334,10 +340,109 @@ def test_reference_stays_the_base_model_and_dropout_is_off(tiny_model_dir, tmp_p
     assert not torch.allclose(trained, expected, atol=1e-4)  # while the adapter did learn
 
 
-def test_learning_rate_warms_up_then_decays_linearly_to_zero_over_the_planned_updates():
+def test_learning_rate_warms_up_over_updates_taken_and_decays_with_progress_not_with_updates():
     from t2g_core.ppo.trainer import lr_factor
 
-    linear = lr_factor(PPOConfig(steps=10, ppo_epochs=2, minibatches=2, warmup_steps=4))  # 40 planned updates
-    assert [round(linear(n), 3) for n in (0, 3, 20, 39, 40, 50)] == [0.25, 0.925, 0.5, 0.025, 0.0, 0.0]
+    cfg = PPOConfig(steps=10, ppo_epochs=2, minibatches=2, warmup_steps=4)  # 4 planned updates per step
+    linear = lr_factor(cfg)
+    warm = lr_factor(cfg.model_copy(update={"lr_schedule": "constant"}))
+    assert [warm(0, j, taken=j) for j in range(5)] == [0.25, 0.5, 0.75, 1.0, 1.0]  # warm-up over updates taken
+    assert linear(0, 1, taken=1) == pytest.approx(0.5 * (1 - 1 / 40))
+    # step 5, planned update 2 of 4: progress 5.5 / 10, whatever number of updates the early stop skipped before
+    assert linear(5, 2, taken=22) == linear(5, 2, taken=8) == pytest.approx(0.45)
+    assert linear(9, 3, taken=39) == pytest.approx(0.025) and linear(10, 0, taken=40) == 0.0
+    critic_first = PPOConfig(steps=10, critic_warmup_steps=2, ppo_epochs=2, minibatches=2)
+    assert lr_factor(critic_first)(2, 0, 0) == 1.0  # the actor's decay starts after the critic warm-up
+    assert lr_factor(critic_first, actor=False)(2, 0, 8) == pytest.approx(0.8)
     constant = lr_factor(PPOConfig(steps=10, lr_schedule="constant"))
-    assert constant(0) == constant(1000) == 1.0
+    assert constant(0, 0, 0) == constant(9, 3, 1000) == 1.0
+
+
+def test_optimizer_revert_restores_parameters_moments_and_warmup_count():
+    from t2g_core.ppo.trainer import Optimizer
+
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = Optimizer([w], lr=0.1, max_grad_norm=1.0, factor=lambda step, j, taken: 1.0)
+    for target in (3.0, 5.0):
+        w.grad = 2 * (w.detach() - target)
+        before_w, before_state = w.detach().clone(), {k: v.clone() for k, v in opt.opt.state.get(w, {}).items()}
+        norm = opt.step(0, 0)
+    assert norm == pytest.approx(float(2 * (before_w - 5.0).norm()))  # the norm before clipping
+    assert opt.revert() and opt.taken == 1
+    assert torch.equal(w.detach(), before_w)
+    for k, v in before_state.items():
+        assert torch.equal(opt.opt.state[w][k], v), k
+    assert not opt.revert()  # one step back only
+
+
+def test_early_stop_reverts_the_update_that_crossed_the_kl_bound(tiny_model_dir, tmp_path):
+    from t2g_core.ppo import PPOTrainer
+
+    trainer = PPOTrainer(
+        _cfg(steps=1, max_approx_kl=1e-12),
+        tiny_model_dir,
+        _prompts(),
+        tmp_path / "run",
+        reward_source=CriticSource(EdgeWordsCritic()),
+    )
+    h = trainer.step(0)
+    # the first minibatch sees the rollout policy (KL 0), its update crosses 1e-12, the second minibatch's forward
+    # sees that, so the update is undone: the adapter is back at its initial (zero) LoRA B
+    assert h["ppo/early_stopped"] == 1.0 and h["ppo/reverted"] == 1.0 and h["ppo/updates"] == 0.0
+    lora_b = [p for n, p in trainer.bundle.policy.named_parameters() if "lora_B" in n]
+    assert lora_b and all(float(p.detach().abs().max()) == 0.0 for p in lora_b)
+    assert h["grad/critic_norm"] > 0  # the critic's update is not the KL bound's business
+
+
+def test_group_batches_repeat_each_prompt_and_keep_its_samples_distinct(tiny_model_dir, tmp_path):
+    from t2g_core.ppo import PPOTrainer
+    from t2g_core.ppo.trainer import rollout
+
+    assert batch_rows(0, 8, 6, 0, group_size=3)[:3] == [batch_rows(0, 8, 2, 0)[0]] * 3
+    assert batch_rows(1, 8, 6, 0, group_size=3)[3:] == [batch_rows(1, 8, 2, 0)[1]] * 3
+    cfg = _cfg(batch_size=4, group_size=2, advantage="rloo", temperature=1.5, max_new_tokens=12)
+    trainer = PPOTrainer(
+        cfg, tiny_model_dir, _prompts(), tmp_path / "run", reward_source=CriticSource(EdgeWordsCritic())
+    )
+    rows, index = trainer.local_rows(0)
+    ro = rollout(trainer.generate, trainer.bundle.tokenizer, rows, index, cfg, 0)
+    assert ro.group.tolist() == [0, 0, 1, 1] and rows[0]["id"] == rows[1]["id"] != rows[2]["id"]
+    assert not torch.equal(ro.response_ids[0], ro.response_ids[1])  # each sample has its own random stream
+
+
+def test_critic_free_estimators_train_no_critic(tiny_model_dir, tmp_path):
+    from t2g_core.ppo import PPOTrainer
+
+    for estimator in ("rloo", "grpo"):
+        cfg = _cfg(steps=1, group_size=2, advantage=estimator, value_model="separate")
+        trainer = PPOTrainer(
+            cfg, tiny_model_dir, _prompts(), tmp_path / estimator, reward_source=CriticSource(EdgeWordsCritic())
+        )
+        assert trainer.critic is None and trainer.bundle.value.backbone is None  # no value backbone is even loaded
+        h = trainer.step(0)
+        assert h["loss/value"] == 0.0 and "grad/critic_norm" not in h and "value/explained_variance" not in h
+        assert h["ppo/updates"] > 0 and float(trainer.bundle.value.head.weight.detach().abs().sum()) == 0.0
+
+
+def test_critic_warmup_freezes_the_policy_and_the_step_logs_actor_and_critic_apart(tiny_model_dir, tmp_path):
+    from t2g_core.ppo import PPOTrainer
+
+    cfg = _cfg(steps=3, critic_warmup_steps=2, advantage="span_bootstrap", max_approx_kl=1.0, max_grad_norm=1e-3)
+    trainer = PPOTrainer(
+        cfg, tiny_model_dir, _prompts(), tmp_path / "run", reward_source=CriticSource(EdgeWordsCritic())
+    )
+    lora_b = [p for n, p in trainer.bundle.policy.named_parameters() if "lora_B" in n]
+    head = trainer.bundle.value.head.weight
+    for step in range(2):
+        h = trainer.step(step)
+        assert h["ppo/critic_only"] == 1.0 and h["ppo/updates"] == 0.0 and "grad/actor_norm" not in h
+        assert all(float(p.detach().abs().max()) == 0.0 for p in lora_b)  # the policy has not moved
+    assert float(head.detach().abs().sum()) > 0  # the critic has
+    h = trainer.step(2)
+    assert h["ppo/critic_only"] == 0.0 and h["ppo/updates"] == 4.0
+    assert any(float(p.detach().abs().max()) > 0 for p in lora_b)
+    assert h["grad/actor_clipped"] == 1.0 and h["grad/actor_norm"] > 1e-3  # its own clip, at 1e-3
+    assert h["grad/critic_norm"] > 0 and 0.0 <= h["grad/critic_clipped"] <= 1.0
+    for key in ("policy/entropy", "value/explained_variance", "value/clipfrac", "kl/per_token", "lr/actor"):
+        assert key in h and h[key] == h[key], key  # present and not NaN
+    assert h["policy/entropy"] > 0

@@ -26,13 +26,15 @@ def test_poor_span_moves_the_advantage_at_its_token_more_than_a_scalar_of_the_sa
     clean = torch.zeros(1, T, dtype=torch.float64)
     poor = clean.clone()
     poor[0, K] = -1.0
-    delta = {m: (_advantages(m, poor, values) - _advantages(m, clean, values))[0] for m in ("span", "scalar", "dense")}
+    delta = {
+        m: (_advantages(m, poor, values) - _advantages(m, clean, values))[0] for m in ("span", "scalar", "uniform")
+    }
     assert delta["span"][K] == pytest.approx(-1.0)
-    assert abs(delta["span"][K]) > abs(delta["scalar"][K]) and abs(delta["span"][K]) > abs(delta["dense"][K])
+    assert abs(delta["span"][K]) > abs(delta["scalar"][K]) and abs(delta["span"][K]) > abs(delta["uniform"][K])
     assert torch.all(delta["span"][K + 1 :] == 0)  # tokens after the mistake are not blamed
     assert torch.all(delta["scalar"][K + 1 :] < 0)  # the scalar blames them all
     assert int(delta["span"].abs().argmax()) == K and int(delta["scalar"].abs().argmax()) == T - 1
-    for m in ("scalar", "dense"):  # same total reward, so the difference is placement only
+    for m in ("scalar", "uniform"):  # same total reward, so the difference is placement only
         assert float(task_rewards(m, poor, torch.ones_like(poor, dtype=torch.bool), 1.0).sum()) == -1.0
 
 

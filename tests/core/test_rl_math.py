@@ -209,14 +209,15 @@ def test_reward_modes_have_equal_totals_and_different_placement():
     mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0, 0]], dtype=torch.bool)
     span = task_rewards("span", labels, mask, 2.0)
     scalar = task_rewards("scalar", labels, mask, 2.0)
-    dense = task_rewards("dense", labels, mask, 2.0)
+    uniform = task_rewards("uniform", labels, mask, 2.0)
+    dense = task_rewards("dense", labels, mask, 2.0)  # word labels are placed like span labels
     for row in range(2):
-        totals = {float(x[row].sum()) for x in (span, scalar, dense)}
+        totals = {float(x[row].sum()) for x in (span, scalar, uniform, dense)}
         assert max(totals) - min(totals) < 1e-12
-    assert span.tolist()[0] == [0, 2, 0, -2, 0, -2, 0]
+    assert span.tolist()[0] == [0, 2, 0, -2, 0, -2, 0] and torch.equal(dense, span)
     assert scalar.tolist()[0] == [0, 0, 0, 0, 0, -2, 0]  # last real token, not the PAD after it
     assert scalar.tolist()[1] == [0, 0, 2, 0, 0, 0, 0]
-    assert dense.tolist()[1] == pytest.approx([2 / 3] * 3 + [0] * 4)
+    assert uniform.tolist()[1] == pytest.approx([2 / 3] * 3 + [0] * 4)
     with pytest.raises(ValueError, match="reward_mode"):
         task_rewards("sparse", labels, mask, 1.0)
 
