@@ -51,7 +51,12 @@ def main() -> None:
         args.steps, args.batch_size, args.max_new_tokens = 2, 4, 8
         args.workdir = str(out_dir / "work-ppo")  # the policy bench_ppo_sample_efficiency --smoke builds, too
     if args.policy is None:
-        build = argparse.Namespace(workdir=args.workdir, sft_steps=5 if args.smoke else 600, smoke=args.smoke)
+        build = argparse.Namespace(  # bench_ppo_sample_efficiency's warm start (its default sizes)
+            workdir=args.workdir,
+            sft_steps=5 if args.smoke else 600,
+            lm_steps=0 if args.smoke else 300,
+            smoke=args.smoke,
+        )
         args.policy = str(Summarization(build).build_policy(0))
 
     from t2g_core.demo import make_demo_feedback

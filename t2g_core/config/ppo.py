@@ -83,12 +83,19 @@ class PPOConfig(StageConfig):
         "the last token in every reward mode; a critique with a verdict has its good and poor labels scaled to sum "
         "+1 and -1, so the verdict orders responses: passes all > passes some > fails (t2g_core.rl.rewards).",
     )
-    degenerate_reward: float = Field(
-        -4.0,
-        description="Reward of a response that made no real attempt (empty, crashes its harness, hangs past its "
-        "timer), replacing its labels; must lie below the worst attempt, -(span_coef * (1 + omission_penalty) + "
-        "outcome_coef).",
+    degenerate_margin: float = Field(
+        1.0,
+        gt=0,
+        description="A response that made no real attempt (empty, crashes its harness or while loading, hangs past "
+        "its timer) gets, instead of its labels, the worst real attempt's reward minus this margin: "
+        "-(span_coef * (1 + omission_penalty) + outcome_coef) - margin (-4 with the defaults).",
     )
+
+    @property
+    def degenerate_reward(self) -> float:
+        """Below every real attempt: a failing attempt with every label poor and its implementation missing."""
+        return -(abs(self.span_coef) * (1 + self.omission_penalty) + self.outcome_coef) - self.degenerate_margin
+
     parse_failure_reward: float = Field(
         0.0, description="Reward of a sample whose critique failed (the reward source's fault, not the sample's)."
     )
@@ -177,13 +184,6 @@ class PPOConfig(StageConfig):
 
     @model_validator(mode="after")
     def _check_combinations(self) -> PPOConfig:
-        worst_attempt = -(abs(self.span_coef) * (1 + self.omission_penalty) + self.outcome_coef)
-        if self.degenerate_reward >= worst_attempt:
-            raise ValueError(
-                f"degenerate_reward {self.degenerate_reward} must lie below the worst real attempt ({worst_attempt:g} "
-                "= -(span_coef * (1 + omission_penalty) + outcome_coef)): otherwise an empty or crashing response "
-                "outscores code that fails its tests"
-            )
         if self.terminal_coef and self.reward_mode not in HYBRID_MODES:
             raise ValueError(
                 f"terminal_coef applies to {' and '.join(HYBRID_MODES)} rewards only; with reward_mode="

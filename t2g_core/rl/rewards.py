@@ -27,7 +27,7 @@ cases - 1) order responses by it: their good and poor labels are scaled to sum +
 so blaming a long line costs what blaming a short one does) and ``outcome_coef * v`` is added to the terminal. A
 response that made no real attempt (``degenerate``: empty, crashing its harness, hanging past its timer) gets
 ``degenerate_reward`` instead of everything else, below any attempt. With the defaults (c = 1, outcome_coef = 1,
-omission penalty 1, degenerate -4) the summed task reward is: passes all 2 > passes some (-2, 0) > fails -2 >
+omission penalty 1, degenerate margin 1) the summed task reward is: passes all 2 > passes some (-2, 0) > fails -2 >
 a stub that implements nothing -3 > empty / crash / kill / hang -4, in every reward mode.
 """
 

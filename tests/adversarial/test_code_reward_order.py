@@ -68,10 +68,12 @@ def test_the_critic_judges_every_case_as_the_candidates_doing(scored):
     assert all(v == -1.0 for v in verdicts[3:]), dict(zip(NO_ATTEMPT, verdicts[3:], strict=True))
 
 
+@pytest.mark.parametrize("settings", [{}, {"span_coef": 3.0, "outcome_coef": 0.25, "omission_penalty": 2.0}])
 @pytest.mark.parametrize("mode", MODES)
-def test_summed_rewards_follow_the_order(scored, mode):
+def test_summed_rewards_follow_the_order(scored, mode, settings):
     ro, spans, words = scored
-    task, terminal, _ = place_task_rewards(words if mode == "dense" else spans, ro, PPOConfig(reward_mode=mode))
+    cfg = PPOConfig(reward_mode=mode, **settings)
+    task, terminal, _ = place_task_rewards(words if mode == "dense" else spans, ro, cfg)
     total = (task.sum(dim=1) + terminal).tolist()
     passes_all, passes_some, fails, *no_attempt = total
     assert passes_all > passes_some > fails, total
@@ -95,8 +97,3 @@ def test_blaming_a_long_line_costs_what_blaming_a_short_one_does(tok):
     task, terminal, _ = place_task_rewards(sc, ro, PPOConfig())
     a, b = (task.sum(dim=1) + terminal).tolist()
     assert a == pytest.approx(b, abs=1e-5)
-
-
-def test_a_degenerate_reward_above_a_real_attempt_is_refused():
-    with pytest.raises(ValueError, match="degenerate_reward"):
-        PPOConfig(degenerate_reward=-1.0)

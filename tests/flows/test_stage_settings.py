@@ -100,6 +100,8 @@ def _changes() -> dict[str, object]:
     out.update(
         {
             "evaluate.pass_k": [1, 2],
+            "ppo.reward_mode": "dense",  # a hybrid mode: the changed terminal_coef is refused in scalar and uniform
+            "ppo.batch_size": 66,  # divides by the changed minibatches (3) and group_size (2)
             "data.dataset": "slf5k",
             "data.source": str(ROOT / "tests" / "fixtures" / "datasets" / "tiny" / "slf5k"),
         }
