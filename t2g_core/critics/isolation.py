@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -163,6 +164,21 @@ def works(backend: str, interpreter: str | None = None) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=1)
+def _warn_unisolated() -> None:
+    """Once per process: untrusted code will run as this user, with only the audit hook and rlimits around it."""
+    warnings.warn(
+        "sandbox_isolation=none: untrusted code runs without OS isolation (same user, same filesystem, network "
+        "reachable); use it only for code you trust",
+        UnsafeSandboxWarning,
+        stacklevel=3,
+    )
+
+
+class UnsafeSandboxWarning(UserWarning):
+    """Untrusted code is about to run without OS isolation (``sandbox_isolation: none``)."""
+
+
 def resolve(choice: str, interpreter: str | None = None) -> Isolation:
     """The backend for ``choice`` (``auto`` or a name), checked to work; raises IsolationUnavailable otherwise."""
     interpreter = interpreter or base_interpreter()
@@ -170,6 +186,8 @@ def resolve(choice: str, interpreter: str | None = None) -> Isolation:
     for backend in candidates:
         if backend not in BACKENDS:
             raise ValueError(f"unknown sandbox isolation {backend!r}; choose auto, {', '.join(BACKENDS)}")
+        if backend == "none":
+            _warn_unisolated()
         if works(backend, interpreter):
             return Isolation(backend, interpreter, default_hidden(interpreter) if backend == "unshare" else ())
     raise IsolationUnavailable(

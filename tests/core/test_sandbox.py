@@ -148,7 +148,9 @@ def test_no_isolation_is_refused_unless_asked_for(monkeypatch):
     try:
         res = run_cases(PROGRAM, [case("assert candidate(1) == 2")], "f", SandboxLimits())
         assert res.results == [] and "no sandbox isolation works here" in res.error
-        res = run_cases(PROGRAM, [case("assert candidate(1) == 2")], "f", SandboxLimits(isolation="none"))
+        isolation._warn_unisolated.cache_clear()
+        with pytest.warns(isolation.UnsafeSandboxWarning, match="without OS isolation"):
+            res = run_cases(PROGRAM, [case("assert candidate(1) == 2")], "f", SandboxLimits(isolation="none"))
         assert res.isolation == "none" and res.results[0].outcome == "pass"
     finally:
         isolation.works.cache_clear()
