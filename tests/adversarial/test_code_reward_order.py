@@ -14,8 +14,8 @@ from t2g_core.config.ppo import PPOConfig
 from t2g_core.critics.code import CodeCritic
 from t2g_core.critics.sandbox import SandboxLimits
 from t2g_core.ppo.sampling import response_mask_after_eos
-from t2g_core.ppo.scoring import CriticSource
-from t2g_core.ppo.trainer import Rollout, place_task_rewards, score
+from t2g_core.ppo.scoring import CriticSource, label_responses
+from t2g_core.ppo.trainer import Rollout, critique, decode, place_task_rewards, score
 
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
 TESTS = (
@@ -56,8 +56,12 @@ def scored(tok):
     ]
     q = torch.zeros(len(responses), 1, dtype=torch.long)
     ro = Rollout(rows, list(range(len(rows))), q, torch.ones_like(q, dtype=torch.bool), response_ids, mask, has_eos)
-    critic = CriticSource(CodeCritic(SandboxLimits(timeout_s=2.0), mutation_localisation=False))
-    return ro, score(ro, critic, tok, None), score(ro, critic, tok, None, words=True)
+    decoded = decode(ro, tok)
+    feedback = critique(
+        ro, decoded, CriticSource(CodeCritic(SandboxLimits(timeout_s=1.0), mutation_localisation=False))
+    )
+    spans = label_responses(decoded, feedback, None)
+    return ro, spans, label_responses(decoded, feedback, None, words=True)  # dense mode: the critic's word labels
 
 
 def test_the_critic_judges_every_case_as_the_candidates_doing(scored):
