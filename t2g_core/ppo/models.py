@@ -113,12 +113,9 @@ class ActorCritic(nn.Module):
                 input_ids=input_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False
             )
             hidden = out.last_hidden_state[:, lq - 1 : -1]  # (B, T, d)
-            logprobs = selective_logprobs(hidden, self._logits_head(), response_ids, temperature, self.chunk_tokens)
-            extra = (
-                (selective_entropy(hidden, self._logits_head(), temperature, self.chunk_tokens),)
-                if with_entropy
-                else ()
-            )
+            head = self._logits_head()
+            logprobs = selective_logprobs(hidden, head, response_ids, temperature, self.chunk_tokens)
+            extra = (selective_entropy(hidden, head, temperature, self.chunk_tokens),) if with_entropy else ()
         if not with_values or reference:
             return (logprobs, None, *extra)
         if self.value.backbone is not None:

@@ -365,15 +365,11 @@ def clip_grads(params: list[torch.nn.Parameter], max_norm: float, sharded: bool)
     """Scale the gradients of ``params`` to a global norm of at most ``max_norm``; returns the norm before clipping.
     ``sharded`` (FSDP): each process holds a shard of every gradient, so the squared norms are summed over them."""
     grads = [p.grad for p in params if p.grad is not None]
-    sq = torch.zeros(1, dtype=torch.float64)
-    for g in grads:
-        sq += g.detach().float().pow(2).sum().cpu().double()
-    norm = float((all_reduce_sum(sq) if sharded else sq).sqrt())
-    coef = max_norm / (norm + 1e-6)
-    if coef < 1.0:
-        for g in grads:
-            g.detach().mul_(coef)
-    return norm
+    norm = torch.nn.utils.get_total_norm(grads)
+    if sharded:
+        norm = all_reduce_sum(norm.double().pow(2)).sqrt()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+    return float(norm)
 
 
 class Optimizer:

@@ -7,15 +7,14 @@ learnt that answering nothing beats trying."""
 from __future__ import annotations
 
 import pytest
-import torch
 from transformers import AutoTokenizer
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.critics.code import CodeCritic
 from t2g_core.critics.sandbox import SandboxLimits
-from t2g_core.ppo.sampling import response_mask_after_eos
 from t2g_core.ppo.scoring import CriticSource, label_responses
-from t2g_core.ppo.trainer import Rollout, critique, decode, place_task_rewards, score
+from t2g_core.ppo.trainer import critique, decode, place_task_rewards, score
+from tests.core._rollouts import text_rollout
 
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
 TESTS = (
@@ -37,6 +36,10 @@ NO_ATTEMPT = {
 MODES = ("span", "scalar", "uniform", "dense")
 
 
+def _row(i: int) -> dict:
+    return {"id": f"r{i}", "task": "code", "prompt": PROMPT, "tests": TESTS, "entry_point": "add"}
+
+
 @pytest.fixture(scope="module")
 def tok(tiny_model_dir):
     return AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -46,16 +49,7 @@ def tok(tiny_model_dir):
 def scored(tok):
     """Every case critiqued once (the sandbox is the slow part); the labels are placed per mode below."""
     responses = [PASSES_ALL, PASSES_SOME, FAILS, *NO_ATTEMPT.values()]
-    ids = [tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for r in responses]
-    width = max(map(len, ids)) + 1
-    response_ids = torch.tensor([x + [tok.pad_token_id] * (width - len(x)) for x in ids])
-    mask, has_eos = response_mask_after_eos(response_ids, tok.eos_token_id)
-    rows = [
-        {"id": f"r{i}", "task": "code", "prompt": PROMPT, "tests": TESTS, "entry_point": "add"}
-        for i in range(len(responses))
-    ]
-    q = torch.zeros(len(responses), 1, dtype=torch.long)
-    ro = Rollout(rows, list(range(len(rows))), q, torch.ones_like(q, dtype=torch.bool), response_ids, mask, has_eos)
+    ro = text_rollout(tok, responses, [_row(i) for i in range(len(responses))])
     decoded = decode(ro, tok)
     feedback = critique(
         ro, decoded, CriticSource(CodeCritic(SandboxLimits(timeout_s=1.0), mutation_localisation=False))
@@ -90,13 +84,7 @@ def test_blaming_a_long_line_costs_what_blaming_a_short_one_does(tok):
     worse than the same wrong answer on a short one."""
     short = "def add(a, b):\n    return a - b\n"
     long = "def add(a, b):\n    return (a - b) + 0 * (a + b + a + b + a + b + a + b + a + b + a + b)\n"
-    ids = [tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for r in (short, long)]
-    width = max(map(len, ids))
-    response_ids = torch.tensor([x + [tok.pad_token_id] * (width - len(x)) for x in ids])
-    mask, has_eos = response_mask_after_eos(response_ids, tok.eos_token_id)
-    rows = [{"id": f"l{i}", "task": "code", "prompt": PROMPT, "tests": TESTS, "entry_point": "add"} for i in (0, 1)]
-    q = torch.zeros(2, 1, dtype=torch.long)
-    ro = Rollout(rows, [0, 1], q, torch.ones_like(q, dtype=torch.bool), response_ids, mask, has_eos)
+    ro = text_rollout(tok, [short, long], [_row(0), _row(1)])
     sc = score(ro, CriticSource(CodeCritic(SandboxLimits(timeout_s=2.0), mutation_localisation=False)), tok, None)
     task, terminal, _ = place_task_rewards(sc, ro, PPOConfig())
     a, b = (task.sum(dim=1) + terminal).tolist()

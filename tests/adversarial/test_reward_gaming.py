@@ -12,10 +12,10 @@ from transformers import AutoTokenizer
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.critics.reference import ReferenceCritic
 from t2g_core.demo.summarization import reference_summary
-from t2g_core.ppo.sampling import response_mask_after_eos
 from t2g_core.ppo.scoring import CriticSource
-from t2g_core.ppo.trainer import Rollout, place_task_rewards, score
+from t2g_core.ppo.trainer import place_task_rewards, score
 from t2g_core.rl import assemble_rewards, estimate_advantages, per_token_kl
+from tests.core._rollouts import text_rollout
 
 FACTS = {
     "name": "Gus",
@@ -52,16 +52,7 @@ def tok(tiny_model_dir):
 
 
 def scored(tok, responses, words=False):
-    ids = [tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for r in responses]
-    width = max(map(len, ids)) + 1
-    response_ids = torch.tensor([x + [tok.pad_token_id] * (width - len(x)) for x in ids])
-    mask, has_eos = response_mask_after_eos(response_ids, tok.eos_token_id)
-    rows = [dict(ROW, id=f"r{i}") for i in range(len(responses))]
-    q = torch.zeros(len(responses), 1, dtype=torch.long)
-    group = torch.zeros(len(responses), dtype=torch.long)
-    ro = Rollout(
-        rows, list(range(len(rows))), q, torch.ones_like(q, dtype=torch.bool), response_ids, mask, has_eos, group
-    )
+    ro = text_rollout(tok, responses, [dict(ROW, id=f"r{i}") for i in range(len(responses))])
     return ro, score(ro, CriticSource(ReferenceCritic()), tok, None, words=words)
 
 

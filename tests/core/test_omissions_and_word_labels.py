@@ -14,10 +14,10 @@ from t2g_core.critics.code import CodeCritic
 from t2g_core.critics.reference import ReferenceCritic
 from t2g_core.critics.sandbox import SandboxLimits
 from t2g_core.demo.summarization import reference_summary
-from t2g_core.ppo.sampling import response_mask_after_eos
 from t2g_core.ppo.scoring import CriticSource, anchor_token
-from t2g_core.ppo.trainer import Rollout, place_task_rewards, score
+from t2g_core.ppo.trainer import place_task_rewards, score
 from t2g_core.spans import ParsedFeedback, locate_words, parse_span_json
+from tests.core._rollouts import text_rollout
 
 FACTS = {
     "name": "Gus",
@@ -40,13 +40,7 @@ ROW = {
 
 def scored_rollout(tok, responses, words=False, critic=None):
     """Responses as sampled ids (+ EOS, right-padded), scored by ``critic`` exactly as the trainer does."""
-    ids = [tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for r in responses]
-    width = max(map(len, ids)) + 1
-    response_ids = torch.tensor([x + [tok.pad_token_id] * (width - len(x)) for x in ids])
-    mask, has_eos = response_mask_after_eos(response_ids, tok.eos_token_id)
-    rows = [dict(ROW, id=f"r{i}") for i in range(len(responses))]
-    q = torch.zeros(len(responses), 1, dtype=torch.long)
-    ro = Rollout(rows, list(range(len(rows))), q, torch.ones_like(q, dtype=torch.bool), response_ids, mask, has_eos)
+    ro = text_rollout(tok, responses, [dict(ROW, id=f"r{i}") for i in range(len(responses))])
     return ro, score(ro, CriticSource(critic or ReferenceCritic()), tok, None, words=words)
 
 
