@@ -13,8 +13,9 @@ from t2g_core.config.ppo import PPOConfig
 from t2g_core.policy_prompts import render_policy_prompt
 from t2g_core.ppo import CriticSource, MemoryTracker, train
 from t2g_core.ppo.models import forward_response, load_policy
+from t2g_core.ppo.rewards import place_task_rewards, score
+from t2g_core.ppo.rollout import Rollout, batch_rows
 from t2g_core.ppo.sampling import response_mask_after_eos, sample_responses
-from t2g_core.ppo.trainer import Rollout, batch_rows, place_task_rewards, score
 from t2g_core.schemas import ROLLOUTS, validate_frame
 from t2g_core.spans import ParsedFeedback
 
@@ -341,7 +342,7 @@ def test_reference_stays_the_base_model_and_dropout_is_off(tiny_model_dir, tmp_p
 
 
 def test_learning_rate_warms_up_over_updates_taken_and_decays_with_progress_not_with_updates():
-    from t2g_core.ppo.trainer import lr_factor
+    from t2g_core.ppo.optimizer import lr_factor
 
     cfg = PPOConfig(steps=10, ppo_epochs=2, minibatches=2, warmup_steps=4)  # 4 planned updates per step
     linear = lr_factor(cfg)
@@ -359,7 +360,7 @@ def test_learning_rate_warms_up_over_updates_taken_and_decays_with_progress_not_
 
 
 def test_optimizer_revert_restores_parameters_moments_and_warmup_count():
-    from t2g_core.ppo.trainer import Optimizer
+    from t2g_core.ppo.optimizer import Optimizer
 
     w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
     opt = Optimizer([w], lr=0.1, max_grad_norm=1.0, factor=lambda step, j, taken: 1.0)
@@ -396,7 +397,7 @@ def test_early_stop_reverts_the_update_that_crossed_the_kl_bound(tiny_model_dir,
 
 def test_group_batches_repeat_each_prompt_and_keep_its_samples_distinct(tiny_model_dir, tmp_path):
     from t2g_core.ppo import PPOTrainer
-    from t2g_core.ppo.trainer import rollout
+    from t2g_core.ppo.rollout import rollout
 
     assert batch_rows(0, 8, 6, 0, group_size=3)[:3] == [batch_rows(0, 8, 2, 0)[0]] * 3
     assert batch_rows(1, 8, 6, 0, group_size=3)[3:] == [batch_rows(1, 8, 2, 0)[1]] * 3
