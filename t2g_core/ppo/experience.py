@@ -1,4 +1,4 @@
-"""4. KL, 5. GAE, 6. whiten: what the update trains on, from one rollout.
+"""The experience the update trains on, steps 4 (KL), 5 (GAE) and 6 (whiten) of a PPO step.
 
 The rollout policy's log-probs, the reference's (the base with the LoRA adapter disabled) and the critic's values
 come from no-grad passes in micro-batches; the per-token KL and the reward r_t = m_t (s_t - beta KL_t) + terminal

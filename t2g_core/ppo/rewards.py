@@ -1,7 +1,8 @@
-"""2. Score, 3. place span rewards: decode the rollout's responses (the text and the char offsets of the sampled
-ids, no re-encoding), critique them with the reward source, label their tokens, and turn the labels into the task
-reward s_t (B, T) and a terminal reward (B,), in the order :mod:`t2g_core.rl.rewards` gives (placement by
-``reward_mode``, a critic's verdict, failed critiques, missing EOS, degenerate responses).
+"""Span rewards, steps 2 (score) and 3 (place span rewards) of a PPO step: decode the rollout's responses (the
+text and the char offsets of the sampled ids, no re-encoding), critique them with the reward source, label their
+tokens, and turn the labels into the task reward s_t (B, T) and a terminal reward (B,), in the order
+:mod:`t2g_core.rl.rewards` gives (placement by ``reward_mode``, a critic's verdict, failed critiques, missing EOS,
+degenerate responses).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""1. Rollout: which prompts a PPO step draws, and one sampled response per sample.
+"""The rollout, step 1 of a PPO step: which prompts the step draws, and one sampled response per sample.
 
 The global batch of step s is consecutive slices of a fresh permutation per pass over the prompts
 (:func:`batch_rows`), each prompt repeated ``group_size`` times in a row: global index g holds prompt g // group_size

@@ -1,5 +1,6 @@
-"""7. Update: PPO epochs over global minibatches, each a forward and backward with the clipped policy loss and
-(with a critic) ``vf_coef`` times the clipped value loss, token means over the global minibatch.
+"""The PPO update, step 7 of a PPO step: epochs over global minibatches, each a forward and backward with the
+clipped policy loss and (with a critic) ``vf_coef`` times the clipped value loss, token means over the global
+minibatch.
 
 Early stop: before each actor update the minibatch's forward measures the global approximate KL(old || current);
 above ``max_approx_kl`` the previous actor update (the one that crossed it) is reverted and the batch stops, and after

@@ -195,6 +195,10 @@ def test_trainer_runs_logs_and_first_minibatch_is_on_policy(tiny_model_dir, tmp_
         "time/rollout",
         "time/score",
         "time/update",
+        "time/span_labels",  # the phases benchmarks/bench_ppo_step.py reads
+        "time/forward",
+        "time/rewards",
+        "time/step",
         "parse/failure_rate",
         "task/error",
         "eval/task_error",
@@ -374,6 +378,30 @@ def test_optimizer_revert_restores_parameters_moments_and_warmup_count():
     for k, v in before_state.items():
         assert torch.equal(opt.opt.state[w][k], v), k
     assert not opt.revert()  # one step back only
+    opt.step(0, 0)
+    opt.commit()  # the next PPO step begins: its early stop may not undo this one
+    assert not opt.revert()
+    plain = Optimizer([w], lr=0.1, max_grad_norm=1.0, factor=lambda step, j, taken: 1.0, revertible=False)
+    w.grad, before = torch.ones(2), w.detach().clone()
+    plain.step(0, 0)
+    assert plain.snapshot is None and not plain.revert() and not torch.equal(w.detach(), before)
+
+
+def test_step_timer_adds_up_a_phase_entered_twice_and_times_the_step_as_its_phases():
+    import time
+
+    from t2g_core.ppo.metrics import StepTimer
+
+    timer = StepTimer()
+    for name in ("span_labels", "score", "span_labels"):
+        with timer.phase(name):
+            time.sleep(0.02)
+    with pytest.raises(RuntimeError), timer.phase("update"):  # a phase that fails is still timed
+        raise RuntimeError
+    m = timer.metrics()
+    assert set(m) == {"time/span_labels", "time/score", "time/update", "time/step"}
+    assert m["time/span_labels"] >= 0.04 and m["time/score"] >= 0.02
+    assert m["time/step"] == pytest.approx(m["time/span_labels"] + m["time/score"] + m["time/update"])
 
 
 def test_early_stop_reverts_the_update_that_crossed_the_kl_bound(tiny_model_dir, tmp_path):
