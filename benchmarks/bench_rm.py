@@ -91,7 +91,7 @@ def _rows(fb, ann, cfg, align_cfg, tokenizer_dir, split: str | None = None):
 
 
 def _train(name: str, cfg, start: Path, rm_df, fb, work: Path, align_cfg):
-    from t2g_core.reward_model.tagger import fit_tagger, tagger_examples
+    from t2g_core.reward_model.tagger_train import fit_tagger, tagger_examples
     from t2g_core.reward_model.train import train_rm
 
     out = work / f"rm-{name}"

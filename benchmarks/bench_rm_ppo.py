@@ -50,7 +50,7 @@ def prepare(args) -> dict[str, str]:
     from t2g_core.demo import make_demo_feedback
     from t2g_core.models.tiny import ensure_demo_models
     from t2g_core.reward_model.data import build_rm_data
-    from t2g_core.reward_model.tagger import fit_tagger, tagger_examples
+    from t2g_core.reward_model.tagger_train import fit_tagger, tagger_examples
     from t2g_core.reward_model.train import train_rm
 
     pipe, work = _pipeline(args), Path(args.workdir)

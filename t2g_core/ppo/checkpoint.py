@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from t2g_core.training import publish_folder, staging_folder
 
 LATEST = "latest"
 
@@ -39,19 +40,15 @@ def save_checkpoint(run_dir: Path, step: int, *, policy, trainer_state: dict, ra
     """Write checkpoint ``step`` (rank 0 writes the shared state, each rank its RNG state); returns its folder."""
     ckpt_root = Path(run_dir) / "checkpoints"
     final = ckpt_root / f"step-{step:06d}"
-    tmp = ckpt_root / f".step-{step:06d}.tmp"
+    tmp = staging_folder(final, create=rank == 0)
     if rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
         policy.save_pretrained(tmp / "adapter", save_embedding_layers=False)
         torch.save(trainer_state, tmp / "trainer.pt")
     barrier()
     torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
     barrier()
     if rank == 0:
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        publish_folder(tmp, final)
         _replace_text(ckpt_root / LATEST, final.name)
     barrier()
     return final

@@ -52,6 +52,11 @@ def barrier() -> None:
         dist.barrier()
 
 
+def to_device(device, *tensors: Tensor) -> list[Tensor]:
+    """The tensors on the model's device (bookkeeping tensors live on the CPU; the model's inputs go over)."""
+    return [t.to(device) for t in tensors]
+
+
 def use_cpu() -> bool:
     """Whether processes run on the CPU (gloo): the one switch between the CPU and CUDA paths."""
     return not torch.cuda.is_available()

@@ -10,7 +10,10 @@ import html
 from pathlib import Path
 
 import pandas as pd
+from torch import Tensor
 
+from t2g_core.ppo.rollout import Rollout
+from t2g_core.ppo.scoring import ScoredResponse
 from t2g_core.schemas import ROLLOUTS
 from t2g_core.store import write_parquet
 
@@ -62,3 +65,43 @@ def write_rollouts(path: Path, records: list[dict]) -> Path:
     df = pd.DataFrame(records, columns=ROLLOUTS.names).drop_duplicates(subset=["step", "id"], keep="first")
     write_parquet(df, path, ROLLOUTS)
     return path
+
+
+def rollout_records(
+    step: int, ro: Rollout, scored: list[ScoredResponse], task: Tensor, terminal: Tensor, kl: Tensor, rewards: Tensor
+) -> tuple[list[dict], list[dict]]:
+    """One step's samples as ROLLOUTS rows (the reward PPO saw per token, KL included) and as heatmap samples (the
+    task reward per sampled token, the terminal reward on the last one)."""
+    records, samples = [], []
+    for b, s in enumerate(scored):
+        n = len(s.labels)
+        token_task = task[b, :n].clone()
+        if n:
+            token_task[n - 1] += terminal[b]
+        fb = s.feedback
+        records.append(
+            {
+                "step": step,
+                "id": str(ro.rows[b]["id"]),
+                "prompt": ro.rows[b]["prompt"],
+                "response": s.text,
+                "critique": fb.critique,
+                "good_spans": list(fb.good_spans),
+                "poor_spans": list(fb.poor_spans),
+                "token_rewards": rewards[b, :n].tolist(),
+                "reward": float(rewards[b].sum()),
+                "kl": float(kl[b].sum()),
+            }
+        )
+        samples.append(
+            {
+                "prompt": ro.rows[b]["prompt"],
+                "text": s.text,
+                "offsets": s.offsets,
+                "rewards": token_task.tolist(),
+                "critique": fb.critique,
+                "status": fb.status,
+                "error": fb.error,
+            }
+        )
+    return records, samples

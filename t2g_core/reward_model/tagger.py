@@ -8,9 +8,10 @@ where h is the language model's last hidden state and the two log-probabilities 
 position i-1 (what the model itself predicted there), and a two-layer MLP maps f_i to three logits. Training is
 cross-entropy over the response tokens against the labels alignment produces (validated spans placed on tokens
 through the tokenizer's offset mapping, poor winning on overlap as ``align.overlap`` says); the language model is
-fine-tuned with it (LoRA or fully, ``reward_model.finetune``).
+fine-tuned with it (LoRA or fully, ``reward_model.finetune``); the training loop is
+:mod:`t2g_core.reward_model.tagger_train`.
 
-Why this head: measured at demo scale (``shared/reference/reward_model_findings.md``), a tagger only catches invented
+Why this head: measured at demo scale (``docs/reward_model.md``), a tagger only catches invented
 values when it starts from a model that can look the value up (the policy) *and* its head compares the token with
 that model's own prediction; either part alone gave invented-value recall 0. Deviation from the paper: the paper's
 reward model is generative (it writes the critique and then the spans); the tagger writes no critique, so a templated
@@ -23,8 +24,6 @@ fine-tuned language model (``lm/``, a full model folder, or ``adapter/``, a LoRA
 from __future__ import annotations
 
 import json
-import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,6 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from t2g_core.progress import Progress, no_progress
 from t2g_core.rl.logprobs import position_ids_from_mask
 from t2g_core.spans import NEGATIVE, POSITIVE, AlignedSpan, ParsedFeedback, labels_for_offsets
 
@@ -291,229 +289,3 @@ class TaggerScorer:
             feedback_from_spans(r["response"], spans_from_classes(e.offsets, c))
             for r, e, c in zip(rows, encoded, classes, strict=True)
         ]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# training: a plain loop with checkpoints (resumes exactly: data order is a function of the step, the checkpoint
-# holds the random state that LoRA dropout draws from)
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def _right_padded(batch: list[tuple[Encoded, list[int]]], pad_id: int) -> dict[str, Tensor]:
-    width = max(len(e.input_ids) for e, _ in batch)
-    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    labels = torch.full((len(batch), width), IGNORE, dtype=torch.long)
-    for b, (e, classes) in enumerate(batch):
-        n = len(e.input_ids)
-        ids[b, :n], mask[b, :n] = torch.tensor(e.input_ids), 1
-        labels[b, e.start : n] = torch.tensor(classes, dtype=torch.long)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
-
-def _batch_order(n: int, batch_size: int, step: int, seed: int) -> list[int]:
-    """Example indices of optimizer step ``step``: consecutive slices of a fresh permutation per epoch."""
-    per_epoch = max(1, math.ceil(n / batch_size))
-    epoch, k = divmod(step, per_epoch)
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7919 + epoch)).tolist()
-    return perm[k * batch_size : (k + 1) * batch_size]
-
-
-def planned_steps(cfg, n_train: int) -> int:
-    return cfg.max_steps if cfg.max_steps > 0 else max(1, math.ceil(cfg.epochs * n_train / cfg.batch_size))
-
-
-def _schedule(optimizer, cfg, total: int):
-    from transformers import get_scheduler
-
-    return get_scheduler(
-        cfg.lr_scheduler, optimizer, num_warmup_steps=int(cfg.warmup_ratio * total), num_training_steps=total
-    )
-
-
-def _save_checkpoint(folder: Path, model: SpanTagger, optimizer, scheduler, step: int) -> None:
-    import shutil
-
-    trainable = {k: v.detach().cpu() for k, v in model.named_parameters() if v.requires_grad}
-    tmp = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)  # a write killed half-way
-    tmp.mkdir(parents=True)
-    torch.save(
-        {
-            "step": step,
-            "params": trainable,
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "rng": torch.get_rng_state(),  # LoRA dropout draws from it
-        },
-        tmp / "state.pt",
-    )
-    tmp.rename(folder)
-
-
-def _latest_checkpoint(ckpt_dir: Path) -> Path | None:
-    done = sorted(ckpt_dir.glob("step-*[0-9]"), key=lambda p: int(p.name.split("-")[1])) if ckpt_dir.is_dir() else []
-    return done[-1] if done else None
-
-
-def _restore(folder: Path, model: SpanTagger, optimizer, scheduler) -> int:
-    state = torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, value in state["params"].items():
-            params[name].copy_(value)
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["rng"])
-    return int(state["step"])
-
-
-def _prune(ckpt_dir: Path, keep: int) -> None:
-    import shutil
-
-    done = sorted(ckpt_dir.glob("step-*[0-9]"), key=lambda p: int(p.name.split("-")[1]))
-    for old in done[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def tagger_examples(rm_df, feedback_df, split: str = "train") -> list[tuple[str, str, list[AlignedSpan]]]:
-    """(policy prompt, response, located spans) for the ``split`` rows of tagger ``rm_data``."""
-    from t2g_core.reward_model.data import parse_rm_target
-
-    responses = dict(zip(feedback_df["id"], feedback_df["response"], strict=True))
-    out = []
-    for row in rm_df[rm_df["split"] == split].itertuples(index=False):
-        response = responses[row.id]
-        target = parse_rm_target(row.rm_target)
-        spans = [AlignedSpan(response[s:e], lab, s, e, "exact", 100.0) for s, e, lab in target.located]
-        out.append((row.rm_prompt, response, spans))
-    return out
-
-
-def _encode_examples(examples, tokenizer, cfg, overlap: str) -> tuple[list[tuple[Encoded, list[int]]], int]:
-    data, n_skipped = [], 0
-    for prompt_text, response, spans in examples:
-        e = encode_pair(tokenizer, prompt_text, response, cfg.max_prompt_tokens, cfg.max_target_tokens)
-        if e.truncated:
-            n_skipped += 1
-            continue
-        data.append((e, token_classes(e.offsets, spans, overlap)))
-    if not data:
-        raise ValueError(f"tagger: no training example fits {cfg.max_prompt_tokens}+{cfg.max_target_tokens} tokens")
-    return data, n_skipped
-
-
-@dataclass
-class _Run:
-    """What the training loop works on."""
-
-    model: SpanTagger
-    optimizer: torch.optim.Optimizer
-    scheduler: object
-    data: list[tuple[Encoded, list[int]]]
-    total: int
-    device: str
-
-
-def _loop(
-    run: _Run, cfg, start: int, ckpt_dir: Path, tracker, progress: bool, on_progress: Progress = no_progress
-) -> list[dict[str, float]]:
-    """Optimizer steps ``start .. total``; returns the logged rows."""
-    from tqdm.auto import tqdm
-
-    history: list[dict[str, float]] = []
-    params = [p for p in run.model.parameters() if p.requires_grad]
-    run.model.train()
-    bar = tqdm(total=run.total, initial=start, desc="tagger", disable=not progress, dynamic_ncols=True)
-    for step in range(start, run.total):
-        batch = _right_padded([run.data[i] for i in _batch_order(len(run.data), cfg.batch_size, step, cfg.seed)], 0)
-        loss = run.model(**{k: v.to(run.device) for k, v in batch.items()})["loss"]
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
-        run.optimizer.step()
-        run.scheduler.step()
-        run.optimizer.zero_grad(set_to_none=True)
-        loss_value = float(loss.detach())
-        if (step + 1) % cfg.logging_steps == 0 or step + 1 == run.total:
-            row = {"rm/loss": loss_value, "rm/grad_norm": grad_norm, "rm/learning_rate": run.scheduler.get_last_lr()[0]}
-            history.append({"step": float(step + 1), **row})
-            if tracker is not None:
-                tracker.log_metrics(row, step=step + 1)
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss_value:.4f}")
-        on_progress("reward model", step + 1, run.total, {"loss": loss_value})
-        if (step + 1) % cfg.save_steps == 0 and step + 1 < run.total:
-            _save_checkpoint(ckpt_dir / f"step-{step + 1}", run.model, run.optimizer, run.scheduler, step + 1)
-            _prune(ckpt_dir, cfg.save_total_limit)
-    bar.close()
-    run.model.eval()
-    return history
-
-
-def fit_tagger(
-    cfg,
-    base: str | Path,
-    examples: Sequence[tuple[str, str, list[AlignedSpan]]],
-    out_dir: str | Path,
-    *,
-    overlap: str = "poor_wins",
-    tracker=None,
-    resume: bool = True,
-    progress: bool = False,
-    dtype: str | None = None,
-    on_progress: Progress = no_progress,
-):
-    """Train a tagger on (prompt text, response, located spans) examples into ``<out_dir>/tagger``; the base loads
-    in ``dtype`` (``models.dtype``; None: bf16 when ``reward_model.precision`` gives bf16, else float32).
-
-    Checkpoints go to ``<out_dir>/checkpoints/step-N`` every ``save_steps``; a re-run resumes from the last one and
-    reproduces the uninterrupted run. Returns an :class:`~t2g_core.reward_model.train.RMTrainResult`.
-    """
-    import shutil
-
-    from t2g_core.models.loading import resolve_dtype
-    from t2g_core.reward_model.train import TRAIN_META, RMTrainResult, finished_run, use_bf16
-
-    out_dir, ckpt_dir = Path(out_dir), Path(out_dir) / "checkpoints"
-    done = finished_run(out_dir, cfg, folder="tagger") if resume else None
-    if done is not None:
-        return done
-    if not resume:
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
-    if dtype is None:
-        torch_dtype = torch.bfloat16 if use_bf16(cfg.precision) else torch.float32
-    else:
-        torch_dtype = resolve_dtype(dtype)
-    model, tokenizer = build_tagger(base, cfg, torch_dtype)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    data, n_skipped = _encode_examples(examples, tokenizer, cfg, overlap)
-    total = planned_steps(cfg, len(data))
-    optimizer = torch.optim.AdamW(
-        [p for p in model.to(device).parameters() if p.requires_grad],
-        lr=cfg.learning_rate,
-        weight_decay=cfg.weight_decay,
-    )
-    run = _Run(model, optimizer, _schedule(optimizer, cfg, total), data, total, device)
-    latest = _latest_checkpoint(ckpt_dir) if resume else None
-    start = _restore(latest, model, optimizer, run.scheduler) if latest is not None else 0
-    t0 = time.perf_counter()
-    history = _loop(run, cfg, start, ckpt_dir, tracker, progress, on_progress)
-    seconds = time.perf_counter() - t0
-    meta = {
-        "kind": "tagger",
-        "base_model": str(Path(base).resolve()) if Path(base).exists() else str(base),
-        "finetune": cfg.finetune,
-        "hidden_size": model.head[0].in_features // 2 - 1,
-        "head_size": model.head[0].out_features,
-        "classes": {"neutral": NEUTRAL, "good": GOOD, "poor": POOR},
-        "global_step": total,
-        "resumed_from": str(latest) if latest else None,
-        "train_seconds": seconds,
-        "n_train": len(data),
-        "n_skipped_too_long": n_skipped,
-        "n_validation": 0,
-        "config": cfg.model_dump(mode="json"),
-    }
-    folder = save_tagger(model, tokenizer, out_dir / "tagger", meta)
-    (folder / TRAIN_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
-    return RMTrainResult(folder, ckpt_dir, total, meta["resumed_from"], seconds, len(data), 0, history)

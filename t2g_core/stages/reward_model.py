@@ -72,7 +72,7 @@ def fit(
     run_dir = ctx.fresh_folder("checkpoints/reward_model")
     cfg = settings.reward_model
     if cfg.kind == "tagger":
-        from t2g_core.reward_model.tagger import fit_tagger, tagger_examples
+        from t2g_core.reward_model.tagger_train import fit_tagger, tagger_examples
 
         if feedback is None:
             raise ValueError("a tagger reward model is trained on rm_data and the feedback it was built from")

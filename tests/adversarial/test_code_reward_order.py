@@ -12,8 +12,8 @@ from transformers import AutoTokenizer
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.critics.code import CodeCritic
 from t2g_core.critics.sandbox import SandboxLimits
+from t2g_core.ppo.rewards import critique, decode, place_task_rewards, score
 from t2g_core.ppo.scoring import CriticSource, label_responses
-from t2g_core.ppo.trainer import critique, decode, place_task_rewards, score
 from tests.core._rollouts import text_rollout
 
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'

@@ -12,8 +12,8 @@ from transformers import AutoTokenizer
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.critics.reference import ReferenceCritic
 from t2g_core.demo.summarization import reference_summary
+from t2g_core.ppo.rewards import place_task_rewards, score
 from t2g_core.ppo.scoring import CriticSource
-from t2g_core.ppo.trainer import place_task_rewards, score
 from t2g_core.rl import assemble_rewards, estimate_advantages, per_token_kl
 from tests.core._rollouts import text_rollout
 

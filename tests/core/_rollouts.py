@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from t2g_core.ppo.rollout import Rollout
 from t2g_core.ppo.sampling import response_mask_after_eos
-from t2g_core.ppo.trainer import Rollout
 
 
 def text_rollout(tok, responses: list[str], rows: list[dict]) -> Rollout:

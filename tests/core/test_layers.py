@@ -19,7 +19,7 @@ STAGE_WORK = {
     "t2g_core.reward_model.data": {"build_rm_data"},
     "t2g_core.reward_model.train": {"train_rm"},
     "t2g_core.reward_model.evaluate": {"evaluate_model", "write_eval_report"},
-    "t2g_core.reward_model.tagger": {"fit_tagger"},
+    "t2g_core.reward_model.tagger_train": {"fit_tagger"},
     "t2g_core.ppo.run": {"prepare_run", "run_from_dir"},
     "t2g_core.ppo": {"train"},
     "t2g_core.evaluation": {"evaluate_policies"},

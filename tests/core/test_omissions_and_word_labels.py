@@ -14,8 +14,8 @@ from t2g_core.critics.code import CodeCritic
 from t2g_core.critics.reference import ReferenceCritic
 from t2g_core.critics.sandbox import SandboxLimits
 from t2g_core.demo.summarization import reference_summary
+from t2g_core.ppo.rewards import place_task_rewards, score
 from t2g_core.ppo.scoring import CriticSource, anchor_token
-from t2g_core.ppo.trainer import place_task_rewards, score
 from t2g_core.spans import ParsedFeedback, locate_words, parse_span_json
 from tests.core._rollouts import text_rollout
 

@@ -13,8 +13,9 @@ from t2g_core.config.ppo import PPOConfig
 from t2g_core.policy_prompts import render_policy_prompt
 from t2g_core.ppo import CriticSource, MemoryTracker, train
 from t2g_core.ppo.models import forward_response, load_policy
+from t2g_core.ppo.rewards import place_task_rewards, score
+from t2g_core.ppo.rollout import Rollout, batch_rows
 from t2g_core.ppo.sampling import response_mask_after_eos, sample_responses
-from t2g_core.ppo.trainer import Rollout, batch_rows, place_task_rewards, score
 from t2g_core.schemas import ROLLOUTS, validate_frame
 from t2g_core.spans import ParsedFeedback
 
@@ -194,6 +195,10 @@ def test_trainer_runs_logs_and_first_minibatch_is_on_policy(tiny_model_dir, tmp_
         "time/rollout",
         "time/score",
         "time/update",
+        "time/span_labels",  # the phases benchmarks/bench_ppo_step.py reads
+        "time/forward",
+        "time/rewards",
+        "time/step",
         "parse/failure_rate",
         "task/error",
         "eval/task_error",
@@ -341,7 +346,7 @@ def test_reference_stays_the_base_model_and_dropout_is_off(tiny_model_dir, tmp_p
 
 
 def test_learning_rate_warms_up_over_updates_taken_and_decays_with_progress_not_with_updates():
-    from t2g_core.ppo.trainer import lr_factor
+    from t2g_core.ppo.optimizer import lr_factor
 
     cfg = PPOConfig(steps=10, ppo_epochs=2, minibatches=2, warmup_steps=4)  # 4 planned updates per step
     linear = lr_factor(cfg)
@@ -359,7 +364,7 @@ def test_learning_rate_warms_up_over_updates_taken_and_decays_with_progress_not_
 
 
 def test_optimizer_revert_restores_parameters_moments_and_warmup_count():
-    from t2g_core.ppo.trainer import Optimizer
+    from t2g_core.ppo.optimizer import Optimizer
 
     w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
     opt = Optimizer([w], lr=0.1, max_grad_norm=1.0, factor=lambda step, j, taken: 1.0)
@@ -373,6 +378,30 @@ def test_optimizer_revert_restores_parameters_moments_and_warmup_count():
     for k, v in before_state.items():
         assert torch.equal(opt.opt.state[w][k], v), k
     assert not opt.revert()  # one step back only
+    opt.step(0, 0)
+    opt.commit()  # the next PPO step begins: its early stop may not undo this one
+    assert not opt.revert()
+    plain = Optimizer([w], lr=0.1, max_grad_norm=1.0, factor=lambda step, j, taken: 1.0, revertible=False)
+    w.grad, before = torch.ones(2), w.detach().clone()
+    plain.step(0, 0)
+    assert plain.snapshot is None and not plain.revert() and not torch.equal(w.detach(), before)
+
+
+def test_step_timer_adds_up_a_phase_entered_twice_and_times_the_step_as_its_phases():
+    import time
+
+    from t2g_core.ppo.metrics import StepTimer
+
+    timer = StepTimer()
+    for name in ("span_labels", "score", "span_labels"):
+        with timer.phase(name):
+            time.sleep(0.02)
+    with pytest.raises(RuntimeError), timer.phase("update"):  # a phase that fails is still timed
+        raise RuntimeError
+    m = timer.metrics()
+    assert set(m) == {"time/span_labels", "time/score", "time/update", "time/step"}
+    assert m["time/span_labels"] >= 0.04 and m["time/score"] >= 0.02
+    assert m["time/step"] == pytest.approx(m["time/span_labels"] + m["time/score"] + m["time/update"])
 
 
 def test_early_stop_reverts_the_update_that_crossed_the_kl_bound(tiny_model_dir, tmp_path):
@@ -396,7 +425,7 @@ def test_early_stop_reverts_the_update_that_crossed_the_kl_bound(tiny_model_dir,
 
 def test_group_batches_repeat_each_prompt_and_keep_its_samples_distinct(tiny_model_dir, tmp_path):
     from t2g_core.ppo import PPOTrainer
-    from t2g_core.ppo.trainer import rollout
+    from t2g_core.ppo.rollout import rollout
 
     assert batch_rows(0, 8, 6, 0, group_size=3)[:3] == [batch_rows(0, 8, 2, 0)[0]] * 3
     assert batch_rows(1, 8, 6, 0, group_size=3)[3:] == [batch_rows(1, 8, 2, 0)[1]] * 3

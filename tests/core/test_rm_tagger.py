@@ -20,12 +20,11 @@ from t2g_core.reward_model.tagger import (
     TaggerScorer,
     encode_pair,
     feedback_from_spans,
-    fit_tagger,
     shift_features,
     spans_from_classes,
-    tagger_examples,
     token_classes,
 )
+from t2g_core.reward_model.tagger_train import fit_tagger, tagger_examples
 from t2g_core.spans import AlignedSpan, align_feedback, labels_for_offsets
 from tests.core._tokenizers import byte_level_bpe
 

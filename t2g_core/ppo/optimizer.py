@@ -1,0 +1,134 @@
+"""One model's optimizer in PPO: AdamW with its own gradient clip and learning-rate schedule, and the snapshot that
+lets the KL early stop undo the step that crossed ``max_approx_kl``.
+
+The learning rate of planned update j (of ``ppo_epochs x minibatches``) at PPO step s, after ``taken`` updates:
+
+    lr    = base_lr * min(1, (taken + 1) / warmup_steps) * decay
+    decay = max(0, 1 - (s - first + j / per_step) / (steps - first))      per_step = ppo_epochs * minibatches
+
+(``decay = 1`` for a constant schedule; ``first`` = ``critic_warmup_steps`` for the actor, 0 for the critic). The
+decay follows training progress, not the count of updates taken, so updates skipped by the early stop never leave
+an arm's rate higher than another's.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+
+from t2g_core.config.ppo import PPOConfig
+from t2g_core.ppo.distributed import Runtime, all_reduce_sum
+
+# (step, planned update j, updates taken) -> multiplier of the base learning rate
+LRFactor = Callable[[int, int, int], float]
+
+
+def lr_factor(cfg: PPOConfig, *, actor: bool = True) -> LRFactor:
+    """Multiplier of a learning rate at PPO step ``step``, planned update ``j`` of that step (0-based, of
+    ``ppo_epochs x minibatches``), after ``taken`` optimizer updates: linear warm-up over the updates actually
+    taken, then constant or a linear decay with training progress (the actor's progress starts after the critic
+    warm-up). Updates skipped by the early stop do not move the decay, so every arm's rate follows the same path."""
+    warm = max(cfg.warmup_steps, 1)
+    first = cfg.critic_warmup_steps if actor else 0
+    per_step = cfg.ppo_epochs * cfg.minibatches
+
+    def factor(step: int, j: int, taken: int) -> float:
+        progress = (step - first + j / per_step) / max(cfg.steps - first, 1)
+        decay = max(0.0, 1.0 - progress) if cfg.lr_schedule == "linear" else 1.0
+        return min(1.0, (taken + 1) / warm) * decay
+
+    return factor
+
+
+def clip_grads(params: list[torch.nn.Parameter], max_norm: float, sharded: bool) -> float:
+    """Scale the gradients of ``params`` to a global norm of at most ``max_norm``; returns the norm before clipping.
+    ``sharded`` (FSDP): each process holds a shard of every gradient, so the squared norms are summed over them."""
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads)
+    if sharded:
+        norm = all_reduce_sum(norm.double().pow(2)).sqrt()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+    return float(norm)
+
+
+class StepSnapshot:
+    """What one optimizer step changes (parameters, AdamW moments, the warm-up count), taken before the step so the
+    step can be undone once. It copies every parameter and the optimizer state, so an optimizer whose steps are
+    never undone need not keep one."""
+
+    def __init__(self) -> None:
+        self._saved: tuple[list[torch.Tensor], dict, int] | None = None
+
+    def take(self, params: list[torch.nn.Parameter], opt: torch.optim.Optimizer, taken: int) -> None:
+        self._saved = ([p.detach().clone() for p in params], copy.deepcopy(opt.state_dict()), taken)
+
+    def restore(self, params: list[torch.nn.Parameter], opt: torch.optim.Optimizer) -> int | None:
+        """Put the saved state back and forget it; returns the saved warm-up count, or None with nothing saved."""
+        if self._saved is None:
+            return None
+        saved, state, taken = self._saved
+        with torch.no_grad():
+            for p, s in zip(params, saved, strict=True):
+                p.copy_(s)
+        opt.load_state_dict(state)
+        self._saved = None
+        return taken
+
+    def clear(self) -> None:
+        self._saved = None
+
+
+class Optimizer:
+    """One model's AdamW with its own gradient clip and learning-rate schedule. ``revertible``: keep a
+    :class:`StepSnapshot` before every :meth:`step`, so :meth:`revert` can undo the last one."""
+
+    def __init__(
+        self,
+        params: list[torch.nn.Parameter],
+        lr: float,
+        max_grad_norm: float,
+        factor: LRFactor,
+        revertible: bool = True,
+    ):
+        self.params, self.base_lr, self.max_grad_norm, self.factor = params, lr, max_grad_norm, factor
+        self.opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+        self.taken = 0  # updates applied (warm-up counts these)
+        self.sharded = False  # set when FSDP shards the parameters (the clip's norm is then summed over processes)
+        self.snapshot = StepSnapshot() if revertible else None
+
+    def step(self, step: int, j: int) -> float:
+        """Clip, set the scheduled rate, update; returns the gradient norm before clipping."""
+        norm = clip_grads(self.params, self.max_grad_norm, self.sharded)
+        if self.snapshot is not None:
+            self.snapshot.take(self.params, self.opt, self.taken)
+        for group in self.opt.param_groups:
+            group["lr"] = self.base_lr * self.factor(step, j, self.taken)
+        self.opt.step()
+        self.taken += 1
+        return norm
+
+    def revert(self) -> bool:
+        """Undo the last :meth:`step` (parameters, moments, warm-up count); False when there is none to undo."""
+        taken = self.snapshot.restore(self.params, self.opt) if self.snapshot is not None else None
+        if taken is None:
+            return False
+        self.taken = taken
+        return True
+
+    def commit(self) -> None:
+        """Make the steps taken so far final: :meth:`revert` has nothing to undo until the next :meth:`step`."""
+        if self.snapshot is not None:
+            self.snapshot.clear()
+
+    def learning_rate(self, step: int) -> float:
+        """The scheduled rate of the first planned update of ``step`` after the updates taken so far."""
+        return self.base_lr * self.factor(step, 0, self.taken)
+
+    def state_dict(self, runtime: Runtime, model) -> dict:
+        return {"opt": runtime.optimizer_state(model, self.opt), "taken": self.taken}
+
+    def load_state_dict(self, runtime: Runtime, model, state: dict) -> None:
+        runtime.load_optimizer_state(model, self.opt, state["opt"])
+        self.taken = int(state["taken"])
