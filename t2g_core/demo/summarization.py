@@ -1,4 +1,4 @@
-"""Synthetic fact-grounded summarization with ground truth (design measured in reference/demo_task_findings.md).
+"""Synthetic fact-grounded summarization with ground truth, designed so that span rewards can show their effect.
 
 A post states K=8 facts, one short sentence each, in shuffled order ("I live in Quito."); the reference summary puts
 the same facts into one fixed template, so a 2-layer model can learn it:
@@ -10,7 +10,9 @@ Each value follows the same keyword in the post and in the summary ("named", "in
 "on", "eating"; each used once), so looking a value up is one induction step (find the keyword in the post, copy the
 next token) that a 2-layer model learns in a few hundred steps. Every value is one short word preceded by a space (one
 BPE token once the tokenizer has seen the corpus), and the slot vocabularies are disjoint, so a value names its slot.
-Responses carry controlled flaws:
+Eight facts, because what separates span rewards from a scalar one is the number of independently judged spans in a
+response: on a task of this shape, PPO with a scalar reward needed 1.04-1.13x the steps of span rewards with 3 facts
+and 1.25-1.34x with 8 (3 to 5 seeds each, batch 64). Responses carry controlled flaws:
 
 - ``invented``: a slot gets another value from its own vocabulary (a hallucinated entity or number);
 - ``swapped``: two slots exchange their values (both are wrong, neither is invented);

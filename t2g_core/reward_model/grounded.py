@@ -10,7 +10,7 @@ critique is any JSON string, and a quote's *unescaped* bytes must stay a non-emp
 UTF-8 bytes and close on a whole character. A token is allowed when every one of its bytes is accepted, so tokens
 that cross a quote's end (``."``, ``"]``, ``", "``) or a multi-byte character are judged exactly; EOS only after the
 closing brace. The structure is constrained too, not only the quote's characters: otherwise a model closes a quote
-early on a space and escapes the constraint (``shared/reference/reward_model_findings.md``).
+early on a trailing space and escapes the constraint (what the tiny demo reward model does).
 
 Cost: candidate tokens are indexed by their first byte, so a step inside a quote only runs the automaton over the
 tokens that can continue one of the quote's occurrences (plus the closing and escape tokens).
