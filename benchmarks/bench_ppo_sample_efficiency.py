@@ -132,23 +132,13 @@ def run_one(args) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from t2g_core.ppo import NullTracker, PPOTrainer
-
     spec = json.loads(args.spec)
-    task = TASKS[spec["task"]](args)
-    prompts, eval_df = task.prompts(), task.eval_df()
-    source = task.reward_source(eval_df)
     out = Path(spec["out"])
-    t0 = time.time()
-    cfg = ppo_config(args, spec["arm"], spec["tuned"], spec["seed"])
-    trainer = PPOTrainer(cfg, spec["policy"], prompts, out, reward_source=source, task_metric=task.metric(source))
-    warm = trainer.evaluate(eval_df)  # the warm start itself (no update yet): the same for every run of a policy
-    result = trainer.fit(tracker=NullTracker(), eval_df=eval_df)
+    run = TASKS[spec["task"]](args).fit(ppo_config(args, spec["arm"], spec["tuned"], spec["seed"]), spec["policy"], out)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     keep = ("task/", "eval/", "kl/", "response/", "ppo/", "value/", "grad/", "policy/", "reward/", "loss/", "lr/")
-    history = [{k: v for k, v in h.items() if k == "step" or k.startswith(keep)} for h in result.history]
-    record = {**spec, "warm_eval": warm, "history": history, "seconds": time.time() - t0}
-    (out / "run.json").write_text(json.dumps(record))
+    history = [{k: v for k, v in h.items() if k == "step" or k.startswith(keep)} for h in run["history"]]
+    (out / "run.json").write_text(json.dumps({**spec, **run, "history": history}))
 
 
 def _same_as_tighter_stop(spec: dict) -> dict | None:

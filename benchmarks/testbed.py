@@ -1,12 +1,13 @@
-"""What the benchmarks share: where results go, the PPO tasks, the tiny smoke models, the 1-thread job process.
+"""What the benchmarks share: where results go, the PPO tasks, the tiny smoke models, the job process.
 
 Every script imports it as a sibling module (``from testbed import ...``): Python puts a script's own folder first on
 ``sys.path``, so no path trick is needed.
 
 - Results: ``$T2G_BENCH_RESULTS`` (default ``benchmarks/results/``), ``--smoke`` runs in its ``smoke/`` subfolder;
   the test suite points it at a temporary folder, so a smoke run writes nothing into the source tree.
-- PPO tasks (``TASKS``): for each, the warm-started policy, the RL prompts, the held-out prompts, the reward source
-  and the task metric that the PPO trainer evaluates on them.
+- PPO tasks (``TASKS``, each a :class:`PPOTask`): the warm-started policy, the RL prompts, the held-out prompts, the
+  reward source and the task metric, and one PPO run on them evaluated on the held-out prompts.
+- Jobs: ``run_job`` runs one benchmark run as a 1-thread process; ``stay_offline`` keeps the Hub and telemetry off.
 - Smoke models: the PPO and reward-model benchmarks build the same tiny models at ``--smoke`` size, once, in one
   folder each (``PPO_SMOKE_WORK``, ``RM_SMOKE_WORK``).
 """
@@ -101,11 +102,32 @@ def _tiny_cfg(args, seed: int):
     return tiny
 
 
-class Summarization:
-    name, error_label = "summarization", "1 - correct facts / 8"  # the held-out error, for a figure's axis
+class PPOTask:
+    """A task PPO is measured on: subclasses give the warm start, the prompts, the held-out prompts, the reward
+    source and the task metric; :meth:`fit` is one PPO run on them."""
+
+    name: str
+    error_label: str  # what the held-out error is, for a figure's axis
 
     def __init__(self, args):
         self.args = args
+
+    def fit(self, cfg, policy: str | Path, out: Path) -> dict:
+        """PPO from ``policy``: the held-out evaluation of the warm start (no update yet: the same for every run of a
+        policy), the training history with its periodic held-out evaluations, and the seconds both took."""
+        from t2g_core.ppo import NullTracker, PPOTrainer
+
+        prompts, eval_df = self.prompts(), self.eval_df()
+        source = self.reward_source(eval_df)
+        t0 = time.time()
+        trainer = PPOTrainer(cfg, policy, prompts, out, reward_source=source, task_metric=self.metric(source))
+        warm = trainer.evaluate(eval_df)
+        history = trainer.fit(tracker=NullTracker(), eval_df=eval_df).history
+        return {"warm_eval": warm, "history": history, "seconds": time.time() - t0}
+
+
+class Summarization(PPOTask):
+    name, error_label = "summarization", "1 - correct facts / 8"
 
     def build_policy(self, seed: int) -> Path:
         """The demo's warm-started policy (clean SFT, then facts wrong at p_halluc), built with model seed ``seed``."""
@@ -240,11 +262,11 @@ class PassRecorder:
         return {"error": fails}
 
 
-class Code:
+class Code(PPOTask):
     name, error_label = "code", "1 - pass@1"
 
     def __init__(self, args):
-        self.args = args
+        super().__init__(args)
         self.train_problems, self.held_out = code_problems(args.smoke, args.workdir)
 
     def build_policy(self, seed: int) -> Path:
