@@ -35,7 +35,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from testbed import ROOT, results_dir
+
 sys.path.insert(0, str(ROOT))
 
 from t2g_core.spans import _collapse  # noqa: E402  (the matcher's own word-level normal form)
@@ -222,11 +223,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", action="store_true", help="let the tokenizer batch use all cores (implies --wall)")
     ap.add_argument("--wall", action="store_true", help="time wall-clock instead of this process's CPU time")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_align.json")
+    ap.add_argument("--out", type=Path, default=results_dir() / "bench_align.json")
     ap.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     args = ap.parse_args()
     if args.smoke:
-        args.n, args.repeats, args.out = 200, 1, ROOT / "benchmarks" / "results" / "smoke" / "bench_align.json"
+        args.n, args.repeats, args.out = 200, 1, results_dir(smoke=True) / "bench_align.json"
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if args.threads else "false"
     global CLOCK
     if args.wall or args.threads:

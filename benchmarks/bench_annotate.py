@@ -18,7 +18,7 @@
 4. Reference critic cost per item against response length, 1 KB to 1 MB (a repetitive summary: the worst case for
    unique quotes); linear means seconds / KB stays flat.
 
-Writes benchmarks/results/bench_annotate.json (``--smoke``: a tiny run, benchmarks/results/smoke/).
+Writes bench_annotate.json in the results folder (``testbed.results_dir``; ``--smoke``: a tiny run, its smoke/).
 ``python benchmarks/bench_annotate.py [--quick | --smoke]``
 """
 
@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
+from testbed import results_dir
 
 from t2g_core.annotators import annotate
 from t2g_core.config.annotate import AnnotateConfig
@@ -44,8 +45,6 @@ from t2g_core.critics import isolation
 from t2g_core.critics.code import CodeCritic
 from t2g_core.critics.sandbox import SandboxLimits, run_cases
 from t2g_core.demo.code import load_problems, mutants
-
-OUT = Path(__file__).parent / "results" / "bench_annotate.json"
 
 
 def _items(n: int) -> pd.DataFrame:
@@ -85,7 +84,7 @@ async def _raw_ceiling(base_url: str, c: int, n: int, latency: float) -> float:
         return n / (time.perf_counter() - start) / (c / latency)
 
 
-def throughput(latency: float, levels: list[int], waves: int, rounds: int) -> list[dict]:
+def throughput(latency: float, levels: list[int], waves: int, rounds: int, cache_parent: Path) -> list[dict]:
     serve = "import sys; from t2g_core.testing.openai_server import main; main(sys.argv[1:])"
     server = subprocess.Popen(
         [sys.executable, "-c", serve, "--latency", str(latency)], stdout=subprocess.PIPE, text=True
@@ -109,7 +108,7 @@ def throughput(latency: float, levels: list[int], waves: int, rounds: int) -> li
                 best, cpu_ms = 0.0, 0.0
                 for _ in range(rounds):
                     with tempfile.TemporaryDirectory(
-                        dir=OUT.parent
+                        dir=cache_parent
                     ) as cache:  # the answer cache is on, as in real runs
                         start, cpu = time.perf_counter(), time.process_time()
                         run = annotate(_items(n), cfg, progress=False, cache_dir=cache)
@@ -269,13 +268,18 @@ def main() -> None:
     ap.add_argument("--waves", type=int, default=30, help="items per run = waves x concurrency (30: about 3 s per run)")
     ap.add_argument("--smoke", action="store_true", help="a tiny run that only proves the script works (the suite)")
     args = ap.parse_args()
-    out = OUT.parent / "smoke" / OUT.name if args.smoke else OUT
+    out = results_dir(args.smoke) / "bench_annotate.json"
+    out.parent.mkdir(parents=True, exist_ok=True)  # the answer caches of the throughput runs live beside it
     result = {"latency_s": args.latency}
     if args.smoke:
-        result["throughput"] = throughput(0.01, [1, 4], waves=2, rounds=1)
+        result["throughput"] = throughput(0.01, [1, 4], waves=2, rounds=1, cache_parent=out.parent)
     else:
         result["throughput"] = throughput(
-            args.latency, [1, 8, 32], waves=10 if args.quick else args.waves, rounds=1 if args.quick else 2
+            args.latency,
+            [1, 8, 32],
+            waves=10 if args.quick else args.waves,
+            rounds=1 if args.quick else 2,
+            cache_parent=out.parent,
         )
     result["sandbox"] = sandbox_overhead(4 if args.smoke else 20, 1 if args.smoke else 3)
     print("sandbox seconds per case:", {k: v["seconds_per_case"] for k, v in result["sandbox"].items()})

@@ -23,8 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from testbed import ROOT, results_dir
 
 
 def build_model(folder: Path, args) -> Path:
@@ -81,7 +80,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=5, help="Timed repetitions per backend (after one warm-up).")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
-    out_dir = RESULTS / "smoke" if args.smoke else RESULTS
+    out_dir = results_dir(args.smoke)
     if args.smoke:
         args.hidden, args.layers, args.vocab, args.batch, args.max_new_tokens, args.reps = 64, 1, 512, 4, 8, 1
 

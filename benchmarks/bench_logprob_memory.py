@@ -25,8 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from testbed import ROOT, results_dir
 
 
 def _status_kib(field: str) -> int:
@@ -110,7 +109,7 @@ def main() -> None:
 
     args.chunk_tokens = args.chunk_tokens or PPOConfig().logprob_chunk_tokens
     args.dtype = args.dtype or ("bfloat16" if torch.cuda.is_available() else "float32")
-    out_dir = RESULTS / "smoke" if args.smoke else RESULTS
+    out_dir = results_dir(args.smoke)
     if args.smoke:
         args.vocab, args.batch, args.tokens, args.hidden, args.chunk_tokens = 4096, 2, 64, 32, 32
     shared = [

@@ -15,11 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from testbed import PPO_SMOKE_WORK, Summarization, results_dir
+
 PHASES = ("rollout", "score", "span_labels", "forward", "rewards", "update")
 
 
@@ -35,21 +34,18 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--workdir", default=str(RESULTS / "work-ppo-step"))
+    p.add_argument("--workdir", default=str(results_dir() / "work-ppo-step"))
     args = p.parse_args()
 
     import torch
 
     torch.set_num_threads(1)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_ppo_sample_efficiency import Summarization
-
     from t2g_core.config.ppo import PPOConfig
 
-    out_dir = RESULTS / "smoke" if args.smoke else RESULTS
+    out_dir = results_dir(args.smoke)
     if args.smoke:
         args.steps, args.batch_size, args.max_new_tokens = 2, 4, 8
-        args.workdir = str(out_dir / "work-ppo")  # the policy bench_ppo_sample_efficiency --smoke builds, too
+        args.workdir = str(PPO_SMOKE_WORK)  # the policy bench_ppo_sample_efficiency --smoke builds, too
     if args.policy is None:
         build = argparse.Namespace(  # bench_ppo_sample_efficiency's warm start (its default sizes)
             workdir=args.workdir,

@@ -22,41 +22,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import time
 from pathlib import Path
 
-for _k, _v in {
-    "HF_HUB_OFFLINE": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    "DO_NOT_TRACK": "1",
-}.items():
-    os.environ.setdefault(_k, _v)
+from testbed import RM_SMOKE_ITEMS, RM_SMOKE_OVERRIDES, RM_SMOKE_WORK, ROOT, results_dir, stay_offline
 
-ROOT = Path(__file__).resolve().parents[1]
+stay_offline()
 sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_dir()
 
-# a base that only has to exist, a few training steps (bench_rm_ppo --smoke builds the same models: one folder)
-SMOKE_WORK = RESULTS / "smoke" / "bench_rm_work"
-SMOKE_ITEMS = 24
-SMOKE_OVERRIDES = [
-    f"data.n_items={SMOKE_ITEMS}",
-    "models.tiny.vocab_size=256",
-    "models.tiny.hidden_size=32",
-    "models.tiny.intermediate_size=64",
-    "models.tiny.warm_start_steps=2",
-    "models.tiny.policy_sft_steps=2",
-    "models.tiny.policy_noise_steps=1",
-    "models.tiny.policy_sft_examples=32",
-    "reward_model.max_steps=2",
-    "reward_model.max_new_tokens=16",
-    "reward_model.max_target_tokens=4096",
-    "reward_model.max_prompt_tokens=4096",
-]
 VARIANTS = {  # name -> reward_model settings
     "tagger": {"kind": "tagger", "init_from": "policy"},
     "generative": {"kind": "generative", "init_from": "reward_model_base"},
@@ -157,8 +133,8 @@ def parse_args():
     ap.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     args = ap.parse_args()
     if args.smoke:  # each kind once, a handful of items
-        args.items, args.eval_items, args.policy_samples, args.variants = SMOKE_ITEMS, 4, 2, "tagger,generative"
-        args.work, args.overrides = SMOKE_WORK, [*SMOKE_OVERRIDES, *args.overrides]
+        args.items, args.eval_items, args.policy_samples, args.variants = RM_SMOKE_ITEMS, 4, 2, "tagger,generative"
+        args.work, args.overrides = RM_SMOKE_WORK, [*RM_SMOKE_OVERRIDES, *args.overrides]
     return args
 
 
@@ -211,7 +187,7 @@ def main() -> None:
         "data": {"train_items": args.items, "eval_items": args.eval_items, "eval_seed": 99, "train_seed": 0},
         "config": pipe.reward_model.model_dump(mode="json"),
     }
-    results = RESULTS / "smoke" if args.smoke else RESULTS
+    results = results_dir(args.smoke)
     results.mkdir(parents=True, exist_ok=True)
     (results / "bench_rm.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
     print(json.dumps(out["baselines"], indent=1))

@@ -16,27 +16,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
-sys.path.insert(0, str(ROOT))
-from benchmarks.bench_rm import SMOKE_OVERRIDES, SMOKE_WORK  # noqa: E402  (the same tiny smoke models)
+from testbed import RM_SMOKE_OVERRIDES, RM_SMOKE_WORK, ROOT, results_dir, run_job, stay_offline
 
+stay_offline()
+sys.path.insert(0, str(ROOT))
+RESULTS = results_dir()
 KINDS = {"tagger": {"kind": "tagger", "init_from": "policy"}, "generative": {"kind": "generative"}}
-ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
 
 
 def _pipeline(args):
     from t2g_core.config import load_config
 
-    return load_config(None, [*(SMOKE_OVERRIDES if args.smoke else []), *args.overrides])
+    return load_config(None, [*(RM_SMOKE_OVERRIDES if args.smoke else []), *args.overrides])
 
 
 def prepare(args) -> dict[str, str]:
@@ -59,7 +56,7 @@ def prepare(args) -> dict[str, str]:
     if args.policy:
         models = type("Models", (), {"policy": Path(args.policy), "base": Path(args.base or args.policy)})
     else:  # smoke: bench_rm --smoke's models when it built them (same settings and data: the same key)
-        models = ensure_demo_models((SMOKE_WORK if args.smoke else work) / "models", pipe.models, fb, progress=False)
+        models = ensure_demo_models((RM_SMOKE_WORK if args.smoke else work) / "models", pipe.models, fb, progress=False)
     ann = annotate(fb, pipe.annotate.model_copy(update={"annotator": "reference"}), progress=False).frame
     out = {"policy": str(models.policy)}
     for arm in args.arms.split(","):
@@ -119,11 +116,7 @@ def _launch(args, paths: dict, arm: str, seed: int) -> dict:
     cmd = [sys.executable, __file__, "--run-arm", arm, "--seed", str(seed), "--paths", json.dumps(paths)]
     cmd += ["--steps", str(args.steps), "--n-eval", str(args.n_eval), "--workdir", args.workdir]
     cmd += [x for o in args.overrides for x in ("--set", o)] + (["--smoke"] if args.smoke else [])
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **ENV}, cwd=ROOT)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{arm} seed {seed} failed:\n{proc.stderr[-3000:]}")
-    print(f"  {arm:10s} seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True)
+    run_job(cmd, f"{arm:10s} seed {seed}")
     return json.loads((Path(args.workdir) / "runs" / f"{arm}-seed{seed}" / "bench.json").read_text())
 
 
@@ -179,7 +172,7 @@ def main() -> None:
     p.add_argument("--paths", default="{}", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.smoke and not args.arm:
-        args.seeds, args.steps, args.n_eval, args.workdir = 1, 1, 4, str(RESULTS / "smoke" / "bench_rm_ppo_work")
+        args.seeds, args.steps, args.n_eval, args.workdir = 1, 1, 4, str(results_dir(smoke=True) / "bench_rm_ppo_work")
         args.overrides = ["ppo.batch_size=4", "ppo.minibatches=1", "ppo.max_new_tokens=8", *args.overrides]
     if args.arm:
         return run_arm(args)
@@ -196,7 +189,7 @@ def main() -> None:
         "wall_seconds": time.perf_counter() - t0,
         "curves": {f"{r['arm']}-seed{r['seed']}": [h.get("eval/task_error") for h in r["history"]] for r in runs},
     }
-    results = RESULTS / "smoke" if args.smoke else RESULTS
+    results = results_dir(args.smoke)
     results.mkdir(parents=True, exist_ok=True)
     (results / "bench_rm_ppo.json").write_text(json.dumps(out, indent=1), encoding="utf-8")
     for arm, a in out["arms"].items():

@@ -26,8 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from testbed import ROOT, results_dir
+
 PEAK_BF16_TFLOPS = {  # dense, no sparsity; the first name found in torch.cuda.get_device_name() wins
     "H200": 989.4,
     "H100 PCIe": 756.0,
@@ -126,7 +126,7 @@ def main() -> None:
     from t2g_core.policy_prompts import render_policy_prompt
     from t2g_core.ppo import CriticSource, train
 
-    out_dir = RESULTS / "smoke" if args.smoke else RESULTS
+    out_dir = results_dir(args.smoke)
     cfg = PPOConfig(
         steps=args.steps,
         batch_size=args.batch_size,

@@ -28,6 +28,15 @@ class BootstrapResult:
         return asdict(self)
 
 
+def resampled_means(values: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Means of ``n`` bootstrap resamples of ``values`` along its first axis: (m, ...) -> (n, ...).
+
+    Each resample draws m row indices with replacement from ``rng`` (one (n, m) draw, so a fixed generator state
+    gives the same resamples whatever the trailing shape)."""
+    idx = rng.integers(0, len(values), size=(n, len(values)))  # (n, m) resampled row indices
+    return values[idx].mean(axis=1)
+
+
 def verdict(low: float, high: float) -> str:
     """A winner only when the interval [low, high] excludes zero (higher scores are better)."""
     if low > 0:
@@ -53,9 +62,7 @@ def paired_bootstrap(
         nan = float("nan")
         return BootstrapResult(0, nan, nan, nan, nan, nan, "no clear difference", confidence)
     diffs = b_arr - a_arr  # (m,)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, m, size=(n, m))  # (n, m) resampled item indices
-    boot = diffs[idx].mean(axis=1)  # (n,)
+    boot = resampled_means(diffs, n, np.random.default_rng(seed))  # (n,)
     alpha = 1.0 - confidence
     low, high = (float(x) for x in np.percentile(boot, [100 * alpha / 2, 100 * (1 - alpha / 2)]))
     return BootstrapResult(

@@ -1,0 +1,192 @@
+"""The sample-efficiency statistics on hand-made curves, against hand computations, plain loops and scipy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from t2g_core.evaluation.bootstrap import resampled_means
+from t2g_core.evaluation.sample_efficiency import (
+    bootstrap_ci,
+    censor,
+    collapsed,
+    compare,
+    curve_band,
+    curve_stats,
+    rank_key,
+    ratio_ci,
+    steps_ratio,
+    steps_to,
+    summarise,
+)
+
+# (steps trained, held-out error); warm start 0.8, so 0.5x = 0.4 and 0.25x = 0.2
+STEADY = [(0, 0.8), (2, 0.6), (4, 0.4), (6, 0.3), (8, 0.2)]  # 0.4 at step 4 (exactly on target), 0.2 at step 8
+NEVER = [(0, 0.8), (2, 0.7), (4, 0.6), (6, 0.5), (8, 0.45)]  # improves, never reaches 0.4: censored
+RELAPSE = [(0, 0.8), (2, 0.3), (4, 0.5), (6, 0.6), (8, 0.5)]  # below 0.4 at step 2, back above it at the end
+WORSE = [(0, 0.8), (2, 0.9), (4, 0.8)]  # ends where it started
+
+
+def _loop_percentiles(boot: list[float]) -> tuple[float, float]:
+    return float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
+
+
+def test_steps_to_is_the_first_evaluation_at_or_below_the_target():
+    assert steps_to(STEADY, 0.4) == 4  # at the target counts
+    assert steps_to(STEADY, 0.2) == 8
+    assert steps_to(STEADY, 0.59) == 4
+    assert steps_to(RELAPSE, 0.4) == 2  # the first time, whatever comes after
+
+
+def test_steps_to_ignores_the_warm_start_and_censors_a_run_that_never_gets_there():
+    assert steps_to(STEADY, 0.9) == 2  # the warm start (0.8 <= 0.9) is not a step trained
+    assert steps_to(NEVER, 0.4) is None
+    assert steps_to([(0, 0.8)], 0.4) is None  # no evaluation after the warm start
+
+
+def test_censored_runs_count_one_past_the_end():
+    assert censor([4, None, 0, None], run_steps=8) == [4.0, 9.0, 0.0, 9.0]
+
+
+@pytest.mark.parametrize(
+    ("curve", "expected"),
+    [
+        (STEADY, False),
+        (NEVER, False),  # better at the end, never at half: slow, not collapsed
+        (RELAPSE, True),  # reached half, ended above it
+        (WORSE, True),  # no better than the warm start
+        ([(0, 0.8), (2, 0.3), (4, 0.4)], False),  # back up to exactly half: not above it
+        ([(0, 0.8), (2, 0.3), (4, 0.41)], True),
+        ([(0, 0.8)], True),  # never trained: final == warm start
+    ],
+)
+def test_collapse_rule(curve, expected):
+    assert collapsed(curve) is expected
+
+
+def test_curve_stats_by_hand():
+    s = curve_stats(STEADY, (0.5, 0.25))
+    assert s.warm_start_error == 0.8 and s.final_error == 0.2
+    assert s.steps_to == {0.5: 4, 0.25: 8}
+    assert s.auc == pytest.approx((0.8 + 0.6 + 0.4 + 0.3 + 0.2) / 5)
+    assert not s.collapsed
+    assert curve_stats(RELAPSE, (0.5, 0.25)).steps_to == {0.5: 2, 0.25: None}
+
+
+def test_bootstrap_ci_matches_a_plain_loop_and_scipy():
+    values = [3.0, 7.0, 7.0, 13.0, 2.0, 25.0, 9.0]
+    low, high = bootstrap_ci(values, n=4000, seed=0)
+
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, len(values), size=(4000, len(values)))
+    boot = [sum(values[i] for i in row) / len(values) for row in idx]
+    assert (low, high) == pytest.approx(_loop_percentiles(boot), rel=1e-12)
+
+    ref = stats.bootstrap(
+        (np.array(values),), np.mean, n_resamples=4000, method="percentile", rng=np.random.default_rng(0)
+    ).confidence_interval
+    assert (low, high) == pytest.approx((ref.low, ref.high), rel=1e-12)  # same resamples; q=2.5 vs 2.5000000000000027
+    assert low < np.mean(values) < high
+
+
+def test_bootstrap_ci_needs_two_values():
+    assert all(np.isnan(x) for x in bootstrap_ci([4.0]))
+    assert all(np.isnan(x) for x in bootstrap_ci([]))
+
+
+def test_ratio_ci_resamples_the_two_arms_independently_numerator_first():
+    num, den = [2.0, 4.0, 9.0, 9.0], [6.0, 8.0, 9.0, 12.0, 12.0]
+    low, high = ratio_ci(num, den, n=3000, seed=5)
+
+    rng = np.random.default_rng(5)
+    idx_a = rng.integers(0, len(num), size=(3000, len(num)))
+    idx_b = rng.integers(0, len(den), size=(3000, len(den)))
+    boot = [
+        (sum(num[i] for i in a) / len(num)) / (sum(den[j] for j in b) / len(den))
+        for a, b in zip(idx_a, idx_b, strict=True)
+    ]
+    assert (low, high) == pytest.approx(_loop_percentiles(boot), rel=1e-12)
+    assert low < np.mean(num) / np.mean(den) < high
+
+
+def test_ratio_of_constant_arms_is_exact():
+    assert ratio_ci([4.0, 4.0, 4.0], [2.0, 2.0]) == (2.0, 2.0)
+
+
+def test_steps_ratio_censors_both_arms():
+    # numerator [2, None] -> [2, 10], mean 6; denominator [4, 6], mean 5
+    r = steps_ratio([2, None], [4, 6], run_steps=9)
+    assert r["ratio"] == pytest.approx(6 / 5)
+    assert r["ci95"] == ratio_ci([2.0, 10.0], [4.0, 6.0])
+
+
+def test_summarise_by_hand():
+    out = summarise([STEADY, NEVER, RELAPSE], run_steps=8, fractions=(0.5, 0.25))
+    assert out["n_runs"] == 3 and out["collapsed"] == 1  # RELAPSE
+    assert out["steps_to_0.5"] == [4, None, 2] and out["reached_0.5"] == 2
+    assert out["steps_to_0.5_mean"] == pytest.approx((4 + 9 + 2) / 3)  # NEVER counted as 8 + 1
+    assert out["steps_to_0.5_ci95"] == bootstrap_ci([4.0, 9.0, 2.0])
+    assert out["steps_to_0.25"] == [8, None, None] and out["reached_0.25"] == 1
+    assert out["steps_to_0.25_mean"] == pytest.approx((8 + 9 + 9) / 3)
+    assert out["final_error"] == [0.2, 0.45, 0.5]
+    assert out["final_error_mean"] == pytest.approx(1.15 / 3)
+    assert out["final_error_ci95"] == bootstrap_ci([0.2, 0.45, 0.5])
+    aucs = [np.mean([e for _, e in c]) for c in (STEADY, NEVER, RELAPSE)]
+    assert out["auc_mean"] == pytest.approx(np.mean(aucs))
+    assert out["warm_start_error_mean"] == pytest.approx(0.8)
+
+
+def _arm(steps_to_half: list[int | None], auc: float) -> dict:
+    reached = [s for s in steps_to_half if s is not None]
+    mean = float(np.mean(censor(steps_to_half, 8)))
+    return {"steps_to_0.5": steps_to_half, "steps_to_0.5_mean": mean, "auc_mean": auc, "reached_0.5": len(reached)}
+
+
+def test_compare_picks_the_best_of_each_side_and_takes_ratios_to_the_scalar_one():
+    table = {
+        "scalar": _arm([6, 8], auc=0.5),  # mean 7
+        "scalar_rloo": _arm([4, None], auc=0.6),  # mean (4 + 9) / 2 = 6.5: the denominator
+        "span": _arm([2, 4], auc=0.4),  # mean 3
+        "span_local": _arm([3, 3], auc=0.3),  # mean 3 as well, lower AUC: the best span arm
+        "dense": _arm([1, 1], auc=0.1),  # best overall, but dense is only the fallback
+    }
+    out = compare(table, 8, (0.5,), ("scalar", "uniform", "scalar_rloo"), ("span", "span_local"), ("dense",))
+    row = out["0.5"]
+    assert row["denominator"] == "scalar_rloo" and row["best_span"] == "span_local"
+    assert set(row["ratios"]) == set(table)
+    assert row["ratios"]["span_local"]["ratio"] == pytest.approx(3 / 6.5)
+    assert row["ratios"]["scalar"]["ratio"] == pytest.approx(7 / 6.5)
+    assert row["ratios"]["scalar_rloo"]["ratio"] == 1.0
+    assert row["ratios"]["span"]["ci95"] == ratio_ci([2.0, 4.0], [4.0, 9.0])
+    assert rank_key(table["span_local"], 0.5) < rank_key(table["span"], 0.5)
+
+
+def test_compare_falls_back_and_skips_when_a_side_is_missing():
+    table = {"scalar": _arm([6, 8], auc=0.5), "dense": _arm([1, 1], auc=0.1)}
+    spans, scalars = ("span", "span_local"), ("scalar", "scalar_rloo")
+    assert compare(table, 8, (0.5,), scalars, spans, ("dense",))["0.5"]["best_span"] == "dense"
+    assert compare(table, 8, (0.5,), scalars, spans) == {}  # no span arm and no fallback
+    assert compare({"span": table["dense"]}, 8, (0.5,), scalars, spans) == {}  # no scalar arm
+
+
+def test_curve_band_keeps_the_steps_every_run_has_and_resamples_whole_runs():
+    a = [(0, 0.8), (2, 0.6), (4, 0.4)]
+    b = [(0, 0.6), (2, 0.2), (3, 0.5), (4, 0.2)]  # step 3 only here: dropped
+    steps, mean, low, high = curve_band([a, b], n=500, seed=1)
+    assert steps == [0, 2, 4]
+    np.testing.assert_allclose(mean, [0.7, 0.4, 0.3])
+    rng = np.random.default_rng(1)
+    rows = [[0.8, 0.6, 0.4], [0.6, 0.2, 0.2]]
+    idx = rng.integers(0, 2, size=(500, 2))
+    for k in range(3):
+        boot = [(rows[i][k] + rows[j][k]) / 2 for i, j in idx]
+        assert (low[k], high[k]) == pytest.approx(_loop_percentiles(boot), rel=1e-12)
+
+
+def test_resampled_means_draws_the_same_rows_for_every_trailing_column():
+    mat = np.arange(12, dtype=float).reshape(4, 3)  # (m, columns)
+    both = resampled_means(mat, 50, np.random.default_rng(3))
+    assert both.shape == (50, 3)
+    for k in range(3):
+        np.testing.assert_array_equal(both[:, k], resampled_means(mat[:, k], 50, np.random.default_rng(3)))
