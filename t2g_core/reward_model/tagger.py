@@ -209,19 +209,19 @@ def is_tagger(path: str | Path) -> bool:
     return (Path(path) / TAGGER_META).is_file()
 
 
-def load_tagger(path: str | Path, *, device: str | None = None, dtype: torch.dtype | str | None = None):
-    """(SpanTagger in eval mode, tokenizer) from a tagger folder; ``dtype``: a torch dtype or a ``models.dtype``
-    name (default float32)."""
+def load_tagger(path: str | Path, *, device: str | None = None, dtype: torch.dtype | None = None):
+    """(SpanTagger in eval mode, tokenizer) from a tagger folder, language model and head in ``dtype`` (the resolved
+    ``models.dtype``; None: the ``auto`` rule for ``device``)."""
     from safetensors.torch import load_file
 
-    from t2g_core.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
+    from t2g_core.models.loading import load_causal_lm, load_tokenizer, weights_dtype
 
     path = Path(path)
     if not is_tagger(path):
         raise FileNotFoundError(f"{path}: not a tagger reward model (no {TAGGER_META})")
     meta = json.loads((path / TAGGER_META).read_text(encoding="utf-8"))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = resolve_dtype(dtype, device) if isinstance(dtype, str) else (dtype or torch.float32)
+    dtype = weights_dtype(dtype, device)
     tokenizer = load_tokenizer(path, padding_side=None)
     if meta["finetune"] == "lora":
         from peft import PeftModel
@@ -270,7 +270,7 @@ def predict_classes(model: SpanTagger, encoded: Sequence[Encoded], pad_id: int, 
 class TaggerScorer:
     """The tagger as a reward source for PPO and for evaluation: ``critique_batch(rows) -> list[ParsedFeedback]``."""
 
-    def __init__(self, path: str | Path, cfg=None, *, device: str | None = None, dtype: str = "float32"):
+    def __init__(self, path: str | Path, cfg=None, *, device: str | None = None, dtype: torch.dtype | None = None):
         from t2g_core.config.reward_model import RewardModelConfig
 
         self.cfg = cfg or RewardModelConfig()
@@ -460,19 +460,19 @@ def fit_tagger(
     tracker=None,
     resume: bool = True,
     progress: bool = False,
-    dtype: str | None = None,
+    dtype: torch.dtype | None = None,
     on_progress: Progress = no_progress,
 ):
     """Train a tagger on (prompt text, response, located spans) examples into ``<out_dir>/tagger``; the base loads
-    in ``dtype`` (``models.dtype``; None: bf16 when ``reward_model.precision`` gives bf16, else float32).
+    in ``dtype`` (the resolved ``models.dtype``; None: the ``auto`` rule) and trains as loaded, the head in float32.
 
     Checkpoints go to ``<out_dir>/checkpoints/step-N`` every ``save_steps``; a re-run resumes from the last one and
     reproduces the uninterrupted run. Returns an :class:`~t2g_core.reward_model.train.RMTrainResult`.
     """
     import shutil
 
-    from t2g_core.models.loading import resolve_dtype
-    from t2g_core.reward_model.train import TRAIN_META, RMTrainResult, finished_run, use_bf16
+    from t2g_core.models.loading import weights_dtype
+    from t2g_core.reward_model.train import TRAIN_META, RMTrainResult, finished_run
 
     out_dir, ckpt_dir = Path(out_dir), Path(out_dir) / "checkpoints"
     done = finished_run(out_dir, cfg, folder="tagger") if resume else None
@@ -480,12 +480,8 @@ def fit_tagger(
         return done
     if not resume:
         shutil.rmtree(ckpt_dir, ignore_errors=True)
-    if dtype is None:
-        torch_dtype = torch.bfloat16 if use_bf16(cfg.precision) else torch.float32
-    else:
-        torch_dtype = resolve_dtype(dtype)
-    model, tokenizer = build_tagger(base, cfg, torch_dtype)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = build_tagger(base, cfg, weights_dtype(dtype, device))
     data, n_skipped = _encode_examples(examples, tokenizer, cfg, overlap)
     total = planned_steps(cfg, len(data))
     optimizer = torch.optim.AdamW(
