@@ -88,7 +88,7 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT))
     from t2g_core.config.ppo import PPOConfig
-    from t2g_core.models.loading import load_causal_lm, load_tokenizer
+    from t2g_core.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
     from t2g_core.policy_prompts import render_policy_prompt
     from t2g_core.ppo.generation import BACKENDS
 
@@ -98,15 +98,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = build_model(Path(tmp), args)
         tok = load_tokenizer(folder)
-        model = load_causal_lm(folder, dtype="auto", device=device, tokenizer=tok).eval()
+        dtype = resolve_dtype("auto", device)
+        model = load_causal_lm(folder, dtype=dtype, device=device, tokenizer=tok).eval()
         posts = [f"Post {i}: Cai lives in Quito with {i % 5 + 1} gray dogs and works as a coach." for i in range(99)]
         texts = [render_policy_prompt(tok, "summarization", posts[i]) for i in range(args.batch)]
         enc = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt").to(device)
         cfg = PPOConfig(temperature=1.0, max_new_tokens=args.max_new_tokens, generation_backend="hf")
         for name, cls in BACKENDS.items():
             try:
-                backend = cls(cfg, tok, model_ref=str(folder), dtype="auto", workdir=Path(tmp), rank=0)
-            except ImportError as exc:
+                backend = cls(cfg, tok, model_ref=str(folder), dtype=dtype, workdir=Path(tmp), rank=0)
+            except (ImportError, ValueError) as exc:  # vLLM absent, or refusing this dtype
                 results[name] = {"status": "not run", "reason": str(exc)}
                 print(f"{name:6s} not run: {exc}")
                 continue

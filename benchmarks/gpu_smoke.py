@@ -122,7 +122,7 @@ def main() -> None:
         torch.set_num_threads(1)
     from t2g_core.config.ppo import PPOConfig
     from t2g_core.demo import make_demo_feedback
-    from t2g_core.models.loading import load_tokenizer
+    from t2g_core.models.loading import default_device, load_tokenizer, resolve_dtype
     from t2g_core.policy_prompts import render_policy_prompt
     from t2g_core.ppo import CriticSource, train
 
@@ -151,7 +151,8 @@ def main() -> None:
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         critic = CriticSource(EdgeWordsCritic())
-        res = train(cfg, folder, prompts, Path(tmp) / "run", reward_source=critic, dtype="auto")
+        dtype = resolve_dtype("auto", default_device())
+        res = train(cfg, folder, prompts, Path(tmp) / "run", reward_source=critic, dtype=dtype)
         loaded = json.loads((Path(tmp) / "run" / "models.json").read_text())
         tok = load_tokenizer(folder)
         rendered = [render_policy_prompt(tok, "summarization", p) for p in prompts["prompt"].head(args.batch_size)]

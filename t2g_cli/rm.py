@@ -158,10 +158,13 @@ def score_cmd(
 ) -> None:
     """Critique and quote spans for every response; a failed parse is a status in the output, not an error."""
     from t2g_core.feedback import load_feedback
+    from t2g_core.models.loading import default_device, resolve_dtype
     from t2g_core.reward_model.scoring import load_scorer
 
     df = load_feedback(_exists(feedback))
-    scorer = load_scorer(_exists(model), pipeline_config(config, set_).reward_model)
+    pipe = pipeline_config(config, set_)
+    dtype = resolve_dtype(pipe.models.dtype, default_device())
+    scorer = load_scorer(_exists(model), pipe.reward_model, dtype=dtype)
     rows = df[["id", "task", "prompt", "response"]].to_dict("records")
     parsed = scorer.critique_batch(rows)
     output.parent.mkdir(parents=True, exist_ok=True)

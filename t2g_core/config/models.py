@@ -76,6 +76,8 @@ class ModelsConfig(StageConfig):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto",
         description="Weights dtype of every stage that loads a model (PPO policy, value and reference; reward-model "
-        "training and scoring; evaluation): auto = bfloat16 on a GPU that supports it, float32 on CPU. Trainable "
-        "LoRA and value-head weights stay float32.",
+        "training and scoring, both kinds; evaluation; vLLM rollouts): auto = bfloat16 on a GPU that supports it, "
+        "float32 on CPU; resolved once per stage for its device. Trainable LoRA, value-head and tagger-head weights "
+        "stay float32; bfloat16 weights train the generative reward model under bf16 autocast on a GPU. "
+        "ppo.generation_backend=vllm refuses float32.",
     )

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from t2g_core.config.base import StageConfig
 
@@ -106,9 +106,6 @@ class RewardModelConfig(StageConfig):
     )
     save_total_limit: int = Field(2, ge=1, description="Checkpoints kept on disk.")
     logging_steps: int = Field(1, ge=1, description="Log metrics (loss, learning rate, grad norm) every N steps.")
-    precision: Literal["auto", "bf16", "fp32"] = Field(
-        "auto", description="auto = bf16 on a GPU that supports it, fp32 otherwise (CPU); the same code runs on both."
-    )
     gradient_checkpointing: bool = Field(
         False, description="Trade compute for memory (useful for large bases on a GPU)."
     )
@@ -132,3 +129,14 @@ class RewardModelConfig(StageConfig):
     promote_metric: str = Field(
         "span_f1", description="Evaluation metric that decides promotion from candidate to champion (higher is better)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_precision(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "precision" in data:
+            raise ValueError(
+                f"reward_model.precision ({data['precision']!r}) is not a setting: the reward model trains in "
+                "models.dtype, the one dtype knob (bfloat16 weights train under bf16 autocast on a GPU); write "
+                "models.dtype: bfloat16 for bf16, float32 for fp32, auto for auto, and remove reward_model.precision"
+            )
+        return data

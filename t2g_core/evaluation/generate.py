@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from t2g_core.config.evaluate import EvaluateConfig
+
+if TYPE_CHECKING:
+    import torch
 
 
 def generation_settings(cfg: EvaluateConfig) -> dict[str, Any]:
@@ -42,9 +45,10 @@ def resolve_base(adapter_dir: Path) -> str:
     return base
 
 
-def load_policy(ref: str | Path, device: str = "cpu", dtype: str = "auto"):
-    """Load (model, tokenizer) from a Hub id, a model folder or an adapter folder on top of its base, in ``dtype``.
-    Model is in eval mode."""
+def load_policy(ref: str | Path, device: str = "cpu", dtype: torch.dtype | None = None):
+    """Load (model, tokenizer) from a Hub id, a model folder or an adapter folder on top of its base, in ``dtype``
+    (the resolved ``models.dtype``, a ``torch.dtype``; None: the ``auto`` rule for ``device``). Model is in eval
+    mode."""
     from t2g_core.models.loading import is_hub_id, load_causal_lm, load_tokenizer
 
     path = Path(str(ref))
@@ -141,7 +145,7 @@ def generate_samples(
     prompts: Sequence[str],
     cfg: EvaluateConfig,
     device: str = "cpu",
-    dtype: str = "auto",
+    dtype: torch.dtype | None = None,
 ) -> list[list[str]]:
     """Load a policy and return ``cfg.num_samples`` responses per prompt."""
     model, tokenizer = load_policy(model_dir_or_adapter, device, dtype)

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -20,6 +20,9 @@ import pandas as pd
 from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.evaluation.bootstrap import paired_bootstrap
 from t2g_core.evaluation.metrics import TASK_METRICS, corpus_bleu, pass_at_k, task_metrics
+
+if TYPE_CHECKING:
+    import torch
 
 ITEMS_FILE, SUMMARY_FILE = "items.parquet", "summary.json"
 LOWER_IS_BETTER = frozenset({"invented_entity_rate", "fact_error"})
@@ -198,10 +201,11 @@ def evaluate_policies(
     generator: Generator | None = None,
     device: str = "cpu",
     progress: Callable[[str], None] | None = None,
-    dtype: str = "auto",
+    dtype: torch.dtype | None = None,
     **metric_kwargs: Any,
 ) -> EvalResults:
     """Generate with every policy on the same held-out prompts, score them and compare with the baseline (first policy).
+    Every policy loads in ``dtype`` (the resolved ``models.dtype``, a ``torch.dtype``; None: the ``auto`` rule).
 
     ``judge`` (a PairwiseJudge) adds a per-item ``judge_score`` for every non-baseline policy (first sample each).
     """

@@ -4,7 +4,10 @@ A model reference is a local folder or a Hub id such as ``meta-llama/Llama-3.1-8
 ``@REVISION`` (a branch, tag or commit). Ids are resolved by ``from_pretrained`` through the standard Hugging Face
 cache, so a model downloaded once loads offline (``HF_HUB_OFFLINE=1`` is the user's choice; nothing here sets it).
 
-Weights dtype (``models.dtype``): ``auto`` is bfloat16 on a CUDA device that supports it, float32 otherwise.
+Weights dtype (``models.dtype``): ``auto`` is bfloat16 on a CUDA device that supports it, float32 otherwise. A stage
+resolves the setting once, with :func:`resolve_dtype` for the device it runs on, and hands the ``torch.dtype`` down;
+everything below the stage takes that ``torch.dtype`` (a name is refused, so ``"auto"`` cannot reach
+``from_pretrained``, where it would mean the checkpoint's own dtype).
 
 Pad-token policy (one function for the reward model, PPO and evaluation): a tokenizer whose pad token is missing or
 equal to EOS gets a pad token distinct from EOS, so masking padding never masks the real end of a response (§5 A3):
@@ -19,7 +22,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 PAD_NAMES = ("<|finetune_right_pad_id|>", "<|pad|>", "<pad>", "[PAD]", "<|padding|>", "<|endofpad|>")
 RESERVED = re.compile(r"^<\|reserved_special_token_(\d+)\|>$")
@@ -93,8 +99,9 @@ def default_device():
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def resolve_dtype(name: str, device=None):
-    """The torch dtype for ``models.dtype`` on ``device`` (``auto``: bfloat16 on a CUDA device that has it)."""
+def resolve_dtype(name: str, device=None) -> torch.dtype:
+    """The torch dtype for the ``models.dtype`` name ``name`` on ``device`` (``auto``: bfloat16 on a CUDA device that
+    has it, else float32); the one place a dtype name becomes a ``torch.dtype``."""
     import torch
 
     table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -104,8 +111,27 @@ def resolve_dtype(name: str, device=None):
         return torch.bfloat16 if bf16 else torch.float32
     try:
         return table[name]
-    except KeyError:
-        raise ValueError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPE_NAMES)}") from None
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown dtype {name!r} (models.dtype); expected one of {', '.join(DTYPE_NAMES)}") from None
+
+
+def weights_dtype(dtype: torch.dtype | None, device=None) -> torch.dtype:
+    """``dtype`` checked to be a ``torch.dtype`` (what a stage resolved); None, from a library caller that chose
+    none, is the ``auto`` rule for ``device``. A string is refused: names are resolved once, at the stage."""
+    import torch
+
+    if dtype is None:
+        return resolve_dtype("auto", device)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(
+            f"dtype {dtype!r}: expected a torch.dtype (a stage resolves models.dtype once with resolve_dtype)"
+        )
+    return dtype
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"`` (the ``models.dtype`` spelling, for run records and messages)."""
+    return str(dtype).removeprefix("torch.")
 
 
 # --------------------------------------------------------------------------------------------- pad token
@@ -174,19 +200,25 @@ def load_tokenizer(ref: str | Path, *, padding_side: str | None = "left"):
 
 
 def load_causal_lm(
-    ref: str | Path, *, dtype="auto", device=None, tokenizer=None, backbone_only: bool = False, place: bool = True
+    ref: str | Path,
+    *,
+    dtype: torch.dtype | None = None,
+    device=None,
+    tokenizer=None,
+    backbone_only: bool = False,
+    place: bool = True,
 ):
-    """A causal LM (or its backbone without the LM head, ``backbone_only``) in ``dtype`` (a ``models.dtype`` name
-    or a torch dtype) on ``device`` (default: the GPU if any); ``place=False`` leaves it on the CPU for a trainer
-    that places it itself. With a ``tokenizer``, its vocabulary and pad token are matched (:func:`match_vocabulary`)."""
+    """A causal LM (or its backbone without the LM head, ``backbone_only``) in ``dtype`` (a ``torch.dtype``; None:
+    the ``auto`` rule, see :func:`weights_dtype`) on ``device`` (default: the GPU if any); ``place=False`` leaves it
+    on the CPU for a trainer that places it itself. With a ``tokenizer``, its vocabulary and pad token are matched
+    (:func:`match_vocabulary`)."""
     import torch
     from transformers import AutoModel, AutoModelForCausalLM
 
     device = default_device() if device is None else torch.device(device)
     name, kwargs = pretrained_kwargs(ref)
     cls = AutoModel if backbone_only else AutoModelForCausalLM
-    torch_dtype = dtype if isinstance(dtype, torch.dtype) else resolve_dtype(dtype, device)
-    model = cls.from_pretrained(name, dtype=torch_dtype, **kwargs)
+    model = cls.from_pretrained(name, dtype=weights_dtype(dtype, device), **kwargs)
     if tokenizer is not None:
         match_vocabulary(model, tokenizer)
     return model.to(device) if place else model
@@ -200,7 +232,7 @@ def describe(model, tokenizer, ref: str | Path) -> dict[str, Any]:
         "name": name,
         "revision": revision,
         "commit": cached_commit(ref),
-        "dtype": str(params[0].dtype).removeprefix("torch."),
+        "dtype": dtype_name(params[0].dtype),
         "parameters": sum(p.numel() for p in params),
         "pad_token": tokenizer.pad_token,
         "pad_token_id": tokenizer.pad_token_id,

@@ -15,6 +15,10 @@ taken from the generator (§5 A8).
   process on the process's current GPU: meant for one-GPU runs; several colocated engines under ``accelerate
   launch`` would need vLLM's external-launcher mode, which is not wired here. vLLM cannot be installed on this
   project's CPU machine, so this backend has not been run (its absence is tested, its sampling is not).
+
+Every backend samples from weights in ``models.dtype`` (the ``torch.dtype`` the stage resolved): ``exact`` and ``hf``
+sample from the policy itself; ``vllm`` loads its own copy of the base in that dtype (:func:`vllm_dtype`) and refuses
+float32, which its LoRA kernels do not take, rather than sample from weights the trainer does not have.
 """
 
 from __future__ import annotations
@@ -118,10 +122,28 @@ class HFBackend:
         return pad_after_eos(new.tolist(), self.tok.eos_token_id, self.tok.pad_token_id, device=query_ids.device)
 
 
-class VllmBackend:
-    """A colocated vLLM engine sampling from the base + the policy's current LoRA adapter."""
+VLLM_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}  # the dtypes vLLM's LoRA kernels take
 
-    def __init__(self, cfg, tokenizer, *, model_ref: str, dtype: str, workdir: Path, rank: int = 0):
+
+def vllm_dtype(dtype: torch.dtype) -> str:
+    """vLLM's name for the policy's weights dtype; float32 (and anything else) is refused with the way out, never
+    replaced: vLLM would load the checkpoint's own dtype and sample from weights the trainer does not have."""
+    if dtype in VLLM_DTYPES:
+        return VLLM_DTYPES[dtype]
+    from t2g_core.models.loading import dtype_name
+
+    raise ValueError(
+        f"ppo.generation_backend=vllm cannot sample in models.dtype={dtype_name(dtype)}: vLLM's LoRA kernels take "
+        f"{' or '.join(VLLM_DTYPES.values())} only; set models.dtype=bfloat16 (float16 on a GPU without bfloat16), "
+        "or use generation_backend=hf"
+    )
+
+
+class VllmBackend:
+    """A colocated vLLM engine sampling from the base (in the policy's dtype) + the policy's current LoRA adapter."""
+
+    def __init__(self, cfg, tokenizer, *, model_ref: str, dtype: torch.dtype, workdir: Path, rank: int = 0):
+        vllm_name = vllm_dtype(dtype)  # a dtype vLLM cannot honour is refused before vLLM is even imported
         try:
             from vllm import LLM
         except ImportError:
@@ -139,7 +161,7 @@ class VllmBackend:
             model=name,
             revision=revision,
             tokenizer=name,
-            dtype=dtype if dtype != "float32" else "auto",
+            dtype=vllm_name,
             enable_lora=True,
             max_lora_rank=max(cfg.lora_r, 8),
             max_loras=1,
@@ -186,7 +208,10 @@ class VllmBackend:
 BACKENDS = {"exact": ExactBackend, "hf": HFBackend, "vllm": VllmBackend}
 
 
-def make_backend(cfg, tokenizer, *, model_ref: str, dtype: str, workdir: Path, rank: int = 0) -> Backend:
+def make_backend(cfg, tokenizer, *, model_ref: str, dtype: torch.dtype, workdir: Path, rank: int = 0) -> Backend:
+    """The ``ppo.generation_backend`` for a policy whose base weights are in ``dtype`` (a resolved ``torch.dtype``)."""
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype {dtype!r}: expected the policy's torch.dtype (a stage resolves models.dtype once)")
     return BACKENDS[cfg.generation_backend](
         cfg, tokenizer, model_ref=str(model_ref), dtype=dtype, workdir=workdir, rank=rank
     )

@@ -129,6 +129,7 @@ class PolicyBundle:
     model: ActorCritic
     tokenizer: object
     loaded: dict  # what was loaded (name, revision, commit, dtype, pad token), for the run record
+    dtype: torch.dtype  # the base weights' dtype (policy, reference and a separate critic backbone)
 
     @property
     def policy(self) -> nn.Module:  # PeftModel
@@ -151,16 +152,18 @@ def load_policy(
     target_modules,
     value_model: str,
     seed: int,
-    dtype: str = "float32",
+    dtype: torch.dtype | None = None,
     device=None,
     chunk_tokens: int = 1024,
     gradient_checkpointing: bool = False,
 ) -> PolicyBundle:
-    """Load the base (a folder or Hub id, in ``dtype``), wrap it with a fresh LoRA adapter, build the value model."""
+    """Load the base (a folder or Hub id, in ``dtype``: the resolved ``models.dtype``; None: the ``auto`` rule), wrap
+    it with a fresh LoRA adapter, build the value model (a separate backbone in the same ``dtype``)."""
     from peft import LoraConfig, get_peft_model
 
-    from t2g_core.models.loading import describe, load_causal_lm, load_tokenizer, split_revision
+    from t2g_core.models.loading import describe, load_causal_lm, load_tokenizer, split_revision, weights_dtype
 
+    dtype = weights_dtype(dtype, device)
     tokenizer = load_tokenizer(policy_dir)
     base = load_causal_lm(policy_dir, dtype=dtype, device=device, tokenizer=tokenizer)
     loaded = describe(base, tokenizer, policy_dir)
@@ -185,7 +188,8 @@ def load_policy(
     value.head.float()
     value.eval()
     model = ActorCritic(policy, value, chunk_tokens=chunk_tokens, checkpointing=gradient_checkpointing)
-    return PolicyBundle(model, tokenizer, loaded | {"trainable_dtype": str(value.head.weight.dtype).split(".")[-1]})
+    loaded |= {"trainable_dtype": str(value.head.weight.dtype).split(".")[-1]}
+    return PolicyBundle(model, tokenizer, loaded, dtype)
 
 
 @torch.no_grad()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from t2g_core.models.loading import default_device, resolve_dtype
 from t2g_core.ppo.distributed import barrier, rank_and_world
 from t2g_core.ppo.sources import make_reward_source, split_prompts, task_metric_for
 from t2g_core.ppo.tracking import Tracker
@@ -70,6 +71,7 @@ def run_from_dir(
         raise FileNotFoundError(f"{spec_file}: not a PPO run folder (no {RUN_FILE})")
     spec = json.loads(spec_file.read_text(encoding="utf-8"))
     cfg = load_settings(spec["config"])
+    dtype = resolve_dtype(cfg.models.dtype, default_device())  # once, for this process's device: every model below
     prompts = pd.read_parquet(run_dir / "prompts.parquet")
     eval_df = pd.read_parquet(run_dir / "eval.parquet") if (run_dir / "eval.parquet").exists() else None
     task = str(prompts["task"].mode().iloc[0])
@@ -80,7 +82,7 @@ def run_from_dir(
         rm_cfg=cfg.reward_model,
         api_key=api_key,
         cache_dir=run_dir / "answers",
-        dtype=cfg.models.dtype,
+        dtype=dtype,
     )
     return train(
         cfg.ppo,
@@ -93,7 +95,7 @@ def run_from_dir(
         resume=resume,
         align_cfg=cfg.align,
         task_metric=task_metric_for(task, prompts),
-        dtype=cfg.models.dtype,
+        dtype=dtype,
         progress=progress,
     )
 
@@ -107,5 +109,9 @@ def read_settings(run_dir: str | Path) -> PPOSettings:
 
 
 def load_settings(config: dict) -> PPOSettings:
-    """The PPO settings recorded in a run folder (older run folders recorded the whole pipeline config)."""
-    return PPOSettings.model_validate({k: v for k, v in config.items() if k in PPOSettings.sections()})
+    """The PPO settings recorded in a run folder (older run folders recorded the whole pipeline config); a recorded
+    ``reward_model.precision``, not a setting and never read by PPO, is dropped so such a run still resumes."""
+    sections = {k: v for k, v in config.items() if k in PPOSettings.sections()}
+    if isinstance(sections.get("reward_model"), dict):
+        sections["reward_model"] = {k: v for k, v in sections["reward_model"].items() if k != "precision"}
+    return PPOSettings.model_validate(sections)

@@ -11,10 +11,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from t2g_core.ppo.scoring import CriticSource, RewardSource
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _reference_critic():
@@ -43,7 +47,8 @@ def oracle_source(task: str) -> RewardSource:
         raise ValueError(f"no oracle critic for task {task!r}; expected one of {', '.join(ORACLE_CRITICS)}") from None
 
 
-def reward_model_source(path: str | Path | None, rm_cfg=None, dtype: str = "auto") -> RewardSource:
+def reward_model_source(path: str | Path | None, rm_cfg=None, dtype: torch.dtype | None = None) -> RewardSource:
+    """The trained reward model's scorer, its base weights in ``dtype`` (the resolved ``models.dtype``)."""
     if path is None or not Path(path).exists():
         raise FileNotFoundError(
             f"reward_source=reward_model needs a trained reward model; {path} does not exist (set "
@@ -68,9 +73,10 @@ def make_reward_source(
     rm_cfg=None,
     api_key: str | None = None,
     cache_dir: str | Path | None = None,
-    dtype: str = "auto",
+    dtype: torch.dtype | None = None,
 ) -> RewardSource:
-    """The reward source ``kind`` for ``task``; ``api_key`` and ``cache_dir`` (its answers) serve ``endpoint``."""
+    """The reward source ``kind`` for ``task``; ``api_key`` and ``cache_dir`` (its answers) serve ``endpoint``;
+    ``dtype`` (a ``torch.dtype``; None: the ``auto`` rule) is the weights dtype of a ``reward_model`` scorer."""
     builders: dict[str, Callable[[], RewardSource]] = {
         "oracle": lambda: oracle_source(task),
         "reward_model": lambda: reward_model_source(reward_model_path, rm_cfg, dtype),

@@ -82,7 +82,7 @@ class PPOTrainer:
         reward_source: RewardSource,
         align_cfg: AlignConfig | None = None,
         task_metric: TaskMetric | None = None,
-        dtype: str = "auto",
+        dtype: torch.dtype | None = None,
     ):
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.runtime = Runtime()
@@ -125,7 +125,12 @@ class PPOTrainer:
             o.opt, o.sharded = opt, self.runtime.fsdp
             o.params = [p for group in opt.param_groups for p in group["params"]]
         self.backend = make_backend(
-            cfg, self.bundle.tokenizer, model_ref=policy_dir, dtype=dtype, workdir=self.run_dir, rank=self.rank
+            cfg,
+            self.bundle.tokenizer,
+            model_ref=policy_dir,
+            dtype=self.bundle.dtype,
+            workdir=self.run_dir,
+            rank=self.rank,
         )
         self.kl_ctl = make_kl_controller(cfg.kl_coef, cfg.adaptive_kl, cfg.target_kl, cfg.kl_horizon)
         self.history: list[dict] = []
@@ -333,11 +338,12 @@ def train(
     align_cfg: AlignConfig | None = None,
     task_metric: TaskMetric | None = None,
     stop_after: int | None = None,
-    dtype: str = "auto",
+    dtype: torch.dtype | None = None,
     progress: Progress = no_progress,
 ) -> PPOResult:
     """Train a LoRA policy with span-reward PPO; ``resume=True`` continues from ``out_dir``'s latest checkpoint.
-    ``policy_dir`` is a folder or a Hub id (``@revision``); the base loads in ``dtype`` (``models.dtype``)."""
+    ``policy_dir`` is a folder or a Hub id (``@revision``); the base loads in ``dtype`` (``models.dtype`` as the
+    stage resolved it; None: the ``auto`` rule for the device)."""
     trainer = PPOTrainer(
         cfg,
         policy_dir,

@@ -27,12 +27,16 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from t2g_core.alignment import micro_prf, span_prf, token_prf
 from t2g_core.reward_model.data import parse_rm_target
 from t2g_core.spans import ParsedFeedback, align_feedback, token_labels
+
+if TYPE_CHECKING:
+    import torch
 
 LABELS = ("positive", "negative")
 _LABEL_NAMES = {"positive": "positive", "good": "positive", "negative": "negative", "poor": "negative"}
@@ -344,10 +348,10 @@ def evaluate_model(
     base_model: str | None = None,
     device: str | None = None,
     align_cfg=None,
-    dtype: str = "auto",
+    dtype: torch.dtype | None = None,
 ) -> RMEvalReport:
-    """Load a trained RM (tagger folder, LoRA adapter or full model folder; base weights in ``dtype``) and evaluate
-    it on ``split`` of ``rm_df``."""
+    """Load a trained RM (tagger folder, LoRA adapter or full model folder; base weights in ``dtype``, the resolved
+    ``models.dtype``; None: the ``auto`` rule) and evaluate it on ``split`` of ``rm_df``."""
     from t2g_core.reward_model.tagger import is_tagger, load_tagger
 
     if is_tagger(model_dir):

@@ -14,9 +14,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from t2g_core.reward_model.prompts import build_rm_prompt
 from t2g_core.spans import ParsedFeedback, parse_span_json
+
+if TYPE_CHECKING:
+    import torch
 
 ScoredResponse = ParsedFeedback  # critique, good_spans, poor_spans, status, raw (+ reasoning, error)
 
@@ -54,10 +58,11 @@ def load_reward_model(
     base_model: str | None = None,
     device: str | None = None,
     merge: bool = True,
-    dtype: str = "auto",
+    dtype: torch.dtype | None = None,
 ):
     """(model, tokenizer) from a LoRA adapter folder (base found in rm_train.json / adapter_config.json, or given: a
-    folder or a Hub id) or a full model folder, in ``dtype`` (``models.dtype``), with the pad-token policy applied."""
+    folder or a Hub id) or a full model folder, in ``dtype`` (the resolved ``models.dtype``, a ``torch.dtype``; None:
+    the ``auto`` rule), with the pad-token policy applied."""
     from t2g_core.models.loading import load_causal_lm, load_tokenizer
 
     path = Path(model_dir_or_adapter)
@@ -182,7 +187,7 @@ class RewardModelScorer:
         *,
         base_model: str | None = None,
         device: str | None = None,
-        dtype: str = "auto",
+        dtype: torch.dtype | None = None,
     ):
         from t2g_core.config.reward_model import RewardModelConfig
 
@@ -206,9 +211,9 @@ class RewardModelScorer:
         return out  # type: ignore[return-value]
 
 
-def load_scorer(model_dir: str | Path, cfg=None, *, device: str | None = None, dtype: str = "auto"):
+def load_scorer(model_dir: str | Path, cfg=None, *, device: str | None = None, dtype: torch.dtype | None = None):
     """The reward source of a trained reward-model folder, whichever kind it is (``critique_batch(rows)``); base
-    weights in ``dtype`` (``models.dtype``)."""
+    weights in ``dtype`` (the resolved ``models.dtype``, a ``torch.dtype``; None: the ``auto`` rule)."""
     from t2g_core.reward_model.tagger import TaggerScorer, is_tagger
 
     if is_tagger(model_dir):

@@ -207,19 +207,19 @@ def is_tagger(path: str | Path) -> bool:
     return (Path(path) / TAGGER_META).is_file()
 
 
-def load_tagger(path: str | Path, *, device: str | None = None, dtype: torch.dtype | str | None = None):
-    """(SpanTagger in eval mode, tokenizer) from a tagger folder; ``dtype``: a torch dtype or a ``models.dtype``
-    name (default float32)."""
+def load_tagger(path: str | Path, *, device: str | None = None, dtype: torch.dtype | None = None):
+    """(SpanTagger in eval mode, tokenizer) from a tagger folder, language model and head in ``dtype`` (the resolved
+    ``models.dtype``; None: the ``auto`` rule for ``device``)."""
     from safetensors.torch import load_file
 
-    from t2g_core.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
+    from t2g_core.models.loading import load_causal_lm, load_tokenizer, weights_dtype
 
     path = Path(path)
     if not is_tagger(path):
         raise FileNotFoundError(f"{path}: not a tagger reward model (no {TAGGER_META})")
     meta = json.loads((path / TAGGER_META).read_text(encoding="utf-8"))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = resolve_dtype(dtype, device) if isinstance(dtype, str) else (dtype or torch.float32)
+    dtype = weights_dtype(dtype, device)
     tokenizer = load_tokenizer(path, padding_side=None)
     if meta["finetune"] == "lora":
         from peft import PeftModel
@@ -268,7 +268,7 @@ def predict_classes(model: SpanTagger, encoded: Sequence[Encoded], pad_id: int, 
 class TaggerScorer:
     """The tagger as a reward source for PPO and for evaluation: ``critique_batch(rows) -> list[ParsedFeedback]``."""
 
-    def __init__(self, path: str | Path, cfg=None, *, device: str | None = None, dtype: str = "float32"):
+    def __init__(self, path: str | Path, cfg=None, *, device: str | None = None, dtype: torch.dtype | None = None):
         from t2g_core.config.reward_model import RewardModelConfig
 
         self.cfg = cfg or RewardModelConfig()

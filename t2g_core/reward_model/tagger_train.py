@@ -197,17 +197,17 @@ def fit_tagger(
     tracker=None,
     resume: bool = True,
     progress: bool = False,
-    dtype: str | None = None,
+    dtype: torch.dtype | None = None,
     on_progress: Progress = no_progress,
 ):
     """Train a tagger on (prompt text, response, located spans) examples into ``<out_dir>/tagger``; the base loads
-    in ``dtype`` (``models.dtype``; None: bf16 when ``reward_model.precision`` gives bf16, else float32).
+    in ``dtype`` (the resolved ``models.dtype``; None: the ``auto`` rule) and trains as loaded, the head in float32.
 
     Checkpoints go to ``<out_dir>/checkpoints/step-N`` every ``save_steps``; a re-run resumes from the last one and
     reproduces the uninterrupted run. Returns an :class:`~t2g_core.reward_model.train.RMTrainResult`.
     """
-    from t2g_core.models.loading import resolve_dtype
-    from t2g_core.reward_model.train import TRAIN_META, RMTrainResult, finished_run, use_bf16
+    from t2g_core.models.loading import weights_dtype
+    from t2g_core.reward_model.train import TRAIN_META, RMTrainResult, finished_run
 
     out_dir, ckpt_dir = Path(out_dir), Path(out_dir) / "checkpoints"
     done = finished_run(out_dir, cfg, folder="tagger") if resume else None
@@ -215,12 +215,8 @@ def fit_tagger(
         return done
     if not resume:
         shutil.rmtree(ckpt_dir, ignore_errors=True)
-    if dtype is None:
-        torch_dtype = torch.bfloat16 if use_bf16(cfg.precision) else torch.float32
-    else:
-        torch_dtype = resolve_dtype(dtype)
-    model, tokenizer = build_tagger(base, cfg, torch_dtype)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = build_tagger(base, cfg, weights_dtype(dtype, device))
     data, n_skipped = _encode_examples(examples, tokenizer, cfg, overlap)
     total = planned_steps(cfg, len(data))
     optimizer = torch.optim.AdamW(

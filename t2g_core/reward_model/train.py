@@ -6,8 +6,12 @@ JSON + EOS), so TRL masks every prompt token out of the loss (labels -100) and p
 Checkpoints (adapter, optimizer, scheduler, RNG states, step) go to ``<out>/checkpoints/checkpoint-N`` every
 ``save_steps``; a re-run after a kill resumes from the last one. The final adapter and tokenizer go to
 ``<out>/adapter`` with ``rm_train.json`` (base model, step, config, dtype). The base is a folder or a Hub id
-(``@revision``) loaded in ``models.dtype`` with the shared pad-token policy (``t2g_core.models.loading``); the same
-code runs on CPU (float32) and on a GPU (bf16 when supported, ``reward_model.precision``).
+(``@revision``) loaded in ``models.dtype`` (the ``torch.dtype`` the stage resolved) with the shared pad-token policy
+(``t2g_core.models.loading``); the same code runs on CPU (float32) and on a GPU (bf16 when supported).
+
+Mixed precision follows the weights, so one setting decides both (:func:`bf16_autocast`): bfloat16 weights on a GPU
+train under bf16 autocast (the float32 LoRA matmuls run in bf16 like the base); float32 weights train in float32,
+float16 weights as loaded, and on the CPU every layer computes in its own weights' dtype.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
 
 from t2g_core.progress import Progress, no_progress
+
+if TYPE_CHECKING:
+    import torch
 
 TRAIN_META = "rm_train.json"
 
@@ -60,15 +67,13 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def use_bf16(precision: str) -> bool:
+def bf16_autocast(dtype: torch.dtype, device) -> bool:
+    """Whether the Trainer runs under bf16 autocast (``SFTConfig.bf16``) for base weights in ``dtype`` on
+    ``device``: bfloat16 weights on a CUDA device that supports bf16."""
     import torch
 
-    if precision == "fp32":
-        return False
-    available = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    if precision == "bf16" and not available:
-        raise ValueError("reward_model.precision=bf16 needs a GPU with bfloat16 support; use 'auto' or 'fp32'")
-    return available
+    device = torch.device(device)
+    return dtype == torch.bfloat16 and device.type == "cuda" and torch.cuda.is_bf16_supported()
 
 
 def _tracker_callback(tracker: Tracker, history: list[dict[str, float]]):
@@ -120,7 +125,7 @@ def _datasets(rm_df: pd.DataFrame):
     return to_ds(train), to_ds(rm_df[rm_df["split"] == "validation"])
 
 
-def _sft_config(cfg, out_dir: Path, has_eval: bool):
+def _sft_config(cfg, out_dir: Path, has_eval: bool, bf16: bool):
     from trl import SFTConfig
 
     return SFTConfig(
@@ -141,7 +146,7 @@ def _sft_config(cfg, out_dir: Path, has_eval: bool):
         save_total_limit=cfg.save_total_limit,
         eval_strategy="steps" if has_eval else "no",
         eval_steps=cfg.save_steps if has_eval else None,
-        bf16=use_bf16(cfg.precision),
+        bf16=bf16,
         gradient_checkpointing=cfg.gradient_checkpointing,
         seed=cfg.seed,
         data_seed=cfg.seed,
@@ -178,28 +183,32 @@ def make_trainer(
     callbacks: Iterable = (),
     history=None,
     progress: bool = True,
-    dtype: str = "auto",
+    dtype: torch.dtype | None = None,
     on_progress: Progress = no_progress,
 ):
-    """An ``SFTTrainer`` on the LoRA-wrapped base (nothing trained yet); exposed for tests and custom loops. The
-    tokenizer gets a pad token distinct from EOS (EOS must stay in the loss)."""
+    """An ``SFTTrainer`` on the LoRA-wrapped base (nothing trained yet); exposed for tests and custom loops. The base
+    loads in ``dtype`` (the resolved ``models.dtype``; None: the ``auto`` rule), which also sets the Trainer's mixed
+    precision (:func:`bf16_autocast`). The tokenizer gets a pad token distinct from EOS (EOS must stay in the loss)."""
     import datasets
     from transformers import PrinterCallback
     from trl import SFTTrainer
 
-    from t2g_core.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
+    from t2g_core.models.loading import default_device, load_causal_lm, load_tokenizer, weights_dtype
 
     if not progress:
         datasets.disable_progress_bars()
 
     base = str(Path(base_model).resolve()) if Path(base_model).exists() else str(base_model)
     out_dir = Path(out_dir)
+    device = default_device()  # where the Trainer places the model
+    dtype = weights_dtype(dtype, device)
     tokenizer = load_tokenizer(base, padding_side=None)
-    args = _sft_config(cfg, out_dir, has_eval=False)
-    model = load_causal_lm(base, dtype=resolve_dtype(dtype), tokenizer=tokenizer, place=False)  # the Trainer places it
+    bf16 = bf16_autocast(dtype, device)
+    args = _sft_config(cfg, out_dir, has_eval=False, bf16=bf16)
+    model = load_causal_lm(base, dtype=dtype, tokenizer=tokenizer, place=False)  # the Trainer places it
     train_ds, eval_ds = _datasets(rm_df)
     if eval_ds is not None:
-        args = _sft_config(cfg, out_dir, has_eval=True)
+        args = _sft_config(cfg, out_dir, has_eval=True, bf16=bf16)
     all_callbacks = [
         _tracker_callback(tracker or NullTracker(), history if history is not None else []),
         _progress_callback(on_progress),
@@ -257,10 +266,11 @@ def train_rm(
     resume: bool = True,
     callbacks: Iterable = (),
     progress: bool = True,
-    dtype: str = "auto",
+    dtype: torch.dtype | None = None,
     on_progress: Progress = no_progress,
 ) -> RMTrainResult:
-    """Fine-tune a LoRA adapter on ``rm_df`` (rm_data rows); resume from ``<out>/checkpoints`` if a run was killed.
+    """Fine-tune a LoRA adapter on ``rm_df`` (rm_data rows), the base in ``dtype`` (the resolved ``models.dtype``;
+    None: the ``auto`` rule); resume from ``<out>/checkpoints`` if a run was killed.
 
     With ``resume``, a finished run in ``out_dir`` with the same config is returned as is (nothing is retrained).
     """

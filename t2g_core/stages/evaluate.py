@@ -61,9 +61,11 @@ def evaluate(
     device: str | None = None,
 ) -> EvaluationRef:
     """Results (``items.parquet``, ``summary.json``) and the report (table, plots) in ``<reports/evaluate>/<key>``;
-    results already there are reused unless the stage is forced."""
+    results already there are reused unless the stage is forced. Every policy loads in ``models.dtype``, resolved
+    once for ``device``."""
     from t2g_core.evaluation import EvalResults, evaluate_policies, write_report
     from t2g_core.evaluation.report import load_history
+    from t2g_core.models.loading import resolve_dtype
 
     frame = read(data, "feedback")
     if policies.held_out is not None:
@@ -76,6 +78,7 @@ def evaluate(
     if (out / "summary.json").exists() and not ctx.force:
         results = EvalResults.load(out)
     else:
+        device = device or _device()
         results = evaluate_policies(
             policies.models,
             frame,
@@ -83,9 +86,9 @@ def evaluate(
             settings.evaluate,
             baseline=policies.baseline,
             judge=judge,
-            device=device or _device(),
+            device=device,
             progress=ctx.log if ctx.progress else None,
-            dtype=settings.models.dtype,
+            dtype=resolve_dtype(settings.models.dtype, device),
         )
         results.save(out)
     histories = {n: load_history(p) for n, p in policies.histories.items() if Path(p).is_file()}

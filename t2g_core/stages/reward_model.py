@@ -6,7 +6,8 @@ tagger (a token-classification head, ``t2g_core.reward_model.tagger``). The mode
 
 :func:`train` is the stage (what the pipeline runs); :func:`build_data`, :func:`fit` and :func:`evaluate` are its
 steps, which ``t2g rm build-data | train | eval`` also run one at a time. Registration in a model registry is the
-tracking layer's job: the returned reference says what to register.
+tracking layer's job: the returned reference says what to register. The steps that load a model resolve
+``models.dtype`` for the device they run on (:func:`weights_dtype`) and hand that ``torch.dtype`` down.
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ def build_data(
     return ref
 
 
+def weights_dtype(settings: RewardModelSettings):
+    """``models.dtype`` as a ``torch.dtype`` for the device the reward model trains and scores on (the GPU if any)."""
+    from t2g_core.models.loading import default_device, resolve_dtype
+
+    return resolve_dtype(settings.models.dtype, default_device())
+
+
 def start_model(models: ModelsRef, settings: RewardModelSettings) -> str:
     """The model the reward model is fine-tuned from (``reward_model.init_from``)."""
     return models.policy if settings.reward_model.init_from == "policy" else models.base
@@ -85,7 +93,7 @@ def fit(
             overlap=settings.align.overlap,
             tracker=ctx.tracker,
             progress=ctx.progress,
-            dtype=settings.models.dtype,
+            dtype=weights_dtype(settings),
             on_progress=ctx.on_progress,
         )
     from t2g_core.reward_model.train import train_rm
@@ -97,7 +105,7 @@ def fit(
         run_dir,
         tracker=ctx.tracker,
         progress=ctx.progress,
-        dtype=settings.models.dtype,
+        dtype=weights_dtype(settings),
         on_progress=ctx.on_progress,
     )
 
@@ -122,7 +130,7 @@ def evaluate(
         settings.reward_model,
         split=split,
         align_cfg=settings.align,
-        dtype=settings.models.dtype,
+        dtype=weights_dtype(settings),
     )
     return report, write_eval_report(report, out)
 

@@ -35,12 +35,12 @@ def test_a_hub_id_loads_offline_from_the_cache_in_bfloat16_with_a_reserved_pad_t
     tok = load_tokenizer("org/name")
     assert tok.pad_token == "<|reserved_special_token_0|>" and tok.padding_side == "left"
     assert tok.pad_token_id not in (tok.eos_token_id, tok.bos_token_id) and tok.eos_token_id != tok.bos_token_id
-    model = load_causal_lm("org/name", dtype="bfloat16", device="cpu", tokenizer=tok)
+    model = load_causal_lm("org/name", dtype=torch.bfloat16, device="cpu", tokenizer=tok)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert model.config.pad_token_id == tok.pad_token_id
     assert model.get_input_embeddings().weight.shape[0] == len(tok)  # a reserved token: nothing was added
     assert cached_commit("org/name") == COMMIT and cached_commit(f"org/name@{COMMIT}") == COMMIT
-    pinned = load_causal_lm(f"org/name@{COMMIT}", dtype="float32", device="cpu")
+    pinned = load_causal_lm(f"org/name@{COMMIT}", dtype=torch.float32, device="cpu")
     assert {p.dtype for p in pinned.parameters()} == {torch.float32}
     with pytest.raises(OSError):
         load_causal_lm("org/name@no-such-branch", device="cpu")
@@ -63,8 +63,8 @@ def test_without_a_reserved_token_a_pad_is_added_and_the_embeddings_grow_determi
     build_tiny_model(tmp_path / "m", tmp_path / "tok", small)
     tok = load_tokenizer(tmp_path / "m")
     assert tok.pad_token == "<|pad|>" and tok.pad_token_id == len(tok) - 1
-    a = load_causal_lm(tmp_path / "m", dtype="float32", device="cpu", tokenizer=tok)
-    b = load_causal_lm(tmp_path / "m", dtype="float32", device="cpu", tokenizer=load_tokenizer(tmp_path / "m"))
+    a = load_causal_lm(tmp_path / "m", dtype=torch.float32, device="cpu", tokenizer=tok)
+    b = load_causal_lm(tmp_path / "m", dtype=torch.float32, device="cpu", tokenizer=load_tokenizer(tmp_path / "m"))
     emb = a.get_input_embeddings().weight
     assert emb.shape[0] == len(tok)
     assert torch.allclose(emb[-1], emb[:-1].mean(dim=0))  # the new row is the mean of the old ones
@@ -92,7 +92,13 @@ def test_the_ppo_policy_loads_a_hub_id_in_bfloat16_with_float32_trainable_weight
     from t2g_core.ppo.models import forward_response, load_policy
 
     bundle = load_policy(
-        "org/name", lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="head", seed=0, dtype="bfloat16"
+        "org/name",
+        lora_r=4,
+        lora_alpha=8,
+        target_modules="all-linear",
+        value_model="head",
+        seed=0,
+        dtype=torch.bfloat16,
     )
     frozen = {p.dtype for p in bundle.policy.parameters() if not p.requires_grad}
     policy_params, value_params = bundle.trainable_parameters()

@@ -72,7 +72,7 @@ def test_vllm_is_refused_with_the_way_out_when_not_installed(tiny_model_dir, tmp
         pytest.skip("vLLM is installed here")
     cfg = PPOConfig(generation_backend="vllm")
     with pytest.raises(ImportError, match=r"text2grad\[vllm\].*generation_backend=hf"):
-        make_backend(cfg, None, model_ref=str(tiny_model_dir), dtype="auto", workdir=tmp_path)
+        make_backend(cfg, None, model_ref=str(tiny_model_dir), dtype=torch.bfloat16, workdir=tmp_path)
 
 
 class _EdgeWords:

@@ -24,7 +24,7 @@ def test_full_recipes_validate_completely(name):
     )
     assert cfg.annotate.annotator == "llm" and cfg.annotate.base_url
     assert cfg.placement.train_policy == "t2g-gpu" and cfg.placement.train_reward_model == "t2g-gpu"
-    assert cfg.reward_model.precision == "bf16" and cfg.ppo.learning_rate == 1e-6
+    assert cfg.models.dtype == "bfloat16" and cfg.ppo.learning_rate == 1e-6  # bf16 weights: bf16 reward-model autocast
 
 
 @pytest.mark.slow
