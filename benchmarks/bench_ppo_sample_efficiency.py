@@ -362,7 +362,8 @@ def run_one(args) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from t2g_core.ppo import NullTracker, PPOTrainer
+    from t2g_core.ppo import PPOTrainer
+    from t2g_core.tracking import NullTracker
 
     spec = json.loads(args.spec)
     task = TASKS[spec["task"]](args)

@@ -52,7 +52,6 @@ from t2g_core.ppo.models import forward_in_micro_batches, load_policy
 from t2g_core.ppo.report import write_heatmap, write_rollouts
 from t2g_core.ppo.sampling import response_mask_after_eos, sample_seed
 from t2g_core.ppo.scoring import RewardSource, ScoredResponse, decode_responses, label_responses
-from t2g_core.ppo.tracking import NullTracker, Tracker
 from t2g_core.progress import Progress, no_progress
 from t2g_core.rl import (
     assemble_rewards,
@@ -68,6 +67,7 @@ from t2g_core.rl import (
     value_loss,
 )
 from t2g_core.spans import ParsedFeedback
+from t2g_core.tracking import NullTracker, Tracker
 
 # (rows, responses) -> per-sample task error, or {name: per-sample values} logged as task/<name> and eval/task_<name>
 TaskMetric = Callable[[list[dict], list[str]], "list[float] | dict[str, list[float]]"]
