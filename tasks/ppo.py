@@ -37,7 +37,7 @@ def train_policy(
         train_policy, "ppo", workspace, feedback=feedback, models=models, reward_model=reward_model, settings=settings
     ) as ctx:
         ref = ppo.train(feedback, models, used_rm, settings, ctx, api_key=api_key(settings))
-        rm_version = used_rm.version if used_rm is not None and settings.uses_trained_reward_model else None
+        rm_version = used_rm.version if settings.uses_trained_reward_model and used_rm is not None else None
         if rm_version:
             log_model_input(settings.reward_model.registered_name, rm_version)
         version = log_adapter_model(
