@@ -85,8 +85,8 @@ def run_arm(args) -> None:
     torch.set_num_threads(1)
     from t2g_core.demo import make_demo_feedback
     from t2g_core.ppo.sources import make_reward_source, summary_metrics
-    from t2g_core.ppo.tracking import NullTracker
     from t2g_core.ppo.trainer import PPOTrainer
+    from t2g_core.tracking import NullTracker
 
     pipe, paths = _pipeline(args), json.loads(args.paths)
     source_kind = "oracle" if args.arm == "oracle" else "reward_model"

@@ -115,7 +115,8 @@ class PPOTask:
     def fit(self, cfg, policy: str | Path, out: Path) -> dict:
         """PPO from ``policy``: the held-out evaluation of the warm start (no update yet: the same for every run of a
         policy), the training history with its periodic held-out evaluations, and the seconds both took."""
-        from t2g_core.ppo import NullTracker, PPOTrainer
+        from t2g_core.ppo import PPOTrainer
+        from t2g_core.tracking import NullTracker
 
         prompts, eval_df = self.prompts(), self.eval_df()
         source = self.reward_source(eval_df)

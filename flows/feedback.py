@@ -57,8 +57,8 @@ def reannotate(
     the whole latest version of the dataset.
     """
     from flows.stages import align_and_validate, train_reward_model
+    from t2g_core.config.stages import settings_for
     from t2g_core.stages.refs import ArtifactRef
-    from t2g_core.stages.settings import settings_for
     from tasks import annotate, data, inbox
     from tasks.caching import cached
 

@@ -4,11 +4,13 @@ A stage group placed on pool ``P`` runs as the deployment of its flow whose work
 ``train-policy/gpu`` from ``deployments/prefect.yaml``, or one made with ``python deployments/serve.py --pool P``);
 the orchestrating flow submits it as a subflow run and waits for its result, which lives on storage both sides see
 (the workspace's ``prefect-results``). Without such a deployment the run fails at once, naming the command to create
-one.
+one. ``config.placement`` has one field per stage-group flow, named after its function in ``flows/stages.py`` (as
+the entrypoints of ``deployments/prefect.yaml`` name it).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -55,6 +57,22 @@ def placed(stage_flow: Any, pool: str | None, **params: Any) -> Any:
             f"{flow_run.state.message or ''}"
         )
     return _typed(stage_flow, flow_run.state.result())
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The stage groups of one pipeline run: ``place(group, *inputs)`` is ``group(config, *inputs, forced=forced)``,
+    run where ``config.placement`` puts it (a deployment receives the parameters by the names the flow gives them)."""
+
+    config: Any  # PipelineConfig
+    forced: list[str]
+
+    def __call__(self, stage_flow: Any, *inputs: Any) -> Any:
+        import inspect
+
+        pool = getattr(self.config.placement, stage_flow.fn.__name__)
+        params = inspect.signature(stage_flow.fn).bind(self.config, *inputs, forced=self.forced).arguments
+        return placed(stage_flow, pool, **params)
 
 
 def _typed(stage_flow: Any, result: Any) -> Any:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from prefect import flow
 
 from t2g_core.config import PipelineConfig
+from t2g_core.config.stages import settings_for
 from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef, RewardModelRef, ValidationRef
-from t2g_core.stages.settings import settings_for
 from tasks.caching import cached
 
 RESULTS = {"persist_result": True, "result_serializer": "json"}  # a deployment's result is read by the caller
@@ -55,6 +55,7 @@ def align_and_validate(
     forced: list[str] | None = None,
 ) -> tuple[ArtifactRef, ValidationRef]:
     """Quoted spans -> character offsets; a review sample, its verdicts, the gates (a failed gate fails the run)."""
+    from flows.review import ui_review
     from tasks import validate as v
     from tasks.align import align
 
@@ -66,7 +67,7 @@ def align_and_validate(
     if settings.validate_.review == "auto":
         verdicts = _step(v.auto_review, config, "validate", forced)(sample, annotations, spans, feedback)
     elif settings.validate_.review == "ui":
-        verdicts = v.ui_review(sample, settings.validate_)
+        verdicts = ui_review(sample, settings.validate_)
     report = _step(v.validation_report, config, "validate", forced)(
         annotations, spans, feedback, sample, verdicts, settings, ws
     )
@@ -102,8 +103,9 @@ def train_policy(
     """PPO from the policy before PPO with the configured reward source; the adapter is registered in MLflow."""
     from tasks.ppo import train_policy as train
 
-    used = reward_model if config.ppo.reward_source == "reward_model" else None  # the oracle needs none
-    return _step(train, config, "ppo", forced)(feedback, models, used, settings_for("ppo", config), config.workspace)
+    settings = settings_for("ppo", config)
+    used = reward_model if settings.uses_reward_model else None  # the oracle and an endpoint need none
+    return _step(train, config, "ppo", forced)(feedback, models, used, settings, config.workspace)
 
 
 @flow(name="evaluate", **RESULTS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.placement import placed
+from flows.placement import Placement
 from flows.stages import align_and_validate, annotate, evaluate, prepare_data, train_policy, train_reward_model
 from t2g_core.config import PipelineConfig
 from t2g_core.stages.order import Stage, downstream
@@ -26,41 +26,14 @@ from tasks.pipeline import close_pipeline_run, open_pipeline_run, record_outputs
 )
 def text2grad(config: PipelineConfig = PipelineConfig(), refresh: list[Stage] | None = None) -> dict:  # noqa: B008
     """Train a policy from natural-language feedback. Returns the references of every stage's output."""
-    forced, where = sorted(downstream(refresh)), config.placement
+    forced = sorted(downstream(refresh))
+    place = Placement(config, forced)  # each stage group inline, or on the work pool config.placement names for it
     feedback, models = prepare_data(config, forced)
-    annotations = placed(annotate, where.annotate, config=config, feedback=feedback, forced=forced)
-    spans, validation = placed(
-        align_and_validate,
-        where.align_and_validate,
-        config=config,
-        feedback=feedback,
-        models=models,
-        annotations=annotations,
-        forced=forced,
-    )
-    reward_model = placed(
-        train_reward_model,
-        where.train_reward_model,
-        config=config,
-        feedback=feedback,
-        models=models,
-        annotations=annotations,
-        spans=spans,
-        validation=validation,
-        forced=forced,
-    )
-    policy = placed(
-        train_policy,
-        where.train_policy,
-        config=config,
-        feedback=feedback,
-        models=models,
-        reward_model=reward_model,
-        forced=forced,
-    )
-    evaluation = placed(
-        evaluate, where.evaluate, config=config, feedback=feedback, models=models, policy=policy, forced=forced
-    )
+    annotations = place(annotate, feedback)
+    spans, validation = place(align_and_validate, feedback, models, annotations)
+    reward_model = place(train_reward_model, feedback, models, annotations, spans, validation)
+    policy = place(train_policy, feedback, models, reward_model)
+    evaluation = place(evaluate, feedback, models, policy)
     outputs = {
         "feedback": feedback,
         "models": models,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import typer
@@ -12,6 +13,7 @@ from rich.markup import escape
 
 from t2g_core.config import PipelineConfig, load_config
 from t2g_core.schemas import SchemaError
+from t2g_core.tracking import NullTracker
 
 console = Console(stderr=False)
 err_console = Console(stderr=True)
@@ -59,29 +61,17 @@ def echo(msg: str) -> None:
     sys.stdout.flush()
 
 
-class EchoTracker:
-    """The command line's tracker: prints the reward model's training loss now and then; datasets are not tracked."""
+class EchoTracker(NullTracker):
+    """The command line's tracker: prints the reward model's training loss now and then; the rest is not tracked."""
 
     def __init__(self, every: int = 10):
         self.every, self.n = every, 0
 
-    def log_metrics(self, metrics, step: int | None = None) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if "rm/loss" in metrics:
             self.n += 1
             if self.n % self.every == 1:
                 echo(f"  step {step}: loss {metrics['rm/loss']:.4f}")
-
-    def log_artifact(self, path, artifact_path: str | None = None) -> None:
-        return None
-
-    def log_input(self, ref, name: str, context: str) -> None:
-        return None
-
-    def log_output(self, ref, name: str) -> None:
-        return None
-
-    def log_params(self, params) -> None:
-        return None
 
 
 def BarProgress():  # noqa: N802 - the command line's progress sink

@@ -27,8 +27,8 @@ def align(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Locate every quoted span (exact -> normalised -> fuzzy), write the spans, print alignment metrics."""
+    from t2g_core.config.stages import AlignSettings
     from t2g_core.stages import align as stage
-    from t2g_core.stages.settings import AlignSettings
 
     pcfg = pipeline_config(config, set_)
     settings = AlignSettings.from_pipeline(pcfg)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import typer
@@ -56,8 +55,9 @@ def annotate(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Annotate every item; print counts per status, tokens and cost. The API key comes from the env var in config."""
+    from t2g_core.config.stages import AnnotateSettings
     from t2g_core.stages import annotate as stage
-    from t2g_core.stages.settings import AnnotateSettings
+    from t2g_env import api_key
 
     pcfg = pipeline_config(
         config, [*(set_ or []), *_overrides(annotator, base_url, model, concurrency, mode, only_failed)]
@@ -73,7 +73,7 @@ def annotate(
         if not prev_path.exists():
             fail(f"--only-failed needs the previous annotations: {prev_path} does not exist (give --previous PATH)")
         prev = artifact(prev_path, "annotations")
-    key = os.environ.get(cfg.api_key_env) if cfg.annotator == "llm" else None
+    key = api_key(settings)
     params = {"feedback": fb, "settings": settings, "previous": prev}
     ctx = stage_context("annotate", pcfg.workspace.root, params, output, progress=not quiet)
     try:

@@ -31,7 +31,7 @@ def schema() -> None:
 @config_app.command("stages")
 def stages() -> None:
     """Print which configuration sections each stage reads (its cache key); the others re-run nothing."""
-    from t2g_core.stages.settings import NOT_STAGE_INPUTS, STAGE_SECTIONS
+    from t2g_core.config.stages import NOT_STAGE_INPUTS, STAGE_SECTIONS
 
     for stage, sections in STAGE_SECTIONS.items():
         echo(f"{stage:<13} {', '.join(sections)}")

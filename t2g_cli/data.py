@@ -22,9 +22,9 @@ def demo(
 ) -> None:
     """Write demo feedback in the feedback schema; `meta` holds facts, gold spans and flaws."""
     from t2g_core.config import DataConfig
+    from t2g_core.config.stages import FeedbackSettings
     from t2g_core.stages import feedback
     from t2g_core.stages.refs import SourceRef
-    from t2g_core.stages.settings import FeedbackSettings
 
     if output.suffix not in SUFFIXES:
         fail(f"{output}: the output must end in .parquet, .jsonl or .csv")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +28,7 @@ def parse_model_refs(refs: list[str], workspace=None) -> dict[str, Path]:
         if name in out:
             fail(f"--model {ref!r}: the name {name!r} is used twice; write NAME=FOLDER to tell them apart")
         if path.startswith("models:/"):
-            from tasks.evaluate import resolve_model_ref
+            from t2g_mlflow.registry import resolve_model_ref
 
             try:
                 path = str(resolve_model_ref(path, workspace))
@@ -68,33 +68,29 @@ def policy(
     task: str = typer.Option(..., "--task", "-t", help="summarization, code or qa."),
     output: Path = typer.Option(..., "--output", "-o", help="Results folder (items.parquet, summary.json, report/)."),
     baseline: str | None = typer.Option(None, help="Policy name to compare against (default: the first --model)."),
-    judge_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the judge's API key."),
+    judge_api_key_env: str | None = typer.Option(
+        None, help="Environment variable holding the judge's API key (default: evaluate.judge_api_key_env)."
+    ),
     device: str = typer.Option("auto", help="cpu, cuda or auto."),
     config: Path | None = ConfigOpt,
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Generate with every policy on the same prompts, score them, compare with the baseline; print the table."""
+    from t2g_core.config.stages import EvaluateSettings
     from t2g_core.evaluation import EvalResults, comparison_table
-    from t2g_core.evaluation.judge import PairwiseJudge
+    from t2g_core.evaluation.judge import judge_for
     from t2g_core.stages import evaluate
     from t2g_core.stages.refs import PolicySet
-    from t2g_core.stages.settings import EvaluateSettings
+    from t2g_env import api_key
 
-    pipeline = pipeline_config(config, [*(set_ or []), f"evaluate.task={task}"])
+    key_env = [f"evaluate.judge_api_key_env={json.dumps(judge_api_key_env)}"] if judge_api_key_env else []
+    pipeline = pipeline_config(config, [*(set_ or []), f"evaluate.task={task}", *key_env])
     settings = EvaluateSettings.from_pipeline(pipeline)
     cfg = settings.evaluate
     policies = parse_model_refs(model, pipeline.workspace)
     if baseline is not None and baseline not in policies:
         fail(f"--baseline {baseline!r} is not one of the --model names {list(policies)}")
-    judge = None
-    if cfg.judge_base_url:
-        judge = PairwiseJudge.from_endpoint(
-            cfg.judge_base_url,
-            cfg.judge_model,
-            os.environ.get(judge_api_key_env),
-            cfg.judge_timeout_s,
-            cfg.judge_concurrency,
-        )
+    judge = judge_for(cfg, api_key(settings))
     chosen = PolicySet(models={n: str(p) for n, p in policies.items()}, baseline=baseline)
     data_ref = artifact(data, "feedback")
     ctx = stage_context(

@@ -32,9 +32,9 @@ def import_(
 ) -> None:
     """Validate feedback and store it as an immutable `feedback` artifact in the workspace; prints its path."""
     from t2g_core.config import DataConfig
+    from t2g_core.config.stages import FeedbackSettings
     from t2g_core.stages import feedback
     from t2g_core.stages.refs import SourceRef
-    from t2g_core.stages.settings import FeedbackSettings
 
     settings = FeedbackSettings(data=DataConfig(source=str(path.resolve())))
     source = SourceRef.of(settings.data)

@@ -35,10 +35,10 @@ def ingest_cmd(
 
     from t2g_cli._common import one_line
     from t2g_core.config import DataConfig
+    from t2g_core.config.stages import FeedbackSettings
     from t2g_core.ingest.mapped import parse_columns
     from t2g_core.stages import feedback
     from t2g_core.stages.refs import SourceRef
-    from t2g_core.stages.settings import FeedbackSettings
 
     if (adapter is None) == (dataset is None) or (dataset is not None) != (columns is not None):
         fail("name an adapter (t2g ingest slf5k ...) or a dataset with its columns (--dataset ID --columns ...)")

@@ -27,10 +27,10 @@ def build(
 
     import torch
 
+    from t2g_core.config.stages import FeedbackSettings, ModelsSettings
     from t2g_core.stages import feedback as feedback_stage
     from t2g_core.stages import models
     from t2g_core.stages.refs import SourceRef
-    from t2g_core.stages.settings import FeedbackSettings, ModelsSettings
 
     cfg = pipeline_config(config, set_)
     torch.set_num_threads(threads)

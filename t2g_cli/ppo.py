@@ -15,15 +15,6 @@ ppo_app = typer.Typer(
 )
 
 
-def _api_key(settings) -> str | None:
-    """The HTTP reward source's key from the environment variable the config names (never printed or stored)."""
-    import os
-
-    return (
-        os.environ.get(settings.reward_model.endpoint.api_key_env) if settings.ppo.reward_source == "endpoint" else None
-    )
-
-
 def _summary(ref) -> None:
     keys = ("reward/span_mean", "kl/mean", "task/error", "eval/task_error", "parse/failure_rate")
     echo(" ".join(f"{k}={ref.metrics[k]:.4f}" for k in keys if k in ref.metrics))
@@ -40,10 +31,11 @@ def train_cmd(
     ),
 ) -> None:
     """Train a LoRA policy with PPO from the configured data, policy and reward source."""
+    from t2g_core.config.stages import FeedbackSettings, ModelsSettings, PPOSettings
     from t2g_core.ppo.run import default_run_name
     from t2g_core.stages import feedback, models, ppo
     from t2g_core.stages.refs import SourceRef
-    from t2g_core.stages.settings import FeedbackSettings, ModelsSettings, PPOSettings
+    from t2g_env import api_key
 
     cfg = pipeline_config(config, set_)
     processes = join_processes()
@@ -61,7 +53,7 @@ def train_cmd(
     params = {"feedback": fb, "models": built, "settings": settings}
     try:
         ctx = stage_context("ppo", ws, params, out)
-        _summary(ppo.train(fb, built, None, settings, ctx, api_key=_api_key(settings)))
+        _summary(ppo.train(fb, built, None, settings, ctx, api_key=api_key(settings)))
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
 
@@ -72,11 +64,12 @@ def resume_cmd(run_dir: Path = typer.Argument(..., help="A run folder written by
     """Continue a run from its latest checkpoint, exactly as if it had not stopped."""
     from t2g_core.ppo.run import read_settings
     from t2g_core.stages import ppo
+    from t2g_env import api_key
 
     join_processes()
     try:
         ctx = stage_context("ppo", run_dir.parent, {"run_dir": str(run_dir)}, run_dir)
-        _summary(ppo.resume(run_dir, ctx, api_key=_api_key(read_settings(run_dir))))
+        _summary(ppo.resume(run_dir, ctx, api_key=api_key(read_settings(run_dir))))
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
 

@@ -55,8 +55,8 @@ def build_data(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Rows (id, split, rm_prompt, rm_target) with the shared prompt builder and a deterministic split."""
+    from t2g_core.config.stages import RewardModelSettings
     from t2g_core.stages import reward_model as stage
-    from t2g_core.stages.settings import RewardModelSettings
 
     pipe = pipeline_config(config, set_)
     settings = RewardModelSettings.from_pipeline(pipe)
@@ -88,8 +88,8 @@ def train(
 ) -> None:
     """Fine-tune the base on the train split (generative: loss on the target only; tagger: per-token labels);
     checkpoints every save_steps."""
+    from t2g_core.config.stages import RewardModelSettings
     from t2g_core.stages import reward_model as stage
-    from t2g_core.stages.settings import RewardModelSettings
 
     pipe = pipeline_config(config, set_)
     settings = RewardModelSettings.from_pipeline(pipe)
@@ -124,8 +124,8 @@ def evaluate(
     """JSON-valid rate, span/token P/R/F1 vs gold, unmatched rate, ROUGE-L and tokens/s on held-out rows."""
     import tempfile
 
+    from t2g_core.config.stages import RewardModelSettings
     from t2g_core.stages import reward_model as stage
-    from t2g_core.stages.settings import RewardModelSettings
 
     settings = RewardModelSettings.from_pipeline(pipeline_config(config, set_))
     with tempfile.TemporaryDirectory() as tmp:

@@ -38,6 +38,14 @@ def _run_pipeline(config, refresh: list[str] | None) -> tuple[dict, dict]:
     return result, {**where, "flow_run_id": str(state.state_details.flow_run_id)}
 
 
+def _run_and_summarise(config: Path | None, overrides: list[str] | None, refresh, workspace: Path | None) -> None:
+    """The body of `t2g run` and `t2g demo`: the configuration, the pipeline, what it produced and where to look."""
+    cfg = pipeline_config(config, _with_workspace(overrides, workspace))
+    t0 = time.perf_counter()
+    result, where = _run_pipeline(cfg, refresh)
+    _print_summary(cfg, result, where, time.perf_counter() - t0)
+
+
 @guard
 def run(
     config: Path | None = ConfigOpt,
@@ -46,10 +54,7 @@ def run(
     workspace: Path | None = WorkspaceOpt,
 ) -> None:
     """Run the end-to-end pipeline; completed stages with the same inputs and config are reused."""
-    cfg = pipeline_config(config, _with_workspace(set_, workspace))
-    t0 = time.perf_counter()
-    result, where = _run_pipeline(cfg, refresh)
-    _print_summary(cfg, result, where, time.perf_counter() - t0)
+    _run_and_summarise(config, set_, refresh, workspace)
 
 
 @guard
@@ -60,10 +65,7 @@ def demo(
 ) -> None:
     """The main job: the whole pipeline on the built-in demo data with the embedded defaults (the same as the Prefect
     UI form's and `t2g run`'s), then what was learnt."""
-    cfg = pipeline_config(None, _with_workspace(set_, workspace))
-    t0 = time.perf_counter()
-    result, where = _run_pipeline(cfg, refresh)
-    _print_summary(cfg, result, where, time.perf_counter() - t0)
+    _run_and_summarise(None, set_, refresh, workspace)
 
 
 def lineage(
@@ -81,7 +83,7 @@ def lineage(
     from t2g_cli.runtime import prepare_environment
 
     where = prepare_environment(workspace)
-    from t2g_cli.lineage import lineage_chain
+    from t2g_mlflow.lineage import lineage_chain
 
     try:
         chain = lineage_chain(model, version, tracking_uri or where["mlflow"])

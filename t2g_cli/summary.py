@@ -81,7 +81,7 @@ def plot_lines(result: dict) -> list[str]:
 
 
 def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[str]:
-    from t2g_cli.lineage import pipeline_run_for
+    from t2g_mlflow.runs import find_pipeline_run
 
     lines = [f"Pipeline finished in {seconds:.0f} s. Stage outputs:"]
     lines += [_stage_line(name, result[name]) for name in ORDER if name in result]
@@ -89,7 +89,7 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
     plots = plot_lines(result)
     if plots:
         lines += ["  Plots and reports:", *plots]
-    run = pipeline_run_for(where["flow_run_id"], where["mlflow"], cfg.workspace.mlflow_experiment)
+    run = find_pipeline_run(where["flow_run_id"], where["mlflow"], cfg.workspace.mlflow_experiment)
     lines.append(f"  MLflow run:       {run or 'none recorded'}  ({where['mlflow']})")
     if not where["mlflow"].startswith("http"):
         lines.append(f"                    browse: mlflow ui --backend-store-uri {where['mlflow']}")

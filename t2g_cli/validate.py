@@ -34,7 +34,7 @@ def _ui_verdicts(sample, settings):
     from prefect import flow
     from prefect.settings import PREFECT_API_URL
 
-    from tasks.validate import ui_review
+    from flows.review import ui_review
 
     if not PREFECT_API_URL.value():
         fail(
@@ -82,9 +82,9 @@ def validate(
     set_: list[str] = SetOpt,
 ) -> None:
     """Check annotations + spans against the gates, run the human-alignment review, write the report."""
+    from t2g_core.config.stages import ValidateSettings
     from t2g_core.review import VerdictError
     from t2g_core.stages import validate as stage
-    from t2g_core.stages.settings import ValidateSettings
 
     cfg = pipeline_config(config, [*(set_ or []), *([f"validate.review={review}"] if review else [])])
     settings = ValidateSettings.from_pipeline(cfg)
@@ -152,8 +152,8 @@ def review_export(
     set_: list[str] = SetOpt,
 ) -> None:
     """Draw the stratified review sample and write the HTML review page and the JSONL sheet."""
+    from t2g_core.config.stages import ValidateSettings
     from t2g_core.stages import validate as stage
-    from t2g_core.stages.settings import ValidateSettings
 
     cfg = pipeline_config(config, set_)
     settings = ValidateSettings.from_pipeline(cfg)

@@ -17,7 +17,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
-FIRST_PARTY = ("t2g_core", "tasks", "flows")
+FIRST_PARTY = ("t2g_core", "tasks", "flows", "t2g_mlflow", "t2g_env")  # the packages a stage task runs
 DATA_SUFFIXES = (".txt", ".json", ".yaml", ".yml", ".jinja", ".j2")
 
 

@@ -8,7 +8,7 @@ SFT", "reward model", "ppo"); ``done == total`` ends it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Protocol
 
 
@@ -52,27 +52,3 @@ def as_progress(value: Progress | bool) -> Progress:
     if value is True:
         return TqdmProgress(leave=False)
     return value or no_progress
-
-
-class FanOut:
-    """Several progress sinks as one (a bar and a Prefect artifact)."""
-
-    def __init__(self, sinks: Sequence[Progress]):
-        self.sinks = list(sinks)
-
-    def __call__(self, phase: str, done: int, total: int, metrics: Mapping[str, float] | None = None) -> None:
-        for sink in self.sinks:
-            sink(phase, done, total, metrics)
-
-
-class RecordingProgress:
-    """Keeps every call (tests, benchmarks)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, int, int, dict[str, float]]] = []
-
-    def __call__(self, phase: str, done: int, total: int, metrics: Mapping[str, float] | None = None) -> None:
-        self.calls.append((phase, done, total, dict(metrics or {})))
-
-    def phases(self) -> list[str]:
-        return list(dict.fromkeys(c[0] for c in self.calls))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prefect import task
 
 from t2g_core.config import WorkspaceConfig
+from t2g_core.config.stages import AlignSettings
 from t2g_core.stages.refs import ArtifactRef, ModelsRef
-from t2g_core.stages.settings import AlignSettings
 from tasks.caching import stage_task_options
 from tasks.stage import stage
 

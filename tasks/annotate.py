@@ -7,25 +7,26 @@ environment variable named in config; it is handed to t2g_core and never logged 
 
 from __future__ import annotations
 
-import os
-
 from prefect import task
 
-from t2g_core.config import AnnotateConfig, WorkspaceConfig
+from t2g_core.config import WorkspaceConfig
+from t2g_core.config.stages import AnnotateSettings
 from t2g_core.stages.refs import ArtifactRef
-from t2g_core.stages.settings import AnnotateSettings
+from t2g_env import api_key
 from tasks.caching import stage_task_options
 from tasks.stage import stage
 
 
-def api_key(cfg: AnnotateConfig) -> str | None:
-    if cfg.annotator != "llm":
+def annotator_key(settings: AnnotateSettings) -> str | None:
+    """The LLM annotator's key: from the Prefect Secret block ``annotate.api_key_secret`` when it names one, else from
+    the environment variable the settings name (``t2g_env.api_key``); None for the programmatic critics."""
+    if settings.api_key_env is None:
         return None
-    if cfg.api_key_secret:
+    if settings.annotate.api_key_secret:
         from prefect.blocks.system import Secret
 
-        return Secret.load(cfg.api_key_secret).get()
-    return os.environ.get(cfg.api_key_env)
+        return Secret.load(settings.annotate.api_key_secret).get()
+    return api_key(settings)
 
 
 def _annotate(feedback: ArtifactRef, settings: AnnotateSettings, workspace: WorkspaceConfig) -> ArtifactRef:
@@ -33,7 +34,7 @@ def _annotate(feedback: ArtifactRef, settings: AnnotateSettings, workspace: Work
     from t2g_core.stages import annotate
 
     with stage(_annotate, "annotate", workspace, feedback=feedback, settings=settings) as ctx:
-        return ctx.produced(annotate.annotate(feedback, settings, ctx, api_key=api_key(settings.annotate)))
+        return ctx.produced(annotate.annotate(feedback, settings, ctx, api_key=annotator_key(settings)))
 
 
 annotate_critic = task(name="annotate", **stage_task_options(3600))(_annotate)

@@ -4,7 +4,7 @@ The cache key of a stage task (``stage_cache_key``) is the stage key of ``t2g_co
 - the code the task runs: its module and every first-party module it imports, docstrings and comments excluded
   (``t2g_core.codehash``), so a change to library code re-runs exactly the stages that run it, and nothing is bumped
   by hand;
-- its settings (the config sections the stage reads, ``t2g_core.stages.settings``) by value;
+- its settings (the config sections the stage reads, ``t2g_core.config.stages``) by value;
 - its inputs by content (a reference's ``fingerprint()``: the sha256 of an artifact, the digest of a model folder),
 and never the flow-run id or the workspace, so both a Prefect "Retry" of a failed run and a brand-new run with the
 same inputs find the completed stages. The same key names the stage's output folders, so a stage that runs again

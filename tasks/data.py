@@ -12,8 +12,8 @@ import json
 from prefect import task
 
 from t2g_core.config import WorkspaceConfig
+from t2g_core.config.stages import FeedbackSettings, ModelsSettings
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, SourceRef
-from t2g_core.stages.settings import FeedbackSettings, ModelsSettings
 from tasks.caching import stage_task_options
 from tasks.stage import stage
 

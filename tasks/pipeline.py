@@ -15,7 +15,7 @@ from typing import Any
 from prefect import task
 
 from t2g_core.config import PipelineConfig, WorkspaceConfig
-from tasks import tracking
+from t2g_mlflow import runs
 
 ACTIVE = ("RUNNING", "PENDING")
 
@@ -91,7 +91,6 @@ def previous_attempt(flow_run_id) -> str | None:
 
 def open_pipeline_run(flow, flow_run, state) -> None:
     """Flow hook (on_running): close what a killed attempt left open, then open (or reuse) the MLflow parent run."""
-    import mlflow
     from prefect.logging.loggers import flow_run_logger
 
     log = flow_run_logger(flow_run, flow)
@@ -102,23 +101,20 @@ def open_pipeline_run(flow, flow_run, state) -> None:
         reason = f"the previous attempt of flow run {flow_run.id} ended {previous}"
         for closed in crash_stale_runs(flow_run.id, reason):
             log.info("marked %s Crashed (its process is gone)", closed)
-    run_id = tracking.pipeline_run_id(cfg.workspace, root_id=str(flow_run.id), flow_name=flow.name)
+    run_id = runs.pipeline_run_id(cfg.workspace, root_id=str(flow_run.id), flow_name=flow.name)
     if previous is not None:
-        for killed in tracking.close_stale_stage_runs(run_id, f"retry after: {previous}"):
+        for killed in runs.close_stale_stage_runs(run_id, f"retry after: {previous}"):
             log.info("MLflow stage run %s marked KILLED (left RUNNING by the previous attempt)", killed)
-    client = mlflow.MlflowClient()
-    if not client.get_run(run_id).data.params:
-        params = tracking.flatten_params(cfg)
-        client.log_batch(run_id, params=[mlflow.entities.Param(k, v) for k, v in params.items()])
+    runs.log_params_once(run_id, cfg)
 
 
 def close_pipeline_run(flow, flow_run, state) -> None:
     """Flow hook (on_completion / on_failure / on_crashed): finish or fail the MLflow parent run."""
     cfg = _pipeline_config(flow_run)
-    tracking.end_pipeline_run(str(flow_run.id), cfg.workspace, "FINISHED" if state.is_completed() else "FAILED")
+    runs.end_pipeline_run(str(flow_run.id), cfg.workspace, "FINISHED" if state.is_completed() else "FAILED")
 
 
 @task(name="record-outputs", timeout_seconds=600)
 def record_outputs(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str | None:
     """Link every stage output (cached or not) to the pipeline's MLflow parent run; returns the parent run id."""
-    return tracking.link_pipeline_outputs(outputs, workspace)
+    return runs.link_pipeline_outputs(outputs, workspace)

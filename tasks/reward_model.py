@@ -1,6 +1,6 @@
 """Reward-model task: validated annotations -> rm_data -> fine-tuning -> held-out evaluation -> MLflow registry.
 
-The adapter folder is logged as an MLflow-3 LoggedModel (``tracking.log_adapter_model``; never
+The adapter folder is logged as an MLflow-3 LoggedModel (``t2g_mlflow.registry.log_adapter_model``; never
 ``mlflow.transformers.log_model`` for PEFT), registered as ``reward_model.registered_name`` with alias ``candidate``,
 and promoted to ``champion`` when its ``reward_model.promote_metric`` beats the current champion's. Training resumes
 from its own checkpoints, so the task has no Prefect retries; ``--refresh reward_model`` retrains from the start.
@@ -9,14 +9,13 @@ from its own checkpoints, so the task has no Prefect retries; ``--refresh reward
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from prefect import task
 
-from t2g_core.config import RewardModelConfig, WorkspaceConfig
+from t2g_core.config import WorkspaceConfig
+from t2g_core.config.stages import RewardModelSettings
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, RewardModelRef, ValidationRef
-from t2g_core.stages.settings import RewardModelSettings
-from tasks import tracking
+from t2g_mlflow.registry import log_adapter_model, promote_if_better
 from tasks.caching import stage_task_options
 from tasks.stage import stage
 
@@ -49,32 +48,10 @@ def train_reward_model(
         ref = reward_model.train(feedback, annotations, spans, validation, models, settings, ctx)
         params = {**cfg.model_dump(mode="json"), "base_model": ref.base, "rm_data_sha256": ref.rm_data.sha256}
         kind = "span-tagger" if ref.kind == "tagger" else "peft-adapter"
-        version = tracking.log_adapter_model(
+        version = log_adapter_model(
             ref.model_dir, cfg.registered_name, params, ref.metrics, alias="candidate", model_type=kind
         )
-        champion = tracking.promote_if_better(
+        champion = promote_if_better(
             cfg.registered_name, version, cfg.promote_metric, ref.metrics.get(cfg.promote_metric, -math.inf)
         )
         return ctx.produced(ref.model_copy(update={"version": version, "champion": champion}))
-
-
-def download_by_alias(
-    alias: str, workspace: WorkspaceConfig, name: str = "text2grad-reward-model", dst: str | Path | None = None
-) -> str:
-    """Local folder of the registered adapter ``name@alias`` (loadable with ``load_scorer``)."""
-    import mlflow
-
-    tracking.configure(workspace)
-    return mlflow.artifacts.download_artifacts(f"models:/{name}@{alias}", dst_path=str(dst) if dst else None)
-
-
-def load_scorer_by_alias(
-    alias: str, workspace: WorkspaceConfig, cfg: RewardModelConfig | None = None, device: str | None = None
-):
-    from t2g_core.reward_model.scoring import load_scorer
-
-    cfg = cfg or RewardModelConfig()
-    return load_scorer(download_by_alias(alias, workspace, cfg.registered_name), cfg, device=device)
-
-
-promote_if_better = tracking.promote_if_better  # the reward model's rule, shared with the policy

@@ -16,7 +16,8 @@ from typing import Any
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.stages.context import StageContext
-from tasks import tracking
+from t2g_mlflow.runs import stage_run
+from t2g_mlflow.tracker import MlflowTracker
 from tasks.caching import forced, task_key
 from tasks.progress import PrefectProgress
 
@@ -61,13 +62,13 @@ def stage(fn: Any, name: str, workspace: WorkspaceConfig, **params: Any) -> Iter
     """Run one stage's work inside its MLflow run with its key-addressed context."""
     key = task_key(fn, _task_parameters() or params)
     system_metrics = name in SYSTEM_METRICS_STAGES
-    with tracking.stage_run(name, mlflow_params(params), workspace, system_metrics=system_metrics) as run:
+    with stage_run(name, mlflow_params(params), workspace, system_metrics=system_metrics) as run:
         log = run_logger()
         yield StageContext.keyed(
             workspace.root,
             key,
             force=forced(),
-            tracker=tracking.MlflowTracker(run.info.run_id),
+            tracker=MlflowTracker(run.info.run_id),
             log=log.info,
             on_progress=PrefectProgress(name, log.info),
             run_id=run.info.run_id,

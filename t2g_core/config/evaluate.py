@@ -40,6 +40,10 @@ class EvaluateConfig(StageConfig):
     judge_model: str = Field("gpt-4o", description="Judge model name.")
     judge_timeout_s: float = Field(60.0, gt=0, description="Timeout of one judge request.")
     judge_concurrency: int = Field(4, ge=1, description="Judge requests in flight at once.")
+    judge_api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        description="Environment variable holding the judge's API key (read by the task/CLI, never logged).",
+    )
 
     @model_validator(mode="after")
     def _check_k(self) -> EvaluateConfig:

@@ -13,9 +13,12 @@ import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import json_repair
+
+if TYPE_CHECKING:
+    from t2g_core.config import EvaluateConfig
 
 JUDGE_SYSTEM = (
     "You are an impartial judge. Compare two answers to the same request for correctness, faithfulness to the "
@@ -109,6 +112,16 @@ class PairwiseJudge:
             return list(pool.map(self.judge_one, prompts, baseline, candidate))
 
 
+def judge_for(cfg: EvaluateConfig, api_key: str | None) -> PairwiseJudge | None:
+    """The judge ``cfg`` names (``judge_base_url``, ``judge_model``...), or None when it names none; ``api_key`` is
+    handed in by the caller, from the variable ``cfg.judge_api_key_env`` names."""
+    if not cfg.judge_base_url:
+        return None
+    return PairwiseJudge.from_endpoint(
+        cfg.judge_base_url, cfg.judge_model, api_key, cfg.judge_timeout_s, cfg.judge_concurrency
+    )
+
+
 def win_rate(judgements: Sequence[PairJudgement]) -> dict[str, float]:
     """Wins, losses, ties, failed items and the candidate's win rate (ties count half)."""
     ok = [j for j in judgements if j.status == "ok"]
@@ -130,4 +143,4 @@ def _disagree(j: PairJudgement) -> bool:
     return {j.verdict_ab, j.verdict_ba} == {"1"} or {j.verdict_ab, j.verdict_ba} == {"2"}
 
 
-__all__ = ["PairJudgement", "PairwiseJudge", "combine", "judge_messages", "parse_verdict", "win_rate"]
+__all__ = ["PairJudgement", "PairwiseJudge", "combine", "judge_for", "judge_messages", "parse_verdict", "win_rate"]

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from t2g_core.config.stages import PPOSettings
 from t2g_core.models.loading import default_device, resolve_dtype
 from t2g_core.ppo.distributed import barrier, rank_and_world
 from t2g_core.ppo.sources import make_reward_source, split_prompts, task_metric_for
-from t2g_core.ppo.tracking import Tracker
 from t2g_core.ppo.trainer import PPOResult, train
 from t2g_core.progress import Progress, no_progress
 from t2g_core.schemas import FEEDBACK
-from t2g_core.stages.settings import PPOSettings
 from t2g_core.store import write_parquet
+from t2g_core.tracking import Tracker
 
 RUN_FILE = "run.json"
 

@@ -87,18 +87,6 @@ def make_reward_source(
     return builders[kind]()
 
 
-def summary_error_metric(rows: list[dict], responses: list[str]) -> list[float]:
-    """Per-sample task error of the demo summarization task (1 - correct facts / K), from the item's ``meta.facts``."""
-    from t2g_core.demo.summarization import summary_errors
-
-    out = []
-    for row, text in zip(rows, responses, strict=True):
-        meta = row.get("meta") or {}
-        meta = json.loads(meta) if isinstance(meta, str) else meta
-        out.append(summary_errors(text, meta["facts"]).error if "facts" in meta else float("nan"))
-    return out
-
-
 def summary_metrics(rows: list[dict], responses: list[str]) -> dict[str, list[float]]:
     """error (1 - correct/K), imprecision (1 - correct/stated, 1 when nothing is stated) and invented_rate per
     sample."""

@@ -51,10 +51,10 @@ from t2g_core.ppo.report import rollout_records, write_heatmap, write_rollouts
 from t2g_core.ppo.rewards import critique, decode, labels_tensor, place_task_rewards, score
 from t2g_core.ppo.rollout import Rollout, batch_rows, rollout, row_dict
 from t2g_core.ppo.scoring import RewardSource, label_responses
-from t2g_core.ppo.tracking import NullTracker, Tracker
 from t2g_core.ppo.update import ppo_update
 from t2g_core.progress import Progress, no_progress
 from t2g_core.rl import assemble_rewards, make_kl_controller, per_token_kl
+from t2g_core.tracking import NullTracker, Tracker
 
 EVAL_STEP_KEY = 10**9  # eval samples use fixed streams, the same at every evaluation
 

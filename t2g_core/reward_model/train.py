@@ -21,32 +21,17 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from t2g_core.progress import Progress, no_progress
+from t2g_core.tracking import NullTracker, Tracker
 
 if TYPE_CHECKING:
     import torch
 
 TRAIN_META = "rm_train.json"
-
-
-class Tracker(Protocol):
-    """Where training metrics go (tasks pass an MLflow tracker; the library default drops them)."""
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None: ...
-
-    def log_artifact(self, path: str) -> None: ...
-
-
-class NullTracker:
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        pass
-
-    def log_artifact(self, path: str) -> None:
-        pass
 
 
 @dataclass
@@ -179,7 +164,7 @@ def make_trainer(
     rm_df: pd.DataFrame,
     out_dir: str | Path,
     *,
-    tracker=None,
+    tracker: Tracker | None = None,
     callbacks: Iterable = (),
     history=None,
     progress: bool = True,

@@ -11,7 +11,8 @@
 | ppo | ``ppo.train(feedback, models, reward_model, ...)`` | ppo, holdout, align, reward_model | ``PolicyRef`` |
 | evaluate | ``evaluate.evaluate(feedback, policies, settings, ctx)`` | evaluate, holdout | ``EvaluationRef`` |
 
-The sections each stage reads are its settings model (``settings.py``), so they are also its cache key; the Prefect
-task (``tasks/``) and the CLI command (``t2g_cli/``) are thin wrappers around these functions. Submodules are
-imported by their callers (this package imports none of them, so a stage's code digest covers only its own code).
+The sections each stage reads are its settings model (``t2g_core.config.stages``), so they are also its cache key;
+the Prefect task (``tasks/``) and the CLI command (``t2g_cli/``) are thin wrappers around these functions. Submodules
+are imported by their callers (this package imports none of them, so a stage's code digest covers only its own
+code). Nothing else in ``t2g_core`` imports this package: the stages sit on top of the library.
 """

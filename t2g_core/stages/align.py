@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from t2g_core.config.stages import AlignSettings
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef
-from t2g_core.stages.settings import AlignSettings
 
 
 def align(

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from t2g_core.config.stages import AnnotateSettings
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef
-from t2g_core.stages.settings import AnnotateSettings
 
 
 def annotate(

@@ -23,6 +23,7 @@ import pandas as pd
 
 from t2g_core.progress import Progress, no_progress
 from t2g_core.store import ArtifactRef, ArtifactStore, write_parquet
+from t2g_core.tracking import NullTracker, Tracker
 from t2g_core.workspace import Workspace
 
 
@@ -47,39 +48,6 @@ def stage_key(name: str, code: str, params: Mapping[str, Any]) -> str:
     parts = {"stage": name, "code": code, "params": fingerprint(dict(params))}
     blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
     return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:24]}"
-
-
-class Tracker(Protocol):
-    """Where a stage reports: metrics, files, and the datasets it read and wrote (an MLflow run in the pipeline)."""
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None: ...
-
-    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None: ...
-
-    def log_input(self, ref: ArtifactRef, name: str, context: str) -> None: ...
-
-    def log_output(self, ref: ArtifactRef, name: str) -> None: ...
-
-    def log_params(self, params: Mapping[str, str]) -> None: ...
-
-
-class NullTracker:
-    """Discards everything."""
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        return None
-
-    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        return None
-
-    def log_input(self, ref: ArtifactRef, name: str, context: str) -> None:
-        return None
-
-    def log_output(self, ref: ArtifactRef, name: str) -> None:
-        return None
-
-    def log_params(self, params: Mapping[str, str]) -> None:
-        return None
 
 
 class Sink(Protocol):
@@ -158,7 +126,7 @@ class StageContext:
     key: str
     out: Sink
     force: bool = False  # recompute: do not reuse what an earlier run left under this key (checkpoints, results)
-    tracker: Any = field(default_factory=NullTracker)
+    tracker: Tracker = field(default_factory=NullTracker)
     log: Callable[[str], None] = _silent
     progress: bool = False  # draw the console progress bars of libraries that have their own (annotators)
     on_progress: Progress = no_progress  # how far a long loop is (model building, reward-model training, PPO)

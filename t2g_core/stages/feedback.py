@@ -8,10 +8,10 @@ from __future__ import annotations
 import pandas as pd
 
 from t2g_core.config.data import DataConfig
+from t2g_core.config.stages import FeedbackSettings
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, SourceRef
-from t2g_core.stages.settings import FeedbackSettings
 
 
 def source_frame(data: DataConfig) -> pd.DataFrame:

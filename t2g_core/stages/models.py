@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from t2g_core.config.stages import ModelsSettings
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, ModelsRef
-from t2g_core.stages.settings import ModelsSettings
 
 
 def build(feedback: ArtifactRef, settings: ModelsSettings, ctx: StageContext) -> ModelsRef:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from t2g_core.config.stages import PPOSettings
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicyRef, RewardModelRef, folder_digest
-from t2g_core.stages.settings import PPOSettings
 
 
 def reward_model_path(settings: PPOSettings, reward_model: RewardModelRef | None) -> str | None:
@@ -36,7 +36,7 @@ def train(
     from t2g_core.ppo.checkpoint import latest_checkpoint
     from t2g_core.ppo.run import prepare_run, run_from_dir
 
-    if settings.ppo.reward_source == "reward_model" and reward_model_path(settings, reward_model) is None:
+    if settings.uses_reward_model and reward_model_path(settings, reward_model) is None:
         raise ValueError("ppo.reward_source=reward_model needs a trained reward model (or ppo.reward_model_path)")
     run_dir = ctx.fresh_folder("checkpoints/ppo")
     latest = latest_checkpoint(run_dir) if run_dir.exists() else None
@@ -58,7 +58,7 @@ RM_QUALITY = ("truth_poor_char_f1", "truth_recall_invented", "truth_span_f1", "s
 def reward_facts(settings: PPOSettings, reward_model: RewardModelRef | None) -> dict[str, float | str]:
     """What the reward came from: the source, and the reward model's kind and held-out quality when one was used."""
     facts: dict[str, float | str] = {"source": settings.ppo.reward_source}
-    if settings.ppo.reward_source == "reward_model" and reward_model is not None and not settings.ppo.reward_model_path:
+    if settings.uses_trained_reward_model and reward_model is not None:
         facts["kind"] = reward_model.kind
         facts |= {f"rm_{k}": reward_model.metrics[k] for k in RM_QUALITY if k in reward_model.metrics}
     return facts

@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from t2g_core.config.stages import RewardModelSettings
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, RewardModelRef, ValidationRef, folder_digest
-from t2g_core.stages.settings import RewardModelSettings
 
 
 def build_data(

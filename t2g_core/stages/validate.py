@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from t2g_core.config.stages import ValidateSettings
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, ReviewSampleRef, ValidationRef
-from t2g_core.stages.settings import ValidateSettings
 
 
 class ValidationGateError(RuntimeError):

@@ -17,7 +17,7 @@ from t2g_core import codehash
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = """
 import json, sys
-from t2g_core.stages.settings import SETTINGS
+from t2g_core.config.stages import SETTINGS
 from tasks.caching import task_key
 from tasks import annotate, evaluate, ppo
 assert annotate.__file__.startswith(sys.argv[1]), annotate.__file__  # the copy, not the installed package
@@ -28,7 +28,7 @@ print(json.dumps({name: task_key(fn, {"settings": SETTINGS[name]()}) for name, f
 
 def _package(root: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "src"
-    for package in ("t2g_core", "tasks", "flows"):
+    for package in codehash.FIRST_PARTY:
         shutil.copytree(root / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
     return copy
 

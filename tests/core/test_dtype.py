@@ -120,10 +120,10 @@ class _Loads:
 @pytest.mark.slow
 def test_models_dtype_reaches_every_model_of_every_stage_as_one_torch_dtype(tiny_model_dir, tmp_path, monkeypatch):
     from t2g_core.config import EvaluateConfig
+    from t2g_core.config.stages import EvaluateSettings, PPOSettings, RewardModelSettings
     from t2g_core.stages import evaluate, ppo, reward_model
     from t2g_core.stages.context import StageContext
     from t2g_core.stages.refs import ModelsRef, PolicySet
-    from t2g_core.stages.settings import EvaluateSettings, PPOSettings, RewardModelSettings
     from t2g_core.workspace import Workspace
 
     torch.set_num_threads(1)

@@ -88,8 +88,8 @@ def test_prefect_task_writes_results_logs_and_reuses_them(tiny_model_dir, tmp_pa
     ref = ArtifactStore(tmp_path / "ws" / "artifacts").write(
         "feedback", artifact_key("feedback"), pd.DataFrame(rows), "feedback"
     )
+    from t2g_core.config.stages import EvaluateSettings
     from t2g_core.stages.refs import ModelsRef, PolicyRef
-    from t2g_core.stages.settings import EvaluateSettings
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -128,15 +128,15 @@ def test_registered_alias_resolves_to_the_adapter_folder(tiny_model_dir, tmp_pat
 
     from t2g_core.config import WorkspaceConfig
     from t2g_core.evaluation.generate import load_policy
-    from tasks import tracking
-    from tasks.evaluate import resolve_model_ref
+    from t2g_mlflow import registry, runs
+    from t2g_mlflow.registry import resolve_model_ref
 
     adapter = tmp_path / "adapter"
     lora = LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False, task_type="CAUSAL_LM")
     get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora).save_pretrained(adapter)
     ws = WorkspaceConfig(root=str(tmp_path / "ws"))
-    with tracking.stage_run("ppo", {}, ws):
-        version = tracking.log_adapter_model(adapter, "eval-test-policy", alias="champion")
+    with runs.stage_run("ppo", {}, ws):
+        version = registry.log_adapter_model(adapter, "eval-test-policy", alias="champion")
     folder = resolve_model_ref("models:/eval-test-policy@champion", ws)
     assert folder.name == f"v{version}" and (folder / "adapter_config.json").exists()
     assert resolve_model_ref(f"models:/eval-test-policy/{version}", ws) == folder

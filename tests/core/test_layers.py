@@ -1,8 +1,15 @@
-"""One entry point per stage: only ``t2g_core.stages`` loads a stage's inputs and calls the library for its work.
+"""The layers, as imports: who may import whom.
 
-The Prefect tasks (``tasks/``) and the CLI commands (``t2g_cli/``) wrap those functions. Before, both layers called
-the library themselves and had drifted apart (the CLI's reward-model data builder got the align settings, the task's
-did not); a wrapper that imports one of the stage-work functions below is that drift starting again.
+- One entry point per stage: only ``t2g_core.stages`` loads a stage's inputs and calls the library for its work. The
+  Prefect tasks (``tasks/``) and the CLI commands (``t2g_cli/``) wrap those functions. Before, both layers called the
+  library themselves and had drifted apart (the CLI's reward-model data builder got the align settings, the task's
+  did not); a wrapper that imports one of the stage-work functions below is that drift starting again.
+- Inside ``t2g_core`` imports run one way: the stages on top, the library packages below them, ``config`` and ``rl``
+  at the ground, and no two packages importing each other.
+- Around it: ``t2g_cli`` -> ``flows`` -> ``tasks`` -> the adapters ``t2g_mlflow`` and ``t2g_env`` -> ``t2g_core``,
+  never back up (the CLI imports no task); only ``t2g_mlflow`` imports mlflow.
+
+Imports count wherever they sit (inside functions too: heavy imports are lazy in this code base).
 """
 
 from __future__ import annotations
@@ -13,6 +20,18 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+CORE = ROOT / "t2g_core"
+# what each package outside the library may import of the project's own packages (besides itself)
+MAY_IMPORT = {
+    "deployments": {"t2g_cli", "flows", "t2g_core"},
+    "t2g_cli": {"flows", "t2g_mlflow", "t2g_env", "t2g_core"},  # never a task: it calls the stage functions
+    "flows": {"tasks", "t2g_mlflow", "t2g_env", "t2g_core"},
+    "tasks": {"t2g_mlflow", "t2g_env", "t2g_core"},
+    "t2g_mlflow": {"t2g_core"},
+    "t2g_env": {"t2g_core"},
+}
+FIRST_PARTY = {*MAY_IMPORT, "t2g_core", "benchmarks"}
+NOT_SOURCE = ("tests", ".venv", "t2g-workspace")
 STAGE_WORK = {
     "t2g_core.spans": {"align_frame"},
     "t2g_core.annotators": {"annotate", "annotate_frame"},
@@ -39,6 +58,114 @@ def _imports(path: Path) -> list[tuple[str, str, int]]:
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
     ]
+
+
+def _modules_imported(path: Path) -> set[str]:
+    """Every module an ``import`` or ``from ... import`` in ``path`` names, at any depth of the file."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+    return found
+
+
+def _source_files(root: Path = ROOT) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if p.relative_to(root).parts[0] not in NOT_SOURCE)
+
+
+def _core_package(module: str) -> str:
+    """``t2g_core.ppo.trainer`` -> ``t2g_core.ppo``; a top-level module (``t2g_core.spans``) is its own package."""
+    return ".".join(module.split(".")[:2])
+
+
+def core_graph() -> dict[str, set[str]]:
+    """Each package of t2g_core -> the other t2g_core packages its files import."""
+    graph: dict[str, set[str]] = {}
+    for path in CORE.rglob("*.py"):
+        rel = path.relative_to(ROOT).with_suffix("")
+        if rel.parts[-1] == "__init__" and len(rel.parts) == 2:
+            continue  # t2g_core/__init__.py
+        package = _core_package(".".join(rel.parts))
+        imported = {_core_package(m) for m in _modules_imported(path) if m.startswith("t2g_core.")}
+        graph.setdefault(package, set()).update(imported - {package})
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import loop of ``graph`` (a list of packages), or [] when it has none."""
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return [*path[path.index(nxt) :], nxt] if nxt in path else [node, nxt]
+            if nxt not in state and (loop := visit(nxt, [*path, nxt])):
+                return loop
+        state[node] = "done"
+        return []
+
+    for start in sorted(graph):
+        if start not in state and (loop := visit(start, [start])):
+            return loop
+    return []
+
+
+def test_core_imports_run_one_way_down_from_the_stages():
+    graph = core_graph()
+    assert "t2g_core.ppo" in graph and "t2g_core.stages" in graph  # the walk found the packages
+    up = sorted(f"{p} imports t2g_core.stages" for p, deps in graph.items() if "t2g_core.stages" in deps)
+    assert up == [], "only the adapters outside t2g_core call the stages (the settings live in t2g_core.config)"
+    for ground in ("t2g_core.config", "t2g_core.rl"):
+        assert graph[ground] == set(), f"{ground} imports {sorted(graph[ground])}"
+    assert _cycle(graph) == [], " -> ".join(_cycle(graph))
+
+
+def test_a_loop_is_found():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+def layer_offenders(root: Path) -> list[str]:
+    """Imports of a project package that ``MAY_IMPORT`` does not allow, in the source files under ``root``."""
+    offenders = []
+    for path in _source_files(root):
+        own = path.relative_to(root).parts[0]
+        for module in sorted(_modules_imported(path)):
+            top = module.split(".")[0]
+            if own in MAY_IMPORT and top in FIRST_PARTY and top != own and top not in MAY_IMPORT[own]:
+                offenders.append(f"{path.relative_to(root)} imports {module}")
+    return offenders
+
+
+def test_the_layers_around_the_library_import_only_downwards():
+    """t2g_cli -> flows -> tasks -> t2g_mlflow, t2g_env -> t2g_core; the CLI imports no task (it calls the stage
+    functions, and the adapters for MLflow and API keys)."""
+    assert layer_offenders(ROOT) == []
+
+
+def test_a_cli_that_imports_a_task_is_caught(tmp_path):
+    (tmp_path / "t2g_cli").mkdir()
+    (tmp_path / "t2g_cli" / "eval.py").write_text("def f():\n    from tasks.evaluate import x\n")
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "ppo.py").write_text("import flows.stages\nfrom t2g_mlflow import registry\n")
+    assert layer_offenders(tmp_path) == [
+        "t2g_cli/eval.py imports tasks.evaluate",
+        "tasks/ppo.py imports flows.stages",
+    ]
+
+
+def test_only_the_mlflow_adapter_imports_mlflow():
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {m}"
+        for path in _source_files()
+        if path.relative_to(ROOT).parts[0] != "t2g_mlflow"
+        for m in sorted(_modules_imported(path))
+        if m.split(".")[0] == "mlflow"
+    ]
+    assert offenders == [], "go through t2g_mlflow:\n" + "\n".join(offenders)
 
 
 def test_wrappers_call_stage_functions_not_the_library():

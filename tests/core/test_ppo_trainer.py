@@ -11,13 +11,14 @@ from safetensors.torch import load_file
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.policy_prompts import render_policy_prompt
-from t2g_core.ppo import CriticSource, MemoryTracker, train
+from t2g_core.ppo import CriticSource, train
 from t2g_core.ppo.models import forward_response, load_policy
 from t2g_core.ppo.rewards import place_task_rewards, score
 from t2g_core.ppo.rollout import Rollout, batch_rows
 from t2g_core.ppo.sampling import response_mask_after_eos, sample_responses
 from t2g_core.schemas import ROLLOUTS, validate_frame
 from t2g_core.spans import ParsedFeedback
+from t2g_core.tracking import MemoryTracker
 
 torch.set_num_threads(1)
 

@@ -1,6 +1,6 @@
 """Reward-model adapter in the MLflow registry: log, register, alias, promote, and load by alias in a fresh process.
 
-Uses ``tasks`` (MLflow lives there, never in t2g_core) against a SQLite tracking store in tmp_path.
+Uses ``t2g_mlflow`` (MLflow lives there, never in t2g_core) against a SQLite tracking store in tmp_path.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ TASK_NAME = "rm-task-test"
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory):
     """One workspace with an explicit SQLite store: ``mlflow.set_tracking_uri`` also exports $MLFLOW_TRACKING_URI,
-    which ``tasks.tracking`` would otherwise prefer to the workspace default in a later test."""
+    which ``t2g_mlflow.experiment`` would otherwise prefer to the workspace default in a later test."""
     root = tmp_path_factory.mktemp("ws")
     return WorkspaceConfig(root=str(root), mlflow_tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
 
@@ -37,8 +37,11 @@ import json, sys, torch
 torch.set_num_threads(1)
 from t2g_core.config import WorkspaceConfig
 from t2g_core.reward_model.prompts import build_rm_prompt
-from tasks.reward_model import load_scorer_by_alias
-scorer = load_scorer_by_alias(sys.argv[2], WorkspaceConfig(root=sys.argv[1]), device="cpu")
+from t2g_core.config import RewardModelConfig
+from t2g_core.reward_model.scoring import load_scorer
+from t2g_mlflow.registry import resolve_model_ref
+folder = resolve_model_ref(f"models:/{sys.argv[5]}@{sys.argv[2]}", WorkspaceConfig(root=sys.argv[1]))
+scorer = load_scorer(folder, RewardModelConfig(), device="cpu")
 text = build_rm_prompt(scorer.tokenizer, "summarization", sys.argv[3], sys.argv[4], 384)
 ids = scorer.tokenizer(text, return_tensors="pt", add_special_tokens=False)
 with torch.inference_mode():
@@ -60,8 +63,7 @@ def _logits(model_dir) -> torch.Tensor:
 def test_register_promote_and_load_by_alias_from_a_fresh_process(tiny_model_dir, tmp_path, ws):
     from mlflow import MlflowClient
 
-    from tasks import tracking
-    from tasks.reward_model import promote_if_better
+    from t2g_mlflow import registry, runs
 
     torch.set_num_threads(1)
     from transformers import AutoTokenizer
@@ -85,13 +87,13 @@ def test_register_promote_and_load_by_alias_from_a_fresh_process(tiny_model_dir,
         )
 
     versions, promoted = [], []
-    with tracking.stage_run("reward_model", {"test": True}, ws):
+    with runs.stage_run("reward_model", {"test": True}, ws):
         for adapter, f1 in zip(adapters + [adapters[1]], (0.4, 0.3, 0.5), strict=True):
-            version = tracking.log_adapter_model(
+            version = registry.log_adapter_model(
                 adapter, NAME, {"base_model": str(tiny_model_dir)}, {"span_f1": f1}, alias="candidate"
             )
             versions.append(version)
-            promoted.append(promote_if_better(NAME, version, "span_f1", f1))
+            promoted.append(registry.promote_if_better(NAME, version, "span_f1", f1))
             if len(versions) == 2:
                 client = MlflowClient()
                 assert str(client.get_model_version_by_alias(NAME, "champion").version) == versions[0]
@@ -104,7 +106,7 @@ def test_register_promote_and_load_by_alias_from_a_fresh_process(tiny_model_dir,
     assert not torch.equal(expected, _logits(adapters[0])), "the two adapters must differ for the test to mean anything"
     assert not torch.equal(expected, _logits(tiny_model_dir)), "the adapter must change the base"
     out = subprocess.run(
-        [sys.executable, "-c", FRESH, str(Path(ws.root)), "champion", *PROBE],
+        [sys.executable, "-c", FRESH, str(Path(ws.root)), "champion", *PROBE, NAME],
         capture_output=True,
         text=True,
         timeout=180,
@@ -141,8 +143,8 @@ def test_reward_model_task_builds_trains_evaluates_and_registers(tiny_model_dir,
         max_new_tokens=16,
         registered_name=TASK_NAME,
     )
+    from t2g_core.config.stages import RewardModelSettings
     from t2g_core.stages.refs import ModelsRef
-    from t2g_core.stages.settings import RewardModelSettings
 
     models = ModelsRef.of(tiny_model_dir, tiny_model_dir)
     settings = RewardModelSettings(reward_model=cfg)

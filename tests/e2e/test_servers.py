@@ -290,7 +290,7 @@ def _mlflow_lineage(info: dict, created: dict) -> None:
     consumed = {d.dataset.digest for d in stages["annotate"].inputs.dataset_inputs if d.dataset.name == "feedback"}
     assert consumed and consumed <= produced
     # the policy adapter is registered, and its lineage walks back to the feedback
-    from t2g_cli.lineage import lineage_chain
+    from t2g_mlflow.lineage import lineage_chain
 
     versions = client.search_model_versions("name = 'text2grad-policy'")
     assert len(versions) == 1 and versions[0].run_id == stages["ppo"].info.run_id

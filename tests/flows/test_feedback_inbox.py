@@ -65,10 +65,10 @@ def test_reannotation_after_a_pipeline_run_extends_the_pipelines_annotations(tmp
     (before: the pipeline set no annotations pointer and the merged annotations held only the new items)."""
     from flows.feedback import feedback_sensor, reannotate
     from flows.stages import annotate
+    from t2g_core.config.stages import FeedbackSettings
     from t2g_core.stages import feedback as feedback_stage
     from t2g_core.stages.context import StageContext
     from t2g_core.stages.refs import SourceRef
-    from t2g_core.stages.settings import FeedbackSettings
     from t2g_core.store import read_artifact
     from tasks.data import latest_annotations, latest_feedback
 

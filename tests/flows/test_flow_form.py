@@ -37,7 +37,7 @@ def test_refresh_names_are_checked_and_imply_downstream():
 
 def test_flow_modules_import_without_heavy_libraries():
     code = (
-        "import sys, flows.text2grad, flows.feedback, t2g_cli.lineage, t2g_cli.summary\n"
+        "import sys, flows.text2grad, flows.feedback, t2g_mlflow.lineage, t2g_cli.summary\n"
         "print(','.join(m for m in ('torch', 'transformers', 'mlflow', 'peft') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -1,6 +1,6 @@
 """Every setting reaches the stage that reads it, and changing it re-runs that stage and its dependents only.
 
-The table of which sections each stage reads is ``t2g_core.stages.settings.STAGE_SECTIONS``. Three checks, derived
+The table of which sections each stage reads is ``t2g_core.config.stages.STAGE_SECTIONS``. Three checks, derived
 from the pydantic models (every leaf field of ``PipelineConfig``):
 - the real ``text2grad`` flow, run under Prefect with each stage task replaced by a recording stand-in, hands every
   stage exactly its sections, each with the non-default value the user set (before: PPO rebuilt a config from its
@@ -22,6 +22,7 @@ from prefect import task
 from pydantic import BaseModel
 
 from t2g_core.config import PipelineConfig
+from t2g_core.config.stages import NOT_STAGE_INPUTS, SETTINGS, STAGE_SECTIONS, StageSettings, settings_for
 from t2g_core.stages.context import fingerprint
 from t2g_core.stages.refs import (
     ArtifactRef,
@@ -32,7 +33,6 @@ from t2g_core.stages.refs import (
     RewardModelRef,
     ValidationRef,
 )
-from t2g_core.stages.settings import NOT_STAGE_INPUTS, SETTINGS, STAGE_SECTIONS, StageSettings, settings_for
 
 ROOT = Path(__file__).resolve().parents[2]
 # fields whose other values need a partner change or the outside world; each is changed in ALL_CHANGES below

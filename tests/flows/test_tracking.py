@@ -35,20 +35,20 @@ def _feedback(n: int) -> pd.DataFrame:
 
 @task
 def make_feedback(ws: dict) -> dict:
-    from tasks import tracking
+    from t2g_mlflow import datasets, runs
 
     cfg = WorkspaceConfig(**ws)
     ref = ArtifactStore(Path(cfg.root) / "artifacts").write(
         "feedback", artifact_key("feedback", {"n": 4}), _feedback(4), "feedback"
     )
-    with tracking.stage_run("feedback", {"n": 4}, cfg):
-        tracking.log_output(ref, "feedback")
+    with runs.stage_run("feedback", {"n": 4}, cfg):
+        datasets.log_output(ref, "feedback")
     return ref.to_dict()
 
 
 @task
 def annotate(feedback: dict, ws: dict) -> dict:
-    from tasks import tracking
+    from t2g_mlflow import datasets, runs
 
     cfg = WorkspaceConfig(**ws)
     df = pd.DataFrame(
@@ -70,25 +70,25 @@ def annotate(feedback: dict, ws: dict) -> dict:
     ref = ArtifactStore(Path(cfg.root) / "artifacts").write(
         "annotations", artifact_key("ann", None, {"f": feedback["sha256"]}), df, "annotations"
     )
-    with tracking.stage_run("annotate", {"annotator": "reference"}, cfg):
-        tracking.log_dataset(feedback, "feedback", "annotation")
-        tracking.log_output(ref, "annotations")
+    with runs.stage_run("annotate", {"annotator": "reference"}, cfg):
+        datasets.log_dataset(feedback, "feedback", "annotation")
+        datasets.log_output(ref, "annotations")
     return ref.to_dict()
 
 
 @task
 def train(annotations: dict, ws: dict, adapter_dir: str) -> str:
-    from tasks import tracking
+    from t2g_mlflow import datasets, registry, runs, tracker
 
     cfg = WorkspaceConfig(**ws)
-    with tracking.stage_run("reward_model", {"lr": 0.1}, cfg):
+    with runs.stage_run("reward_model", {"lr": 0.1}, cfg):
         FAILS[cfg.root] = FAILS.get(cfg.root, 0) + 1
         if FAILS[cfg.root] == 1:
             raise RuntimeError("first attempt fails")
-        tracking.log_dataset(annotations, "annotations", "training")
-        tracking.log_metrics({"loss": 0.5}, step=1)
-        tracking.MlflowTracker().log_metrics({"loss": 0.25}, step=2)
-        return tracking.log_adapter_model(adapter_dir, "t2g-test-rm", {"r": 8}, {"acc": 0.75}, alias="champion")
+        datasets.log_dataset(annotations, "annotations", "training")
+        runs.log_metrics({"loss": 0.5}, step=1)
+        tracker.MlflowTracker().log_metrics({"loss": 0.25}, step=2)
+        return registry.log_adapter_model(adapter_dir, "t2g-test-rm", {"r": 8}, {"acc": 0.75}, alias="champion")
 
 
 @flow(name="lineage-pipeline", retries=1, retry_delay_seconds=0)
@@ -103,8 +103,8 @@ def test_parent_run_is_reused_on_retry_and_lineage_walks_back_to_feedback(tmp_pa
 
     import mlflow
 
-    from t2g_cli.lineage import lineage_chain
-    from tasks.tracking import tracking_uri
+    from t2g_mlflow.experiment import tracking_uri
+    from t2g_mlflow.lineage import lineage_chain
 
     adapter = tmp_path / "adapter"
     adapter.mkdir()
@@ -147,8 +147,8 @@ def test_lineage_follows_only_producers_that_finished_before_the_consumer(tmp_pa
 
     import mlflow
 
-    from t2g_cli.lineage import lineage_chain
-    from tasks import tracking
+    from t2g_mlflow import datasets, experiment, registry, runs
+    from t2g_mlflow.lineage import lineage_chain
 
     (tmp_path / "ws").mkdir()
     shutil.copy(mlflow_template_db, tmp_path / "ws" / "mlflow.db")
@@ -157,16 +157,16 @@ def test_lineage_follows_only_producers_that_finished_before_the_consumer(tmp_pa
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{}")
-    with tracking.stage_run("annotate", {}, ws) as first:
-        tracking.log_output(ref, "annotations")
+    with runs.stage_run("annotate", {}, ws) as first:
+        datasets.log_output(ref, "annotations")
     time.sleep(0.05)
-    with tracking.stage_run("reward_model", {}, ws):
-        tracking.log_dataset(ref, "annotations", "training")  # logged without its producer (older runs did)
-        version = tracking.log_adapter_model(adapter, "lineage-time-test", alias="champion")
+    with runs.stage_run("reward_model", {}, ws):
+        datasets.log_dataset(ref, "annotations", "training")  # logged without its producer (older runs did)
+        version = registry.log_adapter_model(adapter, "lineage-time-test", alias="champion")
     time.sleep(0.05)
-    with tracking.stage_run("merge_annotations", {}, ws) as later:  # a re-annotation that changed nothing, later
-        tracking.log_output(ref, "annotations")
-    chain = "\n".join(line for _, line in lineage_chain("lineage-time-test", version, tracking.tracking_uri(ws)))
+    with runs.stage_run("merge_annotations", {}, ws) as later:  # a re-annotation that changed nothing, later
+        datasets.log_output(ref, "annotations")
+    chain = "\n".join(line for _, line in lineage_chain("lineage-time-test", version, experiment.tracking_uri(ws)))
     assert first.info.run_id in chain and later.info.run_id not in chain
     assert mlflow.get_run(later.info.run_id).info.status == "FINISHED"
 
@@ -175,7 +175,7 @@ def test_stage_runs_carry_no_placeholder_urls(tmp_path, monkeypatch):
     """Without a Prefect UI URL (ephemeral API) Prefect's flow-run URL is "None/flow-runs/...": not a tag."""
     from prefect import flow
 
-    from tasks.tracking import prefect_tags
+    from t2g_mlflow.links import prefect_tags
 
     monkeypatch.delenv("PREFECT_UI_URL", raising=False)
     tags = flow(name="tag-test")(prefect_tags)()

@@ -25,10 +25,10 @@ from prefect.flow_runs import resume_flow_run
 from prefect.input.actions import read_flow_run_input
 from prefect.input.run_input import keyset_from_paused_state
 
+from flows.review import SAMPLE_ARTIFACT, ReviewInput, ui_review
 from t2g_core.config import ValidateConfig
 from t2g_core.validation import compute_alignment, gold_by_id, ground_truth_review, make_batch, review_sample
 from t2g_core.validation.synthetic import make_synthetic_batch
-from tasks.validate import SAMPLE_ARTIFACT, ReviewInput, ui_review
 
 pytestmark = pytest.mark.slow
 FLOW_NAME = "t2g-validate-review-test"
@@ -114,7 +114,7 @@ def _artifacts(tmp_path, **kw):
 
 @flow(name="t2g-validate-auto-test")
 def auto_flow(ann, spans, fb, cfg: ValidateConfig, workspace):
-    from t2g_core.stages.settings import ValidateSettings
+    from t2g_core.config.stages import ValidateSettings
     from tasks.validate import auto_review, draw_review_sample, validation_report
 
     settings = ValidateSettings(validate=cfg)
@@ -136,7 +136,7 @@ def test_auto_review_tasks_report_and_gate(prefect_harness, tmp_path):
 
     import mlflow
 
-    from tasks.tracking import tracking_uri
+    from t2g_mlflow.experiment import tracking_uri
 
     runs = mlflow.search_runs(search_all_experiments=True, filter_string="tags.`t2g.stage` = 'validate'")
     assert len(runs) == 1 and runs["metrics.validate.unmatched_rate"].iloc[0] == 0.0

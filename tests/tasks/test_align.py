@@ -46,7 +46,7 @@ def _write_inputs(root):
 def test_align_task_writes_spans_and_logs_metrics(workspace_cfg, run_task, tmp_path):
     import mlflow
 
-    from t2g_core.stages.settings import AlignSettings
+    from t2g_core.config.stages import AlignSettings
     from t2g_core.store import read_manifest
     from tasks.align import align
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from t2g_core.config import AlignConfig, HoldoutConfig, PPOConfig
-from t2g_core.stages.settings import PPOSettings
+from t2g_core.config.stages import PPOSettings
 
 SMALL = PPOConfig(
     reward_source="oracle",

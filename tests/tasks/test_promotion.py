@@ -35,19 +35,19 @@ def test_champion_moves_only_to_a_better_evaluated_policy(workspace_cfg, tmp_pat
     from mlflow import MlflowClient
 
     from t2g_core.stages.refs import EvaluationRef
-    from tasks import tracking
+    from t2g_mlflow import experiment, registry, runs
     from tasks.evaluate import promote_policy
     from tasks.ppo import POLICY_MODEL
 
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{}")
-    client, champions = MlflowClient(tracking.tracking_uri(workspace_cfg)), []
+    client, champions = MlflowClient(experiment.tracking_uri(workspace_cfg)), []
     for n, (verdict, error) in enumerate(
         [("better", 0.2), ("no clear difference", 0.05), ("better", 0.1), ("better", 0.3)]
     ):
-        with tracking.stage_run("ppo", {}, workspace_cfg):
-            version = tracking.log_adapter_model(adapter, POLICY_MODEL, alias="candidate")
+        with runs.stage_run("ppo", {}, workspace_cfg):
+            version = registry.log_adapter_model(adapter, POLICY_MODEL, alias="candidate")
         summary = tmp_path / f"summary{n}.json"
         summary.write_text(json.dumps(_summary(verdict, error)))
         ref = EvaluationRef(path=str(tmp_path), summary=str(summary), report="r", n_rows=1, task="summarization")

@@ -15,11 +15,11 @@ def test_the_stage_trains_a_tagger_from_the_policy_and_registers_it(tiny_model_d
 
     from t2g_core.annotators import annotate
     from t2g_core.config import AnnotateConfig, RewardModelConfig
+    from t2g_core.config.stages import RewardModelSettings
     from t2g_core.demo import make_demo_feedback
     from t2g_core.reward_model.scoring import load_scorer
     from t2g_core.reward_model.tagger import TaggerScorer
     from t2g_core.stages.refs import ModelsRef
-    from t2g_core.stages.settings import RewardModelSettings
     from t2g_core.store import artifact_key
     from t2g_core.workspace import Workspace
     from tasks.reward_model import train_reward_model

@@ -12,25 +12,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.tracking import OUTPUT_CONTEXT, PRODUCER_TAG
+from t2g_mlflow.registry import LOGGED_MODEL_PREFIX, REGISTRY_PREFIX
+from t2g_mlflow.tags import (
+    DATA_CONTEXT_TAG,
+    FLOW_RUN_TAG,
+    OUTPUT_CONTEXT,
+    PRODUCER_TAG,
+    STAGE_TAG,
+    USES_TAG_PREFIX,
+)
 
 
 def _client(tracking_uri: str):
     import mlflow
 
     return mlflow.MlflowClient(tracking_uri)
-
-
-def pipeline_run_for(flow_run_id: str, tracking_uri: str, experiment: str) -> str | None:
-    """The MLflow parent run id of a Prefect flow run, or None."""
-    client = _client(tracking_uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return None
-    runs = client.search_runs(
-        [exp.experiment_id], f"tags.`prefect.flow_run_id` = '{flow_run_id}' and tags.`t2g.role` = 'pipeline'"
-    )
-    return runs[0].info.run_id if runs else None
 
 
 def _model_version(client, name: str, version: str):
@@ -47,8 +43,8 @@ def _model_version(client, name: str, version: str):
 def _source_run_id(client, mv) -> str | None:
     if mv.run_id:
         return mv.run_id
-    if (mv.source or "").startswith("models:/m-"):
-        return client.get_logged_model(mv.source.removeprefix("models:/")).source_run_id
+    if (mv.source or "").startswith(LOGGED_MODEL_PREFIX):
+        return client.get_logged_model(mv.source.removeprefix(REGISTRY_PREFIX)).source_run_id
     return None
 
 
@@ -74,13 +70,13 @@ def _producer(client, run, dataset_input) -> Any | None:
 
 
 def _context(dataset_input) -> str | None:
-    return next((t.value for t in dataset_input.tags if t.key == "mlflow.data.context"), None)
+    return next((t.value for t in dataset_input.tags if t.key == DATA_CONTEXT_TAG), None)
 
 
 def _describe_run(run) -> str:
     tags = run.data.tags
-    stage = tags.get("t2g.stage", run.info.run_name)
-    flow = tags.get("prefect.flow_run_id", "")
+    stage = tags.get(STAGE_TAG, run.info.run_name)
+    flow = tags.get(FLOW_RUN_TAG, "")
     return f"run {run.info.run_id} [{stage}] {run.info.status}" + (f" prefect flow run {flow}" if flow else "")
 
 
@@ -91,8 +87,8 @@ def _walk_run(client, run, depth: int, seen: set[str], out: list[tuple[int, str]
     seen.add(run.info.run_id)
     out.append((depth, _describe_run(run)))
     for key, version in sorted(run.data.tags.items()):
-        if key.startswith("t2g.uses."):
-            _walk_model(client, key.removeprefix("t2g.uses."), version, depth + 1, seen, out)
+        if key.startswith(USES_TAG_PREFIX):
+            _walk_model(client, key.removeprefix(USES_TAG_PREFIX), version, depth + 1, seen, out)
     for d in run.inputs.dataset_inputs:
         if _context(d) == OUTPUT_CONTEXT:
             continue

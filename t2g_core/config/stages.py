@@ -5,6 +5,10 @@ cannot reach the stage, and every setting inside them is part of the stage's cac
 table (stage -> sections), derived from the models; ``t2g config stages`` prints it and ``docs/operations.md`` shows
 it. ``workspace`` (where outputs go) and ``placement`` (which work pool runs a stage) are read by the orchestration,
 never by a stage: changing them re-runs nothing.
+
+The settings also answer what the adapters around a stage must know and should not re-decide: which environment
+variable holds the API key the stage sends to an outside service (``api_key_env``; the adapters read it, the library
+never does), and whether PPO scores with the reward model (``uses_reward_model``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,11 @@ class StageSettings(StageConfig):
         """Section names as the YAML file and ``--set`` spell them (``validate``, not ``validate_``)."""
         return tuple(f.alias or name for name, f in cls.model_fields.items())
 
+    @property
+    def api_key_env(self) -> str | None:
+        """The environment variable holding the API key this stage sends to an outside service (None: it sends none)."""
+        return None
+
 
 class FeedbackSettings(StageSettings):
     data: DataConfig = Field(default_factory=DataConfig, description="Feedback to learn from.")
@@ -51,6 +60,11 @@ class ModelsSettings(StageSettings):
 
 class AnnotateSettings(StageSettings):
     annotate: AnnotateConfig = Field(default_factory=AnnotateConfig, description="Annotation stage.")
+
+    @property
+    def api_key_env(self) -> str | None:
+        """The LLM annotator's key variable (the programmatic critics call no service)."""
+        return self.annotate.api_key_env if self.annotate.annotator == "llm" else None
 
 
 class AlignSettings(StageSettings):
@@ -80,6 +94,22 @@ class PPOSettings(StageSettings):
         default_factory=ModelsConfig, description="The weights dtype the policy and the reward model load in."
     )
 
+    @property
+    def uses_reward_model(self) -> bool:
+        """PPO scores rollouts with a reward model folder (``reward_source=reward_model``), not the oracle critic
+        or an HTTP endpoint."""
+        return self.ppo.reward_source == "reward_model"
+
+    @property
+    def uses_trained_reward_model(self) -> bool:
+        """PPO scores with the reward model the pipeline trained (not one named by ``ppo.reward_model_path``)."""
+        return self.uses_reward_model and not self.ppo.reward_model_path
+
+    @property
+    def api_key_env(self) -> str | None:
+        """The HTTP reward source's key variable (``reward_source=endpoint``)."""
+        return self.reward_model.endpoint.api_key_env if self.ppo.reward_source == "endpoint" else None
+
 
 class EvaluateSettings(StageSettings):
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Policy evaluation.")
@@ -87,6 +117,11 @@ class EvaluateSettings(StageSettings):
         default_factory=HoldoutConfig, description="The held-out split, when the policy recorded none."
     )
     models: ModelsConfig = Field(default_factory=ModelsConfig, description="The weights dtype the policies load in.")
+
+    @property
+    def api_key_env(self) -> str | None:
+        """The pairwise judge's key variable (when ``evaluate.judge_base_url`` names a judge)."""
+        return self.evaluate.judge_api_key_env if self.evaluate.judge_base_url else None
 
 
 SETTINGS: dict[str, type[StageSettings]] = {
@@ -106,8 +141,3 @@ NOT_STAGE_INPUTS = ("workspace", "placement")  # read by the orchestration only
 def settings_for(stage: str, cfg: PipelineConfig) -> Any:
     """The settings of ``stage`` taken from ``cfg``."""
     return SETTINGS[stage].from_pipeline(cfg)
-
-
-def stages_reading(section: str) -> list[str]:
-    """The stages whose settings include ``section``."""
-    return [stage for stage, sections in STAGE_SECTIONS.items() if section in sections]

@@ -1,0 +1,82 @@
+"""Where the pipeline logs: the tracking URI, the database created once, the experiment.
+
+- The tracking URI is ``workspace.mlflow_tracking_uri``, else ``$MLFLOW_TRACKING_URI`` (set by ``make up``), else
+  ``sqlite:///<workspace>/mlflow.db``. A SQLite database is created and migrated once, under a file lock, before any
+  concurrent use (two processes migrating the same new file race), and the experiment gets an explicit artifact
+  location under the workspace (``<workspace>/mlartifacts``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from t2g_core.config import WorkspaceConfig
+
+lock = threading.RLock()  # one thread of this process at a time creates the experiment or the parent run
+
+
+def tracking_uri(workspace_cfg: WorkspaceConfig) -> str:
+    """Config first, then ``$MLFLOW_TRACKING_URI``, then a SQLite file in the workspace."""
+    if workspace_cfg.mlflow_tracking_uri:
+        return workspace_cfg.mlflow_tracking_uri
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{Path(workspace_cfg.root).resolve() / 'mlflow.db'}"
+
+
+def _set_tracking_uri(uri: str) -> None:
+    """Point MLflow at ``uri`` without leaving it in ``$MLFLOW_TRACKING_URI``.
+
+    ``mlflow.set_tracking_uri`` also exports the variable, which ``tracking_uri`` reads as the user's choice (``make
+    up``): left there, the next workspace in the same process would log into this one's store (or a stopped server).
+    """
+    import mlflow
+
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` across processes (created if missing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def configure(workspace_cfg: WorkspaceConfig) -> str:
+    """Point MLflow at the workspace's tracking store, create it and the experiment once; returns the experiment id."""
+    import mlflow
+
+    uri = tracking_uri(workspace_cfg)
+    root = Path(workspace_cfg.root).resolve()
+    _set_tracking_uri(uri)
+    with lock, file_lock(root / ".mlflow.lock"):
+        exp = mlflow.get_experiment_by_name(workspace_cfg.mlflow_experiment)  # first call creates + migrates the DB
+        if exp is None:
+            location = None if uri.startswith("http") else (root / "mlartifacts").as_uri()
+            return mlflow.create_experiment(workspace_cfg.mlflow_experiment, artifact_location=location)
+        return exp.experiment_id
+
+
+def run_url(run_id: str, experiment_id: str, workspace_cfg: WorkspaceConfig) -> str:
+    """The run's page on a tracking server, or how to browse a local store."""
+    uri = tracking_uri(workspace_cfg)
+    if uri.startswith("http"):
+        return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    return f"{uri} (experiment {experiment_id}, run {run_id}); browse with: mlflow ui --backend-store-uri {uri}"

@@ -1,0 +1,72 @@
+"""Prefect and MLflow pointing at each other: Prefect's ids as tags on MLflow runs, a link to the run in Prefect.
+
+Every function here is a no-op outside a Prefect run (``.fn()`` calls, the command line): the tags are then empty and
+no artifact is created.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from t2g_mlflow.experiment import run_url
+from t2g_mlflow.tags import (
+    DEPLOYMENT_TAG,
+    FLOW_NAME_TAG,
+    FLOW_RUN_NAME_TAG,
+    FLOW_RUN_TAG,
+    FLOW_RUN_URL_TAG,
+    ROOT_FLOW_RUN_TAG,
+    TASK_RUN_NAME_TAG,
+    TASK_RUN_TAG,
+)
+
+if TYPE_CHECKING:
+    from t2g_core.config import WorkspaceConfig
+
+
+def prefect_tags() -> dict[str, str]:
+    """Tags linking an MLflow run to the Prefect flow run and task run it belongs to (empty outside Prefect)."""
+    from prefect.runtime import deployment, flow_run, task_run
+
+    tags: dict[str, str] = {}
+    for name, value in {
+        FLOW_RUN_TAG: flow_run.id,
+        FLOW_RUN_NAME_TAG: flow_run.name,
+        FLOW_NAME_TAG: flow_run.flow_name,
+        ROOT_FLOW_RUN_TAG: flow_run.root_flow_run_id,
+        DEPLOYMENT_TAG: deployment.name,
+        TASK_RUN_TAG: task_run.id,
+        TASK_RUN_NAME_TAG: task_run.name,
+        FLOW_RUN_URL_TAG: flow_run.ui_url,
+    }.items():
+        if value and not (name == FLOW_RUN_URL_TAG and not str(value).startswith("http")):
+            tags[name] = str(value)  # without PREFECT_UI_URL (ephemeral API) Prefect's URL is "None/flow-runs/..."
+    return tags
+
+
+def root_flow_run() -> tuple[str | None, str | None]:
+    """(id of the root Prefect flow run, its flow name); (None, None) outside Prefect."""
+    from prefect.runtime import flow_run
+
+    root = flow_run.root_flow_run_id or flow_run.id
+    return (str(root) if root else None), flow_run.flow_name
+
+
+def _in_prefect_run() -> bool:
+    from prefect.context import FlowRunContext, TaskRunContext
+
+    return FlowRunContext.get() is not None or TaskRunContext.get() is not None
+
+
+def link_from_prefect(stage: str, run_id: str, exp_id: str, workspace_cfg: WorkspaceConfig) -> None:
+    """A Prefect link artifact on the flow run pointing at the stage's MLflow run."""
+    if not _in_prefect_run():
+        return
+    from prefect.artifacts import create_link_artifact, create_markdown_artifact
+
+    url = run_url(run_id, exp_id, workspace_cfg)
+    key = f"mlflow-{stage}".lower().replace("_", "-")
+    if url.startswith("http"):
+        create_link_artifact(key=key, link=url, link_text=f"MLflow run of {stage}")
+    else:
+        create_markdown_artifact(key=key, markdown=f"MLflow run of **{stage}**: `{url}`")

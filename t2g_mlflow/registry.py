@@ -1,0 +1,147 @@
+"""The model registry: model folders logged, registered and aliased; ``champion`` promoted; versions fetched back.
+
+Adapters are logged as MLflow-3 external LoggedModels (the folder as artifacts), registered and aliased. Never
+``mlflow.transformers.log_model`` on a PEFT model: its base weights come back re-initialised.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from t2g_mlflow.experiment import configure
+from t2g_mlflow.links import prefect_tags
+from t2g_mlflow.runs import flatten_params
+from t2g_mlflow.tags import METRIC_TAG, MODEL_TAG_PREFIX, SOURCE_RUN_TAG, USES_TAG_PREFIX
+
+if TYPE_CHECKING:
+    from t2g_core.config import WorkspaceConfig
+
+CHAMPION = "champion"
+REGISTRY_PREFIX = "models:/"
+LOGGED_MODEL_PREFIX = "models:/m-"  # a version's source when it was registered from a LoggedModel
+
+
+def log_adapter_model(
+    adapter_dir: str | Path,
+    registered_name: str,
+    params: Mapping[str, Any] | None = None,
+    metrics: Mapping[str, float] | None = None,
+    alias: str | None = "candidate",
+    model_type: str = "peft-adapter",
+) -> str:
+    """Log a model folder (a PEFT adapter, or a span tagger's folder: ``model_type``) as an external LoggedModel of
+    the active run, register it and set ``alias``.
+
+    Returns the registered model version. Load it back with :func:`resolve_model_ref`
+    (``models:/NAME@ALIAS``).
+    """
+    import mlflow
+    from mlflow import MlflowClient
+
+    active = mlflow.active_run()
+    source_run = active.info.run_id if active else None
+    lm = mlflow.create_external_model(
+        name=registered_name,
+        source_run_id=source_run,
+        params=flatten_params(params or {}),
+        tags=prefect_tags(),
+        model_type=model_type,
+    )
+    client = MlflowClient()
+    client.log_model_artifacts(lm.model_id, str(adapter_dir))
+    for key, value in (metrics or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            mlflow.log_metric(key, float(value), model_id=lm.model_id)
+    mv = mlflow.register_model(
+        f"{REGISTRY_PREFIX}{lm.model_id}", registered_name, tags={SOURCE_RUN_TAG: source_run or ""}
+    )
+    if alias:
+        client.set_registered_model_alias(registered_name, alias, mv.version)
+    if active:
+        mlflow.set_tag(f"{MODEL_TAG_PREFIX}{registered_name}", str(mv.version))
+    return str(mv.version)
+
+
+def log_model_input(registered_name: str, version: str | int) -> None:
+    """Record that the active run consumed a registered model version (e.g. PPO uses the reward model)."""
+    import mlflow
+    from mlflow import MlflowClient
+    from mlflow.entities import LoggedModelInput
+
+    mv = MlflowClient().get_model_version(registered_name, str(version))
+    from_logged = mv.source.startswith(LOGGED_MODEL_PREFIX)
+    model_id = mv.model_id or (mv.source.removeprefix(REGISTRY_PREFIX) if from_logged else None)
+    if model_id:
+        mlflow.log_input(model=LoggedModelInput(model_id))
+    mlflow.set_tag(f"{USES_TAG_PREFIX}{registered_name}", str(version))
+
+
+def promote_if_better(name: str, version: str, metric: str, value: float | None) -> bool:
+    """Tag the version with its metric; move alias ``champion`` to it when it beats the champion's (or none exists).
+
+    ``value`` is oriented so that higher is better; None records that the version may not be promoted (its
+    evaluation verdict was not "better"), and it is not.
+    """
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient()
+    tag = METRIC_TAG + re.sub(r"[^\w.\- /:]", "_", metric)  # pass@1 -> pass_1 (tag names allow no '@')
+    client.set_model_version_tag(name, version, tag, "none" if value is None else str(value))
+    if value is None:
+        return False
+    try:
+        champion = client.get_model_version_by_alias(name, CHAMPION)
+        best = _as_float(champion.tags.get(tag))
+    except MlflowException:
+        champion, best = None, -math.inf
+    if champion is None or value > best:
+        client.set_registered_model_alias(name, CHAMPION, version)
+        return True
+    return False
+
+
+def _as_float(text: str | None) -> float:
+    try:
+        return float(text) if text not in (None, "none") else -math.inf
+    except ValueError:
+        return -math.inf
+
+
+def resolve_model_ref(ref: str, workspace: WorkspaceConfig) -> Path:
+    """A folder as is; ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION`` is fetched from the MLflow model registry
+    (once per version) into ``<workspace>/models/registry/NAME/vVERSION`` and the model or adapter folder in it is
+    returned."""
+    if not ref.startswith(REGISTRY_PREFIX):
+        return Path(ref)
+    import mlflow
+    from mlflow import MlflowClient
+
+    from t2g_core.workspace import Workspace
+
+    configure(workspace)
+    spec = ref.removeprefix(REGISTRY_PREFIX)
+    name, sep, alias = spec.partition("@")
+    if sep:
+        version = MlflowClient().get_model_version_by_alias(name, alias).version
+    else:
+        name, _, version = spec.partition("/")
+    dst = Workspace.at(workspace.root).models / "registry" / re.sub(r"[^\w.-]", "_", name) / f"v{version}"
+    if not dst.exists():
+        tmp = dst.with_name(f".{dst.name}.tmp-{uuid.uuid4().hex[:8]}")  # concurrent fetches never share a folder
+        mlflow.artifacts.download_artifacts(artifact_uri=f"{REGISTRY_PREFIX}{name}/{version}", dst_path=str(tmp))
+        try:
+            tmp.rename(dst)
+        except OSError:  # another process finished the same version first
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    found = [p.parent for p in sorted(dst.rglob("*config.json")) if p.name in ("adapter_config.json", "config.json")]
+    if not found:
+        raise ValueError(f"{ref}: version {version} holds no model or adapter folder (no config.json)")
+    return found[0]

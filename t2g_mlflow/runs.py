@@ -1,0 +1,213 @@
+"""One MLflow parent run per pipeline flow run, one nested run per stage, and what the parent run records.
+
+- The parent run is found again by the tag ``prefect.flow_run_id`` (the *root* flow run), so a Prefect retry of the
+  same flow run reuses it instead of creating a duplicate. Stage runs are nested under it and tagged with the Prefect
+  flow-run and task-run ids (``links``).
+- Outside a Prefect flow a stage run is a top-level run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from t2g_mlflow.datasets import log_dataset
+from t2g_mlflow.experiment import configure, file_lock, lock
+from t2g_mlflow.links import link_from_prefect, prefect_tags, root_flow_run
+from t2g_mlflow.tags import (
+    ENDED_BY_TAG,
+    FLOW_NAME_TAG,
+    FLOW_RUN_TAG,
+    PARENT_RUN_TAG,
+    PIPELINE_CONTEXT,
+    PIPELINE_ROLE,
+    ROLE_TAG,
+    STAGE_ROLE,
+    STAGE_RUN_TAG_PREFIX,
+    STAGE_TAG,
+)
+
+if TYPE_CHECKING:
+    import mlflow
+
+    from t2g_core.config import WorkspaceConfig
+
+PARAM_MAX = 6000  # characters of one param value MLflow accepts
+
+
+def flatten_params(params: Any, prefix: str = "") -> dict[str, str]:
+    """Nested dicts / pydantic models -> ``{"a.b": "value"}`` with values cut to MLflow's limit."""
+    if hasattr(params, "model_dump"):
+        params = params.model_dump(mode="json", by_alias=True)
+    out: dict[str, str] = {}
+    for key, value in (params or {}).items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) or hasattr(value, "model_dump"):
+            out.update(flatten_params(value, prefix=f"{name}."))
+        else:
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            out[name] = text[:PARAM_MAX]
+    return out
+
+
+def _pipeline_filter(root_id: str) -> str:
+    return f"tags.`{FLOW_RUN_TAG}` = '{root_id}' and tags.`{ROLE_TAG}` = '{PIPELINE_ROLE}'"
+
+
+def pipeline_run_id(
+    workspace_cfg: WorkspaceConfig, *, create: bool = True, root_id: str | None = None, flow_name: str | None = None
+) -> str | None:
+    """The parent run of the (current) root Prefect flow run, found by tag (so retries reuse it) or created."""
+    from mlflow import MlflowClient
+
+    exp_id = configure(workspace_cfg)
+    if root_id is None:
+        root_id, flow_name = root_flow_run()
+    if root_id is None:
+        return None
+    client = MlflowClient()
+    with lock, file_lock(Path(workspace_cfg.root).resolve() / ".mlflow-parent.lock"):
+        found = client.search_runs(
+            [exp_id], filter_string=_pipeline_filter(root_id), max_results=1, order_by=["attributes.start_time ASC"]
+        )
+        if found:
+            run = found[0]
+            if run.info.status != "RUNNING":
+                client.update_run(run.info.run_id, status="RUNNING")
+            return run.info.run_id
+        if not create:
+            return None
+        tags = {ROLE_TAG: PIPELINE_ROLE, FLOW_RUN_TAG: root_id, FLOW_NAME_TAG: str(flow_name or "")}
+        run = client.create_run(exp_id, run_name=f"{flow_name or 'pipeline'}-{root_id[:8]}", tags=tags)
+        return run.info.run_id
+
+
+def find_pipeline_run(flow_run_id: str, tracking_uri: str, experiment: str) -> str | None:
+    """The parent run id of a Prefect flow run in the store at ``tracking_uri`` (read only), or None."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    runs = client.search_runs([exp.experiment_id], _pipeline_filter(flow_run_id))
+    return runs[0].info.run_id if runs else None
+
+
+def log_params_once(run_id: str, params: Any) -> None:
+    """``params`` (flattened) on ``run_id`` unless it has params already: a retry reuses its parent run, and MLflow
+    refuses to change a logged param."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Param
+
+    client = MlflowClient()
+    if not client.get_run(run_id).data.params:
+        client.log_batch(run_id, params=[Param(k, v) for k, v in flatten_params(params).items()])
+
+
+def end_pipeline_run(flow_run_id: str, workspace_cfg: WorkspaceConfig, status: str = "FINISHED") -> str | None:
+    """Mark the parent run of ``flow_run_id`` as finished or failed (a later Prefect retry reopens it)."""
+    from mlflow import MlflowClient
+
+    exp_id = configure(workspace_cfg)
+    client = MlflowClient()
+    for run in client.search_runs([exp_id], filter_string=_pipeline_filter(flow_run_id), max_results=5):
+        client.set_terminated(run.info.run_id, status=status)
+        return run.info.run_id
+    return None
+
+
+def close_stale_stage_runs(parent_run_id: str, reason: str) -> list[str]:
+    """Stage runs under ``parent_run_id`` still RUNNING (their process was killed): mark them KILLED with ``reason``
+    (tag ``t2g.ended_by``). Called when a flow run starts again (a Retry); returns the runs closed."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    parent = client.get_run(parent_run_id)
+    stale = client.search_runs(
+        [parent.info.experiment_id],
+        f"tags.`{PARENT_RUN_TAG}` = '{parent_run_id}' and attributes.status = 'RUNNING'",
+    )
+    for run in stale:
+        client.set_tag(run.info.run_id, ENDED_BY_TAG, reason)
+        client.set_terminated(run.info.run_id, status="KILLED")
+    return [run.info.run_id for run in stale]
+
+
+@contextlib.contextmanager
+def stage_run(
+    stage: str, params: Mapping[str, Any] | Any, workspace_cfg: WorkspaceConfig, *, system_metrics: bool = False
+) -> Iterator[mlflow.ActiveRun]:
+    """A nested MLflow run for one stage under the pipeline's parent run (top level outside a Prefect flow).
+
+    The run is active in the calling thread, so ``log_metrics`` / ``log_artifact`` / ``datasets.log_dataset`` log to
+    it. An exception marks it FAILED and propagates. ``system_metrics``: MLflow samples CPU, memory, disk, network and
+    (with ``nvidia-ml-py``, the ``gpu`` extra) GPU use into ``system/*`` metrics while the run is open.
+    """
+    import mlflow
+
+    exp_id = configure(workspace_cfg)
+    parent = pipeline_run_id(workspace_cfg)
+    tags = {ROLE_TAG: STAGE_ROLE, STAGE_TAG: stage, **prefect_tags()}
+    with mlflow.start_run(
+        experiment_id=exp_id,
+        run_name=stage,
+        parent_run_id=parent,
+        tags=tags,
+        log_system_metrics=system_metrics or None,  # None: MLflow's own setting (MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING)
+    ) as run:
+        mlflow.log_params(flatten_params(params))
+        link_from_prefect(stage, run.info.run_id, exp_id, workspace_cfg)
+        yield run
+
+
+def log_metrics(metrics: Mapping[str, float], step: int | None = None) -> None:
+    """Numeric entries of ``metrics`` into the active run (non-numbers are skipped)."""
+    import mlflow
+
+    clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if clean:
+        mlflow.log_metrics(clean, step=step)
+
+
+def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
+    """A file or a folder into the active run's artifacts."""
+    import mlflow
+
+    path = Path(path)
+    if path.is_dir():
+        mlflow.log_artifacts(str(path), artifact_path=artifact_path)
+    else:
+        mlflow.log_artifact(str(path), artifact_path=artifact_path)
+
+
+def link_pipeline_outputs(outputs: Mapping[str, Any], workspace_cfg: WorkspaceConfig) -> str | None:
+    """Record on the pipeline's parent run every stage output it used, computed now or reused from the cache: the
+    run that produced it (tag ``t2g.stage_run.<stage>``), Parquet outputs as datasets (context ``pipeline``), all
+    references as ``pipeline.json``, and the evaluation and validation reports as artifacts."""
+    from mlflow import MlflowClient
+
+    parent = pipeline_run_id(workspace_cfg, create=False)
+    if parent is None:
+        return None
+    client = MlflowClient()
+    refs = {name: ref for name, ref in outputs.items() if hasattr(ref, "model_dump")}
+    for name, ref in refs.items():
+        if ref.run_id:
+            client.set_tag(parent, f"{STAGE_RUN_TAG_PREFIX}{name}", ref.run_id)
+        if hasattr(ref, "sha256") and hasattr(ref, "schema_name"):
+            log_dataset(ref, name, PIPELINE_CONTEXT, run_id=parent)
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = Path(tmp) / "pipeline.json"
+        summary.write_text(json.dumps({n: r.model_dump(mode="json") for n, r in refs.items()}, indent=2))
+        client.log_artifact(parent, str(summary))
+    for name, folder in (("evaluation", "report"), ("validation", None)):
+        ref = refs.get(name)
+        path = Path(ref.path) / folder if ref is not None and folder else Path(ref.report).parent if ref else None
+        if path is not None and path.is_dir():
+            client.log_artifacts(parent, str(path), artifact_path=name)
+    return parent
