@@ -1,6 +1,6 @@
 """Critique spans: parse the span JSON, locate quoted spans in the response, label tokens.
 
-Pipeline (ARCHITECTURE §1, "align"):
+Pipeline (the "align" stage):
 
 1. :func:`parse_span_json` turns annotator / reward-model text into a :class:`ParsedFeedback`
    (``{"critique", "good_spans", "poor_spans"}``, optionally preceded by reasoning). A failure is a value with
@@ -20,7 +20,7 @@ Pipeline (ARCHITECTURE §1, "align"):
 4. :func:`align_frame` is the align stage on frames (annotations -> ``spans`` artifact rows);
    :func:`spans_by_item` reads such rows back into :class:`AlignedSpan` lists.
 
-Deliberate deviations from the reference code (``reference/text2grad_reference.md`` §4): no whitespace-split words,
+Deliberate deviations from the reference code (``microsoft/Text2Grad``): no whitespace-split words,
 no per-token decoding and lowercase word matching, no greedy monotonic word walk, and unmatched spans are kept.
 """
 

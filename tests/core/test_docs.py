@@ -137,12 +137,6 @@ def test_docs_recipes_and_design_docstrings_cite_nothing_outside_the_repository(
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="code docstrings outside the docs still cite files outside the repository or issue numbers (ppo trainer, "
-    "reward-model tagger, MLflow tracking, rl/rewards.py, schemas.py, spans.py, the sample-efficiency benchmark); "
-    "they are rewritten in the branches that move that code",
-)
 def test_no_file_cites_outside_the_repository_or_an_issue():
     offences = [o for path in _repository_files() for o in _offences(path)]
     assert offences == [], "\n".join(offences)
