@@ -1,4 +1,4 @@
-"""Parquet artifact schemas (the contract table in docs/architecture.md), declared once and checked on every read and write.
+"""Parquet artifact schemas (the contract table in docs/architecture.md), declared once, checked on read and write.
 
 A violation raises :class:`SchemaError` naming the file, the column and the first offending row, e.g.
 ``feedback.jsonl: row 12, column 'task': 'sumarization' is not one of summarization, code, qa``.
