@@ -4,16 +4,23 @@ foreign value of the same type?
 Evidence, in this order:
 
 1. **Clause cues.** The template's keyword before a value ("named", "lives in", "with N pets", "all", "colored",
-   "works as a", "rests on", "enjoys eating") and their free-text inflections ("name is", "called", "live in",
-   "living in", "work as", "rest on", "eat", "eats", "eating"). The word after a cue is that fact's claim whatever its
-   type, so a value in the wrong clause ("lives in Monday") is a wrong city, not a day. The word must look like a value:
-   any demo value or one of the post's facts, a capitalised word after a name or city cue ("lives in Springfield": an
-   invented city), a number after the count cue; "lives in a small town" claims nothing. The first cue of a fact is
-   its claim; later ones are repeats ("Also, rests on Sunday"), as in the template.
+   "works as a", "rests on", "enjoys eating") and their free-text inflections ("name is", "live in", "living in",
+   "work as", "rest on", "eat", "eats", "eating"). The word after a cue (or the noun after it: "eating white bread"
+   claims bread) is that fact's claim whatever its type, so a value in the wrong clause ("lives in Monday") is a
+   wrong city, not a day. The word must look like a value: any demo value or one of the post's facts, a capitalised
+   word after a name or city cue ("lives in Springfield": an invented city), a number after the count cue; "lives in
+   a small town" claims nothing. The first cue of a fact is its claim; a later one is a repeat ("Also, rests on
+   Sunday"), as in the template, unless it states another value ("a horse named Kim, a cow named Ela"): that is a
+   further, contradicting mention.
 2. **Words.** Outside the cues, a word of a fact type's vocabulary is a mention of that type, with its inflections
-   and a few paraphrases ("dog" / "dogs" / "puppies", "grey", "Sundays", "three"). Names, cities and days count only
-   capitalised. Numbers and colours say something about the pets only next to a pet word ("three gray dogs",
-   "3 pets", "fur is gray"), so "2 years" and "black beans" are no count and no colour.
+   and a few paraphrases ("dog" / "dogs" / "puppies", "grey", "Sundays", "three", "a pair"). Names, cities and days
+   count only capitalised. Numbers and colours say something about the pets only next to a pet word ("three gray
+   dogs", "3 pets", "fur is gray"), so "2 years" and "black beans" are no count and no colour.
+
+A fact is **present** if only its value is among its mentions, **foreign** if another value of its type is (the
+post's value may be there too), **absent** if it has none. A word that is a value of several types goes to the type
+whose post value it is, else the first. The vocabularies are the demo's: a value outside them ("a parrot", "a
+marmalade cat") is not recognised unless a cue claims it.
 
 A fact is **present** if its value is among its mentions, **foreign** if another value of its type is, **absent**
 if it has none. A word that is a value of several types goes to the type whose post value it is, else the first.
@@ -44,6 +51,7 @@ NUMBER_WORDS = {
     "ten": "10",
     "eleven": "11",
     "twelve": "12",
+    "pair": "2",
 }
 # extra surface forms per value (plural / singular forms are added by rule)
 PARAPHRASES = {
@@ -58,14 +66,15 @@ PARAPHRASES = {
 PROPER = frozenset({"name", "city", "day"})  # counted only when capitalised
 NEAR_PETS = frozenset({"count", "color"})  # counted only next to a pet word
 PET_CONTEXT = frozenset({"pets", "pet", "animals", "animal", "colored", "coloured", "color", "colour", "fur", "coat"})
-WINDOW = 3  # words either side of a count or colour word where a pet word must be
+WINDOW = 4  # words either side of a count or colour word where a pet word must be
 STOPWORDS = frozenset("a an the this that my his her their our your its some several many".split())
 
 _WORD_RE = re.compile(r"[A-Za-z]+|\d+")
+_NEXT_WORD = re.compile(r" ([A-Za-z]+)\b")
 _VALUE = r"([^\s,.]+)"
 # free-text inflections of the template's cues (the template's own cues come from TEMPLATE, exactly as parsed there)
 _FREE_CUES = {
-    "name": (r"\bname is ", r"\bcalled "),
+    "name": (r"\bname is ",),
     "city": (r"\blive in ", r"\bliving in "),
     "job": (r"\bworks? as an? ", r"\bworking as an? "),
     "day": (r"\brest on ", r"\bresting on "),
@@ -191,9 +200,16 @@ def _cue_value(slot: str, word: str, facts: dict[str, str]) -> str | None:
     return None
 
 
-def _read_cues(response: str, facts: dict[str, str], reading: FactReading) -> list[tuple[int, int]]:
-    """Clause cues: claims and repeats per fact (first cue by position = the claim); returns the value ranges."""
-    found: dict[str, list[tuple]] = {}  # slot -> (value start, free cue?, value end, match start, match end, value, ..)
+def _noun_after(response: str, slot: str, end: int) -> re.Match | None:
+    """The word right after a cue's word when it is a value of the cue's type: the cue's word was an adjective
+    ("enjoys eating white bread" claims bread). In the template a value is followed by punctuation or a keyword."""
+    m = _NEXT_WORD.match(response, end)
+    return m if m and any(s == slot for s, _ in _lexicon().get(m.group(1).casefold(), ())) else None
+
+
+def _cue_hits(response: str, facts: dict[str, str]) -> dict[str, list[tuple]]:
+    """slot -> [(value start, free cue?, value end, match start, match end, value, after "Also, "?)]."""
+    found: dict[str, list[tuple]] = {}
     for slot, pattern, template in _cues():
         if slot not in facts:
             continue
@@ -201,20 +217,33 @@ def _read_cues(response: str, facts: dict[str, str], reading: FactReading) -> li
             value = m.group(1) if template else _cue_value(slot, m.group(1), facts)
             if value is None or (template and _cue_value(slot, value, facts) is None):
                 continue
-            word = m.group(1).strip("!?;:)(\"'").removesuffix("'s")
-            also = m.group(0).startswith("Also, ")
-            hit = (m.start(1), not template, m.start(1) + len(word), m.start(), m.end(), value, also)
-            found.setdefault(slot, []).append(hit)  # sorted: by position, a template cue first on the same word
+            start, word = m.start(1), m.group(1).strip("!?;:)(\"'").removesuffix("'s")
+            noun = _noun_after(response, slot, start + len(word))
+            if noun is not None:
+                start, word, value = noun.start(1), noun.group(1), canonical_value(noun.group(1))
+            hit = (start, not template, start + len(word), m.start(), max(m.end(), start + len(word)), value)
+            found.setdefault(slot, []).append((*hit, m.group(0).startswith("Also, ")))
+    return found
+
+
+def _read_cues(response: str, facts: dict[str, str], reading: FactReading) -> list[tuple[int, int]]:
+    """Clause cues per fact, by position (a template cue first on the same word): the first is the claim, a later
+    one with another value a further mention (it contradicts the claim), one with the same value or after "Also, "
+    a repeat. Returns the char ranges the cues cover, which the word reading skips."""
     taken = []
-    for slot, hits in found.items():
+    for slot, hits in _cue_hits(response, facts).items():
         seen: set[int] = set()
         for start, free, end, match_start, match_end, value, also in sorted(hits):
             if start in seen:  # two cue patterns of one fact on the same word
                 continue
             seen.add(start)
-            taken.append((start, end))
-            if slot not in reading.mentions and not also:
-                reading.mentions[slot] = [Mention(slot, value, start, end, "cue" if free else "template")]
+            taken.append((match_start, match_end))
+            claim = reading.mentions.get(slot)
+            mention = Mention(slot, value, start, end, "cue" if free else "template")
+            if claim is None and not also:
+                reading.mentions[slot] = [mention]
+            elif claim is not None and not also and not same(value, claim[0].value):
+                claim.append(mention)
             else:
                 reading.repeats.append((slot, match_start, match_end))
     return taken
