@@ -31,7 +31,7 @@ import re
 import unicodedata
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import json_repair
@@ -164,8 +164,13 @@ def parse_span_json(text: str | None) -> ParsedFeedback:
 
     Accepts reasoning before the JSON, fenced blocks, trailing text, single quotes, trailing commas, truncated
     objects and the alternative keys ``textual_feedback`` / ``Code Feedback`` / ``code_feedback`` (critique),
-    ``wrong_code`` (poor spans) and ``improvement_code`` (good spans).
+    ``wrong_code`` (poor spans) and ``improvement_code`` (good spans). Text that is not valid Unicode (lone
+    surrogates) is replaced and the result is a ``parse_error`` (:func:`valid_text`).
     """
+    return valid_text(_parse_span_json(text))
+
+
+def _parse_span_json(text: str | None) -> ParsedFeedback:
     if text is None or not str(text).strip():
         return ParsedFeedback(None, status="parse_error", error="empty output", raw=text)
     text = str(text)
@@ -227,6 +232,48 @@ def _text_or_none(value: Any) -> str | None:
     if not isinstance(value, str):
         value = json.dumps(value, ensure_ascii=False)
     return value.strip() or None
+
+
+def valid_text(parsed: ParsedFeedback) -> ParsedFeedback:
+    """``parsed`` with every lone surrogate (JSON's ``\\ud800`` escapes; not valid Unicode, so no artifact can store
+    it) replaced by U+FFFD. An ``ok`` one that held any becomes a ``parse_error`` naming where: its text is not what
+    the annotator meant, and a quote holding one could never match the response."""
+    from t2g_core.schemas import replace_surrogates, surrogate_in
+
+    fields = {
+        "critique": parsed.critique,
+        "good_spans": parsed.good_spans,
+        "poor_spans": parsed.poor_spans,
+        "reasoning": parsed.reasoning,
+        "missing": parsed.missing,
+        "word_scores": [w for w, _ in parsed.word_scores or ()],
+        "raw": parsed.raw,
+        "error": parsed.error,
+    }
+    found = surrogate_in(fields)
+    if found is None:
+        return parsed
+
+    def fix(text: str | None) -> str | None:
+        return None if text is None else replace_surrogates(text)[0]
+
+    where, at, code = found
+    error = fix(parsed.error)
+    if parsed.ok:
+        error = f"the answer is not valid Unicode: {where} holds a lone surrogate {code} at character {at}"
+        error += " (replaced by U+FFFD)"
+    return replace(
+        parsed,
+        critique=fix(parsed.critique),
+        good_spans=[fix(s) for s in parsed.good_spans],
+        poor_spans=[fix(s) for s in parsed.poor_spans],
+        reasoning=fix(parsed.reasoning),
+        status="parse_error" if parsed.ok else parsed.status,
+        error=error,
+        raw=fix(parsed.raw),
+        missing=tuple(fix(m) for m in parsed.missing),
+        word_scores=None if parsed.word_scores is None else tuple((fix(w), s) for w, s in parsed.word_scores),
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
