@@ -94,6 +94,7 @@ def policy(
             os.environ.get(judge_api_key_env),
             cfg.judge_timeout_s,
             cfg.judge_concurrency,
+            cfg.judge_max_tokens,
         )
     chosen = PolicySet(models={n: str(p) for n, p in policies.items()}, baseline=baseline)
     data_ref = artifact(data, "feedback")

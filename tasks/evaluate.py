@@ -36,6 +36,7 @@ def judge_for(cfg: EvaluateConfig):
         os.environ.get("OPENAI_API_KEY"),
         cfg.judge_timeout_s,
         cfg.judge_concurrency,
+        cfg.judge_max_tokens,
     )
 
 

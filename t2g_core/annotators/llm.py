@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import re
 import threading
 import time
@@ -152,10 +153,10 @@ class LLMAnnotator:
                 return await self._post(
                     client, {**body, "response_format": {"type": "json_schema", "json_schema": SPAN_JSON_SCHEMA}}
                 )
-            except openai.BadRequestError as exc:
-                if self.cfg.structured_output == "json_schema" or "response_format" not in str(exc).lower() + str(
-                    getattr(exc, "param", "")
-                ):
+            except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:  # 422: FastAPI's validation
+                if self.cfg.structured_output == "json_schema" or "response_format" not in status_error_text(
+                    exc
+                ).lower() + str(getattr(exc, "param", "")):
                     raise
                 self._structured = False  # the endpoint does not do structured output: plain text from now on
         return await self._post(client, body)
@@ -168,7 +169,7 @@ class LLMAnnotator:
         except openai.APIConnectionError as exc:  # timeouts are a kind of connection error in the SDK
             return self._failure(_connection_failure(exc, self.cfg))
         except openai.APIStatusError as exc:
-            return self._failure({"status": "api_error", "error": f"HTTP {exc.status_code}: {_short(exc.message)}"})
+            return self._failure({"status": "api_error", "error": f"HTTP {exc.status_code}: {status_error_text(exc)}"})
         except Exception as exc:  # noqa: BLE001 - a cut body, a broken proxy: this item's failure, never the run's
             return self._failure({"status": "api_error", "error": f"{type(exc).__name__}: {_short(str(exc))}"})
         return self._completion(completion, start)
@@ -301,6 +302,29 @@ class LLMAnnotator:
         return result[0]
 
 
+def status_error_text(exc: openai.APIStatusError) -> str:
+    """The server's own words for an HTTP error, shortened. The SDK's message is only "Error code: 400" unless the
+    body is OpenAI-shaped (``{"error": {"message"}}``); FastAPI servers (``transformers serve``, many proxies) send
+    ``{"detail": "..."}`` or, for a rejected field, ``{"detail": [{"loc", "msg"}]}``, and others plain text."""
+    body = exc.body
+    if isinstance(body, dict):
+        found = next((body[k] for k in ("message", "detail", "error", "msg") if body.get(k)), None)
+        body = found if found is not None else body
+    if isinstance(body, list):  # FastAPI validation errors
+        body = "; ".join(_validation_text(e) for e in body)
+    if isinstance(body, dict):
+        body = body.get("message") or json.dumps(body, ensure_ascii=False)
+    text = body if isinstance(body, str) and body.strip() else getattr(exc.response, "text", "") or exc.message
+    return _short(text)
+
+
+def _validation_text(error: Any) -> str:
+    if not isinstance(error, dict):
+        return str(error)
+    where = ".".join(str(part) for part in error.get("loc") or ())
+    return f"{where}: {error.get('msg', '')}" if where else str(error.get("msg", error))
+
+
 def _connection_failure(exc: Exception, cfg: AnnotateConfig) -> dict[str, Any]:
     """A timeout, or what really went wrong: a refused or broken connection (some transports report those as
     timeouts; the underlying OSError in the exception chain says which)."""
@@ -313,7 +337,11 @@ def _connection_failure(exc: Exception, cfg: AnnotateConfig) -> dict[str, Any]:
             }
         cause, seen = cause.__cause__ or cause.__context__, seen + 1
     if isinstance(exc, openai.APITimeoutError):
-        return {"status": "timeout", "error": f"no answer within {cfg.timeout_s:g} s ({cfg.max_retries} retries)"}
+        return {
+            "status": "timeout",
+            "error": f"no answer within {cfg.timeout_s:g} s ({cfg.max_retries} retries); a server that answers one "
+            "request at a time queues the others: lower annotate.concurrency or raise annotate.timeout_s",
+        }
     return {"status": "api_error", "error": f"connection failed ({cfg.base_url}): {_short(str(exc))}"}
 
 

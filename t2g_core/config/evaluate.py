@@ -40,6 +40,9 @@ class EvaluateConfig(StageConfig):
     judge_model: str = Field("gpt-4o", description="Judge model name.")
     judge_timeout_s: float = Field(60.0, gt=0, description="Timeout of one judge request.")
     judge_concurrency: int = Field(4, ge=1, description="Judge requests in flight at once.")
+    judge_max_tokens: int = Field(
+        256, ge=8, description="Most tokens of one judge reply (a verdict is a sentence and a word)."
+    )
 
     @model_validator(mode="after")
     def _check_k(self) -> EvaluateConfig:
