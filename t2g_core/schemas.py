@@ -80,6 +80,7 @@ class Column:
     non_empty: bool = False  # strings must not be empty or whitespace
     choices: tuple[str, ...] | None = None
     json: bool = False  # a JSON-encoded string
+    volatile: bool = False  # a measurement of the run (a timing), not content: left out of the content hash
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,11 @@ class ArtifactSchema:
     @property
     def names(self) -> list[str]:
         return [c.name for c in self.columns]
+
+    @property
+    def content(self) -> ArtifactSchema:
+        """This schema without its volatile columns: what identifies an artifact's content."""
+        return ArtifactSchema(self.name, tuple(c for c in self.columns if not c.volatile), self.unique)
 
 
 STR, FLOAT, INT = pa.string(), pa.float64(), pa.int64()
@@ -130,7 +136,7 @@ ANNOTATIONS = ArtifactSchema(
         Column("raw", STR, nullable=True),
         Column("prompt_tokens", INT),
         Column("completion_tokens", INT),
-        Column("latency_s", FLOAT),
+        Column("latency_s", FLOAT, volatile=True),  # wall time: changes with the machine, not the annotation
     ),
     unique=("id", "annotator"),
 )

@@ -300,18 +300,21 @@ class AlignedSpan:
 # Normalised form: NFKD compatibility decomposition, casefold, curly quotes/dashes -> ASCII, and *every*
 # whitespace and markdown-emphasis character deleted (so indentation and line breaks never matter). A match found
 # in that squeezed text is accepted only if its words equal the span's (_collapse, in _normalized), so deleting
-# whitespace never joins words that were apart.
+# whitespace never joins words that were apart. Invisible characters (zero-width space / joiners, word joiner,
+# byte-order mark, soft hyphen) are deleted from both forms: inside a word they do not split it, so a quote matches
+# the word whether either side carries them (a response cannot hide a word from its critic that way).
 _QUOTES = {
     **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032", "'"),
     **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb", '"'),
     **dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2212", "-"),
 }
 _MARKDOWN = "*_`"
+_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"
 _SPACES = "".join(chr(c) for c in range(0x3001) if chr(c).isspace()) + "\u2028\u2029"
-_SQUEEZE = str.maketrans({**_QUOTES, **dict.fromkeys(_SPACES + _MARKDOWN, None)})
-_COLLAPSE = str.maketrans({**_QUOTES, **dict.fromkeys(_MARKDOWN, None)})
+_SQUEEZE = str.maketrans({**_QUOTES, **dict.fromkeys(_SPACES + _MARKDOWN + _INVISIBLE, None)})
+_COLLAPSE = str.maketrans({**_QUOTES, **dict.fromkeys(_MARKDOWN + _INVISIBLE, None)})
 _KEEP = np.ones(0x110000, dtype=bool)  # code point -> kept by squeeze (a lookup table beats np.isin per call)
-_KEEP[[ord(c) for c in _SPACES + _MARKDOWN]] = False
+_KEEP[[ord(c) for c in _SPACES + _MARKDOWN + _INVISIBLE]] = False
 
 
 def _fold_char(ch: str) -> str:

@@ -77,9 +77,10 @@ def _entities(toks: list[Tok]) -> list[Tok]:
 
 def key_facts(row: dict[str, Any], ref_toks: list[Tok]) -> dict[str, tuple[str, str]]:
     """lower-cased key word -> (slot, full value); every content word of a multi-word value maps to it."""
-    meta = row.get("meta") or {}
+    meta = row.get("meta")
     if isinstance(meta, str):
         meta = json.loads(meta) if meta.strip() else {}
+    meta = meta if isinstance(meta, dict) else {}  # None, or NaN from an all-null Parquet column: no meta
     facts = dict(meta.get("facts")) if isinstance(meta.get("facts"), dict) else {}
     if meta.get("answer"):
         facts["answer"] = meta["answer"]
