@@ -1,4 +1,9 @@
-"""Load feedback from Parquet, JSONL, CSV or a Hugging Face ``datasets`` folder, validated like any artifact."""
+"""Load feedback from Parquet, JSONL, CSV or a Hugging Face ``datasets`` folder, validated like any artifact.
+
+Every problem is one :class:`SchemaError` naming the file, the row and the column. Text that is not valid Unicode
+(a lone surrogate, which only JSON's ``\\ud800`` escapes can carry) is refused, not cleaned: the feedback is the
+data every later stage and its cache key trust, so it is fixed at its source, where the error points.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from t2g_core.schemas import FEEDBACK, SchemaError, validate_frame
+from t2g_core.schemas import FEEDBACK, NOT_UNICODE, SchemaError, surrogate_in, validate_frame
 
 OPTIONAL = ("critique", "reference", "tests", "entry_point", "meta")
 
 
 def _read_jsonl(path: Path) -> pd.DataFrame:
-    rows = []
+    rows, broken = [], []  # broken: (row, line, surrogate) of rows holding lone surrogates
     raw = path.read_bytes()
     for lineno, line in enumerate(raw.splitlines(), start=1):
         try:
@@ -28,7 +33,20 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
             raise SchemaError(str(path), f"line {lineno} is not valid JSON: {exc.msg} (column {exc.colno})") from exc
         if not isinstance(obj, dict):
             raise SchemaError(str(path), f"line {lineno} is not a JSON object")
+        if found := surrogate_in(obj):
+            broken.append((len(rows), lineno, found))
         rows.append(obj)
+    if broken:
+        row, lineno, (where, at, code) = broken[0]
+        column, _, inner = where.partition(".")
+        detail = f" ({inner})" if inner else ""
+        raise SchemaError(
+            str(path),
+            f"holds a lone surrogate {code} at character {at}{detail} (line {lineno}; {len(broken)} row(s) of the "
+            f"file hold one): {NOT_UNICODE}",
+            column=column.split("[")[0].removesuffix(" (a key)"),
+            row=row,
+        )
     return pd.DataFrame(rows)
 
 
@@ -59,19 +77,34 @@ def _read_hf(path: Path) -> pd.DataFrame:
     return ds.to_pandas()
 
 
-def _normalise(df: pd.DataFrame) -> pd.DataFrame:
+def _normalise(df: pd.DataFrame, file: str) -> pd.DataFrame:
     df = df.copy()
     for col in OPTIONAL:
         if col not in df.columns:
             df[col] = None
     if "meta" in df.columns:
-        df["meta"] = [
-            v if v is None or isinstance(v, str) or (isinstance(v, float) and pd.isna(v)) else json.dumps(v)
-            for v in df["meta"]
-        ]
+        df["meta"] = [_meta_text(v, file, row) for row, v in enumerate(df["meta"])]
     if "id" in df.columns:  # integer ids from CSV/JSON become text, explicitly; anything else is refused
         df["id"] = [_id_text(v) for v in df["id"]]
     return df
+
+
+def _meta_text(value: object, file: str, row: int) -> object:
+    """A ``meta`` object as JSON text (a string, or a missing value, as it is); one that JSON cannot hold (bytes, a
+    date, an array from a Parquet struct) names its row."""
+    if value is None or isinstance(value, str) or (isinstance(value, float) and pd.isna(value)):
+        return value
+    try:
+        return json.dumps(value, allow_nan=False, default=_plain)
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(file, f"cannot be stored as JSON: {exc}", column="meta", row=row) from None
+
+
+def _plain(value: object) -> object:
+    """numpy arrays and scalars (how Parquet and datasets hand back nested values) as lists and numbers."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} {value!r:.40} is not JSON")
 
 
 def _id_text(value: object) -> object:
@@ -92,7 +125,7 @@ def load_feedback(path: str | Path) -> pd.DataFrame:
         if (p / "data.parquet").exists():
             p = p / "data.parquet"
         else:
-            return validate_frame(_normalise(_read_hf(p)), FEEDBACK, str(p))
+            return validate_frame(_normalise(_read_hf(p), str(p)), FEEDBACK, str(p))
     suffix = p.suffix.lower()
     if suffix == ".parquet":
         df = _read_parquet(p)
@@ -104,4 +137,4 @@ def load_feedback(path: str | Path) -> pd.DataFrame:
         raise SchemaError(
             str(p), f"unsupported feedback format {suffix!r}: use .parquet, .jsonl, .csv or a datasets folder"
         )
-    return validate_frame(_normalise(df), FEEDBACK, str(p))
+    return validate_frame(_normalise(df, str(p)), FEEDBACK, str(p))

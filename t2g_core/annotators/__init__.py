@@ -106,12 +106,13 @@ def make_annotator(
     if cfg.annotator == "code":
         from t2g_core.critics.code import CodeCritic
         from t2g_core.critics.isolation import IsolationUnavailable, resolve
+        from t2g_core.critics.sandbox import sandbox_workers
 
         try:  # refuse before the first item rather than fail every one
             backend = resolve(cfg.sandbox_isolation).backend
         except IsolationUnavailable as exc:
             raise ValueError(str(exc)) from None
-        annotator = CriticAnnotator("code", CodeCritic.from_config(cfg), workers=cfg.concurrency)
+        annotator = CriticAnnotator("code", CodeCritic.from_config(cfg), workers=sandbox_workers(cfg.concurrency))
         annotator.isolation = backend
         return annotator
     from t2g_core.critics.reference import ReferenceCritic

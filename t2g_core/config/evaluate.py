@@ -44,6 +44,9 @@ class EvaluateConfig(StageConfig):
         "OPENAI_API_KEY",
         description="Environment variable holding the judge's API key (read by the task/CLI, never logged).",
     )
+    judge_max_tokens: int = Field(
+        256, ge=8, description="Most tokens of one judge reply (a verdict is a sentence and a word)."
+    )
 
     @model_validator(mode="after")
     def _check_k(self) -> EvaluateConfig:

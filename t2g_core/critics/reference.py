@@ -82,10 +82,10 @@ def _entities(toks: list[Tok]) -> list[Tok]:
 
 
 def _meta(row: dict[str, Any]) -> dict[str, Any]:
-    meta = row.get("meta") or {}
+    meta = row.get("meta")
     if isinstance(meta, str):
         meta = json.loads(meta) if meta.strip() else {}
-    return meta
+    return meta if isinstance(meta, dict) else {}  # None, or NaN from an all-null Parquet column: no meta
 
 
 def _facts(meta: dict[str, Any]) -> dict[str, str]:

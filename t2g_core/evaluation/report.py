@@ -81,6 +81,10 @@ def _judge_lines(summary: Mapping[str, Any]) -> list[str]:
     judge = summary.get("judge") or {}
     lines = []
     for policy, j in judge.items():
+        if not j.get("judged"):  # no rate to report, and never a "nan%"
+            why = f": {j['first_error']}" if j.get("first_error") else ""
+            lines.append(f"judge: {policy} vs {j['baseline']}: not judged ({j['failed']} items failed{why})")
+            continue
         lines.append(
             f"judge: {policy} vs {j['baseline']}: win rate {100 * j['win_rate']:.1f}% "
             f"[{100 * j['low']:.1f}, {100 * j['high']:.1f}] ({j['wins']} wins, {j['losses']} losses, {j['ties']} ties, "

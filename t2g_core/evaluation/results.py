@@ -236,10 +236,14 @@ def evaluate_policies(
     return EvalResults(items, summary)
 
 
+JUDGE_COLUMNS = ("judge_score", "judge_outcome", "judge_status", "judge_error", "judge_reply_ab", "judge_reply_ba")
+
+
 def add_judge_scores(items: pd.DataFrame, judge: Any, baseline: str) -> pd.DataFrame:
-    """Judge every policy's first sample against the baseline's; adds judge_score / judge_outcome / judge_status."""
+    """Judge every policy's first sample against the baseline's; adds the JUDGE_COLUMNS (score, outcome, status,
+    the error of a failed item and the judge's two replies)."""
     items = items.copy()
-    for col in ("judge_score", "judge_outcome", "judge_status"):
+    for col in JUDGE_COLUMNS:
         items[col] = np.nan if col == "judge_score" else None
     first = items[items["sample"] == 0]
     base = first[first["policy"] == baseline].set_index("id")
@@ -251,7 +255,7 @@ def add_judge_scores(items: pd.DataFrame, judge: Any, baseline: str) -> pd.DataF
             cand["prompt"].tolist(), base.loc[cand["id"], "response"].tolist(), cand["response"].tolist()
         )
         for idx, j in zip(cand.index, judgements, strict=True):
-            items.loc[idx, ["judge_score", "judge_outcome", "judge_status"]] = [j.score, j.outcome, j.status]
+            items.loc[idx, list(JUDGE_COLUMNS)] = [j.score, j.outcome, j.status, j.error, j.reply_ab, j.reply_ba]
     return items
 
 
@@ -272,10 +276,13 @@ def judge_summary(items: pd.DataFrame, baseline: str, cfg: EvaluateConfig | None
             "wins": int((ok["judge_outcome"] == "win").sum()),
             "losses": int((ok["judge_outcome"] == "loss").sum()),
             "ties": int((ok["judge_outcome"] == "tie").sum()),
-            "win_rate": float(scores.mean()) if len(scores) else float("nan"),
-            "low": res.low + 0.5,
-            "high": res.high + 0.5,
-            "verdict": {"b better": "better", "a better": "worse"}.get(res.verdict, res.verdict),
+            "win_rate": float(scores.mean()) if len(scores) else None,  # None: nothing judged, no rate
+            "low": res.low + 0.5 if len(scores) else None,
+            "high": res.high + 0.5 if len(scores) else None,
+            "verdict": {"b better": "better", "a better": "worse"}.get(res.verdict, res.verdict)
+            if len(scores)
+            else "not judged",
+            "first_error": next((e for e in rows.get("judge_error", ()) if isinstance(e, str)), None),
         }
     return out
 

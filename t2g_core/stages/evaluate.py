@@ -124,7 +124,8 @@ def flat_metrics(summary: dict) -> dict[str, float]:
         for field in ("diff", "low", "high"):
             out[f"{c['policy']}_vs_{c['baseline']}/{c['metric']}_{field}"] = c[field]
     for p, j in (summary.get("judge") or {}).items():
-        out[f"{p}/judge_win_rate"] = j["win_rate"]
+        if j["win_rate"] is not None:  # None: nothing was judged (the report says so)
+            out[f"{p}/judge_win_rate"] = j["win_rate"]
     return {re.sub(r"[^\w./\- ]", "_", k): v for k, v in out.items()}  # no '@' (pass@k) in tracking names
 
 

@@ -135,3 +135,36 @@ def test_cli_reports_one_clear_error(tmp_path):
     assert "Traceback" not in result.output
     ok = CliRunner().invoke(app, ["feedback", "check", str(_jsonl(tmp_path / "ok.jsonl", ROWS))])
     assert ok.exit_code == 0 and "3 valid items" in ok.output
+
+
+@pytest.mark.parametrize(
+    ("row", "column", "expected"),
+    [
+        ({"response": "r \ud800 r"}, "response", "lone surrogate U+D800 at character 2 (line 2;"),
+        ({"meta": {"notes": ["ok", "x\udfff"]}}, "meta", "lone surrogate U+DFFF at character 1 (notes[1])"),
+        ({"meta": '{"note": "\\ud83d"}'}, "meta", "escaped lone surrogate U+D83D (note)"),
+    ],
+)
+def test_a_lone_surrogate_is_one_error_naming_file_row_and_column(tmp_path, row, column, expected):
+    """JSON's ``\\ud800`` escapes carry text that is not valid Unicode (before: a raw pyarrow UnicodeEncodeError).
+    Refused, not cleaned: the feedback is the data every later stage trusts, fixed where the error points."""
+    rows = [ROWS[0], {**ROWS[1], **row}, {**ROWS[1], **row, "id": "b2"}]
+    path = _jsonl(tmp_path / "f.jsonl", rows)  # json.dumps writes the surrogates as \u escapes
+    with pytest.raises(SchemaError) as exc:
+        load_feedback(path)
+    assert (exc.value.file, exc.value.row, exc.value.column) == (str(path), 1, column)
+    assert expected in str(exc.value) and "not valid Unicode" in str(exc.value)
+
+
+def test_meta_that_json_cannot_hold_names_its_row(tmp_path):
+    path = tmp_path / "f.parquet"
+    pd.DataFrame([{**ROWS[1], "meta": {"when": pd.Timestamp("2024-01-01")}}]).to_parquet(path)
+    with pytest.raises(SchemaError) as exc:
+        load_feedback(path)
+    assert (exc.value.row, exc.value.column) == (0, "meta") and "cannot be stored as JSON" in str(exc.value)
+
+
+def test_meta_with_arrays_from_parquet_becomes_json(tmp_path):
+    path = tmp_path / "f.parquet"
+    pd.DataFrame([{**ROWS[1], "meta": {"facts": ["a", "b"], "n": 2}}]).to_parquet(path)
+    assert json.loads(load_feedback(path)["meta"][0]) == {"facts": ["a", "b"], "n": 2}

@@ -107,3 +107,18 @@ def test_external_models_are_passed_through(tmp_path, feedback):
     built = ensure_demo_models(tmp_path, cfg, feedback, progress=False)
     assert (str(built.policy), str(built.base)) == ("some/policy", "some/rm")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("task", ["qa", "code"])
+def test_feedback_without_meta_builds_the_models(tmp_path, task):
+    """Ingested feedback has no ``meta``; stored as Parquet, the all-null column comes back as NaN, which the demo
+    corpus took for a meta object (before: ``TypeError: 'float' object is not iterable`` in build-models)."""
+    from t2g_core.feedback import load_feedback
+    from t2g_core.store import read_artifact, write_parquet
+
+    rows = make_demo_feedback(task, 8, seed=0).drop(columns=["meta"]).to_dict(orient="records")
+    (tmp_path / "fb.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_parquet(load_feedback(tmp_path / "fb.jsonl"), tmp_path / "fb.parquet", "feedback")
+    stored = read_artifact(tmp_path / "fb.parquet", "feedback")
+    built = ensure_demo_models(tmp_path / "models", ModelsConfig(tiny=SMALL), stored, progress=False)
+    assert json.loads((built.policy.parent / "build.json").read_text())["task"] == task

@@ -203,3 +203,18 @@ def test_cli_validate_in_a_real_subprocess(tmp_path):
     assert "human_alignment[summarization]" in out.stdout
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert report["status"] == "fail" and report["alignment"]["reviewer"] == "ground-truth"
+
+
+def test_cli_validate_prints_skipped_gates_when_no_item_is_ok(tmp_path):
+    """Before: the sample crashed (no ok item), and the summary crashed on any skipped gate (``None:.4g``)."""
+    s = make_synthetic_batch(n_items=6)
+    failed = s.annotations.assign(status="api_error", good_spans=[[]] * 6, poor_spans=[[]] * 6, critique=None)
+    write_parquet(failed, tmp_path / "ann.parquet", "annotations")
+    write_parquet(s.spans.iloc[:0], tmp_path / "spans.parquet", "spans")
+    s.feedback.to_json(tmp_path / "fb.jsonl", orient="records", lines=True)
+    args = [str(tmp_path / "ann.parquet"), str(tmp_path / "spans.parquet"), "-f", str(tmp_path / "fb.jsonl")]
+    for review in ("auto", "none"):  # with a review sample, and the summary alone
+        r = CliRunner().invoke(app, ["validate", *args, "--review", review, "-o", str(tmp_path / review)])
+        assert r.exit_code == 1 and isinstance(r.exception, SystemExit), (r.exception, r.output)
+        assert re.search(r"SKIPPED +unmatched_rate +- ", r.output), r.output
+        assert "FAILED gates" in r.output and "failure_rate" in r.output
