@@ -135,7 +135,8 @@ class ActorCritic(nn.Module):
         attn = torch.cat([query_mask.long(), response_mask.long()], dim=1)
         lq = query_ids.shape[1]
         adapter = self.policy.disable_adapter() if reference else contextlib.nullcontext()
-        with adapter_flags_kept(self.policy), adapter:
+        flags = adapter_flags_kept(self.policy) if reference and self.value.adapter else contextlib.nullcontext()
+        with flags, adapter:
             hidden = self._decoder_hidden(input_ids, attn)[:, lq - 1 : -1]  # (B, T, d)
             head = self._logits_head()
             if with_entropy:

@@ -11,7 +11,9 @@ at B x T = 8 x 512 and a 128k vocabulary). :func:`selective_logprobs` computes t
 states, ``chunk_tokens`` positions at a time: each chunk goes through the LM head, is upcast to float32, and only its
 logsumexp and the target logit are kept, so at most (chunk_tokens, V) logits exist at once and the full (B, T, V)
 logits are never materialised. Under autograd each chunk is checkpointed (its logits are recomputed in the backward
-pass instead of being kept), so training holds one chunk of logits at a time too. Gradients flow through both.
+pass instead of being kept), so training holds one chunk of logits at a time too; a batch that fits in one chunk
+keeps its logits for the backward instead (the same peak, no second pass through the head). Gradients flow through
+both.
 :func:`selective_logprobs_and_entropy` reads the entropy off the same chunk of logits, so logging it costs no second
 pass through the (d x V) head.
 """
@@ -66,7 +68,10 @@ def _selective(hidden: Tensor, lm_head, token_ids: Tensor, temperature: float, c
     b, t, d = hidden.shape
     flat_h, flat_ids = hidden.reshape(b * t, d), token_ids.reshape(b * t)
     head_params = list(lm_head.parameters()) if isinstance(lm_head, nn.Module) else []
-    recompute = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head_params))
+    # One chunk's logits are allowed to exist; with a single chunk, keeping them for the backward holds no more than
+    # recomputing them there would, so only several chunks are checkpointed.
+    grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head_params))
+    recompute = grad and b * t > chunk_tokens
     parts = []
     for i in range(0, b * t, chunk_tokens):
         args = (flat_h[i : i + chunk_tokens], lm_head, flat_ids[i : i + chunk_tokens], temperature, with_entropy)

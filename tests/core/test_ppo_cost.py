@@ -221,3 +221,20 @@ def test_lora_critic_is_a_second_adapter_on_the_policys_base(tiny_model_dir, tmp
     assert all(not torch.equal(a, b.detach()) for a, b in zip(critic_before, trainer.critic.params, strict=True))
     assert (res.adapter_dir / "adapter_model.safetensors").exists()
     assert not (res.adapter_dir / CRITIC_ADAPTER).exists()  # the published adapter is the policy's alone
+
+
+def test_a_batch_in_one_chunk_keeps_its_logits_for_the_backward_instead_of_recomputing_them():
+    g = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(16, 300, bias=False)
+    calls = []
+    head.register_forward_hook(lambda *_: calls.append(1))
+    hidden = torch.randn(3, 11, 16, generator=g, requires_grad=True)
+    ids = torch.randint(0, 300, (3, 11), generator=g)
+    grads = {}
+    for chunk in (33, 11):  # one chunk of 33 positions, or three
+        calls.clear()
+        (grads[chunk],) = torch.autograd.grad(
+            selective_logprobs(hidden, head, ids, 0.7, chunk_tokens=chunk).sum(), hidden
+        )
+        assert len(calls) == {33: 1, 11: 6}[chunk]  # three chunks: each through the head again in the backward
+    assert torch.allclose(grads[33], grads[11], atol=1e-6)
