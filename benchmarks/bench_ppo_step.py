@@ -97,7 +97,7 @@ class BareWork:
         self.trainer, self.cfg, self.bundle = trainer, trainer.cfg, trainer.bundle
         self.opts = [torch.optim.AdamW(o.params, lr=0.0) for o in (trainer.actor, trainer.critic) if o is not None]
 
-    def values(self, ids, attn, hidden):
+    def values(self, ids, attn, hidden, t: int):  # -> (B, T), read before each response token
         from t2g_core.ppo.models import active_adapter
 
         value = self.bundle.value
@@ -106,7 +106,7 @@ class BareWork:
         elif value.adapter is not None:
             with active_adapter(self.bundle.policy, value.adapter):
                 hidden = self.bundle.model.causal_lm.base_model(input_ids=ids, attention_mask=attn).last_hidden_state
-        return value(hidden[:, -ids.shape[1] :])
+        return value(hidden[:, -t - 1 : -1])
 
     def forward(self, ids, attn, response_ids, with_values: bool):
         t = response_ids.shape[1]
@@ -114,7 +114,7 @@ class BareWork:
             input_ids=ids, attention_mask=attn, logits_to_keep=t + 1, output_hidden_states=with_values
         )
         lp = _logprobs(out.logits, response_ids, self.cfg.temperature)
-        return lp, self.values(ids, attn, out.hidden_states[-1]) if with_values else None
+        return lp, self.values(ids, attn, out.hidden_states[-1], t) if with_values else None
 
     def __call__(self, ro) -> None:
         import torch
@@ -279,6 +279,7 @@ def main() -> None:
     if args.smoke:
         args.reps, args.steps, args.batch_size, args.max_new_tokens = 1, 2, 4, 8
         args.ppo_epochs, args.group_size = 2, 2
+        args.estimators, args.backends = "gae,grpo", "exact"  # every kind of bare work, half the arms
         args.workdir = str(out_dir / "work-ppo")  # the policy bench_ppo_sample_efficiency --smoke builds, too
     for name in ("estimators", "value_models", "backends"):
         setattr(args, name, getattr(args, name).split(","))

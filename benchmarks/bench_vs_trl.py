@@ -4,8 +4,9 @@ CPU-second, per estimator (grpo, rloo, gae with each value model) and generation
 Both sides train the same model folder with a fresh LoRA adapter (r 16, alpha 32, all linear layers, no dropout) in
 float32 on one thread, sample at temperature 1 without truncation, draw 16 samples of at most 48 new tokens per
 rollout (4 prompts x 4 samples for the group estimators and TRL; 16 prompts for gae), take the same number of
-updates per rollout (``--epochs`` x ``--minibatches``: TRL's ``num_iterations`` and ``steps_per_generation``), learn
-at the same rate with a KL coefficient of 0.05 against the adapter-disabled reference, and score with the same
+updates per rollout (``--epochs`` x ``--minibatches``: TRL's ``num_iterations`` and ``steps_per_generation``), keep
+every activation (TRL's default gradient checkpointing is turned off, as text2grad's is by default), learn at the
+same rate with a KL coefficient of 0.05 against the adapter-disabled reference, and score with the same
 trivial reward of the completion text (its word count mod 3, minus 1: no model, no critic). TRL's training loop
 runs once; at each of its rollout boundaries (a callback) every text2grad arm takes one PPO step, so the arms are
 interleaved and each text2grad step is paired with the TRL rollout just before it (the callback's time is kept out of
@@ -162,6 +163,7 @@ def trl_trainer(args, model: str, prompts, workdir: Path, callback):
         fp16=False,
         model_init_kwargs={"dtype": torch.float32},
         disable_dropout=True,
+        gradient_checkpointing=False,  # TRL's default is on; text2grad's (ppo.gradient_checkpointing) is off
         report_to="none",
         save_strategy="no",
         logging_steps=10**6,

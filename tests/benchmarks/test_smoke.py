@@ -14,7 +14,13 @@ SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if p.name.st
 
 
 def test_every_benchmark_is_covered():
-    assert {"bench_align.py", "bench_ppo_step.py", "bench_ppo_sample_efficiency.py"} <= set(SCRIPTS)
+    assert {
+        "bench_align.py",
+        "bench_ppo_step.py",
+        "bench_ppo_sample_efficiency.py",
+        "bench_vs_trl.py",
+        "bench_kl_stop.py",
+    } <= set(SCRIPTS)
 
 
 @pytest.mark.slow
