@@ -89,6 +89,8 @@ def text2grad_arms(args) -> dict[str, dict]:
 
 
 def make_trainers(args, model: str, prompts, workdir: Path) -> dict:
+    import torch
+
     from t2g_core.config.ppo import PPOConfig
     from t2g_core.ppo import CriticSource, PPOTrainer
 
@@ -117,7 +119,7 @@ def make_trainers(args, model: str, prompts, workdir: Path) -> dict:
         )
         folder = workdir / name.replace("/", "-")
         trainers[name] = PPOTrainer(
-            cfg, model, prompts, folder, reward_source=CriticSource(TrivialCritic()), dtype="float32"
+            cfg, model, prompts, folder, reward_source=CriticSource(TrivialCritic()), dtype=torch.float32
         )
     return trainers
 
