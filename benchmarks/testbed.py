@@ -324,3 +324,14 @@ class Code(PPOTask):
 
 
 TASKS = {"summarization": Summarization, "code": Code}
+
+
+def demo_policy(workdir: str, smoke: bool) -> str:
+    """The demo's warm-started summarization policy, built as bench_ppo_sample_efficiency builds it (cached in
+    ``workdir``): the shared starting point of the PPO cost benchmarks."""
+    import argparse
+
+    build = argparse.Namespace(
+        workdir=workdir, sft_steps=5 if smoke else 600, lm_steps=0 if smoke else 300, smoke=smoke
+    )
+    return str(Summarization(build).build_policy(0))

@@ -60,10 +60,11 @@ class PPOConfig(StageConfig):
         "all-linear",
         description="Modules that get LoRA adapters in the policy: a list of names or peft's 'all-linear'.",
     )
-    value_model: Literal["head", "separate"] = Field(
+    value_model: Literal["head", "separate", "lora"] = Field(
         "separate",
         description="head = zero-init value head on the policy's hidden states; separate = a copy of the base with "
-        "its own head.",
+        "its own head, fully trained; lora = a second LoRA adapter (lora_r, lora_alpha, lora_target_modules) on the "
+        "policy's frozen base with its own head: no second copy of the base weights.",
     )
     kl_coef: float = Field(0.05, ge=0, description="Initial KL coefficient beta.")
     kl_estimator: Literal["k1", "k3"] = Field("k1", description="Per-token KL estimator.")
@@ -117,11 +118,12 @@ class PPOConfig(StageConfig):
         description="First PPO steps that train only the critic (the policy stays frozen; their rollouts count as "
         "steps), so a value-based estimator starts from a competent critic.",
     )
-    max_approx_kl: float = Field(
+    max_approx_kl: float | None = Field(
         0.03,
         gt=0,
-        description="Early stop: once the approximate KL(old || new) over a minibatch exceeds this, the update that "
-        "pushed it there is reverted and the batch's remaining updates are skipped (1.0 = practically never).",
+        description="Early stop: once the approximate KL(old || new) of the policy after an actor update exceeds "
+        "this, that update is undone (the step's first is scaled back onto the bound instead) and the batch's "
+        "remaining updates are skipped. None = off: no snapshot before each update and no KL check.",
     )
     temperature: float = Field(
         1.0, gt=0, description="Sampling temperature of rollouts (also applied when recomputing log-probs)."

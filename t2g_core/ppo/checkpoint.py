@@ -36,13 +36,16 @@ def _replace_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(run_dir: Path, step: int, *, policy, trainer_state: dict, rank: int, world: int, barrier) -> Path:
-    """Write checkpoint ``step`` (rank 0 writes the shared state, each rank its RNG state); returns its folder."""
+def save_checkpoint(
+    run_dir: Path, step: int, *, save_adapter, trainer_state: dict, rank: int, world: int, barrier
+) -> Path:
+    """Write checkpoint ``step`` (rank 0 writes the shared state, each rank its RNG state); returns its folder.
+    ``save_adapter(folder)`` writes the policy's adapter in peft's format."""
     ckpt_root = Path(run_dir) / "checkpoints"
     final = ckpt_root / f"step-{step:06d}"
     tmp = staging_folder(final, create=rank == 0)
     if rank == 0:
-        policy.save_pretrained(tmp / "adapter", save_embedding_layers=False)
+        save_adapter(tmp / "adapter")
         torch.save(trainer_state, tmp / "trainer.pt")
     barrier()
     torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
