@@ -34,7 +34,13 @@ class CritiqueLoopConfig(StageConfig):
         ge=0,
         le=1,
         description="The over-optimisation alarm fires when the reward model's span F1 against the annotator on the "
-        "round's rollouts falls below this.",
+        "round's rollouts (alarm_spans) falls below this.",
+    )
+    alarm_spans: Literal["poor", "all"] = Field(
+        "poor",
+        description="Which span F1 the floor reads: poor = of the poor spans (what the reward model must catch; an "
+        "exploit is content the annotator calls poor and the reward model does not, a few spans among many good "
+        "ones); all = of good and poor spans together (critic_loop/f1; both are logged).",
     )
     alarm_omission_floor: float | None = Field(
         None,

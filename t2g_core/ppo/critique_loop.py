@@ -13,7 +13,8 @@ repeated to the token limit). The pipeline already runs a critic that can label 
 3. **agree**: the reward model's span F1 and omission recall against the annotator on them
    (:func:`t2g_core.reward_model.evaluate.score_predictions`), and the mean task reward each gives under PPO's
    labelling rules: logged every round as ``critic_loop/*``, the over-optimisation alarm;
-4. **alarm**: F1 below ``alarm_f1_floor`` (or omission recall below ``alarm_omission_floor``) restores the last
+4. **alarm**: the poor-span F1 (or, ``alarm_spans=all``, the F1 of all spans) below ``alarm_f1_floor``, or the
+   omission recall below ``alarm_omission_floor``, restores the last
    round that passed (``rollback``: policy, critic, optimizers and KL controller from its checkpoint; the warm start
    before any) or also ends the run (``stop``), or only goes on (``continue``); a round that passes writes the
    checkpoint it will be restored from;
@@ -202,51 +203,69 @@ class CritiqueLoop:
     def round(self, trainer, step: int, batch: Batch, *, tracker=None, progress: Progress = no_progress) -> dict:
         """Steps 1-5 of the module docstring after step ``step``; returns the ``critic_loop/*`` metrics."""
         t0 = time.perf_counter()
-        r = self.state.rounds
-        folder = self.dir / f"round-{r:03d}"
+        metrics = self.audit(step, batch, trainer.bundle.tokenizer)
+        alarm = bool(metrics["alarm"])
+        metrics["rollback"] = float(alarm and self.cfg.on_alarm in ("rollback", "stop"))
+        if metrics["rollback"]:
+            trainer.restore_weights(self.passed_checkpoint(trainer))
+        self.state.stopped = alarm and self.cfg.on_alarm == "stop"
+        if self.cfg.refresh_steps and not self.state.stopped:
+            source, refreshed = self.refresh(trainer.reward_source, step)
+            trainer.reward_source, metrics = source, metrics | refreshed
+        if tracker is not None:
+            tracker.log_artifact(self.folder / "annotations.parquet", f"{LOOP_DIR}/{self.folder.name}")
+        self.state.rounds += 1
+        metrics["seconds"] = time.perf_counter() - t0
+        progress(
+            "critique loop",
+            self.state.rounds,
+            self.rounds_planned,
+            {"f1": metrics.get("f1", math.nan), "alarm": metrics["alarm"]},
+        )
+        return {f"critic_loop/{k}": v for k, v in metrics.items()}
+
+    @property
+    def folder(self) -> Path:
+        """The current round's files: the chosen rollouts, the annotator's labels, the refreshed reward model."""
+        return self.dir / f"round-{self.state.rounds:03d}"
+
+    def audit(self, step: int, batch: Batch, tokenizer) -> dict[str, float]:
+        """Steps 1-4 of the module docstring: choose, annotate, agree; ``alarm`` is 1.0 when a floor is crossed (a
+        round where nothing could be annotated raises none)."""
+        t0 = time.perf_counter()
         confidence = [fb.confidence for fb in batch.feedback]
         picked = choose(confidence, self.cfg.budget, self.cfg.uncertain_share, self.ppo_cfg.seed, step)
-        items = feedback_frame(batch.rows, [t for t, _ in batch.decoded], step, picked)
-        annotations = self._annotate(items, folder)
+        annotations = self._annotate(feedback_frame(batch.rows, [t for t, _ in batch.decoded], step, picked))
         ok = [k for k, status in enumerate(annotations["status"]) if status == "ok"]
-        metrics = {"round": float(r), "annotated": float(len(ok)), "failed": float(len(picked) - len(ok))}
+        metrics = {
+            "round": float(self.state.rounds),
+            "annotated": float(len(ok)),
+            "failed": float(len(picked) - len(ok)),
+        }
         metrics["annotate_seconds"] = time.perf_counter() - t0
-        alarm = False
         if ok:
             labelled = annotation_feedback(annotations)
             metrics |= agreement(
                 [batch.decoded[picked[k]] for k in ok],
                 [batch.feedback[picked[k]] for k in ok],
                 [labelled[k] for k in ok],
-                trainer.bundle.tokenizer,
+                tokenizer,
                 self.align_cfg,
                 self.ppo_cfg.omission_penalty,
             )
-            alarm = self._alarm(metrics)
-        metrics["alarm"] = float(alarm)
-        metrics["rollback"] = float(alarm and self.cfg.on_alarm in ("rollback", "stop"))
-        if metrics["rollback"]:
-            trainer.restore_weights(self.passed_checkpoint(trainer))
-        self.state.stopped = alarm and self.cfg.on_alarm == "stop"
-        if self.cfg.refresh_steps and not self.state.stopped:
-            metrics |= self._refresh(trainer, step, folder)
-        self.state.rounds = r + 1
-        metrics["seconds"] = time.perf_counter() - t0
-        if tracker is not None:
-            tracker.log_artifact(folder / "annotations.parquet", f"{LOOP_DIR}/round-{r:03d}")
-        progress("critique loop", r + 1, self.rounds_planned, {k: metrics[k] for k in ("f1", "alarm") if k in metrics})
-        return {f"critic_loop/{k}": v for k, v in metrics.items()}
+        metrics["alarm"] = float(bool(ok) and self._alarm(metrics))
+        return metrics
 
-    def _annotate(self, items: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    def _annotate(self, items: pd.DataFrame) -> pd.DataFrame:
         from t2g_core.annotators import annotate
 
         run = annotate(items, self.annotate_cfg, api_key=self.api_key, cache_dir=self.dir / "cache", progress=False)
-        write_parquet(items, folder / "feedback.parquet", FEEDBACK)
-        write_parquet(run.frame, folder / "annotations.parquet", ANNOTATIONS)
+        write_parquet(items, self.folder / "feedback.parquet", FEEDBACK)
+        write_parquet(run.frame, self.folder / "annotations.parquet", ANNOTATIONS)
         return run.frame
 
     def _alarm(self, metrics: dict[str, float]) -> bool:
-        low_f1 = metrics["f1"] < self.cfg.alarm_f1_floor
+        low_f1 = metrics["poor_f1" if self.cfg.alarm_spans == "poor" else "f1"] < self.cfg.alarm_f1_floor
         floor = self.cfg.alarm_omission_floor
         return low_f1 or (floor is not None and metrics["omission_recall"] < floor)
 
@@ -262,18 +281,19 @@ class CritiqueLoop:
         self.state.passed = checkpoint.name
 
     # ---- refresh --------------------------------------------------------------------------------------------
-    def _refresh(self, trainer, step: int, folder: Path) -> dict[str, float]:
+    def refresh(self, source, step: int):
+        """Step 5: fine-tune the current tagger (``source``) on every label gathered so far plus the replay; returns
+        the refreshed scorer (``source`` itself when nothing was gathered) and the refresh's metrics."""
         from t2g_core.reward_model.tagger_train import refine_tagger
 
-        source = trainer.reward_source
         gathered = self.gathered_examples(source.tokenizer)
         if not gathered:
-            return {}
+            return source, {}
         examples = gathered + self.replay(source.tokenizer, len(gathered))
         result = refine_tagger(
             self.state.tagger or self.start_model,
             examples,
-            folder / "tagger",
+            self.folder / "tagger",
             self.rm_cfg,
             steps=self.cfg.refresh_steps,
             seed=self.ppo_cfg.seed * 7919 + self.state.rounds,
@@ -283,12 +303,12 @@ class CritiqueLoop:
         )
         self.state.tagger = str(result.folder)
         self.state.refreshed.append({"round": self.state.rounds, "step": step, "folder": str(result.folder)})
-        trainer.reward_source = self.reward_source()
-        return {
+        metrics = {
             "refresh_loss": result.losses[-1] if result.losses else math.nan,
             "refresh_examples": float(result.n_examples),
             "refresh_seconds": result.seconds,
         }
+        return self.reward_source(), metrics
 
     def gathered_examples(self, tokenizer) -> list:
         """Every ok label of the rounds so far as tagger examples (the policy prompt, the response, the annotator's

@@ -124,7 +124,8 @@ def _same(a: dict, b: dict) -> bool:
 def test_an_alarm_rolls_the_policy_back_to_the_last_round_that_passed(tiny_model_dir, tmp_path, tagger):
     from t2g_core.tracking import MemoryTracker
 
-    trainer = _trainer(_ppo(alarm_f1_floor=1.0), tiny_model_dir, tmp_path / "run", tagger)  # F1 < 1: it fires
+    # F1 < 1 (the agreement of a tagger trained for seconds with the annotator): the alarm fires
+    trainer = _trainer(_ppo(alarm_f1_floor=1.0, alarm_spans="all"), tiny_model_dir, tmp_path / "run", tagger)
     before: list[dict] = []
     restore = trainer.restore_weights
     trainer.restore_weights = lambda path: (before.append(_policy_weights(trainer)), restore(path))[1]
@@ -144,12 +145,13 @@ def test_an_alarm_rolls_the_policy_back_to_the_last_round_that_passed(tiny_model
 def test_on_alarm_stop_ends_the_run_with_the_passing_policy(tiny_model_dir, tmp_path, tagger):
     from t2g_core.tracking import NullTracker
 
-    trainer = _trainer(_ppo(alarm_f1_floor=1.0, on_alarm="stop"), tiny_model_dir, tmp_path / "run", tagger)
+    stop = _ppo(alarm_f1_floor=1.0, alarm_spans="all", on_alarm="stop")
+    trainer = _trainer(stop, tiny_model_dir, tmp_path / "run", tagger)
     result = trainer.fit(tracker=NullTracker())
     assert result.steps_done == 2 and len(result.history) == 2 and not result.reward_models
     warm = _adapter_weights(tmp_path / "run" / "checkpoints" / "step-000000" / "adapter")
     assert _same(_adapter_weights(result.adapter_dir), warm)
-    again = _trainer(_ppo(alarm_f1_floor=1.0, on_alarm="stop"), tiny_model_dir, tmp_path / "run", tagger)
+    again = _trainer(stop, tiny_model_dir, tmp_path / "run", tagger)
     assert again.restore() and again.fit(tracker=NullTracker()).steps_done == 2  # a stopped run stays stopped
 
 
