@@ -335,3 +335,26 @@ def demo_policy(workdir: str, smoke: bool) -> str:
         workdir=workdir, sft_steps=5 if smoke else 600, lm_steps=0 if smoke else 300, smoke=smoke
     )
     return str(Summarization(build).build_policy(0))
+
+
+def clock() -> tuple[float, float]:
+    """(process CPU seconds, wall seconds) now, after the GPU's queued work has finished: on CPU the process time is
+    what a loaded machine's other processes do not inflate; on a GPU only the synchronised wall time means anything."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.process_time(), time.perf_counter()
+
+
+BF16_PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 tensor-core peaks (SXM data sheets)
+
+
+def peak_flops() -> float | None:
+    """The GPU's dense bf16 peak, or None (a CPU, or a GPU this table does not know)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name()
+    return next((v for k, v in BF16_PEAK_FLOPS.items() if k in name), None)
