@@ -109,7 +109,7 @@ def test_every_estimator_charges_the_token_that_stopped_early(tok, estimator, pl
     rewards = assemble_rewards(task, kl, ro.response_mask, 0.05, terminal)
     values = torch.zeros_like(rewards)  # an uninformed critic: what the estimator itself does with the signal
     adv, _ = estimate_advantages(
-        estimator, rewards, values, ro.response_mask, task=task, group=ro.group, gamma=1.0, lam=0.95
+        estimator, rewards, values, ro.response_mask, task=task, terminal=terminal, group=ro.group, gamma=1.0, lam=0.95
     )
     stop = next(k for k, (a, b) in enumerate(sc[1].offsets) if sc[1].text[a:b] == ".")
     assert float(adv[1, stop]) < 0, (estimator, placement, adv[1].tolist())
@@ -126,7 +126,15 @@ def test_span_local_without_the_penalty_is_blind_to_stopping_early(tok):
     task, terminal, _ = place_task_rewards(sc, ro, cfg)
     rewards = assemble_rewards(task, torch.zeros(task.shape), ro.response_mask, 0.0, terminal)
     adv, _ = estimate_advantages(
-        "span_local", rewards, torch.zeros_like(rewards), ro.response_mask, task=task, group=None, gamma=1.0, lam=1.0
+        "span_local",
+        rewards,
+        torch.zeros_like(rewards),
+        ro.response_mask,
+        task=task,
+        terminal=terminal,
+        group=None,
+        gamma=1.0,
+        lam=1.0,
     )
     stop = next(k for k, (a, b) in enumerate(sc[0].offsets) if sc[0].text[a:b] == ".")
     assert float(adv[0, stop]) == 0.0
