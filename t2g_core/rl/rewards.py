@@ -1,6 +1,8 @@
 """Task rewards placed on policy tokens, and the per-token reward PPO optimises.
 
 Token labels (ARCHITECTURE §4):  delta_t = +1 on a token overlapping a good span, -1 on a poor span, 0 elsewhere.
+A span's tokens share its label instead (+-1/n each) under ``align.good_span_reward`` / ``poor_span_reward`` =
+per_span (the default for good spans, ``t2g_core.ppo.scoring``).
 Omissions (content the critic says is missing) add o_t = -p * (number of missing items anchored at token t), where
 an item is anchored at the token where the content belonged ("anchor") or on the last real token ("end"):
 
