@@ -22,11 +22,11 @@ class PPOConfig(StageConfig):
     )
     advantage: Literal["gae", "span_local", "span_bootstrap", "rloo", "grpo"] = Field(
         "gae",
-        description="Credit assignment (t2g_core.rl.advantages): gae; span_local = GAE cut after each judged token "
-        "(a later span's reward never reaches it); span_bootstrap = GAE bootstrapping the critic's value after each "
-        "judged token; both add the terminal reward (a verdict, failure penalties) to every token with a "
-        "leave-one-out baseline; rloo / grpo = critic-free group baselines over group_size samples per prompt, span "
-        "rewards kept per token.",
+        description="Credit assignment (t2g_core.rl.advantages): gae; span_local = each token gets the rewards up to "
+        "the token after its span (a later span's reward never reaches it); span_bootstrap = GAE whose trace stops "
+        "there, bootstrapping the critic's value; both add the terminal reward (a verdict, failure penalties) to "
+        "every token with a leave-one-out baseline; rloo / grpo = critic-free group baselines over group_size "
+        "samples per prompt, span rewards kept per token.",
     )
     grpo_scale: Literal["none", "position_std"] = Field(
         "none",

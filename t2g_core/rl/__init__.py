@@ -8,8 +8,8 @@ from t2g_core.rl.advantages import (
     grpo_advantages,
     reward_to_go,
     rloo_advantages,
-    segment_ends,
     segment_gae,
+    segment_starts,
     terminal_advantages,
 )
 from t2g_core.rl.gae import gae
@@ -56,8 +56,8 @@ __all__ = [
     "position_ids_from_mask",
     "reward_to_go",
     "rloo_advantages",
-    "segment_ends",
     "segment_gae",
+    "segment_starts",
     "task_rewards",
     "terminal_advantages",
     "token_entropy",

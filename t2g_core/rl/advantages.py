@@ -2,18 +2,20 @@
 
 The reward splits as r_t = x_t + [t = last] z: x_t = m_t (s_t - beta KL_t) is the per-token part (s the placed task
 signal: span labels and omissions) and z the sequence's terminal reward (a critic's verdict, the hybrid terminal
-scalar, the parse-failure, missing-EOS and degenerate rewards). V are the critic's values, m the response mask, and
-c_t = m_t [s_t != 0] the *segment ends*: every token that carries a task signal closes a segment.
+scalar, the parse-failure, missing-EOS and degenerate rewards). V are the critic's values and m the response mask. A
+*run* is a stretch of equal non-zero s (a judged span, an anchored omission); a *segment start* is the first token
+after a run, sigma_t = m_t [s_{t-1} != 0, s_t != s_{t-1}]; the *horizon* of token t is the next start,
+H(t) = min{u > t : sigma_u} (the last token if none): the first token after the run t belongs to or leads into.
 
-    gae             A = GAE(r, V; gamma, lam)                                          (Schulman et al. 2016)
-    span_local      A = SEG(x, V; c, bootstrap off) + Z      each judged token its own episode; at an end
-                        A_t = x_t - V_t                      (nothing after a judged token reaches it)
-                    and a neutral token's trace runs on to the judged token it leads into (the omission a stop
-                    skipped, the next span's first token). The critic learns these local returns.
-    span_bootstrap  A = SEG(x, V; c, bootstrap on) + Z       GAE with lambda = 0 after each judged token:
-                        A_t = x_t + gamma V_{t+1} - V_t      (Sutton & Barto 12.8, variable lambda)
-                    credit beyond a judged token is the critic's expectation V_{t+1}, not the sampled later
-                    rewards: their noise is gone, the value of going on is kept. Needs a competent critic.
+    gae             A_t = GAE(r, V; gamma, lam)                                        (Schulman et al. 2016)
+    span_local      A_t = sum_{u=t}^{H(t)} gamma^(u-t) x_u - V_t + Z_t
+                    a judged token is credited with the rest of its span and the token that ends it, a neutral one
+                    with the span it leads into (the omission a stop skipped); nothing later reaches it. The critic
+                    learns these local returns; lambda is not used (see :func:`segment_gae`).
+    span_bootstrap  A_t = sum_{u=t}^{H(t)} (gamma lam)^(u-t) delta_u + Z_t,   delta_u = x_u + gamma V_{u+1} - V_u
+                    GAE whose trace stops after H(t) (a variable lambda, Sutton & Barto 12.8): credit beyond it is
+                    the critic's expectation V_{H+1}, not the sampled later rewards, so their noise is gone and the
+                    value of going on is kept. Needs a competent critic.
     rloo            A_{i,t} = G_{i,t} - mean_{j in group(i), j != i} G_{j,t}                         (critic-free)
     grpo            A_{i,t} = (G_{i,t} - mean_{j in group(i)} G_{j,t}) / S_{i,t}                     (critic-free)
                         S = 1                                          grpo_scale none (as Dr. GRPO, Liu et al. 2025)
@@ -22,21 +24,21 @@ c_t = m_t [s_t != 0] the *segment ends*: every token that carries a task signal 
     Z_{i,t} = gamma^(last_i - t) z_i - mean_{j in pool(i), j != i} z_j      (the terminal component)
 
 with G_{i,t} = sum_{u >= t} gamma^(u-t) r_{i,u} the reward-to-go of sample i (0 past its end), a group = the k samples
-of one prompt, SEG = GAE whose trace is cut after each segment end (:func:`segment_gae`) and pool(i) = the group of i
-when group_size >= 2, else the whole (local) batch.
+of one prompt, and pool(i) = the group of i when group_size >= 2, else the whole (local) batch.
 
 Deliberate choices:
 - **The terminal reaches every token** (Z): z belongs to no span, so the span estimators credit it to the whole
   response as REINFORCE with a leave-one-out baseline (lambda = 1: there is no value of z to bootstrap; the critic
   learns x alone). Without Z a code critic's verdict would reach only the tokens after the last judged one.
-- **Segment ends are causal**: c_t reads s_t only. A variable-lambda return estimates Q without bias under the true V
-  only when lambda_{t+1} is known once token t is (Sutton & Barto 12.8); ending a segment at the *last* token of a
-  run of equal labels would read s_{t+1}, the next action's label, and then a good token whose successor tends to
-  be good collects that successor's advantage (``tests/core/test_rl_segments.py`` has the toy where that scores the
-  worse action above the better one). The price: the tokens of a multi-token span each keep their own label instead
-  of the first one collecting the span's (with span_bootstrap, V_{t+1} carries the rest of the span). Labels the
-  critic gives a token because of later tokens (a clause judged by its last word) stay non-causal whatever the
-  segmentation; then only gae, rloo and grpo are free of this bias.
+- **Horizons are causal**: whether the trace of t goes on past u reads s_{<=u} only. A variable-lambda return
+  estimates Q without bias under the true V only when lambda_{u+1} is known once token u is (Sutton & Barto 12.8);
+  stopping the trace *at* the last token of a run would read s_{u+1}, the next action's label, and then a good token
+  whose successor tends to be good collects that successor's advantage (``tests/core/test_rl_segments.py`` has the
+  toy where that scores the worse action above the better one). The price is the token after a run: it is in the
+  run's horizon (a neutral token's KL, or the first token of a span that follows with no gap) and opens its own.
+  Labels the critic gives a token because of later tokens (a clause judged by its last word) stay non-causal
+  whatever the horizon: with them the span estimators' lambda reads later tokens again (gae, rloo and grpo keep a
+  fixed one).
 - **grpo_scale none** by default: the estimates are whitened over the batch afterwards, so a scale only re-weights
   prompts, and a per-prompt std up-weights prompts whose samples nearly agree (Dr. GRPO); with per-token rewards the
   std of *total* returns is not even the scale of G_{i,t} (tied totals divide token differences by ~0). With none,
@@ -45,7 +47,7 @@ Deliberate choices:
 
 The group baselines depend only on the other samples (rloo; grpo includes i itself, as GRPO does), so they are valid
 for every token of sample i, and the span rewards stay per token in G. Returns (value targets) are A + V for gae and
-SEG + V for the span estimators (x only); the critic-free ones return zeros (there is no critic to train).
+A - Z + V for the span estimators (x only); the critic-free ones return zeros (there is no critic to train).
 Advantages and returns are 0 at masked positions.
 """
 
@@ -64,33 +66,49 @@ AdvantageKind = Literal["gae", "span_local", "span_bootstrap", "rloo", "grpo"]
 GrpoScale = Literal["none", "position_std"]
 
 
-def segment_ends(task: Tensor, mask: Tensor) -> Tensor:  # (B, T), (B, T) -> (B, T) bool
-    """True on every valid token with a task signal (a judged token, an anchored omission): decided from s_t alone."""
-    return (task != 0) & mask.bool()
+def segment_starts(task: Tensor, mask: Tensor) -> Tensor:  # (B, T), (B, T) -> (B, T) bool
+    """True on the first valid token after each run of equal non-zero ``task`` values (a judged span, an anchored
+    omission): the token that shows the run is over, read from s_{t-1} and s_t (masked positions skipped)."""
+    m = mask.bool()
+    starts = torch.zeros_like(m)
+    prev = torch.zeros_like(task[:, 0])
+    for t in range(task.shape[1]):
+        starts[:, t] = m[:, t] & (prev != 0) & (task[:, t] != prev)
+        prev = torch.where(m[:, t], task[:, t], prev)
+    return starts
 
 
 @torch.no_grad()
 def segment_gae(
-    rewards: Tensor, values: Tensor, mask: Tensor, ends: Tensor, gamma: float, lam: float, bootstrap: bool
+    rewards: Tensor, values: Tensor, mask: Tensor, starts: Tensor, gamma: float, lam: float, bootstrap: bool
 ) -> tuple[Tensor, Tensor]:  # (B, T) x4 -> (B, T) x2
-    """GAE whose recursion is cut after each segment end (``ends``); ``bootstrap`` keeps V_{e+1} in the end's TD error.
+    """Credit inside segments: each token's trace runs up to and including the next segment start H(t) (``starts``)
+    and stops there. ``bootstrap``: GAE, the start contributing its TD error r_H + gamma V_{H+1} - V_H; otherwise the
+    discounted sum of r_t .. r_H minus V_t (lambda is not used: inside a horizon a value would belong to another).
 
-    Masked positions inside a sequence are skipped as in :func:`t2g_core.rl.gae.gae` (with no ends it *is* gae).
+    Masked positions inside a sequence are skipped as in :func:`t2g_core.rl.gae.gae` (with no starts, bootstrap *is*
+    gae and the other is gae with lambda = 1).
     """
     m = mask.to(values.dtype)
-    cut = ends.to(values.dtype)
-    keep_value = torch.ones_like(cut) if bootstrap else 1 - cut
+    first = starts.to(values.dtype)
     next_value = torch.zeros_like(values[:, 0])
-    last_adv = torch.zeros_like(values[:, 0])
+    carry = torch.zeros_like(values[:, 0])  # what position t + 1 passes back to t
     advantages = torch.zeros_like(values)
+    returns = torch.zeros_like(values)
     for t in reversed(range(rewards.shape[1])):
-        delta = rewards[:, t] + gamma * keep_value[:, t] * next_value - values[:, t]
-        adv_t = delta + gamma * lam * (1 - cut[:, t]) * last_adv
+        if bootstrap:
+            own = rewards[:, t] + gamma * next_value - values[:, t]  # the TD error
+            adv_t = own + gamma * lam * carry
+            ret_t = adv_t + values[:, t]
+        else:
+            own = rewards[:, t]
+            ret_t = own + gamma * carry  # the return up to H(t)
+            adv_t = ret_t - values[:, t]
+        passed = first[:, t] * own + (1 - first[:, t]) * (adv_t if bootstrap else ret_t)  # a start passes back its own
         next_value = m[:, t] * values[:, t] + (1 - m[:, t]) * next_value
-        last_adv = m[:, t] * adv_t + (1 - m[:, t]) * last_adv
-        advantages[:, t] = adv_t
-    advantages = advantages * m
-    return advantages, (advantages + values) * m
+        carry = m[:, t] * passed + (1 - m[:, t]) * carry
+        advantages[:, t], returns[:, t] = adv_t, ret_t
+    return advantages * m, returns * m
 
 
 def reward_to_go(rewards: Tensor, mask: Tensor, gamma: float) -> Tensor:  # (B, T) -> (B, T)
@@ -167,7 +185,7 @@ def _gae(rewards, values, mask, *, task, terminal, group, gamma, lam, **_):
 def _span(bootstrap: bool):
     def estimate(rewards, values, mask, *, task, terminal, group, gamma, lam, **_):
         per_token = rewards if terminal is None else rewards - place_on_last(terminal.to(rewards.dtype), mask)
-        advantages, returns = segment_gae(per_token, values, mask, segment_ends(task, mask), gamma, lam, bootstrap)
+        advantages, returns = segment_gae(per_token, values, mask, segment_starts(task, mask), gamma, lam, bootstrap)
         if terminal is not None:
             advantages = advantages + terminal_advantages(terminal, mask, group, gamma).to(advantages.dtype)
         return advantages, returns

@@ -16,8 +16,8 @@ from t2g_core.rl import (
     omission_labels,
     reward_to_go,
     rloo_advantages,
-    segment_ends,
     segment_gae,
+    segment_starts,
     token_entropy,
 )
 
@@ -64,37 +64,44 @@ def test_omission_labels_match_loop(placement):
 # ---------------------------------------------------------------------------------------------- segments
 
 
-def _ends_loop(task, mask):
-    return [[bool(mask[b][t] and task[b][t] != 0) for t in range(len(task[0]))] for b in range(len(task))]
+def _starts_loop(task, mask):
+    out = []
+    for row, m in zip(task, mask, strict=True):
+        valid = [t for t in range(len(row)) if m[t]]
+        starts = [False] * len(row)
+        for prev, t in zip(valid, valid[1:], strict=False):
+            starts[t] = row[prev] != 0 and row[t] != row[prev]
+        out.append(starts)
+    return out
 
 
-def test_every_token_with_a_task_signal_ends_a_segment():
+def test_a_segment_starts_on_the_first_token_after_each_labelled_run():
     task = torch.tensor([[0, 1, 1, 0, -1, -1, 1, 0], [2, 2, 2, 2, 0, 0, 0, 0]], dtype=torch.float64)
     mask = torch.tensor([[1] * 8, [1, 1, 1, 1, 0, 0, 0, 0]], dtype=torch.bool)
-    assert segment_ends(task, mask).long().tolist() == [[0, 1, 1, 0, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0, 0, 0]]
+    assert segment_starts(task, mask).long().tolist() == [[0, 0, 0, 1, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0]]
     for seed in range(3):
         _, _, mask, labels, _ = _batch(seed)
-        assert segment_ends(labels, mask).tolist() == _ends_loop(labels.tolist(), mask.tolist())
+        assert segment_starts(labels, mask).tolist() == _starts_loop(labels.tolist(), mask.tolist())
 
 
-def _segment_gae_loop(r, v, m, ends, gamma, lam, bootstrap):
+def _segment_loop(r, v, m, starts, gamma, lam, bootstrap):
+    """Forward definition: each token's trace runs to the next segment start H(t), that start included."""
     B, T = len(r), len(r[0])
     adv = [[0.0] * T for _ in range(B)]
+    ret = [[0.0] * T for _ in range(B)]
     for b in range(B):
         valid = [t for t in range(T) if m[b][t]]
-        for i, t in enumerate(valid):  # forward definition: sum of discounted TD errors up to the segment end
-            total, coef = 0.0, 1.0
-            for u in valid[i:]:
-                nxt = valid[valid.index(u) + 1] if u != valid[-1] else None
-                next_v = v[b][nxt] if nxt is not None else 0.0
-                if ends[b][u] and not bootstrap:
-                    next_v = 0.0
-                total += coef * (r[b][u] + gamma * next_v - v[b][u])
-                if ends[b][u]:
-                    break
-                coef *= gamma * lam
-            adv[b][t] = total
-    ret = [[(adv[b][t] + v[b][t]) if m[b][t] else 0.0 for t in range(T)] for b in range(B)]
+        for i, t in enumerate(valid):
+            horizon = next((u for u in valid[i + 1 :] if starts[b][u]), valid[-1])
+            span = [u for u in valid[i:] if u <= horizon]
+            if bootstrap:
+                nxt = {u: (valid[valid.index(u) + 1] if u != valid[-1] else None) for u in span}
+                deltas = [r[b][u] + gamma * (v[b][nxt[u]] if nxt[u] is not None else 0.0) - v[b][u] for u in span]
+                adv[b][t] = sum((gamma * lam) ** k * d for k, d in enumerate(deltas))
+                ret[b][t] = adv[b][t] + v[b][t]
+            else:
+                ret[b][t] = sum(gamma**k * r[b][u] for k, u in enumerate(span))
+                adv[b][t] = ret[b][t] - v[b][t]
     return adv, ret
 
 
@@ -102,23 +109,26 @@ def _segment_gae_loop(r, v, m, ends, gamma, lam, bootstrap):
 @pytest.mark.parametrize("gamma,lam", [(1.0, 0.95), (1.0, 1.0), (0.9, 0.5)])
 def test_segment_gae_matches_its_forward_definition(bootstrap, gamma, lam):
     r, v, mask, labels, _ = _batch(2)
-    ends = segment_ends(labels, mask)
-    adv, ret = segment_gae(r, v, mask, ends, gamma, lam, bootstrap)
-    adv_l, ret_l = _segment_gae_loop(r.tolist(), v.tolist(), mask.tolist(), ends.tolist(), gamma, lam, bootstrap)
+    mask[0, 3] = False  # a masked position inside a sequence is skipped
+    starts = segment_starts(labels, mask)
+    adv, ret = segment_gae(r, v, mask, starts, gamma, lam, bootstrap)
+    adv_l, ret_l = _segment_loop(r.tolist(), v.tolist(), mask.tolist(), starts.tolist(), gamma, lam, bootstrap)
     assert torch.allclose(adv, torch.tensor(adv_l, dtype=r.dtype), atol=1e-10)
     assert torch.allclose(ret, torch.tensor(ret_l, dtype=r.dtype), atol=1e-10)
 
 
-def test_segment_gae_without_ends_is_gae():
+def test_segment_gae_without_starts_is_gae():
     r, v, mask, _, _ = _batch(3)
-    for bootstrap in (False, True):
-        a, ret = segment_gae(r, v, mask, torch.zeros_like(mask), 1.0, 0.95, bootstrap)
-        a2, ret2 = gae(r, v, mask, 1.0, 0.95)
-        assert torch.allclose(a, a2, atol=1e-12) and torch.allclose(ret, ret2, atol=1e-12)
+    a, ret = segment_gae(r, v, mask, torch.zeros_like(mask), 1.0, 0.95, bootstrap=True)
+    a2, ret2 = gae(r, v, mask, 1.0, 0.95)
+    assert torch.allclose(a, a2, atol=1e-12) and torch.allclose(ret, ret2, atol=1e-12)
+    a, ret = segment_gae(r, v, mask, torch.zeros_like(mask), 1.0, 0.95, bootstrap=False)
+    a2, ret2 = gae(r, v, mask, 1.0, 1.0)  # without a bootstrap, Monte Carlo inside the horizon
+    assert torch.allclose(a, a2, atol=1e-12) and torch.allclose(ret, ret2, atol=1e-12)
 
 
 def test_span_local_keeps_later_spans_off_earlier_tokens_and_bootstrap_keeps_the_value_of_going_on():
-    T = 8
+    T = 10
     mask = torch.ones(1, T, dtype=torch.bool)
     task = torch.zeros(1, T, dtype=torch.float64)
     task[0, 2], task[0, 6] = 1.0, -1.0

@@ -11,7 +11,14 @@ import torch
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.ppo.experience import advantages_and_returns
-from t2g_core.rl import assemble_rewards, estimate_advantages, segment_gae, terminal_advantages, unit_label_sums
+from t2g_core.rl import (
+    assemble_rewards,
+    estimate_advantages,
+    segment_gae,
+    segment_starts,
+    terminal_advantages,
+    unit_label_sums,
+)
 
 T = 8
 
@@ -50,7 +57,7 @@ def test_the_span_signal_keeps_its_segments_and_the_critic_learns_it_alone():
         adv, returns = estimate_advantages(
             kind, rewards, values, mask, task=task, terminal=terminal, group=None, gamma=1.0, lam=0.9
         )
-        seg_adv, seg_ret = segment_gae(task, values, mask, task != 0, 1.0, 0.9, bootstrap)
+        seg_adv, seg_ret = segment_gae(task, values, mask, segment_starts(task, mask), 1.0, 0.9, bootstrap)
         assert torch.allclose(adv, seg_adv + 1.0) and torch.allclose(returns, seg_ret)  # z = 1, no other sample
 
 
