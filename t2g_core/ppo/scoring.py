@@ -2,11 +2,12 @@
 
 A reward source is anything with ``critique_batch(rows) -> list[ParsedFeedback]`` (the generative reward model's
 scorer, or :class:`CriticSource` around any critic, e.g. the reference "oracle" critic). Spans are located in the
-decoded response and mapped to the sampled ids through their own char offsets (``spans.decode_with_offsets``):
-the ids are never re-encoded (§5 B12). A failed critique keeps its row, with status and error, and is counted.
-With ``words=True`` (the paper's dense ablation) the critic's word-level labels are placed instead of its spans.
-Each item the critique reports missing is anchored on a sampled token: the one holding (or first after) the char
-offset where the content belonged, or the last token (EOS) when the critic gives no place.
+decoded response and mapped to the sampled ids through their own char offsets (``spans.decode_with_offsets``): the
+ids are never re-encoded (re-encoding a decoded text can give other ids). A failed critique keeps its row, with
+status and error, and is counted. With ``words=True`` (the paper's dense ablation) the critic's word-level labels
+are placed instead of its spans. Each item the critique reports missing is anchored on a sampled token: the one
+holding (or first after) the char offset where the content belonged, or the last token (EOS) when the critic gives
+no place.
 """
 
 from __future__ import annotations
