@@ -1,8 +1,6 @@
 """Task rewards placed on policy tokens, and the per-token reward PPO optimises.
 
-Token labels:  delta_t = +1 on a token overlapping a good span, -1 on a poor span, 0 elsewhere.
-A span's tokens share its label instead (+-1/n each) under ``align.good_span_reward`` / ``poor_span_reward`` =
-per_span (the default for good spans, ``t2g_core.ppo.scoring``).
+Token labels (ARCHITECTURE §4):  delta_t = +1 on a token overlapping a good span, -1 on a poor span, 0 elsewhere.
 Omissions (content the critic says is missing) add o_t = -p * (number of missing items anchored at token t), where
 an item is anchored at the token where the content belonged ("anchor") or on the last real token ("end"):
 
@@ -16,8 +14,8 @@ Four placements, chosen by ``PPOConfig.reward_mode`` (one small function each):
     uniform  s_t = m_t * c * sum_u d_u / T_valid   (the scalar spread over every token: the same information)
 
 ``span`` and ``dense`` place per token (they differ in what the critic labels, see ``ppo.scoring``); the scalar and
-uniform totals equal the span total, so between those three only the placement differs (a fair scalar). The reward
-PPO sees is
+uniform totals equal the span total, so between those three only the placement differs (demo_task_findings
+"fair scalar"). The reward PPO sees is
 
     r_t = m_t (s_t - beta * KL_t) + [t = last] * terminal_t
 
