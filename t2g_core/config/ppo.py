@@ -22,9 +22,23 @@ class PPOConfig(StageConfig):
     )
     advantage: Literal["gae", "span_local", "span_bootstrap", "rloo", "grpo"] = Field(
         "gae",
-        description="Credit assignment (t2g_core.rl.advantages): gae; span_local = GAE cut at each span's end; "
-        "span_bootstrap = GAE bootstrapping the critic's value at span ends; rloo / grpo = critic-free group "
-        "baselines over group_size samples per prompt, span rewards kept per token.",
+        description="Credit assignment (t2g_core.rl.advantages): gae; span_local = each token gets the rewards up to "
+        "the token after its span (a later span's reward never reaches it); span_bootstrap = GAE whose trace stops "
+        "there, bootstrapping the critic's value; both add the terminal reward (a verdict, failure penalties) to "
+        "every token with a leave-one-out baseline; rloo / grpo = critic-free group baselines over group_size "
+        "samples per prompt, span rewards kept per token.",
+    )
+    grpo_scale: Literal["none", "position_std"] = Field(
+        "none",
+        description="What grpo divides its per-position group-centred reward-to-go by: none = nothing (Dr. GRPO; the "
+        "batch whitening sets the scale, and grpo equals rloo up to (k-1)/k); position_std = the group's standard "
+        "deviation at that token position, floored at grpo_std_floor.",
+    )
+    grpo_std_floor: float = Field(
+        1.0,
+        gt=0,
+        description="grpo_scale=position_std: the least scale, in reward units (1 = one label at span_coef 1), so "
+        "positions where the group's returns (nearly) tie are not blown up.",
     )
     group_size: int = Field(
         1, ge=1, description="Samples per prompt in a batch (k); rloo and grpo need k >= 2 and batch_size % k == 0."

@@ -193,7 +193,7 @@ class PPOTrainer:
             kl = per_token_kl(old_logprobs, ref_logprobs, ro.response_mask, cfg.kl_estimator)  # 4. KL
             rewards = assemble_rewards(task, kl, ro.response_mask, self.kl_ctl.value, terminal)
             advantages, returns = advantages_and_returns(  # 5. advantages (GAE or another estimator), 6. whiten
-                rewards, values, ro.response_mask, task, ro.group, cfg
+                rewards, values, ro.response_mask, task, terminal, ro.group, cfg
             )
         with timer.phase("update"):  # 7. update
             exp = Experience(old_logprobs, values, advantages, returns)
