@@ -182,6 +182,7 @@ def _train_policy(root: Path, tokenizer, task: str, feedback_df: pd.DataFrame, c
             out_dir=root / clean_dir,
             progress=progress,
             checkpoint_dir=ckpt,
+            log=log,
         )
         return {**_trained(result, "policy SFT (clean)", log), "n_policy_pairs": len(pairs)}
 
@@ -197,6 +198,7 @@ def _train_policy(root: Path, tokenizer, task: str, feedback_df: pd.DataFrame, c
             out_dir=root / "policy",
             progress=progress,
             checkpoint_dir=ckpt,
+            log=log,
         )
         return _trained(result, f"policy SFT (p_halluc={cfg.p_halluc})", log)
 
@@ -241,6 +243,7 @@ def _build_demo_models(root: Path, cfg: TinyModelConfig, feedback_df: pd.DataFra
             out_dir=root / "base",
             progress=progress,
             checkpoint_dir=ckpt,
+            log=log,
         )
         return _trained(result, "base LM warm start", log)
 

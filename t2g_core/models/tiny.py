@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,6 +202,7 @@ def warm_start(
     out_dir: str | Path | None = None,
     progress: Progress | bool = True,
     checkpoint_dir: str | Path | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> WarmStartResult:
     """Train the model in ``model_dir`` and save it to ``out_dir`` (default: in place).
 
@@ -211,8 +212,9 @@ def warm_start(
 
     With ``checkpoint_dir``, a checkpoint is written there every ``cfg.checkpoint_every`` steps (weights, optimizer,
     schedule, the batch sampler's and torch's random state, the losses so far), and a call that finds one continues
-    from it: the result is the same as an uninterrupted run's. ``model_dir`` must then not be ``out_dir`` (a resumed
-    run starts from the checkpoint, a fresh one from ``model_dir``, which must still hold the starting weights).
+    from it (``log`` says from which step): the result is the same as an uninterrupted run's. ``model_dir`` must then
+    not be ``out_dir`` (a resumed run starts from the checkpoint, a fresh one from ``model_dir``, which must still hold
+    the starting weights).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -234,7 +236,7 @@ def warm_start(
     )
     desc = "policy SFT" if is_pairs else "LM warm start"
     loop = _Loop(model, gen, steps, lr, cfg.checkpoint_every, Path(checkpoint_dir) if checkpoint_dir else None)
-    losses = loop.run(batches, as_progress(progress), desc=desc)
+    losses = loop.run(batches, as_progress(progress), desc=desc, log=log)
     target = Path(out_dir) if out_dir is not None else Path(model_dir)
     _save_model(model, tokenizer, target)
     return WarmStartResult(losses=losses, seconds=time.perf_counter() - t0, resumed_step=loop.resumed_step)
@@ -269,13 +271,16 @@ class _Loop:
         )
         self.losses: list[float] = []
         self.resumed_step = 0
+        self.resumed_at: list[int] = []  # the steps earlier runs of this phase continued from
 
-    def run(self, batches, progress: Progress, desc: str) -> list[float]:
+    def run(self, batches, progress: Progress, desc: str, log: Callable[[str], None] | None = None) -> list[float]:
         import torch
 
         if self.steps <= 0:
             return []
         self.resumed_step = start = self._restore()
+        if start and log is not None:
+            log(f"{desc} resumes at step {start} of {self.steps} ({self.ckpt_dir})")
         self.model.train()
         for i in range(start, self.steps):
             ids, labels, mask = next(batches)
@@ -307,6 +312,7 @@ class _Loop:
             "sampler": self.gen.get_state(),  # the batch order continues where it stopped
             "rng": torch.get_rng_state(),  # dropout, where the architecture has it
             "losses": list(self.losses),
+            "resumed_at": [*self.resumed_at, self.resumed_step] if self.resumed_step else list(self.resumed_at),
         }
         torch.save(state, tmp / "state.pt")
         publish_folder(tmp, final)
@@ -332,4 +338,5 @@ class _Loop:
         self.gen.set_state(state["sampler"])
         torch.set_rng_state(state["rng"])
         self.losses = list(state["losses"])
+        self.resumed_at = list(state.get("resumed_at", []))
         return int(state["step"])
