@@ -70,8 +70,11 @@ def make_demo_feedback(task: str, n_items: int, seed: int = 0, *, verify_code: b
 
 
 def _meta(row: dict) -> dict:
+    """The row's meta as a dict; empty for a missing one (None, or NaN from a Parquet or JSONL null)."""
     meta = row.get("meta")
-    return json.loads(meta) if isinstance(meta, str) else dict(meta or {})
+    if isinstance(meta, str):
+        return json.loads(meta) if meta.strip() else {}
+    return dict(meta) if isinstance(meta, dict) else {}
 
 
 def _critique(task: str, response: str, meta: dict) -> str:
@@ -102,8 +105,6 @@ def gold_feedback(row: dict) -> dict:
 
 def _has_ground_truth(row: dict) -> bool:
     """Demo rows carry gold spans (and, for summarization, the facts); ingested public data does not."""
-    if not row.get("meta"):
-        return False
     meta = _meta(row)
     return "gold_spans" in meta and (row["task"] != "summarization" or "facts" in meta)
 
