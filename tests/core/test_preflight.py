@@ -57,3 +57,19 @@ def test_a_few_rows_without_inputs_go_on_within_the_failure_rate_with_a_clear_st
         check(demo, AnnotateConfig(annotator="reference", max_failure_rate=0.0))
     fb = ReferenceCritic().critique({**demo.iloc[0].to_dict(), "meta": {}})
     assert fb.status == "missing_input" and "no reference to compare with" in fb.error
+
+
+def test_a_stage_that_fails_too_many_items_says_why_once_per_status(tmp_path):
+    from t2g_core.annotators import annotate
+    from t2g_core.stages.annotate import TooManyFailures, check_failure_rate
+    from t2g_core.stages.refs import ArtifactRef
+
+    demo = make_demo_feedback("summarization", 4, seed=0).assign(reference=None)
+    run = annotate(demo, AnnotateConfig(annotator="reference"), progress=False)  # the critic alone, no preflight
+    assert set(run.frame["status"]) == {"missing_input"}
+    ref = ArtifactRef(path=str(tmp_path / "a"), sha256="0" * 64, n_rows=4, schema="annotations", key="k")
+    with pytest.raises(TooManyFailures) as err:
+        check_failure_rate(ref, run.stats, 0.05)
+    message = str(err.value)
+    assert "4 of 4 items failed (missing_input: 4)" in message
+    assert message.count("has no reference to compare with") == 1 and "sum-00000" in message

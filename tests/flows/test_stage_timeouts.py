@@ -11,8 +11,6 @@ import torch
 
 from t2g_core.config import load_config
 
-pytestmark = pytest.mark.slow
-
 ENDLESS_BUILD = [  # an LM warm start far longer than the limit on any machine, checkpointed at every step
     "data.n_items=24",
     "data.seed=3",
@@ -33,6 +31,7 @@ def _checkpoint(ws):
     return torch.load(found[-1] / "state.pt", weights_only=False)
 
 
+@pytest.mark.slow
 def test_a_stage_past_its_limit_names_the_setting_and_the_next_run_resumes_its_checkpoint(
     tmp_path, prefect_harness, monkeypatch
 ):
@@ -59,18 +58,50 @@ def test_a_stage_past_its_limit_names_the_setting_and_the_next_run_resumes_its_c
     assert not list(ws.glob("models/*/tiny-*/build.json"))  # never looked finished
 
 
-def test_no_stage_has_a_time_limit_unless_one_is_set():
+def test_no_stage_has_a_time_limit_unless_one_is_set(monkeypatch):
+    import tasks.caching
     from flows.stages import _step
     from tasks import data, evaluate, ppo, reward_model
 
+    monkeypatch.setattr(tasks.caching, "results_block", lambda root: "local-file-system/t2g-test")  # no API needed
     cfg = load_config(None, [])
-    for task, stage in (
-        (data.build_models, "models"),
-        (reward_model.train_reward_model, "reward_model"),
-        (ppo.train_policy, "ppo"),
-        (evaluate.evaluate_policy, "evaluate"),
-    ):
+    stages = {
+        "models": data.build_models,
+        "reward_model": reward_model.train_reward_model,
+        "ppo": ppo.train_policy,
+        "evaluate": evaluate.evaluate_policy,
+    }
+    for stage, task in stages.items():
         assert task.timeout_seconds is None and _step(task, cfg, stage, None).timeout_seconds is None
     limited = load_config(None, ["timeouts.ppo=90"])
     assert _step(ppo.train_policy, limited, "ppo", None).timeout_seconds == 5400
     assert json.loads(limited.model_dump_json())["timeouts"]["ppo"] == 90
+
+
+def test_t2g_run_prints_the_setting_that_stopped_a_stage(tmp_path, monkeypatch):
+    """What `t2g run` says when the flow ends TimedOut: the timeout, then the note naming the setting."""
+    from typer.testing import CliRunner
+
+    import flows.text2grad
+    import t2g_cli.runtime
+    from t2g_cli import app
+
+    cfg = load_config(None, ["timeouts.models=0.4"])
+    error = TimeoutError("Scope timed out after 24.0 second(s).")
+    error.add_note(cfg.timeouts.exceeded("models"))
+
+    class Stopped:
+        name = "TimedOut"
+
+        def is_completed(self) -> bool:
+            return False
+
+        def result(self, raise_on_failure: bool = True):
+            return error
+
+    monkeypatch.setattr(t2g_cli.runtime, "prepare_environment", lambda *a, **k: {"prefect": "-", "mlflow": "-"})
+    monkeypatch.setattr(flows.text2grad, "text2grad", lambda **kwargs: Stopped())
+    result = CliRunner().invoke(app, ["run", "-w", str(tmp_path / "ws"), "--set", "timeouts.models=0.4"])
+    out = " ".join(result.output.split())
+    assert result.exit_code == 1 and "pipeline TimedOut: Scope timed out after 24.0 second(s)." in out
+    assert "ran longer than timeouts.models = 0.4 minute(s)" in out and "--set timeouts.models=null" in out
