@@ -17,26 +17,41 @@ RESULTS = {"persist_result": True, "result_serializer": "json"}  # a deployment'
 
 
 def _step(task, config: PipelineConfig, stage: str, forced: list[str] | None):
-    return cached(task, config.workspace.root, refresh=stage in (forced or []))
+    limits = config.timeouts  # none unless set: a stage stopped by its limit resumes from its checkpoints
+    return cached(
+        task,
+        config.workspace.root,
+        refresh=stage in (forced or []),
+        limit_s=limits.seconds(stage),
+        on_limit=limits.exceeded(stage) if limits.seconds(stage) else "",
+    )
 
 
-@flow(name="prepare-data", **RESULTS)
-def prepare_data(config: PipelineConfig, forced: list[str] | None = None) -> tuple[ArtifactRef, ModelsRef]:
-    """The feedback artifact (demo data or the configured source) and the base models."""
+@flow(name="prepare-feedback", **RESULTS)
+def prepare_feedback(config: PipelineConfig, forced: list[str] | None = None) -> ArtifactRef:
+    """The feedback artifact: the demo data or the configured source."""
     from t2g_core.stages.refs import SourceRef
     from tasks import data
 
-    ws = config.workspace
-    feedback = _step(data.materialise_feedback, config, "feedback", forced)(
-        SourceRef.of(config.data), settings_for("feedback", config), ws
+    return _step(data.materialise_feedback, config, "feedback", forced)(
+        SourceRef.of(config.data), settings_for("feedback", config), config.workspace
     )
-    models = _step(data.build_models, config, "models", forced)(feedback, settings_for("models", config), ws)
-    return feedback, models
+
+
+@flow(name="build-models", **RESULTS)
+def build_models(config: PipelineConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ModelsRef:
+    """The base models: built locally for the feedback's task (tiny), or the named ones."""
+    from tasks import data
+
+    return _step(data.build_models, config, "models", forced)(
+        feedback, settings_for("models", config), config.workspace
+    )
 
 
 @flow(name="annotate", **RESULTS)
 def annotate(config: PipelineConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ArtifactRef:
-    """Critiques and quoted good/poor spans for every feedback item; they become version 1 of the datasets."""
+    """Critiques and quoted good/poor spans for every feedback item; they become version 1 of the datasets. The stage
+    first checks that every item has what the annotator needs (a reference, tests, a critique, an endpoint)."""
     from tasks.annotate import annotate_task
     from tasks.data import record_first_versions
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.placement import Placement
-from flows.stages import align_and_validate, annotate, evaluate, prepare_data, train_policy, train_reward_model
+from flows.stages import (
+    align_and_validate,
+    annotate,
+    build_models,
+    evaluate,
+    prepare_feedback,
+    train_policy,
+    train_reward_model,
+)
 from t2g_core.config import PipelineConfig
 from t2g_core.stages.order import Stage, downstream
 from tasks.pipeline import close_pipeline_run, open_pipeline_run, record_outputs
@@ -28,8 +36,9 @@ def text2grad(config: PipelineConfig = PipelineConfig(), refresh: list[Stage] | 
     """Train a policy from natural-language feedback. Returns the references of every stage's output."""
     forced = sorted(downstream(refresh))
     place = Placement(config, forced)  # each stage group inline, or on the work pool config.placement names for it
-    feedback, models = prepare_data(config, forced)
-    annotations = place(annotate, feedback)
+    feedback = prepare_feedback(config, forced)
+    annotations = place(annotate, feedback)  # first: it fails fast when the rows lack what the annotator needs
+    models = build_models(config, feedback, forced)
     spans, validation = place(align_and_validate, feedback, models, annotations)
     reward_model = place(train_reward_model, feedback, models, annotations, spans, validation)
     policy = place(train_policy, feedback, models, reward_model)

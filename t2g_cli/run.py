@@ -30,17 +30,47 @@ def _run_pipeline(config, refresh: list[str] | None) -> tuple[dict, dict]:
     state = text2grad(config=config, refresh=refresh or None, return_state=True)
     result = state.result(raise_on_failure=False)
     if not state.is_completed():
+        from t2g_core.stages.preflight import PreflightError
+
+        if isinstance(result, PreflightError):
+            fail(str(result))
+        notes = "".join(f"\n{note}" for note in getattr(result, "__notes__", ()))  # e.g. which time limit stopped it
         fail(
-            f"pipeline {state.name}: {result}\nFix the cause and run the same command again: completed stages are "
-            f"reused.",
+            f"pipeline {state.name}: {result}{notes}\nFix the cause and run the same command again: completed stages "
+            f"are reused.",
             code=1,
         )
     return result, {**where, "flow_run_id": str(state.state_details.flow_run_id)}
 
 
+def _preflight(cfg) -> None:
+    """Before Prefect starts or a model is built: the annotator's endpoint, and a feedback file's rows against the
+    annotator (``t2g_core.stages.preflight``); one message and exit 2 when they do not fit. Demo data and dataset
+    adapters are checked by the annotation stage itself, which runs before the model build."""
+    from t2g_core.annotators import feedback_rows
+    from t2g_core.config.stages import settings_for
+    from t2g_core.stages.preflight import problems
+    from t2g_env import api_key
+
+    own_file = cfg.data.dataset is None and cfg.data.source != "demo"
+    rows = []
+    if own_file:
+        from t2g_core.stages.feedback import source_frame
+
+        try:
+            rows = feedback_rows(source_frame(cfg.data))
+        except (FileNotFoundError, ValueError) as exc:
+            fail(f"data.source {cfg.data.source}: {exc}")
+    has_key = None if cfg.annotate.api_key_secret else api_key(settings_for("annotate", cfg)) is not None
+    message = problems(rows, cfg.annotate, has_key=has_key)
+    if message:
+        fail(f"{cfg.data.source}: {message}" if own_file else message)
+
+
 def _run_and_summarise(config: Path | None, overrides: list[str] | None, refresh, workspace: Path | None) -> None:
     """The body of `t2g run` and `t2g demo`: the configuration, the pipeline, what it produced and where to look."""
     cfg = pipeline_config(config, _with_workspace(overrides, workspace))
+    _preflight(cfg)
     t0 = time.perf_counter()
     result, where = _run_pipeline(cfg, refresh)
     _print_summary(cfg, result, where, time.perf_counter() - t0)

@@ -20,7 +20,7 @@ from tasks.stage import stage
 LATEST = "LATEST.json"
 
 
-@task(name="feedback", **stage_task_options(600))
+@task(name="feedback", **stage_task_options())
 def materialise_feedback(source: SourceRef, settings: FeedbackSettings, workspace: WorkspaceConfig) -> ArtifactRef:
     """Demo data, a dataset adapter or a user's file -> an immutable, validated ``feedback`` artifact."""
     from t2g_core.stages import feedback
@@ -29,7 +29,7 @@ def materialise_feedback(source: SourceRef, settings: FeedbackSettings, workspac
         return ctx.produced(feedback.materialise(source, settings, ctx))
 
 
-@task(name="build-models", **stage_task_options(3600))
+@task(name="build-models", **stage_task_options())
 def build_models(feedback: ArtifactRef, settings: ModelsSettings, workspace: WorkspaceConfig) -> ModelsRef:
     """The tiny base and warm-started policy for the feedback's task (built once), or the named models."""
     from t2g_core.stages import models
@@ -38,7 +38,7 @@ def build_models(feedback: ArtifactRef, settings: ModelsSettings, workspace: Wor
         return ctx.produced(models.build(feedback, settings, ctx))
 
 
-@task(name="append-feedback", **stage_task_options(600))
+@task(name="append-feedback", **stage_task_options())
 def append_feedback(new_file: ArtifactRef, current: ArtifactRef | None, workspace: WorkspaceConfig) -> ArtifactRef:
     """The next version of the feedback dataset: ``current`` plus the items of ``new_file`` it lacks."""
     from t2g_core.stages import feedback

@@ -22,7 +22,7 @@ from tasks.ppo import POLICY_MODEL
 from tasks.stage import stage
 
 
-@task(name="evaluate-policy", **stage_task_options(3600))
+@task(name="evaluate-policy", **stage_task_options())
 def evaluate_policy(
     feedback: ArtifactRef, models: ModelsRef, policy: PolicyRef, settings: EvaluateSettings, workspace: WorkspaceConfig
 ) -> EvaluationRef:
@@ -45,11 +45,11 @@ def promote_policy(ref: EvaluationRef, version: str, log) -> bool:
     """``champion`` moves to this policy version when its evaluation says so (see the module docstring)."""
     import json
 
-    from t2g_core.stages.evaluate import PRIMARY_METRICS, promotion
+    from t2g_core.stages.evaluate import decision, promotion
 
     summary = json.loads(Path(ref.summary).read_text(encoding="utf-8"))
     decided = promotion(summary, "ppo")
-    metric = decided[0] if decided else next(iter(PRIMARY_METRICS.get(ref.task, ("score",))))
+    metric = (decision(summary, "ppo") or {}).get("metric", "no comparable metric")
     promoted = promote_if_better(POLICY_MODEL, version, metric, decided[1] if decided else None)
     log(f"policy version {version}: " + ("promoted to champion" if promoted else f"not promoted ({metric})"))
     return promoted

@@ -20,7 +20,7 @@ from tasks.caching import stage_task_options
 from tasks.stage import stage
 
 
-@task(name="reward-model", **stage_task_options(24 * 3600))
+@task(name="reward-model", **stage_task_options())
 def train_reward_model(
     feedback: ArtifactRef,
     annotations: ArtifactRef,

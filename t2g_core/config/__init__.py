@@ -17,6 +17,7 @@ from t2g_core.config.models import ModelsConfig, TinyModelConfig
 from t2g_core.config.placement import PlacementConfig
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.config.reward_model import RewardModelConfig
+from t2g_core.config.timeouts import TimeoutsConfig
 from t2g_core.config.validate import ValidateConfig
 from t2g_core.config.workspace import WorkspaceConfig
 
@@ -33,6 +34,7 @@ __all__ = [
     "HoldoutConfig",
     "StageConfig",
     "Task",
+    "TimeoutsConfig",
     "TinyModelConfig",
     "ValidateConfig",
     "WorkspaceConfig",
@@ -61,6 +63,9 @@ class PipelineConfig(StageConfig):
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="Span-reward PPO.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Policy evaluation.")
     placement: PlacementConfig = Field(default_factory=PlacementConfig, description="Work pool of each stage group.")
+    timeouts: TimeoutsConfig = Field(
+        default_factory=TimeoutsConfig, description="Time limit of each stage (minutes; none unless set)."
+    )
 
     model_config = StageConfig.model_config | {"populate_by_name": True}
 

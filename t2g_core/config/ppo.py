@@ -13,6 +13,36 @@ WORD_LABEL_MODES = ("dense",)  # reward modes whose labels are the critic's word
 CRITIC_FREE = ("rloo", "grpo")  # advantage estimators with a group baseline instead of a value model
 
 
+class RewardModelGate(StageConfig):
+    """How good the trained reward model must be on held-out items before PPO learns from it."""
+
+    min_poor_f1: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="With ground truth (demo data): the least character F1 of its poor spans against the true flaws "
+        "(truth_poor_char_f1; the demo's tagger reaches 0.98).",
+    )
+    min_flaw_recall: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="With ground truth: the least share of each kind of flaw it marks poor (truth_recall_invented / "
+        "_swapped / _redundant; the demo's tagger catches 0.86 of the invented values). A reward model that catches "
+        "none of a kind rewards it: PPO would learn to make that error.",
+    )
+    min_agreement_f1: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="Without ground truth: the least span F1 of its spans against the annotator's on held-out items "
+        "(span_f1: same label, overlap IoU >= 0.5).",
+    )
+    allow_weak: bool = Field(
+        False, description="Train PPO on a reward model below these floors anyway (the shortfall is logged)."
+    )
+
+
 class PPOConfig(StageConfig):
     reward_mode: Literal["span", "scalar", "uniform", "dense"] = Field(
         "span",
@@ -179,6 +209,10 @@ class PPOConfig(StageConfig):
         "linear",
         description="After warm-up: constant, or linear decay to 0 with training progress (PPO step and planned "
         "update within it), so updates skipped by the early stop never leave the rate higher.",
+    )
+    reward_model_gate: RewardModelGate = Field(
+        default_factory=RewardModelGate,
+        description="Quality floors the reward model must meet on held-out items before PPO starts on it.",
     )
     reward_model_path: str | None = Field(
         None,

@@ -120,6 +120,7 @@ class _Loads:
 @pytest.mark.slow
 def test_models_dtype_reaches_every_model_of_every_stage_as_one_torch_dtype(tiny_model_dir, tmp_path, monkeypatch):
     from t2g_core.config import EvaluateConfig
+    from t2g_core.config.ppo import RewardModelGate
     from t2g_core.config.stages import EvaluateSettings, PPOSettings, RewardModelSettings
     from t2g_core.stages import evaluate, ppo, reward_model
     from t2g_core.stages.context import StageContext
@@ -148,6 +149,7 @@ def test_models_dtype_reaches_every_model_of_every_stage_as_one_torch_dtype(tiny
     ppo_cfg = PPOConfig(
         reward_source="reward_model",
         reward_model_path=tagger_dir,
+        reward_model_gate=RewardModelGate(allow_weak=True),  # a 1-step tagger: the dtype path is tested, not quality
         value_model="separate",  # the critic's own backbone
         steps=1,
         batch_size=4,

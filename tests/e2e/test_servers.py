@@ -51,6 +51,7 @@ TINY = {
         "eval_every": 1,
         "log_every": 1,
         "save_every": 1,
+        "reward_model_gate": {"allow_weak": True},  # a 2-step reward model: the path is tested, not its quality
     },
     "evaluate": {"max_prompts": 4, "max_new_tokens": 12, "bootstrap_samples": 100},
 }
