@@ -14,9 +14,56 @@ for key, value in {
 }.items():
     os.environ.setdefault(key, value)
 
+# Under pytest-xdist (`make test`) each worker gets its share of the cores: torch and BLAS would otherwise start one
+# thread per core in every worker and fight over them. Set before any test module imports torch.
+if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // workers)))
+
 
 # --------------------------------------------------------------------------------------------- shared fixtures
 import pytest  # noqa: E402
+
+# --------------------------------------------------------------------------------------------- the quick tier
+# `make test-quick` runs `-m "not slow and not e2e"`. A test that starts a server or a browser is slow by what it does,
+# whatever the clock says on a given machine: using one of these fixtures without the marker fails the collection.
+SERVING_FIXTURES = {
+    "prefect_harness": "the Prefect test harness (an API server)",
+    "servers": "real prefect and mlflow servers",
+    "page": "a headless Chromium",
+}
+# An unmarked test slower than this is listed (not failed: a loaded machine stretches every test) at the end of the run.
+QUICK_TEST_LIMIT_S = 10.0
+_over_limit: list[tuple[float, str]] = []
+
+
+def _tiered(item_or_report) -> bool:
+    keywords = item_or_report.keywords
+    return "slow" in keywords or "e2e" in keywords
+
+
+def pytest_collection_modifyitems(config, items):
+    unmarked = [
+        f"{item.nodeid} uses {name} ({what})"
+        for item in items
+        for name, what in SERVING_FIXTURES.items()
+        if name in item.fixturenames and not _tiered(item)
+    ]
+    if unmarked:
+        raise pytest.UsageError("mark these tests slow (or e2e):\n" + "\n".join(unmarked))
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.duration > QUICK_TEST_LIMIT_S and not _tiered(report):
+        _over_limit.append((report.duration, report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _over_limit:
+        terminalreporter.section(f"unmarked tests over {QUICK_TEST_LIMIT_S:g} s: make them faster or mark them slow")
+        for duration, nodeid in sorted(_over_limit, reverse=True):
+            terminalreporter.write_line(f"{duration:6.1f} s  {nodeid}")
+
 
 _FIXTURE_CORPUS = [
     "I am Cai. I live in Quito. I have 3 pets. All of them are dogs. Their fur is gray. I work as a coach.",

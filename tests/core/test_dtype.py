@@ -85,6 +85,7 @@ def _demo_feedback_and_annotations(n: int):
     return fb, annotate(fb, AnnotateConfig(annotator="reference"), progress=False).frame
 
 
+@pytest.mark.slow  # trains the reward model
 def test_bfloat16_trains_the_generative_reward_model_on_the_cpu_without_autocast(tiny_model_dir, tmp_path):
     from t2g_core.models.loading import load_tokenizer
     from t2g_core.reward_model.data import build_rm_data

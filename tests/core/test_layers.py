@@ -179,7 +179,7 @@ def test_wrappers_call_stage_functions_not_the_library():
     assert offenders == [], "call the t2g_core.stages function instead:\n" + "\n".join(offenders)
 
 
-# tests/core tests the library alone: no command line, no Prefect, no MLflow (tests/cli, tests/tasks, tests/flows do)
+# tests/core and tests/stages test the library alone: no command line, Prefect or MLflow (tests/cli, tests/tasks...)
 NOT_IN_CORE_TESTS = {"t2g_cli", "typer", "prefect", "mlflow", "t2g_mlflow", "tasks", "flows"}
 T2G_COMMAND = {"t2g", "t2g_cli"}  # the console script, or ``python -m t2g_cli``, run as a subprocess
 
@@ -202,10 +202,12 @@ def core_test_offenders(folder: Path, rules: Path | None = None) -> list[str]:
     return offenders
 
 
-def test_core_tests_stay_below_the_command_line_prefect_and_mlflow():
+def test_core_and_stage_tests_stay_below_the_command_line_prefect_and_mlflow():
     """A test of the command goes to tests/cli, of a task or the MLflow adapter to tests/tasks, of a flow to
-    tests/flows: then `pytest tests/core` checks the library without the layers (or the servers) built on it."""
+    tests/flows: then `pytest tests/core tests/stages` checks the library and its stage functions without the layers
+    (or the servers) built on them."""
     assert core_test_offenders(ROOT / "tests" / "core", Path(__file__).resolve()) == []
+    assert core_test_offenders(ROOT / "tests" / "stages") == []
 
 
 def test_a_core_test_that_drives_the_command_is_caught(tmp_path):

@@ -57,6 +57,7 @@ def _adapter_state(path):
     return load_file(str(path / "adapter_model.safetensors"))
 
 
+@pytest.mark.slow  # trains the reward model twice
 def test_resume_after_kill_continues_step_count_and_optimizer_state(tiny_model_dir, tok, tmp_path):
     torch.set_num_threads(1)
     cfg = RewardModelConfig(
