@@ -1,4 +1,4 @@
-"""Test-wide settings: offline, no telemetry, deterministic small thread counts."""
+"""Test-wide settings (offline, no telemetry, small thread counts), the rules of the quick tier, shared fixtures."""
 
 from __future__ import annotations
 
@@ -21,12 +21,11 @@ if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // workers)))
 
 
-# --------------------------------------------------------------------------------------------- shared fixtures
 import pytest  # noqa: E402
 
 # --------------------------------------------------------------------------------------------- the quick tier
 # `make test-quick` runs `-m "not slow and not e2e"`. A test that starts a server or a browser is slow by what it does,
-# whatever the clock says on a given machine: using one of these fixtures without the marker fails the collection.
+# whatever the clock says on a given machine: using one of these fixtures without the marker fails the test.
 SERVING_FIXTURES = {
     "prefect_harness": "the Prefect test harness (an API server)",
     "servers": "real prefect and mlflow servers",
@@ -42,15 +41,19 @@ def _tiered(item_or_report) -> bool:
     return "slow" in keywords or "e2e" in keywords
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before any fixture starts: a test that uses a serving fixture is marked slow or e2e, or it fails."""
+    serving = [f"{name} ({what})" for name, what in SERVING_FIXTURES.items() if name in item.fixturenames]
+    if serving and not _tiered(item):
+        pytest.fail(f"mark this test slow (or e2e): it uses {', '.join(serving)}", pytrace=False)
+
+
 def pytest_collection_modifyitems(config, items):
-    unmarked = [
-        f"{item.nodeid} uses {name} ({what})"
-        for item in items
-        for name, what in SERVING_FIXTURES.items()
-        if name in item.fixturenames and not _tiered(item)
-    ]
-    if unmarked:
-        raise pytest.UsageError("mark these tests slow (or e2e):\n" + "\n".join(unmarked))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # xdist hands tests out in collection order (every worker collects the same order): the long ones first, so
+        # the many short ones fill the gaps at the end instead of one long test running alone on one worker.
+        items.sort(key=lambda item: not _tiered(item))
 
 
 def pytest_runtest_logreport(report):
@@ -65,6 +68,7 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"{duration:6.1f} s  {nodeid}")
 
 
+# --------------------------------------------------------------------------------------------- shared fixtures
 _FIXTURE_CORPUS = [
     "I am Cai. I live in Quito. I have 3 pets. All of them are dogs. Their fur is gray. I work as a coach.",
     "This is Cai, who lives in Quito with 3 gray dogs, works as a coach, rests on Sunday and loves beans.",
@@ -100,6 +104,17 @@ def tiny_model_dir(tmp_path_factory):
     with torch.random.fork_rng():
         build_tiny_model(root / "model", root / "tokenizer", cfg)
     return root / "model"
+
+
+@pytest.fixture(scope="session")
+def mlflow_template_db(tmp_path_factory):
+    """A migrated, empty MLflow SQLite database: copy it instead of creating one per test (creating one runs MLflow's
+    migrations, seconds; copying it, milliseconds)."""
+    import mlflow
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    mlflow.MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
 
 
 @pytest.fixture(autouse=True)

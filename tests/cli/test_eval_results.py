@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from t2g_core.evaluation import EvalResults
 from tests.core._eval_feedback import _feedback
 
 
+@pytest.mark.slow  # generates with two policies and draws the report
 def test_cli_policy_and_report(tiny_model_dir, tmp_path):
     from typer.testing import CliRunner
 
