@@ -99,6 +99,7 @@ def test_a_remote_endpoint_without_a_key_fails_before_any_request(tmp_path, monk
     assert not (tmp_path / "a.parquet").exists()
 
 
+@pytest.mark.slow  # waits out the client's retries of cut bodies
 def test_the_command_writes_everything_then_exits_1_above_the_failure_threshold(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)

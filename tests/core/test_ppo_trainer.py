@@ -234,6 +234,7 @@ def test_parse_failures_get_the_fallback_terminal_reward(tiny_model_dir, tmp_pat
         assert rewards[-1] == pytest.approx(-3.0) and all(r == 0 for r in rewards[:-1])
 
 
+@pytest.mark.slow  # trains PPO twice per value model
 @pytest.mark.parametrize("value_model", ["head", "separate", "lora"])
 def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, value_model):
     cfg = _cfg(

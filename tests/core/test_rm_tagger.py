@@ -10,7 +10,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_rm_train import ITEMS, rm_rows  # same folder (pytest prepends it to sys.path)
 
 from t2g_core.config import RewardModelConfig
 from t2g_core.reward_model.tagger import (
@@ -26,6 +25,7 @@ from t2g_core.reward_model.tagger import (
 )
 from t2g_core.reward_model.tagger_train import fit_tagger, tagger_examples
 from t2g_core.spans import AlignedSpan, align_feedback, labels_for_offsets
+from tests.core._rm_rows import ITEMS, rm_rows
 from tests.core._tokenizers import byte_level_bpe
 
 WORDS = st.sampled_from(["Cai", "lives", "in", "Paris", "中文", "😀", "naïve", "3", ",", "."])

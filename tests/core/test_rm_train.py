@@ -7,79 +7,8 @@ import pytest
 import torch
 
 from t2g_core.config.reward_model import RewardModelConfig
-from t2g_core.reward_model.data import build_rm_data
 from t2g_core.reward_model.train import make_trainer, train_rm
-
-ITEMS = [  # (post, summary, good spans, poor spans, critique)
-    (
-        "I am Cai. I live in Quito. I work as a coach.",
-        "Cai lives in Paris and works as a coach.",
-        ["Cai", "coach"],
-        ["Paris"],
-        "Paris is wrong.",
-    ),
-    (
-        "I am Bo. I live in Lima. I work as a baker.",
-        "Bo lives in Lima and works as a judge.",
-        ["Bo", "Lima"],
-        ["judge"],
-        "judge is wrong.",
-    ),
-    (
-        "I am Ana. I live in Oslo. I work as a nurse.",
-        "Ana lives in Oslo and works as a nurse.",
-        ["Ana", "Oslo", "nurse"],
-        [],
-        "All correct.",
-    ),
-    (
-        "I am Eli. I live in Rome. I work as a coach.",
-        "Dee lives in Rome and works as a coach.",
-        ["Rome", "coach"],
-        ["Dee"],
-        "Dee is wrong.",
-    ),
-]
-
-
-def rm_rows(tok, cfg, items=ITEMS) -> pd.DataFrame:
-    fb = pd.DataFrame(
-        [
-            {
-                "id": f"sum-{i}",
-                "task": "summarization",
-                "prompt": p,
-                "response": r,
-                "critique": None,
-                "reference": None,
-                "tests": None,
-                "entry_point": None,
-                "meta": None,
-            }
-            for i, (p, r, *_rest) in enumerate(items)
-        ]
-    )
-    ann = pd.DataFrame(
-        [
-            {
-                "id": f"sum-{i}",
-                "annotator": "reference",
-                "critique": c,
-                "good_spans": g,
-                "poor_spans": b,
-                "reasoning": None,
-                "status": "ok",
-                "error": None,
-                "raw": None,
-                "prompt_tokens": 0,
-                "completion_tokens": 0,
-                "latency_s": 0.0,
-            }
-            for i, (_p, _r, g, b, c) in enumerate(items)
-        ]
-    )
-    df, _ = build_rm_data(fb, ann, tok, cfg)
-    return df
+from tests.core._rm_rows import ITEMS, rm_rows
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +57,7 @@ def _adapter_state(path):
     return load_file(str(path / "adapter_model.safetensors"))
 
 
+@pytest.mark.slow  # trains the reward model twice
 def test_resume_after_kill_continues_step_count_and_optimizer_state(tiny_model_dir, tok, tmp_path):
     torch.set_num_threads(1)
     cfg = RewardModelConfig(

@@ -9,7 +9,7 @@ import pytest
 
 from t2g_core.config import PipelineConfig
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.slow]  # the harness serves a Prefect API
 
 
 def _write_feedback(path, ids, seed=5):

@@ -35,6 +35,7 @@ def test_refresh_names_are_checked_and_imply_downstream():
         downstream(["ppo", "polish"])
 
 
+@pytest.mark.slow  # a fresh interpreter importing the flows
 def test_flow_modules_import_without_heavy_libraries():
     code = (
         "import sys, flows.text2grad, flows.feedback, t2g_mlflow.lineage, t2g_cli.summary\n"
