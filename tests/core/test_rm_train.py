@@ -108,6 +108,36 @@ def test_completion_only_loss_masks_every_prompt_token(tiny_model_dir, tok, tmp_
     assert {n.split(".lora_")[0].rsplit(".", 1)[1] for n in trainable} == set(cfg.lora_target_modules)
 
 
+def lora_bytes(adapter_dir) -> tuple[int, int, list[str]]:
+    """(bytes of the adapter file on disk, numel * itemsize of its LoRA tensors, its other tensors' names)."""
+    from safetensors.torch import load_file
+
+    path = adapter_dir / "adapter_model.safetensors"
+    state = load_file(str(path))
+    lora = sum(t.numel() * t.element_size() for k, t in state.items() if "lora_" in k)
+    return path.stat().st_size, lora, [k for k in state if "lora_" not in k]
+
+
+def test_an_added_pad_token_does_not_put_the_embeddings_in_the_adapter(pad_is_eos_dir, tmp_path):
+    """The base's pad is its EOS and no special token is free, so a pad is added and the embeddings resized; those
+    rows are rebuilt at every load, so the adapter holds the LoRA weights only (PEFT's default added the whole
+    embedding matrix)."""
+    from transformers import AutoTokenizer
+
+    from t2g_core.reward_model.scoring import load_reward_model
+
+    torch.set_num_threads(1)
+    cfg = RewardModelConfig(kind="generative", val_fraction=0.0, max_steps=2, save_steps=1, batch_size=2)
+    df = rm_rows(AutoTokenizer.from_pretrained(pad_is_eos_dir), cfg)
+    result = train_rm(cfg, pad_is_eos_dir, df, tmp_path, progress=False)
+    for folder in (result.adapter_dir, tmp_path / "checkpoints" / "checkpoint-2"):
+        on_disk, lora, others = lora_bytes(folder)
+        assert others == [] and lora > 0
+        assert on_disk <= 1.1 * lora, (folder, on_disk, lora)
+    model, rm_tok = load_reward_model(result.adapter_dir, device="cpu")  # the base is resized again when loaded
+    assert rm_tok.pad_token == "<|pad|>" and model.get_input_embeddings().weight.shape[0] == len(rm_tok)
+
+
 class _KillAt:
     """A TrainerCallback that dies after optimizer step ``step`` (before that step could be checkpointed)."""
 
