@@ -39,7 +39,7 @@ def uses_critic(cfg: PPOConfig) -> bool:
 def old_ref_values(model, ro: Rollout, cfg: PPOConfig, device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Old log-probs, reference log-probs, values (0 without a critic) and the sampling entropy, all (B, T) on the
     CPU, ``cfg.micro_batch_size`` rows per forward."""
-    args = (*to_device(device, ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask), cfg.temperature)
+    args = (*to_device(device, ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask), cfg.sampling)
     size = cfg.micro_batch_size
     old_logprobs, values, entropy = forward_in_micro_batches(
         model, *args, micro_batch_size=size, with_values=uses_critic(cfg), with_entropy=True

@@ -59,7 +59,7 @@ def minibatch_grads(runtime: Runtime, model, ro: Rollout, exp: Experience, rows:
         with runtime.sync(model, on=i == len(chunks) - 1):
             logprobs, values = model(
                 *to_device(runtime.device, ro.query_ids[idx], ro.query_mask[idx], ro.response_ids[idx], mask),
-                cfg.temperature,
+                cfg.sampling,
                 with_values=critic,
             )
             logprobs = logprobs.cpu()
@@ -87,7 +87,7 @@ def approx_kl_now(runtime: Runtime, model, ro: Rollout, exp: Experience, rows: l
             mask = ro.response_mask[idx]
             args = to_device(runtime.device, ro.query_ids[idx], ro.query_mask[idx], ro.response_ids[idx], mask)
             logprobs, _ = forward_in_micro_batches(
-                plain, *args, cfg.temperature, micro_batch_size=cfg.micro_batch_size, with_values=False
+                plain, *args, cfg.sampling, micro_batch_size=cfg.micro_batch_size, with_values=False
             )
             _, ps = policy_loss(
                 logprobs.cpu(), exp.old_logprobs[idx], exp.advantages[idx], mask, cfg.cliprange, n_tokens
