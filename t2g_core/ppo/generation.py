@@ -1,7 +1,7 @@
 """Rollout generation backends, chosen by ``ppo.generation_backend`` through :data:`BACKENDS`.
 
 Every backend samples from the same distribution, ``ppo.temperature``, then ``ppo.top_k``, then ``ppo.top_p``
-(:class:`~t2g_core.rl.logprobs.Sampling`; the defaults are the untruncated softmax(logits / tau), §5 A5; never a
+(:class:`~t2g_core.config.sampling.Sampling`; the defaults are the untruncated softmax(logits / tau), §5 A5; never a
 repetition penalty or any other warper a model's ``generation_config.json`` ships), stops at the tokenizer's EOS and
 pads after it. Old log-probs are always recomputed by the trainer under that same distribution, never taken from the
 generator (§5 A8): transformers and vLLM both apply temperature, then top-k, then top-p, renormalised, which is what

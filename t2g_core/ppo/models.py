@@ -10,7 +10,7 @@ value from the hidden states and the log-probs through the LM head in chunks (``
 so no (B, T, V) logits tensor is ever built. Frozen base weights are in ``models.dtype``; the trainable LoRA weights
 and the value head stay float32.
 
-Log-probs are taken under the rollouts' sampling distribution (:class:`~t2g_core.rl.logprobs.Sampling`:
+Log-probs are taken under the rollouts' sampling distribution (:class:`~t2g_core.config.sampling.Sampling`:
 temperature, top-k, top-p, renormalised), the policy's (old and new) and the reference's alike, each over its own
 top-k / top-p set: the KL penalty compares the two models as they would be sampled, so it is exactly 0 at the start.
 A token outside a model's set (the reference's, once the policy has moved) stays in that set for its own position,

@@ -136,6 +136,8 @@ def test_an_added_pad_token_does_not_put_the_embeddings_in_the_adapter(pad_is_eo
         assert on_disk <= 1.1 * lora, (folder, on_disk, lora)
     model, rm_tok = load_reward_model(result.adapter_dir, device="cpu")  # the base is resized again when loaded
     assert rm_tok.pad_token == "<|pad|>" and model.get_input_embeddings().weight.shape[0] == len(rm_tok)
+    longer = train_rm(cfg.model_copy(update={"max_steps": 3}), pad_is_eos_dir, df, tmp_path, progress=False)
+    assert longer.resumed_from.endswith("checkpoint-2") and longer.global_step == 3  # resumes from such a checkpoint
 
 
 class _KillAt:
