@@ -177,3 +177,38 @@ def hf_home(tmp_path, monkeypatch, llama3_style_dir):
     monkeypatch.setattr(hub, "HF_HUB_CACHE", str(home / "hub"))
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
     return home
+
+
+def _pad_is_eos_model(root, unused_special: str | None):
+    """A tiny Llama from the project's factory whose tokenizer pads with its EOS (SmolLM2's layout), with or without
+    one unused special token (``unused_special``, added as the unknown token)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from t2g_core.config.models import TinyModelConfig
+    from t2g_core.demo import demo_corpus, make_demo_feedback
+    from t2g_core.models.tiny import build_tiny_model, train_tokenizer
+
+    corpus = _FIXTURE_CORPUS + demo_corpus(make_demo_feedback("summarization", 32, seed=0))
+    train_tokenizer(corpus, 512, root / "tokenizer", pad=False)
+    tok = AutoTokenizer.from_pretrained(root / "tokenizer")
+    if unused_special:
+        tok.add_special_tokens({"unk_token": unused_special})
+    tok.pad_token = tok.eos_token
+    tok.save_pretrained(root / "tokenizer")
+    cfg = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, seed=0)
+    with torch.random.fork_rng():
+        build_tiny_model(root / "model", root / "tokenizer", cfg)
+    return root / "model"
+
+
+@pytest.fixture(scope="session")
+def smollm2_style_dir(tmp_path_factory):
+    """pad = EOS (end of turn) and an unused ``<|endoftext|>`` special token, as SmolLM2-Instruct ships."""
+    return _pad_is_eos_model(tmp_path_factory.mktemp("smollm2_style"), "<|endoftext|>")
+
+
+@pytest.fixture(scope="session")
+def pad_is_eos_dir(tmp_path_factory):
+    """pad = EOS and no special token left to pad with: the pad-token policy has to add one."""
+    return _pad_is_eos_model(tmp_path_factory.mktemp("pad_is_eos"), None)

@@ -77,3 +77,13 @@ def rm_rows(tok, cfg, items=ITEMS) -> pd.DataFrame:
     )
     df, _ = build_rm_data(fb, ann, tok, cfg)
     return df
+
+
+def lora_bytes(adapter_dir) -> tuple[int, int, list[str]]:
+    """(bytes of the adapter file on disk, numel * itemsize of its LoRA tensors, its other tensors' names)."""
+    from safetensors.torch import load_file
+
+    path = adapter_dir / "adapter_model.safetensors"
+    state = load_file(str(path))
+    lora = sum(t.numel() * t.element_size() for k, t in state.items() if "lora_" in k)
+    return path.stat().st_size, lora, [k for k in state if "lora_" not in k]

@@ -150,9 +150,9 @@ def test_sampled_logprobs_match_recomputed_with_temperature_and_padding(tiny_mod
     enc = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
     kw = dict(max_new_tokens=8, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, seeds=[1, 2])
     ids, sampled_lp = sample_responses(
-        bundle.policy, enc["input_ids"], enc["attention_mask"], temperature=0.6, return_logprobs=True, **kw
+        bundle.policy, enc["input_ids"], enc["attention_mask"], sampling=0.6, return_logprobs=True, **kw
     )
-    again = sample_responses(bundle.policy, enc["input_ids"], enc["attention_mask"], temperature=0.6, **kw)
+    again = sample_responses(bundle.policy, enc["input_ids"], enc["attention_mask"], sampling=0.6, **kw)
     assert torch.equal(ids, again)  # per-sample streams: same seeds, same samples
     mask, _ = response_mask_after_eos(ids, tok.eos_token_id)
     q, qm = enc["input_ids"], enc["attention_mask"].bool()
@@ -162,7 +162,7 @@ def test_sampled_logprobs_match_recomputed_with_temperature_and_padding(tiny_mod
     assert torch.allclose(lp[mask], sampled_lp[mask], atol=1e-4)
     assert not torch.allclose(lp_wrong_tau[mask], sampled_lp[mask], atol=1e-2)
     single = sample_responses(
-        bundle.policy, q[1:, -int(qm[1].sum()) :], qm[1:, -int(qm[1].sum()) :], temperature=0.6, **(kw | {"seeds": [2]})
+        bundle.policy, q[1:, -int(qm[1].sum()) :], qm[1:, -int(qm[1].sum()) :], sampling=0.6, **(kw | {"seeds": [2]})
     )
     assert torch.equal(single[0, : ids.shape[1]], ids[1, : single.shape[1]])  # batch composition does not matter
 

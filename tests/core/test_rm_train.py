@@ -8,7 +8,7 @@ import torch
 
 from t2g_core.config.reward_model import RewardModelConfig
 from t2g_core.reward_model.train import make_trainer, train_rm
-from tests.core._rm_rows import ITEMS, rm_rows
+from tests.core._rm_rows import ITEMS, lora_bytes, rm_rows
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +35,28 @@ def test_completion_only_loss_masks_every_prompt_token(tiny_model_dir, tok, tmp_
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     assert {n.split(".lora_")[0].rsplit(".", 1)[1] for n in trainable} == set(cfg.lora_target_modules)
+
+
+def test_an_added_pad_token_does_not_put_the_embeddings_in_the_adapter(pad_is_eos_dir, tmp_path):
+    """The base's pad is its EOS and no special token is free, so a pad is added and the embeddings resized; those
+    rows are rebuilt at every load, so the adapter holds the LoRA weights only (PEFT's default added the whole
+    embedding matrix)."""
+    from transformers import AutoTokenizer
+
+    from t2g_core.reward_model.scoring import load_reward_model
+
+    torch.set_num_threads(1)
+    cfg = RewardModelConfig(kind="generative", val_fraction=0.0, max_steps=2, save_steps=1, batch_size=2)
+    df = rm_rows(AutoTokenizer.from_pretrained(pad_is_eos_dir), cfg)
+    result = train_rm(cfg, pad_is_eos_dir, df, tmp_path, progress=False)
+    for folder in (result.adapter_dir, tmp_path / "checkpoints" / "checkpoint-2"):
+        on_disk, lora, others = lora_bytes(folder)
+        assert others == [] and lora > 0
+        assert on_disk <= 1.1 * lora, (folder, on_disk, lora)
+    model, rm_tok = load_reward_model(result.adapter_dir, device="cpu")  # the base is resized again when loaded
+    assert rm_tok.pad_token == "<|pad|>" and model.get_input_embeddings().weight.shape[0] == len(rm_tok)
+    longer = train_rm(cfg.model_copy(update={"max_steps": 3}), pad_is_eos_dir, df, tmp_path, progress=False)
+    assert longer.resumed_from.endswith("checkpoint-2") and longer.global_step == 3  # resumes from such a checkpoint
 
 
 class _KillAt:
