@@ -118,8 +118,9 @@ def test_core_imports_run_one_way_down_from_the_stages():
     assert "t2g_core.ppo" in graph and "t2g_core.stages" in graph  # the walk found the packages
     up = sorted(f"{p} imports t2g_core.stages" for p, deps in graph.items() if "t2g_core.stages" in deps)
     assert up == [], "only the adapters outside t2g_core call the stages (the settings live in t2g_core.config)"
-    for ground in ("t2g_core.config", "t2g_core.rl"):
-        assert graph[ground] == set(), f"{ground} imports {sorted(graph[ground])}"
+    # the ground floor: config imports nothing; rl's math may read config's plain values (the Sampling dataclass)
+    for ground, allowed in (("t2g_core.config", set()), ("t2g_core.rl", {"t2g_core.config"})):
+        assert graph[ground] <= allowed, f"{ground} imports {sorted(graph[ground] - allowed)}"
     assert _cycle(graph) == [], " -> ".join(_cycle(graph))
 
 
