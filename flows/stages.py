@@ -22,26 +22,36 @@ def _step(task, config: PipelineConfig, stage: str, forced: list[str] | None):
 
 @flow(name="prepare-data", **RESULTS)
 def prepare_data(config: PipelineConfig, forced: list[str] | None = None) -> tuple[ArtifactRef, ModelsRef]:
-    """The feedback artifact (demo data or the configured source) and the base models."""
+    """The feedback artifact (demo data, the configured source, or the dataset's latest version) and the base
+    models."""
+    from t2g_core.config.data import LATEST
     from t2g_core.stages.refs import SourceRef
     from tasks import data
 
     ws = config.workspace
-    feedback = _step(data.materialise_feedback, config, "feedback", forced)(
-        SourceRef.of(config.data), settings_for("feedback", config), ws
-    )
+    if config.data.source == LATEST:
+        feedback = data.latest_version(ws)
+    else:
+        feedback = _step(data.materialise_feedback, config, "feedback", forced)(
+            SourceRef.of(config.data), settings_for("feedback", config), ws
+        )
     models = _step(data.build_models, config, "models", forced)(feedback, settings_for("models", config), ws)
     return feedback, models
 
 
 @flow(name="annotate", **RESULTS)
 def annotate(config: PipelineConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ArtifactRef:
-    """Critiques and quoted good/poor spans for every feedback item; they become version 1 of the datasets."""
+    """Critiques and quoted good/poor spans for every feedback item; they become version 1 of the datasets. With
+    ``data.source: latest`` the annotations re-annotation made for that version are reused (unless refreshed)."""
+    from t2g_core.config.data import LATEST
     from tasks.annotate import annotate_task
-    from tasks.data import record_first_versions
+    from tasks.data import annotations_covering, record_first_versions
 
     settings = settings_for("annotate", config)
-    annotations = _step(annotate_task(settings), config, "annotate", forced)(feedback, settings, config.workspace)
+    reuse = config.data.source == LATEST and "annotate" not in (forced or [])
+    annotations = annotations_covering(config.workspace, feedback) if reuse else None
+    if annotations is None:
+        annotations = _step(annotate_task(settings), config, "annotate", forced)(feedback, settings, config.workspace)
     record_first_versions(feedback, annotations, config.workspace)
     return annotations
 

@@ -3,7 +3,8 @@
 - The tracking URI is ``workspace.mlflow_tracking_uri``, else ``$MLFLOW_TRACKING_URI`` (set by ``make up``), else
   ``sqlite:///<workspace>/mlflow.db``. A SQLite database is created and migrated once, under a file lock, before any
   concurrent use (two processes migrating the same new file race), and the experiment gets an explicit artifact
-  location under the workspace (``<workspace>/mlartifacts``).
+  location under the workspace (``<workspace>/mlartifacts``), and the kind "machine learning" (``MODEL_TRAINING``), so
+  its page in the MLflow UI opens on runs and models, not on the GenAI overview.
 """
 
 from __future__ import annotations
@@ -16,8 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from t2g_mlflow.tags import EXPERIMENT_KIND_TAG
+
 if TYPE_CHECKING:
     from t2g_core.config import WorkspaceConfig
+
+# the experiment kind whose page opens on the runs table and registered models (MLflow 3 opens an experiment without
+# one on its GenAI overview: traces and token cost)
+MODEL_TRAINING = "custom_model_development"
 
 lock = threading.RLock()  # one thread of this process at a time creates the experiment or the parent run
 
@@ -70,7 +77,11 @@ def configure(workspace_cfg: WorkspaceConfig) -> str:
         exp = mlflow.get_experiment_by_name(workspace_cfg.mlflow_experiment)  # first call creates + migrates the DB
         if exp is None:
             location = None if uri.startswith("http") else (root / "mlartifacts").as_uri()
-            return mlflow.create_experiment(workspace_cfg.mlflow_experiment, artifact_location=location)
+            return mlflow.create_experiment(
+                workspace_cfg.mlflow_experiment, artifact_location=location, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING}
+            )
+        if EXPERIMENT_KIND_TAG not in exp.tags:
+            mlflow.MlflowClient().set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
         return exp.experiment_id
 
 

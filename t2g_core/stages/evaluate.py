@@ -12,13 +12,10 @@ from pathlib import Path
 import pandas as pd
 
 from t2g_core.config.stages import EvaluateSettings
+from t2g_core.evaluation.outcome import LOWER_IS_BETTER, PRIMARY_METRICS
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef, PolicySet
-
-# the metric that decides promotion of a policy, per task: the first one the evaluation measured
-PRIMARY_METRICS = {"summarization": ("fact_error", "rougeL"), "code": ("pass@1",), "qa": ("token_f1",)}
-LOWER_IS_BETTER = ("fact_error", "invented_entity_rate")
 
 
 def pipeline_policies(

@@ -57,6 +57,11 @@ def test_reannotate_appends_a_version_and_annotates_only_new_items(tmp_path):
     annotations = read_artifact(latest_annotations(config.workspace).path, "annotations")
     assert sorted(annotations["id"]) == ["n0", "n1", "n2", "n3"]
     assert reannotate(config)["processed"] == []  # nothing pending any more
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("text2grad").experiment_id])
+    assert runs and [r.info.run_name for r in runs if r.info.status == "RUNNING"] == []  # every run it opened is closed
 
 
 @pytest.mark.slow
@@ -72,7 +77,9 @@ def test_reannotation_after_a_pipeline_run_extends_the_pipelines_annotations(tmp
     from t2g_core.store import read_artifact
     from tasks.data import latest_annotations, latest_feedback
 
-    config = PipelineConfig.model_validate({"workspace": {"root": str(tmp_path)}, "data": {"n_items": 12}})
+    config = PipelineConfig.model_validate(
+        {"workspace": {"root": str(tmp_path)}, "data": {"n_items": 12}, "checks": {"small_tagger_data": True}}
+    )
     settings = FeedbackSettings.from_pipeline(config)
     fb = feedback_stage.materialise(SourceRef.of(config.data), settings, StageContext.keyed(tmp_path, "pipeline"))
     annotate(config, fb)  # the pipeline's annotation stage group
