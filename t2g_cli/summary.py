@@ -96,10 +96,12 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
     if plots:
         lines += ["  Plots and reports:", *plots]
     run = find_pipeline_run(where["flow_run_id"], where["mlflow"], cfg.workspace.mlflow_experiment)
-    lines.append(f"  MLflow run:       {run or 'none recorded'}  ({where['mlflow']})")
+    lines.append(f"  MLflow run:       {run or 'none recorded'}  ({_mlflow_page(run, where['mlflow'])})")
     if not where["mlflow"].startswith("http"):
         mlflow = Path(sys.executable).parent / "mlflow"  # the venv's, which need not be on PATH
         lines.append(f"                    browse: {mlflow} ui --backend-store-uri {where['mlflow']}")
+        if run:
+            lines.append(f"                    then open {_mlflow_page(run, where['mlflow'], 'http://127.0.0.1:5000')}")
     ui = where.get("prefect_ui")
     flow_run = where["flow_run_id"]
     lines.append(
@@ -108,3 +110,16 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
     )
     lines.append(f"  Workspace:        {Path(cfg.workspace.root).resolve()}")
     return lines
+
+
+def _mlflow_page(run_id: str | None, tracking_uri: str, server: str | None = None) -> str:
+    """The run's page on a tracking server (``server``, else the tracking URI when it is one) in the UI's
+    model-training view; the store's URI when there is no server."""
+    server = server or (tracking_uri if tracking_uri.startswith("http") else None)
+    if not run_id or server is None:
+        return tracking_uri
+    import mlflow
+
+    from t2g_mlflow.experiment import page_url
+
+    return page_url(server, mlflow.MlflowClient(tracking_uri).get_run(run_id).info.experiment_id, run_id)

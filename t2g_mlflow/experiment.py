@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 # the experiment kind whose page opens on the runs table and registered models (MLflow 3 opens an experiment without
 # one on its GenAI overview: traces and token cost)
 MODEL_TRAINING = "custom_model_development"
+UI_VIEW = "machine_learning"  # the UI's "Model training" view
 
 lock = threading.RLock()  # one thread of this process at a time creates the experiment or the parent run
 
@@ -85,9 +86,16 @@ def configure(workspace_cfg: WorkspaceConfig) -> str:
         return exp.experiment_id
 
 
+def page_url(server: str, experiment_id: str, run_id: str | None = None) -> str:
+    """A page of the MLflow UI at ``server`` in its model-training view (runs, models), not the GenAI overview: the
+    UI picks the view from the link's ``workflowType`` (then the browser's last choice), not the experiment's kind."""
+    run = f"/runs/{run_id}" if run_id else "/runs"
+    return f"{server.rstrip('/')}/#/experiments/{experiment_id}{run}?workflowType={UI_VIEW}"
+
+
 def run_url(run_id: str, experiment_id: str, workspace_cfg: WorkspaceConfig) -> str:
     """The run's page on a tracking server, or how to browse a local store."""
     uri = tracking_uri(workspace_cfg)
     if uri.startswith("http"):
-        return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+        return page_url(uri, experiment_id, run_id)
     return f"{uri} (experiment {experiment_id}, run {run_id}); browse with: mlflow ui --backend-store-uri {uri}"

@@ -30,9 +30,11 @@ ORDER = ("feedback", "models", "annotations", "spans", "validation", "reward_mod
 
 
 def _summary(outputs: dict[str, Any]) -> dict | None:
+    """The evaluation's summary, or None when there is none (or it holds no policies to compare)."""
     evaluation = outputs.get("evaluation")
     path = Path(evaluation.summary) if evaluation is not None else None
-    return json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else None
+    summary = json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else None
+    return summary if isinstance(summary, dict) and "policies" in summary else None
 
 
 def _promotion(policy: Any) -> tuple[str, bool]:
