@@ -29,6 +29,28 @@ RM_HEADLINE = ("truth_poor_char_f1", "truth_recall_invented", "span_f1")  # the 
 ORDER = ("feedback", "models", "annotations", "spans", "validation", "reward_model", "policy", "evaluation")
 
 
+def typed_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
+    """Every output as its reference type: a stage group reused on a Retry hands back its stored JSON result."""
+    from pydantic import TypeAdapter
+
+    from t2g_core.stages import refs
+
+    kinds = {
+        "feedback": refs.ArtifactRef,
+        "annotations": refs.ArtifactRef,
+        "spans": refs.ArtifactRef,
+        "models": refs.ModelsRef,
+        "validation": refs.ValidationRef,
+        "reward_model": refs.RewardModelRef | None,
+        "policy": refs.PolicyRef,
+        "evaluation": refs.EvaluationRef,
+    }
+    return {
+        name: TypeAdapter(kinds[name]).validate_python(ref) if isinstance(ref, dict) and name in kinds else ref
+        for name, ref in outputs.items()
+    }
+
+
 def _summary(outputs: dict[str, Any]) -> dict | None:
     """The evaluation's summary, or None when there is none (or it holds no policies to compare)."""
     evaluation = outputs.get("evaluation")
@@ -127,6 +149,7 @@ def publish_outcome(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str:
     from prefect.artifacts import create_markdown_artifact
     from prefect.runtime import flow_run
 
+    outputs = typed_outputs(outputs)
     result = outcome(_summary(outputs))
     promotion, promoted = _promotion(outputs.get("policy"))
     markdown = outcome_markdown(result, promotion, outputs, _stage_rows(str(flow_run.id)), workspace)
