@@ -113,13 +113,6 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
 
 
 def _mlflow_page(run_id: str | None, tracking_uri: str, server: str | None = None) -> str:
-    """The run's page on a tracking server (``server``, else the tracking URI when it is one) in the UI's
-    model-training view; the store's URI when there is no server."""
-    server = server or (tracking_uri if tracking_uri.startswith("http") else None)
-    if not run_id or server is None:
-        return tracking_uri
-    import mlflow
+    from t2g_mlflow.experiment import run_page
 
-    from t2g_mlflow.experiment import page_url
-
-    return page_url(server, mlflow.MlflowClient(tracking_uri).get_run(run_id).info.experiment_id, run_id)
+    return run_page(run_id, tracking_uri, server)

@@ -93,6 +93,17 @@ def page_url(server: str, experiment_id: str, run_id: str | None = None) -> str:
     return f"{server.rstrip('/')}/#/experiments/{experiment_id}{run}?workflowType={UI_VIEW}"
 
 
+def run_page(run_id: str | None, tracking_uri: str, server: str | None = None) -> str:
+    """The run's page on a tracking server (``server``, else the tracking URI when it is one) in the UI's
+    model-training view; the store's URI when there is no server."""
+    server = server or (tracking_uri if tracking_uri.startswith("http") else None)
+    if not run_id or server is None:
+        return tracking_uri
+    import mlflow
+
+    return page_url(server, mlflow.MlflowClient(tracking_uri).get_run(run_id).info.experiment_id, run_id)
+
+
 def run_url(run_id: str, experiment_id: str, workspace_cfg: WorkspaceConfig) -> str:
     """The run's page on a tracking server, or how to browse a local store."""
     uri = tracking_uri(workspace_cfg)
