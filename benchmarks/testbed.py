@@ -35,6 +35,7 @@ RM_SMOKE_WORK = results_dir(smoke=True) / "bench_rm_work"  # bench_rm --smoke's 
 RM_SMOKE_ITEMS = 24
 RM_SMOKE_OVERRIDES = [  # a base that only has to exist, a few training steps
     f"data.n_items={RM_SMOKE_ITEMS}",
+    "checks.small_tagger_data=true",  # a smoke run: the tagger on too few items is meant
     "models.tiny.vocab_size=256",
     "models.tiny.hidden_size=32",
     "models.tiny.intermediate_size=64",

@@ -264,6 +264,19 @@ def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, value_model):
             assert torch.allclose(t_full[part][k], t_cut[part][k], atol=1e-6), k
 
 
+def test_a_resumed_run_logs_every_step_into_its_tracker(tiny_model_dir, tmp_path):
+    """The tracking run of a resumed PPO run holds the restored steps too, not only those after the checkpoint."""
+    from t2g_core.tracking import MemoryTracker
+
+    cfg = _cfg(steps=3, save_every=1)
+    source = CriticSource(EdgeWordsCritic())
+    train(cfg, tiny_model_dir, _prompts(6), tmp_path / "run", reward_source=source, stop_after=2)
+    tracker = MemoryTracker()
+    train(cfg, tiny_model_dir, _prompts(6), tmp_path / "run", reward_source=source, resume=True, tracker=tracker)
+    steps = [step for step, metrics in tracker.metrics if "loss/policy" in metrics]
+    assert steps == [0, 1, 2]
+
+
 def test_resume_without_checkpoint_is_a_clear_error(tiny_model_dir, tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         train(
