@@ -394,7 +394,7 @@ def main() -> None:
     comparison = se.compare(table, args.steps, FRACTIONS, scalar, span, fallback_arms=dense)
     ws_ratios = se.warm_start_ratios(comparison, by_ws, args.steps)
     headline = se.headline_target(ws_ratios, HEADLINE_PREFERENCE)
-    diagnosis = curves.diagnose(task, runs, arms, args.steps)
+    diagnosis = curves.diagnose(task.diagnose, runs, arms, args.steps)
     figure = (out_dir if args.smoke or args.tag else FIGURES) / f"{name}.png"  # ablations stay with the results
     title = f"{task.name}: each arm at its best-tuned setting, mean and 95% bootstrap band\n(dashed: 0.5x and 0.25x"
     curves.plot_curves(

@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +32,7 @@ from pathlib import Path
 from testbed import curves
 from testbed.devices import NoisyCritic
 from testbed.humaneval import Code
-from testbed.tasks import KeptResponses, PPOTask, Summarization, train_evaluated
+from testbed.tasks import KeptResponses, PPOTask, Summarization, fact_profile, train_evaluated
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_ENV = "T2G_BENCH_RESULTS"
@@ -56,12 +57,19 @@ def write_results(name: str, full: dict, summary: dict, *, smoke: bool, publish:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(full, indent=1), encoding="utf-8")
     path = out / f"{name}.summary.json"
-    path.write_text(json.dumps(rounded(summary), indent=1) + "\n", encoding="utf-8")
+    path.write_text(compact_json(rounded(summary)) + "\n", encoding="utf-8")
     if publish:
         PUBLISHED.mkdir(parents=True, exist_ok=True)
         (PUBLISHED / f"{name}.json").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
         print(f"published: {PUBLISHED / (name + '.json')}")
     return path
+
+
+def compact_json(obj) -> str:
+    """Indented JSON with each list of plain values on one line: small, and a changed figure is a one-line diff."""
+    text = json.dumps(obj, indent=1)
+    flat = re.compile(r"\[\n\s*([^\[\]{}]*?)\n\s*\]")  # a list holding no list or object
+    return flat.sub(lambda m: "[" + re.sub(r",\n\s*", ", ", m.group(1)) + "]", text)
 
 
 def rounded(obj, digits: int = 4):
@@ -136,4 +144,13 @@ def run_in_processes(cmd: list[str], specs: list[dict], workdir: str | Path, wor
 
 
 TASKS: dict[str, type[PPOTask]] = {"summarization": Summarization, "code": Code}
-__all__ = ["TASKS", "curves", "KeptResponses", "NoisyCritic", "PPOTask", "Summarization", "train_evaluated"]
+__all__ = [
+    "TASKS",
+    "curves",
+    "KeptResponses",
+    "NoisyCritic",
+    "PPOTask",
+    "Summarization",
+    "fact_profile",
+    "train_evaluated",
+]

@@ -9,7 +9,7 @@ as JSON keeps them: string keys). The statistics are :mod:`t2g_core.evaluation.s
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from t2g_core.evaluation import sample_efficiency as se
@@ -89,24 +89,27 @@ def print_arms(table: dict, fractions, label=lambda arm, a: "") -> None:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def diagnose(task, runs: list[dict], arms: Sequence[str], steps: int) -> dict:
-    """Per arm, ``task.diagnose`` of the held-out responses after the warm start ("0") and after the last step, all
-    its runs pooled; arms are left out when the task has no ground truth to say it."""
+def diagnose(profile: Callable[[list], dict | None], runs: list[dict], arms: Sequence[str], steps: int) -> dict:
+    """Per arm, ``profile`` (e.g. a task's ``diagnose``) of the held-out responses after the warm start ("0") and
+    after the last step, all its runs pooled; arms are left out when ``profile`` has no ground truth (None)."""
     out = {}
     for arm in arms:
         at = {k: [p for r in runs if r["arm"] == arm for p in r["responses"][str(k)]] for k in (0, steps)}
-        profiles = {str(k): task.diagnose(responses) for k, responses in at.items()}
+        profiles = {str(k): profile(responses) for k, responses in at.items()}
         if all(p is not None for p in profiles.values()):
             out[arm] = profiles
     return out
 
 
+WRONG = ("invented", "swapped", "missing")
+
+
 def short_diagnosis(profiles: dict) -> dict:
-    """Per slot, the error shares after the last step (correct left out: 1 minus the rest); totals there and at the
-    warm start."""
+    """Totals at the warm start and after the last step, and per slot after the last step the shares of responses
+    whose value is invented, swapped, missing (``columns``; correct is 1 minus their sum)."""
     warm, last = profiles["0"], profiles[max(profiles, key=int)]
-    slots = {s: {k: v for k, v in by.items() if k != "correct"} for s, by in last["slots"].items()}
-    return {"warm_start_total": warm["total"], "final_total": last["total"], "final_slots": slots}
+    slots = {s: [by[k] for k in WRONG] for s, by in last["slots"].items()}
+    return {"warm_start_total": warm["total"], "final_total": last["total"], "columns": WRONG, "final_slots": slots}
 
 
 def print_diagnosis(diagnosis: dict) -> None:
@@ -115,8 +118,6 @@ def print_diagnosis(diagnosis: dict) -> None:
     print("still wrong after the last step, share of slots (at the warm start):")
     for arm, profiles in diagnosis.items():
         warm, last = profiles["0"], profiles[max(profiles, key=int)]
-        kinds = ", ".join(
-            f"{k} {last['total'][k]:.3f} ({warm['total'][k]:.3f})" for k in ("invented", "swapped", "missing")
-        )
+        kinds = ", ".join(f"{k} {last['total'][k]:.3f} ({warm['total'][k]:.3f})" for k in WRONG)
         worst = sorted(last["slots"].items(), key=lambda kv: kv[1]["correct"])[:3]
         print(f"  {arm:20s} {kinds}; worst slots: " + ", ".join(f"{s} {1 - v['correct']:.2f}" for s, v in worst))

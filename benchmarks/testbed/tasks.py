@@ -144,8 +144,13 @@ class Summarization(PPOTask):
         return summary_metrics
 
     def diagnose(self, responses: list[tuple[str, str]]) -> dict:
-        """Per slot, the share of held-out responses whose value is correct / invented / swapped / missing."""
-        from t2g_core.evaluation.diagnosis import fact_error_profile
+        return fact_profile(self.eval_df(), responses)
 
-        facts = {row.id: json.loads(row.meta)["facts"] for row in self.eval_df().itertuples()}
-        return fact_error_profile([(facts[i], text) for i, text in responses])
+
+def fact_profile(eval_df, responses: list[tuple[str, str]]) -> dict:
+    """Per slot, the share of the (row id, response) pairs whose value is correct / invented / swapped / missing,
+    against the facts in ``eval_df``'s demo meta (:func:`t2g_core.evaluation.diagnosis.fact_error_profile`)."""
+    from t2g_core.evaluation.diagnosis import fact_error_profile
+
+    facts = {row.id: json.loads(row.meta)["facts"] for row in eval_df.itertuples()}
+    return fact_error_profile([(facts[i], text) for i, text in responses])

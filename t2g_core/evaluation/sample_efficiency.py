@@ -243,13 +243,12 @@ def error_at(curve: Curve, step: int) -> float:
 
 def share_of_gain(arm: Sequence[Curve], reference: Sequence[Curve], step: int) -> dict:
     """The arm's mean gain (warm-start error minus the error at ``step``) over the reference arm's, with its 95%
-    interval (the two arms' runs resampled independently) and the per-run gains."""
+    interval (the two arms' runs resampled independently) and the per-run gains; NaN when the reference gained
+    nothing (no share of nothing)."""
     gains = [c[0][1] - error_at(c, step) for c in arm]
     ref = [c[0][1] - error_at(c, step) for c in reference]
-    return {
-        "step": step,
-        "share": statistics.fmean(gains) / statistics.fmean(ref),
-        "ci95": ratio_ci(gains, ref),
-        "gains": gains,
-        "reference_gains": ref,
-    }
+    if statistics.fmean(ref) == 0:
+        share, ci = float("nan"), (float("nan"), float("nan"))
+    else:
+        share, ci = statistics.fmean(gains) / statistics.fmean(ref), ratio_ci(gains, ref)
+    return {"step": step, "share": share, "ci95": ci, "gains": gains, "reference_gains": ref}

@@ -92,3 +92,10 @@ def test_write_results_keeps_the_summary_small_and_publishes_only_when_asked(tes
     assert (tmp_path / "docs-results" / "bench_x.json").read_text() == path.read_text()
     with pytest.raises(SystemExit, match="never published"):
         testbed.write_results("bench_x", full, summary, smoke=True, publish=True)
+
+
+def test_compact_json_puts_lists_of_values_on_one_line_and_reads_back_the_same(testbed):
+    obj = {"a": [1, 2.5, None, "x, y"], "b": {"c": [[1, 2], [3]], "d": []}, "e": "[not a list]"}
+    text = testbed.compact_json(obj)
+    assert json.loads(text) == obj
+    assert '"a": [1, 2.5, null, "x, y"]' in text and "[1, 2]" in text

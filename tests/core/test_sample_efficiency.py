@@ -307,3 +307,10 @@ def test_share_of_gain_needs_an_evaluation_at_the_step():
     assert error_at(ORACLE[0], 2) == 0.3
     with pytest.raises(ValueError, match="no evaluation at step 4"):
         share_of_gain(TAGGER, ORACLE, step=4)
+
+
+def test_share_of_no_gain_is_undefined():
+    flat = [[(0, 0.8), (1, 0.8)], [(0, 0.6), (1, 0.6)]]
+    out = share_of_gain([[(0, 0.8), (1, 0.5)]], flat, step=1)
+    assert np.isnan(out["share"]) and all(np.isnan(x) for x in out["ci95"])
+    assert out["gains"] == pytest.approx([0.3]) and out["reference_gains"] == [0.0, 0.0]
