@@ -287,8 +287,8 @@ def print_report(table: dict, shares: dict, drifts: dict) -> None:
         head = "oracle never reached 0.25x" if at["step"] is None else _share(at)
         print(f"{arm:20s} share of {s['oracle']}'s gain: {head}; at the last step {_share(last)}")
     for arm, by_step in drifts.items():
-        f1 = ", ".join(f"step {k}: {v['span_f1']:.3f} (chars {v['char_f1']:.3f})" for k, v in by_step.items())
-        print(f"{arm:20s} tagger vs oracle, poor-span F1: {f1}")
+        f1 = ", ".join(f"step {k}: {v['span_f1']:.3f} of {v['reference_spans']}" for k, v in by_step.items())
+        print(f"{arm:20s} tagger vs oracle, poor-span F1 (oracle spans): {f1}")
 
 
 def _share(s: dict) -> str:

@@ -66,7 +66,8 @@ def poor_span_agreement(
     reference: Sequence[ParsedFeedback],
     align_cfg: AlignConfig | None = None,
 ) -> dict[str, float]:
-    """Span and character P/R/F1 of ``predicted``'s poor spans against ``reference``'s, micro over responses."""
+    """Span and character P/R/F1 of ``predicted``'s poor spans against ``reference``'s, micro over responses, with
+    the number of poor spans each found."""
     if not len(responses) == len(predicted) == len(reference):
         raise ValueError(f"{len(responses)} responses, {len(predicted)} predictions, {len(reference)} references")
     spans, chars = [], [0, 0, 0]  # chars: hits, predicted, reference
@@ -80,6 +81,8 @@ def poor_span_agreement(
     char = micro_prf([{"tp": chars[0], "n_pred": chars[1], "n_gold": chars[2]}])
     return {
         "n": len(responses),
+        "reference_spans": agg["n_gold"],  # the support: few spans make a noisy F1
+        "predicted_spans": agg["n_pred"],
         "span_precision": agg["precision"],
         "span_recall": agg["recall"],
         "span_f1": agg["f1"],

@@ -62,7 +62,7 @@ def test_poor_span_agreement_by_hand():
     assert out["span_precision"] == pytest.approx(1 / 3) and out["span_recall"] == pytest.approx(1 / 2)
     assert out["span_f1"] == pytest.approx(2 * (1 / 3) * (1 / 2) / (1 / 3 + 1 / 2))
     assert out["char_precision"] == pytest.approx(7 / 13) and out["char_recall"] == pytest.approx(7 / 10)
-    assert out["n"] == 2
+    assert out["n"] == 2 and out["reference_spans"] == 2 and out["predicted_spans"] == 3
 
 
 def test_poor_span_agreement_uses_located_spans_and_counts_a_failed_critique_as_no_spans():
