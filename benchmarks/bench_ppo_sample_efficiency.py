@@ -367,8 +367,11 @@ def main() -> None:
         print(f"warm start {args.build_only}: {task.build_policy(args.build_only)}")
         return None
     arms = args.arms.split(",")
-    for arm in arms:
-        arm_settings(arm)  # an unknown arm stops here, before any run
+    for arm in arms:  # an unknown arm, or settings PPOConfig refuses (a critic it lacks), stop here, before any run
+        try:
+            ppo_config(args, arm, grid(arm, args)[0], 0)
+        except ValueError as exc:
+            raise SystemExit(f"arm {arm}: {exc}") from None
     n_ws = args.tune_warm_starts if args.phase == "tune" else args.warm_starts
     policies = [task.build_policy(seed) for seed in range(n_ws)]
     t0 = time.time()
