@@ -1,6 +1,6 @@
 """Every benchmark runs at its ``--smoke`` size, so none can rot unseen (a crash fails the suite, not a README).
 
-Smoke runs write under pytest's temporary folder (``$T2G_BENCH_RESULTS``, read by ``benchmarks/testbed.py``), never
+Smoke runs write under pytest's temporary folder (``$T2G_BENCH_RESULTS``, read by ``benchmarks/testbed``), never
 into the source tree; one folder serves the whole module, so the benchmarks that share smoke models build them once.
 """
 
