@@ -9,7 +9,9 @@ just drew), the bare model work a PPO step cannot avoid:
 - ``ppo_epochs`` x minibatches forward + backward of the policy (and critic), each with an AdamW step (at lr 0).
 Arms are interleaved, each step paired with the bare work right after it; the medians of the paired ratios are
 reported in process CPU time (``time.process_time``: what a loaded machine's other processes do not inflate) and in
-wall time, 1 thread. The first repetition of every arm is a warm-up.
+wall time, 1 thread. The first repetition of every arm is a warm-up. On a GPU (found by itself; ``models.dtype``
+auto = bfloat16) only the wall time, taken after synchronising, means anything; generated tokens per second and the
+model FLOPs utilisation (``model_flops``) are reported beside it.
 
 Part 2, phases: a few steps of each reward mode, read from the trainer's own per-phase timers: rollout, score (the
 oracle critic), span_labels, forward (old/ref/value passes), rewards (placement + KL + GAE + whitening), update. The
@@ -17,6 +19,7 @@ span-specific overhead is span_labels + rewards as a fraction of the step (targe
 
     .venv/bin/python benchmarks/bench_ppo_step.py --model DIR --reps 6
     .venv/bin/python benchmarks/bench_ppo_step.py --smoke          # a tiny run on a policy built in seconds
+    python benchmarks/bench_ppo_step.py --model DIR --backends hf   # on a GPU
 """
 
 from __future__ import annotations
@@ -24,10 +27,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
-from testbed import PPO_SMOKE_WORK, demo_policy, results_dir
+from testbed import PPO_SMOKE_WORK, clock, demo_policy, peak_flops, results_dir
 
 PHASES = ("rollout", "score", "span_labels", "forward", "rewards", "update")
 
@@ -110,7 +112,8 @@ class BareWork:
         from t2g_core.ppo.experience import reuses_first_forward, uses_critic
 
         cfg, tok, lm = self.cfg, self.bundle.tokenizer, self.bundle.model.causal_lm
-        q, qm, r = ro.query_ids, ro.query_mask.long(), ro.response_ids
+        dev = self.trainer.runtime.device
+        q, qm, r = ro.query_ids.to(dev), ro.query_mask.long().to(dev), ro.response_ids.to(dev)
         t, critic = r.shape[1], uses_critic(cfg)
         with torch.no_grad():
             lm.generate(
@@ -125,7 +128,7 @@ class BareWork:
                 pad_token_id=tok.pad_token_id,
                 use_cache=True,
             )
-            ids, attn = torch.cat([q, r], 1), torch.cat([qm, ro.response_mask.long()], 1)
+            ids, attn = torch.cat([q, r], 1), torch.cat([qm, ro.response_mask.long().to(dev)], 1)
             if not reuses_first_forward(cfg):
                 self.forward(ids, attn, r, critic)
             with self.bundle.policy.disable_adapter():
@@ -140,6 +143,24 @@ class BareWork:
                 for opt in self.opts:
                     opt.step()
                     opt.zero_grad(set_to_none=True)
+
+
+def model_flops(trainer, ro) -> float:
+    """FLOPs of one step by the usual convention (2N per token of a forward, 6N per token of a forward and
+    backward; N = the policy's parameters, attention ignored), counting what the step runs: generation, the no-grad
+    passes, ``ppo_epochs`` training passes, a critic backbone where one exists. It over-counts LoRA training (no weight
+    gradients of the frozen base), so it is an upper bound of the useful work."""
+    from t2g_core.ppo.experience import uses_critic
+
+    cfg = trainer.cfg
+    n = sum(p.numel() for p in trainer.bundle.model.causal_lm.parameters())
+    seq = int(ro.query_mask.sum() + ro.response_mask.sum())  # real tokens of the batch
+    gen = int(ro.response_mask.sum())
+    critic = uses_critic(cfg) and cfg.value_model != "head"
+    passes = 3 if uses_critic(cfg) else 2  # old log-probs, reference (and values)
+    nograd = 2 * n * seq * (passes + (1 if critic else 0))
+    train = 6 * n * seq * cfg.ppo_epochs * (2 if critic else 1)
+    return float(2 * n * gen + nograd + train)
 
 
 # ---- part 1: step / bare --------------------------------------------------------------------------------------
@@ -171,16 +192,17 @@ def step_over_bare(args, model: str, prompts, source) -> dict:
         runs[name] = {"trainer": trainer, "bare": BareWork(trainer), "cpu": [], "wall": [], "phases": []}
     for rep in range(args.reps + 1):  # repetition 0 warms every arm up
         for run in runs.values():
-            c0, w0 = time.process_time(), time.perf_counter()
+            c0, w0 = clock()
             metrics = run["trainer"].step(rep)
-            c1, w1 = time.process_time(), time.perf_counter()
+            c1, w1 = clock()
             run["bare"](captured.ro)
-            c2, w2 = time.process_time(), time.perf_counter()
+            c2, w2 = clock()
             if rep:
                 run["cpu"].append(((c1 - c0), (c2 - c1)))
                 run["wall"].append(((w1 - w0), (w2 - w1)))
                 run["phases"].append({ph: metrics.get(f"time/{ph}", 0.0) for ph in PHASES})
                 run.setdefault("tokens", []).append(metrics["response/length"])
+                run.setdefault("flops", []).append(model_flops(run["trainer"], captured.ro))
     out = {}
     for name, run in runs.items():
         res = {
@@ -195,11 +217,19 @@ def step_over_bare(args, model: str, prompts, source) -> dict:
         res["phase_fraction"] = {ph: statistics.fmean(p[ph] for p in run["phases"]) / wall for ph in PHASES}
         res["response_tokens"] = statistics.fmean(run["tokens"])
         res["updates"] = run["trainer"].cfg.ppo_epochs * run["trainer"].cfg.minibatches
+        res["generated_tokens_per_s"] = statistics.median(
+            res["response_tokens"] * args.batch_size / s for s, _ in run["wall"]
+        )
+        peak = peak_flops()
+        if peak:  # model FLOPs utilisation of the step, by the convention in model_flops
+            res["mfu"] = statistics.median(f / (s * peak) for f, (s, _) in zip(run["flops"], run["wall"], strict=True))
         out[name] = res
         print(
             f"{name:22s} step/bare {res['cpu']['step_over_bare']:.3f}x CPU, {res['wall']['step_over_bare']:.3f}x wall "
             f"| step {res['cpu']['step_s']:.3f} s CPU, bare {res['cpu']['bare_s']:.3f} s CPU | "
             + " ".join(f"{ph} {v:.1%}" for ph, v in res["phase_fraction"].items())
+            + f" | {res['generated_tokens_per_s']:.0f} generated tokens/s"
+            + (f", MFU {res['mfu']:.1%}" if "mfu" in res else "")
         )
     return out
 
@@ -262,7 +292,8 @@ def main() -> None:
 
     import torch
 
-    torch.set_num_threads(1)
+    if not torch.cuda.is_available():
+        torch.set_num_threads(1)
     out_dir = results_dir(args.smoke)
     if args.smoke:
         args.reps, args.steps, args.batch_size, args.max_new_tokens = 1, 2, 4, 8

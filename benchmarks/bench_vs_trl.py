@@ -1,5 +1,5 @@
-"""text2grad's PPO step against TRL's ``GRPOTrainer`` on the same model: CPU time per update, generated tokens per
-CPU-second, per estimator (grpo, rloo, gae with each value model) and generation backend.
+"""text2grad's PPO step against TRL's ``GRPOTrainer`` on the same model: time per update, generated tokens per
+second, per estimator (grpo, rloo, gae with each value model) and generation backend.
 
 Both sides train the same model folder with a fresh LoRA adapter (r 16, alpha 32, all linear layers, no dropout) in
 float32 on one thread, sample at temperature 1 without truncation, draw 16 samples of at most 48 new tokens per
@@ -10,9 +10,10 @@ same rate with a KL coefficient of 0.05 against the adapter-disabled reference, 
 trivial reward of the completion text (its word count mod 3, minus 1: no model, no critic). TRL's training loop
 runs once; at each of its rollout boundaries (a callback) every text2grad arm takes one PPO step, so the arms are
 interleaved and each text2grad step is paired with the TRL rollout just before it (the callback's time is kept out of
-TRL's). Reported: medians of the paired ratios of process CPU time per update (``time.process_time``) and of
-generated tokens per CPU-second; the first rollout of each side is a warm-up. The differences the two cannot share
-are printed with the results.
+TRL's). Reported: medians of the paired ratios of time per update and of generated tokens per second, in process
+CPU time on a CPU (``time.process_time``) and in synchronised wall time on a GPU (found by itself; both sides then
+load the weights in bfloat16, TRL with its ``bf16`` autocast); the first rollout of each side is a warm-up. The
+differences the two cannot share are printed with the results.
 
     .venv/bin/python benchmarks/bench_vs_trl.py --model DIR --rollouts 8
     .venv/bin/python benchmarks/bench_vs_trl.py --smoke
@@ -24,10 +25,9 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
-from testbed import PPO_SMOKE_WORK, demo_policy, results_dir
+from testbed import PPO_SMOKE_WORK, clock, demo_policy, results_dir
 
 DIFFERENCES = [
     "KL: TRL adds beta * KL(k3) to the loss; text2grad puts beta * KL(k1) into the per-token reward (the same "
@@ -42,8 +42,26 @@ DIFFERENCES = [
     "text2grad's KL early stop is off here (TRL has none); with it on, one more forward per step checks the last "
     "update",
     "response lengths are sampled: both sides sample the same policy, so lengths agree only on average (tokens per "
-    "CPU-second corrects for it)",
+    "second corrects for it)",
 ]
+
+
+def on_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def now() -> float:
+    """Process CPU seconds on a CPU (what other processes do not inflate), synchronised wall seconds on a GPU."""
+    cpu, wall = clock()
+    return wall if on_gpu() else cpu
+
+
+def weights_dtype():
+    import torch
+
+    return torch.bfloat16 if on_gpu() and torch.cuda.is_bf16_supported() else torch.float32
 
 
 def trivial_reward(text: str) -> float:
@@ -76,7 +94,6 @@ def text2grad_arms(args) -> dict[str, dict]:
 
 
 def make_trainers(args, model: str, prompts, workdir: Path) -> dict:
-    import torch
 
     from t2g_core.config.ppo import PPOConfig
     from t2g_core.ppo import CriticSource, PPOTrainer
@@ -106,7 +123,7 @@ def make_trainers(args, model: str, prompts, workdir: Path) -> dict:
         )
         folder = workdir / name.replace("/", "-")
         trainers[name] = PPOTrainer(
-            cfg, model, prompts, folder, reward_source=CriticSource(TrivialCritic()), dtype=torch.float32
+            cfg, model, prompts, folder, reward_source=CriticSource(TrivialCritic()), dtype=weights_dtype()
         )
     return trainers
 
@@ -147,10 +164,10 @@ def trl_trainer(args, model: str, prompts, workdir: Path, callback):
         warmup_steps=0,
         beta=0.05,
         max_steps=(args.rollouts + 1) * args.epochs * args.minibatches,
-        use_cpu=True,
-        bf16=False,
+        use_cpu=not on_gpu(),
+        bf16=weights_dtype() == torch.bfloat16,
         fp16=False,
-        model_init_kwargs={"dtype": torch.float32},
+        model_init_kwargs={"dtype": weights_dtype()},
         disable_dropout=True,
         gradient_checkpointing=False,  # TRL's default is on; text2grad's (ppo.gradient_checkpointing) is off
         report_to="none",
@@ -184,19 +201,19 @@ def interleaved(args, model: str, prompts, workdir: Path) -> dict:
 
     class Boundary(TrainerCallback):
         def __init__(self):
-            self.mark, self.rollout = time.process_time(), 0
+            self.mark, self.rollout = now(), 0
 
         def on_step_end(self, _args, state, control, **kw):
             if state.global_step % updates:
                 return
             tokens = sum(trl_lengths[-args.samples :])
-            rec["trl"].append({"cpu": time.process_time() - self.mark, "tokens": tokens})
+            rec["trl"].append({"time": now() - self.mark, "tokens": tokens})
             for name, trainer in trainers.items():
-                c0 = time.process_time()
+                c0 = now()
                 metrics = trainer.step(self.rollout)
-                rec[name].append({"cpu": time.process_time() - c0, "tokens": metrics["response/length"] * args.samples})
+                rec[name].append({"time": now() - c0, "tokens": metrics["response/length"] * args.samples})
             self.rollout += 1
-            self.mark = time.process_time()  # TRL's time starts again after the text2grad steps
+            self.mark = now()  # TRL's time starts again after the text2grad steps
 
     trl, trl_lengths = trl_trainer(args, model, prompts, workdir, Boundary())
     trl.train()
@@ -204,29 +221,31 @@ def interleaved(args, model: str, prompts, workdir: Path) -> dict:
 
 
 def summarise(args, rec: dict, updates: int) -> dict:
+    unit = "wall" if on_gpu() else "CPU"
     trl = rec.pop("trl")[1:]  # the first rollout of each side warms up
-    out = {"trl": {"cpu_per_update_s": statistics.median(r["cpu"] / updates for r in trl)}}
-    out["trl"]["tokens_per_cpu_s"] = statistics.median(r["tokens"] / r["cpu"] for r in trl)
+    out = {"trl": {"time_per_update_s": statistics.median(r["time"] / updates for r in trl)}}
+    out["trl"]["tokens_per_s"] = statistics.median(r["tokens"] / r["time"] for r in trl)
     out["trl"]["response_tokens"] = statistics.fmean(r["tokens"] / args.samples for r in trl)
     print(
-        f"TRL GRPOTrainer: {out['trl']['cpu_per_update_s']:.3f} s CPU per update, "
-        f"{out['trl']['tokens_per_cpu_s']:.0f} generated tokens per CPU-second, "
+        f"TRL GRPOTrainer: {out['trl']['time_per_update_s']:.3f} s {unit} per update, "
+        f"{out['trl']['tokens_per_s']:.0f} generated tokens per {unit}-second, "
         f"{out['trl']['response_tokens']:.1f} tokens per response"
     )
     for name, runs in rec.items():
         runs = runs[1:]
         res = {
-            "cpu_per_update_vs_trl": statistics.median(r["cpu"] / t["cpu"] for r, t in zip(runs, trl, strict=True)),
-            "tokens_per_cpu_s_vs_trl": statistics.median(
-                (r["tokens"] / r["cpu"]) / (t["tokens"] / t["cpu"]) for r, t in zip(runs, trl, strict=True)
+            "time_per_update_vs_trl": statistics.median(r["time"] / t["time"] for r, t in zip(runs, trl, strict=True)),
+            "tokens_per_s_vs_trl": statistics.median(
+                (r["tokens"] / r["time"]) / (t["tokens"] / t["time"]) for r, t in zip(runs, trl, strict=True)
             ),
-            "cpu_per_update_s": statistics.median(r["cpu"] / updates for r in runs),
+            "time_per_update_s": statistics.median(r["time"] / updates for r in runs),
             "response_tokens": statistics.fmean(r["tokens"] / args.samples for r in runs),
         }
         out[name] = res
         print(
-            f"{name:22s} CPU per update {res['cpu_per_update_vs_trl']:.2f}x TRL ({res['cpu_per_update_s']:.3f} s), "
-            f"tokens per CPU-second {res['tokens_per_cpu_s_vs_trl']:.2f}x TRL, "
+            f"{name:22s} {unit} per update {res['time_per_update_vs_trl']:.2f}x TRL "
+            f"({res['time_per_update_s']:.3f} s), "
+            f"tokens per {unit}-second {res['tokens_per_s_vs_trl']:.2f}x TRL, "
             f"{res['response_tokens']:.1f} tokens per response"
         )
     return out
@@ -256,7 +275,8 @@ def main() -> None:
 
     import torch
 
-    torch.set_num_threads(1)
+    if not on_gpu():
+        torch.set_num_threads(1)
     out_dir = results_dir(args.smoke)
     if args.smoke:
         args.rollouts, args.samples, args.group_size, args.max_new_tokens, args.epochs = 1, 4, 2, 8, 2

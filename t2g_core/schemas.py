@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 
 TASKS = ("summarization", "code", "qa")
-STATUSES = ("ok", "parse_error", "api_error", "timeout", "sandbox_error", "refused")
+STATUSES = ("ok", "parse_error", "api_error", "timeout", "sandbox_error", "refused", "missing_input")
 LABELS = ("positive", "negative")
 MATCHES = ("exact", "normalized", "fuzzy", "unmatched")
 SPLITS = ("train", "validation", "test")

@@ -20,7 +20,7 @@ from tasks.stage import stage
 LATEST = "LATEST.json"
 
 
-@task(name="feedback", **stage_task_options(600))
+@task(name="feedback", **stage_task_options())
 def materialise_feedback(source: SourceRef, settings: FeedbackSettings, workspace: WorkspaceConfig) -> ArtifactRef:
     """Demo data, a dataset adapter or a user's file -> an immutable, validated ``feedback`` artifact."""
     from t2g_core.stages import feedback
@@ -29,7 +29,7 @@ def materialise_feedback(source: SourceRef, settings: FeedbackSettings, workspac
         return ctx.produced(feedback.materialise(source, settings, ctx))
 
 
-@task(name="build-models", **stage_task_options(3600))
+@task(name="build-models", **stage_task_options())
 def build_models(feedback: ArtifactRef, settings: ModelsSettings, workspace: WorkspaceConfig) -> ModelsRef:
     """The tiny base and warm-started policy for the feedback's task (built once), or the named models."""
     from t2g_core.stages import models
@@ -38,7 +38,7 @@ def build_models(feedback: ArtifactRef, settings: ModelsSettings, workspace: Wor
         return ctx.produced(models.build(feedback, settings, ctx))
 
 
-@task(name="append-feedback", **stage_task_options(600))
+@task(name="append-feedback", **stage_task_options())
 def append_feedback(new_file: ArtifactRef, current: ArtifactRef | None, workspace: WorkspaceConfig) -> ArtifactRef:
     """The next version of the feedback dataset: ``current`` plus the items of ``new_file`` it lacks."""
     from t2g_core.stages import feedback
@@ -66,12 +66,39 @@ def latest(workspace: WorkspaceConfig, dataset: str) -> ArtifactRef | None:
     return ArtifactRef.model_validate(pointer) if pointer else None
 
 
+def latest_version(workspace: WorkspaceConfig) -> ArtifactRef:
+    """The feedback dataset's latest version (``data.source: latest``); a clear error when there is none yet."""
+    found = latest(workspace, "feedback")
+    if found is None:
+        raise FileNotFoundError(
+            f"data.source=latest: the workspace {workspace.root} has no feedback dataset version yet (a pipeline run "
+            "makes version 1; the inbox re-annotation appends the next ones)"
+        )
+    return found
+
+
+def annotations_covering(workspace: WorkspaceConfig, feedback: ArtifactRef) -> ArtifactRef | None:
+    """The latest annotations when they cover exactly ``feedback`` (what re-annotation left), else None."""
+    pointer = _read_pointer(workspace, "annotations")
+    if pointer is None or pointer.get("feedback_sha256") != feedback.sha256:
+        return None
+    return ArtifactRef.model_validate(pointer)
+
+
 def latest_feedback(workspace: WorkspaceConfig) -> ArtifactRef | None:
     return latest(workspace, "feedback")
 
 
 def latest_annotations(workspace: WorkspaceConfig) -> ArtifactRef | None:
     return latest(workspace, "annotations")
+
+
+def described(workspace: WorkspaceConfig, feedback: ArtifactRef) -> str:
+    """``feedback version 2 (144 rows)`` when ``feedback`` is the dataset's current version, else its content hash."""
+    pointer = _read_pointer(workspace, "feedback")
+    if pointer and pointer["sha256"] == feedback.sha256:
+        return f"feedback version {pointer['version']} ({feedback.n_rows} rows)"
+    return f"feedback {feedback.sha256[:12]} ({feedback.n_rows} rows)"
 
 
 def version_of(workspace: WorkspaceConfig, dataset: str) -> int:

@@ -10,10 +10,11 @@ from t2g_core.config.base import StageConfig
 
 
 class AnnotateConfig(StageConfig):
-    annotator: Literal["llm", "code", "reference"] = Field(
+    annotator: Literal["llm", "code", "reference", "ground"] = Field(
         "reference",
         description="llm = an OpenAI-compatible endpoint; code = run tests in a sandbox; reference = compare with "
-        "the reference.",
+        "the reference; ground = tie each row's human critique to the words of the response it quotes or names "
+        "(offline, no model; annotate.mode=grounding with llm is the stronger option).",
     )
     base_url: str | None = Field(
         None, description="OpenAI-compatible endpoint (llm annotator), e.g. http://127.0.0.1:8000/v1."

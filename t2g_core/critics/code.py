@@ -136,7 +136,7 @@ class CodeCritic:
 
     def critique(self, row: dict[str, Any]) -> ParsedFeedback:
         if not (row.get("tests") or "").strip():
-            return ParsedFeedback(None, status="sandbox_error", error=f"item {row.get('id')!r} has no tests")
+            return ParsedFeedback(None, status="missing_input", error=f"item {row.get('id')!r} has no tests")
         try:
             program, cases, run = self.run(row)
         except SyntaxError as exc:

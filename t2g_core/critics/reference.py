@@ -152,7 +152,7 @@ class ReferenceCritic:
         reference = reference if isinstance(reference, str) else ""  # None, or NaN from a Parquet null
         if not reference.strip():
             return ParsedFeedback(
-                None, status="sandbox_error", error=f"item {row.get('id')!r} has no reference to compare with"
+                None, status="missing_input", error=f"item {row.get('id')!r} has no reference to compare with"
             )
         ref, resp = tokenize(reference), tokenize(response)
         keys = key_facts(row, ref)

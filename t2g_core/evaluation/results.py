@@ -20,12 +20,13 @@ import pandas as pd
 from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.evaluation.bootstrap import paired_bootstrap
 from t2g_core.evaluation.metrics import TASK_METRICS, corpus_bleu, pass_at_k, task_metrics
+from t2g_core.evaluation.reward import REWARD_METRICS, add_reward_scores
 
 if TYPE_CHECKING:
     import torch
 
 ITEMS_FILE, SUMMARY_FILE = "items.parquet", "summary.json"
-LOWER_IS_BETTER = frozenset({"invented_entity_rate", "fact_error"})
+LOWER_IS_BETTER = frozenset({"invented_entity_rate", "fact_error", "rm_poor_spans"})
 NO_DIRECTION = frozenset({"length_words", "length_chars"})
 
 
@@ -59,8 +60,9 @@ def _json_default(value: Any) -> Any:
 
 
 def metric_columns(items: pd.DataFrame, task: str) -> list[str]:
-    """Metric columns present in ``items`` (task metrics first, then the judge score), skipping all-empty ones."""
-    names = [*TASK_METRICS[task], "judge_score"]
+    """Metric columns present in ``items`` (task metrics first, then the reward model's and the judge's scores),
+    skipping all-empty ones."""
+    names = [*TASK_METRICS[task], *REWARD_METRICS, "judge_score"]
     return [m for m in names if m in items.columns and items[m].notna().any()]
 
 
@@ -70,7 +72,7 @@ def item_scores(items: pd.DataFrame, task: str, pass_k: Sequence[int] = (1,)) ->
     if task == "code":
         n = groups["passed"].count()
         c = groups["passed"].sum()
-        return pd.DataFrame(
+        passed = pd.DataFrame(
             {
                 f"pass@{k}": [
                     pass_at_k(int(ni), int(ci), k) if ni >= k else np.nan for ni, ci in zip(n, c, strict=True)
@@ -79,6 +81,8 @@ def item_scores(items: pd.DataFrame, task: str, pass_k: Sequence[int] = (1,)) ->
             },
             index=n.index,
         )
+        scored = [m for m in REWARD_METRICS if m in items.columns and items[m].notna().any()]
+        return passed.join(groups[scored].mean()) if scored else passed
     return groups[metric_columns(items, task)].mean()
 
 
@@ -198,6 +202,7 @@ def evaluate_policies(
     *,
     baseline: str | None = None,
     judge: Any | None = None,
+    reward_scorer: Any | None = None,
     generator: Generator | None = None,
     device: str = "cpu",
     progress: Callable[[str], None] | None = None,
@@ -207,7 +212,9 @@ def evaluate_policies(
     """Generate with every policy on the same held-out prompts, score them and compare with the baseline (first policy).
     Every policy loads in ``dtype`` (the resolved ``models.dtype``, a ``torch.dtype``; None: the ``auto`` rule).
 
-    ``judge`` (a PairwiseJudge) adds a per-item ``judge_score`` for every non-baseline policy (first sample each).
+    ``judge`` (a PairwiseJudge) adds a per-item ``judge_score`` for every non-baseline policy (first sample each);
+    ``reward_scorer`` (a reward model's scorer) adds ``rm_reward`` and ``rm_poor_spans`` to every response
+    (:mod:`t2g_core.evaluation.reward`): both measure the policies without references.
     """
     from t2g_core.evaluation.generate import generate_samples, generation_settings
 
@@ -227,6 +234,10 @@ def evaluate_policies(
         )
         settings[name] = {"ref": str(ref), **generation_settings(cfg)}
     items = pd.concat(frames, ignore_index=True)
+    if reward_scorer is not None:
+        if progress:
+            progress(f"scoring {len(items)} responses with the reward model")
+        items = add_reward_scores(items, reward_scorer, task)
     baseline = baseline or next(iter(policies))
     if judge is not None:
         items = add_judge_scores(items, judge, baseline)

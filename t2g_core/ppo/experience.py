@@ -5,8 +5,9 @@ come from no-grad passes in micro-batches (the entropy of the sampling distribut
 pass's logits). With one epoch of one minibatch in one chunk the update's only forward runs at the rollout policy, so
 its log-probs and values, detached, are the old ones: that forward runs first and the no-grad policy pass is not run
 (:func:`reuses_first_forward`). The per-token KL and the reward r_t = m_t (s_t - beta KL_t) + terminal
-(:func:`t2g_core.rl.assemble_rewards`) feed the configured advantage estimator (GAE by default), whose advantages
-are whitened over the valid tokens of the *global* batch (summed over processes).
+(:func:`t2g_core.rl.assemble_rewards`) feed the configured advantage estimator (GAE by default; the span estimators
+also read the task signal s_t and the terminal part apart, see :mod:`t2g_core.rl.advantages`), whose advantages are
+whitened over the valid tokens of the *global* batch (summed over processes).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def old_ref_values(
     """Old log-probs, reference log-probs, values (0 without a critic) and the sampling entropy, all (B, T) on the
     CPU, ``cfg.micro_batch_size`` rows per forward; the old log-probs, values and entropy are ``first``'s when
     given (only the reference pass then runs)."""
-    args = (*to_device(device, ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask), cfg.temperature)
+    args = (*to_device(device, ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask), cfg.sampling)
     size = cfg.micro_batch_size
     if first is None:
         old_logprobs, values, entropy = forward_in_micro_batches(
@@ -91,10 +92,27 @@ def _in_batch_order(ro: Rollout, first: FirstForward) -> tuple[Tensor, Tensor | 
 
 
 def advantages_and_returns(
-    rewards: Tensor, values: Tensor, mask: Tensor, task: Tensor, group: Tensor | None, cfg: PPOConfig
-) -> tuple[Tensor, Tensor]:
-    """The configured estimator's advantages, whitened over the global batch, and the critic's returns."""
+    rewards: Tensor,
+    values: Tensor,
+    mask: Tensor,
+    task: Tensor,
+    terminal: Tensor,
+    group: Tensor | None,
+    cfg: PPOConfig,
+) -> tuple[Tensor, Tensor]:  # (B, T) x4, (B,), (B,) -> (B, T) x2
+    """The configured estimator's advantages, whitened over the global batch, and the critic's returns; ``task`` is
+    s_t (segment ends), ``terminal`` the sequence-level part of ``rewards`` (the span estimators credit it apart)."""
     advantages, returns = estimate_advantages(
-        cfg.advantage, rewards, values, mask, task=task, group=group, gamma=cfg.gamma, lam=cfg.lam
+        cfg.advantage,
+        rewards,
+        values,
+        mask,
+        task=task,
+        terminal=terminal,
+        group=group,
+        gamma=cfg.gamma,
+        lam=cfg.lam,
+        grpo_scale=cfg.grpo_scale,
+        grpo_std_floor=cfg.grpo_std_floor,
     )
     return masked_whiten(advantages, mask, reduce=all_reduce_sum), returns

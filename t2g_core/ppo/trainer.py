@@ -202,7 +202,7 @@ class PPOTrainer:
             kl = per_token_kl(old_logprobs, ref_logprobs, ro.response_mask, cfg.kl_estimator)  # 4. KL
             rewards = assemble_rewards(task, kl, ro.response_mask, self.kl_ctl.value, terminal)
             advantages, returns = advantages_and_returns(  # 5. advantages (GAE or another estimator), 6. whiten
-                rewards, values, ro.response_mask, task, ro.group, cfg
+                rewards, values, ro.response_mask, task, terminal, ro.group, cfg
             )
         with timer.phase("update"):  # 7. update
             exp = Experience(old_logprobs, values, advantages, returns)
@@ -346,13 +346,20 @@ class PPOTrainer:
             self.loop.will_pass(ckpt.checkpoint_folder(self.run_dir, self.next_step))
         return metrics
 
+    def replay_history(self, tracker: Tracker) -> None:
+        """Log the restored steps' metrics again (rank 0): a resumed run's tracking run then holds every step, not
+        only those after the checkpoint."""
+        if self.rank == 0:
+            for entry in self.history:
+                tracker.log_metrics({k: v for k, v in entry.items() if k != "step"}, step=int(entry["step"]))
+
     def write_rollouts(self, tracker: Tracker) -> Path | None:
         if self.rank != 0 or not self.records:
             return None
         path = write_rollouts(self.run_dir / "rollouts.parquet", self.records)
         tracker.log_artifact(path)
         if self.heatmaps:
-            tracker.log_artifact(self.heatmaps[-1])
+            tracker.log_artifact(self.heatmaps[-1], "heatmaps")
         return path
 
     def write_loaded(self) -> None:
@@ -422,4 +429,6 @@ def train(
     )
     if resume and not trainer.restore():
         raise FileNotFoundError(f"{out_dir}: no checkpoint to resume from (expected checkpoints/latest)")
+    if resume:
+        trainer.replay_history(tracker or NullTracker())
     return trainer.fit(tracker=tracker or NullTracker(), eval_df=eval_df, stop_after=stop_after, progress=progress)

@@ -82,7 +82,7 @@ def test_without_meta_it_checks_numbers_and_entities_against_the_source(meta):
 
 def test_no_reference_is_a_status_not_an_exception():
     fb = CRITIC.critique({"id": "x", "task": "qa", "prompt": "q", "response": "a", "reference": None})
-    assert fb.status == "sandbox_error" and "no reference" in fb.error
+    assert fb.status == "missing_input" and "no reference" in fb.error
 
 
 def test_fast_enough_for_every_ppo_rollout():
