@@ -95,7 +95,7 @@ def test_a_remote_endpoint_without_a_key_fails_before_any_request(tmp_path, monk
             "-q",
         ],
     )
-    assert res.exit_code == 2 and "no API key" in res.output and len(res.output.strip().splitlines()) == 1
+    assert res.exit_code == 2 and "needs an API key" in res.output and len(res.output.strip().splitlines()) == 1
     assert not (tmp_path / "a.parquet").exists()
 
 
