@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _taggers import demo_tagger, tagger_cfg  # same folder (pytest prepends it to sys.path)
 
 from t2g_core.config import AlignConfig, AnnotateConfig, PPOConfig
 from t2g_core.config.critique_loop import CritiqueLoopConfig
 from t2g_core.ppo.critique_loop import CritiqueLoop, agreement, choose, feedback_frame, write_replay
 from t2g_core.spans import ParsedFeedback
+from tests.core._taggers import demo_tagger, tagger_cfg
 from tests.core._tokenizers import byte_level_bpe
 
 torch.set_num_threads(1)

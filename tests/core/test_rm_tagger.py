@@ -282,10 +282,9 @@ def test_a_tagger_learns_to_report_omissions(tiny_model_dir, tmp_path):
     """Trained on the reference critic's labels of demo summaries (a clause left out now and then), the tagger's
     omission head finds most left-out clauses of its training items; an untrained one finds none (the check can
     fail)."""
-    from _taggers import demo_tagger, tagger_cfg
-
     from t2g_core.reward_model.evaluate import eval_items, evaluate_tagger
     from t2g_core.reward_model.tagger import load_tagger
+    from tests.core._taggers import demo_tagger, tagger_cfg
 
     torch.set_num_threads(1)
     recall = {}
