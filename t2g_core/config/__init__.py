@@ -19,6 +19,7 @@ from t2g_core.config.ppo import PPOConfig
 from t2g_core.config.reward_model import RewardModelConfig
 from t2g_core.config.timeouts import TimeoutsConfig
 from t2g_core.config.validate import ValidateConfig
+from t2g_core.config.warmup import WarmupConfig
 from t2g_core.config.workspace import WorkspaceConfig
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "TimeoutsConfig",
     "TinyModelConfig",
     "ValidateConfig",
+    "WarmupConfig",
     "WorkspaceConfig",
     "apply_overrides",
     "load_config",
@@ -60,6 +62,9 @@ class PipelineConfig(StageConfig):
         default_factory=ValidateConfig, alias="validate", description="Validation gates and review."
     )
     reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig, description="Generative reward model.")
+    warmup: WarmupConfig = Field(
+        default_factory=WarmupConfig, description="Supervised warm-up of the policy before PPO (off by default)."
+    )
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="Span-reward PPO.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Policy evaluation.")
     placement: PlacementConfig = Field(default_factory=PlacementConfig, description="Work pool of each stage group.")

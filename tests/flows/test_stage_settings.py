@@ -145,7 +145,7 @@ def _artifact(name: str, digest: str) -> ArtifactRef:
 def _outputs(stage: str, digest: str, root: Path):
     if stage in ("feedback", "annotate", "align"):
         return _artifact(stage, digest)
-    if stage == "models":
+    if stage in ("models", "warmup"):
         return ModelsRef(base="base", policy="policy", base_digest=digest, policy_digest=digest)
     if stage == "review_sample":
         return ReviewSampleRef(key=digest[:8], n_items=1, sample=_file(root, stage, digest))
@@ -193,6 +193,7 @@ def stand_ins(monkeypatch, tmp_path, prefect_harness):
     import tasks.ppo
     import tasks.reward_model
     import tasks.validate
+    import tasks.warmup
 
     spies = {
         name: stand_in(name, tmp_path)
@@ -205,6 +206,7 @@ def stand_ins(monkeypatch, tmp_path, prefect_harness):
             "auto_review",
             "validate",
             "reward_model",
+            "warmup",
             "ppo",
             "evaluate",
         )
@@ -217,6 +219,7 @@ def stand_ins(monkeypatch, tmp_path, prefect_harness):
     monkeypatch.setattr(tasks.validate, "auto_review", spies["auto_review"])
     monkeypatch.setattr(tasks.validate, "validation_report", spies["validate"])
     monkeypatch.setattr(tasks.reward_model, "train_reward_model", spies["reward_model"])
+    monkeypatch.setattr(tasks.warmup, "warm_up", spies["warmup"])
     monkeypatch.setattr(tasks.ppo, "train_policy", spies["ppo"])
     monkeypatch.setattr(tasks.evaluate, "evaluate_policy", spies["evaluate"])
     import flows.text2grad
@@ -275,7 +278,7 @@ def _keys(config: PipelineConfig, stage_fns: dict) -> dict[str, str]:
 
 
 def test_changing_one_setting_changes_the_keys_of_exactly_the_stages_that_read_it(tmp_path):
-    from tasks import align, annotate, data, evaluate, ppo, reward_model, validate
+    from tasks import align, annotate, data, evaluate, ppo, reward_model, validate, warmup
 
     stage_fns = {
         "feedback": data.materialise_feedback,
@@ -284,6 +287,7 @@ def test_changing_one_setting_changes_the_keys_of_exactly_the_stages_that_read_i
         "align": align.align,
         "validate": validate.validation_report,
         "reward_model": reward_model.train_reward_model,
+        "warmup": warmup.warm_up,
         "ppo": ppo.train_policy,
         "evaluate": evaluate.evaluate_policy,
     }
