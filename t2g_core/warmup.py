@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -193,10 +194,11 @@ def train_warmup(
     tracker: Tracker | None = None,
     on_progress: Progress = no_progress,
     resume: bool = True,
+    callbacks: Iterable = (),
 ) -> WarmupResult:
     """LoRA SFT of ``policy`` on ``pairs`` for ``cfg.steps`` steps, merged and written to ``<out_dir>/policy``.
     With ``resume``, a finished warm-up in ``out_dir`` is returned as is and a killed one continues from its last
-    checkpoint."""
+    checkpoint; ``callbacks`` are extra ``TrainerCallback`` objects."""
     from t2g_core.training import publish_folder, staging_folder
 
     out_dir = Path(out_dir)
@@ -210,7 +212,7 @@ def train_warmup(
         return done
     losses: list[float] = []
     callback = _callback(tracker or NullTracker(), on_progress, losses)
-    trainer = make_trainer(cfg, policy, pairs, out_dir, dtype=dtype, callbacks=[callback])
+    trainer = make_trainer(cfg, policy, pairs, out_dir, dtype=dtype, callbacks=[callback, *callbacks])
     resumed_from = last_checkpoint(out_dir) if resume else None
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=resumed_from)

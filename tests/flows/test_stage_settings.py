@@ -124,6 +124,8 @@ def config_with(changes: dict, root: Path) -> PipelineConfig:
 # ------------------------------------------------------------------------------------------ recording stand-ins
 RECORDED: dict[str, list[StageSettings]] = {}
 EXECUTED: list[str] = []
+RECEIVED: dict[str, list[tuple]] = {}  # stage -> the references each call was given
+PRODUCED: dict[str, list] = {}  # stage -> what each call returned
 
 
 def _digest(params: dict) -> str:
@@ -178,7 +180,10 @@ def stand_in(stage: str, root: Path):
         settings = [a for a in (*args, *kwargs.values()) if isinstance(a, StageSettings)]
         RECORDED.setdefault(stage, []).extend(settings)
         EXECUTED.append(stage)
-        return _outputs(stage, _digest({"stage": stage, **params}), root)
+        RECEIVED.setdefault(stage, []).append((*args, *kwargs.values()))
+        out = _outputs(stage, _digest({"stage": stage, **params}), root)
+        PRODUCED.setdefault(stage, []).append(out)
+        return out
 
     return recorder
 
@@ -227,8 +232,8 @@ def stand_ins(monkeypatch, tmp_path, prefect_harness):
     record = task(name="stand-in-record")(lambda outputs, ws: None)
     monkeypatch.setattr(tasks.pipeline, "record_outputs", record)
     monkeypatch.setattr(flows.text2grad, "record_outputs", record)  # imported by name when the flow module loads
-    RECORDED.clear()
-    EXECUTED.clear()
+    for record in (RECORDED, EXECUTED, RECEIVED, PRODUCED):
+        record.clear()
     return tmp_path
 
 
@@ -266,6 +271,8 @@ def test_every_setting_reaches_the_stage_that_reads_it(stand_ins, monkeypatch):
             default = getattr(defaults, section if section != "validate" else "validate_").model_dump(mode="json")
             differs = [k for k in values if values[k] != default.get(k) and not isinstance(values[k], dict)]
             assert differs, f"{stage}.{section}: no non-default value arrived"
+    warmed = PRODUCED["warmup"][-1]  # warmup.enabled: PPO and the evaluation start from the warmed-up policy
+    assert all(warmed in RECEIVED[stage][-1] for stage in ("ppo", "evaluate"))
     ppo = RECORDED["ppo"][-1]
     assert ppo.holdout.eval_fraction == changes["holdout.eval_fraction"]
     assert ppo.align.positive_value == changes["align.positive_value"] != 1.0
