@@ -5,7 +5,9 @@
 
 Serving (no work pool or worker needed on one machine):
 - ``text2grad/text2grad``: the pipeline, started from the UI form (its defaults point at this workspace); optional cron.
-- ``feedback-sensor/feedback-sensor``: every ``--sensor-interval`` seconds, one event per new inbox file.
+- the inbox watch (a thread of this process, no flow runs): every ``--sensor-interval`` seconds it lists the inbox and,
+  when a new file has landed, emits one event per new file (``flows.feedback.watch_inbox``).
+- ``feedback-sensor/feedback-sensor``: the same scan as a flow run, on demand from the UI.
 - ``reannotate/reannotate``: event trigger on ``text2grad.feedback.landed``, debounced: the first event of a burst
   schedules one run ``--debounce`` seconds later and the rest of the burst within that window adds no runs.
 
@@ -36,9 +38,7 @@ def form_defaults(workspace: str) -> dict:
     return {"workspace": PipelineConfig.model_validate({"workspace": {"root": root}}).workspace.model_dump(mode="json")}
 
 
-def build_deployments(
-    workspace: str, *, sensor_interval: float = 60, cron: str | None = None, debounce: float = 30
-) -> list:
+def build_deployments(workspace: str, *, cron: str | None = None, debounce: float = 30) -> list:
     from prefect.events import DeploymentEventTrigger
 
     from flows.feedback import EVENT, RESOURCE_PREFIX, feedback_sensor, reannotate
@@ -58,10 +58,7 @@ def build_deployments(
     return [
         text2grad.to_deployment(name="text2grad", parameters={"config": config}, cron=cron, tags=["text2grad"]),
         feedback_sensor.to_deployment(
-            name="feedback-sensor",
-            parameters={"workspace": config["workspace"]},
-            interval=sensor_interval,
-            tags=["text2grad"],
+            name="feedback-sensor", parameters={"workspace": config["workspace"]}, tags=["text2grad"]
         ),
         reannotate.to_deployment(
             name="reannotate", parameters={"config": config}, triggers=[trigger], tags=["text2grad"]
@@ -97,7 +94,7 @@ def deploy_stage_flows(pool: str, workspace: str, project: Path = PROJECT, group
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", default="t2g-workspace")
-    parser.add_argument("--sensor-interval", type=float, default=60.0, help="Seconds between inbox scans.")
+    parser.add_argument("--sensor-interval", type=float, default=60.0, help="Seconds between inbox listings.")
     parser.add_argument("--cron", default=None, help="Optional cron schedule of text2grad, e.g. '0 3 * * *'.")
     parser.add_argument("--debounce", type=float, default=30.0, help="Seconds a burst of new files is collected.")
     parser.add_argument("--limit", type=int, default=2, help="Flow runs executed at once.")
@@ -112,11 +109,18 @@ def main(argv: list[str] | None = None) -> None:
         for name in deploy_stage_flows(args.pool, args.workspace, groups=args.groups.split(",")):
             print(f"deployment {name} on work pool {args.pool}")
         return
+    import threading
+
     from prefect import serve
 
-    deployments = build_deployments(
-        args.workspace, sensor_interval=args.sensor_interval, cron=args.cron, debounce=args.debounce
-    )
+    from flows.feedback import watch_inbox
+    from t2g_core.config import WorkspaceConfig
+
+    deployments = build_deployments(args.workspace, cron=args.cron, debounce=args.debounce)
+    workspace = WorkspaceConfig(**form_defaults(args.workspace)["workspace"])
+    threading.Thread(
+        target=watch_inbox, args=(workspace, args.sensor_interval, threading.Event()), daemon=True, name="inbox-watch"
+    ).start()
     serve(*deployments, limit=args.limit)
 
 

@@ -29,10 +29,13 @@ def _step(task, config: PipelineConfig, stage: str, forced: list[str] | None):
 
 @flow(name="prepare-feedback", **RESULTS)
 def prepare_feedback(config: PipelineConfig, forced: list[str] | None = None) -> ArtifactRef:
-    """The feedback artifact: the demo data or the configured source."""
+    """The feedback artifact: the demo data, the configured source, or the dataset's latest version."""
+    from t2g_core.config.data import LATEST
     from t2g_core.stages.refs import SourceRef
     from tasks import data
 
+    if config.data.source == LATEST:
+        return data.latest_version(config.workspace)
     return _step(data.materialise_feedback, config, "feedback", forced)(
         SourceRef.of(config.data), settings_for("feedback", config), config.workspace
     )
@@ -51,12 +54,17 @@ def build_models(config: PipelineConfig, feedback: ArtifactRef, forced: list[str
 @flow(name="annotate", **RESULTS)
 def annotate(config: PipelineConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ArtifactRef:
     """Critiques and quoted good/poor spans for every feedback item; they become version 1 of the datasets. The stage
-    first checks that every item has what the annotator needs (a reference, tests, a critique, an endpoint)."""
+    first checks that every item has what the annotator needs (a reference, tests, a critique, an endpoint). With
+    ``data.source: latest`` the annotations re-annotation made for that version are reused (unless refreshed)."""
+    from t2g_core.config.data import LATEST
     from tasks.annotate import annotate_task
-    from tasks.data import record_first_versions
+    from tasks.data import annotations_covering, record_first_versions
 
     settings = settings_for("annotate", config)
-    annotations = _step(annotate_task(settings), config, "annotate", forced)(feedback, settings, config.workspace)
+    reuse = config.data.source == LATEST and "annotate" not in (forced or [])
+    annotations = annotations_covering(config.workspace, feedback) if reuse else None
+    if annotations is None:
+        annotations = _step(annotate_task(settings), config, "annotate", forced)(feedback, settings, config.workspace)
     record_first_versions(feedback, annotations, config.workspace)
     return annotations
 

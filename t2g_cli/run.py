@@ -13,6 +13,13 @@ RefreshOpt = typer.Option(
     None, "--refresh", "-r", help="Recompute this stage and everything after it even if cached (repeatable)."
 )
 WorkspaceOpt = typer.Option(None, "--workspace", "-w", help="Workspace folder (overrides workspace.root).")
+PresetOpt = typer.Option(
+    None,
+    "--preset",
+    "-p",
+    help="Size preset applied before -c and --set: tiny (every stage in minutes, figures meaningless), small (half "
+    "the demo's PPO and evaluation), full (the defaults).",
+)
 
 
 def _with_workspace(overrides: list[str] | None, workspace: Path | None) -> list[str]:
@@ -67,9 +74,11 @@ def _preflight(cfg) -> None:
         fail(f"{cfg.data.source}: {message}" if own_file else message)
 
 
-def _run_and_summarise(config: Path | None, overrides: list[str] | None, refresh, workspace: Path | None) -> None:
+def _run_and_summarise(
+    config: Path | None, overrides: list[str] | None, refresh, workspace: Path | None, preset: str | None = None
+) -> None:
     """The body of `t2g run` and `t2g demo`: the configuration, the pipeline, what it produced and where to look."""
-    cfg = pipeline_config(config, _with_workspace(overrides, workspace))
+    cfg = pipeline_config(config, _with_workspace(overrides, workspace), preset)
     _preflight(cfg)
     t0 = time.perf_counter()
     result, where = _run_pipeline(cfg, refresh)
@@ -82,9 +91,10 @@ def run(
     set_: list[str] | None = SetOpt,
     refresh: list[str] | None = RefreshOpt,
     workspace: Path | None = WorkspaceOpt,
+    preset: str | None = PresetOpt,
 ) -> None:
     """Run the end-to-end pipeline; completed stages with the same inputs and config are reused."""
-    _run_and_summarise(config, set_, refresh, workspace)
+    _run_and_summarise(config, set_, refresh, workspace, preset)
 
 
 @guard
@@ -92,10 +102,11 @@ def demo(
     workspace: Path = typer.Option(Path("t2g-workspace"), "--workspace", "-w", help="Workspace folder."),
     set_: list[str] | None = SetOpt,
     refresh: list[str] | None = RefreshOpt,
+    preset: str | None = PresetOpt,
 ) -> None:
     """The main job: the whole pipeline on the built-in demo data with the embedded defaults (the same as the Prefect
     UI form's and `t2g run`'s), then what was learnt."""
-    _run_and_summarise(None, set_, refresh, workspace)
+    _run_and_summarise(None, set_, refresh, workspace, preset)
 
 
 def lineage(

@@ -313,6 +313,7 @@ _INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"
 _SPACES = "".join(chr(c) for c in range(0x3001) if chr(c).isspace()) + "\u2028\u2029"
 _SQUEEZE = str.maketrans({**_QUOTES, **dict.fromkeys(_SPACES + _MARKDOWN + _INVISIBLE, None)})
 _COLLAPSE = str.maketrans({**_QUOTES, **dict.fromkeys(_MARKDOWN + _INVISIBLE, None)})
+_DROP_INVISIBLE = str.maketrans(dict.fromkeys(_INVISIBLE, None))
 _KEEP = np.ones(0x110000, dtype=bool)  # code point -> kept by squeeze (a lookup table beats np.isin per call)
 _KEEP[[ord(c) for c in _SPACES + _MARKDOWN + _INVISIBLE]] = False
 
@@ -438,17 +439,18 @@ def _normalized(resp: _Response, span: str, claimed, context) -> tuple[int, int]
     if not needle:
         return None
     hay, src = resp.squeezed
-    words = _collapse(span)
-    cands = []
+    words, visible = _collapse(span), span.translate(_DROP_INVISIBLE)
+    cands, literal = [], []
     for pos in _occurrences(hay, needle):
         start, end = int(src[pos]), int(src[pos + len(needle) - 1]) + 1
         if _collapse(resp.text[start:end]) != words:
             continue  # e.g. "a b" found inside "about": same letters, different words
+        same = resp.text[start:end].translate(_DROP_INVISIBLE) == visible  # same letters and case, hidden marks apart
         start, end = _with_emphasis(resp.text, start, end, span)
-        cands.append((start, end))
-        if len(cands) >= _MAX_CANDIDATES or ((start, end) not in claimed and not context):
+        (literal if same else cands).append((start, end))
+        if len(cands) + len(literal) >= _MAX_CANDIDATES or (same and (start, end) not in claimed and not context):
             break
-    return _choose(cands, claimed, resp.text, context)
+    return _choose(literal + cands, claimed, resp.text, context)  # a case-exact occurrence before a folded one
 
 
 def _word_char(ch: str) -> bool:

@@ -66,12 +66,39 @@ def latest(workspace: WorkspaceConfig, dataset: str) -> ArtifactRef | None:
     return ArtifactRef.model_validate(pointer) if pointer else None
 
 
+def latest_version(workspace: WorkspaceConfig) -> ArtifactRef:
+    """The feedback dataset's latest version (``data.source: latest``); a clear error when there is none yet."""
+    found = latest(workspace, "feedback")
+    if found is None:
+        raise FileNotFoundError(
+            f"data.source=latest: the workspace {workspace.root} has no feedback dataset version yet (a pipeline run "
+            "makes version 1; the inbox re-annotation appends the next ones)"
+        )
+    return found
+
+
+def annotations_covering(workspace: WorkspaceConfig, feedback: ArtifactRef) -> ArtifactRef | None:
+    """The latest annotations when they cover exactly ``feedback`` (what re-annotation left), else None."""
+    pointer = _read_pointer(workspace, "annotations")
+    if pointer is None or pointer.get("feedback_sha256") != feedback.sha256:
+        return None
+    return ArtifactRef.model_validate(pointer)
+
+
 def latest_feedback(workspace: WorkspaceConfig) -> ArtifactRef | None:
     return latest(workspace, "feedback")
 
 
 def latest_annotations(workspace: WorkspaceConfig) -> ArtifactRef | None:
     return latest(workspace, "annotations")
+
+
+def described(workspace: WorkspaceConfig, feedback: ArtifactRef) -> str:
+    """``feedback version 2 (144 rows)`` when ``feedback`` is the dataset's current version, else its content hash."""
+    pointer = _read_pointer(workspace, "feedback")
+    if pointer and pointer["sha256"] == feedback.sha256:
+        return f"feedback version {pointer['version']} ({feedback.n_rows} rows)"
+    return f"feedback {feedback.sha256[:12]} ({feedback.n_rows} rows)"
 
 
 def version_of(workspace: WorkspaceConfig, dataset: str) -> int:

@@ -25,7 +25,13 @@ class EvaluateConfig(StageConfig):
         "a fact wrongly about one time in three when sampled, rarely when greedy).",
     )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (when do_sample).")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass (when do_sample).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass (when do_sample; 1 = no top-p).")
+    top_k: int = Field(
+        0,
+        ge=0,
+        description="Sample from the top_k most likely tokens only (when do_sample; 0 = all); applied after the "
+        "temperature and before top_p, as in PPO's rollouts (ppo.top_k).",
+    )
     num_samples: int = Field(
         1, ge=1, description="Samples per prompt (pass@k for code needs k <= num_samples; >1 needs do_sample)."
     )

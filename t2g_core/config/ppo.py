@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from t2g_core.config.base import StageConfig, recipe_path
+from t2g_core.config.sampling import Sampling
 
 HYBRID_MODES = ("span", "dense")  # reward modes where a terminal scalar adds information (terminal_coef)
 WORD_LABEL_MODES = ("dense",)  # reward modes whose labels are the critic's word-level scores
@@ -141,6 +142,11 @@ class PPOConfig(StageConfig):
         """Below every real attempt: a failing attempt with every label poor and its implementation missing."""
         return -(abs(self.span_coef) * (1 + self.omission_penalty) + self.outcome_coef) - self.degenerate_margin
 
+    @property
+    def sampling(self) -> Sampling:
+        """The rollouts' sampling distribution (temperature, top_k, top_p), as every log-prob pass applies it."""
+        return Sampling(self.temperature, self.top_k, self.top_p)
+
     parse_failure_reward: float = Field(
         0.0, description="Reward of a sample whose critique failed (the reward source's fault, not the sample's)."
     )
@@ -171,6 +177,20 @@ class PPOConfig(StageConfig):
     )
     temperature: float = Field(
         1.0, gt=0, description="Sampling temperature of rollouts (also applied when recomputing log-probs)."
+    )
+    top_k: int = Field(
+        0,
+        ge=0,
+        description="Rollouts sample from the top_k most likely tokens only (0 = all), after the temperature; the "
+        "policy's log-probs (old and new) and the reference's are computed under the same truncated, renormalised "
+        "distribution, each over its own set (docs/ppo.md, sampling).",
+    )
+    top_p: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Rollouts sample from the smallest most-likely set of tokens whose probability reaches top_p (1 = "
+        "all), after temperature and top_k; log-probs as for top_k.",
     )
     max_new_tokens: int = Field(48, ge=1, description="Maximum response tokens.")
     generation_backend: Literal["exact", "hf", "vllm"] = Field(

@@ -11,6 +11,12 @@ Dropout is off everywhere (every module stays in eval mode; gradients still flow
 value from the hidden states and the log-probs through the LM head in chunks (``rl.logprobs.selective_logprobs``),
 so no (B, T, V) logits tensor is ever built. Frozen base weights are in ``models.dtype``; the trainable LoRA weights
 and the value head stay float32.
+
+Log-probs are taken under the rollouts' sampling distribution (:class:`~t2g_core.config.sampling.Sampling`:
+temperature, top-k, top-p, renormalised), the policy's (old and new) and the reference's alike, each over its own
+top-k / top-p set: the KL penalty compares the two models as they would be sampled, so it is exactly 0 at the start.
+A token outside a model's set (the reference's, once the policy has moved) stays in that set for its own position,
+so its log-prob, and the KL, stay finite (``rl.logprobs``; docs/ppo.md, sampling).
 """
 
 from __future__ import annotations
@@ -22,7 +28,13 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from t2g_core.rl.logprobs import position_ids_from_mask, selective_logprobs, selective_logprobs_and_entropy
+from t2g_core.rl.logprobs import (
+    Sampling,
+    as_sampling,
+    position_ids_from_mask,
+    selective_logprobs,
+    selective_logprobs_and_entropy,
+)
 
 POLICY_ADAPTER, CRITIC_ADAPTER = "default", "critic"  # peft adapter names: the policy's and the LoRA critic's
 
@@ -123,14 +135,16 @@ class ActorCritic(nn.Module):
         query_mask: Tensor,
         response_ids: Tensor,
         response_mask: Tensor,
-        temperature: float,
+        sampling: Sampling | float,
         reference: bool = False,
         with_values: bool = True,
         with_entropy: bool = False,
     ) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None, Tensor]:
-        """Log-probs of the response tokens (B, T) and values (B, T) or None, read at the position *before* each token
-        (§5 A1); ``with_entropy`` adds a third item, the entropy of each position's sampling distribution (for
-        logging, no gradient), read off the log-probs' logits."""
+        """Log-probs of the response tokens (B, T) under ``sampling`` (a bare number: a temperature over the whole
+        vocabulary) and values (B, T) or None, read at the position *before* each token (§5 A1); ``reference``: the
+        base without the adapter, under the same ``sampling``; ``with_entropy`` adds a third item, the entropy of
+        each position's sampling distribution (for logging, no gradient), read off the log-probs' logits."""
+        sampling = as_sampling(sampling)
         input_ids = torch.cat([query_ids, response_ids], dim=1)
         attn = torch.cat([query_mask.long(), response_mask.long()], dim=1)
         lq = query_ids.shape[1]
@@ -141,10 +155,10 @@ class ActorCritic(nn.Module):
             head = self._logits_head()
             if with_entropy:
                 logprobs, *extra = selective_logprobs_and_entropy(
-                    hidden, head, response_ids, temperature, self.chunk_tokens
+                    hidden, head, response_ids, sampling, self.chunk_tokens
                 )
             else:
-                logprobs, extra = selective_logprobs(hidden, head, response_ids, temperature, self.chunk_tokens), []
+                logprobs, extra = selective_logprobs(hidden, head, response_ids, sampling, self.chunk_tokens), []
         if not with_values or reference:
             return (logprobs, None, *extra)
         if self.value.backbone is not None:
@@ -277,7 +291,7 @@ def forward_in_micro_batches(
     query_mask: Tensor,
     response_ids: Tensor,
     response_mask: Tensor,
-    temperature: float,
+    sampling: Sampling | float,
     *,
     micro_batch_size: int | None,
     reference: bool = False,
@@ -296,7 +310,7 @@ def forward_in_micro_batches(
                 query_mask[rows],
                 response_ids[rows],
                 response_mask[rows],
-                temperature,
+                sampling,
                 reference=reference,
                 with_values=with_values,
                 with_entropy=with_entropy,
@@ -315,12 +329,12 @@ def forward_response(
     query_mask: Tensor,
     response_ids: Tensor,
     response_mask: Tensor,
-    temperature: float,
+    sampling: Sampling | float,
     *,
     with_values: bool = True,
     reference: bool = False,
 ) -> tuple[Tensor, Tensor | None]:  # -> logprobs (B, T), values (B, T) or None
-    """Log-probs of the response tokens (and values) in one pass, with gradients when enabled."""
+    """Log-probs of the response tokens under ``sampling`` (and values) in one pass, with gradients when enabled."""
     return bundle.model(
-        query_ids, query_mask, response_ids, response_mask, temperature, reference=reference, with_values=with_values
+        query_ids, query_mask, response_ids, response_mask, sampling, reference=reference, with_values=with_values
     )

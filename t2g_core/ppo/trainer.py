@@ -309,13 +309,20 @@ class PPOTrainer:
                 self.save()
         return self.result()
 
+    def replay_history(self, tracker: Tracker) -> None:
+        """Log the restored steps' metrics again (rank 0): a resumed run's tracking run then holds every step, not
+        only those after the checkpoint."""
+        if self.rank == 0:
+            for entry in self.history:
+                tracker.log_metrics({k: v for k, v in entry.items() if k != "step"}, step=int(entry["step"]))
+
     def write_rollouts(self, tracker: Tracker) -> Path | None:
         if self.rank != 0 or not self.records:
             return None
         path = write_rollouts(self.run_dir / "rollouts.parquet", self.records)
         tracker.log_artifact(path)
         if self.heatmaps:
-            tracker.log_artifact(self.heatmaps[-1])
+            tracker.log_artifact(self.heatmaps[-1], "heatmaps")
         return path
 
     def write_loaded(self) -> None:
@@ -375,4 +382,6 @@ def train(
     )
     if resume and not trainer.restore():
         raise FileNotFoundError(f"{out_dir}: no checkpoint to resume from (expected checkpoints/latest)")
+    if resume:
+        trainer.replay_history(tracker or NullTracker())
     return trainer.fit(tracker=tracker or NullTracker(), eval_df=eval_df, stop_after=stop_after, progress=progress)

@@ -51,7 +51,7 @@ def _forward(runtime: Runtime, model, ro: Rollout, idx: Tensor, cfg: PPOConfig, 
     """The training forward of rows ``idx`` (with gradients): log-probs, values (or None) and, if asked, entropy."""
     mask = ro.response_mask[idx]
     args = to_device(runtime.device, ro.query_ids[idx], ro.query_mask[idx], ro.response_ids[idx], mask)
-    return model(*args, cfg.temperature, with_values=uses_critic(cfg), with_entropy=with_entropy)
+    return model(*args, cfg.sampling, with_values=uses_critic(cfg), with_entropy=with_entropy)
 
 
 def first_forward(runtime: Runtime, model, ro: Rollout, cfg: PPOConfig, step: int) -> FirstForward:
@@ -115,7 +115,7 @@ def approx_kl_now(runtime: Runtime, model, ro: Rollout, exp: Experience, rows: l
             mask = ro.response_mask[idx]
             args = to_device(runtime.device, ro.query_ids[idx], ro.query_mask[idx], ro.response_ids[idx], mask)
             logprobs, _ = forward_in_micro_batches(
-                plain, *args, cfg.temperature, micro_batch_size=cfg.micro_batch_size, with_values=False
+                plain, *args, cfg.sampling, micro_batch_size=cfg.micro_batch_size, with_values=False
             )
             _, ps = policy_loss(
                 logprobs.cpu(), exp.old_logprobs[idx], exp.advantages[idx], mask, cfg.cliprange, n_tokens

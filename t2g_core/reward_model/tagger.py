@@ -198,10 +198,14 @@ def save_tagger(model: SpanTagger, tokenizer, out: Path, meta: dict) -> Path:
     """Write the tagger folder (see the module docstring)."""
     from safetensors.torch import save_file
 
+    from t2g_core.models.loading import embeddings_trained
+
     out.mkdir(parents=True, exist_ok=True)
-    lm_dir = LM_FOLDERS.get(meta.get("finetune", "full"))
-    if lm_dir is not None:  # a frozen tagger's language model is its base_model, unchanged
-        model.lm.save_pretrained(str(out / lm_dir))
+    folder = LM_FOLDERS.get(meta.get("finetune", "full"))
+    if folder is not None:  # a frozen tagger's language model is its base_model, unchanged: nothing to save
+        # a LoRA adapter: the base's embeddings are rebuilt at load unless they were trained
+        peft = {"save_embedding_layers": embeddings_trained(model.lm)} if hasattr(model.lm, "peft_config") else {}
+        model.lm.save_pretrained(str(out / folder), **peft)
     save_file({k: v.detach().contiguous().cpu() for k, v in model.head.state_dict().items()}, str(out / HEAD_FILE))
     tokenizer.save_pretrained(str(out))
     (out / TAGGER_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")

@@ -12,15 +12,10 @@ from pathlib import Path
 import pandas as pd
 
 from t2g_core.config.stages import EvaluateSettings
+from t2g_core.evaluation.outcome import outcome
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef, PolicySet
-
-# the metric that decides promotion of a policy, per task: the first one the evaluation measured; without references
-# (or the demo's facts), the judge's win rate against the policy before PPO, else the reward model's reward
-PRIMARY_METRICS = {"summarization": ("fact_error", "rougeL"), "code": ("pass@1",), "qa": ("token_f1",)}
-REFERENCE_FREE = ("judge_win_rate", "rm_reward")
-LOWER_IS_BETTER = ("fact_error", "invented_entity_rate", "rm_poor_spans")
 
 
 def pipeline_policies(
@@ -161,33 +156,14 @@ def flat_metrics(summary: dict) -> dict[str, float]:
     return {re.sub(r"[^\w./\- ]", "_", k): v for k, v in out.items()}  # no '@' (pass@k) in tracking names
 
 
-def decision(summary: dict, policy: str) -> dict | None:
-    """What decides whether ``policy`` beat the baseline: the first measured of the task's primary metrics, else
-    (without references) the judge's win rate, else the reward model's reward. ``{"metric", "verdict", "score"}``
-    with the score oriented so that higher is better; None when nothing comparable was measured."""
-    candidates = {c["metric"]: c for c in summary.get("comparisons", []) if c["policy"] == policy}
-    judged = (summary.get("judge") or {}).get(policy) or {}
-    for metric in (*PRIMARY_METRICS.get(summary.get("task"), ()), *REFERENCE_FREE):
-        if metric == "judge_win_rate":
-            if judged.get("judged"):
-                return {"metric": metric, "verdict": judged["verdict"], "score": float(judged["win_rate"])}
-            continue
-        found = candidates.get(metric)
-        if found is None:
-            continue
-        value = float(summary["policies"][policy]["metrics"][metric])
-        return {"metric": metric, "verdict": found["verdict"], "score": -value if metric in LOWER_IS_BETTER else value}
-    return None
-
-
 def promotion(summary: dict, policy: str) -> tuple[str, float] | None:
     """(metric, score) by which ``policy`` may become the champion, or None when its evaluation verdict against the
-    baseline on the deciding metric (:func:`decision`) is not "better". The score is oriented so that higher is
-    better."""
-    decided = decision(summary, policy)
-    if decided is None or decided["verdict"] != "better":
+    baseline on the deciding metric (:func:`~t2g_core.evaluation.outcome.outcome`) is not "better". The score is
+    oriented so that higher is better."""
+    decided = outcome(summary, policy)
+    if not decided.eligible or decided.after is None:
         return None
-    return decided["metric"], decided["score"]
+    return decided.metric, -decided.after if decided.lower_is_better else decided.after
 
 
 def _device() -> str:

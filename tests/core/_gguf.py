@@ -5,6 +5,7 @@ token types and merges), so the import can be tested without a real model file."
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -94,4 +95,19 @@ def write_tiny_gguf(folder: str | Path, path: str | Path, *, quant: str = "Q8_0"
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    return path
+
+
+def wheel_with(path: Path, files: dict[str, bytes]) -> Path:
+    """A minimal valid wheel holding ``files`` (pip checks the .dist-info)."""
+    name, version = path.name.split("-")[:2]
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, data in files.items():
+            archive.writestr(member, data)
+        archive.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        archive.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        archive.writestr(f"{info}/RECORD", "")
     return path

@@ -13,8 +13,9 @@ import pytest
 from t2g_core.config import EvaluateConfig
 from t2g_core.demo.critiques import make_human_feedback
 from t2g_core.evaluation import evaluate_policies
+from t2g_core.evaluation.outcome import outcome
 from t2g_core.spans import ParsedFeedback
-from t2g_core.stages.evaluate import decision, promotion
+from t2g_core.stages.evaluate import promotion
 
 
 def _own_feedback(n: int, task: str = "summarization") -> pd.DataFrame:
@@ -57,7 +58,8 @@ def test_without_references_the_reward_model_decides_with_an_interval(task):
     comps = {c["metric"]: c for c in summary["comparisons"]}
     assert comps["rm_reward"]["verdict"] == "better" and comps["rm_reward"]["low"] > 0
     assert comps["rm_poor_spans"]["verdict"] == "better" and comps["rm_poor_spans"]["high"] < 0  # fewer is better
-    assert decision(summary, "ppo") == {"metric": "rm_reward", "verdict": "better", "score": 1.0}
+    decided = outcome(summary, "ppo")
+    assert (decided.metric, decided.verdict, decided.after) == ("rm_reward", "better", 1.0)
     assert promotion(summary, "ppo") == ("rm_reward", 1.0)
 
 
@@ -68,11 +70,11 @@ def test_a_judge_win_rate_outranks_the_reward_model_and_a_reference_metric_outra
         "comparisons": [{"policy": "ppo", "metric": "rm_reward", "verdict": "better"}],
         "judge": {"ppo": {"judged": 12, "win_rate": 0.3, "verdict": "worse"}},
     }
-    assert decision(summary, "ppo")["metric"] == "judge_win_rate" and promotion(summary, "ppo") is None
+    assert outcome(summary, "ppo").metric == "judge_win_rate" and promotion(summary, "ppo") is None
     summary["policies"]["ppo"]["metrics"]["fact_error"] = 0.1
     summary["comparisons"].append({"policy": "ppo", "metric": "fact_error", "verdict": "better"})
     assert promotion(summary, "ppo") == ("fact_error", -0.1)
-    assert decision({"task": "qa", "policies": {}, "comparisons": []}, "ppo") is None
+    assert outcome({"task": "qa", "policies": {}, "comparisons": []}, "ppo").metric is None
 
 
 def fair_judge(request) -> str:
@@ -142,9 +144,9 @@ def test_the_evaluate_stage_on_a_reference_free_file_with_a_trained_reward_model
     assert (
         judged["judged"] + judged["failed"] == ref.n_rows // 2 and judged["low"] <= judged["win_rate"] <= judged["high"]
     )
-    assert decision(summary, "ppo")["metric"] == "judge_win_rate"
+    assert outcome(summary, "ppo").metric == "judge_win_rate"
     alone = evaluate.pipeline(fb_ref, models, policy, settings, StageContext.keyed(tmp_path, "eval-no-judge"))
-    assert decision(json.loads(open(alone.summary).read()), "ppo")["metric"] == "rm_reward"
+    assert outcome(json.loads(open(alone.summary).read()), "ppo").metric == "rm_reward"
 
 
 def test_ppo_measures_no_task_error_on_a_file_without_the_demo_facts():

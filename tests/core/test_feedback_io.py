@@ -9,31 +9,7 @@ import pytest
 
 from t2g_core.feedback import load_feedback
 from t2g_core.schemas import SchemaError
-
-ROWS = [
-    {
-        "id": "a",
-        "task": "summarization",
-        "prompt": "p1",
-        "response": "r1",
-        "reference": "ref",
-        "meta": {"facts": {"city": "oslo"}},
-    },
-    {"id": "b", "task": "qa", "prompt": "p2", "response": "r2", "critique": "too vague"},
-    {
-        "id": "c",
-        "task": "code",
-        "prompt": "def f():",
-        "response": "  return 1",
-        "tests": "def check(c): assert c() == 1",
-        "entry_point": "f",
-    },
-]
-
-
-def _jsonl(path, rows):
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-    return path
+from tests.core._feedback_rows import ROWS, _jsonl
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet", "hf"])
@@ -119,22 +95,6 @@ def test_invalid_meta_json_in_csv(tmp_path):
     with pytest.raises(SchemaError) as exc:
         load_feedback(path)
     assert (exc.value.row, exc.value.column) == (0, "meta")
-
-
-def test_cli_reports_one_clear_error(tmp_path):
-    from typer.testing import CliRunner
-
-    from t2g_cli import app
-
-    rows = [dict(r) for r in ROWS]
-    rows[1]["task"] = "poetry"
-    path = _jsonl(tmp_path / "bad.jsonl", rows)
-    result = CliRunner().invoke(app, ["feedback", "check", str(path)])
-    assert result.exit_code == 2
-    assert "bad.jsonl, row 1, column 'task'" in result.output
-    assert "Traceback" not in result.output
-    ok = CliRunner().invoke(app, ["feedback", "check", str(_jsonl(tmp_path / "ok.jsonl", ROWS))])
-    assert ok.exit_code == 0 and "3 valid items" in ok.output
 
 
 @pytest.mark.parametrize(

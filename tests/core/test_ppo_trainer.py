@@ -150,9 +150,9 @@ def test_sampled_logprobs_match_recomputed_with_temperature_and_padding(tiny_mod
     enc = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
     kw = dict(max_new_tokens=8, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, seeds=[1, 2])
     ids, sampled_lp = sample_responses(
-        bundle.policy, enc["input_ids"], enc["attention_mask"], temperature=0.6, return_logprobs=True, **kw
+        bundle.policy, enc["input_ids"], enc["attention_mask"], sampling=0.6, return_logprobs=True, **kw
     )
-    again = sample_responses(bundle.policy, enc["input_ids"], enc["attention_mask"], temperature=0.6, **kw)
+    again = sample_responses(bundle.policy, enc["input_ids"], enc["attention_mask"], sampling=0.6, **kw)
     assert torch.equal(ids, again)  # per-sample streams: same seeds, same samples
     mask, _ = response_mask_after_eos(ids, tok.eos_token_id)
     q, qm = enc["input_ids"], enc["attention_mask"].bool()
@@ -162,7 +162,7 @@ def test_sampled_logprobs_match_recomputed_with_temperature_and_padding(tiny_mod
     assert torch.allclose(lp[mask], sampled_lp[mask], atol=1e-4)
     assert not torch.allclose(lp_wrong_tau[mask], sampled_lp[mask], atol=1e-2)
     single = sample_responses(
-        bundle.policy, q[1:, -int(qm[1].sum()) :], qm[1:, -int(qm[1].sum()) :], temperature=0.6, **(kw | {"seeds": [2]})
+        bundle.policy, q[1:, -int(qm[1].sum()) :], qm[1:, -int(qm[1].sum()) :], sampling=0.6, **(kw | {"seeds": [2]})
     )
     assert torch.equal(single[0, : ids.shape[1]], ids[1, : single.shape[1]])  # batch composition does not matter
 
@@ -234,6 +234,7 @@ def test_parse_failures_get_the_fallback_terminal_reward(tiny_model_dir, tmp_pat
         assert rewards[-1] == pytest.approx(-3.0) and all(r == 0 for r in rewards[:-1])
 
 
+@pytest.mark.slow  # trains PPO twice per value model
 @pytest.mark.parametrize("value_model", ["head", "separate", "lora"])
 def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, value_model):
     cfg = _cfg(
@@ -261,6 +262,19 @@ def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, value_model):
         assert (t_full[part] is None) == (t_cut[part] is None) == (part == "critic_adapter" and value_model != "lora")
         for k in t_full[part] or {}:
             assert torch.allclose(t_full[part][k], t_cut[part][k], atol=1e-6), k
+
+
+def test_a_resumed_run_logs_every_step_into_its_tracker(tiny_model_dir, tmp_path):
+    """The tracking run of a resumed PPO run holds the restored steps too, not only those after the checkpoint."""
+    from t2g_core.tracking import MemoryTracker
+
+    cfg = _cfg(steps=3, save_every=1)
+    source = CriticSource(EdgeWordsCritic())
+    train(cfg, tiny_model_dir, _prompts(6), tmp_path / "run", reward_source=source, stop_after=2)
+    tracker = MemoryTracker()
+    train(cfg, tiny_model_dir, _prompts(6), tmp_path / "run", reward_source=source, resume=True, tracker=tracker)
+    steps = [step for step, metrics in tracker.metrics if "loss/policy" in metrics]
+    assert steps == [0, 1, 2]
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tiny_model_dir, tmp_path):

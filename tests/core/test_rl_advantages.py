@@ -284,7 +284,7 @@ def test_explained_variance_and_entropy_match_loops():
     assert explained_variance(v, r, mask) == pytest.approx(1 - var(err) / var(ret), rel=1e-9)
     assert explained_variance(r, r, mask) == pytest.approx(1.0)
     logits = torch.randn(2, 3, 5, generator=g)
-    ent = token_entropy(logits, temperature=0.7)
+    ent = token_entropy(logits, sampling=0.7)
     for b in range(2):
         for t in range(3):
             z = [float(x) / 0.7 for x in logits[b, t]]

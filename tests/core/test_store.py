@@ -100,6 +100,7 @@ def test_invalid_frame_is_refused_and_nothing_is_written(tmp_path):
     assert not any((tmp_path / "spans").iterdir())
 
 
+@pytest.mark.slow  # a fresh interpreter killed mid-write
 def test_crash_mid_write_leaves_no_readable_artifact(tmp_path):
     """Kill the writer between the data file and the manifest: nothing complete may be visible."""
     script = textwrap.dedent(

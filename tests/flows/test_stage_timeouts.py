@@ -13,6 +13,7 @@ from t2g_core.config import load_config
 
 ENDLESS_BUILD = [  # an LM warm start far longer than the limit on any machine, checkpointed at every step
     "data.n_items=24",
+    "checks.small_tagger_data=true",
     "data.seed=3",
     "models.tiny.vocab_size=512",
     "models.tiny.hidden_size=32",
