@@ -12,8 +12,9 @@ Serving (no work pool or worker needed on one machine):
   schedules one run ``--debounce`` seconds later and the rest of the burst within that window adds no runs.
 
 ``--pool P`` instead registers the placeable stage flows (``annotate``, ``align-and-validate``, ``train-reward-model``,
-``train-policy``, ``evaluate``) as deployments named ``P`` on work pool ``P``, with this project folder as their
-source and the workspace's result storage, so ``placement.<group>: P`` runs that group on a worker of ``P``.
+``warm-up-policy``, ``train-policy``, ``evaluate``) as deployments named ``P`` on work pool ``P``, with this project
+folder as their source and the workspace's result storage, so ``placement.<group>: P`` runs that group on a worker of
+``P``.
 The same deployments for a work pool (process, docker or kubernetes) are in ``deployments/prefect.yaml``.
 """
 
@@ -24,7 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
-PLACEABLE = ("annotate", "align_and_validate", "train_reward_model", "train_policy", "evaluate")
+PLACEABLE = ("annotate", "align_and_validate", "train_reward_model", "warm_up_policy", "train_policy", "evaluate")
 
 
 def form_defaults(workspace: str) -> dict:

@@ -12,7 +12,8 @@ its last token), so the learned reward charges omissions as the critics do (``pp
 cross-entropy over the response tokens against the labels alignment produces (validated spans placed on tokens
 through the tokenizer's offset mapping, poor winning on overlap as ``align.overlap`` says) plus cross-entropy of the
 omission counts against the annotator's ``missing_at`` anchors; the language model is fine-tuned with it (LoRA or
-fully, ``reward_model.finetune``); the training loop is :mod:`t2g_core.reward_model.tagger_train`.
+fully, ``reward_model.finetune``) or kept frozen (the heads alone learn); the training loop is
+:mod:`t2g_core.reward_model.tagger_train`.
 
 Scoring gives each response token's class probabilities and omission-count probabilities (:func:`predict`), and a
 confidence per response: the probability of the least sure token's predicted label (of either head), which the
@@ -26,7 +27,8 @@ one is made from its labels (:func:`critique_from_spans`).
 
 Saved as a folder: ``tagger.json`` (what it is and how it was built), ``head.safetensors`` (and
 ``omission.safetensors`` when it has an omission head), the tokenizer, and the fine-tuned language model (``lm/``, a
-full model folder, or ``adapter/``, a LoRA adapter on ``base_model``).
+full model folder, or ``adapter/``, a LoRA adapter on ``base_model``; none for a frozen one, which loads
+``base_model`` itself).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ NEUTRAL, GOOD, POOR = 0, 1, 2
 CLASS_LABELS = {GOOD: POSITIVE, POOR: NEGATIVE}
 IGNORE = -100  # cross-entropy ignore index: prompt and padding tokens
 TAGGER_META = "tagger.json"
+LM_FOLDERS = {"lora": "adapter", "full": "lm"}  # where a tagger folder keeps its language model, per finetune
 HEAD_FILE = "head.safetensors"
 OMISSION_FILE = "omission.safetensors"
 
@@ -265,6 +268,8 @@ def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> t
         from t2g_core.reward_model.train import lora_config
 
         lm = get_peft_model(lm, lora_config(cfg))
+    elif cfg.finetune == "frozen":
+        lm.requires_grad_(False)
     hidden = lm.config.get_text_config().hidden_size if hasattr(lm.config, "get_text_config") else lm.config.hidden_size
     tagger = SpanTagger(lm, hidden, cfg.tagger_head_size or None, cfg.tagger_max_omissions)
     return tagger, tokenizer  # the trained heads stay float32
@@ -277,11 +282,11 @@ def save_tagger(model: SpanTagger, tokenizer, out: Path, meta: dict) -> Path:
     from t2g_core.models.loading import embeddings_trained
 
     out.mkdir(parents=True, exist_ok=True)
-    lm_dir = out / ("adapter" if meta.get("finetune") == "lora" else "lm")
-    if hasattr(model.lm, "peft_config"):  # the base's embeddings are rebuilt at load unless they were trained
-        model.lm.save_pretrained(str(lm_dir), save_embedding_layers=embeddings_trained(model.lm))
-    else:
-        model.lm.save_pretrained(str(lm_dir))
+    folder = LM_FOLDERS.get(meta.get("finetune", "full"))
+    if folder is not None:  # a frozen tagger's language model is its base_model, unchanged: nothing to save
+        # a LoRA adapter: the base's embeddings are rebuilt at load unless they were trained
+        peft = {"save_embedding_layers": embeddings_trained(model.lm)} if hasattr(model.lm, "peft_config") else {}
+        model.lm.save_pretrained(str(out / folder), **peft)
     for head, name in ((model.head, HEAD_FILE), (model.omission, OMISSION_FILE)):
         if head is not None:
             save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(out / name))
@@ -325,7 +330,10 @@ def load_tagger(
         lm = PeftModel.from_pretrained(lm, str(path / "adapter"), is_trainable=trainable)
         lm = lm if trainable else lm.merge_and_unload()
     else:
-        lm = load_causal_lm(path / "lm", dtype=dtype, tokenizer=tokenizer, place=False)
+        lm_ref = path / "lm" if meta["finetune"] == "full" else meta["base_model"]
+        lm = load_causal_lm(lm_ref, dtype=dtype, tokenizer=tokenizer, place=False)
+        if meta["finetune"] == "frozen":  # a refresh trains the heads alone, as the first training did
+            lm.requires_grad_(False)
     model = SpanTagger(lm, int(meta["hidden_size"]), int(meta["head_size"]), int(meta.get("max_omissions", 0)))
     model.head.load_state_dict(load_file(str(path / HEAD_FILE)))
     if model.omission is not None:

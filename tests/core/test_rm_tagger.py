@@ -182,6 +182,35 @@ def test_a_killed_tagger_run_resumes_to_the_same_weights(tiny_model_dir, tok, tm
     assert fit_tagger(cfg, tiny_model_dir, examples, tmp_path / "full").train_seconds == full.train_seconds  # reused
 
 
+def test_a_frozen_tagger_trains_its_head_alone_and_saves_no_language_model(tiny_model_dir, tok, tmp_path):
+    """finetune=frozen: the base's weights are untouched, the folder holds the head and the tokenizer only, and the
+    scorer reads the base itself; a generative reward model cannot be frozen (it would learn nothing)."""
+    from safetensors.torch import load_file
+
+    from t2g_core.reward_model.tagger import load_tagger
+
+    torch.set_num_threads(1)
+    rm_df, fb = _tagger_data(tok, 2)
+    result = fit_tagger(_cfg(max_steps=6, finetune="frozen"), tiny_model_dir, tagger_examples(rm_df, fb), tmp_path)
+    folder = result.adapter_dir
+    assert not (folder / "lm").exists() and not (folder / "adapter").exists() and (folder / "head.safetensors").exists()
+    assert [h["rm/loss"] for h in result.history][-1] < result.history[0]["rm/loss"]  # the head learnt
+    state = torch.load(tmp_path / "checkpoints" / "step-5" / "state.pt", weights_only=False)
+    trained = state["params"]
+    assert trained and all(name.startswith(("head.", "omission.")) for name in trained)  # nothing else trained
+    model, _ = load_tagger(folder, device="cpu", dtype=torch.float32)
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    for name, value in model.lm.state_dict().items():
+        if name in base:
+            torch.testing.assert_close(value, base[name])  # the base, exactly as it was
+    rows = [{"task": "summarization", "prompt": p, "response": r} for p, r, *_ in ITEMS]
+    assert len(TaggerScorer(folder, _cfg(finetune="frozen")).critique_batch(rows)) == len(ITEMS)
+    with pytest.raises(ValueError, match="finetune=frozen trains only a tagger"):
+        RewardModelConfig(kind="generative", finetune="frozen")
+    refreshable, _ = load_tagger(folder, device="cpu", trainable=True)  # as the critique loop's refresh loads it
+    assert not any(p.requires_grad for p in refreshable.lm.parameters())
+
+
 # ------------------------------------------------------------------------------------------ omissions and confidence
 def test_the_critics_omissions_reach_the_taggers_training_data(tok):
     """The reference critic reports each left-out fact and where it belonged; the annotations, rm_data and the
