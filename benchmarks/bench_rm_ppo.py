@@ -7,8 +7,10 @@ sources, ``--estimators`` the estimators (every pair runs):
   bound); ``tagger``, the span tagger trained as the pipeline trains it (``reward_model`` defaults), static during
   PPO; ``generative``, the paper's generative reward model; ``noisy``, the oracle with 20% of its span labels flipped
   and no omission reports (``testbed.NoisyCritic``); ``refreshed``, the tagger refreshed on the policy's own
-  rollouts during PPO, which needs PPO's on-policy critique-loop setting (``ppo.critique_loop``): until PPOConfig has
-  it the arm stops with a message saying so; once it has, the loop's settings are passed with ``--refresh-set``;
+  rollouts during PPO by the on-policy critique loop (``ppo.critique_loop``, turned on for this arm alone; its other
+  settings, such as ``every`` and ``budget``, are passed with ``--refresh-set``): the reference annotator (the
+  oracle's labels) audits the tagger on the arm's rollouts and the tagger is refreshed on them plus a replay of its
+  own training rows;
 - estimators (``ESTIMATORS``): ``gae``, ``span_local``.
 
 From one warm-started demo policy (the demo's own, or ``--policy``), each reward model is trained once, then PPO runs
@@ -21,8 +23,8 @@ then every ``--eval-every``:
   the oracle's, with its 95% interval, at the step where the oracle's mean curve first reaches 0.25x its warm-start
   error (and, for reference, at the last step);
 - the **drift curve**: the held-out responses after each of ``--drift-steps`` (0 / 20 / 40) steps, scored by the
-  static tagger and by the oracle: span and character F1 of the tagger's poor spans against the oracle's (a run that
-  records ``reward_model_at`` {steps: folder}, as a refreshing arm would, is scored by the reward model it had then);
+  static tagger and by the oracle: span and character F1 of the tagger's poor spans against the oracle's (the
+  refreshed arm records ``reward_model_at`` {steps: folder} and is scored by the reward model it had then);
 - the plateau diagnosis (facts still invented / swapped / missing) and the share of a PPO step spent scoring.
 
 Writes ``bench_rm_ppo.json`` (every run) and ``bench_rm_ppo.summary.json`` in the results folder, with the figure
@@ -69,7 +71,7 @@ class Source:
     reward_source: str  # PPOConfig.reward_source
     reward_model: dict | None = None  # reward_model settings of the reward model trained for it (None: no model)
     flip: float = 0.0  # share of span labels flipped, omissions dropped (testbed.NoisyCritic)
-    needs: str | None = None  # a PPOConfig setting the arm cannot run without
+    needs: str | None = None  # a PPOConfig section the arm turns on (its settings come from --refresh-set)
     sets: list[str] = field(default_factory=list)  # pipeline overrides of this arm alone
 
 
@@ -81,6 +83,7 @@ SOURCES = {
     "refreshed": Source("reward_model", TAGGER, needs="critique_loop"),
 }
 ESTIMATORS = {"gae": {"advantage": "gae"}, "span_local": {"advantage": "span_local"}}
+SUMMARY_SETTINGS = ("seeds", "steps", "arms", "estimators", "n_eval", "overrides", "refresh_set", "policy")
 
 
 def split_arm(arm: str) -> tuple[str, str]:
@@ -90,22 +93,20 @@ def split_arm(arm: str) -> tuple[str, str]:
 
 def sources(args) -> dict[str, Source]:
     """The sources ``--arms`` names, each checked to be runnable before any work starts."""
-    from t2g_core.config.ppo import PPOConfig
-
     out = {}
     for name in args.arms.split(","):
         if name not in SOURCES:
             raise SystemExit(f"--arms: unknown reward source {name!r}; expected one of {', '.join(SOURCES)}")
         src = SOURCES[name]
-        if src.needs and src.needs not in PPOConfig.model_fields:
-            raise SystemExit(
-                f"arm {name}: not available: it needs the PPO setting ppo.{src.needs} (the on-policy critique loop, "
-                "the reward model refreshed on the policy's own rollouts), which this PPOConfig does not have yet"
-            )
         if src.needs:
             if not any(s.startswith(f"ppo.{src.needs}") for s in args.refresh_set):
                 raise SystemExit(f"arm {name}: pass its loop settings with --refresh-set ppo.{src.needs}...=VALUE")
-            src = Source(src.reward_source, src.reward_model, src.flip, src.needs, list(args.refresh_set))
+            sets = [f"ppo.{src.needs}.enabled=true", *args.refresh_set]
+            src = Source(src.reward_source, src.reward_model, src.flip, src.needs, sets)
+            try:  # a loop setting PPOConfig refuses (a budget over the batch) stops here, before any work
+                _pipeline(args, src)
+            except ValueError as exc:
+                raise SystemExit(f"arm {name}: {exc}") from exc
         out[name] = src
     return out
 
@@ -155,6 +156,13 @@ def prepare(args, srcs: dict[str, Source]) -> dict[str, str]:
             res = train_rm(cfg, start, rm_df, work / f"rm-{kind}", progress=False)
         print(f"reward model {kind}: {res.adapter_dir} ({time.perf_counter() - t0:.0f} s)", flush=True)
         out[kind] = str(res.adapter_dir)
+    if "refreshed" in srcs:  # what a refresh replays: the tagger's own training rows
+        from t2g_core.ppo.critique_loop import LOOP_DIR, write_replay
+
+        cfg = pipe.reward_model.model_copy(update=TAGGER)
+        rm_df, _ = build_rm_data(fb, ann, AutoTokenizer.from_pretrained(str(models.policy)), cfg, align_cfg=pipe.align)
+        write_replay(work / "replay", rm_df, fb)
+        out["replay"] = str(work / "replay" / LOOP_DIR)
     return out
 
 
@@ -177,6 +185,29 @@ def reward_source(name: str, src: Source, pipe, paths: dict, seed: int):
     return NoisyCritic(source, src.flip, seed) if src.flip else source
 
 
+def critique_loop(cfg, pipe, paths: dict, out: Path):
+    """The refreshed arm's loop (a fresh one in ``out``): the reference annotator audits the tagger on the arm's
+    rollouts, and each refresh replays the tagger's training rows."""
+    from t2g_core.ppo.critique_loop import LOOP_DIR, CritiqueLoop
+
+    shutil.rmtree(out / LOOP_DIR, ignore_errors=True)
+    shutil.copytree(paths["replay"], out / LOOP_DIR)
+    annotate_cfg = pipe.annotate.model_copy(update={"annotator": "reference"})
+    rm_cfg = pipe.reward_model.model_copy(update=TAGGER)
+    return CritiqueLoop(cfg, annotate_cfg, rm_cfg, pipe.align, out, paths["tagger"])
+
+
+def reward_model_at(refreshed: list[dict], drift_steps: list[int]) -> dict[str, str]:
+    """{steps trained: the refreshed tagger PPO scored with after that many steps} for the drift steps after the first
+    refresh (a refresh after step index k scores from step k + 1 on)."""
+    out = {}
+    for steps in drift_steps:
+        done = [r["folder"] for r in refreshed if r["step"] < steps]
+        if done:
+            out[str(steps)] = done[-1]
+    return out
+
+
 def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out: Path) -> dict:
     """One (arm, seed) PPO run: warm-start and scheduled held-out evaluations, responses kept at the drift steps."""
     from t2g_core.demo import make_demo_feedback
@@ -192,16 +223,25 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
     eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
     metric = KeptResponses(summary_metrics)
     source = reward_source(name, src, pipe, paths, seed)
+    loop = critique_loop(cfg, pipe, paths, out) if cfg.critique_loop.enabled else None
     trainer = PPOTrainer(
-        cfg, paths["policy"], prompts, out, reward_source=source, align_cfg=pipe.align, task_metric=metric
+        cfg,
+        paths["policy"],
+        prompts,
+        out,
+        reward_source=source,
+        align_cfg=pipe.align,
+        task_metric=metric,
+        critique_loop=loop,
     )
     t0 = time.perf_counter()
     keep = {*args.drift_steps, args.steps}
     warm, history, kept = train_evaluated(trainer, eval_df, metric, eval_steps(args), keep_at=keep)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    return {"arm": arm, "seed": seed, "seconds": time.perf_counter() - t0, "warm_eval": warm, "history": history} | {
-        "responses": kept
-    }
+    record = {"arm": arm, "seed": seed, "seconds": time.perf_counter() - t0, "warm_eval": warm, "history": history}
+    if loop is not None:
+        record["reward_model_at"] = reward_model_at(loop.state.refreshed, args.drift_steps)
+    return record | {"responses": kept}
 
 
 def run_specs(args) -> None:
@@ -370,7 +410,7 @@ def main() -> None:
     result = {"benchmark": "bench_rm_ppo", "config": config, "reward_models": paths, "eval_steps": eval_steps(args)}
     result |= {"arms": table, "oracle_shares": shares, "drift": drifts, "diagnosis": diagnosis}
     summary = {k: result[k] for k in ("benchmark", "eval_steps", "oracle_shares", "drift")} | {
-        "settings": {k: config[k] for k in ("seeds", "steps", "arms", "estimators", "n_eval", "overrides", "policy")},
+        "settings": {k: config[k] for k in SUMMARY_SETTINGS},
         "arms": {a: curves.arm_row(t, FRACTIONS) | {"score_share": t["score_share"]} for a, t in table.items()},
         "diagnosis": {arm: curves.short_diagnosis(d) for arm, d in diagnosis.items()},
         "mean_curves": curves.mean_curves(runs, arms),

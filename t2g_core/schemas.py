@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +82,9 @@ class Column:
     choices: tuple[str, ...] | None = None
     json: bool = False  # a JSON-encoded string
     volatile: bool = False  # a measurement of the run (a timing), not content: left out of the content hash
+    item_nullable: bool = False  # a list column whose items may be null
+    # a column added after artifacts were written: a frame without it reads with this value (a factory) in every row
+    default: Callable[[], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,7 @@ class ArtifactSchema:
 
 
 STR, FLOAT, INT = pa.string(), pa.float64(), pa.int64()
-STR_LIST, FLOAT_LIST = pa.list_(STR), pa.list_(FLOAT)
+STR_LIST, FLOAT_LIST, INT_LIST = pa.list_(STR), pa.list_(FLOAT), pa.list_(INT)
 
 FEEDBACK = ArtifactSchema(
     "feedback",
@@ -137,6 +141,9 @@ ANNOTATIONS = ArtifactSchema(
         Column("prompt_tokens", INT),
         Column("completion_tokens", INT),
         Column("latency_s", FLOAT, volatile=True),  # wall time: changes with the machine, not the annotation
+        # required content the response leaves out, and the char offset where each belonged (null: unknown, the end)
+        Column("missing", STR_LIST, default=list),
+        Column("missing_at", INT_LIST, item_nullable=True, default=list),
     ),
     unique=("id", "annotator"),
 )
@@ -254,7 +261,7 @@ def _check_float(col: Column, value: object) -> str | None:
 def _check_list(col: Column, value: object) -> str | None:
     if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
         return f"expected a list, got {type(value).__name__}"
-    inner = Column(col.name, col.type.value_type)
+    inner = Column(col.name, col.type.value_type, nullable=col.item_nullable)
     for item in value:
         msg = _check_value(inner, item)
         if msg:
@@ -282,7 +289,11 @@ def _check_value(col: Column, value: object) -> str | None:
 
 
 def validate_frame(df: pd.DataFrame, schema: ArtifactSchema, file: str) -> pd.DataFrame:
-    """Check ``df`` against ``schema``; return it with the schema's column order. Raises SchemaError."""
+    """Check ``df`` against ``schema``; return it with the schema's column order. A column the schema gives a default
+    (one added after artifacts were written) reads with that value when the frame has none. Raises SchemaError."""
+    absent = [c for c in schema.columns if c.name not in df.columns and c.default is not None]
+    if absent:
+        df = df.assign(**{c.name: [c.default() for _ in range(len(df))] for c in absent})
     missing = [c for c in schema.names if c not in df.columns]
     if missing:
         raise SchemaError(
@@ -302,6 +313,14 @@ def validate_frame(df: pd.DataFrame, schema: ArtifactSchema, file: str) -> pd.Da
     return df[schema.names].reset_index(drop=True)
 
 
+def _list_items(value: Any, item_type: pa.DataType) -> list:
+    """A list cell as plain items; integer items read back from Parquet as floats (NaN for null) become ints again."""
+    items = list(value)
+    if pa.types.is_integer(item_type):
+        return [None if _is_missing(v) else int(v) for v in items]
+    return items
+
+
 def to_arrow(df: pd.DataFrame, schema: ArtifactSchema) -> pa.Table:
     """Convert a validated frame to an Arrow table with exactly the declared types."""
     arrays = []
@@ -309,7 +328,7 @@ def to_arrow(df: pd.DataFrame, schema: ArtifactSchema) -> pa.Table:
         values = df[col.name].tolist()
         values = [None if _is_missing(v) else v for v in values]
         if pa.types.is_list(col.type):
-            values = [None if v is None else list(v) for v in values]
+            values = [None if v is None else _list_items(v, col.type.value_type) for v in values]
         elif pa.types.is_integer(col.type):
             values = [None if v is None else int(v) for v in values]
         elif pa.types.is_floating(col.type):

@@ -72,6 +72,9 @@ class ParsedFeedback:
     # (start, end, label) char spans of the response, when the source knows where its spans are (a token tagger):
     # used as they are instead of searching the response for the quotes
     located: tuple[tuple[int, int, str], ...] = ()
+    # how sure the source is of these labels, in [0, 1] (a tagger: the probability of its least sure token's label);
+    # None = the source gives no confidence
+    confidence: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -682,6 +685,15 @@ def token_labels_batch(
         labels_for_offsets(offs, spans, values, overlap=overlap)
         for offs, spans in zip(enc["offset_mapping"], aligned, strict=True)
     ]
+
+
+def anchor_token(offsets: Sequence[tuple[int, int]], at: int | None) -> int:
+    """Index of the token holding char ``at`` or, in a gap, the first token after it; the last token when ``at`` is
+    None or past every token (where omitted content is anchored: it belonged before that token)."""
+    last = max(len(offsets) - 1, 0)
+    if at is None:
+        return last
+    return next((k for k, (start, end) in enumerate(offsets) if end > at and end > start), last)
 
 
 def decode_with_offsets(

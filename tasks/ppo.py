@@ -3,7 +3,10 @@
 The run folder is keyed by the stage key; a re-run after a crash resumes from the run's own latest checkpoint
 (training is not retried by Prefect, it continues, and the log says from which step); ``--refresh ppo`` starts it
 afresh. The adapter is registered as ``text2grad-policy`` (alias ``candidate``) with the reward-model version it was
-trained against, so ``t2g lineage`` walks back from the policy; evaluation may promote it to ``champion``.
+trained against, so ``t2g lineage`` walks back from the policy; evaluation may promote it to ``champion``. Each
+reward model the critique loop refreshed is registered as a version of the reward model (alias ``refreshed`` on the
+last), logged by this PPO run, with the audit that triggered it; the alarm shows as the run's ``ppo-critique-loop``
+progress artifact.
 """
 
 from __future__ import annotations
@@ -40,8 +43,20 @@ def train_policy(
         rm_version = used_rm.version if settings.uses_trained_reward_model and used_rm is not None else None
         if rm_version:
             log_model_input(settings.reward_model.registered_name, rm_version)
+        refreshed = [register_refreshed(m, settings, rm_version) for m in ref.reward_models]
         version = log_adapter_model(
             ref.adapter_dir, POLICY_MODEL, params=settings, metrics=ref.metrics, alias="candidate"
         )
         ctx.log(f"policy adapter registered as {POLICY_MODEL} version {version}")
-        return ctx.produced(ref.model_copy(update={"version": version, "reward_model_version": rm_version}))
+        update = {"version": version, "reward_model_version": rm_version, "reward_models": refreshed}
+        return ctx.produced(ref.model_copy(update=update))
+
+
+def register_refreshed(model: dict, settings: PPOSettings, started_from: str | None) -> dict:
+    """Register one reward model the critique loop refreshed (a version of the reward model, logged by this run)."""
+    name = settings.reward_model.registered_name
+    params = {"critique_loop_round": model["round"], "ppo_step": model["step"], "refreshed_from_version": started_from}
+    version = log_adapter_model(
+        model["folder"], name, params, model["metrics"], alias="refreshed", model_type="span-tagger"
+    )
+    return {**model, "version": version}

@@ -412,4 +412,12 @@ def feedback_row(
         "prompt_tokens": int(prompt_tokens),
         "completion_tokens": int(completion_tokens),
         "latency_s": float(latency_s),
+        "missing": list(parsed.missing),
+        "missing_at": missing_anchors(parsed),
     }
+
+
+def missing_anchors(parsed: ParsedFeedback) -> list[int | None]:
+    """Where each missing item belonged (a char offset, None = unknown), one per item of ``parsed.missing``."""
+    at = list(parsed.missing_at)[: len(parsed.missing)]
+    return at + [None] * (len(parsed.missing) - len(at))

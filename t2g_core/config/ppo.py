@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from t2g_core.config.base import StageConfig, recipe_path
+from t2g_core.config.critique_loop import CritiqueLoopConfig
 from t2g_core.config.sampling import Sampling
 
 HYBRID_MODES = ("span", "dense")  # reward modes where a terminal scalar adds information (terminal_coef)
@@ -239,6 +240,10 @@ class PPOConfig(StageConfig):
         description="Reward-model folder or adapter for reward_source=reward_model (None = the workspace's latest).",
         json_schema_extra=recipe_path(),
     )
+    critique_loop: CritiqueLoopConfig = Field(
+        default_factory=CritiqueLoopConfig,
+        description="The on-policy critique loop: audit and refresh the reward model on the policy's rollouts.",
+    )
     heatmap_samples: int = Field(4, ge=0, description="Samples shown in the token-reward heatmap per logging interval.")
     run_name: str | None = Field(
         None,
@@ -265,6 +270,11 @@ class PPOConfig(StageConfig):
             raise ValueError(f"advantage={self.advantage} needs group_size >= 2 samples per prompt")
         if self.advantage in CRITIC_FREE and self.critic_warmup_steps:
             raise ValueError(f"advantage={self.advantage} has no critic to warm up (set critic_warmup_steps to 0)")
+        if self.critique_loop.enabled and self.critique_loop.budget > self.batch_size:
+            raise ValueError(
+                f"critique_loop.budget {self.critique_loop.budget} exceeds the batch ({self.batch_size}): a round "
+                "annotates rollouts of one step"
+            )
         if self.critic_warmup_steps >= self.steps:
             raise ValueError(f"critic_warmup_steps {self.critic_warmup_steps} leaves none of the {self.steps} steps")
         return self

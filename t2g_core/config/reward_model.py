@@ -58,6 +58,13 @@ class RewardModelConfig(StageConfig):
         "forward pass per step and no language model saved, for a pretrained base that can already look a value up.",
     )
     tagger_head_size: int = Field(0, ge=0, description="Tagger: width of the head's hidden layer (0 = model width).")
+    tagger_max_omissions: int = Field(
+        8,
+        ge=0,
+        description="Tagger: most required items it can report missing just before one token (its omission head "
+        "predicts 0..N per token, trained from the annotator's missing reports and their anchors); 0 = no omission "
+        "head (the learned reward then never charges an omission).",
+    )
     # data
     max_prompt_tokens: int = Field(
         384, ge=32, description="Token budget of the rendered prompt; the content is truncated, never the template."

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from t2g_core.config import (
     AlignConfig,
@@ -103,6 +103,27 @@ class PPOSettings(StageSettings):
     models: ModelsConfig = Field(
         default_factory=ModelsConfig, description="The weights dtype the policy and the reward model load in."
     )
+    annotate: AnnotateConfig = Field(
+        default_factory=AnnotateConfig,
+        description="The annotator the critique loop sends rollouts to (ppo.critique_loop.enabled).",
+    )
+
+    @model_validator(mode="after")
+    def _one_key(self) -> PPOSettings:
+        if self.ppo.reward_source == "endpoint" and self.uses_annotator_key:
+            endpoint, annotator = self.reward_model.endpoint.api_key_env, self.annotate.api_key_env
+            if endpoint != annotator:
+                raise ValueError(
+                    f"PPO would send two API keys ({endpoint} to the reward endpoint, {annotator} to the critique "
+                    "loop's LLM annotator); name one variable in both reward_model.endpoint.api_key_env and "
+                    "annotate.api_key_env"
+                )
+        return self
+
+    @property
+    def uses_annotator_key(self) -> bool:
+        """The critique loop calls the LLM annotator (an outside service with a key)."""
+        return self.ppo.critique_loop.enabled and self.annotate.annotator == "llm"
 
     @property
     def uses_reward_model(self) -> bool:
@@ -117,8 +138,11 @@ class PPOSettings(StageSettings):
 
     @property
     def api_key_env(self) -> str | None:
-        """The HTTP reward source's key variable (``reward_source=endpoint``)."""
-        return self.reward_model.endpoint.api_key_env if self.ppo.reward_source == "endpoint" else None
+        """The HTTP reward source's key variable (``reward_source=endpoint``), else the critique loop's LLM annotator's
+        (the two must be one variable when both are used)."""
+        if self.ppo.reward_source == "endpoint":
+            return self.reward_model.endpoint.api_key_env
+        return self.annotate.api_key_env if self.uses_annotator_key else None
 
 
 class EvaluateSettings(StageSettings):

@@ -36,13 +36,18 @@ def _replace_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def checkpoint_folder(run_dir: Path, step: int) -> Path:
+    """The folder checkpoint ``step`` is written to."""
+    return Path(run_dir) / "checkpoints" / f"step-{step:06d}"
+
+
 def save_checkpoint(
     run_dir: Path, step: int, *, save_adapter, trainer_state: dict, rank: int, world: int, barrier
 ) -> Path:
     """Write checkpoint ``step`` (rank 0 writes the shared state, each rank its RNG state); returns its folder.
     ``save_adapter(folder)`` writes the policy's adapter in peft's format."""
     ckpt_root = Path(run_dir) / "checkpoints"
-    final = ckpt_root / f"step-{step:06d}"
+    final = checkpoint_folder(run_dir, step)
     tmp = staging_folder(final, create=rank == 0)
     if rank == 0:
         save_adapter(tmp / "adapter")

@@ -23,6 +23,7 @@ from t2g_core.spans import (
     AlignedSpan,
     ParsedFeedback,
     align_feedback,
+    anchor_token,
     decode_with_offsets,
     label_values,
     labels_for_offsets,
@@ -104,15 +105,6 @@ def share_spans(
         for i in tokens:
             out[i] = value / len(tokens)
     return out
-
-
-def anchor_token(offsets: Sequence[tuple[int, int]], at: int | None) -> int:
-    """Index of the token holding char ``at`` or, in a gap, the first token after it; the last token when ``at`` is
-    None or past every token."""
-    last = max(len(offsets) - 1, 0)
-    if at is None:
-        return last
-    return next((k for k, (start, end) in enumerate(offsets) if end > at and end > start), last)
 
 
 def missing_tokens(offsets: Sequence[tuple[int, int]], fb: ParsedFeedback) -> list[int]:

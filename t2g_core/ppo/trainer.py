@@ -41,6 +41,7 @@ from torch import Tensor
 from t2g_core.config.align import AlignConfig
 from t2g_core.config.ppo import WORD_LABEL_MODES, PPOConfig
 from t2g_core.ppo import checkpoint as ckpt
+from t2g_core.ppo.critique_loop import Batch, CritiqueLoop
 from t2g_core.ppo.distributed import Runtime, barrier, global_sum, to_device
 from t2g_core.ppo.experience import (
     Experience,
@@ -73,6 +74,7 @@ class PPOResult:
     rollouts_path: Path | None = None
     heatmaps: list[Path] = field(default_factory=list)
     steps_done: int = 0
+    reward_models: list[dict] = field(default_factory=list)  # refreshed by the critique loop: round, step, folder
 
 
 class PPOTrainer:
@@ -89,10 +91,16 @@ class PPOTrainer:
         align_cfg: AlignConfig | None = None,
         task_metric: TaskMetric | None = None,
         dtype: torch.dtype | None = None,
+        critique_loop: CritiqueLoop | None = None,
     ):
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.runtime = Runtime()
         self.rank, self.world = self.runtime.rank, self.runtime.world
+        self.loop, self.last_batch = critique_loop, None
+        if critique_loop is not None:
+            if self.world > 1:
+                raise ValueError("ppo.critique_loop runs in one process; turn it off for a multi-process run")
+            critique_loop.check_source(reward_source)
         if cfg.batch_size % cfg.minibatches:
             raise ValueError(f"batch_size {cfg.batch_size} must divide by minibatches {cfg.minibatches}")
         if len(prompts_df) == 0:
@@ -182,6 +190,7 @@ class PPOTrainer:
             feedback = critique(ro, decoded, self.reward_source)
         with timer.phase("span_labels"):  # 3a. labels on the sampled ids
             scored = label_responses(decoded, feedback, self.align_cfg, words=cfg.reward_mode in WORD_LABEL_MODES)
+        self.last_batch = Batch(ro.rows, decoded, feedback)  # what a critique-loop round audits
         first = None
         if reuses_first_forward(cfg) and not self.runtime.fsdp:  # the update's only forward doubles as the old pass
             with timer.phase("update"):
@@ -238,6 +247,7 @@ class PPOTrainer:
             "history": self.history,
             "records": self.records,
             "config": self.cfg.model_dump(mode="json"),
+            "critique_loop": self.loop.state_dict() if self.loop is not None else None,
         }
         return ckpt.save_checkpoint(
             self.run_dir,
@@ -253,6 +263,16 @@ class PPOTrainer:
         path = ckpt.latest_checkpoint(self.run_dir)
         if path is None:
             return False
+        state = self.restore_weights(path)
+        self.history, self.records, self.next_step = state["history"], state["records"], int(state["step"])
+        if self.loop is not None:
+            self.loop.load_state_dict(state.get("critique_loop"))
+            self.reward_source = self.loop.reward_source() or self.reward_source
+        return True
+
+    def restore_weights(self, path: Path) -> dict:
+        """Load checkpoint ``path``'s policy, critic, optimizers and KL controller (not the run's progress: history,
+        records, step); returns its trainer state."""
         with self.runtime.gathered(self.model, writeback=True):
             state = ckpt.load_checkpoint(path, policy=self.bundle.policy, rank=self.rank)
             self.bundle.value.load_state_dict(state["value"])
@@ -261,8 +281,7 @@ class PPOTrainer:
         if self.critic is not None:
             self.critic.load_state_dict(self.runtime, self.model, state["critic_optimizer"])
         self.kl_ctl.load_state_dict(state["kl"])
-        self.history, self.records, self.next_step = state["history"], state["records"], int(state["step"])
-        return True
+        return state
 
     # ---- evaluation ---------------------------------------------------------------------------------------
     def evaluate(self, eval_df: pd.DataFrame) -> dict[str, float]:
@@ -294,20 +313,38 @@ class PPOTrainer:
         cfg = self.cfg
         last = cfg.steps if stop_after is None else min(cfg.steps, self.next_step + stop_after)
         self.write_loaded()
+        if self.loop is not None and self.loop.state.passed is None and self.loop.cfg.on_alarm != "continue":
+            self.loop.will_pass(ckpt.checkpoint_folder(self.run_dir, self.next_step))  # the warm start passes
+            self.save()
         for step in range(self.next_step, last):
+            if self.loop is not None and self.loop.state.stopped:
+                break
             metrics = self.step(step)
             if eval_df is not None and (step % cfg.eval_every == 0 or step == cfg.steps - 1):
                 metrics |= self.evaluate(eval_df)
-            self.history.append({"step": step, **metrics})
             self.next_step = step + 1
+            audited = self.audit(step, tracker, progress)
+            metrics |= audited
+            self.history.append({"step": step, **metrics})
             if self.rank == 0:
                 tracker.log_metrics(metrics, step=step)
                 progress("ppo", self.next_step, cfg.steps, progress_metrics(metrics))
             if step % cfg.log_every == 0 or step == cfg.steps - 1:
                 self.write_rollouts(tracker)
-            if self.next_step % cfg.save_every == 0 or self.next_step == last:
+            stopped = self.loop is not None and self.loop.state.stopped
+            if self.next_step % cfg.save_every == 0 or self.next_step == last or audited or stopped:
                 self.save()
         return self.result()
+
+    def audit(self, step: int, tracker: Tracker, progress: Progress) -> dict[str, float]:
+        """A critique-loop round after ``step`` when one is due (its metrics; {} otherwise). A round that passes
+        names the checkpoint written after it as the one an alarm restores."""
+        if self.loop is None or not self.loop.due(step):
+            return {}
+        metrics = self.loop.round(self, step, self.last_batch, tracker=tracker, progress=progress)
+        if not metrics["critic_loop/alarm"]:
+            self.loop.will_pass(ckpt.checkpoint_folder(self.run_dir, self.next_step))
+        return metrics
 
     def replay_history(self, tracker: Tracker) -> None:
         """Log the restored steps' metrics again (rank 0): a resumed run's tracking run then holds every step, not
@@ -346,8 +383,15 @@ class PPOTrainer:
                 (self.run_dir / "history.json").write_text(json.dumps(self.history, indent=1), encoding="utf-8")
         barrier()
         rollouts = self.run_dir / "rollouts.parquet"
+        refreshed = list(self.loop.state.refreshed) if self.loop is not None else []
         return PPOResult(
-            self.run_dir, adapter, self.history, rollouts if rollouts.exists() else None, self.heatmaps, self.next_step
+            self.run_dir,
+            adapter,
+            self.history,
+            rollouts if rollouts.exists() else None,
+            self.heatmaps,
+            self.next_step,
+            refreshed,
         )
 
 
@@ -366,10 +410,12 @@ def train(
     stop_after: int | None = None,
     dtype: torch.dtype | None = None,
     progress: Progress = no_progress,
+    critique_loop: CritiqueLoop | None = None,
 ) -> PPOResult:
     """Train a LoRA policy with span-reward PPO; ``resume=True`` continues from ``out_dir``'s latest checkpoint.
     ``policy_dir`` is a folder or a Hub id (``@revision``); the base loads in ``dtype`` (``models.dtype`` as the
-    stage resolved it; None: the ``auto`` rule for the device)."""
+    stage resolved it; None: the ``auto`` rule for the device). ``critique_loop`` audits and refreshes the reward
+    model on the policy's rollouts (:mod:`t2g_core.ppo.critique_loop`)."""
     trainer = PPOTrainer(
         cfg,
         policy_dir,
@@ -379,6 +425,7 @@ def train(
         align_cfg=align_cfg,
         task_metric=task_metric,
         dtype=dtype,
+        critique_loop=critique_loop,
     )
     if resume and not trainer.restore():
         raise FileNotFoundError(f"{out_dir}: no checkpoint to resume from (expected checkpoints/latest)")

@@ -6,7 +6,9 @@ The two reward-model kinds read the same rows differently:
   and ``rm_target`` the text to generate (the critique and the quoted spans as JSON, then EOS);
 - ``tagger``: ``rm_prompt`` is the policy's prompt (:func:`render_policy_prompt`), which the response follows, and
   ``rm_target`` the same JSON plus ``"located"``: the ``[start, end, label]`` character spans of the response that
-  become its token labels (no EOS). A response longer than ``max_target_tokens`` tokens is skipped and counted.
+  become its token labels (no EOS), and the annotator's ``"missing"`` items with ``"missing_at"``, the char offset
+  where each belonged (the end of the response when the annotator gives no place), which become the tagger's
+  omission labels. A response longer than ``max_target_tokens`` tokens is skipped and counted.
 
 - One row per item id: the first annotation with status ``ok`` (in annotation order) is used; items whose
   annotations all failed are skipped and counted.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import pandas as pd
@@ -48,6 +51,7 @@ class RMDataStats:
     n_spans_kept: int = 0
     n_spans_unmatched: int = 0
     n_spans_truncated: int = 0
+    n_missing: int = 0
     skipped_ids: list[str] = field(default_factory=list)
 
     def as_metrics(self) -> dict[str, float]:
@@ -104,8 +108,9 @@ def _first_ok_annotations(annotations_df: pd.DataFrame) -> pd.DataFrame:
     return ok.drop_duplicates(subset="id", keep="first").set_index("id")
 
 
-def _generative_row(item, critique, spans: list[GoldSpan], tokenizer, cfg, stats: RMDataStats):
-    """(RM prompt, critique + quoted spans JSON + EOS), or None when the target is over budget."""
+def _generative_row(item, critique, spans: list[GoldSpan], tokenizer, cfg, stats: RMDataStats, missing=()):
+    """(RM prompt, critique + quoted spans JSON + EOS), or None when the target is over budget. Omissions are named
+    in the critique; the target carries no anchors (the generative model is not trained to place them)."""
     shown = render_rm_prompt(tokenizer, item.task, item.prompt, item.response, cfg.max_prompt_tokens)
     stats.n_prompt_truncated += int(shown.truncated)
     visible_end = len(item.response) if shown.response == item.response else len(shown.response) - len(TRUNCATION_MARK)
@@ -120,28 +125,48 @@ def _generative_row(item, critique, spans: list[GoldSpan], tokenizer, cfg, stats
     return shown.text, target
 
 
-def _tagger_row(item, critique, spans: list[GoldSpan], tokenizer, cfg, stats: RMDataStats):
-    """(policy prompt, span JSON with the located spans), or None when the response is over budget."""
+def _tagger_row(item, critique, spans: list[GoldSpan], tokenizer, cfg, stats: RMDataStats, missing=()):
+    """(policy prompt, span JSON with the located spans and omissions), or None when the response is over budget."""
     from t2g_core.policy_prompts import render_policy_prompt
 
     if count_tokens(tokenizer, item.response) > cfg.max_target_tokens:
         return None
     stats.n_spans_kept += len(spans)
-    return render_policy_prompt(tokenizer, item.task, item.prompt), build_tagger_target(critique, spans)
+    stats.n_missing += len(missing)
+    prompt = render_policy_prompt(tokenizer, item.task, item.prompt)
+    return prompt, build_tagger_target(critique, spans, missing, len(item.response))
 
 
-def build_tagger_target(critique: str | None, spans: list[GoldSpan]) -> str:
-    """The tagger's target: the span JSON plus ``located`` ``[start, end, label]`` character spans."""
+ROW_BUILDERS = {"generative": _generative_row, "tagger": _tagger_row}
+
+
+def build_tagger_target(
+    critique: str | None, spans: list[GoldSpan], missing: Sequence[tuple[str, int | None]] = (), end: int = 0
+) -> str:
+    """The tagger's target: the span JSON plus ``located`` ``[start, end, label]`` character spans, and the content
+    the annotator reports ``missing`` with ``missing_at``, where each item belonged (an unknown place: ``end``, the
+    end of the response)."""
     obj = {
         "critique": critique or "",
         "good_spans": _dedupe([s.text for s in spans if s.label == "positive"]),
         "poor_spans": _dedupe([s.text for s in spans if s.label == "negative"]),
         "located": [[s.start, s.end, s.label] for s in spans],
+        "missing": [text for text, _ in missing],
+        "missing_at": [end if at is None else min(int(at), end) for _, at in missing],
     }
     return json.dumps(obj, ensure_ascii=False)
 
 
-ROW_BUILDERS = {"generative": _generative_row, "tagger": _tagger_row}
+def annotation_missing(annotation) -> list[tuple[str, int | None]]:
+    """(item, char offset or None) of each missing item an annotations row reports (none in rows written before the
+    annotations carried them)."""
+    texts = getattr(annotation, "missing", None)
+    if texts is None or (isinstance(texts, float) and pd.isna(texts)):
+        return []
+    at = getattr(annotation, "missing_at", None)
+    at = [] if at is None or (isinstance(at, float) and pd.isna(at)) else list(at)
+    at = [None if pd.isna(a) else int(a) for a in at] + [None] * (len(texts) - len(at))
+    return list(zip((str(t) for t in texts), at[: len(texts)], strict=True))
 
 
 def parse_rm_target(target: str, eos: str | None = None) -> ParsedFeedback:
@@ -152,9 +177,23 @@ def parse_rm_target(target: str, eos: str | None = None) -> ParsedFeedback:
         located = json.loads(text).get("located") if parsed.ok else None
     except (ValueError, AttributeError):
         located = None
-    if not located:
+    if not located and not parsed.missing:
         return parsed
-    return replace(parsed, located=tuple((int(s), int(e), str(lab)) for s, e, lab in located))
+    return replace(
+        parsed,
+        located=tuple((int(s), int(e), str(lab)) for s, e, lab in located or ()),
+        missing_at=_missing_at(text, len(parsed.missing)),
+    )
+
+
+def _missing_at(text: str, n: int) -> tuple[int | None, ...]:
+    """The ``missing_at`` offsets of a target (None where it gives none)."""
+    try:
+        at = json.loads(text).get("missing_at") or []
+    except (ValueError, AttributeError):
+        at = []
+    at = [int(a) if isinstance(a, (int, float)) and not isinstance(a, bool) else None for a in at][:n]
+    return tuple(at) + (None,) * (n - len(at))
 
 
 def build_rm_data(
@@ -184,7 +223,7 @@ def build_rm_data(
             align_cfg=align_cfg,
         )
         stats.n_spans_unmatched += n_unmatched
-        row = ROW_BUILDERS[cfg.kind](item, a.critique, spans, tokenizer, cfg, stats)
+        row = ROW_BUILDERS[cfg.kind](item, a.critique, spans, tokenizer, cfg, stats, annotation_missing(a))
         if row is None:
             stats.n_target_too_long += 1
             stats.skipped_ids.append(item.id)

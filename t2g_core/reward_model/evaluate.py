@@ -16,6 +16,8 @@ Metrics (micro-averaged over items):
   truth's negative spans, and ``truth_recall_{invented,swapped,redundant}`` the character recall of each flaw type
   (demo summaries): a model that never catches an invented value can still score a high F1 on redundant clauses,
   which are most of the poor characters;
+- ``omission_{precision,recall,f1}``: the reported omissions against the gold ones (the annotator's ``missing``
+  items), matched one to one on the token each is anchored at (:func:`omission_matches`), beside the span F1;
 - ``score_ms_per_item``: wall time per scored response.
 
 Any other source of predictions (a baseline, an LLM annotator) can be scored with :func:`score_predictions`.
@@ -33,7 +35,7 @@ import pandas as pd
 
 from t2g_core.alignment import micro_prf, span_prf, token_prf
 from t2g_core.reward_model.data import parse_rm_target
-from t2g_core.spans import ParsedFeedback, align_feedback, token_labels
+from t2g_core.spans import ParsedFeedback, align_feedback, anchor_token, token_labels
 
 if TYPE_CHECKING:
     import torch
@@ -153,6 +155,21 @@ def _rouge_l(scorer, gold: str | None, pred: str | None) -> float:
 FLAW_TYPES = ("invented", "swapped", "redundant")
 
 
+def omission_tokens(offsets: Sequence[tuple[int, int]], feedback: ParsedFeedback) -> list[int]:
+    """The token each missing item of ``feedback`` is anchored at (no place given: the last token)."""
+    at = list(feedback.missing_at)[: len(feedback.missing)]
+    at += [None] * (len(feedback.missing) - len(at))
+    return [anchor_token(offsets, a) for a in at] if offsets else []
+
+
+def omission_matches(offsets, pred: ParsedFeedback, gold: ParsedFeedback) -> tuple[int, int, int]:
+    """(matched, predicted, gold) omissions of one response: a predicted and a gold item match one to one when they
+    are anchored at the same token."""
+    p, g = omission_tokens(offsets, pred), omission_tokens(offsets, gold)
+    matched = sum(min(p.count(t), g.count(t)) for t in set(p))
+    return matched, len(p), len(g)
+
+
 def _chars(spans, label: str = "negative") -> set[int]:
     return {c for s in spans if s[2] == label for c in range(s[0], s[1])}
 
@@ -166,6 +183,18 @@ class _Totals:
         self.truth = {k: [] for k in ("all", *LABELS)}
         self.poor_chars = [0, 0, 0]  # true positives, predicted, true
         self.by_type = {t: [0, 0] for t in FLAW_TYPES}  # characters caught, characters of that type
+        self.omissions = [0, 0, 0]  # matched, predicted, gold
+
+    def add_omissions(self, counts: tuple[int, int, int]) -> None:
+        self.omissions = [a + b for a, b in zip(self.omissions, counts, strict=True)]
+
+    def omission_metrics(self) -> dict[str, float]:
+        tp, n_pred, n_gold = self.omissions
+        if not n_pred and not n_gold:
+            return {}
+        p, r = (tp / n_pred if n_pred else 0.0), (tp / n_gold if n_gold else 0.0)
+        f1 = 2 * p * r / (p + r) if p + r else 0.0
+        return {"omission_precision": p, "omission_recall": r, "omission_f1": f1, "omission_gold": float(n_gold)}
 
     def add_truth_chars(self, pred, truth) -> None:
         predicted, true = _chars(pred), _chars(truth)
@@ -213,7 +242,7 @@ class _Totals:
                 m.update(
                     {f"{name}_precision": agg["precision"], f"{name}_recall": agg["recall"], f"{name}_f1": agg["f1"]}
                 )
-        return m | self.truth_char_metrics()
+        return m | self.truth_char_metrics() | self.omission_metrics()
 
 
 def score_predictions(
@@ -241,6 +270,8 @@ def score_predictions(
         totals.add_tokens(
             token_labels(item.response, pred_aligned, tokenizer), token_labels(item.response, gold_aligned, tokenizer)
         )
+        offsets = tokenizer(item.response, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        totals.add_omissions(omission_matches(offsets, pred if pred.ok else ParsedFeedback(None), item.gold))
         if item.truth is not None:
             totals.add_spans(totals.truth, pred_spans, item.truth, iou_threshold)
             totals.add_truth_chars(pred_spans, item.truth)
@@ -302,7 +333,7 @@ def evaluate_tagger(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_c
     """Tag each held-out item's response (after its stored policy prompt) and score the labels as spans."""
     import time
 
-    from t2g_core.reward_model.tagger import encode_pair, feedback_from_spans, predict_classes, spans_from_classes
+    from t2g_core.reward_model.tagger import encode_pair, predict, prediction_feedback
 
     items = list(items)[: cfg.eval_max_items] if cfg.eval_max_items else list(items)
     if not items:
@@ -311,11 +342,8 @@ def evaluate_tagger(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_c
     encoded = [
         encode_pair(tokenizer, it.rm_prompt, it.response, cfg.max_prompt_tokens, cfg.max_target_tokens) for it in items
     ]
-    classes = predict_classes(model, encoded, tokenizer.pad_token_id, cfg.score_batch_size)
-    preds = [
-        feedback_from_spans(it.response, spans_from_classes(e.offsets, c))
-        for it, e, c in zip(items, encoded, classes, strict=True)
-    ]
+    predictions = predict(model, encoded, tokenizer.pad_token_id, cfg.score_batch_size)
+    preds = [prediction_feedback(it.response, e, p) for it, e, p in zip(items, encoded, predictions, strict=True)]
     seconds = time.perf_counter() - t0
     metrics, rows = score_predictions(items, preds, tokenizer, align_cfg=align_cfg)
     metrics["score_ms_per_item"] = 1000 * seconds / len(items)

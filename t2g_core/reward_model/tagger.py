@@ -5,11 +5,19 @@ For the response token y_i at input position i the head reads
     f_i = [ h_i ; h_{i-1} ; log p(y_i | y_<i) ; max_v log p(v | y_<i) ]        (2d + 2 features)
 
 where h is the language model's last hidden state and the two log-probabilities come from its own LM head at
-position i-1 (what the model itself predicted there), and a two-layer MLP maps f_i to three logits. Training is
+position i-1 (what the model itself predicted there), and a two-layer MLP maps f_i to three logits. A second MLP on
+the same features (the omission head, ``reward_model.tagger_max_omissions`` = N > 0) maps f_i to N + 1 logits: how
+many required items are missing just before token i (0..N; an item missing at the end of the response belongs to
+its last token), so the learned reward charges omissions as the critics do (``ppo.omission_penalty``). Training is
 cross-entropy over the response tokens against the labels alignment produces (validated spans placed on tokens
-through the tokenizer's offset mapping, poor winning on overlap as ``align.overlap`` says); the language model is
-fine-tuned with it (LoRA or fully, ``reward_model.finetune``) or kept frozen (the head alone learns); the training
-loop is :mod:`t2g_core.reward_model.tagger_train`.
+through the tokenizer's offset mapping, poor winning on overlap as ``align.overlap`` says) plus cross-entropy of the
+omission counts against the annotator's ``missing_at`` anchors; the language model is fine-tuned with it (LoRA or
+fully, ``reward_model.finetune``) or kept frozen (the heads alone learn); the training loop is
+:mod:`t2g_core.reward_model.tagger_train`.
+
+Scoring gives each response token's class probabilities and omission-count probabilities (:func:`predict`), and a
+confidence per response: the probability of the least sure token's predicted label (of either head), which the
+on-policy critique loop uses to choose what to send to the annotator.
 
 Why this head: measured at demo scale (``docs/reward_model.md``), a tagger only catches invented
 values when it starts from a model that can look the value up (the policy) *and* its head compares the token with
@@ -17,9 +25,10 @@ that model's own prediction; either part alone gave invented-value recall 0. Dev
 reward model is generative (it writes the critique and then the spans); the tagger writes no critique, so a templated
 one is made from its labels (:func:`critique_from_spans`).
 
-Saved as a folder: ``tagger.json`` (what it is and how it was built), ``head.safetensors``, the tokenizer, and the
-fine-tuned language model (``lm/``, a full model folder, or ``adapter/``, a LoRA adapter on ``base_model``; none for
-a frozen one, which loads ``base_model`` itself).
+Saved as a folder: ``tagger.json`` (what it is and how it was built), ``head.safetensors`` (and
+``omission.safetensors`` when it has an omission head), the tokenizer, and the fine-tuned language model (``lm/``, a
+full model folder, or ``adapter/``, a LoRA adapter on ``base_model``; none for a frozen one, which loads
+``base_model`` itself).
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from t2g_core.rl.logprobs import position_ids_from_mask
-from t2g_core.spans import NEGATIVE, POSITIVE, AlignedSpan, ParsedFeedback, labels_for_offsets
+from t2g_core.spans import NEGATIVE, POSITIVE, AlignedSpan, ParsedFeedback, anchor_token, labels_for_offsets
 
 NEUTRAL, GOOD, POOR = 0, 1, 2
 CLASS_LABELS = {GOOD: POSITIVE, POOR: NEGATIVE}
@@ -41,6 +50,7 @@ IGNORE = -100  # cross-entropy ignore index: prompt and padding tokens
 TAGGER_META = "tagger.json"
 LM_FOLDERS = {"lora": "adapter", "full": "lm"}  # where a tagger folder keeps its language model, per finetune
 HEAD_FILE = "head.safetensors"
+OMISSION_FILE = "omission.safetensors"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -63,29 +73,51 @@ def shift_features(
     return torch.cat([hidden.float(), prev.float(), logp[..., None], top_logp[..., None]], dim=-1)
 
 
-class SpanTagger(nn.Module):
-    """A causal LM (maybe LoRA-wrapped) and the shift head; ``forward`` returns per-token class logits (B, L, 3)."""
+def _mlp(features: int, width: int, outputs: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(features, width), nn.GELU(), nn.Linear(width, outputs))
 
-    def __init__(self, lm: nn.Module, hidden_size: int, head_size: int | None = None):
+
+class SpanTagger(nn.Module):
+    """A causal LM (maybe LoRA-wrapped), the shift head and (``max_omissions`` > 0) the omission head; ``forward``
+    returns per-token class logits (B, L, 3) and omission-count logits (B, L, max_omissions + 1)."""
+
+    def __init__(self, lm: nn.Module, hidden_size: int, head_size: int | None = None, max_omissions: int = 0):
         super().__init__()
         self.lm = lm
         head_size = head_size or hidden_size
-        self.head = nn.Sequential(nn.Linear(2 * hidden_size + 2, head_size), nn.GELU(), nn.Linear(head_size, 3))
+        self.head = _mlp(2 * hidden_size + 2, head_size, 3)
+        self.max_omissions = max_omissions
+        self.omission = _mlp(2 * hidden_size + 2, head_size, max_omissions + 1) if max_omissions else None
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, labels: Tensor | None = None) -> dict[str, Tensor]:
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        labels: Tensor | None = None,
+        omissions: Tensor | None = None,
+    ) -> dict[str, Tensor]:  # (B, L) ids, mask, classes, omission counts (IGNORE off the response)
         out = self.lm(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids_from_mask(attention_mask),
             output_hidden_states=True,
         )
-        feats = shift_features(out.hidden_states[-1], out.logits, input_ids)
-        tag_logits = self.head(feats.to(self.head[0].weight.dtype))  # (B, L, 3)
-        result = {"logits": tag_logits}
+        feats = shift_features(out.hidden_states[-1], out.logits, input_ids).to(self.head[0].weight.dtype)
+        result = {"logits": self.head(feats)}  # (B, L, 3)
+        if self.omission is not None:
+            result["omission_logits"] = self.omission(feats)  # (B, L, max_omissions + 1)
         if labels is not None:
-            result["loss"] = nn.functional.cross_entropy(
-                tag_logits.reshape(-1, 3).float(), labels.reshape(-1), ignore_index=IGNORE
+            loss = nn.functional.cross_entropy(
+                result["logits"].reshape(-1, 3).float(), labels.reshape(-1), ignore_index=IGNORE
             )
+            if self.omission is not None and omissions is not None:
+                counts = omissions.clamp(max=self.max_omissions).masked_fill(omissions == IGNORE, IGNORE)
+                loss = loss + nn.functional.cross_entropy(
+                    result["omission_logits"].reshape(-1, self.max_omissions + 1).float(),
+                    counts.reshape(-1),
+                    ignore_index=IGNORE,
+                )
+            result["loss"] = loss
         return result
 
 
@@ -126,6 +158,33 @@ def token_classes(offsets: Sequence[tuple[int, int]], spans: Sequence[AlignedSpa
     return [int(v) for v in labels_for_offsets(offsets, spans, values, overlap=overlap)]
 
 
+def omission_counts(offsets: Sequence[tuple[int, int]], missing_at: Sequence[int | None]) -> list[int]:
+    """How many missing items belong just before each response token: each at the token holding (or first after)
+    its char offset, an item at the end (or with no place) on the last token (:func:`t2g_core.spans.anchor_token`)."""
+    counts = [0] * len(offsets)
+    for at in missing_at if offsets else ():
+        counts[anchor_token(offsets, at)] += 1
+    return counts
+
+
+def missing_from_counts(
+    response: str, offsets: Sequence[tuple[int, int]], counts: Sequence[int]
+) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """(missing items, their char offsets) from per-token omission counts: before token k is its start, except that
+    the last token stands for the end of the response (where a left-out item most often belongs)."""
+    last = anchor_token(offsets, None)
+    items: list[str] = []
+    at: list[int] = []
+    for k, n in enumerate(counts):
+        if n <= 0:
+            continue
+        word = json.dumps(response[offsets[k][0] : offsets[k][1]].strip(), ensure_ascii=False)
+        item = "something required, at the end" if k == last else f"something required, before {word}"
+        items += [item] * n
+        at += [len(response) if k == last else offsets[k][0]] * n
+    return tuple(items), tuple(at)
+
+
 def spans_from_classes(offsets: Sequence[tuple[int, int]], classes: Sequence[int]) -> list[tuple[int, int, str]]:
     """Runs of consecutive tokens with the same non-neutral class, as (start, end, label) char spans."""
     spans: list[tuple[int, int, str]] = []
@@ -144,26 +203,47 @@ def spans_from_classes(offsets: Sequence[tuple[int, int]], classes: Sequence[int
     return spans
 
 
-def critique_from_spans(response: str, spans: Sequence[tuple[int, int, str]]) -> str:
+def critique_from_spans(response: str, spans: Sequence[tuple[int, int, str]], missing: Sequence[str] = ()) -> str:
     """A templated critique from the tagger's labels (it writes none of its own)."""
     poor = [response[s:e].strip() for s, e, lab in spans if lab == NEGATIVE]
     good = [response[s:e].strip() for s, e, lab in spans if lab == POSITIVE]
+    left_out = f" Leaves out {len(missing)} required item(s): {'; '.join(missing)}." if missing else ""
     if not poor:
-        return "No wrong or unsupported content found." + (f" Supported: {_quoted(good)}." if good else "")
-    return f"Wrong or unsupported: {_quoted(poor)}." + (f" Supported: {_quoted(good)}." if good else "")
+        found = "No wrong or unsupported content found."
+        return found + (f" Supported: {_quoted(good)}." if good else "") + left_out
+    return f"Wrong or unsupported: {_quoted(poor)}." + (f" Supported: {_quoted(good)}." if good else "") + left_out
 
 
 def _quoted(texts: Sequence[str]) -> str:
     return ", ".join(json.dumps(t, ensure_ascii=False) for t in texts)
 
 
-def feedback_from_spans(response: str, spans: Sequence[tuple[int, int, str]]) -> ParsedFeedback:
-    """The tagger's answer in the one feedback shape: quotes, a templated critique, and the exact offsets."""
+def feedback_from_spans(
+    response: str,
+    spans: Sequence[tuple[int, int, str]],
+    missing: tuple[tuple[str, ...], tuple[int, ...]] = ((), ()),
+    confidence: float | None = None,
+) -> ParsedFeedback:
+    """The tagger's answer in the one feedback shape: quotes, a templated critique, the exact offsets, the missing
+    items with their offsets (:func:`missing_from_counts`) and the confidence."""
     return ParsedFeedback(
-        critique=critique_from_spans(response, spans),
+        critique=critique_from_spans(response, spans, missing[0]),
         good_spans=[response[s:e] for s, e, lab in spans if lab == POSITIVE],
         poor_spans=[response[s:e] for s, e, lab in spans if lab == NEGATIVE],
         located=tuple(spans),
+        missing=missing[0],
+        missing_at=missing[1],
+        confidence=confidence,
+    )
+
+
+def prediction_feedback(response: str, encoded: Encoded, pred: TokenPrediction) -> ParsedFeedback:
+    """One response's :class:`TokenPrediction` as feedback (spans, omissions, confidence)."""
+    return feedback_from_spans(
+        response,
+        spans_from_classes(encoded.offsets, pred.classes),
+        missing_from_counts(response, encoded.offsets, pred.omissions),
+        pred.confidence,
     )
 
 
@@ -191,7 +271,8 @@ def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> t
     elif cfg.finetune == "frozen":
         lm.requires_grad_(False)
     hidden = lm.config.get_text_config().hidden_size if hasattr(lm.config, "get_text_config") else lm.config.hidden_size
-    return SpanTagger(lm, hidden, cfg.tagger_head_size or None), tokenizer  # the trained head stays float32
+    tagger = SpanTagger(lm, hidden, cfg.tagger_head_size or None, cfg.tagger_max_omissions)
+    return tagger, tokenizer  # the trained heads stay float32
 
 
 def save_tagger(model: SpanTagger, tokenizer, out: Path, meta: dict) -> Path:
@@ -206,7 +287,9 @@ def save_tagger(model: SpanTagger, tokenizer, out: Path, meta: dict) -> Path:
         # a LoRA adapter: the base's embeddings are rebuilt at load unless they were trained
         peft = {"save_embedding_layers": embeddings_trained(model.lm)} if hasattr(model.lm, "peft_config") else {}
         model.lm.save_pretrained(str(out / folder), **peft)
-    save_file({k: v.detach().contiguous().cpu() for k, v in model.head.state_dict().items()}, str(out / HEAD_FILE))
+    for head, name in ((model.head, HEAD_FILE), (model.omission, OMISSION_FILE)):
+        if head is not None:
+            save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(out / name))
     tokenizer.save_pretrained(str(out))
     (out / TAGGER_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return out
@@ -216,17 +299,27 @@ def is_tagger(path: str | Path) -> bool:
     return (Path(path) / TAGGER_META).is_file()
 
 
-def load_tagger(path: str | Path, *, device: str | None = None, dtype: torch.dtype | None = None):
-    """(SpanTagger in eval mode, tokenizer) from a tagger folder, language model and head in ``dtype`` (the resolved
-    ``models.dtype``; None: the ``auto`` rule for ``device``)."""
+def tagger_meta(path: str | Path) -> dict:
+    """What ``tagger.json`` of a tagger folder says (kind, base model, fine-tuning, sizes, how it was trained)."""
+    path = Path(path)
+    if not is_tagger(path):
+        raise FileNotFoundError(f"{path}: not a tagger reward model (no {TAGGER_META})")
+    return json.loads((path / TAGGER_META).read_text(encoding="utf-8"))
+
+
+def load_tagger(
+    path: str | Path, *, device: str | None = None, dtype: torch.dtype | None = None, trainable: bool = False
+):
+    """(SpanTagger, tokenizer) from a tagger folder, language model and heads in ``dtype`` (the resolved
+    ``models.dtype``; None: the ``auto`` rule for ``device``). For scoring (eval mode) a LoRA adapter is merged;
+    ``trainable`` keeps it a trainable adapter (and a full model's weights trainable) so training can continue, in
+    train mode, with the heads in float32."""
     from safetensors.torch import load_file
 
     from t2g_core.models.loading import load_causal_lm, load_tokenizer, weights_dtype
 
     path = Path(path)
-    if not is_tagger(path):
-        raise FileNotFoundError(f"{path}: not a tagger reward model (no {TAGGER_META})")
-    meta = json.loads((path / TAGGER_META).read_text(encoding="utf-8"))
+    meta = tagger_meta(path)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = weights_dtype(dtype, device)
     tokenizer = load_tokenizer(path, padding_side=None)
@@ -234,12 +327,20 @@ def load_tagger(path: str | Path, *, device: str | None = None, dtype: torch.dty
         from peft import PeftModel
 
         lm = load_causal_lm(meta["base_model"], dtype=dtype, tokenizer=tokenizer, place=False)
-        lm = PeftModel.from_pretrained(lm, str(path / "adapter")).merge_and_unload()
+        lm = PeftModel.from_pretrained(lm, str(path / "adapter"), is_trainable=trainable)
+        lm = lm if trainable else lm.merge_and_unload()
     else:
         lm_ref = path / "lm" if meta["finetune"] == "full" else meta["base_model"]
         lm = load_causal_lm(lm_ref, dtype=dtype, tokenizer=tokenizer, place=False)
-    model = SpanTagger(lm, int(meta["hidden_size"]), int(meta["head_size"]))
+        if meta["finetune"] == "frozen":  # a refresh trains the heads alone, as the first training did
+            lm.requires_grad_(False)
+    model = SpanTagger(lm, int(meta["hidden_size"]), int(meta["head_size"]), int(meta.get("max_omissions", 0)))
     model.head.load_state_dict(load_file(str(path / HEAD_FILE)))
+    if model.omission is not None:
+        model.omission.load_state_dict(load_file(str(path / OMISSION_FILE)))
+    if trainable:
+        model.lm.to(device=device)
+        return model.to(device=device).train(), tokenizer
     return model.to(device=device, dtype=dtype).eval(), tokenizer
 
 
@@ -258,30 +359,72 @@ def _left_padded(batch: list[Encoded], pad_id: int) -> tuple[Tensor, Tensor]:  #
     return ids, mask
 
 
+@dataclass(frozen=True)
+class TokenPrediction:
+    """The tagger's belief about one response: per token, the class probabilities (n, 3) and the probabilities of
+    0..N omissions just before it (n, N + 1; None without an omission head)."""
+
+    probs: Tensor
+    omission_probs: Tensor | None = None
+
+    @property
+    def classes(self) -> list[int]:
+        return self.probs.argmax(dim=-1).tolist()
+
+    @property
+    def omissions(self) -> list[int]:
+        if self.omission_probs is None:
+            return [0] * self.probs.shape[0]
+        return self.omission_probs.argmax(dim=-1).tolist()
+
+    @property
+    def confidence(self) -> float:
+        """The probability of the least sure token's predicted label, of either head (1.0 for an empty response)."""
+        if self.probs.shape[0] == 0:
+            return 1.0
+        sure = self.probs.amax(dim=-1)
+        if self.omission_probs is not None:
+            sure = torch.minimum(sure, self.omission_probs.amax(dim=-1))
+        return float(sure.min())
+
+
 @torch.inference_mode()
-def predict_classes(model: SpanTagger, encoded: Sequence[Encoded], pad_id: int, batch_size: int) -> list[list[int]]:
-    """Argmax class per response token of each encoded pair (batched, left-padded, lengths sorted)."""
+def predict(model: SpanTagger, encoded: Sequence[Encoded], pad_id: int, batch_size: int) -> list[TokenPrediction]:
+    """Class (and omission-count) probabilities per response token of each encoded pair (batched, left-padded,
+    lengths sorted)."""
     device = next(model.parameters()).device
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i].input_ids))
-    out: list[list[int]] = [[] for _ in encoded]
+    out: list[TokenPrediction] = [TokenPrediction(torch.zeros(0, 3))] * len(encoded)
     for b in range(0, len(order), batch_size):
         idx = order[b : b + batch_size]
         ids, mask = _left_padded([encoded[i] for i in idx], pad_id)
-        classes = model(ids.to(device), mask.to(device))["logits"].argmax(dim=-1).cpu()  # (B, L)
+        result = model(ids.to(device), mask.to(device))
+        probs = result["logits"].float().softmax(dim=-1).cpu()  # (B, L, 3)
+        omitted = result.get("omission_logits")
+        omitted = omitted.float().softmax(dim=-1).cpu() if omitted is not None else None  # (B, L, N + 1)
         width = ids.shape[1]
         for j, i in enumerate(idx):
             n = len(encoded[i].input_ids) - encoded[i].start  # response tokens, right-aligned
-            out[i] = classes[j, width - n :].tolist() if n else []
+            rows = slice(width - n, width) if n else slice(0, 0)
+            out[i] = TokenPrediction(probs[j, rows], omitted[j, rows] if omitted is not None else None)
     return out
 
 
+def predict_classes(model: SpanTagger, encoded: Sequence[Encoded], pad_id: int, batch_size: int) -> list[list[int]]:
+    """Argmax class per response token of each encoded pair."""
+    return [p.classes for p in predict(model, encoded, pad_id, batch_size)]
+
+
 class TaggerScorer:
-    """The tagger as a reward source for PPO and for evaluation: ``critique_batch(rows) -> list[ParsedFeedback]``."""
+    """The tagger as a reward source for PPO and for evaluation: ``critique_batch(rows) -> list[ParsedFeedback]``
+    (spans, omissions with their offsets, and a confidence per response); :meth:`predict_batch` gives the token
+    probabilities behind them."""
 
     def __init__(self, path: str | Path, cfg=None, *, device: str | None = None, dtype: torch.dtype | None = None):
         from t2g_core.config.reward_model import RewardModelConfig
 
         self.cfg = cfg or RewardModelConfig()
+        self.path = Path(path)
         self.model, self.tokenizer = load_tagger(path, device=device, dtype=dtype)
 
     def encode(self, task: str, prompt: str, response: str) -> Encoded:
@@ -292,10 +435,10 @@ class TaggerScorer:
             self.tokenizer, prompt_text, response, self.cfg.max_prompt_tokens, self.cfg.max_target_tokens
         )
 
-    def critique_batch(self, rows: Sequence[dict]) -> list[ParsedFeedback]:
+    def predict_batch(self, rows: Sequence[dict]) -> tuple[list[Encoded], list[TokenPrediction]]:
         encoded = [self.encode(r["task"], r["prompt"], r["response"]) for r in rows]
-        classes = predict_classes(self.model, encoded, self.tokenizer.pad_token_id, self.cfg.score_batch_size)
-        return [
-            feedback_from_spans(r["response"], spans_from_classes(e.offsets, c))
-            for r, e, c in zip(rows, encoded, classes, strict=True)
-        ]
+        return encoded, predict(self.model, encoded, self.tokenizer.pad_token_id, self.cfg.score_batch_size)
+
+    def critique_batch(self, rows: Sequence[dict]) -> list[ParsedFeedback]:
+        encoded, preds = self.predict_batch(rows)
+        return [prediction_feedback(r["response"], e, p) for r, e, p in zip(rows, encoded, preds, strict=True)]

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -30,6 +31,7 @@ from t2g_core.reward_model.tagger import (
     SpanTagger,
     build_tagger,
     encode_pair,
+    omission_counts,
     save_tagger,
     token_classes,
 )
@@ -37,16 +39,32 @@ from t2g_core.spans import AlignedSpan
 from t2g_core.training import epoch_permutation, publish_folder, staging_folder
 
 
-def _right_padded(batch: list[tuple[Encoded, list[int]]], pad_id: int) -> dict[str, Tensor]:
-    width = max(len(e.input_ids) for e, _ in batch)
+class TaggerExample(NamedTuple):
+    """One training example: the rendered policy prompt, the response, its located spans, and the char offsets
+    where each item the annotator reports missing belonged (the end of the response when it gave no place)."""
+
+    prompt_text: str
+    response: str
+    spans: list[AlignedSpan]
+    missing_at: tuple[int | None, ...] = ()
+
+
+# (ids, response start, offsets), token classes, omission counts per response token
+Labelled = tuple[Encoded, list[int], list[int]]
+
+
+def _right_padded(batch: list[Labelled], pad_id: int) -> dict[str, Tensor]:
+    width = max(len(e.input_ids) for e, _, _ in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
     labels = torch.full((len(batch), width), IGNORE, dtype=torch.long)
-    for b, (e, classes) in enumerate(batch):
+    omissions = torch.full((len(batch), width), IGNORE, dtype=torch.long)
+    for b, (e, classes, counts) in enumerate(batch):
         n = len(e.input_ids)
         ids[b, :n], mask[b, :n] = torch.tensor(e.input_ids), 1
         labels[b, e.start : n] = torch.tensor(classes, dtype=torch.long)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        omissions[b, e.start : n] = torch.tensor(counts, dtype=torch.long)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels, "omissions": omissions}
 
 
 def _batch_order(n: int, batch_size: int, step: int, seed: int) -> list[int]:
@@ -113,8 +131,8 @@ def _prune(ckpt_dir: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def tagger_examples(rm_df, feedback_df, split: str = "train") -> list[tuple[str, str, list[AlignedSpan]]]:
-    """(policy prompt, response, located spans) for the ``split`` rows of tagger ``rm_data``."""
+def tagger_examples(rm_df, feedback_df, split: str = "train") -> list[TaggerExample]:
+    """(policy prompt, response, located spans, missing anchors) for the ``split`` rows of tagger ``rm_data``."""
     from t2g_core.reward_model.data import parse_rm_target
 
     responses = dict(zip(feedback_df["id"], feedback_df["response"], strict=True))
@@ -123,18 +141,19 @@ def tagger_examples(rm_df, feedback_df, split: str = "train") -> list[tuple[str,
         response = responses[row.id]
         target = parse_rm_target(row.rm_target)
         spans = [AlignedSpan(response[s:e], lab, s, e, "exact", 100.0) for s, e, lab in target.located]
-        out.append((row.rm_prompt, response, spans))
+        out.append(TaggerExample(row.rm_prompt, response, spans, tuple(target.missing_at)))
     return out
 
 
-def _encode_examples(examples, tokenizer, cfg, overlap: str) -> tuple[list[tuple[Encoded, list[int]]], int]:
+def _encode_examples(examples, tokenizer, cfg, overlap: str) -> tuple[list[Labelled], int]:
     data, n_skipped = [], 0
-    for prompt_text, response, spans in examples:
+    for example in examples:
+        prompt_text, response, spans, missing_at = TaggerExample(*example)  # 3-tuples: no omissions
         e = encode_pair(tokenizer, prompt_text, response, cfg.max_prompt_tokens, cfg.max_target_tokens)
         if e.truncated:
             n_skipped += 1
             continue
-        data.append((e, token_classes(e.offsets, spans, overlap)))
+        data.append((e, token_classes(e.offsets, spans, overlap), omission_counts(e.offsets, missing_at)))
     if not data:
         raise ValueError(f"tagger: no training example fits {cfg.max_prompt_tokens}+{cfg.max_target_tokens} tokens")
     return data, n_skipped
@@ -147,7 +166,7 @@ class _Run:
     model: SpanTagger
     optimizer: torch.optim.Optimizer
     scheduler: object
-    data: list[tuple[Encoded, list[int]]]
+    data: list[Labelled]
     total: int
     device: str
 
@@ -190,7 +209,7 @@ def _loop(
 def fit_tagger(
     cfg,
     base: str | Path,
-    examples: Sequence[tuple[str, str, list[AlignedSpan]]],
+    examples: Sequence[TaggerExample | tuple[str, str, list[AlignedSpan]]],
     out_dir: str | Path,
     *,
     overlap: str = "poor_wins",
@@ -237,6 +256,7 @@ def fit_tagger(
         "hidden_size": model.head[0].in_features // 2 - 1,
         "head_size": model.head[0].out_features,
         "classes": {"neutral": NEUTRAL, "good": GOOD, "poor": POOR},
+        "max_omissions": model.max_omissions,
         "global_step": total,
         "resumed_from": str(latest) if latest else None,
         "train_seconds": seconds,
@@ -248,3 +268,59 @@ def fit_tagger(
     folder = save_tagger(model, tokenizer, out_dir / "tagger", meta)
     (folder / TRAIN_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return RMTrainResult(folder, ckpt_dir, total, meta["resumed_from"], seconds, len(data), 0, history)
+
+
+@dataclass(frozen=True)
+class RefineResult:
+    folder: Path
+    losses: list[float]
+    seconds: float
+    n_examples: int
+
+
+def refine_tagger(
+    tagger_dir: str | Path,
+    examples: Sequence[TaggerExample],
+    out_dir: str | Path,
+    cfg,
+    *,
+    steps: int,
+    seed: int,
+    learning_rate: float | None = None,
+    overlap: str = "poor_wins",
+    dtype: torch.dtype | None = None,
+) -> RefineResult:
+    """Continue training the tagger in ``tagger_dir`` on ``examples`` for ``steps`` optimizer steps (its LoRA adapter
+    and heads, or every weight of a fully fine-tuned one; ``cfg.batch_size`` examples a step at ``learning_rate``,
+    default ``cfg.learning_rate``) and write the result to ``out_dir`` as a tagger folder of the same layout.
+
+    The data order and LoRA dropout are keyed by ``seed`` alone, inside a forked random state: the caller's random
+    state is untouched (PPO's resume depends on it), and the same call gives the same weights.
+    """
+    from t2g_core.models.loading import weights_dtype
+    from t2g_core.reward_model.tagger import load_tagger, tagger_meta
+
+    out_dir = Path(out_dir)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    t0 = time.perf_counter()
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model, tokenizer = load_tagger(tagger_dir, device=device, dtype=weights_dtype(dtype, device), trainable=True)
+        data, _ = _encode_examples(examples, tokenizer, cfg, overlap)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=learning_rate or cfg.learning_rate, weight_decay=cfg.weight_decay)
+        losses = []
+        for step in range(steps):
+            batch = _right_padded([data[i] for i in _batch_order(len(data), cfg.batch_size, step, seed)], 0)
+            loss = model(**{k: v.to(device) for k, v in batch.items()})["loss"]
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(float(loss.detach()))
+        model.eval()
+    meta = tagger_meta(tagger_dir) | {"refined_from": str(tagger_dir), "refine_steps": steps, "n_refine": len(data)}
+    tmp = staging_folder(out_dir, create=True)
+    save_tagger(model, tokenizer, tmp, meta)
+    publish_folder(tmp, out_dir)
+    return RefineResult(out_dir, losses, time.perf_counter() - t0, len(data))

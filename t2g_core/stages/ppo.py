@@ -43,9 +43,10 @@ def train(
     run_dir = ctx.fresh_folder("checkpoints/ppo")
     latest = latest_checkpoint(run_dir) if run_dir.exists() else None
     if latest is None:
-        prepare_run(
-            settings, run_dir, read(feedback, "feedback"), models.policy, reward_model_path(settings, reward_model)
-        )
+        fb = read(feedback, "feedback")
+        loop_on = settings.ppo.critique_loop.enabled and settings.uses_trained_reward_model
+        replay = (read(reward_model.rm_data, "rm_data"), fb) if loop_on and reward_model is not None else None
+        prepare_run(settings, run_dir, fb, models.policy, reward_model_path(settings, reward_model), replay)
     else:
         ctx.log(f"PPO resumes from {latest.name} of {settings.ppo.steps} steps ({run_dir})")
     ctx.tracker.log_input(feedback, "feedback", "training")
@@ -158,4 +159,13 @@ def _finish(result, ctx: StageContext, reward: dict[str, float | str]) -> Policy
         rollouts_path=rollouts,
         metrics=final,
         reward=reward | run_reward_stats(result.history),
+        reward_models=[refreshed_model(m, result.history) for m in result.reward_models],
     )
+
+
+def refreshed_model(refreshed: dict, history: list[dict]) -> dict:
+    """A reward model the critique loop refreshed: its folder, round, step, and the agreement with the annotator
+    measured on the rollouts it was refreshed on (``critic_loop/*`` of that step)."""
+    row = next((h for h in history if h.get("step") == refreshed["step"]), {})
+    audit = {k.removeprefix("critic_loop/"): float(v) for k, v in row.items() if k.startswith("critic_loop/")}
+    return {**refreshed, "metrics": audit}

@@ -179,6 +179,9 @@ class PolicyRef(Ref):
     # what PPO's reward came from: source (and reward-model kind), the reward model's held-out quality, the share of
     # a PPO step spent scoring, the share of the rollouts' quotes that matched no text
     reward: dict[str, float | str] = {}
+    # reward models the critique loop refreshed: folder, round, step, the audit metrics of that round, and (once a
+    # tracking layer registered it) version
+    reward_models: list[dict] = []
 
     def fingerprint(self) -> dict[str, str]:
         eval_file = Path(self.run_dir) / "eval.parquet"

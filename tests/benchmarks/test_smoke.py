@@ -81,15 +81,35 @@ def test_benchmark_runs_at_smoke_size(script, results):
     assert written, f"{script} --smoke wrote no JSON result under $T2G_BENCH_RESULTS/smoke/"
 
 
-def test_rm_ppo_refreshed_arm_stops_with_a_reason_until_the_critique_loop_exists():
-    """The refreshed-tagger arm is named but not faked: without PPO's critique-loop setting it says so and stops."""
-    from t2g_core.config.ppo import PPOConfig
+def _rm_ppo(*flags: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_rm_ppo.py"), *flags]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_rm_ppo.py"), "--arms", "oracle,refreshed"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+def test_rm_ppo_refreshed_arm_stops_with_a_reason_without_its_loop_settings():
+    """The refreshed-tagger arm is never the static tagger again: without ``--refresh-set ppo.critique_loop...`` it
+    says so and stops, and loop settings PPO refuses (a budget over the batch) stop it before any work."""
+    proc = _rm_ppo("--arms", "oracle,refreshed")
     assert proc.returncode != 0 and "arm refreshed:" in proc.stderr, proc.stderr[-2000:]
-    if "critique_loop" not in PPOConfig.model_fields:
-        assert "not available" in proc.stderr and "ppo.critique_loop" in proc.stderr
-    else:  # the loop exists: the arm needs its settings, or it would be the static tagger again
-        assert "--refresh-set" in proc.stderr
+    assert "--refresh-set" in proc.stderr
+    proc = _rm_ppo("--smoke", "--arms", "refreshed", "--refresh-set", "ppo.critique_loop.budget=5")
+    assert proc.returncode != 0 and "arm refreshed:" in proc.stderr and "budget 5" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_rm_ppo_refreshed_arm_refreshes_the_tagger_during_ppo(results):
+    """At smoke size the refreshed arm runs the critique loop after each step: a round per step in its history, and
+    the drift step after the first refresh is scored by the refreshed tagger, not the static one."""
+    import json
+
+    loop = ["ppo.critique_loop.every=1", "ppo.critique_loop.budget=4", "ppo.critique_loop.refresh_steps=2"]
+    flags = ["--smoke", "--arms", "refreshed", "--estimators", "gae", *(x for s in loop for x in ("--refresh-set", s))]
+    env = {"TOKENIZERS_PARALLELISM": "false", "T2G_BENCH_RESULTS": str(results)}
+    proc = _rm_ppo(*flags, env=env, timeout=600)
+    assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    runs = [json.loads(p.read_text()) for p in (results / "smoke" / "bench_rm_ppo_work" / "runs").rglob("run.json")]
+    (run,) = [r for r in runs if r["arm"] == "refreshed-gae"]
+    assert [h["critic_loop/round"] for h in run["history"]] == [0.0, 1.0]
+    assert all(h["critic_loop/annotated"] == 4.0 for h in run["history"])
+    assert list(run["reward_model_at"]) == ["2"] and "round-001" in run["reward_model_at"]["2"]

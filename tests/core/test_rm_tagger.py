@@ -17,8 +17,11 @@ from t2g_core.reward_model.tagger import (
     NEUTRAL,
     POOR,
     TaggerScorer,
+    TokenPrediction,
     encode_pair,
     feedback_from_spans,
+    missing_from_counts,
+    omission_counts,
     shift_features,
     spans_from_classes,
     token_classes,
@@ -193,7 +196,8 @@ def test_a_frozen_tagger_trains_its_head_alone_and_saves_no_language_model(tiny_
     assert not (folder / "lm").exists() and not (folder / "adapter").exists() and (folder / "head.safetensors").exists()
     assert [h["rm/loss"] for h in result.history][-1] < result.history[0]["rm/loss"]  # the head learnt
     state = torch.load(tmp_path / "checkpoints" / "step-5" / "state.pt", weights_only=False)
-    assert state["params"] and all(name.startswith("head.") for name in state["params"])  # nothing else trained
+    trained = state["params"]
+    assert trained and all(name.startswith(("head.", "omission.")) for name in trained)  # nothing else trained
     model, _ = load_tagger(folder, device="cpu", dtype=torch.float32)
     base = load_file(str(tiny_model_dir / "model.safetensors"))
     for name, value in model.lm.state_dict().items():
@@ -203,3 +207,123 @@ def test_a_frozen_tagger_trains_its_head_alone_and_saves_no_language_model(tiny_
     assert len(TaggerScorer(folder, _cfg(finetune="frozen")).critique_batch(rows)) == len(ITEMS)
     with pytest.raises(ValueError, match="finetune=frozen trains only a tagger"):
         RewardModelConfig(kind="generative", finetune="frozen")
+    refreshable, _ = load_tagger(folder, device="cpu", trainable=True)  # as the critique loop's refresh loads it
+    assert not any(p.requires_grad for p in refreshable.lm.parameters())
+
+
+# ------------------------------------------------------------------------------------------ omissions and confidence
+def test_the_critics_omissions_reach_the_taggers_training_data(tok):
+    """The reference critic reports each left-out fact and where it belonged; the annotations, rm_data and the
+    tagger's examples keep both (before, the annotations row had no place for them and they were dropped)."""
+    from t2g_core.annotators import annotate
+    from t2g_core.config import AnnotateConfig
+    from t2g_core.critics.reference import ReferenceCritic
+    from t2g_core.demo import make_demo_feedback
+    from t2g_core.reward_model.data import build_rm_data
+
+    fb = make_demo_feedback("summarization", 40, seed=3)
+    annotations = annotate(fb, AnnotateConfig(annotator="reference"), progress=False).frame
+    critic = ReferenceCritic()
+    expected = {r["id"]: critic.critique(r) for r in annotations_rows(fb)}
+    assert sum(len(e.missing) for e in expected.values()) >= 5  # the demo omits clauses
+    for row in annotations.itertuples(index=False):
+        assert list(row.missing) == list(expected[row.id].missing)
+        assert [int(a) for a in row.missing_at] == list(expected[row.id].missing_at)
+    rm_df, stats = build_rm_data(fb, annotations, tok, RewardModelConfig(kind="tagger", val_fraction=0))
+    assert stats.n_missing == sum(len(e.missing) for e in expected.values())
+    examples = {ex.response: ex for ex in tagger_examples(rm_df, fb)}
+    for item in fb.itertuples(index=False):
+        assert list(examples[item.response].missing_at) == list(expected[item.id].missing_at)
+
+
+def annotations_rows(fb):
+    from t2g_core.annotators import feedback_rows
+
+    return feedback_rows(fb)
+
+
+def test_annotations_written_before_the_omission_columns_still_read(tmp_path):
+    from t2g_core.schemas import ANNOTATIONS
+    from t2g_core.store import read_artifact
+
+    old = pd.DataFrame(
+        [
+            {
+                "id": "a",
+                "annotator": "reference",
+                "critique": "fine",
+                "good_spans": ["Gus"],
+                "poor_spans": [],
+                "reasoning": None,
+                "status": "ok",
+                "error": None,
+                "raw": None,
+                "prompt_tokens": 0,
+                "completion_tokens": 0,
+                "latency_s": 0.0,
+            }
+        ]
+    )
+    old.to_parquet(tmp_path / "old.parquet")  # no missing / missing_at columns
+    frame = read_artifact(tmp_path / "old.parquet", ANNOTATIONS)
+    assert list(frame["missing"][0]) == [] and list(frame["missing_at"][0]) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(counts=st.lists(st.integers(0, 3), min_size=1, max_size=10))
+def test_omission_counts_round_trip_through_char_offsets(bpe, counts):
+    """Per-token omission counts -> (missing items, char offsets) -> the same counts; the last token stands for the
+    end of the response (zero-width tokens hold no place, so no anchor lands on them)."""
+    response = " ".join(["Cai", "lives", "in", "Paris", "with", "3", "dogs", "and", "rests", "."][: len(counts)])
+    offsets = [tuple(o) for o in bpe(response, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]]
+    counts = [n if e > s else 0 for n, (s, e) in zip((counts * len(offsets))[: len(offsets)], offsets, strict=True)]
+    items, at = missing_from_counts(response, offsets, counts)
+    assert len(items) == len(at) == sum(counts)
+    assert omission_counts(offsets, at) == counts
+    if counts[-1]:
+        assert at[-1] == len(response) and items[-1] == "something required, at the end"
+
+
+def test_confidence_is_the_probability_of_the_least_sure_tokens_label():
+    probs = torch.tensor([[0.9, 0.05, 0.05], [0.2, 0.7, 0.1], [0.1, 0.1, 0.8]])
+    omitted = torch.tensor([[0.95, 0.05], [0.99, 0.01], [0.4, 0.6]])
+    assert TokenPrediction(probs).confidence == pytest.approx(0.7)
+    assert TokenPrediction(probs, omitted).confidence == pytest.approx(0.6)
+    assert TokenPrediction(probs, omitted).omissions == [0, 0, 1] and TokenPrediction(probs).omissions == [0, 0, 0]
+    assert TokenPrediction(torch.zeros(0, 3)).confidence == 1.0
+
+
+def test_omissions_are_scored_on_the_token_they_are_anchored_at(bpe):
+    from t2g_core.reward_model.evaluate import EvalItem, score_predictions
+    from t2g_core.spans import ParsedFeedback
+
+    text = "Cai lives in Paris and rests on Sunday."
+    gold = ParsedFeedback("", missing=("job", "food"), missing_at=(text.index(" and"), len(text)))
+    hit = ParsedFeedback("", missing=("x",), missing_at=(text.index("and"),))  # the same token as gold's first
+    miss = ParsedFeedback("", missing=("x", "y"), missing_at=(0, 0))
+    items = [EvalItem("a", "", text, gold), EvalItem("b", "", text, gold)]
+    metrics, _ = score_predictions(items, [hit, miss], bpe)
+    assert metrics["omission_recall"] == pytest.approx(1 / 4) and metrics["omission_precision"] == pytest.approx(1 / 3)
+
+
+@pytest.mark.slow
+def test_a_tagger_learns_to_report_omissions(tiny_model_dir, tmp_path):
+    """Trained on the reference critic's labels of demo summaries (a clause left out now and then), the tagger's
+    omission head finds most left-out clauses of its training items; an untrained one finds none (the check can
+    fail)."""
+    from t2g_core.reward_model.evaluate import eval_items, evaluate_tagger
+    from t2g_core.reward_model.tagger import load_tagger
+    from tests.core._taggers import demo_tagger, tagger_cfg
+
+    torch.set_num_threads(1)
+    recall = {}
+    for steps in (1, 400):
+        folder, rm_df, fb = demo_tagger(
+            tiny_model_dir, tmp_path / str(steps), n_items=64, steps=steps, finetune="full", learning_rate=3e-3
+        )
+        model, tok = load_tagger(folder, device="cpu")
+        items = eval_items(rm_df.assign(split="validation"), fb, None)
+        metrics = evaluate_tagger(model, tok, items, tagger_cfg()).metrics
+        recall[steps] = metrics["omission_recall"]
+        assert metrics["omission_gold"] >= 10
+    assert recall[1] == 0.0 and recall[400] > 0.8, recall

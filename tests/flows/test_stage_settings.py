@@ -249,7 +249,7 @@ def test_the_table_covers_every_section():
     sections = {f.alias or n for n, f in PipelineConfig.model_fields.items()}
     read = {s for secs in STAGE_SECTIONS.values() for s in secs}
     assert read | set(NOT_STAGE_INPUTS) == sections and not read & set(NOT_STAGE_INPUTS)
-    assert STAGE_SECTIONS["ppo"] == ("ppo", "holdout", "align", "reward_model", "models")
+    assert STAGE_SECTIONS["ppo"] == ("ppo", "holdout", "align", "reward_model", "models", "annotate")
 
 
 @pytest.mark.slow
