@@ -14,13 +14,14 @@ from typing import Literal
 from prefect import flow, get_run_logger
 
 from t2g_core.config import PipelineConfig, WorkspaceConfig
+from t2g_env.serving import ServedConfig, ServedInbox, ServedWorkspace
 
 EVENT = "text2grad.feedback.landed"
 RESOURCE_PREFIX = "text2grad.feedback."
 
 
 @flow(name="feedback-sensor")
-def feedback_sensor(workspace: WorkspaceConfig = WorkspaceConfig(), inbox: str | None = None) -> list[str]:  # noqa: B008
+def feedback_sensor(workspace: ServedWorkspace = WorkspaceConfig(), inbox: ServedInbox = None) -> list[str]:  # noqa: B008
     """Emit one event per new feedback file in the inbox (default ``<workspace>/inbox``); returns their hashes."""
     from prefect.events import emit_event
 
@@ -46,7 +47,7 @@ def feedback_sensor(workspace: WorkspaceConfig = WorkspaceConfig(), inbox: str |
 
 @flow(name="reannotate")
 def reannotate(
-    config: PipelineConfig = PipelineConfig(),  # noqa: B008
+    config: ServedConfig = PipelineConfig(),  # noqa: B008
     path: str | None = None,
     then: Literal["none", "validate", "reward_model"] = "none",
 ) -> dict:

@@ -11,6 +11,7 @@ from prefect import flow
 from t2g_core.config import PipelineConfig
 from t2g_core.config.stages import settings_for
 from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef, RewardModelRef, ValidationRef
+from t2g_env.serving import ServedConfig
 from tasks.caching import cached
 
 RESULTS = {"persist_result": True, "result_serializer": "json"}  # a deployment's result is read by the caller
@@ -21,7 +22,7 @@ def _step(task, config: PipelineConfig, stage: str, forced: list[str] | None):
 
 
 @flow(name="prepare-data", **RESULTS)
-def prepare_data(config: PipelineConfig, forced: list[str] | None = None) -> tuple[ArtifactRef, ModelsRef]:
+def prepare_data(config: ServedConfig, forced: list[str] | None = None) -> tuple[ArtifactRef, ModelsRef]:
     """The feedback artifact (demo data or the configured source) and the base models."""
     from t2g_core.stages.refs import SourceRef
     from tasks import data
@@ -35,7 +36,7 @@ def prepare_data(config: PipelineConfig, forced: list[str] | None = None) -> tup
 
 
 @flow(name="annotate", **RESULTS)
-def annotate(config: PipelineConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ArtifactRef:
+def annotate(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ArtifactRef:
     """Critiques and quoted good/poor spans for every feedback item; they become version 1 of the datasets."""
     from tasks.annotate import annotate_task
     from tasks.data import record_first_versions
@@ -48,7 +49,7 @@ def annotate(config: PipelineConfig, feedback: ArtifactRef, forced: list[str] | 
 
 @flow(name="align-and-validate", **RESULTS)
 def align_and_validate(
-    config: PipelineConfig,
+    config: ServedConfig,
     feedback: ArtifactRef,
     models: ModelsRef,
     annotations: ArtifactRef,
@@ -76,7 +77,7 @@ def align_and_validate(
 
 @flow(name="train-reward-model", **RESULTS)
 def train_reward_model(
-    config: PipelineConfig,
+    config: ServedConfig,
     feedback: ArtifactRef,
     models: ModelsRef,
     annotations: ArtifactRef,
@@ -94,7 +95,7 @@ def train_reward_model(
 
 @flow(name="train-policy", **RESULTS)
 def train_policy(
-    config: PipelineConfig,
+    config: ServedConfig,
     feedback: ArtifactRef,
     models: ModelsRef,
     reward_model: RewardModelRef | None,
@@ -110,7 +111,7 @@ def train_policy(
 
 @flow(name="evaluate", **RESULTS)
 def evaluate(
-    config: PipelineConfig,
+    config: ServedConfig,
     feedback: ArtifactRef,
     models: ModelsRef,
     policy: PolicyRef,

@@ -14,6 +14,7 @@ from flows.placement import Placement
 from flows.stages import align_and_validate, annotate, evaluate, prepare_data, train_policy, train_reward_model
 from t2g_core.config import PipelineConfig
 from t2g_core.stages.order import Stage, downstream
+from t2g_env.serving import ServedConfig
 from tasks.pipeline import close_pipeline_run, open_pipeline_run, record_outputs
 
 
@@ -24,7 +25,7 @@ from tasks.pipeline import close_pipeline_run, open_pipeline_run, record_outputs
     on_failure=[close_pipeline_run],
     on_crashed=[close_pipeline_run],
 )
-def text2grad(config: PipelineConfig = PipelineConfig(), refresh: list[Stage] | None = None) -> dict:  # noqa: B008
+def text2grad(config: ServedConfig = PipelineConfig(), refresh: list[Stage] | None = None) -> dict:  # noqa: B008
     """Train a policy from natural-language feedback. Returns the references of every stage's output."""
     forced = sorted(downstream(refresh))
     place = Placement(config, forced)  # each stage group inline, or on the work pool config.placement names for it

@@ -3,9 +3,9 @@
 Called by the CLI *before* prefect or mlflow is imported (Prefect reads its settings at import time):
 - ``PREFECT_HOME`` = ``<workspace>/prefect`` (API database, logs, default result storage),
 - ``PREFECT_API_URL`` / ``MLFLOW_TRACKING_URI`` from ``<workspace>/run/servers.json`` (written by ``deployments/up.sh``)
-  when those servers answer their health checks; otherwise a temporary Prefect API server (the one Prefect itself
-  would start for an ephemeral run) that dies with this process, even on ``kill -9``, and MLflow uses
-  ``sqlite:///<workspace>/mlflow.db``.
+  when those servers answer their health checks, and ``PREFECT_API_AUTH_STRING`` from the auth file it names;
+  otherwise a temporary Prefect API server (the one Prefect itself would start for an ephemeral run) that dies with
+  this process, even on ``kill -9``, and MLflow uses ``sqlite:///<workspace>/mlflow.db``.
 """
 
 from __future__ import annotations
@@ -130,6 +130,9 @@ def prepare_environment(workspace_root: str | Path, *, start_prefect: bool = Fal
     if servers:
         os.environ["PREFECT_API_URL"] = servers["prefect_api"]
         os.environ.setdefault("MLFLOW_TRACKING_URI", servers["mlflow"])
+        auth_file = Path(servers.get("prefect_auth_file") or root / "run" / "prefect-auth")
+        if auth_file.is_file() and "PREFECT_API_AUTH_STRING" not in os.environ:
+            os.environ["PREFECT_API_AUTH_STRING"] = auth_file.read_text(encoding="utf-8").strip()
     prefect = os.environ.get("PREFECT_API_URL")
     if prefect is None and start_prefect:
         prefect = (

@@ -15,6 +15,7 @@ from typing import Any
 from prefect import task
 
 from t2g_core.config import PipelineConfig, WorkspaceConfig
+from t2g_env import serving
 from t2g_mlflow import runs
 
 ACTIVE = ("RUNNING", "PENDING")
@@ -95,6 +96,8 @@ def open_pipeline_run(flow, flow_run, state) -> None:
 
     log = flow_run_logger(flow_run, flow)
     cfg = _pipeline_config(flow_run)
+    if not serving.allowed(cfg):
+        return  # refused by the serve-time policy: its tracking settings are not to be used
     previous = previous_attempt(flow_run.id)
     if previous is not None:
         log.info("retrying; the previous attempt ended %s", previous)
@@ -111,6 +114,8 @@ def open_pipeline_run(flow, flow_run, state) -> None:
 def close_pipeline_run(flow, flow_run, state) -> None:
     """Flow hook (on_completion / on_failure / on_crashed): finish or fail the MLflow parent run."""
     cfg = _pipeline_config(flow_run)
+    if not serving.allowed(cfg):
+        return  # refused before it ran (parameter validation): no run was opened for it
     runs.end_pipeline_run(str(flow_run.id), cfg.workspace, "FINISHED" if state.is_completed() else "FAILED")
 
 
