@@ -34,7 +34,8 @@ from t2g_core.reward_model.tagger import (
     token_classes,
 )
 from t2g_core.spans import AlignedSpan
-from t2g_core.training import epoch_permutation, publish_folder, staging_folder
+from t2g_core.store import write_text_atomic
+from t2g_core.training import epoch_permutation, load_state, publish_folder, save_state, staging_folder
 
 
 def _right_padded(batch: list[tuple[Encoded, list[int]]], pad_id: int) -> dict[str, Tensor]:
@@ -71,7 +72,7 @@ def _schedule(optimizer, cfg, total: int):
 def _save_checkpoint(folder: Path, model: SpanTagger, optimizer, scheduler, step: int) -> None:
     trainable = {k: v.detach().cpu() for k, v in model.named_parameters() if v.requires_grad}
     tmp = staging_folder(folder, create=True)
-    torch.save(
+    save_state(
         {
             "step": step,
             "params": trainable,
@@ -97,7 +98,7 @@ def _latest_checkpoint(ckpt_dir: Path) -> Path | None:
 
 
 def _restore(folder: Path, model: SpanTagger, optimizer, scheduler) -> int:
-    state = torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
+    state = load_state(folder / "state.pt", map_location="cpu")
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, value in state["params"].items():
@@ -246,5 +247,5 @@ def fit_tagger(
         "config": cfg.model_dump(mode="json"),
     }
     folder = save_tagger(model, tokenizer, out_dir / "tagger", meta)
-    (folder / TRAIN_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    write_text_atomic(folder / TRAIN_META, json.dumps(meta, indent=2))
     return RMTrainResult(folder, ckpt_dir, total, meta["resumed_from"], seconds, len(data), 0, history)
