@@ -4,7 +4,9 @@ Layout: ``<root>/<stage>/<key>/`` holding ``data.parquet`` (plus any extra files
 ``manifest.json``, which is written last: a folder without a manifest is not an artifact. A folder is
 written under a temporary name and renamed into place, so a crash never leaves a readable partial artifact.
 The key hashes the stage name, its config and the content hashes of its inputs (never a run id), so a
-re-run with the same inputs finds its output already complete.
+re-run with the same inputs finds its output already complete. What a later run reuses is checked first
+(:meth:`ArtifactRef.problem`, :func:`read_json`): a folder whose manifest or data is missing or broken is not
+complete, and is written again rather than reused.
 """
 
 from __future__ import annotations
@@ -56,6 +58,13 @@ class ArtifactRef(BaseModel):
     def fingerprint(self) -> dict[str, str]:
         return {"sha256": self.sha256}
 
+    def problem(self) -> str | None:
+        """Why this artifact cannot be reused (files missing or unreadable), or None when it can."""
+        p = Path(self.path)
+        if p.is_dir():
+            return json_problem(p / MANIFEST) or parquet_problem(p / DATA_FILE)
+        return parquet_problem(p) if p.suffix == ".parquet" else file_problem(p)
+
     @classmethod
     def of(cls, path: str | Path, schema: str) -> ArtifactRef:
         """A reference to an existing artifact folder or data file (e.g. a path given on the command line)."""
@@ -77,6 +86,45 @@ def _folder_digest(folder: Path) -> str:
         h.update(str(f.relative_to(folder)).encode())
         h.update(sha256_file(f).encode())
     return h.hexdigest()
+
+
+class BrokenFile(ValueError):
+    """A file a later run trusts is missing, cut short or not what it should be; the message names it."""
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON in ``path``; :class:`BrokenFile` naming the file when it is missing or not valid JSON (a write cut
+    short by a full disk or a kill)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BrokenFile(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BrokenFile(f"{path}: not valid JSON ({exc})") from None
+
+
+def file_problem(path: str | Path) -> str | None:
+    return None if Path(path).is_file() else f"{path}: missing"
+
+
+def json_problem(path: str | Path) -> str | None:
+    try:
+        read_json(path)
+    except BrokenFile as exc:
+        return str(exc)
+    return None
+
+
+def parquet_problem(path: str | Path) -> str | None:
+    """Why ``path`` is not a readable Parquet file (checked from its footer, without reading the data), or None."""
+    if not Path(path).is_file():
+        return f"{path}: missing"
+    try:
+        pq.read_metadata(path)
+    except (OSError, ValueError) as exc:
+        return f"{path}: not a readable Parquet file ({exc})"
+    return None
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -112,11 +160,11 @@ class ArtifactStore:
         return self.root / stage / key
 
     def find(self, stage: str, key: str) -> ArtifactRef | None:
-        """The complete artifact at (stage, key), or None."""
-        manifest = self.folder(stage, key) / MANIFEST
-        if not manifest.exists():
+        """The complete artifact at (stage, key), or None (also when its manifest or data is broken)."""
+        folder = self.folder(stage, key)
+        if not (folder / MANIFEST).exists() or json_problem(folder / MANIFEST) or parquet_problem(folder / DATA_FILE):
             return None
-        return ref_from_manifest(manifest)
+        return ref_from_manifest(folder / MANIFEST)
 
     def write(
         self,
@@ -152,6 +200,7 @@ class ArtifactStore:
                 "extra": dict(extra or {}),
             }
             write_text_atomic(tmp / MANIFEST, json.dumps(manifest, indent=2, default=str))
+            _set_aside_broken(final)
             try:
                 os.rename(tmp, final)
             except OSError:  # lost a race: someone else completed the same key
@@ -163,8 +212,19 @@ class ArtifactStore:
         return ref_from_manifest(final / MANIFEST)
 
 
+def _set_aside_broken(final: Path) -> None:
+    """Move a broken artifact folder at ``final`` out of the way (a complete one is never touched)."""
+    if final.exists() and not (json_problem(final / MANIFEST) is None and parquet_problem(final / DATA_FILE) is None):
+        broken = final.with_name(f".{final.name}.broken-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+        try:
+            os.rename(final, broken)
+        except FileNotFoundError:  # another writer moved it first
+            return
+        shutil.rmtree(broken, ignore_errors=True)
+
+
 def ref_from_manifest(manifest: str | Path) -> ArtifactRef:
-    m = json.loads(Path(manifest).read_text(encoding="utf-8"))
+    m = read_json(manifest)
     return ArtifactRef(
         path=str(Path(manifest).parent), sha256=m["sha256"], n_rows=m["n_rows"], schema=m["schema"], key=m["key"]
     )
@@ -174,31 +234,44 @@ def read_manifest(artifact: str | Path | ArtifactRef) -> dict[str, Any]:
     path = Path(artifact.path if isinstance(artifact, ArtifactRef) else artifact)
     if path.is_file():
         path = path.parent
-    return json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    return read_json(path / MANIFEST)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Replace ``path`` with ``text`` at once: readers see the old or the new content, never a part (temp + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:6]}")
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` at once (temp file + fsync + rename; the temp file never outlives a failure)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` at once (temp file + rename; the temp file never outlives a failure)."""
+def write_frame_atomic(df: pd.DataFrame, path: str | Path) -> Path:
+    """``df`` (no declared schema) as Parquet at ``path``, atomically: temp file, fsync, rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:6]}")
     try:
-        tmp.write_bytes(data)
+        df.to_parquet(tmp, index=False)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    return path
 
 
 def write_parquet(df: pd.DataFrame, path: str | Path, schema: str | ArtifactSchema) -> Path:

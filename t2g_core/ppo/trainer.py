@@ -54,6 +54,7 @@ from t2g_core.ppo.scoring import RewardSource, label_responses
 from t2g_core.ppo.update import ppo_update
 from t2g_core.progress import Progress, no_progress
 from t2g_core.rl import assemble_rewards, make_kl_controller, per_token_kl
+from t2g_core.store import write_text_atomic
 from t2g_core.tracking import NullTracker, Tracker
 
 EVAL_STEP_KEY = 10**9  # eval samples use fixed streams, the same at every evaluation
@@ -310,14 +311,14 @@ class PPOTrainer:
                 "distributed": self.runtime.accelerator.distributed_type.name,
                 "generation_backend": self.cfg.generation_backend,
             }
-            (self.run_dir / "models.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+            write_text_atomic(self.run_dir / "models.json", json.dumps(info, indent=2))
 
     def result(self) -> PPOResult:
         adapter = self.run_dir / "adapter"
         with self.runtime.gathered(self.model):
             if self.rank == 0:
                 self.bundle.policy.save_pretrained(adapter, save_embedding_layers=False)
-                (self.run_dir / "history.json").write_text(json.dumps(self.history, indent=1), encoding="utf-8")
+                write_text_atomic(self.run_dir / "history.json", json.dumps(self.history, indent=1))
         barrier()
         rollouts = self.run_dir / "rollouts.parquet"
         return PPOResult(

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from t2g_core.rl.logprobs import position_ids_from_mask
 from t2g_core.spans import NEGATIVE, POSITIVE, AlignedSpan, ParsedFeedback, labels_for_offsets
+from t2g_core.store import write_text_atomic
 
 NEUTRAL, GOOD, POOR = 0, 1, 2
 CLASS_LABELS = {GOOD: POSITIVE, POOR: NEGATIVE}
@@ -199,7 +200,7 @@ def save_tagger(model: SpanTagger, tokenizer, out: Path, meta: dict) -> Path:
     model.lm.save_pretrained(str(lm_dir))
     save_file({k: v.detach().contiguous().cpu() for k, v in model.head.state_dict().items()}, str(out / HEAD_FILE))
     tokenizer.save_pretrained(str(out))
-    (out / TAGGER_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    write_text_atomic(out / TAGGER_META, json.dumps(meta, indent=2))
     return out
 
 

@@ -63,7 +63,7 @@ def evaluate(
     """Results (``items.parquet``, ``summary.json``) and the report (table, plots) in ``<reports/evaluate>/<key>``;
     results already there are reused unless the stage is forced. Every policy loads in ``models.dtype``, resolved
     once for ``device``."""
-    from t2g_core.evaluation import EvalResults, evaluate_policies, write_report
+    from t2g_core.evaluation import evaluate_policies, write_report
     from t2g_core.evaluation.report import load_history
     from t2g_core.models.loading import resolve_dtype
 
@@ -75,9 +75,8 @@ def evaluate(
     task = settings.evaluate.task or str(frame["task"].iloc[0])
     out = ctx.out.folder("reports/evaluate")
     ctx.tracker.log_input(data, "feedback", "eval")
-    if (out / "summary.json").exists() and not ctx.force:
-        results = EvalResults.load(out)
-    else:
+    results = None if ctx.force else reusable_results(out, ctx)
+    if results is None:
         device = device or _device()
         results = evaluate_policies(
             policies.models,
@@ -102,6 +101,20 @@ def evaluate(
         n_rows=len(results.items),
         task=task,
     )
+
+
+def reusable_results(out: Path, ctx: StageContext):
+    """The complete results an earlier run left in ``out``, or None; broken ones are recomputed, with a log line."""
+    from t2g_core.evaluation import EvalResults
+    from t2g_core.store import BrokenFile
+
+    if not (out / "summary.json").exists() and not (out / "items.parquet").exists():
+        return None
+    try:
+        return EvalResults.load(out)
+    except (FileNotFoundError, BrokenFile) as exc:
+        ctx.log(f"evaluate: the results left in {out} are incomplete ({exc}); evaluating again")
+        return None
 
 
 def pipeline(
