@@ -58,12 +58,13 @@ class ArtifactRef(BaseModel):
     def fingerprint(self) -> dict[str, str]:
         return {"sha256": self.sha256}
 
-    def problem(self) -> str | None:
-        """Why this artifact cannot be reused (files missing or unreadable), or None when it can."""
+    def problem(self, within: Path | None = None) -> str | None:
+        """Why this artifact cannot be reused (files missing or unreadable), or None when it can; with ``within``,
+        only files under that folder are checked (see :func:`owned`)."""
         p = Path(self.path)
         if p.is_dir():
-            return json_problem(p / MANIFEST) or parquet_problem(p / DATA_FILE)
-        return parquet_problem(p) if p.suffix == ".parquet" else file_problem(p)
+            return json_problem(p / MANIFEST, within) or parquet_problem(p / DATA_FILE, within)
+        return parquet_problem(p, within) if p.suffix == ".parquet" else file_problem(p, within)
 
     @classmethod
     def of(cls, path: str | Path, schema: str) -> ArtifactRef:
@@ -104,11 +105,22 @@ def read_json(path: str | Path) -> Any:
         raise BrokenFile(f"{path}: not valid JSON ({exc})") from None
 
 
-def file_problem(path: str | Path) -> str | None:
+def owned(path: str | Path, within: Path | None) -> bool:
+    """Whether ``path`` lies under ``within`` (always, when ``within`` is None). A cached reference is checked only for
+    the files of its workspace, the outputs the pipeline wrote: a user's data file or a model cache elsewhere is
+    theirs to keep."""
+    return within is None or Path(path).resolve().is_relative_to(Path(within).resolve())
+
+
+def file_problem(path: str | Path, within: Path | None = None) -> str | None:
+    if not owned(path, within):
+        return None
     return None if Path(path).is_file() else f"{path}: missing"
 
 
-def json_problem(path: str | Path) -> str | None:
+def json_problem(path: str | Path, within: Path | None = None) -> str | None:
+    if not owned(path, within):
+        return None
     try:
         read_json(path)
     except BrokenFile as exc:
@@ -116,8 +128,10 @@ def json_problem(path: str | Path) -> str | None:
     return None
 
 
-def parquet_problem(path: str | Path) -> str | None:
+def parquet_problem(path: str | Path, within: Path | None = None) -> str | None:
     """Why ``path`` is not a readable Parquet file (checked from its footer, without reading the data), or None."""
+    if not owned(path, within):
+        return None
     if not Path(path).is_file():
         return f"{path}: missing"
     try:

@@ -52,17 +52,17 @@ def stage_cache_key(ctx: TaskRunContext, params: dict[str, Any]) -> str:
     return key
 
 
-def result_problem(value: Any) -> str | None:
+def result_problem(value: Any, within: Path | None = None) -> str | None:
     """Why a cached result (a stage reference, a plain-dict artifact reference, or a tuple of them) cannot be
-    reused, or None."""
+    reused, or None; only its files under ``within`` (the workspace) are checked."""
     from t2g_core.store import ArtifactRef
 
     if hasattr(value, "problem"):
-        return value.problem()
+        return value.problem(within)
     if isinstance(value, dict) and {"path", "sha256", "n_rows", "key"} <= set(value):
-        return ArtifactRef.model_validate(value).problem()
+        return ArtifactRef.model_validate(value).problem(within)
     if isinstance(value, (list, tuple)):
-        return next((p for p in map(result_problem, value) if p), None)
+        return next((p for p in (result_problem(v, within) for v in value) if p), None)
     return None
 
 
@@ -71,8 +71,10 @@ def drop_broken_record(ctx: TaskRunContext, key: str) -> None:
     store = getattr(ctx, "result_store", None)
     if store is None or not store.exists(key):
         return
+    basepath = getattr(store.result_storage, "basepath", None)  # <workspace>/prefect-results
+    within = Path(basepath).expanduser().parent if basepath else None
     try:
-        problem = result_problem(store.read(key).result)
+        problem = result_problem(store.read(key).result, within)
     except Exception as exc:  # noqa: BLE001 - a record that cannot be read back is not a cache hit either
         problem = f"its record cannot be read ({type(exc).__name__}: {exc})"
     if problem is None:

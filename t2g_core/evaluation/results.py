@@ -22,7 +22,7 @@ import pandas as pd
 from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.evaluation.bootstrap import paired_bootstrap
 from t2g_core.evaluation.metrics import TASK_METRICS, corpus_bleu, pass_at_k, task_metrics
-from t2g_core.store import BrokenFile, parquet_problem, read_json, write_frame_atomic, write_text_atomic
+from t2g_core.store import BrokenFile, owned, parquet_problem, read_json, write_frame_atomic, write_text_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -62,8 +62,10 @@ class EvalResults:
         return cls(pd.read_parquet(folder / ITEMS_FILE), summary)
 
 
-def results_problem(path: str | Path) -> str | None:
+def results_problem(path: str | Path, within: Path | None = None) -> str | None:
     """Why the results folder ``path`` cannot be reused (a file missing, cut short or unreadable), or None."""
+    if not owned(path, within):
+        return None
     try:
         EvalResults.load(path)
     except (FileNotFoundError, BrokenFile) as exc:

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from t2g_core.config.data import DataConfig
-from t2g_core.store import ArtifactRef, file_problem, json_problem, parquet_problem, sha256_file
+from t2g_core.store import ArtifactRef, file_problem, json_problem, owned, parquet_problem, sha256_file
 
 __all__ = [
     "ArtifactRef",
@@ -47,8 +47,9 @@ class Ref(BaseModel):
     def fingerprint(self) -> Any:
         raise NotImplementedError
 
-    def problem(self) -> str | None:
-        """Why the files this reference names cannot be reused, or None when they can."""
+    def problem(self, within: Path | None = None) -> str | None:
+        """Why the files this reference names cannot be reused, or None when they can; with ``within``, only its
+        files under that folder (the workspace) are checked."""
         return None
 
 
@@ -56,9 +57,9 @@ def first_problem(*problems: str | None) -> str | None:
     return next((p for p in problems if p), None)
 
 
-def model_folder_problem(path: str, digest: str) -> str | None:
+def model_folder_problem(path: str, digest: str, within: Path | None = None) -> str | None:
     """A model given as a folder must still be one; a Hub id (digest ``id:...``) is resolved by its loader."""
-    if digest.startswith("id:"):
+    if digest.startswith("id:") or not owned(path, within):
         return None
     return None if Path(path).is_dir() and any(Path(path).iterdir()) else f"{path}: model folder missing or empty"
 
@@ -127,9 +128,10 @@ class ModelsRef(Ref):
     def fingerprint(self) -> dict[str, str]:
         return {"base": self.base_digest, "policy": self.policy_digest}
 
-    def problem(self) -> str | None:
+    def problem(self, within: Path | None = None) -> str | None:
         return first_problem(
-            model_folder_problem(self.base, self.base_digest), model_folder_problem(self.policy, self.policy_digest)
+            model_folder_problem(self.base, self.base_digest, within),
+            model_folder_problem(self.policy, self.policy_digest, within),
         )
 
     @classmethod
@@ -154,8 +156,8 @@ class ReviewSampleRef(Ref):
     def fingerprint(self) -> dict[str, str]:
         return {"sample": sha256_file(self.sample)}
 
-    def problem(self) -> str | None:
-        return json_problem(self.sample)
+    def problem(self, within: Path | None = None) -> str | None:
+        return json_problem(self.sample, within)
 
 
 class ValidationRef(Ref):
@@ -169,8 +171,8 @@ class ValidationRef(Ref):
     def fingerprint(self) -> dict[str, str]:
         return {"status": self.status, "report": sha256_file(self.json_path)}
 
-    def problem(self) -> str | None:
-        return first_problem(json_problem(self.json_path), file_problem(self.report))
+    def problem(self, within: Path | None = None) -> str | None:
+        return first_problem(json_problem(self.json_path, within), file_problem(self.report, within))
 
 
 class RewardModelRef(Ref):
@@ -191,8 +193,8 @@ class RewardModelRef(Ref):
     def fingerprint(self) -> dict[str, str]:
         return {"reward_model": self.digest}
 
-    def problem(self) -> str | None:
-        return model_folder_problem(self.model_dir, self.digest)
+    def problem(self, within: Path | None = None) -> str | None:
+        return model_folder_problem(self.model_dir, self.digest, within)
 
 
 class PolicyRef(Ref):
@@ -216,13 +218,13 @@ class PolicyRef(Ref):
         held_out = sha256_file(eval_file) if eval_file.is_file() else "none"
         return {"policy": self.digest, "held_out": held_out}
 
-    def problem(self) -> str | None:
+    def problem(self, within: Path | None = None) -> str | None:
         adapter = Path(self.adapter_dir)
         return first_problem(
-            json_problem(adapter / "adapter_config.json"),
-            file_problem(adapter / "adapter_model.safetensors"),
-            json_problem(self.history_path),
-            parquet_problem(self.rollouts_path) if self.rollouts_path else None,
+            json_problem(adapter / "adapter_config.json", within),
+            file_problem(adapter / "adapter_model.safetensors", within),
+            json_problem(self.history_path, within),
+            parquet_problem(self.rollouts_path, within) if self.rollouts_path else None,
         )
 
 
@@ -238,10 +240,10 @@ class EvaluationRef(Ref):
     def fingerprint(self) -> dict[str, str]:
         return {"summary": sha256_file(self.summary)}
 
-    def problem(self) -> str | None:
+    def problem(self, within: Path | None = None) -> str | None:
         from t2g_core.evaluation.results import results_problem
 
-        return first_problem(results_problem(self.path), file_problem(self.report))
+        return first_problem(results_problem(self.path, within), file_problem(self.report, within))
 
 
 class PolicySet(Ref):
