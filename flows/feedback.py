@@ -4,7 +4,8 @@
 event per file whose content it has never seen. The ``reannotate`` deployment has an event trigger on that event,
 debounced (one run per burst); each run appends *every* pending file to the feedback dataset as a new version,
 annotates the items the current annotations do not cover and merges them in, so a debounced burst loses nothing and
-both datasets' version pointers move together.
+both datasets' version pointers move together (one file, one writer; a run whose base version moved meanwhile fails
+and leaves its files pending).
 """
 
 from __future__ import annotations
@@ -66,11 +67,12 @@ def reannotate(
     ws, root, settings = config.workspace, config.workspace.root, settings_for("annotate", config)
     versions = []
     for file in inbox.pending_files(ws):
-        feedback = cached(data.append_feedback, root)(ArtifactRef.of(file, "feedback"), data.latest_feedback(ws), ws)
+        base = data.latest_feedback(ws)  # the version this file extends; another run that moves it first wins
+        feedback = cached(data.append_feedback, root)(ArtifactRef.of(file, "feedback"), base, ws)
         todo = cached(annotate.unannotated, root)(feedback, data.latest_annotations(ws), ws)
         fresh = cached(annotate.annotate_task(settings), root)(todo, settings, ws)
         annotations = cached(annotate.merge_annotations, root)(data.latest_annotations(ws), fresh, ws)
-        version = data.advance_versions(ws, feedback, annotations)
+        version = data.advance_versions(ws, feedback, annotations, based_on=base)
         inbox.mark_processed(file, version, ws)
         versions.append({"file": file, "version": version, "feedback": feedback, "annotations": annotations})
     result: dict = {"processed": versions, "trigger_path": path}

@@ -68,7 +68,20 @@ def _free_port() -> int:
 
 def start_temporary_prefect(timeout_s: float = 180.0) -> str:
     """Start Prefect's own API app (as Prefect's ephemeral mode does) in a child process bound to this one: it
-    ends when this process ends, however it ends. Returns the API URL; ``PREFECT_API_URL`` is set to it."""
+    ends when this process ends, however it ends. Returns the API URL; ``PREFECT_API_URL`` is set to it.
+
+    Two commands starting at once in one workspace would both create and migrate the same new SQLite database (one
+    of them then fails on "duplicate column"); the database's lock is held until this server answers, so the second
+    start waits and finds the database migrated."""
+    from t2g_core.locks import folder_lock
+
+    home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect")
+    home.mkdir(parents=True, exist_ok=True)
+    with folder_lock(home / "prefect.db", f"a Prefect server starting (pid {os.getpid()})", wait_s=timeout_s):
+        return _start_temporary_prefect(timeout_s)
+
+
+def _start_temporary_prefect(timeout_s: float) -> str:
     import importlib.util
 
     prefect_dir = Path(importlib.util.find_spec("prefect").origin).parent  # not imported: settings are read at import

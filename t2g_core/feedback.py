@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
+from itertools import islice
 from pathlib import Path
 
 import pandas as pd
@@ -13,9 +15,13 @@ OPTIONAL = ("critique", "reference", "tests", "entry_point", "meta")
 
 
 def _read_jsonl(path: Path) -> pd.DataFrame:
-    rows = []
-    raw = path.read_bytes()
-    for lineno, line in enumerate(raw.splitlines(), start=1):
+    with open(path, "rb") as f:
+        return pd.DataFrame(list(_jsonl_records(path, enumerate(f, start=1))))
+
+
+def _jsonl_records(path: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[dict]:
+    """The JSON object of each non-blank numbered line, read as it streams by."""
+    for lineno, line in lines:
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -28,8 +34,7 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
             raise SchemaError(str(path), f"line {lineno} is not valid JSON: {exc.msg} (column {exc.colno})") from exc
         if not isinstance(obj, dict):
             raise SchemaError(str(path), f"line {lineno} is not a JSON object")
-        rows.append(obj)
-    return pd.DataFrame(rows)
+        yield obj
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -105,3 +110,61 @@ def load_feedback(path: str | Path) -> pd.DataFrame:
             str(p), f"unsupported feedback format {suffix!r}: use .parquet, .jsonl, .csv or a datasets folder"
         )
     return validate_frame(_normalise(df), FEEDBACK, str(p))
+
+
+def iter_feedback(path: str | Path, rows: int = 10_000) -> Iterator[pd.DataFrame]:
+    """The feedback in ``path`` as validated frames of at most ``rows`` rows, read piece by piece, so a file far
+    larger than memory is checked in about the memory of one piece. Errors name the row counted from the file's
+    start; ids are unique across the whole file. A ``datasets`` folder is read whole."""
+    p = Path(path)
+    if not p.exists():
+        raise SchemaError(str(p), "does not exist")
+    if p.is_dir() and not (p / "data.parquet").exists():
+        yield load_feedback(p)
+        return
+    p = p / "data.parquet" if p.is_dir() else p
+    ids: set[str] = set()
+    offset = 0
+    for chunk in _pieces(p, rows):
+        try:
+            df = validate_frame(_normalise(chunk), FEEDBACK, str(p))
+        except SchemaError as exc:
+            raise SchemaError(
+                exc.file, exc.message, exc.column, None if exc.row is None else exc.row + offset
+            ) from None
+        again = next((i for i, v in enumerate(df["id"]) if v in ids), None)
+        if again is not None:
+            raise SchemaError(str(p), f"duplicate id {df['id'].iloc[again]!r}", column="id", row=offset + again)
+        ids.update(df["id"])
+        offset += len(df)
+        yield df
+
+
+def _pieces(p: Path, rows: int) -> Iterator[pd.DataFrame]:
+    suffix = p.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            batches = pq.ParquetFile(p).iter_batches(batch_size=rows)
+            yield from (batch.to_pandas() for batch in batches)
+        except (OSError, ValueError) as exc:
+            raise SchemaError(str(p), f"cannot be read as Parquet: {' '.join(str(exc).split())[:200]}") from None
+    elif suffix in (".jsonl", ".json"):
+        with open(p, "rb") as f:
+            records = _jsonl_records(p, enumerate(f, start=1))
+            while piece := list(islice(records, rows)):
+                yield pd.DataFrame(piece)
+    elif suffix == ".csv":
+        try:
+            yield from pd.read_csv(
+                p, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8", chunksize=rows
+            )
+        except UnicodeDecodeError as exc:
+            raise SchemaError(str(p), f"is not valid UTF-8 (byte {exc.start})") from exc
+        except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
+            raise SchemaError(str(p), f"is not valid CSV: {' '.join(str(exc).split())[:200]}") from None
+    else:
+        raise SchemaError(
+            str(p), f"unsupported feedback format {suffix!r}: use .parquet, .jsonl, .csv or a datasets folder"
+        )

@@ -3,9 +3,10 @@
 order is a function of (seed, pass over the data), never of how far a process got, and a checkpoint folder appears
 whole or not at all.
 
-A checkpoint is written into a hidden sibling (:func:`staging_folder`) and moved into place by one rename
-(:func:`publish_folder`); a kill at any moment leaves either no folder or a complete one, and the sibling a killed
-write left behind is cleared by the next write.
+A checkpoint is written into a hidden sibling (:func:`staging_folder`, named for the writer so two writers never
+share one) and moved into place by one rename (:func:`publish_folder`); a kill at any moment leaves either no folder
+or a complete one. A sibling a killed write left behind is collected later with the other stale temporary files
+(``t2g_core.housekeeping``).
 
 A checkpoint's state files hold tensors and plain data only (numbers, strings, lists, tuples, dicts), and are read
 back with ``torch.load(weights_only=True)`` (:func:`load_state`): a checkpoint lives on storage other processes may
@@ -15,10 +16,12 @@ random states are kept in that form too (:func:`rng_state`: numpy's generator st
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import random
 import shutil
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -71,19 +74,34 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> Tensor:  # -> (n,) row n
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7919 + epoch))
 
 
-def staging_folder(final: Path, *, create: bool = False) -> Path:
-    """The hidden sibling that ``final`` is written into; the same name in every process (each may add its own
-    files). ``create``: empty it first (a killed write may have left one) and create it."""
-    tmp = final.with_name(f".{final.name}.tmp")
+def writer_token() -> str:
+    """A name part unique to this process (its pid and a random part; the global random states are untouched)."""
+    return f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def staging_folder(final: Path, token: str, *, create: bool = False) -> Path:
+    """The hidden sibling ``final`` is written into, named for the writer ``token`` (the processes of one
+    distributed run share a token, and each may add its own files). ``create``: create it."""
+    tmp = final.with_name(f".{final.name}.tmp-{token}")
     if create:
-        shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     return tmp
 
 
 def publish_folder(tmp: Path, final: Path) -> Path:
-    """Move the completed ``tmp`` into place as ``final`` (replacing a folder of that name); returns ``final``."""
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    return final
+    """Move the completed ``tmp`` into place as ``final`` (replacing a folder of that name); returns ``final``. A
+    folder already there is renamed aside first (a name of this writer's own) and then removed, so two writers
+    publishing at once never remove each other's folder half-way."""
+    while True:
+        try:
+            os.replace(tmp, final)
+            return final
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+        old = final.with_name(f".{final.name}.old-{writer_token()}")
+        try:
+            os.rename(final, old)
+        except FileNotFoundError:  # another writer moved it first: try again
+            continue
+        shutil.rmtree(old, ignore_errors=True)

@@ -18,11 +18,14 @@ from t2g_core.training import load_state, publish_folder, rng_state, save_state,
 LATEST = "latest"
 
 
-def save_checkpoint(run_dir: Path, step: int, *, policy, trainer_state: dict, rank: int, world: int, barrier) -> Path:
-    """Write checkpoint ``step`` (rank 0 writes the shared state, each rank its RNG state); returns its folder."""
+def save_checkpoint(
+    run_dir: Path, step: int, *, policy, trainer_state: dict, rank: int, world: int, barrier, token: str
+) -> Path:
+    """Write checkpoint ``step`` (rank 0 writes the shared state, each rank its RNG state) through a staging folder
+    named by ``token`` (the same in every process of this run); returns its folder."""
     ckpt_root = Path(run_dir) / "checkpoints"
     final = ckpt_root / f"step-{step:06d}"
-    tmp = staging_folder(final, create=rank == 0)
+    tmp = staging_folder(final, token, create=rank == 0)
     if rank == 0:
         policy.save_pretrained(tmp / "adapter", save_embedding_layers=False)
         save_state(trainer_state, tmp / "trainer.pt")

@@ -41,8 +41,9 @@ from torch import Tensor
 from t2g_core.config.align import AlignConfig
 from t2g_core.config.ppo import WORD_LABEL_MODES, PPOConfig
 from t2g_core.ppo import checkpoint as ckpt
-from t2g_core.ppo.distributed import Runtime, barrier, global_sum, to_device
+from t2g_core.ppo.distributed import Runtime, barrier, global_sum, shared_token, to_device
 from t2g_core.ppo.experience import Experience, advantages_and_returns, old_ref_values, uses_critic
+from t2g_core.ppo.failures import check_reward_source
 from t2g_core.ppo.generation import make_backend, stream_seed
 from t2g_core.ppo.metrics import StepTimer, TaskMetric, critic_metrics, progress_metrics, step_metrics, task_metrics
 from t2g_core.ppo.models import load_policy
@@ -138,6 +139,8 @@ class PPOTrainer:
         self.records: list[dict] = []
         self.heatmaps: list[Path] = []
         self.next_step = 0
+        self.write_token = shared_token()  # names this run's checkpoint staging folders (one writer each)
+        self.failed_errors: list[str | None] = []  # the last step's failed rollouts' errors (what failed, if it stops)
 
     # ---- one step -------------------------------------------------------------------------------------------
     def local_rows(self, step: int) -> tuple[list[dict], list[int]]:
@@ -170,6 +173,7 @@ class PPOTrainer:
             feedback = critique(ro, decoded, self.reward_source)
         with timer.phase("span_labels"):  # 3a. labels on the sampled ids
             scored = label_responses(decoded, feedback, self.align_cfg, words=cfg.reward_mode in WORD_LABEL_MODES)
+        self.failed_errors = [fb.error for fb in feedback if not fb.ok]
         with timer.phase("forward"), self.runtime.gathered(self.model) as model:  # what 4. and 5. read
             old_logprobs, ref_logprobs, values, entropy = old_ref_values(model, ro, cfg, self.runtime.device)
         with timer.phase("rewards"):
@@ -230,6 +234,7 @@ class PPOTrainer:
             rank=self.rank,
             world=self.world,
             barrier=barrier,
+            token=self.write_token,
         )
 
     def restore(self) -> bool:
@@ -287,6 +292,7 @@ class PPOTrainer:
                 progress("ppo", self.next_step, cfg.steps, progress_metrics(metrics))
             if step % cfg.log_every == 0 or step == cfg.steps - 1:
                 self.write_rollouts(tracker)
+            check_reward_source(self.history, cfg, self.failed_errors)  # every process: the same global rates
             if self.next_step % cfg.save_every == 0 or self.next_step == last:
                 self.save()
         return self.result()

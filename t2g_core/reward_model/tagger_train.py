@@ -35,7 +35,14 @@ from t2g_core.reward_model.tagger import (
 )
 from t2g_core.spans import AlignedSpan
 from t2g_core.store import write_text_atomic
-from t2g_core.training import epoch_permutation, load_state, publish_folder, save_state, staging_folder
+from t2g_core.training import (
+    epoch_permutation,
+    load_state,
+    publish_folder,
+    save_state,
+    staging_folder,
+    writer_token,
+)
 
 
 def _right_padded(batch: list[tuple[Encoded, list[int]]], pad_id: int) -> dict[str, Tensor]:
@@ -71,7 +78,7 @@ def _schedule(optimizer, cfg, total: int):
 
 def _save_checkpoint(folder: Path, model: SpanTagger, optimizer, scheduler, step: int) -> None:
     trainable = {k: v.detach().cpu() for k, v in model.named_parameters() if v.requires_grad}
-    tmp = staging_folder(folder, create=True)
+    tmp = staging_folder(folder, writer_token(), create=True)
     save_state(
         {
             "step": step,

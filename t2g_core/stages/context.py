@@ -11,10 +11,11 @@ Outputs go through a sink: :class:`KeyedSink` writes key-addressed folders in a 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -153,3 +154,14 @@ class StageContext:
         if self.force and folder.exists():
             shutil.rmtree(folder)
         return folder
+
+    @contextlib.contextmanager
+    def own_folder(self, area: str, *, fresh: bool = False) -> Iterator[Path]:
+        """``out.folder(area)`` (emptied first when ``fresh`` and the stage is forced) while this stage is its one
+        writer: a second run that reaches the same folder (the same key) fails at once with
+        :class:`~t2g_core.locks.Busy`, naming the run that holds it."""
+        from t2g_core.locks import folder_lock
+
+        folder = self.out.folder(area)
+        with folder_lock(folder, self.run_id or f"{self.key} (command line)"):
+            yield self.fresh_folder(area) if fresh else folder

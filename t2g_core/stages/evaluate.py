@@ -63,17 +63,22 @@ def evaluate(
     """Results (``items.parquet``, ``summary.json``) and the report (table, plots) in ``<reports/evaluate>/<key>``;
     results already there are reused unless the stage is forced. Every policy loads in ``models.dtype``, resolved
     once for ``device``."""
-    from t2g_core.evaluation import evaluate_policies, write_report
-    from t2g_core.evaluation.report import load_history
-    from t2g_core.models.loading import resolve_dtype
-
     frame = read(data, "feedback")
     if policies.held_out is not None:
         frame = frame[frame["id"].isin(set(policies.held_out))].reset_index(drop=True)
     if frame.empty:
         raise ValueError(f"{data.path}: no items to evaluate (held-out ids: {len(policies.held_out or [])})")
     task = settings.evaluate.task or str(frame["task"].iloc[0])
-    out = ctx.out.folder("reports/evaluate")
+    with ctx.own_folder("reports/evaluate") as out:
+        return _evaluate(frame, task, out, data, policies, settings, ctx, judge=judge, device=device)
+
+
+def _evaluate(frame, task, out: Path, data, policies: PolicySet, settings, ctx: StageContext, *, judge, device):
+    """The stage's work in its folder ``out`` (held by this run)."""
+    from t2g_core.evaluation import evaluate_policies, write_report
+    from t2g_core.evaluation.report import load_history
+    from t2g_core.models.loading import resolve_dtype
+
     ctx.tracker.log_input(data, "feedback", "eval")
     results = None if ctx.force else reusable_results(out, ctx)
     if results is None:

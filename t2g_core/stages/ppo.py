@@ -38,18 +38,18 @@ def train(
 
     if settings.uses_reward_model and reward_model_path(settings, reward_model) is None:
         raise ValueError("ppo.reward_source=reward_model needs a trained reward model (or ppo.reward_model_path)")
-    run_dir = ctx.fresh_folder("checkpoints/ppo")
-    latest = latest_checkpoint(run_dir) if run_dir.exists() else None
-    if latest is None:
-        prepare_run(
-            settings, run_dir, read(feedback, "feedback"), models.policy, reward_model_path(settings, reward_model)
-        )
-    else:
-        ctx.log(f"PPO resumes from {latest.name} of {settings.ppo.steps} steps ({run_dir})")
-    ctx.tracker.log_input(feedback, "feedback", "training")
-    resumed = latest is not None
-    result = run_from_dir(run_dir, resume=resumed, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
-    return _finish(result, ctx, reward_facts(settings, reward_model))
+    with ctx.own_folder("checkpoints/ppo", fresh=True) as run_dir:
+        latest = latest_checkpoint(run_dir) if run_dir.exists() else None
+        if latest is None:
+            prepare_run(
+                settings, run_dir, read(feedback, "feedback"), models.policy, reward_model_path(settings, reward_model)
+            )
+        else:
+            ctx.log(f"PPO resumes from {latest.name} of {settings.ppo.steps} steps ({run_dir})")
+        ctx.tracker.log_input(feedback, "feedback", "training")
+        resumed = latest is not None
+        result = run_from_dir(run_dir, resume=resumed, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
+        return _finish(result, ctx, reward_facts(settings, reward_model))
 
 
 RM_QUALITY = ("truth_poor_char_f1", "truth_recall_invented", "truth_span_f1", "span_f1", "unmatched_span_rate")
@@ -74,10 +74,12 @@ def run_reward_stats(history: list[dict]) -> dict[str, float]:
 
 def resume(run_dir: str | Path, ctx: StageContext, *, api_key: str | None = None) -> PolicyRef:
     """Continue the run in ``run_dir`` from its latest checkpoint, exactly as if it had not stopped."""
+    from t2g_core.locks import folder_lock
     from t2g_core.ppo.run import read_settings, run_from_dir
 
-    result = run_from_dir(run_dir, resume=True, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
-    return _finish(result, ctx, {"source": read_settings(run_dir).ppo.reward_source})
+    with folder_lock(run_dir, ctx.run_id or f"t2g ppo resume {run_dir}"):
+        result = run_from_dir(run_dir, resume=True, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
+        return _finish(result, ctx, {"source": read_settings(run_dir).ppo.reward_source})
 
 
 def _finish(result, ctx: StageContext, reward: dict[str, float | str]) -> PolicyRef:

@@ -135,3 +135,64 @@ def test_cli_reports_one_clear_error(tmp_path):
     assert "Traceback" not in result.output
     ok = CliRunner().invoke(app, ["feedback", "check", str(_jsonl(tmp_path / "ok.jsonl", ROWS))])
     assert ok.exit_code == 0 and "3 valid items" in ok.output
+
+
+def _many(n: int, start: int = 0) -> list[dict]:
+    return [{"id": f"i{start + i}", "task": "qa", "prompt": f"p{i}", "response": "r" * 40} for i in range(n)]
+
+
+def _write(path, rows, fmt: str) -> None:
+    if fmt == "jsonl":
+        _jsonl(path, rows)
+    elif fmt == "csv":
+        pd.DataFrame(rows).to_csv(path, index=False)
+    else:
+        pd.DataFrame(rows).to_parquet(path)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_feedback_is_checked_in_pieces_with_rows_counted_from_the_start(tmp_path, fmt):
+    from t2g_core.feedback import iter_feedback
+
+    rows, path = _many(25), tmp_path / f"f.{fmt}"
+    _write(path, rows, fmt)
+    assert [len(piece) for piece in iter_feedback(path, rows=10)] == [10, 10, 5]
+    for row, column, value, named in ((21, "id", "i2", "duplicate id 'i2'"), (23, "task", "poetry", "poetry")):
+        bad = [dict(r) for r in rows]
+        bad[row][column] = value  # in another piece than the row it repeats (2)
+        _write(path, bad, fmt)
+        with pytest.raises(SchemaError) as exc:
+            list(iter_feedback(path, rows=10))
+        assert (exc.value.row, exc.value.column) == (row, column) and named in str(exc.value)
+
+
+@pytest.mark.slow
+def test_feedback_check_of_a_large_file_stays_in_the_memory_of_a_piece(tmp_path):
+    """``t2g feedback check`` on about 120 MB of JSONL: its peak memory grows by far less than the file (before: the
+    whole file as bytes, then as lines, then as rows, at once)."""
+    import subprocess
+    import sys
+
+    line = json.dumps({"id": "x", "task": "qa", "prompt": "p" * 400, "response": "r" * 800}).encode()
+    big = tmp_path / "big.jsonl"
+    with open(big, "wb") as f:
+        for i in range(100_000):
+            f.write(line.replace(b'"x"', f'"i{i}"'.encode()) + b"\n")
+    small = _jsonl(tmp_path / "small.jsonl", ROWS)
+    code = (
+        "import resource, sys\n"
+        "from typer.testing import CliRunner\n"
+        "from t2g_cli import app\n"
+        "out = CliRunner().invoke(app, ['feedback', 'check', sys.argv[1]])\n"
+        "assert out.exit_code == 0, out.output\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"  # MiB
+    )
+
+    def peak(path) -> int:
+        done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return int(done.stdout.split()[-1])
+
+    size_mb = big.stat().st_size >> 20
+    assert size_mb > 100
+    assert peak(big) - peak(small) < size_mb / 2, (peak(big), peak(small), size_mb)

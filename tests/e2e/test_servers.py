@@ -344,9 +344,10 @@ def _reannotation(api: httpx.Client, ws: Path) -> None:
     assert reruns[0]["parameters"]["path"].endswith(".jsonl")
     done = _wait_flow_run(api, reruns[0]["id"], 120)
     assert done["state_type"] == "COMPLETED", _why(done, ws)
-    latest = json.loads((ws / "artifacts" / "feedback" / "LATEST.json").read_text())
-    annotations = json.loads((ws / "artifacts" / "annotations" / "LATEST.json").read_text())
-    assert latest["version"] == 2 and latest["n_rows"] == annotations["n_rows"] == 24 + 3
+    pointers = json.loads((ws / "artifacts" / "DATASETS.json").read_text())  # both datasets' versions, one file
+    latest, annotations = pointers["feedback"], pointers["annotations"]
+    assert pointers["version"] == 2 and latest["n_rows"] == annotations["n_rows"] == 24 + 3
+    assert pointers["annotations_cover"] == latest["sha256"]
 
 
 def _mlflow_lineage(info: dict, created: dict) -> None:
