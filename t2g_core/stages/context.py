@@ -159,9 +159,24 @@ class StageContext:
     def own_folder(self, area: str, *, fresh: bool = False) -> Iterator[Path]:
         """``out.folder(area)`` (emptied first when ``fresh`` and the stage is forced) while this stage is its one
         writer: a second run that reaches the same folder (the same key) fails at once with
-        :class:`~t2g_core.locks.Busy`, naming the run that holds it."""
-        from t2g_core.locks import folder_lock
-
+        :class:`~t2g_core.locks.Busy`, naming the run that holds it. The processes of one distributed launch are one
+        writer: the first holds the lock for all of them."""
         folder = self.out.folder(area)
-        with folder_lock(folder, self.run_id or f"{self.key} (command line)"):
+        with one_writer(folder, self.run_id or f"{self.key} (command line)"):
             yield self.fresh_folder(area) if fresh else folder
+
+
+def first_process() -> bool:
+    """False in the processes of a distributed launch other than the first (torch.distributed is read only when a
+    stage already imported it)."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    return dist is None or not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def one_writer(folder: Path, owner: str):
+    """The one-writer lock of ``folder`` (``t2g_core.locks``), held by the first process of a distributed launch."""
+    from t2g_core.locks import folder_lock
+
+    return folder_lock(folder, owner) if first_process() else contextlib.nullcontext()

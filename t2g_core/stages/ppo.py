@@ -74,10 +74,10 @@ def run_reward_stats(history: list[dict]) -> dict[str, float]:
 
 def resume(run_dir: str | Path, ctx: StageContext, *, api_key: str | None = None) -> PolicyRef:
     """Continue the run in ``run_dir`` from its latest checkpoint, exactly as if it had not stopped."""
-    from t2g_core.locks import folder_lock
     from t2g_core.ppo.run import read_settings, run_from_dir
+    from t2g_core.stages.context import one_writer
 
-    with folder_lock(run_dir, ctx.run_id or f"t2g ppo resume {run_dir}"):
+    with one_writer(Path(run_dir), ctx.run_id or f"t2g ppo resume {run_dir}"):
         result = run_from_dir(run_dir, resume=True, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
         return _finish(result, ctx, {"source": read_settings(run_dir).ppo.reward_source})
 
