@@ -185,16 +185,16 @@ def _logs(api: httpx.Client) -> str:
 
 
 def _create_flow_run(api: httpx.Client, deployment_id: str, parameters: dict) -> dict:
-    """POST create_flow_run as the UI does; a busy SQLite server may answer 5xx once, so try three times and report."""
+    """POST create_flow_run as the UI does; a busy SQLite server may answer 5xx for a while, so try a few times."""
     answers = []
-    for _ in range(3):
+    for _ in range(6):
         resp = api.post(f"/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters})
         if resp.status_code < 300:
             return resp.json()
         answers.append((resp.status_code, resp.text[:500]))
         if resp.status_code < 500:
             break
-        time.sleep(3)
+        time.sleep(5)
     raise AssertionError(f"create_flow_run refused: {answers}")
 
 
