@@ -7,6 +7,9 @@ T2G := $(VENV)/bin/t2g
 TORCH_SPEC ?= torch==2.13.0
 WORKSPACE ?= t2g-workspace
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` / `make test-quick` (auto: one per core; 0: run in one process)
+TEST_WORKERS ?= auto
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
@@ -22,7 +25,7 @@ export PYTHONUNBUFFERED := 1
 help:
 	@echo "make demo   - set up .venv if absent and run the end-to-end pipeline on the demo data"
 	@echo "make test   - set up .venv if absent and run the whole test suite"
-	@echo "make test-quick - tests without the slow and e2e markers"
+	@echo "make test-quick - tests without the slow and e2e markers (nothing that trains, spawns or serves)"
 	@echo "make bench  - run the benchmarks (results in benchmarks/results/*.json)"
 	@echo "make lint   - ruff"
 	@echo "make up / make down - local Prefect + MLflow servers and the deployments"
@@ -52,10 +55,10 @@ system-packages:
 	  fi
 
 test: install system-packages
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 test-quick: install
-	$(PY) -m pytest -m "not slow and not e2e" $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow and not e2e" $(PYTEST_ARGS)
 
 bench: install
 	@mkdir -p benchmarks/results

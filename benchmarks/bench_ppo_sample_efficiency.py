@@ -1,48 +1,55 @@
 """Sample efficiency of reward placements and credit-assignment estimators, each arm tuned with the same budget.
 
-The paper's central claim, measured fairly: every arm gets the same tuning grid (learning rate x GAE lambda
-x KL early stop), the best configuration of each arm is then run on >= 5 seeds x >= 2 independently built warm
-starts, and steps are counted until the **held-out** task error (periodic evaluation on prompts never trained on)
-reaches 0.5x and 0.25x the warm-start error. The denominator is the best-tuned arm that only has the scalar's
-information (scalar, uniform, or scalar with a leave-one-out group baseline). The reward source is named
-explicitly: the oracle critic of the task (reference critic for summarization, sandboxed code critic for code).
+The paper's central claim, measured fairly and on a warm start the tuning never saw:
 
+- **Tuning**: every arm gets the same grid (learning rate x GAE lambda x KL early stop). Each configuration runs on
+  the tuning warm starts (``--tune-warm-starts``: A and B) x ``--tune-seeds`` seeds; its score (censored mean steps
+  to ``--tune-target`` of the warm-start error, then the mean area under the curve) is averaged over all of them.
+- **Evaluation**: each arm's best configuration runs on every warm start (``--warm-starts``: A, B and at least one,
+  C, never used in tuning; each built independently, model seed 0, 1, 2, ...) x ``--seeds`` evaluation seeds
+  (100, 101, ...: never a tuning seed).
+- **Measured** on the held-out task error (prompts never trained on), evaluated after every one of the first
+  ``--dense-evals`` steps, then every ``--eval-every``: steps to 0.5x and 0.25x the warm-start error, the ratio to
+  the best-tuned arm that has only the scalar's information (scalar, uniform, scalar_rloo), pooled and on each warm
+  start alone; collapses (a relapse above 0.5x anywhere after reaching it counts); each arm's plateau (mean of its
+  last ``--plateau-evals`` evaluations); the **headline target**: 0.25x, else 0.5x, whichever is robust across warm
+  starts (the pooled ratio inside every warm start's 95% interval), none when neither is.
+- **Plateau diagnosis** (summarization): for the final policies, per slot, the share of held-out summaries whose
+  value is still invented, swapped or missing, beside the warm start's: what sets the floor.
+
+The reward source is the task's oracle critic (reference critic for summarization, sandboxed code critic for code).
 Arms (``ARMS``; PPOConfig overrides): scalar, uniform (the scalar spread over every token), scalar_rloo; the paper's
 dense ablation (word-level labels); span with GAE, span_local, span_bootstrap (critic warm-up), span_rloo, span_grpo.
+An arm may name its critic, ``ARM:VALUE_MODEL`` (``span_local:head``, ``span_local:lora``), passed to
+``ppo.value_model`` as given; without one it gets PPOConfig's default critic.
 
-Tasks:
-- ``summarization``: the demo's 8-fact posts; error = 1 - correct facts / 8 on held-out posts.
-- ``code``: HumanEval problems with short canonical solutions; the warm start learns them, then learns to write
-  single-line mutants half of the time (the demo's mutation operators), so it fails tests PPO can fix. PPO trains on
-  some problems; pass@1 is measured on the **other** problems (held out from RL, seen in supervised warm-up: a tiny
-  model cannot write unseen HumanEval code), error = 1 - pass@1. The code critic localises faults by mutation.
+Tasks (``testbed.TASKS``): ``summarization``, the demo's 8-fact posts, error = 1 - correct facts / 8; ``code``,
+HumanEval problems with short solutions and a warm start that writes failing mutants half of the time, error =
+1 - pass@1 on problems held out from RL.
 
-Each (arm, config, warm start, seed) is a 1-thread subprocess, ``--workers`` at a time; finished runs are kept in
-``--workdir`` and skipped when the benchmark is run again (so a sweep can be resumed). Phases: ``tune`` (the grid,
-``--tune-seeds`` seeds, first warm start), ``final`` (the best configuration of each arm, ``--seeds`` x
-``--warm-starts``), ``all`` (both). Writes ppo_sample_efficiency_<task>[_<tag>].json in the results folder
-(``testbed.results_dir``: benchmarks/results/ unless ``$T2G_BENCH_RESULTS`` says otherwise) and
-docs/figures/ppo_sample_efficiency_<task>.png (held-out curves, mean and 95% bootstrap band per arm; a tagged or smoke
-run keeps its figure beside its JSON). The statistics (steps to a target, censoring, collapse, intervals) are
-``t2g_core.evaluation.sample_efficiency``; the tasks are ``testbed.TASKS``.
+Each run is a 1-thread subprocess (``--runs-per-process`` runs each), ``--workers`` at a time; finished runs are kept
+in ``--workdir`` and reused by an identical run (a sweep resumes). Phases: ``tune``, ``final``, ``all``. Writes
+``ppo_sample_efficiency_<task>[_<tag>].json`` (every run) and ``.summary.json`` (a few KB) in the results folder
+(``testbed.results_dir``), the tuning table beside them, and the figure (held-out curves, mean and 95% band per arm)
+to docs/figures/ (a tagged or smoke run keeps it beside its JSON). ``--publish`` copies the summary to docs/results/.
 
-    .venv/bin/python benchmarks/bench_ppo_sample_efficiency.py --task summarization --phase all --workers 2
+    .venv/bin/python benchmarks/bench_ppo_sample_efficiency.py --task summarization --phase all --publish
     .venv/bin/python benchmarks/bench_ppo_sample_efficiency.py --smoke
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import shutil
 import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from testbed import PPO_SMOKE_WORK, ROOT, TASKS, results_dir, run_job
+from testbed import PPO_SMOKE_WORK, ROOT, TASKS, curves, results_dir, run_in_processes, write_results
 
 from t2g_core.evaluation import sample_efficiency as se
 
@@ -63,43 +70,34 @@ DEFAULT_ARMS = ("scalar", "scalar_rloo", "dense", "span", "span_local", "span_bo
 SCALAR_INFO = ("scalar", "uniform", "scalar_rloo")  # arms that only see the sequence score
 SPAN_INFO = ("span", "span_local", "span_bootstrap", "span_rloo", "span_grpo")
 FRACTIONS = (0.5, 0.25)
-TASK_DEFAULTS = {  # code: what 2 shared cores allow (a run is ~4.5 min, mostly sandbox); flags still override
-    "code": {
-        "arms": "span,scalar",
-        "lrs": "1e-3,3e-3",
-        "lams": "0.95,1",
-        "kl_stops": "0.03",
-        "seeds": 3,
-        "warm_starts": 1,
-        "steps": 16,
-        "eval_every": 4,
-        "max_new_tokens": 40,
-        "code_eval_copies": 2,
-        "lm_steps": 0,
-    }
-}
-SMOKE = {
-    "steps": 2,
-    "batch_size": 4,
-    "max_new_tokens": 8,
-    "eval_every": 1,
-    "n_eval": 4,
-    "workers": 1,
-    "sft_steps": 5,
-    "lm_steps": 0,
-    "arms": "span,scalar",
-    "lrs": "1e-3",
-    "lams": "0.95",
-    "kl_stops": "0.03",
-    "tune_seeds": 1,
-    "seeds": 1,
-    "warm_starts": 1,
-    "phase": "all",
-}
+HEADLINE_PREFERENCE = (0.25, 0.5)  # the deeper target first: it measures progress that lasts
+EVAL_SEED0 = 100  # evaluation seeds are EVAL_SEED0, EVAL_SEED0 + 1, ...; tuning seeds 0, 1, ...
+CODE = dict(arms="span,scalar", lrs="1e-3,3e-3", lams="0.95,1", kl_stops="0.03", seeds=3, warm_starts=2)
+CODE |= dict(tune_warm_starts=1, steps=16, eval_every=4, max_new_tokens=40, code_eval_copies=2, lm_steps=0)
+TASK_DEFAULTS = {"code": CODE}  # code: what 2 shared cores allow (a run is ~4.5 min, mostly sandbox); flags override
+SMOKE = dict(steps=2, batch_size=4, max_new_tokens=8, eval_every=1, n_eval=4, workers=1, runs_per_process=100)
+SMOKE |= dict(sft_steps=5, lm_steps=0, arms="span_local:head,scalar:head", lrs="1e-3", lams="0.95", kl_stops="0.03")
+SMOKE |= dict(tune_seeds=1, seeds=1, warm_starts=3, tune_warm_starts=2, phase="all")
+
+
+def base_arm(arm: str) -> str:
+    return arm.partition(":")[0]
+
+
+def arm_settings(arm: str) -> dict:
+    """PPOConfig overrides of an arm spec ``NAME`` or ``NAME:VALUE_MODEL``."""
+    name, _, value_model = arm.partition(":")
+    if name not in ARMS:
+        raise SystemExit(f"unknown arm {name!r} in {arm!r}; expected one of {', '.join(ARMS)}")
+    return ARMS[name] | ({"value_model": value_model} if value_model else {})
+
+
+def ws_name(index: int) -> str:
+    return chr(ord("A") + index)
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# one run (a subprocess)
+# runs (each in a subprocess)
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -115,30 +113,33 @@ def ppo_config(args, arm: str, tuned: dict, seed: int):
         "value_learning_rate": 3e-4,
         "kl_coef": 0.05,
         "gamma": 1.0,
-        "value_model": "separate",
         "max_new_tokens": args.max_new_tokens,
-        "eval_every": args.eval_every,
         "log_every": args.steps,
         "save_every": args.steps,
         "heatmap_samples": 0,
         "omission_penalty": args.omission_penalty,
         "seed": seed,
     }
-    return PPOConfig(**(fields | ARMS[arm] | tuned))
+    return PPOConfig(**(fields | arm_settings(arm) | tuned))
 
 
-def run_one(args) -> None:
-    """One (arm, config, warm start, seed) run in this process; writes run.json into its folder."""
+def run_specs(args) -> None:
+    """The runs listed in the ``--run-specs`` file, one after the other in this process; each writes its run.json."""
     import torch
 
     torch.set_num_threads(1)
-    spec = json.loads(args.spec)
-    out = Path(spec["out"])
-    run = TASKS[spec["task"]](args).fit(ppo_config(args, spec["arm"], spec["tuned"], spec["seed"]), spec["policy"], out)
-    shutil.rmtree(out / "checkpoints", ignore_errors=True)
     keep = ("task/", "eval/", "kl/", "response/", "ppo/", "value/", "grad/", "policy/", "reward/", "loss/", "lr/")
-    history = [{k: v for k, v in h.items() if k == "step" or k.startswith(keep)} for h in run["history"]]
-    (out / "run.json").write_text(json.dumps({**spec, **run, "history": history}))
+    for spec in json.loads(Path(args.specs).read_text()):
+        out = Path(spec["out"])
+        if (out / "run.json").exists():
+            continue
+        cfg = ppo_config(args, spec["arm"], spec["tuned"], spec["seed"])
+        eval_at = se.eval_schedule(args.steps, args.eval_every, args.dense_evals)
+        run = TASKS[spec["task"]](args).fit(cfg, spec["policy"], out, eval_at, keep_at={0, args.steps})
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
+        history = [{k: v for k, v in h.items() if k == "step" or k.startswith(keep)} for h in run["history"]]
+        record = {**spec, **run, "history": history, "value_model": cfg.value_model}
+        (out / "run.json").write_text(json.dumps(record))
 
 
 def _same_as_tighter_stop(spec: dict) -> dict | None:
@@ -155,42 +156,24 @@ def _same_as_tighter_stop(spec: dict) -> dict | None:
     return None
 
 
-def _launch(args, spec: dict) -> dict:
-    out = Path(spec["out"])
-    done = out / "run.json"
-    if done.exists():
-        return json.loads(done.read_text())
-    same = _same_as_tighter_stop(spec)
-    if same is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        done.write_text(json.dumps(same))
-        return same
-    out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, __file__, "--run-one", json.dumps(spec)] + _shared_flags(args)
-    run_job(cmd, f"{spec['arm']:15s} {spec['name']:28s} ws{spec['warm_start']} seed {spec['seed']}")
-    return json.loads(done.read_text())
-
-
-SHARED = (
-    "task",
-    "steps",
-    "batch_size",
-    "minibatches",
-    "max_new_tokens",
-    "eval_every",
-    "n_eval",
-    "workdir",
-    "lm_steps",
-    "sft_steps",
-    "omission_penalty",
-    "code_noise_steps",
-    "code_eval_copies",
-)
+SHARED = ("task", "steps", "batch_size", "minibatches", "max_new_tokens", "eval_every", "dense_evals", "n_eval")
+SHARED += ("workdir", "lm_steps", "sft_steps", "omission_penalty", "code_noise_steps", "code_eval_copies")
 
 
 def _shared_flags(args) -> list[str]:
     smoke = ["--smoke"] if args.smoke else []
     return smoke + [x for k in SHARED for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
+
+
+def run_all(args, specs: list[dict]) -> list[dict]:
+    """Every run: a finished one (or its twin at a tighter KL stop) is reused, the rest run in subprocesses."""
+    for sp in specs:
+        done = Path(sp["out"]) / "run.json"
+        if not done.exists() and (same := _same_as_tighter_stop(sp)) is not None:
+            done.parent.mkdir(parents=True, exist_ok=True)
+            done.write_text(json.dumps(same))
+    cmd = [sys.executable, __file__, *_shared_flags(args)]
+    return run_in_processes(cmd, specs, args.workdir, args.workers, args.runs_per_process)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -201,7 +184,8 @@ def _shared_flags(args) -> list[str]:
 def grid(arm: str, args) -> list[dict]:
     """The tuning grid of one arm: learning rate x lambda (GAE-based arms only) x KL early stop."""
     lrs = [float(x) for x in args.lrs.split(",")]
-    lams = [float(x) for x in args.lams.split(",")] if ARMS[arm].get("advantage") not in ("rloo", "grpo") else [1.0]
+    critic_free = arm_settings(arm).get("advantage") in ("rloo", "grpo")
+    lams = [1.0] if critic_free else [float(x) for x in args.lams.split(",")]
     stops = [float(x) for x in args.kl_stops.split(",")]
     return [
         {"learning_rate": lr, "lam": lam, "max_approx_kl": kl} for lr, lam, kl in itertools.product(lrs, lams, stops)
@@ -213,13 +197,11 @@ def config_name(tuned: dict) -> str:
 
 
 def spec(args, arm: str, tuned: dict, warm_start: int, policy: Path, seed: int) -> dict:
-    """One run; its folder is keyed by everything that shapes it (settings, policy, code of the arm), so a finished
-    run is reused only by an identical one."""
-    import hashlib
-
+    """One run; its folder is keyed by everything that shapes it (settings, policy, the arm's overrides), so a
+    finished run is reused only by an identical one."""
     name = config_name(tuned)
-    key = hashlib.sha256(json.dumps([_shared_flags(args), str(policy), ARMS[arm]]).encode()).hexdigest()[:10]
-    out = Path(args.workdir) / "runs" / arm / name / key / f"ws{warm_start}-seed{seed}"
+    key = hashlib.sha256(json.dumps([_shared_flags(args), str(policy), arm_settings(arm)]).encode()).hexdigest()[:10]
+    out = Path(args.workdir) / "runs" / arm.replace(":", "@") / name / key / f"ws{warm_start}-seed{seed}"
     return {
         "task": args.task,
         "arm": arm,
@@ -232,30 +214,26 @@ def spec(args, arm: str, tuned: dict, warm_start: int, policy: Path, seed: int) 
     }
 
 
-def run_all(args, specs: list[dict]) -> list[dict]:
-    with ThreadPoolExecutor(args.workers) as pool:
-        return list(pool.map(lambda s: _launch(args, s), specs))
-
-
-def curve(run: dict) -> list[tuple[int, float]]:
-    """(PPO steps trained, held-out error): the warm start at 0, then after each evaluated step."""
-    pts = [(0, run["warm_eval"]["eval/task_error"])]
-    return pts + [(h["step"] + 1, h["eval/task_error"]) for h in run["history"] if "eval/task_error" in h]
-
-
-def summarise_arm(runs: list[dict], steps: int) -> dict:
+def summarise_arm(runs: list[dict], args) -> dict:
     lengths = [r["history"][-1].get("response/length") for r in runs]
-    return se.summarise([curve(r) for r in runs], steps, FRACTIONS) | {
+    return se.summarise([curves.curve(r) for r in runs], args.steps, FRACTIONS, args.plateau_evals) | {
         "final_length_mean": statistics.fmean(x for x in lengths if x is not None),
         "seconds_per_run": statistics.fmean(r["seconds"] for r in runs),
+        "value_model": sorted({r.get("value_model", "?") for r in runs}),
     }
 
 
-def tune(args, arms: list[str], policy: Path) -> dict[str, dict]:
-    """Every grid configuration of every arm on the first warm start; the best per arm (fewest steps to 0.25x, then
-    the lowest area under the held-out error curve). The tightest KL stop runs first: a looser stop's run is the same
-    run when the tighter one never stopped (see :func:`_same_as_tighter_stop`)."""
-    specs = [spec(args, a, t, 0, policy, s) for a in arms for t in grid(a, args) for s in range(args.tune_seeds)]
+def tune(args, arms: list[str], policies: list[Path]) -> dict[str, dict]:
+    """Every grid configuration of every arm on the tuning warm starts x tuning seeds; the best per arm by its score
+    averaged over them. The tightest KL stop runs first: a looser stop's run is the same run when the tighter one
+    never stopped (see :func:`_same_as_tighter_stop`)."""
+    specs = [
+        spec(args, a, t, w, policies[w], s)
+        for a in arms
+        for t in grid(a, args)
+        for w in range(args.tune_warm_starts)
+        for s in range(args.tune_seeds)
+    ]
     specs.sort(key=lambda sp: sp["tuned"]["max_approx_kl"])  # stable: arms and configs keep their order
     print(f"tuning: {len(specs)} runs", flush=True)
     runs = run_all(args, specs)
@@ -264,73 +242,64 @@ def tune(args, arms: list[str], policy: Path) -> dict[str, dict]:
         configs = {}
         for tuned in grid(arm, args):
             mine = [r for r in runs if r["arm"] == arm and r["name"] == config_name(tuned)]
-            configs[config_name(tuned)] = {"tuned": tuned, **summarise_arm(mine, args.steps)}
-        best = min(configs.values(), key=lambda c: se.rank_key(c, 0.25))
+            configs[config_name(tuned)] = {"tuned": tuned, **summarise_arm(mine, args)}
+        best = min(configs.values(), key=lambda c: se.rank_key(c, args.tune_target))
         table[arm] = {"best": best["tuned"], "configs": configs}
     return table
 
 
-def final(args, arms: list[str], policies: list[Path], best: dict[str, dict]) -> tuple[dict, list[dict]]:
-    specs = [
-        spec(args, a, best[a], w, policies[w], s) for a in arms for w in range(len(policies)) for s in range(args.seeds)
-    ]
+def final(args, arms: list[str], policies: list[Path], best: dict[str, dict]) -> tuple[dict, dict, list[dict]]:
+    """Each arm's best configuration on every warm start x the evaluation seeds: the pooled table, the table of each
+    warm start alone, and the runs."""
+    seeds = range(EVAL_SEED0, EVAL_SEED0 + args.seeds)
+    specs = [spec(args, a, best[a], w, policies[w], s) for a in arms for w in range(len(policies)) for s in seeds]
     print(f"final comparison: {len(specs)} runs", flush=True)
     runs = run_all(args, specs)
-    table = {a: {"tuned": best[a], **summarise_arm([r for r in runs if r["arm"] == a], args.steps)} for a in arms}
-    return table, runs
+    table = {a: {"tuned": best[a], **summarise_arm([r for r in runs if r["arm"] == a], args)} for a in arms}
+    by_ws = {
+        ws_name(w): {a: summarise_arm([r for r in runs if r["arm"] == a and r["warm_start"] == w], args) for a in arms}
+        for w in range(len(policies))
+    }
+    return table, by_ws, runs
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# figure and report
-# ----------------------------------------------------------------------------------------------------------------
-
-COLOURS = dict(zip(ARMS, ("blue", "cyan", "purple", "orange", "green", "olive", "red", "brown", "pink"), strict=True))
-
-
-def plot(runs: list[dict], table: dict, path: Path, task) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for arm in table:
-        steps, mean, lo, hi = se.curve_band([curve(r) for r in runs if r["arm"] == arm])
-        ax.plot(steps, mean, color=f"tab:{COLOURS[arm]}", label=f"{arm} ({table[arm]['n_runs']} runs)", lw=1.6)
-        ax.fill_between(steps, lo, hi, color=f"tab:{COLOURS[arm]}", alpha=0.15)
-    err0 = statistics.fmean(r["warm_eval"]["eval/task_error"] for r in runs)
-    for f in FRACTIONS:
-        ax.axhline(f * err0, color="grey", ls="--", lw=0.8)
-    ax.set_xlabel("PPO steps trained")
-    ax.set_ylabel(f"held-out error ({task.error_label})")
-    ax.set_title(
-        f"{task.name}: each arm at its best-tuned setting, mean and 95% bootstrap band\n(dashed: 0.5x and 0.25x the "
-        "warm-start error)",
-        fontsize=10,
-    )
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-
-
-def print_table(table: dict, comparison: dict, steps: int) -> None:
-    for arm, a in table.items():
-        parts = [f"{arm:15s} {config_name(a['tuned']):26s}"]
-        for f in FRACTIONS:
-            lo, hi = a[f"steps_to_{f}_ci95"]
-            parts.append(
-                f"to {f}x: {a[f'steps_to_{f}_mean']:5.1f} [{lo:4.1f}, {hi:4.1f}] ({a[f'reached_{f}']} reached)"
-            )
-        lo, hi = a["final_error_ci95"]
-        parts.append(f"final {a['final_error_mean']:.3f} [{lo:.3f}, {hi:.3f}] collapsed {a['collapsed']}/{a['n_runs']}")
-        print(" | ".join(parts))
+def print_table(table: dict, comparison: dict, by_ws: dict, headline: str | None, steps: int) -> None:
+    curves.print_arms(table, FRACTIONS, label=lambda arm, a: f"{config_name(a['tuned']):26s}")
     for f, row in comparison.items():
-        r = row["ratios"][row["best_span"]]
+        r, ws = row["ratios"][row["best_span"]], by_ws[f]
+        per = ", ".join(f"{w} {x['ratio']:.2f}" for w, x in ws["per_warm_start"].items())
         print(
-            f"steps to {f}x: best span arm {row['best_span']} / best scalar arm {row['denominator']} = "
-            f"{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] (not reached counted as {steps + 1})"
+            f"steps to {f}x: {row['best_span']} / {row['denominator']} = {r['ratio']:.2f} [{r['ci95'][0]:.2f}, "
+            f"{r['ci95'][1]:.2f}]; per warm start {per}; {'robust' if ws['robust'] else 'NOT robust'}"
         )
+    print(f"headline target: {headline + 'x' if headline else 'none is robust across warm starts'}")
+    print(f"(not reached counted as {steps + 1})")
+
+
+def summary(result: dict, runs: list[dict]) -> dict:
+    """The few KB the docs quote: settings, roles, per-arm figures, ratios (pooled and per warm start), the headline,
+    the diagnosis, the tuning table and the mean curves."""
+    target = f"steps_to_{result['config']['tune_target']}_mean"
+    tuning = {
+        arm: {n: {k: c[k] for k in (target, "auc_mean", "collapsed")} for n, c in configs.items()}
+        for arm, configs in result["tuning"].items()
+    }
+    per_ws = (*(f"steps_to_{f}_mean" for f in FRACTIONS), "plateau_mean")
+    by_ws = {ws: {arm: {k: a[k] for k in per_ws} for arm, a in t.items()} for ws, t in result["by_warm_start"].items()}
+    arms = {
+        arm: {"tuned": a["tuned"], "value_model": a["value_model"]} | curves.arm_row(a, FRACTIONS)
+        for arm, a in result["arms"].items()
+    }
+    keep = ("task", "reward_source", "seeds", "eval_steps", "headline_target", "comparison", "warm_start_ratios")
+    return {k: result[k] for k in keep} | {
+        "settings": {k: result["config"][k] for k in (*SHARED, "arms", "lrs", "lams", "kl_stops", "tune_target")},
+        "warm_starts": {ws: {k: v for k, v in r.items() if k != "policy"} for ws, r in result["warm_starts"].items()},
+        "arms": arms,
+        "by_warm_start": by_ws,
+        "diagnosis": {arm: curves.short_diagnosis(d) for arm, d in result["diagnosis"].items()},
+        "tuning": tuning,
+        "mean_curves": curves.mean_curves(runs, list(result["arms"])),
+    }
 
 
 def parse_args() -> argparse.Namespace:
@@ -340,20 +309,25 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--arms",
         default=",".join(DEFAULT_ARMS),
-        help=f"Comma-separated, from: {', '.join(ARMS)} (default: all but "
-        "uniform, the scalar spread, and span_grpo, which differs from span_rloo only by the scale of its baseline).",
+        help=f"Comma-separated ARM or ARM:VALUE_MODEL (the critic, e.g. span_local:lora), ARM from: {', '.join(ARMS)}"
+        " (default: all but uniform, the scalar spread, and span_grpo, which differs from span_rloo only by the "
+        "scale of its baseline).",
     )
     p.add_argument("--lrs", default="3e-4,1e-3,3e-3", help="Tuning grid: policy learning rates.")
     p.add_argument("--lams", default="0.95,1", help="Tuning grid: GAE lambda (not used by rloo / grpo).")
     p.add_argument("--kl-stops", default="0.03,1", help="Tuning grid: max_approx_kl (1 = practically off).")
-    p.add_argument("--tune-seeds", type=int, default=1)
-    p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--warm-starts", type=int, default=2, help="Independently built warm starts (model seeds 0..n-1).")
+    p.add_argument("--tune-seeds", type=int, default=2, help="Seeds per tuning warm start (0, 1, ...).")
+    p.add_argument("--tune-warm-starts", type=int, default=2, help="The first N warm starts are used in tuning.")
+    p.add_argument("--tune-target", type=float, default=0.25, choices=FRACTIONS, help="Tuning ranks by this target.")
+    p.add_argument("--seeds", type=int, default=5, help=f"Evaluation seeds per warm start ({EVAL_SEED0}, ...).")
+    p.add_argument("--warm-starts", type=int, default=3, help="Independently built warm starts (model seeds 0..n-1).")
     p.add_argument("--steps", type=int, default=24)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--minibatches", type=int, default=1)
     p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--eval-every", type=int, default=2)
+    p.add_argument("--eval-every", type=int, default=2, help="Held-out evaluation every N steps after the dense part.")
+    p.add_argument("--dense-evals", type=int, default=8, help="Held-out evaluation after each of the first N steps.")
+    p.add_argument("--plateau-evals", type=int, default=3, help="A run's plateau: the mean of its last N evaluations.")
     p.add_argument("--n-eval", type=int, default=32, help="Held-out prompts per evaluation (summarization).")
     p.add_argument("--omission-penalty", type=float, default=1.0)
     p.add_argument("--lm-steps", type=int, default=300, help="Language-model steps of the warm start's base.")
@@ -362,37 +336,50 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--code-noise-steps", type=int, default=150, help="Code: SFT steps on half-mutant targets.")
     p.add_argument("--code-eval-copies", type=int, default=4, help="Code: samples per held-out problem.")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--runs-per-process", type=int, default=1, help="Runs one worker process does one after another.")
     p.add_argument("--workdir", default=None, help="Default: benchmarks/results/work-ppo-<task>.")
     p.add_argument("--tag", default="", help="Suffix of the result and figure names (e.g. an ablation).")
+    p.add_argument("--publish", action="store_true", help="Copy the summary JSON to docs/results/ (to commit).")
     p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
-    p.add_argument("--run-one", dest="spec", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--run-specs", dest="specs", default=None, help=argparse.SUPPRESS)
     task, _ = p.parse_known_args()
     p.set_defaults(**TASK_DEFAULTS.get(task.task, {}))
     args = p.parse_args()
     if args.smoke:
         args.__dict__.update(SMOKE, workdir=str(PPO_SMOKE_WORK))
-        if not args.spec:  # every smoke run trains again (finished runs are otherwise reused)
+        if not args.specs:  # every smoke run trains again (finished runs are otherwise reused)
             shutil.rmtree(Path(args.workdir) / "runs", ignore_errors=True)
+    if args.phase != "tune" and args.warm_starts <= args.tune_warm_starts:
+        p.error(
+            f"--warm-starts {args.warm_starts} must exceed --tune-warm-starts {args.tune_warm_starts}: the "
+            "evaluation needs a warm start never used in tuning"
+        )
     args.workdir = args.workdir or str(results_dir() / f"work-ppo-{args.task}")
     return args
 
 
 def main() -> None:
     args = parse_args()
-    if args.spec:
-        return run_one(args)
+    if args.specs:
+        return run_specs(args)
     task = TASKS[args.task](args)
     if args.build_only is not None:
         print(f"warm start {args.build_only}: {task.build_policy(args.build_only)}")
         return None
     arms = args.arms.split(",")
-    policies = [task.build_policy(seed) for seed in range(args.warm_starts)]
+    for arm in arms:  # an unknown arm, or settings PPOConfig refuses (a critic it lacks), stop here, before any run
+        try:
+            ppo_config(args, arm, grid(arm, args)[0], 0)
+        except ValueError as exc:
+            raise SystemExit(f"arm {arm}: {exc}") from None
+    n_ws = args.tune_warm_starts if args.phase == "tune" else args.warm_starts
+    policies = [task.build_policy(seed) for seed in range(n_ws)]
     t0 = time.time()
     out_dir = results_dir(args.smoke)
     name = f"ppo_sample_efficiency_{args.task}{'_' + args.tag if args.tag else ''}"
     tune_file = out_dir / f"{name}_tuning.json"
     if args.phase in ("tune", "all"):
-        tuning = tune(args, arms, policies[0])
+        tuning = tune(args, arms, policies)
         out_dir.mkdir(parents=True, exist_ok=True)
         tune_file.write_text(json.dumps(tuning, indent=1))
         print(f"tuning: {tune_file}")
@@ -401,28 +388,57 @@ def main() -> None:
     if not tune_file.exists():
         raise SystemExit(f"{tune_file}: no tuning results; run --phase tune first")
     tuning = json.loads(tune_file.read_text())
-    table, runs = final(args, arms, policies, {a: tuning[a]["best"] for a in arms})
-    comparison = se.compare(table, args.steps, FRACTIONS, SCALAR_INFO, SPAN_INFO, fallback_arms=("dense",))
+    missing = [a for a in arms if a not in tuning]
+    if missing:
+        raise SystemExit(f"{tune_file}: no tuning results for {', '.join(missing)}; run --phase tune with them")
+    table, by_ws, runs = final(args, arms, policies, {a: tuning[a]["best"] for a in arms})
+    scalar, span = [a for a in arms if base_arm(a) in SCALAR_INFO], [a for a in arms if base_arm(a) in SPAN_INFO]
+    dense = [a for a in arms if base_arm(a) == "dense"]
+    comparison = se.compare(table, args.steps, FRACTIONS, scalar, span, fallback_arms=dense)
+    ws_ratios = se.warm_start_ratios(comparison, by_ws, args.steps)
+    headline = se.headline_target(ws_ratios, HEADLINE_PREFERENCE)
+    diagnosis = curves.diagnose(task.diagnose, runs, arms, args.steps)
     figure = (out_dir if args.smoke or args.tag else FIGURES) / f"{name}.png"  # ablations stay with the results
-    plot(runs, table, figure, task)
+    title = f"{task.name}: each arm at its best-tuned setting, mean and 95% bootstrap band\n(dashed: 0.5x and 0.25x"
+    curves.plot_curves(
+        runs, arms, figure, title + " the warm-start error)", f"held-out error ({task.error_label})", FRACTIONS
+    )
+    roles = {
+        ws_name(w): {
+            "model_seed": w,
+            "policy": str(policies[w]),
+            "used_in": ["tuning", "evaluation"] if w < args.tune_warm_starts else ["evaluation"],
+        }
+        for w in range(len(policies))
+    }
     result = {
         "task": args.task,
         "reward_source": "oracle",
-        "config": {k: v for k, v in vars(args).items() if k != "spec"},
-        "policies": [str(x) for x in policies],
+        "config": {k: v for k, v in vars(args).items() if k != "specs"},
+        "warm_starts": roles,
+        "seeds": {
+            "tuning": list(range(args.tune_seeds)),
+            "evaluation": list(range(EVAL_SEED0, EVAL_SEED0 + args.seeds)),
+        },
+        "eval_steps": se.eval_schedule(args.steps, args.eval_every, args.dense_evals),
         "arms": table,
+        "by_warm_start": by_ws,
         "comparison": comparison,
+        "warm_start_ratios": ws_ratios,
+        "headline_target": headline,
+        "diagnosis": diagnosis,
         "tuning": {
             a: {n: {k: c[k] for k in c if k.endswith(("_mean", "collapsed"))} for n, c in t["configs"].items()}
             for a, t in tuning.items()
             if a in arms
         },
         "wall_seconds_final": time.time() - t0,
-        "curves": {f"{r['arm']}-ws{r['warm_start']}-seed{r['seed']}": curve(r) for r in runs},
+        "curves": {f"{r['arm']}|{ws_name(r['warm_start'])}|seed{r['seed']}": curves.curve(r) for r in runs},
     }
-    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=1))
-    print_table(table, comparison, args.steps)
-    print(f"results: {out_dir / (name + '.json')}\nfigure: {figure}")
+    path = write_results(name, result, summary(result, runs), smoke=args.smoke, publish=args.publish)
+    print_table(table, comparison, ws_ratios, headline, args.steps)
+    curves.print_diagnosis(diagnosis)
+    print(f"results: {out_dir / (name + '.json')}\nsummary: {path}\nfigure: {figure}")
 
 
 if __name__ == "__main__":

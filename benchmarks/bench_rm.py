@@ -145,7 +145,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from t2g_core.config import load_config
     from t2g_core.demo import make_demo_feedback
-    from t2g_core.models.tiny import ensure_demo_models
+    from t2g_core.models.demo_build import ensure_demo_models
     from t2g_core.reward_model.evaluate import eval_items, score_predictions
 
     pipe = load_config(None, args.overrides)

@@ -1,43 +1,124 @@
-"""The paper's loop on the demo: PPO driven by the learned reward model against PPO driven by the oracle critic.
+"""The paper's loop on the demo: PPO driven by a learned reward model against PPO driven by the ideal critic.
 
-From one warm-started demo policy (the demo's own: 1024 annotated summaries, tiny models), the reward model is
-trained as the pipeline trains it (``reward_model`` defaults: the tagger), then PPO runs with the demo's PPO settings
-from the same warm start with each reward source, ``--seeds`` times, each (arm, seed) a 1-thread process.
+Arms are a reward source x an estimator, named ``SOURCE-ESTIMATOR`` (``tagger-span_local``); ``--arms`` picks the
+sources, ``--estimators`` the estimators (every pair runs):
 
-Reported per arm (mean +- sd over seeds): the held-out fact error of the warm start and after ``--steps`` steps
-(64 held-out prompts of another seed, one sample each), its reduction, the learned reward model's reduction as a
-share of the oracle's (goal >= 0.8), and the share of the PPO step spent scoring rollouts (goal <= 10%) with the
-time per scored response. Writes ``benchmarks/results/bench_rm_ppo.json``.
+- sources (``SOURCES``): ``oracle``, the reference critic reading the demo's ground truth (the ideal-critic upper
+  bound); ``tagger``, the span tagger trained as the pipeline trains it (``reward_model`` defaults), static during
+  PPO; ``generative``, the paper's generative reward model; ``noisy``, the oracle with 20% of its span labels flipped
+  and no omission reports (``testbed.NoisyCritic``); ``refreshed``, the tagger refreshed on the policy's own
+  rollouts during PPO, which needs PPO's on-policy critique-loop setting (``ppo.critique_loop``): until PPOConfig has
+  it the arm stops with a message saying so; once it has, the loop's settings are passed with ``--refresh-set``;
+- estimators (``ESTIMATORS``): ``gae``, ``span_local``.
 
-    .venv/bin/python benchmarks/bench_rm_ppo.py [--seeds 3] [--steps 40] [--arms oracle,tagger,generative]
+From one warm-started demo policy (the demo's own, or ``--policy``), each reward model is trained once, then PPO runs
+with the demo's PPO settings from the same warm start for every arm and ``--seeds`` seeds, each run a 1-thread
+process. Reported per arm, on 64 held-out prompts of another seed, evaluated after each of the first 8 steps and
+then every ``--eval-every``:
+
+- the held-out fact error curve: steps to 0.5x and 0.25x the warm-start error, plateau, collapses;
+- the **share of the oracle's gain** (the oracle arm with the same estimator): mean(warm-start error - error) over
+  the oracle's, with its 95% interval, at the step where the oracle's mean curve first reaches 0.25x its warm-start
+  error (and, for reference, at the last step);
+- the **drift curve**: the held-out responses after each of ``--drift-steps`` (0 / 20 / 40) steps, scored by the
+  static tagger and by the oracle: span and character F1 of the tagger's poor spans against the oracle's (a run that
+  records ``reward_model_at`` {steps: folder}, as a refreshing arm would, is scored by the reward model it had then);
+- the plateau diagnosis (facts still invented / swapped / missing) and the share of a PPO step spent scoring.
+
+Writes ``bench_rm_ppo.json`` (every run) and ``bench_rm_ppo.summary.json`` in the results folder, with the figure
+beside them; ``--publish`` copies the summary to docs/results/.
+
+    .venv/bin/python benchmarks/bench_rm_ppo.py --arms oracle,tagger,noisy --estimators gae,span_local --publish
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import shutil
 import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed import RM_SMOKE_OVERRIDES, RM_SMOKE_WORK, ROOT, results_dir, run_job, stay_offline
+from testbed import (
+    RM_SMOKE_OVERRIDES,
+    RM_SMOKE_WORK,
+    KeptResponses,
+    NoisyCritic,
+    curves,
+    fact_profile,
+    results_dir,
+    run_in_processes,
+    stay_offline,
+    train_evaluated,
+    write_results,
+)
+
+from t2g_core.evaluation import sample_efficiency as se
 
 stay_offline()
-sys.path.insert(0, str(ROOT))
-RESULTS = results_dir()
-KINDS = {"tagger": {"kind": "tagger", "init_from": "policy"}, "generative": {"kind": "generative"}}
+FRACTIONS = (0.5, 0.25)
+TAGGER = {"kind": "tagger", "init_from": "policy"}
 
 
-def _pipeline(args):
+@dataclass(frozen=True)
+class Source:
+    reward_source: str  # PPOConfig.reward_source
+    reward_model: dict | None = None  # reward_model settings of the reward model trained for it (None: no model)
+    flip: float = 0.0  # share of span labels flipped, omissions dropped (testbed.NoisyCritic)
+    needs: str | None = None  # a PPOConfig setting the arm cannot run without
+    sets: list[str] = field(default_factory=list)  # pipeline overrides of this arm alone
+
+
+SOURCES = {
+    "oracle": Source("oracle"),
+    "tagger": Source("reward_model", TAGGER),
+    "generative": Source("reward_model", {"kind": "generative"}),
+    "noisy": Source("oracle", flip=0.2),
+    "refreshed": Source("reward_model", TAGGER, needs="critique_loop"),
+}
+ESTIMATORS = {"gae": {"advantage": "gae"}, "span_local": {"advantage": "span_local"}}
+
+
+def split_arm(arm: str) -> tuple[str, str]:
+    source, _, estimator = arm.rpartition("-")
+    return source, estimator
+
+
+def sources(args) -> dict[str, Source]:
+    """The sources ``--arms`` names, each checked to be runnable before any work starts."""
+    from t2g_core.config.ppo import PPOConfig
+
+    out = {}
+    for name in args.arms.split(","):
+        if name not in SOURCES:
+            raise SystemExit(f"--arms: unknown reward source {name!r}; expected one of {', '.join(SOURCES)}")
+        src = SOURCES[name]
+        if src.needs and src.needs not in PPOConfig.model_fields:
+            raise SystemExit(
+                f"arm {name}: not available: it needs the PPO setting ppo.{src.needs} (the on-policy critique loop, "
+                "the reward model refreshed on the policy's own rollouts), which this PPOConfig does not have yet"
+            )
+        if src.needs:
+            if not any(s.startswith(f"ppo.{src.needs}") for s in args.refresh_set):
+                raise SystemExit(f"arm {name}: pass its loop settings with --refresh-set ppo.{src.needs}...=VALUE")
+            src = Source(src.reward_source, src.reward_model, src.flip, src.needs, list(args.refresh_set))
+        out[name] = src
+    return out
+
+
+def _pipeline(args, src: Source | None = None):
     from t2g_core.config import load_config
 
-    return load_config(None, [*(RM_SMOKE_OVERRIDES if args.smoke else []), *args.overrides])
+    return load_config(None, [*(RM_SMOKE_OVERRIDES if args.smoke else []), *args.overrides, *(src.sets if src else [])])
 
 
-def prepare(args) -> dict[str, str]:
-    """The demo's warm-started policy and, for each learned arm, a reward model trained on the demo's annotations."""
+def prepare(args, srcs: dict[str, Source]) -> dict[str, str]:
+    """The demo's warm-started policy and a reward model of each kind the sources need (``--reward-models`` reuses
+    trained ones), keyed ``policy`` and by kind; the tagger is always trained (the drift curve is scored by it)."""
     import torch
 
     torch.set_num_threads(args.threads)
@@ -45,7 +126,7 @@ def prepare(args) -> dict[str, str]:
 
     from t2g_core.annotators import annotate
     from t2g_core.demo import make_demo_feedback
-    from t2g_core.models.tiny import ensure_demo_models
+    from t2g_core.models.demo_build import ensure_demo_models
     from t2g_core.reward_model.data import build_rm_data
     from t2g_core.reward_model.tagger_train import fit_tagger, tagger_examples
     from t2g_core.reward_model.train import train_rm
@@ -59,149 +140,249 @@ def prepare(args) -> dict[str, str]:
         models = ensure_demo_models((RM_SMOKE_WORK if args.smoke else work) / "models", pipe.models, fb, progress=False)
     ann = annotate(fb, pipe.annotate.model_copy(update={"annotator": "reference"}), progress=False).frame
     out = {"policy": str(models.policy)}
-    for arm in args.arms.split(","):
-        if arm == "oracle":
+    kinds = {TAGGER["kind"]: TAGGER} | {s.reward_model["kind"]: s.reward_model for s in srcs.values() if s.reward_model}
+    for kind, settings in kinds.items():
+        if kind in given:
+            out[kind] = given[kind]
             continue
-        if arm in given:
-            out[arm] = given[arm]
-            continue
-        cfg = pipe.reward_model.model_copy(update=KINDS[arm])
+        cfg = pipe.reward_model.model_copy(update=settings)
         start = models.policy if cfg.init_from == "policy" else models.base
         rm_df, _ = build_rm_data(fb, ann, AutoTokenizer.from_pretrained(str(start)), cfg, align_cfg=pipe.align)
         t0 = time.perf_counter()
         if cfg.kind == "tagger":
-            res = fit_tagger(cfg, start, tagger_examples(rm_df, fb), work / f"rm-{arm}", overlap=pipe.align.overlap)
+            res = fit_tagger(cfg, start, tagger_examples(rm_df, fb), work / f"rm-{kind}", overlap=pipe.align.overlap)
         else:
-            res = train_rm(cfg, start, rm_df, work / f"rm-{arm}", progress=False)
-        print(f"reward model {arm}: {res.adapter_dir} ({time.perf_counter() - t0:.0f} s)", flush=True)
-        out[arm] = str(res.adapter_dir)
+            res = train_rm(cfg, start, rm_df, work / f"rm-{kind}", progress=False)
+        print(f"reward model {kind}: {res.adapter_dir} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        out[kind] = str(res.adapter_dir)
     return out
 
 
-def run_arm(args) -> None:
-    """One (arm, seed) PPO run in this process; writes ``run.json`` (history, warm-start evaluation, scoring time)."""
+# ----------------------------------------------------------------------------------------------------------------
+# one run
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def eval_steps(args) -> list[int]:
+    drift = [s for s in args.drift_steps if s > 0]
+    return sorted({*se.eval_schedule(args.steps, args.eval_every, args.dense_evals), *drift})
+
+
+def reward_source(name: str, src: Source, pipe, paths: dict, seed: int):
+    from t2g_core.ppo.sources import make_reward_source
+
+    rm_cfg = pipe.reward_model.model_copy(update=src.reward_model or {})
+    kind = (src.reward_model or {}).get("kind")
+    source = make_reward_source(src.reward_source, "summarization", reward_model_path=paths.get(kind), rm_cfg=rm_cfg)
+    return NoisyCritic(source, src.flip, seed) if src.flip else source
+
+
+def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out: Path) -> dict:
+    """One (arm, seed) PPO run: warm-start and scheduled held-out evaluations, responses kept at the drift steps."""
+    from t2g_core.demo import make_demo_feedback
+    from t2g_core.ppo.sources import summary_metrics
+    from t2g_core.ppo.trainer import PPOTrainer
+
+    name, estimator = split_arm(arm)
+    src = srcs[name]
+    pipe = _pipeline(args, src)
+    update = {"steps": args.steps, "seed": seed, "reward_source": src.reward_source} | ESTIMATORS[estimator]
+    cfg = type(pipe.ppo).model_validate(pipe.ppo.model_dump() | update)
+    prompts = make_demo_feedback("summarization", 32 if args.smoke else 768, seed=1)
+    eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
+    metric = KeptResponses(summary_metrics)
+    source = reward_source(name, src, pipe, paths, seed)
+    trainer = PPOTrainer(
+        cfg, paths["policy"], prompts, out, reward_source=source, align_cfg=pipe.align, task_metric=metric
+    )
+    t0 = time.perf_counter()
+    keep = {*args.drift_steps, args.steps}
+    warm, history, kept = train_evaluated(trainer, eval_df, metric, eval_steps(args), keep_at=keep)
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    return {"arm": arm, "seed": seed, "seconds": time.perf_counter() - t0, "warm_eval": warm, "history": history} | {
+        "responses": kept
+    }
+
+
+def run_specs(args) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from t2g_core.demo import make_demo_feedback
-    from t2g_core.ppo.sources import make_reward_source, summary_metrics
-    from t2g_core.ppo.trainer import PPOTrainer
-    from t2g_core.tracking import NullTracker
-
-    pipe, paths = _pipeline(args), json.loads(args.paths)
-    source_kind = "oracle" if args.arm == "oracle" else "reward_model"
-    cfg = pipe.ppo.model_copy(update={"steps": args.steps, "seed": args.seed, "reward_source": source_kind})
-    rm_cfg = pipe.reward_model.model_copy(update=KINDS.get(args.arm, {}))
-    source = make_reward_source(source_kind, "summarization", reward_model_path=paths.get(args.arm), rm_cfg=rm_cfg)
-    prompts = make_demo_feedback("summarization", 32 if args.smoke else 768, seed=1)
-    eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
-    out = Path(args.workdir) / "runs" / f"{args.arm}-seed{args.seed}"
-    trainer = PPOTrainer(
-        cfg, paths["policy"], prompts, out, reward_source=source, align_cfg=pipe.align, task_metric=summary_metrics
-    )
-    before = trainer.evaluate(eval_df)
-    t0 = time.perf_counter()
-    result = trainer.fit(tracker=NullTracker(), eval_df=eval_df)
-    record = {
-        "arm": args.arm,
-        "seed": args.seed,
-        "seconds": time.perf_counter() - t0,
-        "warm_start": before,
-        "history": result.history,
-    }
-    (out / "bench.json").write_text(json.dumps(record), encoding="utf-8")
+    paths, srcs = json.loads(args.paths), sources(args)
+    for spec in json.loads(Path(args.specs).read_text()):
+        out = Path(spec["out"])
+        if not (out / "run.json").exists():
+            record = run_arm(args, paths, srcs, spec["arm"], spec["seed"], out)
+            (out / "run.json").write_text(json.dumps(record), encoding="utf-8")
 
 
-def _launch(args, paths: dict, arm: str, seed: int) -> dict:
-    cmd = [sys.executable, __file__, "--run-arm", arm, "--seed", str(seed), "--paths", json.dumps(paths)]
-    cmd += ["--steps", str(args.steps), "--n-eval", str(args.n_eval), "--workdir", args.workdir]
-    cmd += [x for o in args.overrides for x in ("--set", o)] + (["--smoke"] if args.smoke else [])
-    run_job(cmd, f"{arm:10s} seed {seed}")
-    return json.loads((Path(args.workdir) / "runs" / f"{arm}-seed{seed}" / "bench.json").read_text())
+# ----------------------------------------------------------------------------------------------------------------
+# what the runs show
+# ----------------------------------------------------------------------------------------------------------------
 
 
-def _mean_sd(xs: list[float]) -> dict[str, float]:
-    return {"mean": statistics.fmean(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else 0.0}
-
-
-def summarise(runs: list[dict], batch_size: int) -> dict:
-    arms: dict[str, dict] = {}
-    for arm in dict.fromkeys(r["arm"] for r in runs):
+def summarise(args, runs: list[dict], arms: list[str], batch_size: int) -> dict:
+    table = {}
+    for arm in arms:
         mine = [r for r in runs if r["arm"] == arm]
-        before = [r["warm_start"]["eval/task_error"] for r in mine]
-        after = [r["history"][-1]["eval/task_error"] for r in mine]
         score = sum(h["time/score"] for r in mine for h in r["history"])
         step = sum(h["time/step"] for r in mine for h in r["history"])
         n_steps = sum(len(r["history"]) for r in mine)
-        arms[arm] = {
-            "warm_start_error": _mean_sd(before),
-            "final_error": _mean_sd(after),
-            "reduction": _mean_sd([b - a for b, a in zip(before, after, strict=True)]),
-            "per_seed_reduction": [b - a for b, a in zip(before, after, strict=True)],
+        table[arm] = se.summarise(curves.arm_curves(runs, arm), args.steps, FRACTIONS, args.plateau_evals) | {
             "score_share": score / step if step else float("nan"),
             "score_ms_per_response": 1000 * score / (n_steps * batch_size) if n_steps else float("nan"),
             "seconds_per_run": statistics.fmean(r["seconds"] for r in mine),
         }
-    oracle = arms.get("oracle", {}).get("reduction", {}).get("mean")
-    for arm, a in arms.items():
-        if oracle and arm != "oracle":
-            a["share_of_oracle_reduction"] = a["reduction"]["mean"] / oracle
-    return arms
+    return table
+
+
+def oracle_shares(args, runs: list[dict], arms: list[str]) -> dict:
+    """Per arm (not the oracle), the share of the same estimator's oracle arm's gain at the step its mean curve first
+    reaches 0.25x, and at the last step."""
+    out = {}
+    for arm in arms:
+        name, estimator = split_arm(arm)
+        oracle = f"oracle-{estimator}"
+        if name == "oracle" or oracle not in arms:
+            continue
+        mine, ref = curves.arm_curves(runs, arm), curves.arm_curves(runs, oracle)
+        step = se.first_reached(ref, 0.25)
+        at = se.share_of_gain(mine, ref, step) if step is not None else {"step": None, "note": "never reached 0.25x"}
+        out[arm] = {"oracle": oracle, "at_oracle_0.25": at, "at_last_step": se.share_of_gain(mine, ref, args.steps)}
+    return out
+
+
+def drift(args, runs: list[dict], arms: list[str], paths: dict) -> dict:
+    """Per arm and drift step, the static tagger's poor spans against the oracle's on that arm's held-out responses
+    (all seeds pooled)."""
+    from t2g_core.demo import make_demo_feedback
+    from t2g_core.evaluation.diagnosis import poor_span_agreement
+    from t2g_core.ppo.rollout import row_dict
+    from t2g_core.ppo.sources import oracle_source, reward_model_source
+
+    pipe = _pipeline(args)
+    rows = {r["id"]: row_dict(r) for _, r in make_demo_feedback("summarization", args.n_eval, seed=2).iterrows()}
+    oracle, scorers = oracle_source("summarization"), {}
+    rm_cfg = pipe.reward_model.model_copy(update=TAGGER)
+    out: dict[str, dict] = {}
+    for arm in arms:
+        for step in args.drift_steps:
+            batch, scored = [], []
+            for run in (r for r in runs if r["arm"] == arm):
+                path = run.get("reward_model_at", {}).get(str(step), paths["tagger"])
+                scorer = scorers.setdefault(path, reward_model_source(path, rm_cfg))
+                mine = [{**rows[i], "response": text} for i, text in run["responses"][str(step)]]
+                batch += mine
+                scored += scorer.critique_batch(mine)
+            texts = [row["response"] for row in batch]
+            agreement = poor_span_agreement(texts, scored, oracle.critique_batch(batch), pipe.align)
+            out.setdefault(arm, {})[str(step)] = agreement
+    return out
+
+
+def print_report(table: dict, shares: dict, drifts: dict) -> None:
+    curves.print_arms(table, FRACTIONS, label=lambda arm, a: f"scoring {100 * a['score_share']:4.1f}% of a step")
+    for arm, s in shares.items():
+        at, last = s["at_oracle_0.25"], s["at_last_step"]
+        head = "oracle never reached 0.25x" if at["step"] is None else _share(at)
+        print(f"{arm:20s} share of {s['oracle']}'s gain: {head}; at the last step {_share(last)}")
+    for arm, by_step in drifts.items():
+        f1 = ", ".join(f"step {k}: {v['span_f1']:.3f} of {v['reference_spans']}" for k, v in by_step.items())
+        print(f"{arm:20s} tagger vs oracle, poor-span F1 (oracle spans): {f1}")
+
+
+def _share(s: dict) -> str:
+    return f"{100 * s['share']:.0f}% [{100 * s['ci95'][0]:.0f}, {100 * s['ci95'][1]:.0f}] at step {s['step']}"
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--arms", default="oracle,tagger,noisy", help=f"Reward sources, from: {', '.join(SOURCES)}.")
+    p.add_argument("--estimators", default="gae,span_local", help=f"From: {', '.join(ESTIMATORS)}.")
+    p.add_argument("--n-eval", type=int, default=64)
+    p.add_argument("--eval-every", type=int, default=2, help="Held-out evaluation every N steps after the dense part.")
+    p.add_argument("--dense-evals", type=int, default=8, help="Held-out evaluation after each of the first N steps.")
+    p.add_argument("--plateau-evals", type=int, default=3, help="A run's plateau: the mean of its last N evaluations.")
+    p.add_argument("--drift-steps", default="0,20,40", help="Steps trained at which the drift curve is measured.")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--runs-per-process", type=int, default=1, help="Runs one worker process does one after another.")
+    p.add_argument("--threads", type=int, default=2, help="Threads while building models and reward models.")
+    p.add_argument("--set", dest="overrides", action="append", default=[], help="PipelineConfig override.")
+    p.add_argument("--refresh-set", action="append", default=[], help="Override of the refreshed arm alone.")
+    p.add_argument("--workdir", default=str(results_dir() / "bench_rm_ppo_work"))
+    p.add_argument("--policy", default=None, help="A warm-started policy folder (e.g. the demo's) instead of building.")
+    p.add_argument("--base", default=None, help="Its base folder (a generative reward model starts there).")
+    p.add_argument("--reward-models", default="", help="KIND=FOLDER,...: trained reward models (tagger, generative).")
+    p.add_argument("--publish", action="store_true", help="Copy the summary JSON to docs/results/ (to commit).")
+    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
+    p.add_argument("--run-specs", dest="specs", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--paths", default="{}", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.smoke and not args.specs:
+        args.seeds, args.steps, args.n_eval, args.drift_steps = 1, 2, 4, "0,2"
+        args.workdir, args.runs_per_process = str(results_dir(smoke=True) / "bench_rm_ppo_work"), 100
+        args.overrides = ["ppo.batch_size=4", "ppo.minibatches=1", "ppo.max_new_tokens=8", *args.overrides]
+        shutil.rmtree(Path(args.workdir) / "runs", ignore_errors=True)
+    args.drift_steps = [int(x) for x in str(args.drift_steps).split(",") if x != ""]
+    if any(not 0 <= s <= args.steps for s in args.drift_steps):
+        p.error(f"--drift-steps {args.drift_steps}: each must be in 0..--steps ({args.steps})")
+    return args
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--arms", default="oracle,tagger")
-    p.add_argument("--n-eval", type=int, default=64)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--threads", type=int, default=2, help="Threads while building models and reward models.")
-    p.add_argument("--set", dest="overrides", action="append", default=[], help="PipelineConfig override.")
-    p.add_argument("--workdir", default=str(RESULTS / "bench_rm_ppo_work"))
-    p.add_argument(
-        "--policy", default=None, help="A warm-started policy folder (e.g. the demo's) instead of building one."
-    )
-    p.add_argument("--base", default=None, help="Its base folder (a generative reward model starts there).")
-    p.add_argument(
-        "--reward-models", default="", help="ARM=FOLDER,... trained reward models to use instead of training them."
-    )
-    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
-    p.add_argument("--run-arm", dest="arm", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--paths", default="{}", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.smoke and not args.arm:
-        args.seeds, args.steps, args.n_eval, args.workdir = 1, 1, 4, str(results_dir(smoke=True) / "bench_rm_ppo_work")
-        args.overrides = ["ppo.batch_size=4", "ppo.minibatches=1", "ppo.max_new_tokens=8", *args.overrides]
-    if args.arm:
-        return run_arm(args)
+    args = parse_args()
+    if args.specs:
+        return run_specs(args)
+    from t2g_core.demo import make_demo_feedback
+
+    srcs = sources(args)  # an arm that cannot run stops here, before any work
+    arms = [f"{s}-{e}" for s in srcs for e in args.estimators.split(",")]
+    unknown = [e for e in args.estimators.split(",") if e not in ESTIMATORS]
+    if unknown:
+        raise SystemExit(f"--estimators: unknown {', '.join(unknown)}; expected some of {', '.join(ESTIMATORS)}")
     t0 = time.perf_counter()
-    paths = prepare(args)
-    jobs = [(arm, s) for s in range(args.seeds) for arm in args.arms.split(",")]
-    with ThreadPoolExecutor(args.workers) as pool:
-        runs = list(pool.map(lambda job: _launch(args, paths, *job), jobs))
-    out = {
-        "benchmark": "bench_rm_ppo",
-        "arms": summarise(runs, _pipeline(args).ppo.batch_size),
-        "config": {k: v for k, v in vars(args).items() if k not in ("paths", "arm", "seed")},
-        "reward_models": paths,
-        "wall_seconds": time.perf_counter() - t0,
-        "curves": {f"{r['arm']}-seed{r['seed']}": [h.get("eval/task_error") for h in r["history"]] for r in runs},
+    paths = prepare(args, srcs)
+    flags = [*(["--smoke"] if args.smoke else []), "--steps", str(args.steps), "--n-eval", str(args.n_eval)]
+    flags += ["--eval-every", str(args.eval_every), "--dense-evals", str(args.dense_evals)]
+    flags += ["--drift-steps", ",".join(map(str, args.drift_steps)), "--arms", args.arms, "--paths", json.dumps(paths)]
+    flags += [x for o in args.overrides for x in ("--set", o)] + [
+        x for o in args.refresh_set for x in ("--refresh-set", o)
+    ]
+    key = hashlib.sha256(json.dumps(flags).encode()).hexdigest()[:10]
+    specs = [
+        {"arm": a, "seed": s, "out": str(Path(args.workdir) / "runs" / key / f"{a}-seed{s}")}
+        for s in range(args.seeds)
+        for a in arms
+    ]
+    runs = run_in_processes(
+        [sys.executable, __file__, *flags], specs, args.workdir, args.workers, args.runs_per_process
+    )
+    table = summarise(args, runs, arms, _pipeline(args).ppo.batch_size)
+    shares, drifts = oracle_shares(args, runs, arms), drift(args, runs, arms, paths)
+    eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
+    diagnosis = curves.diagnose(lambda kept: fact_profile(eval_df, kept), runs, arms, args.steps)
+    figure = results_dir(args.smoke) / "bench_rm_ppo.png"
+    title = "PPO on each reward source (the oracle: the ideal-critic upper bound), mean and 95% band"
+    curves.plot_curves(runs, arms, figure, title, "held-out error (1 - correct facts / 8)", FRACTIONS)
+    config = {k: v for k, v in vars(args).items() if k not in ("paths", "specs")}
+    result = {"benchmark": "bench_rm_ppo", "config": config, "reward_models": paths, "eval_steps": eval_steps(args)}
+    result |= {"arms": table, "oracle_shares": shares, "drift": drifts, "diagnosis": diagnosis}
+    summary = {k: result[k] for k in ("benchmark", "eval_steps", "oracle_shares", "drift")} | {
+        "settings": {k: config[k] for k in ("seeds", "steps", "arms", "estimators", "n_eval", "overrides", "policy")},
+        "arms": {a: curves.arm_row(t, FRACTIONS) | {"score_share": t["score_share"]} for a, t in table.items()},
+        "diagnosis": {arm: curves.short_diagnosis(d) for arm, d in diagnosis.items()},
+        "mean_curves": curves.mean_curves(runs, arms),
     }
-    results = results_dir(args.smoke)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "bench_rm_ppo.json").write_text(json.dumps(out, indent=1), encoding="utf-8")
-    for arm, a in out["arms"].items():
-        share = (
-            f", {100 * a['share_of_oracle_reduction']:.0f}% of the oracle's" if "share_of_oracle_reduction" in a else ""
-        )
-        print(
-            f"{arm:10s} held-out error {a['warm_start_error']['mean']:.3f} -> {a['final_error']['mean']:.3f} "
-            f"(reduction {a['reduction']['mean']:.3f} +- {a['reduction']['sd']:.3f}{share}); "
-            f"scoring {100 * a['score_share']:.1f}% of the step"
-        )
-    print(f"-> {results / 'bench_rm_ppo.json'}")
+    result |= {
+        "wall_seconds": time.perf_counter() - t0,
+        "curves": {f"{r['arm']}|seed{r['seed']}": curves.curve(r) for r in runs},
+    }
+    path = write_results("bench_rm_ppo", result, summary, smoke=args.smoke, publish=args.publish)
+    print_report(table, shares, drifts)
+    curves.print_diagnosis(diagnosis)
+    print(f"-> {path}\nfigure: {figure}")
     return None
 
 

@@ -6,7 +6,9 @@
 
 Serving (no work pool or worker needed on one machine):
 - ``text2grad/text2grad``: the pipeline, started from the UI form (its defaults point at this workspace); optional cron.
-- ``feedback-sensor/feedback-sensor``: every ``--sensor-interval`` seconds, one event per new inbox file.
+- the inbox watch (a thread of this process, no flow runs): every ``--sensor-interval`` seconds it lists the inbox and,
+  when a new file has landed, emits one event per new file (``flows.feedback.watch_inbox``).
+- ``feedback-sensor/feedback-sensor``: the same scan as a flow run, on demand from the UI.
 - ``reannotate/reannotate``: event trigger on ``text2grad.feedback.landed``, debounced: the first event of a burst
   schedules one run ``--debounce`` seconds later and the rest of the burst within that window adds no runs.
 
@@ -65,9 +67,7 @@ def _listed(values: list[str] | None, variable: str) -> list[str]:
     return [*(values or []), *from_env]
 
 
-def build_deployments(
-    workspace: str, *, sensor_interval: float = 60, cron: str | None = None, debounce: float = 30
-) -> list:
+def build_deployments(workspace: str, *, cron: str | None = None, debounce: float = 30) -> list:
     from prefect.events import DeploymentEventTrigger
 
     from flows.feedback import EVENT, RESOURCE_PREFIX, feedback_sensor, reannotate
@@ -87,10 +87,7 @@ def build_deployments(
     return [
         text2grad.to_deployment(name="text2grad", parameters={"config": config}, cron=cron, tags=["text2grad"]),
         feedback_sensor.to_deployment(
-            name="feedback-sensor",
-            parameters={"workspace": config["workspace"]},
-            interval=sensor_interval,
-            tags=["text2grad"],
+            name="feedback-sensor", parameters={"workspace": config["workspace"]}, tags=["text2grad"]
         ),
         reannotate.to_deployment(
             name="reannotate", parameters={"config": config}, triggers=[trigger], tags=["text2grad"]
@@ -126,7 +123,7 @@ def deploy_stage_flows(pool: str, workspace: str, project: Path = PROJECT, group
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", default="t2g-workspace")
-    parser.add_argument("--sensor-interval", type=float, default=60.0, help="Seconds between inbox scans.")
+    parser.add_argument("--sensor-interval", type=float, default=60.0, help="Seconds between inbox listings.")
     parser.add_argument("--cron", default=None, help="Optional cron schedule of text2grad, e.g. '0 3 * * *'.")
     parser.add_argument("--debounce", type=float, default=30.0, help="Seconds a burst of new files is collected.")
     parser.add_argument("--limit", type=int, default=2, help="Flow runs executed at once.")
@@ -155,14 +152,20 @@ def main(argv: list[str] | None = None) -> None:
             print(f"start the workers of {args.pool} with: export {variable}='{value}'")
         return
     import os
+    import threading
 
     from prefect import serve
 
+    from flows.feedback import watch_inbox
+    from t2g_core.config import WorkspaceConfig
+
     os.environ.update(policy.environment())  # the flow runs are this process's children: they inherit it
     print(f"serve-time policy: endpoints {list(policy.endpoints)}, key variables {list(policy.key_envs)}")
-    deployments = build_deployments(
-        args.workspace, sensor_interval=args.sensor_interval, cron=args.cron, debounce=args.debounce
-    )
+    deployments = build_deployments(args.workspace, cron=args.cron, debounce=args.debounce)
+    workspace = WorkspaceConfig(**form_defaults(args.workspace)["workspace"])
+    threading.Thread(
+        target=watch_inbox, args=(workspace, args.sensor_interval, threading.Event()), daemon=True, name="inbox-watch"
+    ).start()
     serve(*deployments, limit=args.limit)
 
 

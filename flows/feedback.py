@@ -1,36 +1,41 @@
-"""New feedback: a sensor that announces inbox files as Prefect events, and the re-annotation they trigger.
+"""New feedback: inbox files announced as Prefect events, and the re-annotation they trigger.
 
-``feedback-sensor`` runs on an interval, hashes the files in the inbox and emits one ``text2grad.feedback.landed``
-event per file whose content it has never seen. The ``reannotate`` deployment has an event trigger on that event,
-debounced (one run per burst); each run appends *every* pending file to the feedback dataset as a new version,
-annotates the items the current annotations do not cover and merges them in, so a debounced burst loses nothing and
-both datasets' version pointers move together (one file, one writer; a run whose base version moved meanwhile fails
-and leaves its files pending).
+The serve process (``deployments/serve.py``) runs :func:`watch_inbox`: every few seconds it lists the inbox (names,
+sizes, modification times: no reading, no flow run) and only when the listing changed and then held still for one
+interval does it hash the files and emit one ``text2grad.feedback.landed`` event per file whose content it has never
+seen (:func:`announce`). The ``feedback-sensor`` flow does the same scan once, for a manual run from the UI or a work
+pool without a serve process. The ``reannotate`` deployment has an event trigger on that event, debounced (one run
+per burst); each run appends *every* pending file to the feedback dataset as a new version, annotates the items the
+current annotations do not cover and merges them in, so a debounced burst loses nothing and both datasets' version
+pointers move together (one file, one writer; a run whose base version moved meanwhile fails and leaves its files
+pending); ``then="policy"`` continues to a whole pipeline run on that latest version.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Literal
 
 from prefect import flow, get_run_logger
 
 from t2g_core.config import PipelineConfig, WorkspaceConfig
 from t2g_env.serving import ServedConfig, ServedInbox, ServedWorkspace
+from tasks.pipeline import close_pipeline_run, close_stale_runs, open_pipeline_run
 
 EVENT = "text2grad.feedback.landed"
 RESOURCE_PREFIX = "text2grad.feedback."
 
 
-@flow(name="feedback-sensor")
-def feedback_sensor(workspace: ServedWorkspace = WorkspaceConfig(), inbox: ServedInbox = None) -> list[str]:  # noqa: B008
-    """Emit one event per new feedback file in the inbox (default ``<workspace>/inbox``); returns their hashes."""
+def announce(workspace: WorkspaceConfig, inbox: str | None = None, scan: Callable | None = None) -> list[dict]:
+    """Copy the inbox's unseen files into the workspace and emit one event per file; returns them."""
     from prefect.events import emit_event
 
     from t2g_core.workspace import Workspace
     from tasks.inbox import scan_inbox
 
     folder = inbox or str(Workspace.at(workspace.root).inbox)
-    new_files = scan_inbox(folder, workspace)
+    new_files = (scan or scan_inbox.fn)(folder, workspace)
     for item in new_files:
         emit_event(
             event=EVENT,
@@ -42,21 +47,76 @@ def feedback_sensor(workspace: ServedWorkspace = WorkspaceConfig(), inbox: Serve
                 "workspace": workspace.root,
             },
         )
-    get_run_logger().info("%d new feedback file(s) in %s", len(new_files), folder)
+    return new_files
+
+
+@flow(name="feedback-sensor")
+def feedback_sensor(workspace: ServedWorkspace = WorkspaceConfig(), inbox: ServedInbox = None) -> list[str]:  # noqa: B008
+    """Emit one event per new feedback file in the inbox (default ``<workspace>/inbox``); returns their hashes."""
+    from tasks.inbox import scan_inbox
+
+    new_files = announce(workspace, inbox, scan=scan_inbox)
+    get_run_logger().info("%d new feedback file(s) in %s", len(new_files), inbox or "the workspace inbox")
     return [item["sha256"] for item in new_files]
 
 
-@flow(name="reannotate")
+def inbox_listing(folder: str) -> tuple:
+    """What the inbox holds, cheaply: (name, size, modification time) of its files, hidden ones left out."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(folder)
+    if not fs.exists(root):
+        return ()
+    found = fs.find(root, detail=True)
+    return tuple(
+        sorted(
+            (name, info.get("size"), str(info.get("mtime") or info.get("LastModified") or ""))
+            for name, info in found.items()
+            if not any(part.startswith(".") for part in name.removeprefix(root).split("/"))
+        )
+    )
+
+
+def watch_inbox(
+    workspace: WorkspaceConfig, interval_s: float, stop: threading.Event, inbox: str | None = None, log=print
+) -> None:
+    """Until ``stop`` is set: announce the inbox's new files once its listing changed and then held still for one
+    interval (a file still being written is not hashed half-way). Creates no flow run while nothing arrives."""
+    from t2g_core.workspace import Workspace
+
+    folder = inbox or str(Workspace.at(workspace.root).inbox)
+    seen, settled = None, None
+    while not stop.wait(interval_s):
+        try:
+            listing = inbox_listing(folder)
+            if listing == seen and listing != settled:
+                new_files = announce(workspace, folder)
+                settled = listing
+                if new_files:
+                    log(f"inbox: {len(new_files)} new feedback file(s) announced")
+            seen = listing
+        except Exception as exc:  # noqa: BLE001 - a failed scan is retried at the next interval, never kills serving
+            log(f"inbox watch: {type(exc).__name__}: {exc} (retrying in {interval_s:g} s)")
+
+
+@flow(
+    name="reannotate",
+    on_running=[open_pipeline_run],
+    on_completion=[close_pipeline_run],
+    on_failure=[close_stale_runs, close_pipeline_run],
+    on_crashed=[close_stale_runs, close_pipeline_run],
+)
 def reannotate(
     config: ServedConfig = PipelineConfig(),  # noqa: B008
     path: str | None = None,
-    then: Literal["none", "validate", "reward_model"] = "none",
+    then: Literal["none", "validate", "reward_model", "policy"] = "none",
 ) -> dict:
     """Append every pending inbox file to the feedback dataset and annotate the items not annotated yet.
 
     ``path`` is the file named by the triggering event (informational: all pending files are processed, which is
-    what makes debouncing safe). ``then`` continues to validation, or to validation and a reward-model refresh, on
-    the whole latest version of the dataset.
+    what makes debouncing safe). ``then`` continues on the whole latest version of the dataset: to validation, to
+    validation and a reward-model refresh, or (``policy``) to a whole ``text2grad`` run with ``data.source: latest``
+    (reward model, PPO, evaluation and its outcome; the annotations made here are reused).
     """
     from flows.stages import align_and_validate, train_reward_model
     from t2g_core.config.stages import settings_for
@@ -77,6 +137,13 @@ def reannotate(
         versions.append({"file": file, "version": version, "feedback": feedback, "annotations": annotations})
     result: dict = {"processed": versions, "trigger_path": path}
     if not versions or then == "none":
+        return result
+    if then == "policy":
+        from flows.text2grad import text2grad
+        from t2g_core.config.data import LATEST
+
+        latest = config.model_copy(update={"data": config.data.model_copy(update={"source": LATEST})})
+        result["pipeline"] = text2grad(config=latest)
         return result
     feedback, annotations = versions[-1]["feedback"], versions[-1]["annotations"]
     models = cached(data.build_models, root)(feedback, settings_for("models", config), ws)

@@ -18,31 +18,54 @@ RESULTS = {"persist_result": True, "result_serializer": "json"}  # a deployment'
 
 
 def _step(task, config: PipelineConfig, stage: str, forced: list[str] | None):
-    return cached(task, config.workspace.root, refresh=stage in (forced or []))
+    limits = config.timeouts  # none unless set: a stage stopped by its limit resumes from its checkpoints
+    return cached(
+        task,
+        config.workspace.root,
+        refresh=stage in (forced or []),
+        limit_s=limits.seconds(stage),
+        on_limit=limits.exceeded(stage) if limits.seconds(stage) else "",
+    )
 
 
-@flow(name="prepare-data", **RESULTS)
-def prepare_data(config: ServedConfig, forced: list[str] | None = None) -> tuple[ArtifactRef, ModelsRef]:
-    """The feedback artifact (demo data or the configured source) and the base models."""
+@flow(name="prepare-feedback", **RESULTS)
+def prepare_feedback(config: ServedConfig, forced: list[str] | None = None) -> ArtifactRef:
+    """The feedback artifact: the demo data, the configured source, or the dataset's latest version."""
+    from t2g_core.config.data import LATEST
     from t2g_core.stages.refs import SourceRef
     from tasks import data
 
-    ws = config.workspace
-    feedback = _step(data.materialise_feedback, config, "feedback", forced)(
-        SourceRef.of(config.data), settings_for("feedback", config), ws
+    if config.data.source == LATEST:
+        return data.latest_version(config.workspace)
+    return _step(data.materialise_feedback, config, "feedback", forced)(
+        SourceRef.of(config.data), settings_for("feedback", config), config.workspace
     )
-    models = _step(data.build_models, config, "models", forced)(feedback, settings_for("models", config), ws)
-    return feedback, models
+
+
+@flow(name="build-models", **RESULTS)
+def build_models(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ModelsRef:
+    """The base models: built locally for the feedback's task (tiny), or the named ones."""
+    from tasks import data
+
+    return _step(data.build_models, config, "models", forced)(
+        feedback, settings_for("models", config), config.workspace
+    )
 
 
 @flow(name="annotate", **RESULTS)
 def annotate(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ArtifactRef:
-    """Critiques and quoted good/poor spans for every feedback item; they become version 1 of the datasets."""
+    """Critiques and quoted good/poor spans for every feedback item; they become version 1 of the datasets. The stage
+    first checks that every item has what the annotator needs (a reference, tests, a critique, an endpoint). With
+    ``data.source: latest`` the annotations re-annotation made for that version are reused (unless refreshed)."""
+    from t2g_core.config.data import LATEST
     from tasks.annotate import annotate_task
-    from tasks.data import record_first_versions
+    from tasks.data import annotations_covering, record_first_versions
 
     settings = settings_for("annotate", config)
-    annotations = _step(annotate_task(settings), config, "annotate", forced)(feedback, settings, config.workspace)
+    reuse = config.data.source == LATEST and "annotate" not in (forced or [])
+    annotations = annotations_covering(config.workspace, feedback) if reuse else None
+    if annotations is None:
+        annotations = _step(annotate_task(settings), config, "annotate", forced)(feedback, settings, config.workspace)
     record_first_versions(feedback, annotations, config.workspace)
     return annotations
 

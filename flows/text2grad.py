@@ -4,6 +4,8 @@ Every stage task is cached on its code, its settings and the content of its inpu
 Retry of a failed run, or a new run with the same inputs, skips every completed stage; changing a setting re-runs
 the stages that read it and the ones after them. ``refresh`` forces a stage (and everything downstream) to
 recompute. ``config.placement`` sends a stage group to a work pool (a GPU pool) instead of running it here.
+``preset`` sizes the whole run (tiny, small, full: ``t2g_core.config.presets``) under every field of ``config`` left
+at its default. The run ends with its outcome: a summary artifact, a log line, metrics and tags on its MLflow run.
 """
 
 from __future__ import annotations
@@ -11,26 +13,50 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.placement import Placement
-from flows.stages import align_and_validate, annotate, evaluate, prepare_data, train_policy, train_reward_model
-from t2g_core.config import PipelineConfig
+from flows.stages import (
+    align_and_validate,
+    annotate,
+    build_models,
+    evaluate,
+    prepare_feedback,
+    train_policy,
+    train_reward_model,
+)
+from t2g_core.config import PipelineConfig, Preset
+from t2g_core.config.presets import with_preset
 from t2g_core.stages.order import Stage, downstream
 from t2g_env.serving import ServedConfig
-from tasks.pipeline import close_pipeline_run, open_pipeline_run, record_outputs
+from tasks.outcome import publish_outcome
+from tasks.pipeline import close_pipeline_run, close_stale_runs, open_pipeline_run, record_outputs
 
 
 @flow(
     name="text2grad",
     on_running=[open_pipeline_run],
     on_completion=[close_pipeline_run],
-    on_failure=[close_pipeline_run],
-    on_crashed=[close_pipeline_run],
+    on_failure=[close_stale_runs, close_pipeline_run],
+    on_crashed=[close_stale_runs, close_pipeline_run],
 )
-def text2grad(config: ServedConfig = PipelineConfig(), refresh: list[Stage] | None = None) -> dict:  # noqa: B008
-    """Train a policy from natural-language feedback. Returns the references of every stage's output."""
+def text2grad(
+    preset: Preset = "full",
+    config: ServedConfig = PipelineConfig(),  # noqa: B008
+    refresh: list[Stage] | None = None,
+) -> dict:
+    """Train a policy from natural-language feedback. Returns the references of every stage's output.
+
+    Args:
+        preset: Size of the run, applied to every setting below left at its default: tiny (every stage in a few
+            minutes, figures meaningless), small (half the demo's PPO steps and evaluation prompts), full (the
+            defaults: the demo the README measures).
+        config: Every stage's settings, in the order the stages run.
+        refresh: Stages to recompute even when cached (and everything after them).
+    """
+    config = with_preset(config, preset)
     forced = sorted(downstream(refresh))
     place = Placement(config, forced)  # each stage group inline, or on the work pool config.placement names for it
-    feedback, models = prepare_data(config, forced)
-    annotations = place(annotate, feedback)
+    feedback = prepare_feedback(config, forced)
+    annotations = place(annotate, feedback)  # first: it fails fast when the rows lack what the annotator needs
+    models = build_models(config, feedback, forced)
     spans, validation = place(align_and_validate, feedback, models, annotations)
     reward_model = place(train_reward_model, feedback, models, annotations, spans, validation)
     policy = place(train_policy, feedback, models, reward_model)
@@ -46,4 +72,5 @@ def text2grad(config: ServedConfig = PipelineConfig(), refresh: list[Stage] | No
         "evaluation": evaluation,
     }
     record_outputs(outputs, config.workspace)
+    publish_outcome(outputs, config.workspace)
     return outputs

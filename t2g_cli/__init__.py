@@ -31,4 +31,7 @@ _register()
 
 
 def main() -> None:
+    from t2g_cli.runtime import quiet_libraries
+
+    quiet_libraries()
     app()

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from t2g_core.config import PipelineConfig, load_config
+from t2g_core.config import ConfigFileError, PipelineConfig, load_config
 from t2g_core.schemas import SchemaError
 from t2g_core.tracking import NullTracker
 
@@ -22,19 +22,39 @@ ConfigOpt = typer.Option(None, "--config", "-c", help="PipelineConfig YAML file 
 SetOpt = typer.Option(None, "--set", "-s", help="Override a config field, e.g. --set ppo.steps=10 (repeatable).")
 
 
-def pipeline_config(config: Path | None, overrides: list[str] | None) -> PipelineConfig:
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
+
+def pipeline_config(config: Path | None, overrides: list[str] | None, preset: str | None = None) -> PipelineConfig:
     try:
-        return load_config(config, overrides or [])
+        return load_config(config, overrides or [], preset)
     except ValidationError as exc:
         where = f"{config}: " if config else ""
-        fail(f"invalid configuration: {where}{one_line(exc)}")
+        fail(f"invalid configuration: {where}{one_line(exc, PipelineConfig)}")
+    except ConfigFileError as exc:
+        fail(f"invalid configuration: {exc}{recipe_hint() if config is not None and not config.exists() else ''}")
     except ValueError as exc:
         fail(f"invalid configuration: {exc}")
 
 
-def one_line(exc: ValidationError) -> str:
-    """Every problem of a pydantic validation error on one line: ``ppo.stepz: Extra inputs are not permitted``."""
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+def recipe_hint(folder: Path = RECIPES) -> str:
+    """``; recipes: recipes/a.yaml, ...`` (the project's own recipe files), or nothing when there are none."""
+    found = sorted(folder.glob("*.yaml")) if folder.is_dir() else []
+    return f"; recipes in {folder}: {', '.join(p.name for p in found)}" if found else ""
+
+
+def one_line(exc: ValidationError, model: type | None = None) -> str:
+    """Every problem of a pydantic validation error on one line: ``ppo.stepz: Extra inputs are not permitted``, with
+    the closest field name of ``model`` when a key is unknown (``did you mean ppo.steps?``)."""
+    from t2g_core.config.hints import did_you_mean
+
+    parts = []
+    for e in exc.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        text = f"{'.'.join(str(p) for p in e['loc'])}: {msg}" if e["loc"] else msg
+        guess = did_you_mean(model, e["loc"]) if model is not None and e["type"] == "extra_forbidden" else None
+        parts.append(f"{text} (did you mean {guess}?)" if guess else text)
+    return "; ".join(parts)
 
 
 def fail(message: str, code: int = 2) -> None:

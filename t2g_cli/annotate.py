@@ -40,7 +40,7 @@ def _print_stats(stats: dict) -> None:
 def annotate(
     feedback: Path = typer.Argument(..., help="Feedback file or artifact folder (Parquet, JSONL, CSV)."),
     output: Path = typer.Option(..., "--output", "-o", help="Annotations Parquet file (.parquet) or artifact folder."),
-    annotator: str | None = typer.Option(None, help="llm | code | reference (default from config)."),
+    annotator: str | None = typer.Option(None, help="llm | code | reference | ground (default from config)."),
     base_url: str | None = typer.Option(None, help="OpenAI-compatible endpoint for --annotator llm."),
     model: str | None = typer.Option(None, help="Model name for --annotator llm."),
     concurrency: int | None = typer.Option(None, help="Requests (or sandboxes) in flight at once."),

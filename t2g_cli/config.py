@@ -8,16 +8,29 @@ from pathlib import Path
 import typer
 import yaml
 
-from t2g_cli._common import ConfigOpt, SetOpt, echo, pipeline_config
+from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, pipeline_config
 
 config_app = typer.Typer(help="Show and check pipeline configuration.", no_args_is_help=True)
 
 
 @config_app.command("show")
-def show(config: Path | None = ConfigOpt, set_: list[str] | None = SetOpt) -> None:
+def show(
+    config: Path | None = ConfigOpt,
+    set_: list[str] | None = SetOpt,
+    preset: str | None = typer.Option(None, "--preset", "-p", help="Size preset: tiny, small or full."),
+    section: str | None = typer.Option(
+        None, "--section", help="Only this section (a top-level key such as ppo, or a dotted path: models.tiny)."
+    ),
+) -> None:
     """Print the effective PipelineConfig (defaults + YAML + --set overrides) as YAML."""
-    cfg = pipeline_config(config, set_)
-    echo(yaml.safe_dump(cfg.model_dump(mode="json", by_alias=True), sort_keys=False))
+    cfg = pipeline_config(config, set_, preset)
+    data = cfg.model_dump(mode="json", by_alias=True)
+    for key in (section or "").split(".") if section else []:
+        if not isinstance(data, dict) or key not in data:
+            where = sorted(data) if isinstance(data, dict) else []
+            fail(f"no section {section!r}; sections here: {', '.join(where) or '(none: a plain value)'}")
+        data = data[key]
+    echo(yaml.safe_dump(data if isinstance(data, dict) else {section: data}, sort_keys=False))
 
 
 @config_app.command("schema")

@@ -19,6 +19,12 @@ def demo(
     n: int = typer.Option(256, "--n", min=1, help="Number of items."),
     seed: int = typer.Option(0, help="Seed: the same seed gives the same items; other seeds give other ids."),
     output: Path = typer.Option(..., "--output", "-o", help="Output file: .parquet, .jsonl or .csv."),
+    human_critiques: bool = typer.Option(
+        False,
+        "--human-critiques",
+        help="Summaries with critiques in people's words and no references or ground truth: a file shaped like "
+        "feedback a user collected (annotate it with annotate.annotator=ground).",
+    ),
 ) -> None:
     """Write demo feedback in the feedback schema; `meta` holds facts, gold spans and flaws."""
     from t2g_core.config import DataConfig
@@ -28,6 +34,15 @@ def demo(
 
     if output.suffix not in SUFFIXES:
         fail(f"{output}: the output must end in .parquet, .jsonl or .csv")
+    if human_critiques:
+        from t2g_core.demo.critiques import make_human_feedback
+        from t2g_core.stages.context import write_file
+
+        if task != "summarization":
+            fail("--human-critiques writes summarization items")
+        write_file(make_human_feedback(n, seed).assign(meta=None), output, "feedback")
+        echo(f"{output}: {n} summaries with human-style critiques, no references (seed {seed})")
+        return
     from t2g_core.demo import ID_PREFIX
 
     if task not in ID_PREFIX:

@@ -13,6 +13,13 @@ RefreshOpt = typer.Option(
     None, "--refresh", "-r", help="Recompute this stage and everything after it even if cached (repeatable)."
 )
 WorkspaceOpt = typer.Option(None, "--workspace", "-w", help="Workspace folder (overrides workspace.root).")
+PresetOpt = typer.Option(
+    None,
+    "--preset",
+    "-p",
+    help="Size preset applied before -c and --set: tiny (every stage in minutes, figures meaningless), small (half "
+    "the demo's PPO and evaluation), full (the defaults).",
+)
 
 
 def _with_workspace(overrides: list[str] | None, workspace: Path | None) -> list[str]:
@@ -30,17 +37,49 @@ def _run_pipeline(config, refresh: list[str] | None) -> tuple[dict, dict]:
     state = text2grad(config=config, refresh=refresh or None, return_state=True)
     result = state.result(raise_on_failure=False)
     if not state.is_completed():
+        from t2g_core.stages.preflight import PreflightError
+
+        if isinstance(result, PreflightError):
+            fail(str(result))
+        notes = "".join(f"\n{note}" for note in getattr(result, "__notes__", ()))  # e.g. which time limit stopped it
         fail(
-            f"pipeline {state.name}: {result}\nFix the cause and run the same command again: completed stages are "
-            f"reused.",
+            f"pipeline {state.name}: {result}{notes}\nFix the cause and run the same command again: completed stages "
+            f"are reused.",
             code=1,
         )
     return result, {**where, "flow_run_id": str(state.state_details.flow_run_id)}
 
 
-def _run_and_summarise(config: Path | None, overrides: list[str] | None, refresh, workspace: Path | None) -> None:
+def _preflight(cfg) -> None:
+    """Before Prefect starts or a model is built: the annotator's endpoint, and a feedback file's rows against the
+    annotator (``t2g_core.stages.preflight``); one message and exit 2 when they do not fit. Demo data and dataset
+    adapters are checked by the annotation stage itself, which runs before the model build."""
+    from t2g_core.annotators import feedback_rows
+    from t2g_core.config.stages import settings_for
+    from t2g_core.stages.preflight import problems
+    from t2g_env import api_key
+
+    own_file = cfg.data.dataset is None and cfg.data.source != "demo"
+    rows = []
+    if own_file:
+        from t2g_core.stages.feedback import source_frame
+
+        try:
+            rows = feedback_rows(source_frame(cfg.data))
+        except (FileNotFoundError, ValueError) as exc:
+            fail(f"data.source {cfg.data.source}: {exc}")
+    has_key = None if cfg.annotate.api_key_secret else api_key(settings_for("annotate", cfg)) is not None
+    message = problems(rows, cfg.annotate, has_key=has_key)
+    if message:
+        fail(f"{cfg.data.source}: {message}" if own_file else message)
+
+
+def _run_and_summarise(
+    config: Path | None, overrides: list[str] | None, refresh, workspace: Path | None, preset: str | None = None
+) -> None:
     """The body of `t2g run` and `t2g demo`: the configuration, the pipeline, what it produced and where to look."""
-    cfg = pipeline_config(config, _with_workspace(overrides, workspace))
+    cfg = pipeline_config(config, _with_workspace(overrides, workspace), preset)
+    _preflight(cfg)
     t0 = time.perf_counter()
     result, where = _run_pipeline(cfg, refresh)
     _print_summary(cfg, result, where, time.perf_counter() - t0)
@@ -52,9 +91,10 @@ def run(
     set_: list[str] | None = SetOpt,
     refresh: list[str] | None = RefreshOpt,
     workspace: Path | None = WorkspaceOpt,
+    preset: str | None = PresetOpt,
 ) -> None:
     """Run the end-to-end pipeline; completed stages with the same inputs and config are reused."""
-    _run_and_summarise(config, set_, refresh, workspace)
+    _run_and_summarise(config, set_, refresh, workspace, preset)
 
 
 @guard
@@ -62,10 +102,11 @@ def demo(
     workspace: Path = typer.Option(Path("t2g-workspace"), "--workspace", "-w", help="Workspace folder."),
     set_: list[str] | None = SetOpt,
     refresh: list[str] | None = RefreshOpt,
+    preset: str | None = PresetOpt,
 ) -> None:
     """The main job: the whole pipeline on the built-in demo data with the embedded defaults (the same as the Prefect
     UI form's and `t2g run`'s), then what was learnt."""
-    _run_and_summarise(None, set_, refresh, workspace)
+    _run_and_summarise(None, set_, refresh, workspace, preset)
 
 
 def lineage(

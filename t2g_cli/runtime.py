@@ -30,7 +30,24 @@ TELEMETRY_OFF = {
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
+QUIET = {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # transformers' "Loading weights" / "Writing model shards" bars
+OURS = ("t2g_core", "t2g_cli", "t2g_mlflow", "t2g_env", "tasks", "flows", "deployments", "__main__")
 PR_SET_PDEATHSIG = 1
+
+
+def quiet_libraries() -> None:
+    """No deprecation warnings from the libraries (ours still show, to be fixed), no per-load progress bars from
+    transformers, and MLflow's system-metrics monitor only when something goes wrong. Called at the CLI entry and
+    by ``prepare_environment``, before the libraries are imported."""
+    import logging
+    import warnings
+
+    not_ours = rf"(?!({'|'.join(OURS)})(\.|$))"
+    for category in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
+        warnings.filterwarnings("ignore", category=category, module=not_ours)
+    for key, value in QUIET.items():
+        os.environ.setdefault(key, value)
+    logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
 
 
 def healthy(url: str, timeout: float = 2.0) -> bool:
@@ -132,6 +149,7 @@ def prepare_environment(workspace_root: str | Path, *, start_prefect: bool = Fal
 
     ``start_prefect`` starts the temporary Prefect server when no server is configured or running (``t2g run``).
     """
+    quiet_libraries()
     root = Path(workspace_root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_HOME", str(root / "prefect"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +76,14 @@ def plot_lines(result: dict) -> list[str]:
         for d in folders
         if d.exists()
         for f in sorted(d.rglob("*"))
-        if f.suffix in (".png", ".html", ".md") and f.name != "README.md"
+        if f.suffix in (".png", ".html", ".md") and f.name != "README.md" and not _indexed(f)
     ]
     return [f"  {f}" for f in files[:12]]
+
+
+def _indexed(page: Path) -> bool:
+    """A step's heatmap page, reachable from the index page beside it."""
+    return page.name.startswith("step-") and (page.parent / "index.html").exists()
 
 
 def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[str]:
@@ -90,9 +96,12 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
     if plots:
         lines += ["  Plots and reports:", *plots]
     run = find_pipeline_run(where["flow_run_id"], where["mlflow"], cfg.workspace.mlflow_experiment)
-    lines.append(f"  MLflow run:       {run or 'none recorded'}  ({where['mlflow']})")
+    lines.append(f"  MLflow run:       {run or 'none recorded'}  ({_mlflow_page(run, where['mlflow'])})")
     if not where["mlflow"].startswith("http"):
-        lines.append(f"                    browse: mlflow ui --backend-store-uri {where['mlflow']}")
+        mlflow = Path(sys.executable).parent / "mlflow"  # the venv's, which need not be on PATH
+        lines.append(f"                    browse: {mlflow} ui --backend-store-uri {where['mlflow']}")
+        if run:
+            lines.append(f"                    then open {_mlflow_page(run, where['mlflow'], 'http://127.0.0.1:5000')}")
     ui = where.get("prefect_ui")
     flow_run = where["flow_run_id"]
     lines.append(
@@ -101,3 +110,9 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
     )
     lines.append(f"  Workspace:        {Path(cfg.workspace.root).resolve()}")
     return lines
+
+
+def _mlflow_page(run_id: str | None, tracking_uri: str, server: str | None = None) -> str:
+    from t2g_mlflow.experiment import run_page
+
+    return run_page(run_id, tracking_uri, server)

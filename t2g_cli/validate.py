@@ -121,7 +121,8 @@ def _finish(ref) -> None:
 
     report = json.loads(Path(ref.json_path).read_text(encoding="utf-8"))
     for c in (CheckResult(**c) for c in report["checks"]):
-        echo(f"{c.status.upper():7} {c.name:20} {c.value:.4g}  ({c.threshold_text}) {c.detail}")
+        value = "-" if c.value is None else f"{c.value:.4g}"  # a skipped check measured nothing
+        echo(f"{c.status.upper():7} {c.name:20} {value}  ({c.threshold_text}) {c.detail}")
     alignment = report.get("alignment")
     if alignment is not None:
         a = alignment["groups"][-1]  # the whole sample

@@ -1,4 +1,9 @@
-"""Load feedback from Parquet, JSONL, CSV or a Hugging Face ``datasets`` folder, validated like any artifact."""
+"""Load feedback from Parquet, JSONL, CSV or a Hugging Face ``datasets`` folder, validated like any artifact.
+
+Every problem is one :class:`SchemaError` naming the file, the row and the column. Text that is not valid Unicode
+(a lone surrogate, which only JSON's ``\\ud800`` escapes can carry) is refused, not cleaned: the feedback is the
+data every later stage and its cache key trust, so it is fixed at its source, where the error points.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +14,40 @@ from pathlib import Path
 
 import pandas as pd
 
-from t2g_core.schemas import FEEDBACK, SchemaError, validate_frame
+from t2g_core.schemas import FEEDBACK, NOT_UNICODE, SchemaError, surrogate_in, validate_frame
 
 OPTIONAL = ("critique", "reference", "tests", "entry_point", "meta")
 
 
 def _read_jsonl(path: Path) -> pd.DataFrame:
+    rows, broken = [], []  # broken: (row, line, surrogate) of rows holding lone surrogates
     with open(path, "rb") as f:
-        return pd.DataFrame(list(_jsonl_records(path, enumerate(f, start=1))))
+        for lineno, obj in _jsonl_records(path, enumerate(f, start=1)):
+            if found := surrogate_in(obj):
+                broken.append((len(rows), lineno, found))
+            rows.append(obj)
+    if broken:
+        raise _surrogate_error(path, *broken[0], count=len(broken))
+    return pd.DataFrame(rows)
 
 
-def _jsonl_records(path: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[dict]:
-    """The JSON object of each non-blank numbered line, read as it streams by."""
+def _surrogate_error(path: Path, row: int, lineno: int, found: tuple, count: int | None = None) -> SchemaError:
+    """The error for a row holding a lone surrogate; ``count``: how many rows of the file hold one (None: unknown,
+    the file is read in pieces and stops at the first)."""
+    where, at, code = found
+    column, _, inner = where.partition(".")
+    detail = f" ({inner})" if inner else ""
+    of_file = f"; {count} row(s) of the file hold one" if count is not None else ""
+    return SchemaError(
+        str(path),
+        f"holds a lone surrogate {code} at character {at}{detail} (line {lineno}{of_file}): {NOT_UNICODE}",
+        column=column.split("[")[0].removesuffix(" (a key)"),
+        row=row,
+    )
+
+
+def _jsonl_records(path: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, dict]]:
+    """(line number, JSON object) of each non-blank numbered line, read as it streams by."""
     for lineno, line in lines:
         try:
             text = line.decode("utf-8")
@@ -34,7 +61,7 @@ def _jsonl_records(path: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[d
             raise SchemaError(str(path), f"line {lineno} is not valid JSON: {exc.msg} (column {exc.colno})") from exc
         if not isinstance(obj, dict):
             raise SchemaError(str(path), f"line {lineno} is not a JSON object")
-        yield obj
+        yield lineno, obj
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -64,19 +91,34 @@ def _read_hf(path: Path) -> pd.DataFrame:
     return ds.to_pandas()
 
 
-def _normalise(df: pd.DataFrame) -> pd.DataFrame:
+def _normalise(df: pd.DataFrame, file: str) -> pd.DataFrame:
     df = df.copy()
     for col in OPTIONAL:
         if col not in df.columns:
             df[col] = None
     if "meta" in df.columns:
-        df["meta"] = [
-            v if v is None or isinstance(v, str) or (isinstance(v, float) and pd.isna(v)) else json.dumps(v)
-            for v in df["meta"]
-        ]
+        df["meta"] = [_meta_text(v, file, row) for row, v in enumerate(df["meta"])]
     if "id" in df.columns:  # integer ids from CSV/JSON become text, explicitly; anything else is refused
         df["id"] = [_id_text(v) for v in df["id"]]
     return df
+
+
+def _meta_text(value: object, file: str, row: int) -> object:
+    """A ``meta`` object as JSON text (a string, or a missing value, as it is); one that JSON cannot hold (bytes, a
+    date, an array from a Parquet struct) names its row."""
+    if value is None or isinstance(value, str) or (isinstance(value, float) and pd.isna(value)):
+        return value
+    try:
+        return json.dumps(value, allow_nan=False, default=_plain)
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(file, f"cannot be stored as JSON: {exc}", column="meta", row=row) from None
+
+
+def _plain(value: object) -> object:
+    """numpy arrays and scalars (how Parquet and datasets hand back nested values) as lists and numbers."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} {value!r:.40} is not JSON")
 
 
 def _id_text(value: object) -> object:
@@ -97,7 +139,7 @@ def load_feedback(path: str | Path) -> pd.DataFrame:
         if (p / "data.parquet").exists():
             p = p / "data.parquet"
         else:
-            return validate_frame(_normalise(_read_hf(p)), FEEDBACK, str(p))
+            return validate_frame(_normalise(_read_hf(p), str(p)), FEEDBACK, str(p))
     suffix = p.suffix.lower()
     if suffix == ".parquet":
         df = _read_parquet(p)
@@ -109,7 +151,7 @@ def load_feedback(path: str | Path) -> pd.DataFrame:
         raise SchemaError(
             str(p), f"unsupported feedback format {suffix!r}: use .parquet, .jsonl, .csv or a datasets folder"
         )
-    return validate_frame(_normalise(df), FEEDBACK, str(p))
+    return validate_frame(_normalise(df, str(p)), FEEDBACK, str(p))
 
 
 def iter_feedback(path: str | Path, rows: int = 10_000) -> Iterator[pd.DataFrame]:
@@ -127,7 +169,7 @@ def iter_feedback(path: str | Path, rows: int = 10_000) -> Iterator[pd.DataFrame
     offset = 0
     for chunk in _pieces(p, rows):
         try:
-            df = validate_frame(_normalise(chunk), FEEDBACK, str(p))
+            df = validate_frame(_normalise(chunk, str(p)), FEEDBACK, str(p))
         except SchemaError as exc:
             raise SchemaError(
                 exc.file, exc.message, exc.column, None if exc.row is None else exc.row + offset
@@ -152,9 +194,13 @@ def _pieces(p: Path, rows: int) -> Iterator[pd.DataFrame]:
             raise SchemaError(str(p), f"cannot be read as Parquet: {' '.join(str(exc).split())[:200]}") from None
     elif suffix in (".jsonl", ".json"):
         with open(p, "rb") as f:
-            records = _jsonl_records(p, enumerate(f, start=1))
+            records, done = _jsonl_records(p, enumerate(f, start=1)), 0
             while piece := list(islice(records, rows)):
-                yield pd.DataFrame(piece)
+                for row, (lineno, obj) in enumerate(piece, start=done):
+                    if found := surrogate_in(obj):
+                        raise _surrogate_error(p, row, lineno, found)
+                done += len(piece)
+                yield pd.DataFrame([obj for _, obj in piece])
     elif suffix == ".csv":
         try:
             yield from pd.read_csv(

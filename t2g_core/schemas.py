@@ -8,16 +8,55 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
 TASKS = ("summarization", "code", "qa")
-STATUSES = ("ok", "parse_error", "api_error", "timeout", "sandbox_error", "refused")
+STATUSES = ("ok", "parse_error", "api_error", "timeout", "sandbox_error", "refused", "missing_input")
 LABELS = ("positive", "negative")
 MATCHES = ("exact", "normalized", "fuzzy", "unmatched")
 SPLITS = ("train", "validation", "test")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds a surrogate code point, or None. A Python string decoded from valid UTF-8 never holds
+    one; JSON's ``\\ud800`` escapes (a UTF-16 string cut inside a character pair) do, and such text cannot be
+    written as UTF-8, so Arrow, Parquet and SQLite refuse it."""
+    found = _SURROGATE.search(text)
+    return found.start() if found else None
+
+
+def replace_surrogates(text: str) -> tuple[str, int]:
+    """``text`` with every surrogate code point replaced by U+FFFD (one character for one: offsets stay), and how
+    many there were."""
+    return _SURROGATE.subn(REPLACEMENT, text)
+
+
+def surrogate_in(value: Any, path: str = "") -> tuple[str, int, str] | None:
+    """The first surrogate in a JSON-like value (strings, lists, dicts, keys too): ``(where, position, code)``,
+    where ``where`` is a path such as ``meta.notes[2]``; None when there is none."""
+    if isinstance(value, str):
+        at = lone_surrogate(value)
+        return None if at is None else (path, at, f"U+{ord(value[at]):04X}")
+    items: list[tuple[str, Any]] = []
+    if isinstance(value, dict):
+        items = [(f"{path}.{k}" if path else str(k), v) for k, v in value.items()]
+        items += [(f"{path} (a key)", k) for k in value if isinstance(k, str)]
+    elif isinstance(value, (list, tuple)):
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    for where, item in items:
+        found = surrogate_in(item, where)
+        if found:
+            return found
+    return None
 
 
 class SchemaError(ValueError):
@@ -41,6 +80,7 @@ class Column:
     non_empty: bool = False  # strings must not be empty or whitespace
     choices: tuple[str, ...] | None = None
     json: bool = False  # a JSON-encoded string
+    volatile: bool = False  # a measurement of the run (a timing), not content: left out of the content hash
 
 
 @dataclass(frozen=True)
@@ -56,6 +96,11 @@ class ArtifactSchema:
     @property
     def names(self) -> list[str]:
         return [c.name for c in self.columns]
+
+    @property
+    def content(self) -> ArtifactSchema:
+        """This schema without its volatile columns: what identifies an artifact's content."""
+        return ArtifactSchema(self.name, tuple(c for c in self.columns if not c.volatile), self.unique)
 
 
 STR, FLOAT, INT = pa.string(), pa.float64(), pa.int64()
@@ -91,7 +136,7 @@ ANNOTATIONS = ArtifactSchema(
         Column("raw", STR, nullable=True),
         Column("prompt_tokens", INT),
         Column("completion_tokens", INT),
-        Column("latency_s", FLOAT),
+        Column("latency_s", FLOAT, volatile=True),  # wall time: changes with the machine, not the annotation
     ),
     unique=("id", "annotator"),
 )
@@ -156,18 +201,28 @@ def _is_missing(value: object) -> bool:
 def _check_string(col: Column, value: object) -> str | None:
     if not isinstance(value, str):
         return f"expected text, got {type(value).__name__} {value!r:.40}"
+    if (at := lone_surrogate(value)) is not None:
+        return f"holds a lone surrogate U+{ord(value[at]):04X} at character {at}: {NOT_UNICODE}"
     if col.non_empty and not value.strip():
         return "is an empty string"
     if col.choices is not None and value not in col.choices:
         return f"{value!r:.40} is not one of {', '.join(col.choices)}"
     if col.json:
         try:
-            json.loads(value, parse_constant=_refuse_constant)
+            found = surrogate_in(json.loads(value, parse_constant=_refuse_constant))
         except json.JSONDecodeError as exc:
             return f"is not valid JSON ({exc.msg})"
         except ValueError as exc:
             return str(exc)
+        if found:
+            return f"holds an escaped lone surrogate {found[2]} ({found[0] or 'the value'}): {NOT_UNICODE}"
     return None
+
+
+NOT_UNICODE = (
+    "not valid Unicode text (often a UTF-16 string cut inside a character pair); replace it, e.g. with U+FFFD, "
+    "and load the file again"
+)
 
 
 def _refuse_constant(name: str) -> float:

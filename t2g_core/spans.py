@@ -31,7 +31,7 @@ import re
 import unicodedata
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import json_repair
@@ -164,8 +164,13 @@ def parse_span_json(text: str | None) -> ParsedFeedback:
 
     Accepts reasoning before the JSON, fenced blocks, trailing text, single quotes, trailing commas, truncated
     objects and the alternative keys ``textual_feedback`` / ``Code Feedback`` / ``code_feedback`` (critique),
-    ``wrong_code`` (poor spans) and ``improvement_code`` (good spans).
+    ``wrong_code`` (poor spans) and ``improvement_code`` (good spans). Text that is not valid Unicode (lone
+    surrogates) is replaced and the result is a ``parse_error`` (:func:`valid_text`).
     """
+    return valid_text(_parse_span_json(text))
+
+
+def _parse_span_json(text: str | None) -> ParsedFeedback:
     if text is None or not str(text).strip():
         return ParsedFeedback(None, status="parse_error", error="empty output", raw=text)
     text = str(text)
@@ -229,6 +234,48 @@ def _text_or_none(value: Any) -> str | None:
     return value.strip() or None
 
 
+def valid_text(parsed: ParsedFeedback) -> ParsedFeedback:
+    """``parsed`` with every lone surrogate (JSON's ``\\ud800`` escapes; not valid Unicode, so no artifact can store
+    it) replaced by U+FFFD. An ``ok`` one that held any becomes a ``parse_error`` naming where: its text is not what
+    the annotator meant, and a quote holding one could never match the response."""
+    from t2g_core.schemas import replace_surrogates, surrogate_in
+
+    fields = {
+        "critique": parsed.critique,
+        "good_spans": parsed.good_spans,
+        "poor_spans": parsed.poor_spans,
+        "reasoning": parsed.reasoning,
+        "missing": parsed.missing,
+        "word_scores": [w for w, _ in parsed.word_scores or ()],
+        "raw": parsed.raw,
+        "error": parsed.error,
+    }
+    found = surrogate_in(fields)
+    if found is None:
+        return parsed
+
+    def fix(text: str | None) -> str | None:
+        return None if text is None else replace_surrogates(text)[0]
+
+    where, at, code = found
+    error = fix(parsed.error)
+    if parsed.ok:
+        error = f"the answer is not valid Unicode: {where} holds a lone surrogate {code} at character {at}"
+        error += " (replaced by U+FFFD)"
+    return replace(
+        parsed,
+        critique=fix(parsed.critique),
+        good_spans=[fix(s) for s in parsed.good_spans],
+        poor_spans=[fix(s) for s in parsed.poor_spans],
+        reasoning=fix(parsed.reasoning),
+        status="parse_error" if parsed.ok else parsed.status,
+        error=error,
+        raw=fix(parsed.raw),
+        missing=tuple(fix(m) for m in parsed.missing),
+        word_scores=None if parsed.word_scores is None else tuple((fix(w), s) for w, s in parsed.word_scores),
+    )
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # 2. Locating spans
 # ----------------------------------------------------------------------------------------------------------------
@@ -253,18 +300,22 @@ class AlignedSpan:
 # Normalised form: NFKD compatibility decomposition, casefold, curly quotes/dashes -> ASCII, and *every*
 # whitespace and markdown-emphasis character deleted (so indentation and line breaks never matter). A match found
 # in that squeezed text is accepted only if its words equal the span's (_collapse, in _normalized), so deleting
-# whitespace never joins words that were apart.
+# whitespace never joins words that were apart. Invisible characters (zero-width space / joiners, word joiner,
+# byte-order mark, soft hyphen) are deleted from both forms: inside a word they do not split it, so a quote matches
+# the word whether either side carries them (a response cannot hide a word from its critic that way).
 _QUOTES = {
     **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032", "'"),
     **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb", '"'),
     **dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2212", "-"),
 }
 _MARKDOWN = "*_`"
+_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"
 _SPACES = "".join(chr(c) for c in range(0x3001) if chr(c).isspace()) + "\u2028\u2029"
-_SQUEEZE = str.maketrans({**_QUOTES, **dict.fromkeys(_SPACES + _MARKDOWN, None)})
-_COLLAPSE = str.maketrans({**_QUOTES, **dict.fromkeys(_MARKDOWN, None)})
+_SQUEEZE = str.maketrans({**_QUOTES, **dict.fromkeys(_SPACES + _MARKDOWN + _INVISIBLE, None)})
+_COLLAPSE = str.maketrans({**_QUOTES, **dict.fromkeys(_MARKDOWN + _INVISIBLE, None)})
+_DROP_INVISIBLE = str.maketrans(dict.fromkeys(_INVISIBLE, None))
 _KEEP = np.ones(0x110000, dtype=bool)  # code point -> kept by squeeze (a lookup table beats np.isin per call)
-_KEEP[[ord(c) for c in _SPACES + _MARKDOWN]] = False
+_KEEP[[ord(c) for c in _SPACES + _MARKDOWN + _INVISIBLE]] = False
 
 
 def _fold_char(ch: str) -> str:
@@ -388,17 +439,18 @@ def _normalized(resp: _Response, span: str, claimed, context) -> tuple[int, int]
     if not needle:
         return None
     hay, src = resp.squeezed
-    words = _collapse(span)
-    cands = []
+    words, visible = _collapse(span), span.translate(_DROP_INVISIBLE)
+    cands, literal = [], []
     for pos in _occurrences(hay, needle):
         start, end = int(src[pos]), int(src[pos + len(needle) - 1]) + 1
         if _collapse(resp.text[start:end]) != words:
             continue  # e.g. "a b" found inside "about": same letters, different words
+        same = resp.text[start:end].translate(_DROP_INVISIBLE) == visible  # same letters and case, hidden marks apart
         start, end = _with_emphasis(resp.text, start, end, span)
-        cands.append((start, end))
-        if len(cands) >= _MAX_CANDIDATES or ((start, end) not in claimed and not context):
+        (literal if same else cands).append((start, end))
+        if len(cands) + len(literal) >= _MAX_CANDIDATES or (same and (start, end) not in claimed and not context):
             break
-    return _choose(cands, claimed, resp.text, context)
+    return _choose(literal + cands, claimed, resp.text, context)  # a case-exact occurrence before a folded one
 
 
 def _word_char(ch: str) -> bool:

@@ -4,9 +4,11 @@ Layout: ``<root>/<stage>/<key>/`` holding ``data.parquet`` (plus any extra files
 ``manifest.json``, which is written last: a folder without a manifest is not an artifact. A folder is
 written under a temporary name and renamed into place, so a crash never leaves a readable partial artifact.
 The key hashes the stage name, its config and the content hashes of its inputs (never a run id), so a
-re-run with the same inputs finds its output already complete. What a later run reuses is checked first
-(:meth:`ArtifactRef.problem`, :func:`read_json`): a folder whose manifest or data is missing or broken is not
-complete, and is written again rather than reused.
+re-run with the same inputs finds its output already complete. An artifact's content hash leaves out the columns
+its schema declares volatile (timings such as ``latency_s``): a run that only took longer is the same input to the
+next stage (``ArtifactRef.content_sha256``; without volatile columns it is the data file's hash). What a later run
+reuses is checked first (:meth:`ArtifactRef.problem`, :func:`read_json`): a folder whose manifest or data is missing
+or broken is not complete, and is written again rather than reused.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class ArtifactRef(BaseModel):
     schema_name: str = Field(alias="schema")
     key: str
     run_id: str | None = None
+    content_sha256: str | None = None  # hash of the rows without volatile columns; None: the same as sha256
 
     @property
     def data_path(self) -> str:
@@ -56,7 +59,7 @@ class ArtifactRef(BaseModel):
         return self.model_dump(by_alias=True)
 
     def fingerprint(self) -> dict[str, str]:
-        return {"sha256": self.sha256}
+        return {"sha256": self.content_sha256 or self.sha256}
 
     def problem(self, within: Path | None = None) -> str | None:
         """Why this artifact cannot be reused (files missing or unreadable), or None when it can; with ``within``,
@@ -74,7 +77,8 @@ class ArtifactRef(BaseModel):
             return ref_from_manifest(p / MANIFEST)
         if p.is_file():
             digest = sha256_file(p)
-            return cls(path=str(p), sha256=digest, n_rows=-1, schema=schema, key=digest[:20])
+            content = _file_content_sha256(p, schema) if p.suffix == ".parquet" else None
+            return cls(path=str(p), sha256=digest, n_rows=-1, schema=schema, key=digest[:20], content_sha256=content)
         if p.is_dir():
             digest = _folder_digest(p)
             return cls(path=str(p), sha256=digest, n_rows=-1, schema=schema, key=digest[:20])
@@ -139,6 +143,30 @@ def parquet_problem(path: str | Path, within: Path | None = None) -> str | None:
     except (OSError, ValueError) as exc:
         return f"{path}: not a readable Parquet file ({exc})"
     return None
+
+
+def content_sha256(df: pd.DataFrame, schema: str | ArtifactSchema) -> str | None:
+    """sha256 of a frame's rows (already validated against ``schema``) without the schema's volatile columns, as
+    canonical JSON; None when the schema has none (the data file's own hash identifies the content then)."""
+    sch = SCHEMAS[schema] if isinstance(schema, str) else schema
+    if all(not c.volatile for c in sch.columns):
+        return None
+    kept = sch.content
+    rows = to_arrow(df[kept.names], kept).to_pylist()
+    text = json.dumps([kept.names, rows], ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _file_content_sha256(path: Path, schema: str) -> str | None:
+    """The content hash of a Parquet file of ``schema`` (None when it has no volatile columns or cannot be read:
+    the file hash stands)."""
+    sch = SCHEMAS.get(schema)
+    if sch is None or all(not c.volatile for c in sch.columns):
+        return None
+    try:
+        return content_sha256(read_artifact(path, sch), sch)
+    except (SchemaError, KeyError):
+        return None
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -209,6 +237,7 @@ class ArtifactStore:
                 "key": key,
                 "schema": sch.name,
                 "sha256": sha256_file(tmp / DATA_FILE),
+                "content_sha256": content_sha256(df, sch),
                 "n_rows": len(df),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "extra": dict(extra or {}),
@@ -240,7 +269,12 @@ def _set_aside_broken(final: Path) -> None:
 def ref_from_manifest(manifest: str | Path) -> ArtifactRef:
     m = read_json(manifest)
     return ArtifactRef(
-        path=str(Path(manifest).parent), sha256=m["sha256"], n_rows=m["n_rows"], schema=m["schema"], key=m["key"]
+        path=str(Path(manifest).parent),
+        sha256=m["sha256"],
+        n_rows=m["n_rows"],
+        schema=m["schema"],
+        key=m["key"],
+        content_sha256=m.get("content_sha256"),
     )
 
 

@@ -2,7 +2,8 @@
 
 Datasets are logged with ``mlflow.data.from_pandas(source=<parquet path>, digest=<content sha256>)``: the digest is the
 artifact's content hash, and an input names the run that produced it (``PRODUCER_TAG``), which is how ``t2g
-lineage`` walks from a consumer back to its producer.
+lineage`` walks from a consumer back to its producer; the consumer run's description links that producer run, which
+is how a person in the MLflow UI does.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from t2g_mlflow.tags import (
     ARTIFACT_KEY_TAG,
     DATA_CONTEXT_TAG,
+    NOTE_TAG,
     OUTPUT_CONTEXT,
     OUTPUT_TAG_PREFIX,
     PRODUCER_TAG,
@@ -62,14 +64,34 @@ def log_dataset(ref: ArtifactRef | Mapping[str, Any], name: str, context: str, r
     if ref.run_id and context != OUTPUT_CONTEXT:
         tags[PRODUCER_TAG] = ref.run_id  # lineage follows this exact run (see t2g_mlflow.lineage)
     with warnings.catch_warnings():  # "source can be interpreted in multiple ways" (both are the local file) and
-        warnings.simplefilter("ignore", UserWarning)  # schema-inference hints about integer columns
+        warnings.simplefilter("ignore", UserWarning)  # schema-inference hints about integer columns (inferred lazily,
         ds = mlflow.data.from_pandas(df, source=ref.data_path, name=name, digest=ref.sha256[:DIGEST_LEN])
+        entity = ds._to_mlflow_entity()  # when the entity is built)
     client = mlflow.MlflowClient()
-    client.log_inputs(
-        run_id, datasets=[DatasetInput(ds._to_mlflow_entity(), [InputTag(k, v) for k, v in tags.items()])]
-    )
+    client.log_inputs(run_id, datasets=[DatasetInput(entity, [InputTag(k, v) for k, v in tags.items()])])
     if context == OUTPUT_CONTEXT:
         client.set_tag(run_id, f"{OUTPUT_TAG_PREFIX}{name}", ref.sha256)
+    elif PRODUCER_TAG in tags:
+        note_producer(client, run_id, name, ref, tags[PRODUCER_TAG])
+
+
+def note_producer(client, run_id: str, name: str, ref: ArtifactRef, producer: str) -> None:
+    """A line in the consumer run's description (markdown on its page) linking the dataset to the run that produced
+    it, so the MLflow UI reaches the producer from the consumer in one click."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        made_by = client.get_run(producer)
+    except MlflowException:
+        return
+    link = f"#/experiments/{made_by.info.experiment_id}/runs/{producer}"
+    line = (
+        f"- input **{name}** ({ref.n_rows} rows, sha256 `{ref.sha256[:12]}`) produced by run "
+        f"[{made_by.info.run_name or producer[:8]}]({link})"
+    )
+    note = client.get_run(run_id).data.tags.get(NOTE_TAG, "")
+    if line not in note:
+        client.set_tag(run_id, NOTE_TAG, f"{note}\n{line}" if note else f"Inputs:\n\n{line}")
 
 
 def log_output(ref: ArtifactRef | Mapping[str, Any], name: str) -> None:

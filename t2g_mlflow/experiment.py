@@ -3,7 +3,8 @@
 - The tracking URI is ``workspace.mlflow_tracking_uri``, else ``$MLFLOW_TRACKING_URI`` (set by ``make up``), else
   ``sqlite:///<workspace>/mlflow.db``. A SQLite database is created and migrated once, under a file lock, before any
   concurrent use (two processes migrating the same new file race), and the experiment gets an explicit artifact
-  location under the workspace (``<workspace>/mlartifacts``).
+  location under the workspace (``<workspace>/mlartifacts``), and the kind "machine learning" (``MODEL_TRAINING``), so
+  its page in the MLflow UI opens on runs and models, not on the GenAI overview.
 """
 
 from __future__ import annotations
@@ -16,8 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from t2g_mlflow.tags import EXPERIMENT_KIND_TAG
+
 if TYPE_CHECKING:
     from t2g_core.config import WorkspaceConfig
+
+# the experiment kind whose page opens on the runs table and registered models (MLflow 3 opens an experiment without
+# one on its GenAI overview: traces and token cost)
+MODEL_TRAINING = "custom_model_development"
+UI_VIEW = "machine_learning"  # the UI's "Model training" view
 
 lock = threading.RLock()  # one thread of this process at a time creates the experiment or the parent run
 
@@ -70,13 +78,35 @@ def configure(workspace_cfg: WorkspaceConfig) -> str:
         exp = mlflow.get_experiment_by_name(workspace_cfg.mlflow_experiment)  # first call creates + migrates the DB
         if exp is None:
             location = None if uri.startswith("http") else (root / "mlartifacts").as_uri()
-            return mlflow.create_experiment(workspace_cfg.mlflow_experiment, artifact_location=location)
+            return mlflow.create_experiment(
+                workspace_cfg.mlflow_experiment, artifact_location=location, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING}
+            )
+        if EXPERIMENT_KIND_TAG not in exp.tags:
+            mlflow.MlflowClient().set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
         return exp.experiment_id
+
+
+def page_url(server: str, experiment_id: str, run_id: str | None = None) -> str:
+    """A page of the MLflow UI at ``server`` in its model-training view (runs, models), not the GenAI overview: the
+    UI picks the view from the link's ``workflowType`` (then the browser's last choice), not the experiment's kind."""
+    run = f"/runs/{run_id}" if run_id else "/runs"
+    return f"{server.rstrip('/')}/#/experiments/{experiment_id}{run}?workflowType={UI_VIEW}"
+
+
+def run_page(run_id: str | None, tracking_uri: str, server: str | None = None) -> str:
+    """The run's page on a tracking server (``server``, else the tracking URI when it is one) in the UI's
+    model-training view; the store's URI when there is no server."""
+    server = server or (tracking_uri if tracking_uri.startswith("http") else None)
+    if not run_id or server is None:
+        return tracking_uri
+    import mlflow
+
+    return page_url(server, mlflow.MlflowClient(tracking_uri).get_run(run_id).info.experiment_id, run_id)
 
 
 def run_url(run_id: str, experiment_id: str, workspace_cfg: WorkspaceConfig) -> str:
     """The run's page on a tracking server, or how to browse a local store."""
     uri = tracking_uri(workspace_cfg)
     if uri.startswith("http"):
-        return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+        return page_url(uri, experiment_id, run_id)
     return f"{uri} (experiment {experiment_id}, run {run_id}); browse with: mlflow ui --backend-store-uri {uri}"

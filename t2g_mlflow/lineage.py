@@ -37,7 +37,28 @@ def _model_version(client, name: str, version: str):
             return client.get_model_version(name, version)
         return client.get_model_version_by_alias(name, version)
     except MlflowException as exc:
-        raise LookupError(f"no model version {name} {version!r} in MLflow: {exc.message}") from exc
+        raise LookupError(f"no model version {name} {version!r} in MLflow: {what_exists(client, name)}") from exc
+
+
+def what_exists(client, name: str) -> str:
+    """What a user can ask for instead: the model's versions and aliases, or why there are none yet."""
+    from mlflow.exceptions import MlflowException
+
+    from t2g_mlflow.registry import CHAMPION
+
+    try:
+        model = client.get_registered_model(name)
+    except MlflowException:
+        return f"no model named {name} is registered yet (a pipeline run registers it after PPO)"
+    versions = sorted(int(v.version) for v in client.search_model_versions(f"name = '{name}'"))
+    aliases = ", ".join(f"{alias} -> {v}" for alias, v in sorted((model.aliases or {}).items())) or "none"
+    text = f"versions {', '.join(map(str, versions)) or 'none'}; aliases {aliases}"
+    if CHAMPION not in (model.aliases or {}):
+        text += (
+            f"; no version is {CHAMPION} yet: evaluation promotes a version only when it beats the policy before "
+            "PPO (and the current champion)"
+        )
+    return text
 
 
 def _source_run_id(client, mv) -> str | None:

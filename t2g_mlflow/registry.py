@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any
 from t2g_mlflow.experiment import configure
 from t2g_mlflow.links import prefect_tags
 from t2g_mlflow.runs import flatten_params
-from t2g_mlflow.tags import METRIC_TAG, MODEL_TAG_PREFIX, SOURCE_RUN_TAG, USES_TAG_PREFIX
+from t2g_mlflow.tags import (
+    DIRECTION_TAG,
+    HIGHER,
+    LOWER,
+    METRIC_TAG,
+    MODEL_TAG_PREFIX,
+    SOURCE_RUN_TAG,
+    USES_TAG_PREFIX,
+)
 
 if TYPE_CHECKING:
     from t2g_core.config import WorkspaceConfig
@@ -81,29 +89,54 @@ def log_model_input(registered_name: str, version: str | int) -> None:
     mlflow.set_tag(f"{USES_TAG_PREFIX}{registered_name}", str(version))
 
 
-def promote_if_better(name: str, version: str, metric: str, value: float | None) -> bool:
-    """Tag the version with its metric; move alias ``champion`` to it when it beats the champion's (or none exists).
+def metric_tag(metric: str) -> str:
+    """``t2g.metric.<metric>`` with the characters tag names refuse replaced (pass@1 -> pass_1)."""
+    return METRIC_TAG + re.sub(r"[^\w.\- /:]", "_", metric)
 
-    ``value`` is oriented so that higher is better; None records that the version may not be promoted (its
-    evaluation verdict was not "better"), and it is not.
+
+def promote_if_better(
+    name: str, version: str, metric: str, value: float | None, *, lower_is_better: bool = False, eligible: bool = True
+) -> bool:
+    """Tag the version with its metric as measured (``t2g.metric.<metric>``) and its direction
+    (``t2g.metric.direction``); move alias ``champion`` to it when it is ``eligible`` and beats the champion (or none
+    exists). ``eligible=False`` records a version that may not be promoted (its evaluation verdict was not "better").
     """
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
     client = MlflowClient()
-    tag = METRIC_TAG + re.sub(r"[^\w.\- /:]", "_", metric)  # pass@1 -> pass_1 (tag names allow no '@')
+    tag = metric_tag(metric)
     client.set_model_version_tag(name, version, tag, "none" if value is None else str(value))
-    if value is None:
+    client.set_model_version_tag(name, version, DIRECTION_TAG, LOWER if lower_is_better else HIGHER)
+    if value is None or not eligible:
         return False
     try:
         champion = client.get_model_version_by_alias(name, CHAMPION)
-        best = _as_float(champion.tags.get(tag))
+        best = _score(champion.tags, tag)
     except MlflowException:
         champion, best = None, -math.inf
-    if champion is None or value > best:
+    if champion is None or _score({tag: str(value), DIRECTION_TAG: LOWER if lower_is_better else HIGHER}, tag) > best:
         client.set_registered_model_alias(name, CHAMPION, version)
         return True
     return False
+
+
+def _score(tags: Mapping[str, str], tag: str) -> float:
+    """The version's metric oriented so that higher is better (a version tagged without a direction holds the
+    oriented score itself)."""
+    value = _as_float(tags.get(tag))
+    return -value if tags.get(DIRECTION_TAG) == LOWER and math.isfinite(value) else value
+
+
+def alias_version(name: str, alias: str) -> str | None:
+    """The version ``alias`` points at, or None (no such model or alias)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return str(MlflowClient().get_model_version_by_alias(name, alias).version)
+    except MlflowException:
+        return None
 
 
 def _as_float(text: str | None) -> float:
@@ -111,6 +144,16 @@ def _as_float(text: str | None) -> float:
         return float(text) if text not in (None, "none") else -math.inf
     except ValueError:
         return -math.inf
+
+
+def describe_version(name: str, version: str, text: str, tags: Mapping[str, str] | None = None) -> None:
+    """The version's description (shown on its page in the MLflow UI) and any extra readable tags."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    client.update_model_version(name, version, description=text)
+    for key, value in (tags or {}).items():
+        client.set_model_version_tag(name, version, key, value)
 
 
 def resolve_model_ref(ref: str, workspace: WorkspaceConfig) -> Path:

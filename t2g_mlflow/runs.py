@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from t2g_mlflow.datasets import log_dataset
-from t2g_mlflow.experiment import configure, file_lock, lock
+from t2g_mlflow.experiment import configure, file_lock, lock, run_url
 from t2g_mlflow.links import link_from_prefect, prefect_tags, root_flow_run
 from t2g_mlflow.tags import (
     ENDED_BY_TAG,
     FLOW_NAME_TAG,
     FLOW_RUN_TAG,
+    NOTE_TAG,
     PARENT_RUN_TAG,
     PIPELINE_CONTEXT,
     PIPELINE_ROLE,
@@ -241,3 +242,33 @@ def link_pipeline_outputs(outputs: Mapping[str, Any], workspace_cfg: WorkspaceCo
         if path is not None and path.is_dir():
             client.log_artifacts(parent, str(path), artifact_path=name)
     return parent
+
+
+def record_outcome(
+    workspace_cfg: WorkspaceConfig, metrics: Mapping[str, float], tags: Mapping[str, str], note: str
+) -> str | None:
+    """The outcome on the pipeline's parent run: headline metrics (comparable across pipeline runs in the runs
+    table), tags such as the verdict, and ``note`` as the run's description (markdown on its page)."""
+    import time
+
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, RunTag
+
+    parent = pipeline_run_id(workspace_cfg, create=False)
+    if parent is None:
+        return None
+    now = int(time.time() * 1000)
+    MlflowClient().log_batch(
+        parent,
+        metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+        tags=[RunTag(k, str(v)) for k, v in {**tags, NOTE_TAG: note}.items()],
+    )
+    return parent
+
+
+def run_link(run_id: str | None, workspace_cfg: WorkspaceConfig, text: str | None = None) -> str:
+    """A markdown link to an MLflow run on a tracking server, or the run id in code style for a local store."""
+    if not run_id:
+        return "–"
+    url = run_url(run_id, configure(workspace_cfg), workspace_cfg)
+    return f"[{text or run_id[:8]}]({url})" if url.startswith("http") else f"`{run_id}`"

@@ -19,6 +19,8 @@ OUTPUT_TAG_PREFIX = "t2g.output."  # t2g.output.<name> = sha256 of an artifact a
 # MLflow's own names
 PARENT_RUN_TAG = "mlflow.parentRunId"
 DATA_CONTEXT_TAG = "mlflow.data.context"
+NOTE_TAG = "mlflow.note.content"  # a run's description, shown as markdown on its page
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # which overview the experiment page opens on
 
 # datasets: contexts and the tags on one dataset input
 OUTPUT_CONTEXT = "output"  # dataset context of what a stage produced
@@ -32,7 +34,12 @@ ROWS_TAG = "n_rows"
 # the model registry
 MODEL_TAG_PREFIX = "t2g.model."  # t2g.model.<name> = version, on the run that logged it
 USES_TAG_PREFIX = "t2g.uses."  # t2g.uses.<name> = version, on a run that consumed a registered model
-METRIC_TAG = "t2g.metric."  # t2g.metric.<metric> = value, on a model version (promotion compares it)
+METRIC_TAG = "t2g.metric."  # t2g.metric.<metric> = value as measured, on a model version (promotion compares it)
+DIRECTION_TAG = "t2g.metric.direction"  # which way that metric is better: HIGHER or LOWER
+HIGHER, LOWER = "higher_is_better", "lower_is_better"
+VERDICT_TAG = "t2g.verdict"  # the evaluation's verdict against the policy before PPO (model version, parent run)
+PROMOTED_TAG = "t2g.promoted"  # on the parent run: "champion" or "not promoted"
+POLICY_VERSION_TAG = "t2g.policy_version"  # on the parent run: the registered version of the trained policy
 SOURCE_RUN_TAG = "source_run_id"  # on a model version: the run that logged it
 
 # Prefect ids on MLflow runs and logged models

@@ -11,7 +11,7 @@ from tasks.caching import stage_task_options
 from tasks.stage import stage
 
 
-@task(name="align", **stage_task_options(1800))
+@task(name="align", **stage_task_options())
 def align(
     feedback: ArtifactRef,
     annotations: ArtifactRef,

@@ -26,8 +26,8 @@ def _annotate(feedback: ArtifactRef, settings: AnnotateSettings, workspace: Work
         return ctx.produced(annotate.annotate(feedback, settings, ctx, api_key=api_key(settings)))
 
 
-annotate_critic = task(name="annotate", **stage_task_options(3600))(_annotate)
-annotate_llm = task(name="annotate-llm", **stage_task_options(6 * 3600, retries=3))(_annotate)
+annotate_critic = task(name="annotate", **stage_task_options())(_annotate)
+annotate_llm = task(name="annotate-llm", **stage_task_options(retries=3))(_annotate)
 
 
 def annotate_task(settings: AnnotateSettings):
@@ -35,7 +35,7 @@ def annotate_task(settings: AnnotateSettings):
     return annotate_llm if settings.annotate.annotator == "llm" else annotate_critic
 
 
-@task(name="unannotated", **stage_task_options(600))
+@task(name="unannotated", **stage_task_options())
 def unannotated(feedback: ArtifactRef, annotations: ArtifactRef | None, workspace: WorkspaceConfig) -> ArtifactRef:
     """The items of ``feedback`` that ``annotations`` does not cover (every item when there are none)."""
     from t2g_core.stages import annotate
@@ -44,7 +44,7 @@ def unannotated(feedback: ArtifactRef, annotations: ArtifactRef | None, workspac
         return ctx.produced(annotate.unannotated(feedback, annotations, ctx))
 
 
-@task(name="merge-annotations", **stage_task_options(600))
+@task(name="merge-annotations", **stage_task_options())
 def merge_annotations(previous: ArtifactRef | None, delta: ArtifactRef, workspace: WorkspaceConfig) -> ArtifactRef:
     """The previous annotations plus the new items' (a newer row for an id replaces the older one)."""
     from t2g_core.stages import annotate

@@ -104,8 +104,14 @@ def results_block(workspace_root: str | Path) -> str:
     return _blocks[name]
 
 
-def cached(task: Task, workspace_root: str | Path, *, refresh: bool = False) -> Task:
-    """``task`` with the content-addressed cache, JSON results in the workspace, and optionally a forced refresh."""
+def cached(
+    task: Task, workspace_root: str | Path, *, refresh: bool = False, limit_s: float | None = None, on_limit: str = ""
+) -> Task:
+    """``task`` with the content-addressed cache, JSON results in the workspace, optionally a forced refresh, and a
+    time limit ``limit_s`` (None: the task's own, which for stage tasks is none) whose failure logs ``on_limit``."""
+    options: dict[str, Any] = {}
+    if limit_s is not None:
+        options = {"timeout_seconds": limit_s, "on_failure": [_explain_timeout(on_limit)]}
     return task.with_options(
         cache_key_fn=stage_cache_key,
         cache_expiration=CACHE_EXPIRATION,
@@ -113,7 +119,25 @@ def cached(task: Task, workspace_root: str | Path, *, refresh: bool = False) -> 
         result_serializer="json",
         result_storage=results_block(workspace_root),
         refresh_cache=refresh,
+        **options,
     )
+
+
+def _explain_timeout(message: str):
+    """A task ``on_failure`` hook: when the run was stopped by its time limit, log which setting stopped it and add
+    that as a note to the exception (the flows and ``t2g run`` report it with the failure)."""
+
+    def hook(task, task_run, state) -> None:
+        if state.name != "TimedOut":
+            return
+        from prefect.logging import get_run_logger
+
+        get_run_logger().error(message)
+        exc = state.result(raise_on_failure=False)
+        if isinstance(exc, BaseException) and message not in getattr(exc, "__notes__", ()):
+            exc.add_note(message)
+
+    return hook
 
 
 def forced() -> bool:
@@ -133,9 +157,11 @@ def forced() -> bool:
 
 
 def stage_task_options(
-    timeout_s: float, *, retries: int = 0, retry_delays: list[float] | None = None
+    timeout_s: float | None = None, *, retries: int = 0, retry_delays: list[float] | None = None
 ) -> dict[str, Any]:
-    """Keyword arguments for ``@task`` of a stage: cache key, JSON results, timeout, retries only where asked.
+    """Keyword arguments for ``@task`` of a stage: cache key, JSON results, retries only where asked, and no time
+    limit unless ``timeout_s`` (the pipeline's limits are ``config.timeouts``, applied by :func:`cached`: how long a
+    stage takes depends on the machine and the data, so no fixed cap fits every run).
 
     Flows re-apply :func:`cached` so that results land in the run's workspace; this default keeps the same key
     when a task is called on its own.

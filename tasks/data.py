@@ -28,7 +28,7 @@ POINTER = "DATASETS.json"
 LEGACY = "LATEST.json"  # the per-dataset pointer of earlier workspaces
 
 
-@task(name="feedback", **stage_task_options(600))
+@task(name="feedback", **stage_task_options())
 def materialise_feedback(source: SourceRef, settings: FeedbackSettings, workspace: WorkspaceConfig) -> ArtifactRef:
     """Demo data, a dataset adapter or a user's file -> an immutable, validated ``feedback`` artifact."""
     from t2g_core.stages import feedback
@@ -37,7 +37,7 @@ def materialise_feedback(source: SourceRef, settings: FeedbackSettings, workspac
         return ctx.produced(feedback.materialise(source, settings, ctx))
 
 
-@task(name="build-models", **stage_task_options(3600))
+@task(name="build-models", **stage_task_options())
 def build_models(feedback: ArtifactRef, settings: ModelsSettings, workspace: WorkspaceConfig) -> ModelsRef:
     """The tiny base and warm-started policy for the feedback's task (built once), or the named models."""
     from t2g_core.stages import models
@@ -46,7 +46,7 @@ def build_models(feedback: ArtifactRef, settings: ModelsSettings, workspace: Wor
         return ctx.produced(models.build(feedback, settings, ctx))
 
 
-@task(name="append-feedback", **stage_task_options(600))
+@task(name="append-feedback", **stage_task_options())
 def append_feedback(new_file: ArtifactRef, current: ArtifactRef | None, workspace: WorkspaceConfig) -> ArtifactRef:
     """The next version of the feedback dataset: ``current`` plus the items of ``new_file`` it lacks."""
     from t2g_core.stages import feedback
@@ -103,12 +103,39 @@ def latest(workspace: WorkspaceConfig, dataset: str) -> ArtifactRef | None:
     return ArtifactRef.model_validate(entry) if entry else None
 
 
+def latest_version(workspace: WorkspaceConfig) -> ArtifactRef:
+    """The feedback dataset's latest version (``data.source: latest``); a clear error when there is none yet."""
+    found = latest(workspace, "feedback")
+    if found is None:
+        raise FileNotFoundError(
+            f"data.source=latest: the workspace {workspace.root} has no feedback dataset version yet (a pipeline run "
+            "makes version 1; the inbox re-annotation appends the next ones)"
+        )
+    return found
+
+
+def annotations_covering(workspace: WorkspaceConfig, feedback: ArtifactRef) -> ArtifactRef | None:
+    """The latest annotations when they cover exactly ``feedback`` (what re-annotation left), else None."""
+    pointers = _read_pointers(workspace)
+    if not pointers.get("annotations") or pointers.get("annotations_cover") != feedback.sha256:
+        return None
+    return ArtifactRef.model_validate(pointers["annotations"])
+
+
 def latest_feedback(workspace: WorkspaceConfig) -> ArtifactRef | None:
     return latest(workspace, "feedback")
 
 
 def latest_annotations(workspace: WorkspaceConfig) -> ArtifactRef | None:
     return latest(workspace, "annotations")
+
+
+def described(workspace: WorkspaceConfig, feedback: ArtifactRef) -> str:
+    """``feedback version 2 (144 rows)`` when ``feedback`` is the dataset's current version, else its content hash."""
+    pointers = _read_pointers(workspace)
+    if pointers.get("feedback") and pointers["feedback"]["sha256"] == feedback.sha256:
+        return f"feedback version {pointers['version']} ({feedback.n_rows} rows)"
+    return f"feedback {feedback.sha256[:12]} ({feedback.n_rows} rows)"
 
 
 def version_of(workspace: WorkspaceConfig, dataset: str = "feedback") -> int:

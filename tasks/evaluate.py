@@ -16,13 +16,15 @@ from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import EvaluateSettings
 from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef
 from t2g_env import api_key
-from t2g_mlflow.registry import promote_if_better
+from t2g_mlflow.registry import describe_version, promote_if_better
+from t2g_mlflow.tags import VERDICT_TAG
 from tasks.caching import stage_task_options
+from tasks.data import described
 from tasks.ppo import POLICY_MODEL
 from tasks.stage import stage
 
 
-@task(name="evaluate-policy", **stage_task_options(3600))
+@task(name="evaluate-policy", **stage_task_options())
 def evaluate_policy(
     feedback: ArtifactRef, models: ModelsRef, policy: PolicyRef, settings: EvaluateSettings, workspace: WorkspaceConfig
 ) -> EvaluationRef:
@@ -36,22 +38,43 @@ def evaluate_policy(
         judge = judge_for(settings.evaluate, api_key(settings))
         ref = ctx.produced(evaluate.pipeline(feedback, models, policy, settings, ctx, judge=judge))
         if policy.version:
-            promote_policy(ref, policy.version, ctx.log)
+            promote_policy(ref, policy.version, ctx.log, policy, described(workspace, feedback))
     publish(ref)
     return ref
 
 
-def promote_policy(ref: EvaluationRef, version: str, log) -> bool:
-    """``champion`` moves to this policy version when its evaluation says so (see the module docstring)."""
+def promote_policy(
+    ref: EvaluationRef, version: str, log, policy: PolicyRef | None = None, data: str | None = None
+) -> bool:
+    """``champion`` moves to this policy version when its evaluation says so (see the module docstring); the version
+    carries its metric as measured, the metric's direction, the verdict and a description in words."""
     import json
 
-    from t2g_core.stages.evaluate import PRIMARY_METRICS, promotion
+    from t2g_core.evaluation.outcome import outcome
 
-    summary = json.loads(Path(ref.summary).read_text(encoding="utf-8"))
-    decided = promotion(summary, "ppo")
-    metric = decided[0] if decided else next(iter(PRIMARY_METRICS.get(ref.task, ("score",))))
-    promoted = promote_if_better(POLICY_MODEL, version, metric, decided[1] if decided else None)
-    log(f"policy version {version}: " + ("promoted to champion" if promoted else f"not promoted ({metric})"))
+    result = outcome(json.loads(Path(ref.summary).read_text(encoding="utf-8")))
+    metric = result.metric or "score"
+    promoted = promote_if_better(
+        POLICY_MODEL,
+        version,
+        metric,
+        result.after,
+        lower_is_better=result.lower_is_better,
+        eligible=result.eligible,
+    )
+    said = "promoted to champion" if promoted else f"not promoted ({metric}: {result.verdict})"
+    parts = [f"Policy after {policy.steps} PPO steps" if policy else "PPO policy", f"evaluated on {ref.task}"]
+    if data:
+        parts.append(f"learnt from {data}")
+    if policy is not None and policy.reward_model_version:
+        parts.append(f"trained against reward model version {policy.reward_model_version}")
+    describe_version(
+        POLICY_MODEL,
+        version,
+        "; ".join(parts) + f". {result.headline()}. {said[0].upper()}{said[1:]}.",
+        {VERDICT_TAG: result.verdict},
+    )
+    log(f"policy version {version}: {said}; {result.headline()}")
     return promoted
 
 

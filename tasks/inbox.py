@@ -54,8 +54,6 @@ def scan_inbox(inbox: str, workspace: WorkspaceConfig) -> list[dict]:
     a file does not announce it twice. A file that is not a regular file, or is larger than the cap, is logged and
     not taken.
     """
-    from prefect import get_run_logger
-
     from t2g_core.inbox import Refused
 
     folder = _inbox(workspace)
@@ -70,12 +68,24 @@ def scan_inbox(inbox: str, workspace: WorkspaceConfig) -> list[dict]:
                     continue
                 landed = source.land(folder / LANDED_DIR, max_bytes)
             except Refused as exc:
-                get_run_logger().warning("%s", exc)
+                _warn(str(exc))
                 continue
             seen[landed.sha256] = name
             new.append({"sha256": landed.sha256, "path": str(landed.path), "source": name})
         _save_ledger(folder / SEEN_FILE, seen)
     return new
+
+
+def _warn(message: str) -> None:
+    """A refusal in the run log, or (a scan outside any run: the serve process's inbox watch) in its process log."""
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+    from prefect.logging import get_logger
+
+    try:
+        get_run_logger().warning("%s", message)
+    except MissingContextError:
+        get_logger("text2grad.inbox").warning("%s", message)
 
 
 class LocalSource:

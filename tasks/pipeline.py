@@ -8,6 +8,7 @@
   their MLflow runs become KILLED and their Prefect flow runs Crashed. It also removes the temporary files that
   killed writers left in the workspace, once they are older than ``workspace.stale_temp_hours``.
 - ``record_outputs`` (task): the parent run links every stage output the pipeline used, cached or not.
+- ``close_stale_runs`` (flow hook, on_failure / on_crashed): what the ended attempt left Running is closed at once.
 - ``close_pipeline_run`` (flow hook): the parent run ends FINISHED or FAILED.
 """
 
@@ -26,8 +27,13 @@ ACTIVE = ("RUNNING", "PENDING")
 
 
 def _pipeline_config(flow_run) -> PipelineConfig:
-    raw = (flow_run.parameters or {}).get("config") or {}
-    return raw if isinstance(raw, PipelineConfig) else PipelineConfig.model_validate(raw)
+    """The configuration the flow run works with: its ``config`` parameter with its ``preset`` applied."""
+    from t2g_core.config.presets import with_preset
+
+    params = flow_run.parameters or {}
+    raw = params.get("config") or {}
+    cfg = raw if isinstance(raw, PipelineConfig) else PipelineConfig.model_validate(raw)
+    return with_preset(cfg, params.get("preset"))
 
 
 def _flow_run_tree(client, root_id) -> list:
@@ -95,10 +101,18 @@ def previous_attempt(flow_run_id) -> str | None:
     return f"{last.name}: {last.message or 'no message'}"
 
 
+def _nested(flow_run) -> bool:
+    """A pipeline flow run started inside another (``reannotate`` continuing to ``text2grad``): the root's hooks keep
+    the one MLflow parent run and close what is left open, for the whole tree."""
+    return flow_run.parent_task_run_id is not None
+
+
 def open_pipeline_run(flow, flow_run, state) -> None:
     """Flow hook (on_running): close what a killed attempt left open, then open (or reuse) the MLflow parent run."""
     from prefect.logging.loggers import flow_run_logger
 
+    if _nested(flow_run):
+        return
     log = flow_run_logger(flow_run, flow)
     cfg = _pipeline_config(flow_run)
     if not serving.allowed(cfg):
@@ -147,8 +161,30 @@ def _collect_stale_temporaries(workspace: WorkspaceConfig, log) -> None:
             )
 
 
+def close_stale_runs(flow, flow_run, state) -> None:
+    """Flow hook (on_failure / on_crashed): task runs and subflow runs the ended attempt left Running become Crashed,
+    and its MLflow stage runs left RUNNING become KILLED, at once (on a crash the runner that watched the killed
+    process runs this). A Retry finds nothing left to close."""
+    from prefect.logging.loggers import flow_run_logger
+
+    if _nested(flow_run):
+        return
+    cfg = _pipeline_config(flow_run)
+    if not serving.allowed(cfg):
+        return  # refused before it ran (parameter validation): nothing was started for it
+    log = flow_run_logger(flow_run, flow)
+    reason = f"flow run {flow_run.id} ended {state.name}: {state.message or 'no message'}"
+    for closed in crash_stale_runs(flow_run.id, reason):
+        log.info("marked %s Crashed (its process is gone)", closed)
+    run_id = runs.pipeline_run_id(cfg.workspace, create=False, root_id=str(flow_run.id))
+    for killed in runs.close_stale_stage_runs(run_id, reason) if run_id else []:
+        log.info("MLflow stage run %s marked KILLED (left RUNNING by the ended attempt)", killed)
+
+
 def close_pipeline_run(flow, flow_run, state) -> None:
     """Flow hook (on_completion / on_failure / on_crashed): finish or fail the MLflow parent run."""
+    if _nested(flow_run):
+        return
     cfg = _pipeline_config(flow_run)
     if not serving.allowed(cfg):
         return  # refused before it ran (parameter validation): no run was opened for it
@@ -158,4 +194,6 @@ def close_pipeline_run(flow, flow_run, state) -> None:
 @task(name="record-outputs", timeout_seconds=600)
 def record_outputs(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str | None:
     """Link every stage output (cached or not) to the pipeline's MLflow parent run; returns the parent run id."""
-    return runs.link_pipeline_outputs(outputs, workspace)
+    from tasks.outcome import typed_outputs
+
+    return runs.link_pipeline_outputs(typed_outputs(outputs), workspace)

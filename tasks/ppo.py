@@ -21,7 +21,7 @@ from tasks.stage import stage
 POLICY_MODEL = "text2grad-policy"
 
 
-@task(name="ppo", **stage_task_options(24 * 3600))
+@task(name="ppo", **stage_task_options())
 def train_policy(
     feedback: ArtifactRef,
     models: ModelsRef,

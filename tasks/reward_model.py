@@ -15,12 +15,13 @@ from prefect import task
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import RewardModelSettings
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, RewardModelRef, ValidationRef
-from t2g_mlflow.registry import log_adapter_model, promote_if_better
+from t2g_mlflow.registry import describe_version, log_adapter_model, promote_if_better
 from tasks.caching import stage_task_options
+from tasks.data import described
 from tasks.stage import stage
 
 
-@task(name="reward-model", **stage_task_options(24 * 3600))
+@task(name="reward-model", **stage_task_options())
 def train_reward_model(
     feedback: ArtifactRef,
     annotations: ArtifactRef,
@@ -51,7 +52,13 @@ def train_reward_model(
         version = log_adapter_model(
             ref.model_dir, cfg.registered_name, params, ref.metrics, alias="candidate", model_type=kind
         )
-        champion = promote_if_better(
-            cfg.registered_name, version, cfg.promote_metric, ref.metrics.get(cfg.promote_metric, -math.inf)
+        value = ref.metrics.get(cfg.promote_metric, -math.inf)
+        champion = promote_if_better(cfg.registered_name, version, cfg.promote_metric, value)
+        describe_version(
+            cfg.registered_name,
+            version,
+            f"Reward model ({ref.kind}) trained on {described(workspace, feedback)}; held-out {cfg.promote_metric} "
+            f"{value:.3f} (higher is better); "
+            + ("champion." if champion else "not champion (an earlier version scores higher)."),
         )
         return ctx.produced(ref.model_copy(update={"version": version, "champion": champion}))

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 
-@task(name="review-sample", **stage_task_options(600))
+@task(name="review-sample", **stage_task_options())
 def draw_review_sample(
     annotations: ArtifactRef,
     spans: ArtifactRef,
@@ -59,7 +59,7 @@ def draw_review_sample(
         return ctx.produced(validate.draw_sample(annotations, spans, feedback, settings, ctx))
 
 
-@task(name="auto-review", **stage_task_options(600))
+@task(name="auto-review", **stage_task_options())
 def auto_review(
     sample: ReviewSampleRef, annotations: ArtifactRef, spans: ArtifactRef, feedback: ArtifactRef
 ) -> dict | None:
@@ -69,7 +69,7 @@ def auto_review(
     return validate.auto_review(sample, annotations, spans, feedback)
 
 
-@task(name="import-verdicts", **stage_task_options(60))
+@task(name="import-verdicts", **stage_task_options())
 def import_verdicts(sample: ReviewSampleRef, verdicts_path: str) -> dict:
     """Offline review: the verdict file downloaded from the review page (or the filled JSONL sheet), checked."""
     from t2g_core.review import load_sample, load_verdicts
@@ -79,7 +79,7 @@ def import_verdicts(sample: ReviewSampleRef, verdicts_path: str) -> dict:
     return verdicts.model_dump(mode="json")
 
 
-@task(name="validate", **stage_task_options(600))
+@task(name="validate", **stage_task_options())
 def validation_report(
     annotations: ArtifactRef,
     spans: ArtifactRef,

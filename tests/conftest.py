@@ -1,4 +1,4 @@
-"""Test-wide settings: offline, no telemetry, deterministic small thread counts."""
+"""Test-wide settings (offline, no telemetry, small thread counts), the rules of the quick tier, shared fixtures."""
 
 from __future__ import annotations
 
@@ -14,10 +14,61 @@ for key, value in {
 }.items():
     os.environ.setdefault(key, value)
 
+# Under pytest-xdist (`make test`) each worker gets its share of the cores: torch and BLAS would otherwise start one
+# thread per core in every worker and fight over them. Set before any test module imports torch.
+if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // workers)))
 
-# --------------------------------------------------------------------------------------------- shared fixtures
+
 import pytest  # noqa: E402
 
+# --------------------------------------------------------------------------------------------- the quick tier
+# `make test-quick` runs `-m "not slow and not e2e"`. A test that starts a server or a browser is slow by what it does,
+# whatever the clock says on a given machine: using one of these fixtures without the marker fails the test.
+SERVING_FIXTURES = {
+    "prefect_harness": "the Prefect test harness (an API server)",
+    "servers": "real prefect and mlflow servers",
+    "page": "a headless Chromium",
+}
+# An unmarked test slower than this is listed (not failed: a loaded machine stretches every test) at the end of the run.
+QUICK_TEST_LIMIT_S = 10.0
+_over_limit: list[tuple[float, str]] = []
+
+
+def _tiered(item_or_report) -> bool:
+    keywords = item_or_report.keywords
+    return "slow" in keywords or "e2e" in keywords
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before any fixture starts: a test that uses a serving fixture is marked slow or e2e, or it fails."""
+    serving = [f"{name} ({what})" for name, what in SERVING_FIXTURES.items() if name in item.fixturenames]
+    if serving and not _tiered(item):
+        pytest.fail(f"mark this test slow (or e2e): it uses {', '.join(serving)}", pytrace=False)
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # xdist hands tests out in collection order (every worker collects the same order): the long ones first, so
+        # the many short ones fill the gaps at the end instead of one long test running alone on one worker.
+        items.sort(key=lambda item: not _tiered(item))
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.duration > QUICK_TEST_LIMIT_S and not _tiered(report):
+        _over_limit.append((report.duration, report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _over_limit:
+        terminalreporter.section(f"unmarked tests over {QUICK_TEST_LIMIT_S:g} s: make them faster or mark them slow")
+        for duration, nodeid in sorted(_over_limit, reverse=True):
+            terminalreporter.write_line(f"{duration:6.1f} s  {nodeid}")
+
+
+# --------------------------------------------------------------------------------------------- shared fixtures
 _FIXTURE_CORPUS = [
     "I am Cai. I live in Quito. I have 3 pets. All of them are dogs. Their fur is gray. I work as a coach.",
     "This is Cai, who lives in Quito with 3 gray dogs, works as a coach, rests on Sunday and loves beans.",
@@ -53,6 +104,17 @@ def tiny_model_dir(tmp_path_factory):
     with torch.random.fork_rng():
         build_tiny_model(root / "model", root / "tokenizer", cfg)
     return root / "model"
+
+
+@pytest.fixture(scope="session")
+def mlflow_template_db(tmp_path_factory):
+    """A migrated, empty MLflow SQLite database: copy it instead of creating one per test (creating one runs MLflow's
+    migrations, seconds; copying it, milliseconds)."""
+    import mlflow
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    mlflow.MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
 
 
 @pytest.fixture(autouse=True)
@@ -115,3 +177,38 @@ def hf_home(tmp_path, monkeypatch, llama3_style_dir):
     monkeypatch.setattr(hub, "HF_HUB_CACHE", str(home / "hub"))
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
     return home
+
+
+def _pad_is_eos_model(root, unused_special: str | None):
+    """A tiny Llama from the project's factory whose tokenizer pads with its EOS (SmolLM2's layout), with or without
+    one unused special token (``unused_special``, added as the unknown token)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from t2g_core.config.models import TinyModelConfig
+    from t2g_core.demo import demo_corpus, make_demo_feedback
+    from t2g_core.models.tiny import build_tiny_model, train_tokenizer
+
+    corpus = _FIXTURE_CORPUS + demo_corpus(make_demo_feedback("summarization", 32, seed=0))
+    train_tokenizer(corpus, 512, root / "tokenizer", pad=False)
+    tok = AutoTokenizer.from_pretrained(root / "tokenizer")
+    if unused_special:
+        tok.add_special_tokens({"unk_token": unused_special})
+    tok.pad_token = tok.eos_token
+    tok.save_pretrained(root / "tokenizer")
+    cfg = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, seed=0)
+    with torch.random.fork_rng():
+        build_tiny_model(root / "model", root / "tokenizer", cfg)
+    return root / "model"
+
+
+@pytest.fixture(scope="session")
+def smollm2_style_dir(tmp_path_factory):
+    """pad = EOS (end of turn) and an unused ``<|endoftext|>`` special token, as SmolLM2-Instruct ships."""
+    return _pad_is_eos_model(tmp_path_factory.mktemp("smollm2_style"), "<|endoftext|>")
+
+
+@pytest.fixture(scope="session")
+def pad_is_eos_dir(tmp_path_factory):
+    """pad = EOS and no special token left to pad with: the pad-token policy has to add one."""
+    return _pad_is_eos_model(tmp_path_factory.mktemp("pad_is_eos"), None)

@@ -1,7 +1,8 @@
 """Annotation stage: one ``annotations`` row per feedback item from an LLM or a programmatic critic.
 
 ``annotate_frame(feedback_df, cfg, api_key=..., cache_dir=...)`` never drops an item: each row ends with a status
-(``ok``, ``parse_error``, ``api_error``, ``timeout``, ``sandbox_error``, ``refused``), the raw answer and the error.
+(``ok``, ``parse_error``, ``api_error``, ``timeout``, ``sandbox_error``, ``refused``, ``missing_input``), the raw
+answer and the error.
 """
 
 from __future__ import annotations
@@ -106,20 +107,25 @@ def make_annotator(
     if cfg.annotator == "code":
         from t2g_core.critics.code import CodeCritic
         from t2g_core.critics.isolation import IsolationUnavailable, resolve
+        from t2g_core.critics.sandbox import sandbox_workers
 
         try:  # refuse before the first item rather than fail every one
             backend = resolve(cfg.sandbox_isolation).backend
         except IsolationUnavailable as exc:
             raise ValueError(str(exc)) from None
-        annotator = CriticAnnotator("code", CodeCritic.from_config(cfg), workers=cfg.concurrency)
+        annotator = CriticAnnotator("code", CodeCritic.from_config(cfg), workers=sandbox_workers(cfg.concurrency))
         annotator.isolation = backend
         return annotator
+    if cfg.annotator == "ground":
+        from t2g_core.annotators.ground import GroundingCritic
+
+        return CriticAnnotator("ground", GroundingCritic(), workers=1)
     from t2g_core.critics.reference import ReferenceCritic
 
     return CriticAnnotator("reference", ReferenceCritic(), workers=1)
 
 
-def _check_tasks(rows: list[dict[str, Any]], annotator: str) -> None:
+def check_tasks(rows: list[dict[str, Any]], annotator: str) -> None:
     tasks = CRITIC_TASKS.get(annotator)
     for i, row in enumerate(rows):
         if tasks and row["task"] not in tasks:
@@ -141,7 +147,7 @@ def annotate(
 ) -> AnnotationRun:
     """Annotate every item; with ``cfg.only_failed`` keep ``previous`` ok rows and redo (uncached) the rest."""
     rows = feedback_rows(feedback_df)
-    _check_tasks(rows, cfg.annotator)
+    check_tasks(rows, cfg.annotator)
     kept: dict[str, dict[str, Any]] = {}
     if cfg.only_failed:
         if previous is None:
@@ -181,9 +187,11 @@ def summarize(frame: pd.DataFrame, cfg: AnnotateConfig, run: RunStats | None = N
     """Counts per status, tokens and cost (of all rows, and of this run's live requests)."""
     counts = Counter(frame["status"])
     pt, ct = int(frame["prompt_tokens"].sum()), int(frame["completion_tokens"].sum())
+    failed = frame[frame["status"] != "ok"].drop_duplicates("status")
     return {
         "n_items": len(frame),
         "status_counts": {s: int(counts.get(s, 0)) for s in STATUSES},
+        "first_errors": {r.status: f"{r.id}: {str(r.error or '')[:200]}" for r in failed.itertuples()},
         "prompt_tokens": pt,
         "completion_tokens": ct,
         "cost": item_cost(pt, ct, cfg),

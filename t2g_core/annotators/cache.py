@@ -27,7 +27,8 @@ DB_NAME = "answers.sqlite3"
 
 def cache_key(model: str, prompt_version: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> str:
     payload = {"model": model, "prompt_version": prompt_version, "messages": messages, "sampling": sampling}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    text = json.dumps(payload, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()  # valid text: plain UTF-8 bytes
 
 
 class AnswerCache:
@@ -62,10 +63,21 @@ class AnswerCache:
     def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:
             row = self._db.execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+        if not row:
+            return None
+        try:
+            return json.loads(row[0])
+        except ValueError:  # a corrupt entry is a miss: the item is asked again
+            return None
 
     def put(self, key: str, answer: dict[str, Any]) -> None:
+        """Store ``answer`` exactly; text that is not valid Unicode (a lone surrogate, which SQLite cannot hold as
+        UTF-8) is stored as JSON ``\\u`` escapes, and read back the same."""
         text = json.dumps(answer, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = json.dumps(answer)
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?)", (key, text))
 

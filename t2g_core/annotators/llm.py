@@ -10,7 +10,9 @@ transport by
 - Structured output: ``response_format={"type": "json_schema", ...}`` unless the endpoint rejects it (HTTP 400
   naming ``response_format``), after which the run falls back to plain text parsed by ``spans.parse_span_json``.
 - Every answer that comes back is written to the :class:`AnswerCache` at once; failures are never cached.
-- Every item ends with a status: ok, parse_error (unparseable or truncated answer), api_error, timeout, refused.
+- Every item ends with a status: ok, parse_error (unparseable, truncated or not valid Unicode; or an item that
+  cannot be asked, such as a grounding item without a human critique), api_error, timeout, refused. Whatever one
+  item raises becomes its status: nothing one item or its answer does stops the run.
 The API key is only handed to the client; it is never logged, stored or put into an error message.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import re
 import threading
 import time
@@ -29,9 +32,9 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from t2g_core.annotators.cache import AnswerCache, cache_key
-from t2g_core.annotators.prompts import SPAN_JSON_SCHEMA, render_messages
+from t2g_core.annotators.prompts import SPAN_JSON_SCHEMA, NotAskable, render_messages
 from t2g_core.config.annotate import AnnotateConfig
-from t2g_core.spans import ParsedFeedback, parse_span_json
+from t2g_core.spans import ParsedFeedback, parse_span_json, valid_text
 
 _SECRET = re.compile(r"(sk-[A-Za-z0-9_\-]{8,}|Bearer\s+\S+|(?i:api[_-]?key)[\"']?\s*[:=]\s*[\"']?[^\s\"',}]{6,})")
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")  # noqa: S104 - compared with, never bound
@@ -150,10 +153,10 @@ class LLMAnnotator:
                 return await self._post(
                     client, {**body, "response_format": {"type": "json_schema", "json_schema": SPAN_JSON_SCHEMA}}
                 )
-            except openai.BadRequestError as exc:
-                if self.cfg.structured_output == "json_schema" or "response_format" not in str(exc).lower() + str(
-                    getattr(exc, "param", "")
-                ):
+            except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:  # 422: FastAPI's validation
+                if self.cfg.structured_output == "json_schema" or "response_format" not in status_error_text(
+                    exc
+                ).lower() + str(getattr(exc, "param", "")):
                     raise
                 self._structured = False  # the endpoint does not do structured output: plain text from now on
         return await self._post(client, body)
@@ -166,7 +169,7 @@ class LLMAnnotator:
         except openai.APIConnectionError as exc:  # timeouts are a kind of connection error in the SDK
             return self._failure(_connection_failure(exc, self.cfg))
         except openai.APIStatusError as exc:
-            return self._failure({"status": "api_error", "error": f"HTTP {exc.status_code}: {_short(exc.message)}"})
+            return self._failure({"status": "api_error", "error": f"HTTP {exc.status_code}: {status_error_text(exc)}"})
         except Exception as exc:  # noqa: BLE001 - a cut body, a broken proxy: this item's failure, never the run's
             return self._failure({"status": "api_error", "error": f"{type(exc).__name__}: {_short(str(exc))}"})
         return self._completion(completion, start)
@@ -206,6 +209,18 @@ class LLMAnnotator:
             self.cache.put(key, answer)
         return self._row(row, answer, cached=False)
 
+    def _item_failure(self, row: dict[str, Any], status: str, error: str) -> dict[str, Any]:
+        return feedback_row(
+            row["id"], self.name, ParsedFeedback(None, status=status, error=redact(error, self._api_key))
+        )
+
+    def _guarded_row(self, row: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+        """The row of a cached answer; one whose row cannot be built is this item's parse_error."""
+        try:
+            return self._row(row, answer, cached=True)
+        except Exception as exc:  # noqa: BLE001 - a stored answer of an unexpected shape: this item's failure
+            return self._item_failure(row, "parse_error", f"cached answer unusable: {type(exc).__name__}: {exc}")
+
     def _row(self, row: dict[str, Any], answer: dict[str, Any], cached: bool) -> dict[str, Any]:
         parsed = answer_to_feedback(answer, self.cfg.max_tokens)
         parsed = replace(parsed, error=redact(parsed.error, self._api_key), raw=redact(parsed.raw, self._api_key))
@@ -221,18 +236,23 @@ class LLMAnnotator:
         from tqdm.auto import tqdm
 
         refresh = set(refresh_ids)
-        rows = [dict(row, _messages=self.render(row)) for row in rows]
         bar = tqdm(total=len(rows), desc=f"annotate ({self.name})", unit="item", disable=not progress)
         out: list[dict[str, Any] | None] = [None] * len(rows)
         live: list[tuple[int, dict[str, Any], str]] = []
-        for i, row in enumerate(rows):  # answered items first: no request, no slot
+        for i, row in enumerate(rows):  # unaskable and answered items first: no request, no slot
+            try:
+                row = dict(row, _messages=self.render(row))
+            except NotAskable as exc:
+                out[i] = self._item_failure(row, "parse_error", f"not sent: {exc}")
+                bar.update(1)
+                continue
             key = cache_key(self.cfg.model, self.cfg.prompt_version, row["_messages"], self.sampling)
             cached = None if (row["id"] in refresh or self.cache is None) else self.cache.get(key)
             if cached is None:
                 live.append((i, row, key))
             else:
                 self.stats.cache_hits += 1
-                out[i] = self._row(row, cached, cached=True)
+                out[i] = self._guarded_row(row, cached)
                 bar.update(1)
         client = openai.AsyncOpenAI(
             base_url=self.cfg.base_url,
@@ -245,7 +265,10 @@ class LLMAnnotator:
 
         async def worker() -> None:  # a slot that takes the next item as soon as its request is answered
             for i, row, key in queue:
-                out[i] = await self._answer(client, row, key)
+                try:
+                    out[i] = await self._answer(client, row, key)
+                except Exception as exc:  # noqa: BLE001 - caching or building its row failed: this item's status
+                    out[i] = self._item_failure(row, "api_error", f"{type(exc).__name__}: {_short(str(exc))}")
                 bar.update(1)
 
         gc.freeze()  # a full collection over everything already in memory stalls every request in flight (~0.1 s)
@@ -263,8 +286,9 @@ class LLMAnnotator:
     ) -> list[dict[str, Any]]:
         """Synchronous entry point; works whether or not an event loop is already running in this thread.
 
-        Every prompt is rendered before the first request, so a missing prompt file or a grounding item without a
-        human critique fails at once (ValueError naming the item) instead of after part of the spend.
+        Every prompt is rendered before the first request, so a missing prompt file fails at once instead of after
+        part of the spend; an item that cannot be asked (a grounding item without a human critique) is its own
+        ``parse_error``, sent nowhere.
         """
         coro = self.annotate_async(rows, refresh_ids, progress)
         try:
@@ -276,6 +300,29 @@ class LLMAnnotator:
         thread.start()
         thread.join()
         return result[0]
+
+
+def status_error_text(exc: openai.APIStatusError) -> str:
+    """The server's own words for an HTTP error, shortened. The SDK's message is only "Error code: 400" unless the
+    body is OpenAI-shaped (``{"error": {"message"}}``); FastAPI servers (``transformers serve``, many proxies) send
+    ``{"detail": "..."}`` or, for a rejected field, ``{"detail": [{"loc", "msg"}]}``, and others plain text."""
+    body = exc.body
+    if isinstance(body, dict):
+        found = next((body[k] for k in ("message", "detail", "error", "msg") if body.get(k)), None)
+        body = found if found is not None else body
+    if isinstance(body, list):  # FastAPI validation errors
+        body = "; ".join(_validation_text(e) for e in body)
+    if isinstance(body, dict):
+        body = body.get("message") or json.dumps(body, ensure_ascii=False)
+    text = body if isinstance(body, str) and body.strip() else getattr(exc.response, "text", "") or exc.message
+    return _short(text)
+
+
+def _validation_text(error: Any) -> str:
+    if not isinstance(error, dict):
+        return str(error)
+    where = ".".join(str(part) for part in error.get("loc") or ())
+    return f"{where}: {error.get('msg', '')}" if where else str(error.get("msg", error))
 
 
 def _connection_failure(exc: Exception, cfg: AnnotateConfig) -> dict[str, Any]:
@@ -290,7 +337,11 @@ def _connection_failure(exc: Exception, cfg: AnnotateConfig) -> dict[str, Any]:
             }
         cause, seen = cause.__cause__ or cause.__context__, seen + 1
     if isinstance(exc, openai.APITimeoutError):
-        return {"status": "timeout", "error": f"no answer within {cfg.timeout_s:g} s ({cfg.max_retries} retries)"}
+        return {
+            "status": "timeout",
+            "error": f"no answer within {cfg.timeout_s:g} s ({cfg.max_retries} retries); a server that answers one "
+            "request at a time queues the others: lower annotate.concurrency or raise annotate.timeout_s",
+        }
     return {"status": "api_error", "error": f"connection failed ({cfg.base_url}): {_short(str(exc))}"}
 
 
@@ -321,7 +372,8 @@ def feedback_row(
     completion_tokens: int = 0,
     latency_s: float = 0.0,
 ) -> dict[str, Any]:
-    """One row of the annotations schema."""
+    """One row of the annotations schema (text that is not valid Unicode replaced: see ``spans.valid_text``)."""
+    parsed = valid_text(parsed)
     return {
         "id": item_id,
         "annotator": annotator,

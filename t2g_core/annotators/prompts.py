@@ -50,10 +50,14 @@ def prompt_name(task: str, mode: str) -> str:
     return "grounding" if mode == "grounding" else task
 
 
+class NotAskable(ValueError):
+    """This item cannot be put to the annotator (a grounding item without a human critique): its own failure."""
+
+
 def render_messages(row: dict[str, Any], mode: str, version: str) -> list[dict[str, str]]:
-    """Chat messages for one feedback row. Grounding needs the row's human ``critique``."""
+    """Chat messages for one feedback row. Grounding needs the row's human ``critique`` (NotAskable otherwise)."""
     if mode == "grounding" and not (row.get("critique") or "").strip():
-        raise ValueError(
+        raise NotAskable(
             f"item {row.get('id')!r}: grounding mode needs a human critique, the 'critique' column is empty"
         )
     system, user = load_prompt(prompt_name(row["task"], mode), version)

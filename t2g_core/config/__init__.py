@@ -6,33 +6,40 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from t2g_core.config.align import AlignConfig
 from t2g_core.config.annotate import AnnotateConfig
 from t2g_core.config.base import StageConfig, recipe_path
+from t2g_core.config.checks import ChecksConfig, conflicts
 from t2g_core.config.data import DataConfig, HoldoutConfig, Task
 from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.config.models import ModelsConfig, TinyModelConfig
 from t2g_core.config.placement import PlacementConfig
 from t2g_core.config.ppo import PPOConfig
+from t2g_core.config.presets import PRESETS, Preset, merged
 from t2g_core.config.reward_model import RewardModelConfig
+from t2g_core.config.timeouts import TimeoutsConfig
 from t2g_core.config.validate import ValidateConfig
 from t2g_core.config.workspace import WorkspaceConfig
 
 __all__ = [
     "AlignConfig",
     "AnnotateConfig",
+    "ChecksConfig",
+    "ConfigFileError",
     "DataConfig",
     "EvaluateConfig",
     "ModelsConfig",
     "PPOConfig",
     "PipelineConfig",
     "PlacementConfig",
+    "Preset",
     "RewardModelConfig",
     "HoldoutConfig",
     "StageConfig",
     "Task",
+    "TimeoutsConfig",
     "TinyModelConfig",
     "ValidateConfig",
     "WorkspaceConfig",
@@ -43,26 +50,71 @@ __all__ = [
 ]
 
 
-class PipelineConfig(StageConfig):
-    """The whole pipeline; each field is one stage's config."""
+def _section(title: str, position: int) -> dict[str, Any]:
+    """A section's title and place in the Prefect run form (sections in the order the stages run)."""
+    return {"title": title, "json_schema_extra": {"position": position}}
 
-    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig, description="Workspace and tracking.")
-    data: DataConfig = Field(default_factory=DataConfig, description="Feedback to learn from.")
+
+class PipelineConfig(StageConfig):
+    """The whole pipeline; each field is one stage's config (in the run form: in the order the stages run)."""
+
+    workspace: WorkspaceConfig = Field(
+        default_factory=WorkspaceConfig, description="Workspace and tracking.", **_section("Workspace and tracking", 10)
+    )
+    data: DataConfig = Field(
+        default_factory=DataConfig, description="Feedback to learn from.", **_section("1 · Data (feedback)", 0)
+    )
     holdout: HoldoutConfig = Field(
-        default_factory=HoldoutConfig, description="Prompts held out from PPO for evaluation."
+        default_factory=HoldoutConfig,
+        description="Prompts held out from PPO for evaluation.",
+        **_section("2 · Held-out prompts", 1),
     )
-    models: ModelsConfig = Field(default_factory=ModelsConfig, description="Base models.")
-    annotate: AnnotateConfig = Field(default_factory=AnnotateConfig, description="Annotation stage.")
-    align: AlignConfig = Field(default_factory=AlignConfig, description="Span alignment stage.")
+    models: ModelsConfig = Field(
+        default_factory=ModelsConfig, description="Base models.", **_section("3 · Models (base and policy)", 2)
+    )
+    annotate: AnnotateConfig = Field(
+        default_factory=AnnotateConfig, description="Annotation stage.", **_section("4 · Annotate", 3)
+    )
+    align: AlignConfig = Field(
+        default_factory=AlignConfig, description="Span alignment stage.", **_section("5 · Align spans", 4)
+    )
     validate_: ValidateConfig = Field(
-        default_factory=ValidateConfig, alias="validate", description="Validation gates and review."
+        default_factory=ValidateConfig,
+        alias="validate",
+        description="Validation gates and review.",
+        **_section("6 · Validate", 5),
     )
-    reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig, description="Generative reward model.")
-    ppo: PPOConfig = Field(default_factory=PPOConfig, description="Span-reward PPO.")
-    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Policy evaluation.")
-    placement: PlacementConfig = Field(default_factory=PlacementConfig, description="Work pool of each stage group.")
+    reward_model: RewardModelConfig = Field(
+        default_factory=RewardModelConfig, description="Generative reward model.", **_section("7 · Reward model", 6)
+    )
+    ppo: PPOConfig = Field(default_factory=PPOConfig, description="Span-reward PPO.", **_section("8 · PPO", 7))
+    evaluate: EvaluateConfig = Field(
+        default_factory=EvaluateConfig, description="Policy evaluation.", **_section("9 · Evaluate", 8)
+    )
+    placement: PlacementConfig = Field(
+        default_factory=PlacementConfig,
+        description="Work pool of each stage group.",
+        **_section("Placement (work pools)", 9),
+    )
+    checks: ChecksConfig = Field(
+        default_factory=ChecksConfig,
+        description="Combinations of settings accepted although they are risky.",
+        **_section("Checks (accepted risks)", 11),
+    )
+    timeouts: TimeoutsConfig = Field(
+        default_factory=TimeoutsConfig,
+        description="Time limit of each stage (minutes; none unless set).",
+        **_section("Time limits", 12),
+    )
 
     model_config = StageConfig.model_config | {"populate_by_name": True}
+
+    @model_validator(mode="after")
+    def _settings_work_together(self) -> PipelineConfig:
+        problems = conflicts(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -131,10 +183,15 @@ def resolve_recipe_paths(data: dict[str, Any], folder: Path, model: type[StageCo
     return out
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
-    """Load a PipelineConfig from YAML (or defaults) and apply CLI overrides; errors name the bad field. Relative
-    input paths in the file are relative to the file's folder; those in overrides to the current folder."""
-    data: dict[str, Any] = {}
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, preset: Preset | None = None
+) -> PipelineConfig:
+    """Load a PipelineConfig: the ``preset`` (``t2g_core.config.presets``), then the YAML file, then the CLI
+    overrides; errors name the bad field. Relative input paths in the file are relative to the file's folder; those
+    in overrides to the current folder."""
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"no preset {preset!r}; presets: {', '.join(PRESETS)}")
+    data: dict[str, Any] = dict(PRESETS[preset]) if preset else {}
     if path is not None:
-        data = resolve_recipe_paths(_read_yaml(Path(path)), Path(path).resolve().parent)
+        data = merged(data, resolve_recipe_paths(_read_yaml(Path(path)), Path(path).resolve().parent))
     return PipelineConfig.model_validate(apply_overrides(data, overrides or []))

@@ -38,7 +38,14 @@ class AlignConfig(StageConfig):
         description="PPO rollouts: per_span = the tokens of a good span share its label (each gets label / n), so a "
         "good span pays the same however long it grows; per_token = each of its tokens gets the whole label (the "
         "paper's). A reward model that calls a run of repeated words one good span can be farmed by length under "
-        "per_token. Poor spans always label every token.",
+        "per_token.",
+    )
+    poor_span_reward: Literal["per_span", "per_token"] = Field(
+        "per_token",
+        description="PPO rollouts: per_span = the tokens of a poor span share its label, so a wrong value costs what "
+        "a right one earns and what leaving it out costs (omission_penalty 1), however many tokens it takes; "
+        "per_token = each of its tokens gets the whole label (the paper's), so a wrong multi-token value costs more "
+        "than a right one earns (docs/ppo.md has the measurement behind the default).",
     )
     positive_value: float = Field(1.0, description="Token label for good spans.")
     negative_value: float = Field(-1.0, description="Token label for poor spans.")

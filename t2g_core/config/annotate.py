@@ -10,10 +10,11 @@ from t2g_core.config.base import StageConfig
 
 
 class AnnotateConfig(StageConfig):
-    annotator: Literal["llm", "code", "reference"] = Field(
+    annotator: Literal["llm", "code", "reference", "ground"] = Field(
         "reference",
         description="llm = an OpenAI-compatible endpoint; code = run tests in a sandbox; reference = compare with "
-        "the reference.",
+        "the reference; ground = tie each row's human critique to the words of the response it quotes or names "
+        "(offline, no model; annotate.mode=grounding with llm is the stronger option).",
     )
     base_url: str | None = Field(
         None, description="OpenAI-compatible endpoint (llm annotator), e.g. http://127.0.0.1:8000/v1."
@@ -34,7 +35,9 @@ class AnnotateConfig(StageConfig):
     temperature: float = Field(0.2, ge=0, description="Sampling temperature of the annotator.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of the annotator.")
     max_tokens: int = Field(1200, ge=16, description="Maximum completion tokens per request.")
-    concurrency: int = Field(8, ge=1, description="Requests in flight at once.")
+    concurrency: int = Field(
+        8, ge=1, description="Requests in flight at once (code critic: sandboxes, at most one per available core)."
+    )
     http_backend: Literal["aiohttp", "httpx"] = Field(
         "aiohttp",
         description="Transport under the openai client: aiohttp (the SDK's option for high concurrency, about a "
@@ -47,7 +50,12 @@ class AnnotateConfig(StageConfig):
     )
     price_per_1k_prompt: float = Field(0.0, ge=0, description="Cost accounting: price per 1,000 prompt tokens.")
     price_per_1k_completion: float = Field(0.0, ge=0, description="Cost accounting: price per 1,000 completion tokens.")
-    sandbox_timeout_s: float = Field(5.0, gt=0, description="Code critic: wall-clock limit per test case.")
+    sandbox_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="Code critic: limit per call of the candidate, in its own time (CPU time, or time spent waiting "
+        "for anything but a CPU), so a loaded machine does not make correct code time out.",
+    )
     sandbox_memory_mb: int = Field(512, ge=64, description="Code critic: address-space limit of the sandboxed process.")
     sandbox_max_procs: int = Field(16, ge=1, description="Code critic: process limit of the sandbox user (fork bombs).")
     mutation_localisation: bool = Field(

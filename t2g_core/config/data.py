@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from t2g_core.config.base import StageConfig, recipe_path
 
 Task = Literal["summarization", "code", "qa"]
+LATEST = "latest"  # data.source: the workspace's latest feedback dataset version
 MAPPABLE = ("id", "prompt", "response", "critique", "reference", "tests", "entry_point")  # feedback columns
 REQUIRED_MAPPED = ("prompt", "response")
 
@@ -27,11 +28,13 @@ class DataConfig(StageConfig):
     source: str = Field(
         "demo",
         description=(
-            "'demo' to generate the built-in demo data; a path to feedback (Parquet, JSONL, CSV or a datasets folder); "
-            "with `dataset` set, a path to that dataset's own files, or 'hub' to read it from the Hugging Face Hub. "
-            "A relative path in a recipe file is relative to the recipe's folder."
+            "'demo' to generate the built-in demo data; 'latest' for the workspace's latest feedback dataset version "
+            "(what the inbox re-annotation appended to; its annotations are reused when they cover it); a path to "
+            "feedback (Parquet, JSONL, CSV or a datasets folder); with `dataset` set, a path to that dataset's own "
+            "files, or 'hub' to read it from the Hugging Face Hub. A relative path in a recipe file is relative to the "
+            "recipe's folder."
         ),
-        json_schema_extra=recipe_path("demo", "hub"),
+        json_schema_extra=recipe_path("demo", "hub", LATEST),
     )
     dataset: str | None = Field(
         None,

@@ -58,6 +58,13 @@ class TinyModelConfig(StageConfig):
         "makes errors PPO can fix.",
     )
     seed: int = Field(0, description="Seed for initialisation and warm start.")
+    checkpoint_every: int = Field(
+        50,
+        ge=1,
+        description="Checkpoint each training phase of the build every N steps: a build stopped by a time limit or "
+        "a kill resumes from its last checkpoint, with the same result as an uninterrupted one (not part of the "
+        "models' identity).",
+    )
 
 
 class ModelsConfig(StageConfig):

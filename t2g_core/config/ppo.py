@@ -7,10 +7,41 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from t2g_core.config.base import StageConfig, recipe_path
+from t2g_core.config.sampling import Sampling
 
 HYBRID_MODES = ("span", "dense")  # reward modes where a terminal scalar adds information (terminal_coef)
 WORD_LABEL_MODES = ("dense",)  # reward modes whose labels are the critic's word-level scores
 CRITIC_FREE = ("rloo", "grpo")  # advantage estimators with a group baseline instead of a value model
+
+
+class RewardModelGate(StageConfig):
+    """How good the trained reward model must be on held-out items before PPO learns from it."""
+
+    min_poor_f1: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="With ground truth (demo data): the least character F1 of its poor spans against the true flaws "
+        "(truth_poor_char_f1; the demo's tagger reaches 0.98).",
+    )
+    min_flaw_recall: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="With ground truth: the least share of each kind of flaw it marks poor (truth_recall_invented / "
+        "_swapped / _redundant; the demo's tagger catches 0.86 of the invented values). A reward model that catches "
+        "none of a kind rewards it: PPO would learn to make that error.",
+    )
+    min_agreement_f1: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="Without ground truth: the least span F1 of its spans against the annotator's on held-out items "
+        "(span_f1: same label, overlap IoU >= 0.5).",
+    )
+    allow_weak: bool = Field(
+        False, description="Train PPO on a reward model below these floors anyway (the shortfall is logged)."
+    )
 
 
 class PPOConfig(StageConfig):
@@ -22,9 +53,23 @@ class PPOConfig(StageConfig):
     )
     advantage: Literal["gae", "span_local", "span_bootstrap", "rloo", "grpo"] = Field(
         "gae",
-        description="Credit assignment (t2g_core.rl.advantages): gae; span_local = GAE cut at each span's end; "
-        "span_bootstrap = GAE bootstrapping the critic's value at span ends; rloo / grpo = critic-free group "
-        "baselines over group_size samples per prompt, span rewards kept per token.",
+        description="Credit assignment (t2g_core.rl.advantages): gae; span_local = each token gets the rewards up to "
+        "the token after its span (a later span's reward never reaches it); span_bootstrap = GAE whose trace stops "
+        "there, bootstrapping the critic's value; both add the terminal reward (a verdict, failure penalties) to "
+        "every token with a leave-one-out baseline; rloo / grpo = critic-free group baselines over group_size "
+        "samples per prompt, span rewards kept per token.",
+    )
+    grpo_scale: Literal["none", "position_std"] = Field(
+        "none",
+        description="What grpo divides its per-position group-centred reward-to-go by: none = nothing (Dr. GRPO; the "
+        "batch whitening sets the scale, and grpo equals rloo up to (k-1)/k); position_std = the group's standard "
+        "deviation at that token position, floored at grpo_std_floor.",
+    )
+    grpo_std_floor: float = Field(
+        1.0,
+        gt=0,
+        description="grpo_scale=position_std: the least scale, in reward units (1 = one label at span_coef 1), so "
+        "positions where the group's returns (nearly) tie are not blown up.",
     )
     group_size: int = Field(
         1, ge=1, description="Samples per prompt in a batch (k); rloo and grpo need k >= 2 and batch_size % k == 0."
@@ -60,10 +105,11 @@ class PPOConfig(StageConfig):
         "all-linear",
         description="Modules that get LoRA adapters in the policy: a list of names or peft's 'all-linear'.",
     )
-    value_model: Literal["head", "separate"] = Field(
+    value_model: Literal["head", "separate", "lora"] = Field(
         "separate",
         description="head = zero-init value head on the policy's hidden states; separate = a copy of the base with "
-        "its own head.",
+        "its own head, fully trained; lora = a second LoRA adapter (lora_r, lora_alpha, lora_target_modules) on the "
+        "policy's frozen base with its own head: no second copy of the base weights.",
     )
     kl_coef: float = Field(0.05, ge=0, description="Initial KL coefficient beta.")
     kl_estimator: Literal["k1", "k3"] = Field("k1", description="Per-token KL estimator.")
@@ -95,6 +141,11 @@ class PPOConfig(StageConfig):
     def degenerate_reward(self) -> float:
         """Below every real attempt: a failing attempt with every label poor and its implementation missing."""
         return -(abs(self.span_coef) * (1 + self.omission_penalty) + self.outcome_coef) - self.degenerate_margin
+
+    @property
+    def sampling(self) -> Sampling:
+        """The rollouts' sampling distribution (temperature, top_k, top_p), as every log-prob pass applies it."""
+        return Sampling(self.temperature, self.top_k, self.top_p)
 
     parse_failure_reward: float = Field(
         0.0, description="Reward of a sample whose critique failed (the reward source's fault, not the sample's)."
@@ -128,14 +179,29 @@ class PPOConfig(StageConfig):
         description="First PPO steps that train only the critic (the policy stays frozen; their rollouts count as "
         "steps), so a value-based estimator starts from a competent critic.",
     )
-    max_approx_kl: float = Field(
+    max_approx_kl: float | None = Field(
         0.03,
         gt=0,
-        description="Early stop: once the approximate KL(old || new) over a minibatch exceeds this, the update that "
-        "pushed it there is reverted and the batch's remaining updates are skipped (1.0 = practically never).",
+        description="Early stop: once the approximate KL(old || new) of the policy after an actor update exceeds "
+        "this, that update is undone (the step's first is scaled back onto the bound instead) and the batch's "
+        "remaining updates are skipped. None = off: no snapshot before each update and no KL check.",
     )
     temperature: float = Field(
         1.0, gt=0, description="Sampling temperature of rollouts (also applied when recomputing log-probs)."
+    )
+    top_k: int = Field(
+        0,
+        ge=0,
+        description="Rollouts sample from the top_k most likely tokens only (0 = all), after the temperature; the "
+        "policy's log-probs (old and new) and the reference's are computed under the same truncated, renormalised "
+        "distribution, each over its own set (docs/ppo.md, sampling).",
+    )
+    top_p: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Rollouts sample from the smallest most-likely set of tokens whose probability reaches top_p (1 = "
+        "all), after temperature and top_k; log-probs as for top_k.",
     )
     max_new_tokens: int = Field(48, ge=1, description="Maximum response tokens.")
     generation_backend: Literal["exact", "hf", "vllm"] = Field(
@@ -174,6 +240,10 @@ class PPOConfig(StageConfig):
         "linear",
         description="After warm-up: constant, or linear decay to 0 with training progress (PPO step and planned "
         "update within it), so updates skipped by the early stop never leave the rate higher.",
+    )
+    reward_model_gate: RewardModelGate = Field(
+        default_factory=RewardModelGate,
+        description="Quality floors the reward model must meet on held-out items before PPO starts on it.",
     )
     reward_model_path: str | None = Field(
         None,

@@ -3,8 +3,9 @@
 A stage's settings model holds exactly the ``PipelineConfig`` sections its function reads, so a setting outside them
 cannot reach the stage, and every setting inside them is part of the stage's cache key. ``STAGE_SECTIONS`` is the
 table (stage -> sections), derived from the models; ``t2g config stages`` prints it and ``docs/operations.md`` shows
-it. ``workspace`` (where outputs go) and ``placement`` (which work pool runs a stage) are read by the orchestration,
-never by a stage: changing them re-runs nothing.
+it. ``workspace`` (where outputs go), ``placement`` (which work pool runs a stage) and ``timeouts`` (how long a stage
+may run) are read by the orchestration, never by a stage, and ``checks`` (risks accepted) only when the configuration
+is validated: changing them re-runs nothing.
 
 The settings also answer what the adapters around a stage must know and should not re-decide: which environment
 variable holds the API key the stage sends to an outside service (``api_key_env``; the adapters read it, the library
@@ -135,7 +136,7 @@ SETTINGS: dict[str, type[StageSettings]] = {
     "evaluate": EvaluateSettings,
 }
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {stage: cls.sections() for stage, cls in SETTINGS.items()}
-NOT_STAGE_INPUTS = ("workspace", "placement")  # read by the orchestration only
+NOT_STAGE_INPUTS = ("workspace", "placement", "timeouts", "checks")  # read by the orchestration (checks: before a run)
 
 
 def settings_for(stage: str, cfg: PipelineConfig) -> Any:

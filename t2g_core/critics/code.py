@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from t2g_core.critics.sandbox import CaseResult, SandboxLimits, SandboxRun, run_cases
+from t2g_core.critics.sandbox import CaseResult, SandboxLimits, SandboxRun, run_cases, sandbox_workers
 from t2g_core.critics.testcases import TestCase, split_check
 from t2g_core.spans import ParsedFeedback
 
@@ -136,7 +136,7 @@ class CodeCritic:
 
     def critique(self, row: dict[str, Any]) -> ParsedFeedback:
         if not (row.get("tests") or "").strip():
-            return ParsedFeedback(None, status="sandbox_error", error=f"item {row.get('id')!r} has no tests")
+            return ParsedFeedback(None, status="missing_input", error=f"item {row.get('id')!r} has no tests")
         try:
             program, cases, run = self.run(row)
         except SyntaxError as exc:
@@ -147,8 +147,10 @@ class CodeCritic:
             return ParsedFeedback(None, status="sandbox_error", error="the tests hold no assertion on candidate")
         raw = _raw_report(run)
         judged = [r for r in run.results if r.outcome != "judge_error"]  # the tests' own failures blame no one
-        if run.error or not judged:
-            return ParsedFeedback(None, status="sandbox_error", error=run.error or _first_message(run), raw=raw)
+        unjudged = next((r.message for r in judged if r.outcome == "sandbox_error"), None)  # too loaded to judge
+        if run.error or not judged or unjudged:
+            error = run.error or unjudged or _first_message(run)
+            return ParsedFeedback(None, status="sandbox_error", error=error, raw=raw)
         response = row.get("response") or ""
         code = _code_text(response, program)
         outcome = 2 * sum(r.outcome == "pass" for r in judged) / len(judged) - 1
@@ -173,10 +175,11 @@ class CodeCritic:
         )
 
     def critique_batch(self, rows: list[dict[str, Any]], workers: int = 2) -> list[ParsedFeedback]:
-        """The reward-source protocol: one ParsedFeedback per row, in order (sandboxes run ``workers`` at a time)."""
+        """The reward-source protocol: one ParsedFeedback per row, in order (sandboxes run ``workers`` at a time, at
+        most one per core)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+        with ThreadPoolExecutor(max_workers=sandbox_workers(workers)) as pool:
             return list(pool.map(self.critique, rows))
 
     def fault_lines(

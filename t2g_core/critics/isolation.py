@@ -6,12 +6,17 @@
   dies with its parent.
 - ``unshare`` (util-linux; as a normal user, user namespaces): the same namespaces; the filesystem keeps only the
   system folders and the interpreter's, every other top-level folder (homes, ``/tmp``, ``/var``, ``/opt``, the
-  project and its workspace) is an empty tmpfs; the kernel kills the namespace with its parent; as root the
-  interpreter also drops to a throwaway uid.
+  project and its workspace) and ``/dev/shm`` is an empty read-only tmpfs; the kernel kills the namespace with its
+  parent; as root the interpreter also drops to a throwaway uid.
 - ``none``: the same user and machine, only the in-process audit hook and rlimits. Used only when asked for by name.
 
 ``auto`` picks the first backend that works here (``bwrap``, then ``unshare``) and refuses to run untrusted code when
 none does. The sandbox's work directory is private to it (a tmpfs), never a folder of the host.
+
+Scratch space is memory: a tmpfs is not counted by RLIMIT_AS, so every writable tmpfs a sandbox sees is sized
+(``scratch_mb``: ``/tmp`` and the work folder), and every other one is read-only (bubblewrap's new root and
+``/dev``; the empty folders and ``/dev/shm`` that ``unshare`` mounts). A program filling its scratch folder gets
+``ENOSPC``, not the host's memory.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 
 BACKENDS = ("bwrap", "unshare", "none")
 SANDBOX_DIR = "/sandbox"  # where the work directory is mounted inside bwrap
+SCRATCH_MB = 64  # size of each writable tmpfs a sandbox sees (its /tmp and its work folder)
 
 
 class IsolationUnavailable(RuntimeError):
@@ -39,19 +45,23 @@ class Isolation:
     interpreter: str = field(default_factory=lambda: base_interpreter())
     hidden: tuple[str, ...] = ()  # unshare: folders replaced by empty tmpfs mounts
 
-    def wrap(self, argv: list[str]) -> tuple[list[str], str]:
+    def wrap(self, argv: list[str], scratch_mb: int = SCRATCH_MB) -> tuple[list[str], str]:
         """The command running ``argv`` (an interpreter command line) isolated, and the work directory it sees
-        (private to the sandbox, except with ``none``, where the caller creates it: see :meth:`needs_host_dir`)."""
-        return getattr(self, f"_{self.backend}")(argv)
+        (private to the sandbox, except with ``none``, where the caller creates it: see :meth:`needs_host_dir`);
+        ``scratch_mb``: the size of each writable tmpfs in it."""
+        return getattr(self, f"_{self.backend}")(argv, scratch_mb)
 
     @property
     def needs_host_dir(self) -> bool:
         return self.backend == "none"
 
-    def _bwrap(self, argv: list[str]) -> tuple[list[str], str]:
+    def _bwrap(self, argv: list[str], scratch_mb: int) -> tuple[list[str], str]:
         binds: list[str] = []
         for path in [*_system_dirs(), _prefix(self.interpreter)]:
             binds += ["--ro-bind", path, path]
+        size = str(scratch_mb << 20)
+        # the new root and /dev are unsized tmpfs mounts: read-only once the mount points exist (device nodes such
+        # as /dev/null stay usable); then the two sized scratch mounts go on top
         cmd = [
             "bwrap",
             "--unshare-all",
@@ -64,8 +74,20 @@ class Isolation:
             "/proc",
             "--dev",
             "/dev",
+            "--remount-ro",
+            "/dev",
+            "--dir",
+            "/tmp",
+            "--dir",
+            SANDBOX_DIR,
+            "--remount-ro",
+            "/",
+            "--size",
+            size,
             "--tmpfs",
             "/tmp",
+            "--size",
+            size,
             "--tmpfs",
             SANDBOX_DIR,
             "--chdir",
@@ -85,15 +107,15 @@ class Isolation:
         ]
         return cmd, SANDBOX_DIR
 
-    def _unshare(self, argv: list[str]) -> tuple[list[str], str]:
+    def _unshare(self, argv: list[str], scratch_mb: int) -> tuple[list[str], str]:
         user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
         keep = _prefix(self.interpreter)
         hide = [h for h in self.hidden if not (keep + "/").startswith(h.rstrip("/") + "/")]
-        mounts = [f"mount -t tmpfs -o size=64m t2g {_quote(h)}" for h in hide if Path(h).is_dir()]
+        hide += [d for d in ("/dev/shm",) if Path(d).is_dir()]  # the host's shared memory: writable by every user
+        mounts = [f"mount -t tmpfs -o ro,size=4k,mode=755 t2g {_quote(h)}" for h in hide if Path(h).is_dir()]
         work = "/tmp/sandbox"  # inside the fresh /tmp: private to the sandbox
-        script = " && ".join(
-            [*mounts, "mount -t tmpfs -o size=64m t2g /tmp", f"mkdir -m 777 {work}", f"cd {work}", 'exec "$@"']
-        )
+        scratch = f"mount -t tmpfs -o size={scratch_mb}m t2g /tmp"
+        script = " && ".join([*mounts, scratch, f"mkdir -m 777 {work}", f"cd {work}", 'exec "$@"'])
         cmd = [
             "unshare",
             *user,
@@ -113,7 +135,7 @@ class Isolation:
         ]
         return cmd, work
 
-    def _none(self, argv: list[str]) -> tuple[list[str], str]:
+    def _none(self, argv: list[str], scratch_mb: int) -> tuple[list[str], str]:
         return argv, ""
 
 

@@ -1,8 +1,14 @@
 """Reference critic for summarization and QA: compare the response with the reference answer (no model, fast).
 
 Key facts are ``meta.facts`` values (demo summarization), ``meta.answer`` (demo QA), else the numbers and
-capitalised entities of the reference (for QA, those not already in the question). The response and the reference
-are aligned word by word (``difflib.SequenceMatcher``); then
+capitalised entities of the reference (for QA, those not already in the question).
+
+A free-text summary of an item with ``meta.facts`` (one that neither opens like the demo's template nor keeps every
+value in a template clause) is read fact by fact (:func:`t2g_core.demo.facts.read_facts`): each of the post's values
+it states is a good span, a foreign value of a fact's type a poor span ("says 'Lima' where the post says 'Quito'
+(city)"), a repeated clause a poor span, a number or name found nowhere in the source an invented poor span, and a
+fact it never mentions is missing (``missing_at`` = the end of the response). Any other response is aligned with the
+reference word by word (``difflib.SequenceMatcher``); then
 
 - a key fact inside a matching block is reported correctly: a **good span** on its words in the response;
 - a response clause that replaces reference words holding a key fact **contradicts** it: a **poor span**, and the
@@ -42,7 +48,7 @@ MAX_NOTES = 12  # critique sentences about errors per item
 STOPWORDS = frozenset(
     "a an the and or but also this that these those is are was were be been it its i me my we our you your he she "
     "him her his they them their who which what of in on at to for with by from as so very too just then there here "
-    "not no yes do does did has have had will would can could".split()
+    "not no yes do does did has have had will would can could i'm i've i'll i'd".split()
 )
 
 
@@ -75,12 +81,21 @@ def _entities(toks: list[Tok]) -> list[Tok]:
     return out
 
 
-def key_facts(row: dict[str, Any], ref_toks: list[Tok]) -> dict[str, tuple[str, str]]:
-    """lower-cased key word -> (slot, full value); every content word of a multi-word value maps to it."""
-    meta = row.get("meta") or {}
+def _meta(row: dict[str, Any]) -> dict[str, Any]:
+    meta = row.get("meta")
     if isinstance(meta, str):
         meta = json.loads(meta) if meta.strip() else {}
-    facts = dict(meta.get("facts")) if isinstance(meta.get("facts"), dict) else {}
+    return meta if isinstance(meta, dict) else {}  # None, or NaN from an all-null Parquet column: no meta
+
+
+def _facts(meta: dict[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in meta["facts"].items()} if isinstance(meta.get("facts"), dict) else {}
+
+
+def key_facts(row: dict[str, Any], ref_toks: list[Tok]) -> dict[str, tuple[str, str]]:
+    """lower-cased key word -> (slot, full value); every content word of a multi-word value maps to it."""
+    meta = _meta(row)
+    facts = _facts(meta)
     if meta.get("answer"):
         facts["answer"] = meta["answer"]
     keys: dict[str, tuple[str, str]] = {}
@@ -133,15 +148,20 @@ class ReferenceCritic:
     """``critique(row) -> ParsedFeedback`` for summarization / QA rows with a ``reference``."""
 
     def critique(self, row: dict[str, Any]) -> ParsedFeedback:
-        response, reference = row.get("response") or "", row.get("reference") or ""
+        response, reference = row.get("response") or "", row.get("reference")
+        reference = reference if isinstance(reference, str) else ""  # None, or NaN from a Parquet null
         if not reference.strip():
             return ParsedFeedback(
-                None, status="sandbox_error", error=f"item {row.get('id')!r} has no reference to compare with"
+                None, status="missing_input", error=f"item {row.get('id')!r} has no reference to compare with"
             )
         ref, resp = tokenize(reference), tokenize(response)
         keys = key_facts(row, ref)
         source = {t.low for t in tokenize((row.get("prompt") or "") + " " + reference)}
-        found = self._compare(ref, resp, keys, source, response)
+        reading = free_text_reading(row, response)
+        if reading is None:
+            found = self._compare(ref, resp, keys, source, response)
+        else:
+            found = _read_facts_findings(reading, resp, source, response)
         bounds = ([t.start for t in resp], [t.end for t in resp])
         poor_ranges = [r for r in (_unique_range(response, bounds, s, e) for s, e in found.poor[:MAX_SPANS]) if r]
         good_ranges = [r for r in (_unique_range(response, bounds, s, e) for s, e in found.good[:MAX_SPANS]) if r]
@@ -241,6 +261,58 @@ class ReferenceCritic:
         if not found.notes and not found.omitted:
             parts.append("It is accurate and complete with respect to " + src + ".")
         return " ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------- free text
+def free_text_reading(row: dict[str, Any], response: str):
+    """The fact reading (:func:`t2g_core.demo.facts.read_facts`) of a free-text response to an item with
+    ``meta.facts``; None for a template-like response (it opens like the template, or every value it states sits in
+    a template clause), which is compared with the reference clause by clause, and for items without facts."""
+    facts = _facts(_meta(row))
+    if not facts:
+        return None
+    try:
+        from t2g_core.demo.facts import read_facts
+        from t2g_core.demo.summarization import OPENING
+    except ImportError:  # the demo's vocabularies are not installed: clause-by-clause comparison only
+        return None
+    reading = read_facts(response, facts)
+    template_like = response.lstrip().startswith(OPENING) or (reading.template_only and reading.mentions)
+    return None if template_like else reading
+
+
+def _read_facts_findings(reading, resp: list[Tok], source: set[str], text: str) -> Findings:
+    """Findings from a fact reading: the post's values are good spans, foreign values and repeated clauses poor
+    (with a note naming the post's value), facts never mentioned are missing (at the end of the response, where
+    they were never said), and numbers or capitalised names found nowhere in the source are invented."""
+    found, notes = Findings(), []  # notes: (char offset, sentence), sorted into reading order
+    covered: list[tuple[int, int]] = []
+    for slot, value in reading.facts.items():
+        said = reading.stated(slot)
+        if not said:
+            found.omitted.append(_describe((slot, value)))
+            found.omitted_at.append(len(text))
+        for m in said:
+            covered.append((m.start, m.end))
+            if reading.correct(m):
+                found.good.append((m.start, m.end))
+                found.correct.append(_describe((slot, value)))
+            else:
+                found.poor.append((m.start, m.end))
+                notes.append((m.start, f"It says '{text[m.start : m.end]}' where {{src}} says '{value}' ({slot})."))
+    for _, start, end in reading.repeats:
+        covered.append((start, end))
+        found.poor.append((start, end))
+        notes.append((start, f"It repeats itself: '{text[start:end]}'."))
+    for t in dict.fromkeys(_entities(resp)):
+        if t.low not in source and not any(a <= t.start < b for a, b in covered):
+            found.poor.append((t.start, t.end))
+            notes.append((t.start, f"It mentions '{t.text}', which {{src}} does not."))
+    found.poor.sort()
+    found.notes = [n for _, n in sorted(notes, key=lambda x: x[0])]
+    starts = [t.start for t in resp]
+    found.supported = [(bisect.bisect_left(starts, a), bisect.bisect_left(starts, b)) for a, b in sorted(found.good)]
+    return found
 
 
 def _word_scores(resp: list[Tok], found: Findings) -> tuple[tuple[str, float], ...]:

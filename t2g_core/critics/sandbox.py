@@ -8,35 +8,30 @@ Two sandboxed processes, each wrapped by an isolation backend (:mod:`t2g_core.cr
   calls this process relays to the candidate, so the comparisons, the entry point's resolution and each case's
   verdict happen in a process untrusted code never runs in, and only the judge's channel carries verdicts.
 
-This parent relays calls with a deadline per call (the candidate's own timer reports the line that was running;
-a loop that swallows it is killed here), restarts a candidate that died or hung for the next case, and blames every
-failure the candidate causes on the candidate: an exception, a timeout, a crash, ``os._exit``, a missing entry point,
-a value that is not plain data or too large. Outcomes: ``pass``, ``fail`` (an assertion did not hold), ``error``,
-``timeout``, ``killed``, ``syntax_error`` (all of them the candidate's), and ``judge_error`` (the tests could not run:
-not the candidate's fault). Limits (rlimits) apply to both processes; both die with this one.
+This parent relays calls with a limit per call on the candidate's own time, not the wall clock (the candidate's CPU
+timer reports the line that was running; a loop that swallows it, or a program that sleeps, is killed here: see
+:mod:`t2g_core.critics.sandbox_process`), restarts a candidate that died or hung for the next case, and blames
+every failure the candidate causes on the candidate: an exception, a timeout, a crash, ``os._exit``, a missing entry
+point, a value that is not plain data or too large. Outcomes: ``pass``, ``fail`` (an assertion did not hold),
+``error``, ``timeout``, ``killed``, ``syntax_error`` (all of them the candidate's), ``judge_error`` (the tests could
+not run) and ``sandbox_error`` (the machine was too loaded to judge: the wall-clock safety net); the last two are
+not the candidate's fault. Limits (rlimits, sized scratch mounts) apply to both processes; both die with this one.
+Sandboxes running at once are capped by the cores this process may use (:func:`sandbox_workers`).
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import itertools
-import json
+import logging
 import os
-import resource
-import selectors
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from t2g_core.critics.isolation import Isolation, IsolationUnavailable, resolve
+from t2g_core.critics.sandbox_process import SandboxLimits, SandboxProcess
 
-HERE = Path(__file__).parent
+__all__ = ["CaseResult", "SandboxLimits", "SandboxRun", "run_cases", "run_variants", "sandbox_workers"]
+
 PRELOAD = (
     "math",
     "cmath",
@@ -80,28 +75,15 @@ PRELOAD = (
     "base64",
 )
 CANDIDATE_FAULTS = ("fail", "error", "timeout", "killed", "syntax_error")
-MAX_LINE = 4 << 20  # a reply line longer than this is the candidate flooding the channel
 _UIDS = itertools.count()
 UID_BASE, UID_SPAN = 61000, 2000
-PR_SET_PDEATHSIG = 1
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    timeout_s: float = 5.0  # per call of the candidate (wall clock)
-    memory_mb: int = 512  # address space
-    max_procs: int = 16
-    max_file_mb: int = 16
-    startup_s: float = 5.0  # allowance for interpreter start-up on a loaded machine
-    max_value_kb: int = 1024  # a returned value larger than this (as plain data) is a failure
-    isolation: str = "auto"  # auto | bwrap | unshare | none (see t2g_core.critics.isolation)
-    audit_guard: bool = True  # the in-process layer; tests turn it off to show the OS layers hold on their own
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class CaseResult:
     index: int
-    outcome: str  # pass | fail | error | timeout | killed | syntax_error | judge_error
+    outcome: str  # pass | fail | error | timeout | killed | syntax_error | judge_error | sandbox_error
     message: str | None
     line: int | None  # program line that raised (or was running at timeout), if in the program
     covered: tuple[int, ...] = ()
@@ -114,128 +96,6 @@ class SandboxRun:
     isolation: str = ""
     error: str | None = None  # the sandbox itself failed (not the code under test)
     uids: list[int] = field(default_factory=list)  # throwaway uids used (as root, unshare/none), for audits
-
-
-@functools.cache
-def _script(name: str) -> str:
-    """A sandbox script's source with the plain-value codec in front (it runs with ``-I``: nothing is importable)."""
-    return (
-        (HERE / "plain.py").read_text(encoding="utf-8")
-        + "\n"
-        + (HERE / f"sandbox_{name}.py").read_text(encoding="utf-8")
-    )
-
-
-def _user_processes() -> int:
-    uid = os.getuid()
-    count = 0
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            if f"\nUid:\t{uid}\t" in status.read_text():
-                count += 1
-        except OSError:
-            continue
-    return count
-
-
-def _preexec(limits: SandboxLimits):
-    cpu = int(limits.startup_s + 60 * limits.timeout_s) + 1
-    mem, fsize = limits.memory_mb << 20, limits.max_file_mb << 20
-    nproc = limits.max_procs + (0 if os.geteuid() == 0 else _user_processes())  # a normal user's limit is per uid
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def apply() -> None:  # in the child between fork and exec
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with us, even on kill -9
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-
-    return apply
-
-
-class _Process:
-    """One sandboxed interpreter speaking JSON lines on stdin/stdout."""
-
-    def __init__(self, name: str, iso: Isolation, limits: SandboxLimits, job: dict[str, Any]):
-        self.host_dir: str | None = None
-        cmd, workdir = iso.wrap([iso.interpreter, "-I", "-B", "-c", _script(name)])
-        if iso.needs_host_dir:
-            self.host_dir = workdir = tempfile.mkdtemp(prefix="t2g-sandbox-")
-            if job.get("uid") is not None:
-                os.chown(workdir, job["uid"], job["gid"])
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir or "/"}
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            cwd=self.host_dir,
-            env=env,
-            preexec_fn=_preexec(limits),
-            start_new_session=True,
-        )
-        self.buffer = b""
-        self.send({**job, "workdir": workdir})
-
-    def send(self, message: dict[str, Any]) -> bool:
-        try:
-            self.proc.stdin.write((json.dumps(message) + "\n").encode())
-            self.proc.stdin.flush()
-            return True
-        except (BrokenPipeError, OSError):
-            return False
-
-    def receive(self, timeout_s: float) -> dict[str, Any] | str:
-        """The next message, or ``"timeout"`` / ``"dead"`` / ``"garbled"``."""
-        deadline = time.monotonic() + timeout_s
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            while b"\n" not in self.buffer:
-                if len(self.buffer) > MAX_LINE:
-                    return "garbled"
-                wait = deadline - time.monotonic()
-                if wait <= 0:
-                    return "timeout"
-                if not sel.select(timeout=wait):
-                    continue
-                chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
-                if not chunk:
-                    return "dead"
-                self.buffer += chunk
-        line, _, self.buffer = self.buffer.partition(b"\n")
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return "garbled"
-        return message if isinstance(message, dict) else "garbled"
-
-    def exit_text(self, wait_s: float = 0.0) -> str:
-        """How the process ended; ``wait_s``: how long to wait for a process whose output just closed to be reaped
-        (under load the exit code arrives a moment after the pipe closes)."""
-        try:
-            code = self.proc.wait(timeout=wait_s) if wait_s > 0 else self.proc.poll()
-        except subprocess.TimeoutExpired:
-            code = None
-        if code is None:
-            return "it stopped answering"
-        return f"its process died ({f'signal {signal.Signals(-code).name}' if code < 0 else f'exit code {code}'})"
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
-        if self.host_dir:
-            shutil.rmtree(self.host_dir, ignore_errors=True)
 
 
 class _Relay:
@@ -256,10 +116,15 @@ class _Relay:
         }
         self.rounds: list[list[CaseResult]] = [[] for _ in programs]
         self.current = 0  # the variant the candidate runs
-        self.candidate: _Process | None = None
+        self.candidate: SandboxProcess | None = None
         self.syntax_error: dict[str, Any] | None = None  # of the current variant
         self.fault: dict[str, Any] | None = None  # the candidate's failure in the case under way
         self.covered: set[int] = set()
+        self.spent_s = 0.0  # own time of the candidates already dropped
+
+    def used_s(self) -> float:
+        """Own time the candidate processes have spent in this session (for a time budget that load cannot eat)."""
+        return self.spent_s + (self.candidate.used_s if self.candidate is not None else 0.0)
 
     # -- the candidate --------------------------------------------------------------------------------------
     def _start_candidate(self) -> None:
@@ -268,13 +133,15 @@ class _Relay:
             uid = UID_BASE + (os.getpid() * 31 + next(_UIDS)) % UID_SPAN
             job.update(uid=uid, gid=uid)
             self.run.uids.append(uid)
-        self.candidate = _Process("candidate", self.iso, self.limits, job)
-        self._loaded(self.candidate.receive(self.limits.startup_s + self.limits.timeout_s))
+        self.candidate = SandboxProcess("candidate", self.iso, self.limits, job)
+        self._loaded(self.candidate.receive(self.limits.startup_s + self.limits.timeout_s, from_start=True))
 
     def _loaded(self, hello: dict | str) -> None:
         self.syntax_error = None
         if isinstance(hello, dict) and "syntax_error" in hello:
             self.syntax_error = hello
+        elif hello == "overloaded":
+            self._drop_candidate("sandbox_error", str(self.candidate.overloaded))
         elif hello != {"ready": True}:
             self._drop_candidate("killed", f"the program did not start: {self._why(hello)}")
 
@@ -295,6 +162,7 @@ class _Relay:
 
     def _drop_candidate(self, kind: str, message: str, line: int | None = None) -> dict[str, Any]:
         if self.candidate is not None:
+            self.spent_s += self.candidate.used_s
             self.candidate.kill()
             self.candidate = None
         self.fault = {"error": message, "kind": kind, "line": line}
@@ -307,6 +175,8 @@ class _Relay:
         reply = self.candidate.receive(self.limits.timeout_s + 1.0)
         if reply == "timeout":
             return self._drop_candidate("timeout", f"timed out after {self.limits.timeout_s:g} s (killed)")
+        if reply == "overloaded":
+            return self._drop_candidate("sandbox_error", str(self.candidate.overloaded))
         if isinstance(reply, str):
             return self._drop_candidate("killed", f"the program failed: {self._why(reply)}")
         self.covered.update(int(n) for n in reply.get("covered", ()) if isinstance(n, int))
@@ -344,11 +214,11 @@ class _Relay:
     def verdict(self, message: dict[str, Any]) -> None:
         outcome, text = message.get("outcome"), message.get("message")
         fault = self.fault or {}
-        if fault.get("kind") in ("timeout", "killed", "syntax_error"):  # whatever the test did with it
+        if fault.get("kind") in ("timeout", "killed", "syntax_error", "sandbox_error"):  # whatever the test did
             outcome, text = fault["kind"], fault["error"]
         elif fault and outcome == "error":
             text = fault["error"]
-        if outcome not in (*CANDIDATE_FAULTS, "pass", "judge_error"):
+        if outcome not in (*CANDIDATE_FAULTS, "pass", "judge_error", "sandbox_error"):
             outcome, text = "judge_error", f"unknown outcome {outcome!r}"
         result = CaseResult(
             int(message["case"]),
@@ -365,21 +235,24 @@ class _Relay:
             self.candidate.kill()
 
 
-def _judge(relay: _Relay, judge: _Process, n_cases: int, budget_s: float | None) -> None:
+def _judge(relay: _Relay, judge: SandboxProcess, n_cases: int, budget_s: float | None) -> None:
     """Drive the judge to the end (or the time budget); every case of a variant that started gets a result."""
     patience = relay.limits.startup_s + 4 * relay.limits.timeout_s + 2.0
-    stop = None if budget_s is None else time.monotonic() + budget_s
+    first = True
     while True:
-        message = judge.receive(patience)
+        message = judge.receive(patience, from_start=first)
+        first = False
         if not isinstance(message, dict):
             results = relay.rounds[relay.current]
             done = {r.index for r in results}
-            why = f"the tests stopped ({message})"
-            results += [CaseResult(i, "judge_error", why, None) for i in range(n_cases) if i not in done]
+            outcome, why = "judge_error", f"the tests stopped ({message})"
+            if message == "overloaded":
+                outcome, why = "sandbox_error", str(judge.overloaded)
+            results += [CaseResult(i, outcome, why, None) for i in range(n_cases) if i not in done]
             return
         if "case_start" in message:
             variant = int(message.get("round", 0))
-            if variant != relay.current and stop is not None and time.monotonic() > stop:
+            if variant != relay.current and budget_s is not None and relay.used_s() + judge.used_s > budget_s:
                 return  # out of time: the variants not reached have no results
             relay.case_start(variant)
         elif "call" in message:
@@ -419,7 +292,7 @@ def run_variants(
             "entry_point": entry_point,
             "rounds": len(programs),
         }
-        judge = _Process("judge", iso, limits, job)
+        judge = SandboxProcess("judge", iso, limits, job)
         _judge(relay, judge, len(cases), budget_s)
     except OSError as exc:
         run.error = f"could not start the sandbox: {exc}"
@@ -447,3 +320,17 @@ def run_cases(
         results = [results[0]]
     run.results = results
     return run
+
+
+def sandbox_workers(requested: int) -> int:
+    """How many sandboxes to run at once: ``requested``, capped by the cores this process may use (each sandbox
+    keeps one core busy; more only queue for CPU and waste memory), with a log line when it is lowered."""
+    cores = len(os.sched_getaffinity(0))
+    if requested > cores:
+        log.warning(
+            "sandbox concurrency lowered from %d to %d: this process may use %d cores (os.sched_getaffinity)",
+            requested,
+            cores,
+            cores,
+        )
+    return max(1, min(requested, cores))

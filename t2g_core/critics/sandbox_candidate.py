@@ -63,8 +63,9 @@ PROGRAM_FILE = "<solution>"
 
 
 class CaseTimeout(BaseException):
-    """The per-call timer: a BaseException so ``except Exception`` in user code does not swallow it (a bare
-    ``except:`` can, which is why the parent also kills the process at its own deadline)."""
+    """The per-call timer, on CPU time (``ITIMER_PROF``: a busy machine does not make a call time out): a
+    BaseException so ``except Exception`` in user code does not swallow it (a bare ``except:`` can, and a program
+    that sleeps uses no CPU, which is why the parent also kills the process once its own time is up)."""
 
 
 def _inside(path, root):
@@ -174,7 +175,7 @@ class Candidate:
     def _guarded(self, work):
         cov = Coverage()
         try:
-            signal.setitimer(signal.ITIMER_REAL, self.job["timeout_s"])
+            signal.setitimer(signal.ITIMER_PROF, self.job["timeout_s"])
             sys.settrace(cov.global_trace)
             reply = work()
         except CaseTimeout as exc:
@@ -185,7 +186,7 @@ class Candidate:
             reply = _failure(exc)
         finally:
             sys.settrace(None)
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
         reply["covered"] = sorted(cov.lines)
         return reply
 
@@ -234,7 +235,7 @@ def main():
     os.chdir(job["workdir"])
     requests, out = _private_channels(job["workdir"])
     _drop_privileges(job)
-    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGPROF, _on_alarm)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     sys.setrecursionlimit(3000)
     if job.get("audit_guard", True):

@@ -9,6 +9,7 @@ negative = a wrong one) and ``flaws``; summarization adds ``facts``, code adds `
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -70,8 +71,12 @@ def make_demo_feedback(task: str, n_items: int, seed: int = 0, *, verify_code: b
 
 
 def _meta(row: dict) -> dict:
+    """The row's ``meta`` as a dict; a missing one (None, or NaN: how an all-null column comes back from Parquet)
+    is empty."""
     meta = row.get("meta")
-    return json.loads(meta) if isinstance(meta, str) else dict(meta or {})
+    if isinstance(meta, str):
+        meta = json.loads(meta) if meta.strip() else {}
+    return dict(meta) if isinstance(meta, Mapping) else {}
 
 
 def _critique(task: str, response: str, meta: dict) -> str:
@@ -102,8 +107,6 @@ def gold_feedback(row: dict) -> dict:
 
 def _has_ground_truth(row: dict) -> bool:
     """Demo rows carry gold spans (and, for summarization, the facts); ingested public data does not."""
-    if not row.get("meta"):
-        return False
     meta = _meta(row)
     return "gold_spans" in meta and (row["task"] != "summarization" or "facts" in meta)
 

@@ -20,9 +20,10 @@ and 1.25-1.34x with 8 (3 to 5 seeds each, batch 64). Responses carry controlled 
 - ``redundant``: a clause is repeated at the end ("Also, rests on Sunday.").
 
 The generator records, by construction, the character span of every stated value (positive when right, negative
-when wrong) and of every repeated clause (negative). :func:`summary_spans` recovers the same spans from any text by
-parsing the template, and :func:`summary_errors` scores a response against the facts (the task metric of PPO and
-evaluation).
+when wrong) and of every repeated clause (negative). :func:`summary_spans` recovers the same spans from any text and
+:func:`summary_errors` scores a response against the facts (the task metric of PPO and evaluation), in the template
+or in free text: both read the values with :func:`t2g_core.demo.facts.read_facts` (the template's clauses, as
+:func:`parse_summary` parses them, then free-text mentions), which reads a template summary exactly as the parser.
 """
 
 from __future__ import annotations
@@ -213,43 +214,33 @@ def parse_summary(response: str) -> tuple[dict[str, tuple[str, int, int]], list[
     return claims, repeats
 
 
-def _same(a: str, b: str) -> bool:
-    return a.strip().casefold() == b.strip().casefold()
+def _reading(response: str, facts: dict[str, str]):
+    from t2g_core.demo.facts import read_facts  # it reads the template through this module's TEMPLATE
+
+    return read_facts(response, facts)
 
 
 def summary_spans(response: str, facts: dict[str, str]) -> list[dict]:
-    """Gold spans of any response by parsing the template: right values positive, wrong values and repeats negative."""
-    claims, repeats = parse_summary(response)
-    spans = [
-        {"start": s, "end": e, "label": "positive" if _same(v, facts[slot]) else "negative", "slot": slot}
-        for slot, (v, s, e) in claims.items()
-    ]
-    spans += [{"start": s, "end": e, "label": "negative", "slot": slot} for slot, s, e in repeats]
-    return sorted(spans, key=lambda d: (d["start"], d["end"]))
+    """Gold spans of any response: right values positive, wrong values and repeated clauses negative (the values are
+    read by :func:`t2g_core.demo.facts.read_facts`: the template's clauses, then free-text mentions)."""
+    return [{k: v for k, v in span.items() if k != "type"} for span in typed_spans(response, facts)]
 
 
 def typed_spans(response: str, facts: dict[str, str]) -> list[dict]:
     """:func:`summary_spans` with each span's ``type``: ``correct``, ``invented`` (a value none of the post's facts),
     ``swapped`` (another slot's value) or ``redundant`` (a repeated clause): how reward models are scored per flaw."""
-    claims, repeats = parse_summary(response)
+    reading = _reading(response, facts)
     fact_values = {v.casefold() for v in facts.values()}
-
-    def kind(slot: str, value: str) -> str:
-        if _same(value, facts[slot]):
-            return "correct"
-        return "swapped" if value.strip().casefold() in fact_values else "invented"
-
-    spans = [
-        {
-            "start": s,
-            "end": e,
-            "label": "positive" if _same(v, facts[slot]) else "negative",
-            "slot": slot,
-            "type": kind(slot, v),
-        }
-        for slot, (v, s, e) in claims.items()
+    spans = []
+    for slot, mentions in reading.mentions.items():
+        for m in mentions:
+            right = reading.correct(m)
+            kind = "correct" if right else ("swapped" if m.value.strip().casefold() in fact_values else "invented")
+            label = "positive" if right else "negative"
+            spans.append({"start": m.start, "end": m.end, "label": label, "slot": slot, "type": kind})
+    spans += [
+        {"start": s, "end": e, "label": "negative", "slot": slot, "type": "redundant"} for slot, s, e in reading.repeats
     ]
-    spans += [{"start": s, "end": e, "label": "negative", "slot": slot, "type": "redundant"} for slot, s, e in repeats]
     return sorted(spans, key=lambda d: (d["start"], d["end"]))
 
 
@@ -281,36 +272,39 @@ class SummaryScore:
 
 
 def summary_errors(response: str, facts: dict[str, str]) -> SummaryScore:
-    """Score ``response`` against the post's ``facts`` (see :class:`SummaryScore`)."""
-    claims, repeats = parse_summary(response)
+    """Score ``response`` against the post's ``facts`` (see :class:`SummaryScore`), in the template or in free text
+    (:func:`t2g_core.demo.facts.read_facts`): a fact is correct when only its value is stated, wrong when another
+    value of its type is (the first such value is its claim), missing when it is not mentioned."""
+    reading = _reading(response, facts)
     verdicts: dict[str, str] = {}
+    claims: dict[str, str | None] = {}
     invented = swapped = 0
     fact_values = {v.casefold() for v in facts.values()}
     for slot in facts:
-        if slot not in claims:
-            verdicts[slot] = "missing"
-        elif _same(claims[slot][0], facts[slot]):
-            verdicts[slot] = "correct"
-        else:
-            verdicts[slot] = "wrong"
-            if claims[slot][0].casefold() in fact_values:
+        said = reading.stated(slot)
+        wrong = [m for m in said if not reading.correct(m)]
+        verdicts[slot] = "missing" if not said else ("wrong" if wrong else "correct")
+        claims[slot] = (wrong or said)[0].value if said else None
+        if wrong:
+            if wrong[0].value.casefold() in fact_values:
                 swapped += 1
             else:
                 invented += 1
     k = len(facts)
     correct = sum(v == "correct" for v in verdicts.values())
-    wrong = sum(v == "wrong" for v in verdicts.values())
-    stated = correct + wrong
+    wrong_n = sum(v == "wrong" for v in verdicts.values())
+    stated = correct + wrong_n
+    repeats = len(reading.repeats)
     return SummaryScore(
         slots=verdicts,
-        claims={slot: (claims[slot][0] if slot in claims else None) for slot in facts},
+        claims=claims,
         n_correct=correct,
-        n_wrong=wrong,
+        n_wrong=wrong_n,
         n_missing=k - stated,
-        n_redundant=len(repeats),
+        n_redundant=repeats,
         n_invented=invented,
         n_swapped=swapped,
-        precision=correct / (stated + len(repeats)) if stated + len(repeats) else 0.0,
+        precision=correct / (stated + repeats) if stated + repeats else 0.0,
         recall=correct / k if k else 0.0,
         error=1.0 - correct / k if k else 0.0,
         invented_rate=invented / stated if stated else 0.0,

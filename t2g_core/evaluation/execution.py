@@ -19,6 +19,7 @@ _FROM_CASE = {
     "timeout": "timeout",
     "killed": "timeout",
     "judge_error": "sandbox_error",
+    "sandbox_error": "sandbox_error",
 }
 
 

@@ -5,7 +5,9 @@ Hugging Face cache), a full causal-LM folder, or a PEFT adapter folder whose ``a
 (``base_model_name_or_path``: an id, or a folder absolute or relative to the adapter folder). Weights load in
 ``models.dtype``; tokenizers get the shared pad-token policy (``t2g_core.models.loading``).
 Prompts are rendered with ``t2g_core.policy_prompts.render_policy_prompt`` (the same text PPO's rollouts see).
-Each batch reseeds torch with ``seed + batch index``, so a run is reproducible for a given batch size.
+Each batch reseeds torch with ``seed + batch index``, so a run is reproducible for a given batch size. Sampling
+(``do_sample``) applies ``temperature``, then ``top_k``, then ``top_p`` (transformers' warper order, the distribution
+PPO's rollouts draw from with the same ``ppo`` settings).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def generation_settings(cfg: EvaluateConfig) -> dict[str, Any]:
         "seed": cfg.seed,
     }
     if cfg.do_sample:
-        settings.update(temperature=cfg.temperature, top_p=cfg.top_p)
+        settings.update(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
     return settings
 
 
@@ -92,7 +94,7 @@ def _generate_kwargs(cfg: EvaluateConfig, tokenizer) -> dict[str, Any]:
         "eos_token_id": tokenizer.eos_token_id,
     }
     if cfg.do_sample:
-        kwargs.update(temperature=cfg.temperature, top_p=cfg.top_p, top_k=0)
+        kwargs.update(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)  # transformers: tau, k, then p
     else:
         kwargs.update(temperature=None, top_p=None, top_k=None)
     return kwargs

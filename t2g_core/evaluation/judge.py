@@ -4,7 +4,9 @@ Each item is judged twice: (baseline first, candidate second) and (candidate fir
 gives the candidate 1 (win), 0.5 (tie) or 0 (loss); the item's score is the mean of both orders, and its outcome is
 a win above 0.5, a loss below, a tie at exactly 0.5. A judge that always prefers the first answer therefore produces
 ties, not wins. Win rate = (wins + ties / 2) / judged items. An item whose request or reply fails is kept with a
-status (``api_error`` / ``parse_error``) and left out of the rate.
+status (``api_error`` / ``parse_error``), its error (the server's own words for an HTTP error) and the judge's
+replies, and left out of the rate; when no item was judged there is no rate: the summary says "not judged".
+Requests carry ``max_tokens`` (a verdict is one sentence and a word), so a judge that rambles is cut short.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def judge_messages(prompt: str, first: str, second: str) -> list[dict[str, str]]
 
 
 _BARE = re.compile(r"^\W*(1|2|tie)\W*$", re.IGNORECASE)
+MAX_TOKENS = 256  # a verdict is a sentence and a word; reasoning models need room before it
 
 
 def parse_verdict(text: str) -> str:
@@ -58,6 +61,8 @@ class PairJudgement:
     outcome: str | None  # "win" | "loss" | "tie" (for the candidate)
     status: str  # "ok" | "api_error" | "parse_error"
     error: str | None = None
+    reply_ab: str | None = None  # the judge's replies, as sent (for a parse_error, what could not be read)
+    reply_ba: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,35 +80,49 @@ class PairwiseJudge:
     """``judge(prompts, baseline_answers, candidate_answers) -> list[PairJudgement]`` over an OpenAI-compatible
     client."""
 
-    def __init__(self, client: Any, model: str, concurrency: int = 4, temperature: float = 0.0):
+    def __init__(
+        self, client: Any, model: str, concurrency: int = 4, temperature: float = 0.0, max_tokens: int = MAX_TOKENS
+    ):
         self.client, self.model, self.concurrency, self.temperature = client, model, concurrency, temperature
+        self.max_tokens = max_tokens
 
     @classmethod
     def from_endpoint(
-        cls, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 60.0, concurrency: int = 4
+        cls,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        concurrency: int = 4,
+        max_tokens: int = MAX_TOKENS,
     ) -> PairwiseJudge:
         from openai import OpenAI
 
         client = OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=2)
-        return cls(client, model, concurrency)
+        return cls(client, model, concurrency, max_tokens=max_tokens)
 
     def _ask(self, prompt: str, first: str, second: str) -> str:
         reply = self.client.chat.completions.create(
-            model=self.model, messages=judge_messages(prompt, first, second), temperature=self.temperature
+            model=self.model,
+            messages=judge_messages(prompt, first, second),
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
         )
         return reply.choices[0].message.content or ""
 
     def judge_one(self, prompt: str, baseline: str, candidate: str) -> PairJudgement:
+        replies: list[str] = []
         try:
-            raw_ab, raw_ba = self._ask(prompt, baseline, candidate), self._ask(prompt, candidate, baseline)
+            replies.append(self._ask(prompt, baseline, candidate))
+            replies.append(self._ask(prompt, candidate, baseline))
         except Exception as exc:  # noqa: BLE001 - any client/transport failure is recorded on the item
-            return PairJudgement(None, None, None, None, "api_error", f"{type(exc).__name__}: {exc}"[:300])
+            return PairJudgement(None, None, None, None, "api_error", _failure_text(exc), *replies)
         try:
-            v_ab, v_ba = parse_verdict(raw_ab), parse_verdict(raw_ba)
+            v_ab, v_ba = parse_verdict(replies[0]), parse_verdict(replies[1])
         except ValueError as exc:
-            return PairJudgement(None, None, None, None, "parse_error", str(exc))
+            return PairJudgement(None, None, None, None, "parse_error", str(exc), *replies)
         score, outcome = combine(v_ab, v_ba)
-        return PairJudgement(v_ab, v_ba, score, outcome, "ok")
+        return PairJudgement(v_ab, v_ba, score, outcome, "ok", None, *replies)
 
     def judge(self, prompts: Sequence[str], baseline: Sequence[str], candidate: Sequence[str]) -> list[PairJudgement]:
         if not len(prompts) == len(baseline) == len(candidate):
@@ -118,12 +137,29 @@ def judge_for(cfg: EvaluateConfig, api_key: str | None) -> PairwiseJudge | None:
     if not cfg.judge_base_url:
         return None
     return PairwiseJudge.from_endpoint(
-        cfg.judge_base_url, cfg.judge_model, api_key, cfg.judge_timeout_s, cfg.judge_concurrency
+        cfg.judge_base_url,
+        cfg.judge_model,
+        api_key,
+        cfg.judge_timeout_s,
+        cfg.judge_concurrency,
+        max_tokens=cfg.judge_max_tokens,
     )
 
 
-def win_rate(judgements: Sequence[PairJudgement]) -> dict[str, float]:
-    """Wins, losses, ties, failed items and the candidate's win rate (ties count half)."""
+def _failure_text(exc: Exception) -> str:
+    """What went wrong with a request: the server's own words for an HTTP error (see ``status_error_text``)."""
+    import openai
+
+    from t2g_core.annotators.llm import status_error_text
+
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}: {status_error_text(exc)}"
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def win_rate(judgements: Sequence[PairJudgement]) -> dict[str, float | None]:
+    """Wins, losses, ties, failed items and the candidate's win rate (ties count half; None when nothing was
+    judged: there is no rate to report)."""
     ok = [j for j in judgements if j.status == "ok"]
     wins = sum(j.outcome == "win" for j in ok)
     ties = sum(j.outcome == "tie" for j in ok)
@@ -133,9 +169,14 @@ def win_rate(judgements: Sequence[PairJudgement]) -> dict[str, float]:
         "wins": float(wins),
         "losses": float(len(ok) - wins - ties),
         "ties": float(ties),
-        "win_rate": (wins + ties / 2) / len(ok) if ok else float("nan"),
+        "win_rate": (wins + ties / 2) / len(ok) if ok else None,
         "position_disagreements": float(sum(_disagree(j) for j in ok)),
     }
+
+
+def first_error(judgements: Sequence[PairJudgement]) -> str | None:
+    """The first failed item's error: what a "not judged" summary shows."""
+    return next((j.error for j in judgements if j.status != "ok" and j.error), None)
 
 
 def _disagree(j: PairJudgement) -> bool:
@@ -143,4 +184,13 @@ def _disagree(j: PairJudgement) -> bool:
     return {j.verdict_ab, j.verdict_ba} == {"1"} or {j.verdict_ab, j.verdict_ba} == {"2"}
 
 
-__all__ = ["PairJudgement", "PairwiseJudge", "combine", "judge_for", "judge_messages", "parse_verdict", "win_rate"]
+__all__ = [
+    "PairJudgement",
+    "PairwiseJudge",
+    "combine",
+    "first_error",
+    "judge_for",
+    "judge_messages",
+    "parse_verdict",
+    "win_rate",
+]

@@ -2,9 +2,10 @@
 
 Every metric is computed per item so that two policies can be compared item by item (paired bootstrap):
 
-- summarization: ROUGE-1/2/L F1 (``rouge-score``, stemmed), sentence BLEU (``sacrebleu``), length in words and
-  characters; on demo items (``meta.facts`` present) fact precision / recall, the invented-entity rate and the task
-  error, from the demo's scorer (``t2g_core.demo.summarization.summary_errors``).
+- summarization: ROUGE-1/2/L F1 (``rouge-score``, stemmed) and sentence BLEU (``sacrebleu``) when the item has a
+  reference, length in words and characters; on demo items (``meta.facts`` present) fact precision / recall, the
+  invented-entity rate and the task error, from the demo's scorer (``t2g_core.demo.summarization.summary_errors``),
+  which reads the template and free text alike.
 - code: each sample is run against its HumanEval-format tests in a sandboxed subprocess; ``passed`` is 0/1 per
   sample and pass@k is computed per item with the unbiased estimator of Chen et al. (2021):
   ``pass@k = 1 - C(n - c, k) / C(n, k)`` for n samples of which c pass.
@@ -101,7 +102,8 @@ def _meta(row: dict[str, Any]) -> dict[str, Any]:
 
 def fact_metrics(response: str, facts: dict[str, str]) -> dict[str, float]:
     """Demo summaries: fact precision / recall, invented-entity rate and task error from the demo's own scorer
-    (``t2g_core.demo.summarization.summary_errors``, which parses the summary template). Empty when not installed."""
+    (``t2g_core.demo.summarization.summary_errors``: the template's clauses, then free-text mentions of each fact).
+    Empty when not installed."""
     try:
         from t2g_core.demo.summarization import summary_errors
     except ImportError:
@@ -115,10 +117,16 @@ def fact_metrics(response: str, facts: dict[str, str]) -> dict[str, float]:
     }
 
 
+def _text_or_none(value: Any) -> str | None:
+    """A usable text, or None for a missing one (None, NaN from a Parquet null, an empty string)."""
+    return value if isinstance(value, str) and value.strip() else None
+
+
 def summarization_metrics(row: dict[str, Any]) -> dict[str, float]:
-    response, reference = row["response"], row.get("reference")
+    """Per-item summarization metrics; the reference-based ones only when the item has a reference."""
+    response, reference = row["response"], _text_or_none(row.get("reference"))
     out: dict[str, float] = dict(length_stats(response))
-    if reference:
+    if reference is not None:
         out.update(rouge_scores(response, reference))
         out["bleu"] = sentence_bleu(response, reference)
     facts = _meta(row).get("facts")
@@ -156,9 +164,9 @@ def critic_score(parsed: Any) -> float:
 
 
 def qa_metrics(row: dict[str, Any], critic: Any | None = None) -> dict[str, float]:
-    response, reference = row["response"], row.get("reference")
+    response, reference = row["response"], _text_or_none(row.get("reference"))
     out: dict[str, float] = {}
-    if reference:
+    if reference is not None:
         out["token_f1"] = token_f1(response, reference)
         out["exact_match"] = float(_normalize_answer(response) == _normalize_answer(reference))
     if critic is not None:

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from t2g_core.evaluation.results import EvalResults
+from t2g_core.evaluation.titles import is_percent, title
 from t2g_core.store import read_json, write_text_atomic
 
 PERCENT_METRICS = frozenset(
@@ -82,6 +83,10 @@ def _judge_lines(summary: Mapping[str, Any]) -> list[str]:
     judge = summary.get("judge") or {}
     lines = []
     for policy, j in judge.items():
+        if not j.get("judged"):  # no rate to report, and never a "nan%"
+            why = f": {j['first_error']}" if j.get("first_error") else ""
+            lines.append(f"judge: {policy} vs {j['baseline']}: not judged ({j['failed']} items failed{why})")
+            continue
         lines.append(
             f"judge: {policy} vs {j['baseline']}: win rate {100 * j['win_rate']:.1f}% "
             f"[{100 * j['low']:.1f}, {100 * j['high']:.1f}] ({j['wins']} wins, {j['losses']} losses, {j['ties']} ties, "
@@ -104,12 +109,16 @@ def metric_bars(summary: Mapping[str, Any], path: Path) -> Path:
     rows = math.ceil(len(metrics) / cols) or 1
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False)
     for ax, m in zip(axes.flat, metrics, strict=False):
-        means = [summary["policies"][p]["metrics"].get(m, float("nan")) for p in policies]
-        base = summary["policies"][baseline]["metrics"].get(m, float("nan"))
+        scale = 100.0 if is_percent(m) else 1.0  # rates in %, as the comparison table shows them
+        means = [scale * summary["policies"][p]["metrics"].get(m, float("nan")) for p in policies]
+        base = scale * summary["policies"][baseline]["metrics"].get(m, float("nan"))
         err = [
             [0.0, 0.0]
             if p == baseline or (p, m) not in comps
-            else [max(0.0, means[i] - (base + comps[(p, m)]["low"])), max(0.0, base + comps[(p, m)]["high"] - means[i])]
+            else [
+                max(0.0, means[i] - (base + scale * comps[(p, m)]["low"])),
+                max(0.0, base + scale * comps[(p, m)]["high"] - means[i]),
+            ]
             for i, p in enumerate(policies)
         ]
         ax.bar(
@@ -120,7 +129,7 @@ def metric_bars(summary: Mapping[str, Any], path: Path) -> Path:
             color=["#999999" if p == baseline else "#3b75af" for p in policies],
         )
         ax.set_xticks(range(len(policies)), policies, rotation=30, ha="right", fontsize=8)
-        ax.set_title(m, fontsize=9)
+        ax.set_title(title(m), fontsize=8, wrap=True)
     for ax in list(axes.flat)[len(metrics) :]:
         ax.axis("off")
     fig.suptitle(
@@ -176,12 +185,14 @@ def learning_curves(histories: Mapping[str, pd.DataFrame], path: Path, max_panel
     rows = math.ceil(len(metrics) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows), squeeze=False)
     for ax, m in zip(axes.flat, metrics, strict=False):
+        scale = 100.0 if is_percent(m) else 1.0
         for name, df in numeric.items():
             if m in df.columns:
                 have = df[m].notna()
-                ax.plot(df.loc[have, "step"], df.loc[have, m], marker="." if have.sum() < 20 else None, label=name)
-        ax.set_title(m, fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
+                ys = scale * df.loc[have, m]
+                ax.plot(df.loc[have, "step"], ys, marker="." if have.sum() < 20 else None, label=name)
+        ax.set_title(title(m), fontsize=8, wrap=True)
+        ax.set_xlabel("PPO step", fontsize=8)
     for ax in list(axes.flat)[len(metrics) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)

@@ -22,13 +22,14 @@ import pandas as pd
 from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.evaluation.bootstrap import paired_bootstrap
 from t2g_core.evaluation.metrics import TASK_METRICS, corpus_bleu, pass_at_k, task_metrics
+from t2g_core.evaluation.reward import REWARD_METRICS, add_reward_scores
 from t2g_core.store import BrokenFile, owned, parquet_problem, read_json, write_frame_atomic, write_text_atomic
 
 if TYPE_CHECKING:
     import torch
 
 ITEMS_FILE, SUMMARY_FILE = "items.parquet", "summary.json"
-LOWER_IS_BETTER = frozenset({"invented_entity_rate", "fact_error"})
+LOWER_IS_BETTER = frozenset({"invented_entity_rate", "fact_error", "rm_poor_spans"})
 NO_DIRECTION = frozenset({"length_words", "length_chars"})
 
 
@@ -80,8 +81,9 @@ def _json_default(value: Any) -> Any:
 
 
 def metric_columns(items: pd.DataFrame, task: str) -> list[str]:
-    """Metric columns present in ``items`` (task metrics first, then the judge score), skipping all-empty ones."""
-    names = [*TASK_METRICS[task], "judge_score"]
+    """Metric columns present in ``items`` (task metrics first, then the reward model's and the judge's scores),
+    skipping all-empty ones."""
+    names = [*TASK_METRICS[task], *REWARD_METRICS, "judge_score"]
     return [m for m in names if m in items.columns and items[m].notna().any()]
 
 
@@ -91,7 +93,7 @@ def item_scores(items: pd.DataFrame, task: str, pass_k: Sequence[int] = (1,)) ->
     if task == "code":
         n = groups["passed"].count()
         c = groups["passed"].sum()
-        return pd.DataFrame(
+        passed = pd.DataFrame(
             {
                 f"pass@{k}": [
                     pass_at_k(int(ni), int(ci), k) if ni >= k else np.nan for ni, ci in zip(n, c, strict=True)
@@ -100,6 +102,8 @@ def item_scores(items: pd.DataFrame, task: str, pass_k: Sequence[int] = (1,)) ->
             },
             index=n.index,
         )
+        scored = [m for m in REWARD_METRICS if m in items.columns and items[m].notna().any()]
+        return passed.join(groups[scored].mean()) if scored else passed
     return groups[metric_columns(items, task)].mean()
 
 
@@ -219,6 +223,7 @@ def evaluate_policies(
     *,
     baseline: str | None = None,
     judge: Any | None = None,
+    reward_scorer: Any | None = None,
     generator: Generator | None = None,
     device: str = "cpu",
     progress: Callable[[str], None] | None = None,
@@ -228,7 +233,9 @@ def evaluate_policies(
     """Generate with every policy on the same held-out prompts, score them and compare with the baseline (first policy).
     Every policy loads in ``dtype`` (the resolved ``models.dtype``, a ``torch.dtype``; None: the ``auto`` rule).
 
-    ``judge`` (a PairwiseJudge) adds a per-item ``judge_score`` for every non-baseline policy (first sample each).
+    ``judge`` (a PairwiseJudge) adds a per-item ``judge_score`` for every non-baseline policy (first sample each);
+    ``reward_scorer`` (a reward model's scorer) adds ``rm_reward`` and ``rm_poor_spans`` to every response
+    (:mod:`t2g_core.evaluation.reward`): both measure the policies without references.
     """
     from t2g_core.evaluation.generate import generate_samples, generation_settings
 
@@ -248,6 +255,10 @@ def evaluate_policies(
         )
         settings[name] = {"ref": str(ref), **generation_settings(cfg)}
     items = pd.concat(frames, ignore_index=True)
+    if reward_scorer is not None:
+        if progress:
+            progress(f"scoring {len(items)} responses with the reward model")
+        items = add_reward_scores(items, reward_scorer, task)
     baseline = baseline or next(iter(policies))
     if judge is not None:
         items = add_judge_scores(items, judge, baseline)
@@ -257,10 +268,14 @@ def evaluate_policies(
     return EvalResults(items, summary)
 
 
+JUDGE_COLUMNS = ("judge_score", "judge_outcome", "judge_status", "judge_error", "judge_reply_ab", "judge_reply_ba")
+
+
 def add_judge_scores(items: pd.DataFrame, judge: Any, baseline: str) -> pd.DataFrame:
-    """Judge every policy's first sample against the baseline's; adds judge_score / judge_outcome / judge_status."""
+    """Judge every policy's first sample against the baseline's; adds the JUDGE_COLUMNS (score, outcome, status,
+    the error of a failed item and the judge's two replies)."""
     items = items.copy()
-    for col in ("judge_score", "judge_outcome", "judge_status"):
+    for col in JUDGE_COLUMNS:
         items[col] = np.nan if col == "judge_score" else None
     first = items[items["sample"] == 0]
     base = first[first["policy"] == baseline].set_index("id")
@@ -272,7 +287,7 @@ def add_judge_scores(items: pd.DataFrame, judge: Any, baseline: str) -> pd.DataF
             cand["prompt"].tolist(), base.loc[cand["id"], "response"].tolist(), cand["response"].tolist()
         )
         for idx, j in zip(cand.index, judgements, strict=True):
-            items.loc[idx, ["judge_score", "judge_outcome", "judge_status"]] = [j.score, j.outcome, j.status]
+            items.loc[idx, list(JUDGE_COLUMNS)] = [j.score, j.outcome, j.status, j.error, j.reply_ab, j.reply_ba]
     return items
 
 
@@ -293,10 +308,13 @@ def judge_summary(items: pd.DataFrame, baseline: str, cfg: EvaluateConfig | None
             "wins": int((ok["judge_outcome"] == "win").sum()),
             "losses": int((ok["judge_outcome"] == "loss").sum()),
             "ties": int((ok["judge_outcome"] == "tie").sum()),
-            "win_rate": float(scores.mean()) if len(scores) else float("nan"),
-            "low": res.low + 0.5,
-            "high": res.high + 0.5,
-            "verdict": {"b better": "better", "a better": "worse"}.get(res.verdict, res.verdict),
+            "win_rate": float(scores.mean()) if len(scores) else None,  # None: nothing judged, no rate
+            "low": res.low + 0.5 if len(scores) else None,
+            "high": res.high + 0.5 if len(scores) else None,
+            "verdict": {"b better": "better", "a better": "worse"}.get(res.verdict, res.verdict)
+            if len(scores)
+            else "not judged",
+            "first_error": next((e for e in rows.get("judge_error", ()) if isinstance(e, str)), None),
         }
     return out
 

@@ -1,18 +1,28 @@
-"""Sample efficiency of PPO runs from their held-out error curves: steps to a target, censoring, collapse, intervals.
+"""Sample efficiency of PPO runs from their held-out error curves: steps to a target, censoring, collapse, plateau,
+intervals, and the share of a reference arm's gain.
 
 A run's curve is ``[(0, e_0), (s_1, e_1), ...]``: the held-out task error of the warm start, then the error after
 ``s_k`` steps trained at each evaluation. For a fraction ``f`` of the warm-start error
 
     steps_to(f) = min { s_k : k >= 1, e_k <= f * e_0 }        (None when no evaluation gets there: censored)
 
-Means and intervals count a censored run as ``run_steps + 1`` (one past the end of the run), so a run that never gets
-there always ranks behind one that does on its last step; the number of runs that got there is reported beside.
+Evaluations come every step for the first few steps, then every ``every`` steps (:func:`eval_schedule`), so an early
+``steps_to`` is resolved to the step. Means and intervals count a censored run as ``run_steps + 1`` (one past the end
+of the run), so a run that never gets there always ranks behind one that does on its last step; the number of runs
+that got there is reported beside.
 
-A run **collapsed** when it ends no better than its warm start (``e_last >= e_0``), or when it reached half the
-warm-start error and had relapsed above it by the end (``e_last > 0.5 e_0``).
+A run **relapsed** when, after its first evaluation at or below half the warm-start error, any later evaluation is
+above half of it (``e_k > 0.5 e_0``), whether or not it recovers by the end; it **collapsed** when it relapsed or ended
+no better than its warm start (``e_last >= e_0``). Its **plateau** is the mean of its last ``k`` evaluations.
+
+The **share of a reference arm's gain** (the learned reward model against the oracle critic) is measured at one step
+``s*``: the first evaluation at which the reference arm's mean curve is at or below ``f`` times its mean warm-start
+error. Per run the gain is ``e_0 - e(s*)``; the share is mean(arm gains) / mean(reference gains).
 
 Intervals are 95% percentile bootstraps of the mean (4000 resamples, ``bootstrap.resampled_means``). The ratio of two
-arms' mean steps resamples the arms independently, numerator first, from one generator.
+arms' means resamples the arms independently, numerator first, from one generator. With several independently built
+warm starts, a ratio is also taken on each warm start alone; a target is **robust** across warm starts when the
+pooled ratio lies inside every warm start's own 95% interval.
 """
 
 from __future__ import annotations
@@ -38,10 +48,32 @@ def censor(steps: Sequence[int | None], run_steps: int) -> list[float]:
     return [float(x) if x is not None else float(run_steps + 1) for x in steps]
 
 
+def eval_schedule(steps: int, every: int, dense: int = 8) -> list[int]:
+    """Steps trained after which a run is evaluated: each of the first ``dense``, then every ``every``-th, and the
+    last (the warm start, step 0, is evaluated besides)."""
+    if steps < 1 or every < 1:
+        raise ValueError(f"eval_schedule needs steps >= 1 and every >= 1, got steps={steps}, every={every}")
+    later = range(every * (dense // every + 1), steps + 1, every)
+    return sorted({*range(1, min(dense, steps) + 1), *later, steps})
+
+
+def relapsed(curve: Curve) -> bool:
+    """After its first evaluation at or below half the warm-start error, some later evaluation is above half."""
+    half = 0.5 * curve[0][1]
+    reached = steps_to(curve, half)
+    return reached is not None and any(err > half for s, err in curve[1:] if s > reached)
+
+
 def collapsed(curve: Curve) -> bool:
-    """Ended no better than the warm start, or back above half of it after having got there (a relapse)."""
-    err0, final = curve[0][1], curve[-1][1]
-    return final >= err0 or (steps_to(curve, 0.5 * err0) is not None and final > 0.5 * err0)
+    """Ended no better than the warm start, or relapsed above half of it anywhere after having got there."""
+    return curve[-1][1] >= curve[0][1] or relapsed(curve)
+
+
+def plateau(curve: Curve, k: int = 3) -> float:
+    """Mean error of the last ``k`` evaluations after the warm start (all of them when there are fewer)."""
+    if k < 1 or len(curve) < 2:
+        raise ValueError(f"plateau needs k >= 1 and an evaluation after the warm start (k={k}, {len(curve)} points)")
+    return statistics.fmean(err for _, err in curve[1:][-k:])
 
 
 @dataclass(frozen=True)
@@ -51,9 +83,11 @@ class CurveStats:
     final_error: float
     auc: float  # mean error over the curve's points, the warm start included
     collapsed: bool
+    relapsed: bool
+    plateau: float  # mean error of the last plateau_k evaluations
 
 
-def curve_stats(curve: Curve, fractions: Sequence[float]) -> CurveStats:
+def curve_stats(curve: Curve, fractions: Sequence[float], plateau_k: int = 3) -> CurveStats:
     err0 = curve[0][1]
     return CurveStats(
         warm_start_error=err0,
@@ -61,6 +95,8 @@ def curve_stats(curve: Curve, fractions: Sequence[float]) -> CurveStats:
         final_error=curve[-1][1],
         auc=statistics.fmean(err for _, err in curve),
         collapsed=collapsed(curve),
+        relapsed=relapsed(curve),
+        plateau=plateau(curve, plateau_k) if len(curve) > 1 else err0,
     )
 
 
@@ -100,11 +136,16 @@ def steps_ratio(num: Sequence[int | None], den: Sequence[int | None], run_steps:
     return {"ratio": statistics.fmean(a) / statistics.fmean(b), "ci95": ratio_ci(a, b)}
 
 
-def summarise(curves: Sequence[Curve], run_steps: int, fractions: Sequence[float]) -> dict:
-    """One arm's runs: collapses; per fraction the raw (None = censored) and censored-mean steps with an interval and
-    the number of runs that got there; final errors with an interval; mean AUC and warm-start error."""
-    stats = [curve_stats(c, fractions) for c in curves]
-    out = {"n_runs": len(stats), "collapsed": sum(s.collapsed for s in stats)}
+def summarise(curves: Sequence[Curve], run_steps: int, fractions: Sequence[float], plateau_k: int = 3) -> dict:
+    """One arm's runs: collapses (relapses among them); per fraction the raw (None = censored) and censored-mean steps
+    with an interval and the number of runs that got there; final errors and plateaus (also as a fraction of each
+    run's warm-start error) with intervals; mean AUC and warm-start error."""
+    stats = [curve_stats(c, fractions, plateau_k) for c in curves]
+    out = {
+        "n_runs": len(stats),
+        "collapsed": sum(s.collapsed for s in stats),
+        "relapsed": sum(s.relapsed for s in stats),
+    }
     for f in fractions:
         raw = [s.steps_to[f] for s in stats]
         vals = censor(raw, run_steps)
@@ -112,11 +153,18 @@ def summarise(curves: Sequence[Curve], run_steps: int, fractions: Sequence[float
         out[f"steps_to_{f}_mean"] = statistics.fmean(vals)
         out[f"steps_to_{f}_ci95"] = bootstrap_ci(vals)
         out[f"reached_{f}"] = sum(x is not None for x in raw)
-    finals = [s.final_error for s in stats]
+    finals, plateaus = [s.final_error for s in stats], [s.plateau for s in stats]
+    relative = [s.plateau / s.warm_start_error if s.warm_start_error else float("nan") for s in stats]
     return out | {
         "final_error": finals,
         "final_error_mean": statistics.fmean(finals),
         "final_error_ci95": bootstrap_ci(finals),
+        "plateau_k": plateau_k,
+        "plateau": plateaus,
+        "plateau_mean": statistics.fmean(plateaus),
+        "plateau_ci95": bootstrap_ci(plateaus),
+        "plateau_fraction_mean": statistics.fmean(relative),
+        "plateau_fraction_ci95": bootstrap_ci(relative),
         "auc_mean": statistics.fmean(s.auc for s in stats),
         "warm_start_error_mean": statistics.fmean(s.warm_start_error for s in stats),
     }
@@ -149,3 +197,58 @@ def compare(
         ratios = {a: steps_ratio(table[a][f"steps_to_{f}"], table[den][f"steps_to_{f}"], run_steps) for a in table}
         out[str(f)] = {"denominator": den, "best_span": best, "ratios": ratios}
     return out
+
+
+def warm_start_ratios(comparison: dict, tables: dict[str, dict[str, dict]], run_steps: int) -> dict:
+    """Per fraction of ``comparison`` (a pooled :func:`compare`): its best span arm over its denominator on each warm
+    start alone (``tables`` maps warm start -> arm -> :func:`summarise` output of that warm start's runs), and whether
+    the pooled ratio lies inside every warm start's 95% interval (``robust``)."""
+    out = {}
+    for f, row in comparison.items():
+        arm, den = row["best_span"], row["denominator"]
+        key = f"steps_to_{f}"
+        per = {ws: steps_ratio(t[arm][key], t[den][key], run_steps) for ws, t in tables.items()}
+        pooled = row["ratios"][arm]["ratio"]
+        robust = all(r["ci95"][0] <= pooled <= r["ci95"][1] for r in per.values())
+        out[f] = {"arm": arm, "denominator": den, "pooled": pooled, "per_warm_start": per, "robust": robust}
+    return out
+
+
+def headline_target(by_warm_start: dict, preference: Sequence[float]) -> str | None:
+    """The first fraction in ``preference`` whose ratio is robust across warm starts (:func:`warm_start_ratios`);
+    None when none is."""
+    return next((str(f) for f in preference if by_warm_start.get(str(f), {}).get("robust")), None)
+
+
+def mean_curve(curves: Sequence[Curve]) -> list[tuple[int, float]]:
+    """(step, mean error) at the steps every curve was evaluated at."""
+    points = [dict(c) for c in curves]
+    steps = sorted(set.intersection(*(set(p) for p in points)))
+    return [(s, statistics.fmean(p[s] for p in points)) for s in steps]
+
+
+def first_reached(curves: Sequence[Curve], fraction: float) -> int | None:
+    """The first step after the warm start at which the runs' mean curve is at or below ``fraction`` times their mean
+    warm-start error (None: never)."""
+    mean = mean_curve(curves)
+    return steps_to(mean, fraction * mean[0][1])
+
+
+def error_at(curve: Curve, step: int) -> float:
+    found = [err for s, err in curve if s == step]
+    if not found:
+        raise ValueError(f"the curve has no evaluation at step {step} (evaluated at {[s for s, _ in curve]})")
+    return found[0]
+
+
+def share_of_gain(arm: Sequence[Curve], reference: Sequence[Curve], step: int) -> dict:
+    """The arm's mean gain (warm-start error minus the error at ``step``) over the reference arm's, with its 95%
+    interval (the two arms' runs resampled independently) and the per-run gains; NaN when the reference gained
+    nothing (no share of nothing)."""
+    gains = [c[0][1] - error_at(c, step) for c in arm]
+    ref = [c[0][1] - error_at(c, step) for c in reference]
+    if statistics.fmean(ref) == 0:
+        share, ci = float("nan"), (float("nan"), float("nan"))
+    else:
+        share, ci = statistics.fmean(gains) / statistics.fmean(ref), ratio_ci(gains, ref)
+    return {"step": step, "share": share, "ci95": ci, "gains": gains, "reference_gains": ref}

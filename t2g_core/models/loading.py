@@ -13,8 +13,14 @@ Pad-token policy (one function for the reward model, PPO and evaluation): a toke
 equal to EOS gets a pad token distinct from EOS, so masking padding never masks the real end of a response (§5 A3):
 1. a token the vocabulary reserves for padding (``<|finetune_right_pad_id|>`` in Llama 3.1, ``<pad>``, ...),
 2. else the first reserved special token (``<|reserved_special_token_0|>`` in Llama 3),
-3. else a new ``<|pad|>`` token; the model's embeddings are then resized and the new rows set to the mean of the
-   old ones, deterministically, so the same base loads to the same weights in every stage.
+3. else an unused special token already in the vocabulary: not EOS or BOS, and not one the chat template writes
+   (end-of-turn and role markers, found by rendering a conversation); the unknown token first, then the lowest id
+   (``<|endoftext|>``, id 0, in SmolLM2, whose pad is its EOS ``<|im_end|>``),
+4. else a new ``<|pad|>`` token; the model's embeddings are then resized and the new rows set to the mean of the
+   old ones, deterministically, so the same base loads to the same weights in every stage. Those rows are rebuilt at
+   every load, so an adapter saves the embedding layers only when they were trained (:func:`embeddings_trained`);
+   PEFT's own default saves them whenever the vocabulary grew, some 30 times the LoRA weights on a real model.
+Steps 1-3 leave the vocabulary and the embeddings as the checkpoint has them.
 """
 
 from __future__ import annotations
@@ -139,7 +145,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 class PadChoice:
     token: str
     token_id: int
-    how: str  # "kept" | "reserved" | "added"
+    how: str  # "kept" | "reserved" | "unused" | "added"
 
 
 def _reserved_pad(tokenizer) -> str | None:
@@ -152,6 +158,39 @@ def _reserved_pad(tokenizer) -> str | None:
     return reserved[0][1] if reserved else None
 
 
+CONVERSATIONS = (  # rendered to find the special tokens a chat template writes; some templates refuse a system turn
+    [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}],
+    [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}],
+)
+
+
+def template_token_ids(tokenizer) -> set[int]:
+    """Ids of the tokens the chat template writes (turn markers, end of turn), from rendered conversations; empty
+    without a template."""
+    if not getattr(tokenizer, "chat_template", None):
+        return set()
+    ids: set[int] = set()
+    for messages in CONVERSATIONS:
+        try:
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except Exception:  # noqa: BLE001 - a template may raise on any turn layout it does not support
+            continue
+        ids |= set(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return ids
+
+
+def _unused_special(tokenizer) -> str | None:
+    """An existing special token that no text or template produces: the unknown token first, then the lowest id."""
+    special = {i: t.content for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    special |= dict(zip(tokenizer.all_special_ids, tokenizer.all_special_tokens, strict=True))
+    blocked = {tokenizer.eos_token_id, tokenizer.bos_token_id} | template_token_ids(tokenizer)
+    free = sorted(i for i in special if i not in blocked and i < len(tokenizer))
+    unk = tokenizer.unk_token_id
+    if unk in free:
+        return special[unk]
+    return special[free[0]] if free else None
+
+
 def ensure_pad_token(tokenizer) -> PadChoice:
     """Give ``tokenizer`` a pad token distinct from EOS (module docstring: the policy); left padding is set by the
     caller. ``how == "added"`` means the vocabulary grew: call :func:`match_vocabulary` on every model it feeds."""
@@ -160,12 +199,22 @@ def ensure_pad_token(tokenizer) -> PadChoice:
         raise ValueError(f"{tokenizer.name_or_path}: the tokenizer has no EOS token")
     if pad is not None and pad != eos:
         return PadChoice(tokenizer.pad_token, pad, "kept")
-    reserved = _reserved_pad(tokenizer)
-    if reserved is not None:
-        tokenizer.pad_token = reserved
-        return PadChoice(reserved, tokenizer.pad_token_id, "reserved")
+    for how, find in (("reserved", _reserved_pad), ("unused", _unused_special)):
+        token = find(tokenizer)
+        if token is not None:
+            tokenizer.pad_token = token
+            return PadChoice(token, tokenizer.pad_token_id, how)
     tokenizer.add_special_tokens({"pad_token": ADDED_PAD})
     return PadChoice(ADDED_PAD, tokenizer.pad_token_id, "added")
+
+
+def embeddings_trained(model) -> bool:
+    """Whether any parameter of ``model``'s input or output embeddings is trainable (a LoRA on them, or a copy in
+    ``modules_to_save``). The ``save_embedding_layers`` of a PEFT adapter: untrained rows, including a pad row the
+    policy added, are rebuilt identically when the base loads (:func:`match_vocabulary`), so saving them only adds
+    the whole vocabulary matrix to every adapter."""
+    layers = [model.get_input_embeddings(), model.get_output_embeddings()]
+    return any(p.requires_grad for layer in layers if layer is not None for p in layer.parameters())
 
 
 def match_vocabulary(model, tokenizer) -> bool:

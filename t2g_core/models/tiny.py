@@ -11,20 +11,14 @@ Tokenizer conventions (the traps they avoid are noted):
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
 import shutil
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-
-from t2g_core.config.models import ModelsConfig, TinyModelConfig
+from t2g_core.config.models import TinyModelConfig
 from t2g_core.progress import Progress, as_progress
 
 BOS, EOS, PAD = "<|bos|>", "<|eot|>", "<|pad|>"
@@ -37,7 +31,6 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
 )
-BUILD_VERSION = "1"  # bump when the build recipe changes so cached folders are rebuilt
 
 
 # --------------------------------------------------------------------------------------------- tokenizer
@@ -137,8 +130,9 @@ def build_tiny_model(out_dir: str | Path, tokenizer_dir: str | Path, cfg: TinyMo
 # --------------------------------------------------------------------------------------------- warm start
 @dataclass(frozen=True)
 class WarmStartResult:
-    losses: list[float]
-    seconds: float
+    losses: list[float]  # every step's loss, those before a resumed checkpoint included
+    seconds: float  # of this call
+    resumed_step: int = 0  # the checkpoint step this call continued from (0: from the start)
 
 
 def _lm_batches(tokenizer, texts: Sequence[str], block: int, batch_size: int, gen):
@@ -207,12 +201,20 @@ def warm_start(
     block_size: int = 128,
     out_dir: str | Path | None = None,
     progress: Progress | bool = True,
+    checkpoint_dir: str | Path | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> WarmStartResult:
     """Train the model in ``model_dir`` and save it to ``out_dir`` (default: in place).
 
     Plain strings: language-model pretraining on packed windows. ``(prompt, response)`` pairs: supervised training with
     the loss on the response (and its ``<eot>``) only; the prompt should already be rendered with the chat template.
     AdamW with a one-cycle schedule; the caller sets torch's thread count.
+
+    With ``checkpoint_dir``, a checkpoint is written there every ``cfg.checkpoint_every`` steps (weights, optimizer,
+    schedule, the batch sampler's and torch's random state, the losses so far), and a call that finds one continues
+    from it (``log`` says from which step): the result is the same as an uninterrupted run's. ``model_dir`` must then
+    not be ``out_dir`` (a resumed run starts from the checkpoint, a fresh one from ``model_dir``, which must still hold
+    the starting weights).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -233,197 +235,108 @@ def warm_start(
         else _lm_batches(tokenizer, texts_or_pairs, min(block_size, cfg.max_positions), batch_size, gen)
     )
     desc = "policy SFT" if is_pairs else "LM warm start"
-    losses = _train_loop(model, batches, steps, lr, as_progress(progress), desc=desc)
+    loop = _Loop(model, gen, steps, lr, cfg.checkpoint_every, Path(checkpoint_dir) if checkpoint_dir else None)
+    losses = loop.run(batches, as_progress(progress), desc=desc, log=log)
     target = Path(out_dir) if out_dir is not None else Path(model_dir)
-    model.save_pretrained(target, safe_serialization=True)
-    tokenizer.save_pretrained(target)
-    return WarmStartResult(losses=losses, seconds=time.perf_counter() - t0)
+    _save_model(model, tokenizer, target)
+    return WarmStartResult(losses=losses, seconds=time.perf_counter() - t0, resumed_step=loop.resumed_step)
 
 
-def _train_loop(model, batches, steps: int, lr: float, progress: Progress, desc: str) -> list[float]:
-    import torch
+def _save_model(model, tokenizer, target: Path) -> None:
+    """Save into a staging sibling, then move it into place: a kill leaves the old folder or the new one."""
+    from t2g_core.training import publish_folder, staging_folder
 
-    if steps <= 0:
-        return []
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    warmup = max(1, steps // 10)  # linear warm-up, then cosine decay to 10 % of lr
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt,
-        lambda i: (
-            (i + 1) / warmup
-            if i < warmup
-            else 0.1 + 0.45 * (1 + math.cos(math.pi * (i - warmup) / max(1, steps - warmup)))
-        ),
-    )
-    losses: list[float] = []
-    for i in range(steps):
-        ids, labels, mask = next(batches)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-        progress(desc, i + 1, steps, {"loss": losses[-1]} if math.isfinite(losses[-1]) else None)
-    model.eval()
-    return losses
+    tmp = staging_folder(target, create=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    publish_folder(tmp, target)
 
 
-# --------------------------------------------------------------------------------------------- demo models
-@dataclass(frozen=True)
-class DemoModels:
-    """Folders (or Hugging Face ids) of the reward-model base and of the warm-started policy."""
+class _Loop:
+    """The optimizer steps of one warm-start phase, checkpointed every ``every`` steps into ``ckpt_dir``."""
 
-    base: Path
-    policy: Path
+    def __init__(self, model, gen, steps: int, lr: float, every: int, ckpt_dir: Path | None):
+        import torch
 
-
-def _frame_digest(df: pd.DataFrame) -> str:
-    payload = df.to_json(orient="records", force_ascii=False).encode()
-    return hashlib.sha256(payload).hexdigest()
-
-
-def demo_models_key(cfg: ModelsConfig, feedback_df: pd.DataFrame) -> str:
-    """Hash of the build recipe version, the tiny-model config and the feedback content."""
-    parts = [BUILD_VERSION, cfg.tiny.model_dump_json(), _frame_digest(feedback_df)]
-    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
-
-
-def ensure_demo_models(
-    models_dir: str | Path,
-    cfg: ModelsConfig,
-    feedback_df: pd.DataFrame,
-    *,
-    progress: Progress | bool = True,
-    log: Callable[[str], None] | None = None,
-    rebuild: bool = False,
-) -> DemoModels:
-    """Build (once) the tiny base LM and the warm-started policy for ``feedback_df``'s task; reuse them afterwards.
-
-    ``models_dir/tiny-<key>/{base,policy}`` with key = hash(config, data). The build happens in a temporary folder that
-    is renamed into place, so an interrupted build never leaves a folder that looks complete. Models given as a
-    Hugging Face id or folder (``cfg.policy`` / ``cfg.reward_model_base`` not ``"tiny"``) are returned as they are.
-    ``rebuild`` builds again and swaps the new folder in for a finished one.
-    """
-    if cfg.policy != "tiny" and cfg.reward_model_base != "tiny":
-        return DemoModels(base=Path(cfg.reward_model_base), policy=Path(cfg.policy))
-    models_dir = Path(models_dir)
-    final = models_dir / f"tiny-{demo_models_key(cfg, feedback_df)}"
-    if rebuild or not (final / "build.json").exists():
-        tmp = models_dir / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        tmp.mkdir(parents=True)
-        try:
-            _build_demo_models(tmp, cfg.tiny, feedback_df, progress=as_progress(progress), log=log or (lambda _m: None))
-            if rebuild and final.exists():  # swap: the finished folder is replaced only once the new one is complete
-                os.rename(final, old := tmp.with_name(tmp.name + "-old"))
-                shutil.rmtree(old)
-            try:
-                os.rename(tmp, final)
-            except OSError:  # another process finished the same key first
-                if not (final / "build.json").exists():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    base = final / "base" if cfg.reward_model_base == "tiny" else Path(cfg.reward_model_base)
-    policy = final / "policy" if cfg.policy == "tiny" else Path(cfg.policy)
-    return DemoModels(base=base, policy=policy)
-
-
-def _main_task(feedback_df: pd.DataFrame) -> str:
-    if feedback_df.empty:
-        raise ValueError("ensure_demo_models: the feedback frame is empty")
-    return str(feedback_df["task"].mode().iloc[0])
-
-
-def _policy_pairs(
-    task: str, feedback_df: pd.DataFrame, cfg: TinyModelConfig, p_halluc: float, seed: int
-) -> list[tuple[str, str]]:
-    """(prompt, target response) pairs for the policy's supervised warm start.
-
-    Summarization: fresh synthetic posts whose summaries get each fact wrong with probability ``p_halluc``. Other
-    tasks: the feedback's references (or responses when no reference exists).
-    """
-    if task == "summarization":
-        from t2g_core.demo.summarization import warm_start_pairs
-
-        return warm_start_pairs(cfg.policy_sft_examples, seed=seed, p_halluc=p_halluc)
-    rows = feedback_df[feedback_df["task"] == task]
-    return [
-        (r.prompt, r.reference if isinstance(r.reference, str) and r.reference else r.response)
-        for r in rows.itertuples()
-    ]
-
-
-def _train_policy(
-    root: Path, tokenizer, task: str, feedback_df: pd.DataFrame, cfg: TinyModelConfig, *, progress, log
-) -> dict:
-    """Two supervised phases from the base LM: (1) clean targets, so the copy-a-value-from-the-post circuit forms
-    quickly; (2) for summarization, targets with each fact wrong at ``cfg.p_halluc``, so the policy keeps the template
-    and the lookup but states wrong values often enough for PPO to have errors to remove."""
-    from t2g_core.policy_prompts import render_policy_prompt
-
-    def rendered(pairs):
-        return [(render_policy_prompt(tokenizer, task, p), r) for p, r in pairs]
-
-    clean = rendered(_policy_pairs(task, feedback_df, cfg, 0.0, cfg.seed + 1000))
-    sft = warm_start(
-        root / "base",
-        clean,
-        cfg,
-        steps=cfg.policy_sft_steps,
-        lr=cfg.policy_sft_lr,
-        batch_size=cfg.policy_sft_batch_size,
-        out_dir=root / "policy",
-        progress=progress,
-    )
-    log(f"policy SFT (clean): {len(sft.losses)} steps in {sft.seconds:.1f} s, loss {_first_last(sft.losses)}")
-    info = {"sft_losses": _first_last(sft.losses), "n_policy_pairs": len(clean)}
-    if task == "summarization" and cfg.policy_noise_steps > 0:
-        noisy = rendered(_policy_pairs(task, feedback_df, cfg, cfg.p_halluc, cfg.seed + 2000))
-        noise = warm_start(
-            root / "policy",
-            noisy,
-            cfg,
-            steps=cfg.policy_noise_steps,
-            lr=cfg.policy_noise_lr,
-            batch_size=cfg.policy_sft_batch_size,
-            progress=progress,
+        self.model, self.gen, self.steps, self.every, self.ckpt_dir = model, gen, steps, every, ckpt_dir
+        self.opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+        warmup = max(1, steps // 10)  # linear warm-up, then cosine decay to 10 % of lr
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt,
+            lambda i: (
+                (i + 1) / warmup
+                if i < warmup
+                else 0.1 + 0.45 * (1 + math.cos(math.pi * (i - warmup) / max(1, steps - warmup)))
+            ),
         )
-        log(
-            f"policy SFT (p_halluc={cfg.p_halluc}): {len(noise.losses)} steps in {noise.seconds:.1f} s, loss "
-            f"{_first_last(noise.losses)}"
-        )
-        info["noise_losses"] = _first_last(noise.losses)
-    return info
+        self.losses: list[float] = []
+        self.resumed_step = 0
+        self.resumed_at: list[int] = []  # the steps earlier runs of this phase continued from
 
+    def run(self, batches, progress: Progress, desc: str, log: Callable[[str], None] | None = None) -> list[float]:
+        import torch
 
-def _build_demo_models(root: Path, cfg: TinyModelConfig, feedback_df: pd.DataFrame, *, progress: Progress, log) -> None:
-    from t2g_core.demo import demo_corpus
+        if self.steps <= 0:
+            return []
+        self.resumed_step = start = self._restore()
+        if start and log is not None:
+            log(f"{desc} resumes at step {start} of {self.steps} ({self.ckpt_dir})")
+        self.model.train()
+        for i in range(start, self.steps):
+            ids, labels, mask = next(batches)
+            loss = self.model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.opt.step()
+            self.sched.step()
+            self.losses.append(float(loss.detach()))
+            if self.ckpt_dir is not None and (i + 1) % self.every == 0 and i + 1 < self.steps:
+                self._save(i + 1)
+            progress(desc, i + 1, self.steps, {"loss": self.losses[-1]} if math.isfinite(self.losses[-1]) else None)
+        self.model.eval()
+        return self.losses
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    task = _main_task(feedback_df)
-    pairs = _policy_pairs(task, feedback_df, cfg, cfg.p_halluc, cfg.seed + 3000)
-    corpus = demo_corpus(feedback_df) + [f"{p}\n{r}" for p, r in pairs[: len(feedback_df) * 4]]
-    tokenizer = train_tokenizer(corpus, cfg.vocab_size, root / "tokenizer")
-    log(f"tokenizer: {len(tokenizer)} tokens from {len(corpus)} texts")
-    build_tiny_model(root / "base", root / "tokenizer", cfg)
-    lm = warm_start(root / "base", corpus, cfg, block_size=cfg.warm_start_block_size, progress=progress)
-    log(f"base LM warm start: {len(lm.losses)} steps in {lm.seconds:.1f} s, loss {_first_last(lm.losses)}")
-    info = _train_policy(root, tokenizer, task, feedback_df, cfg, progress=progress, log=log)
-    shutil.rmtree(root / "tokenizer")
-    info.update(
-        {
-            "task": task,
-            "config": cfg.model_dump(mode="json"),
-            "seconds": round(time.perf_counter() - t0, 2),
-            "cpu_seconds": round(time.process_time() - c0, 2),
-            "lm_losses": _first_last(lm.losses),
+    def _save(self, step: int) -> None:
+        import torch
+
+        from t2g_core.training import publish_folder, staging_folder
+
+        final = self.ckpt_dir / f"step-{step:06d}"
+        tmp = staging_folder(final, create=True)
+        state = {
+            "step": step,
+            "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "sampler": self.gen.get_state(),  # the batch order continues where it stopped
+            "rng": torch.get_rng_state(),  # dropout, where the architecture has it
+            "losses": list(self.losses),
+            "resumed_at": [*self.resumed_at, self.resumed_step] if self.resumed_step else list(self.resumed_at),
         }
-    )
-    (root / "build.json").write_text(json.dumps(info, indent=2))
+        torch.save(state, tmp / "state.pt")
+        publish_folder(tmp, final)
+        for old in self._checkpoints()[:-1]:
+            shutil.rmtree(old, ignore_errors=True)
 
+    def _checkpoints(self) -> list[Path]:
+        if self.ckpt_dir is None or not self.ckpt_dir.is_dir():
+            return []
+        return sorted(p for p in self.ckpt_dir.glob("step-*[0-9]") if (p / "state.pt").is_file())
 
-def _first_last(losses: list[float]) -> str:
-    return f"{losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "n/a"
+    def _restore(self) -> int:
+        """Load the latest checkpoint, if any, into the model, optimizer, schedule and random states; its step."""
+        import torch
+
+        found = self._checkpoints()
+        if not found:
+            return 0
+        state = torch.load(found[-1] / "state.pt", map_location="cpu", weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        self.gen.set_state(state["sampler"])
+        torch.set_rng_state(state["rng"])
+        self.losses = list(state["losses"])
+        self.resumed_at = list(state.get("resumed_at", []))
+        return int(state["step"])

@@ -19,15 +19,16 @@ LATEST = "latest"
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, *, policy, trainer_state: dict, rank: int, world: int, barrier, token: str
+    run_dir: Path, step: int, *, save_adapter, trainer_state: dict, rank: int, world: int, barrier, token: str
 ) -> Path:
     """Write checkpoint ``step`` (rank 0 writes the shared state, each rank its RNG state) through a staging folder
-    named by ``token`` (the same in every process of this run); returns its folder."""
+    named by ``token`` (the same in every process of this run); returns its folder. ``save_adapter(folder)`` writes
+    the policy's adapter in peft's format."""
     ckpt_root = Path(run_dir) / "checkpoints"
     final = ckpt_root / f"step-{step:06d}"
     tmp = staging_folder(final, token, create=rank == 0)
     if rank == 0:
-        policy.save_pretrained(tmp / "adapter", save_embedding_layers=False)
+        save_adapter(tmp / "adapter")
         save_state(trainer_state, tmp / "trainer.pt")
     barrier()
     save_state(rng_state(), tmp / f"rng-rank{rank}.pt")

@@ -1,9 +1,13 @@
 """The experience the update trains on, steps 4 (KL), 5 (GAE) and 6 (whiten) of a PPO step.
 
 The rollout policy's log-probs, the reference's (the base with the LoRA adapter disabled) and the critic's values
-come from no-grad passes in micro-batches; the per-token KL and the reward r_t = m_t (s_t - beta KL_t) + terminal
-(:func:`t2g_core.rl.assemble_rewards`) feed the configured advantage estimator (GAE by default), whose advantages
-are whitened over the valid tokens of the *global* batch (summed over processes).
+come from no-grad passes in micro-batches (the entropy of the sampling distribution is read off the old-log-prob
+pass's logits). With one epoch of one minibatch in one chunk the update's only forward runs at the rollout policy, so
+its log-probs and values, detached, are the old ones: that forward runs first and the no-grad policy pass is not run
+(:func:`reuses_first_forward`). The per-token KL and the reward r_t = m_t (s_t - beta KL_t) + terminal
+(:func:`t2g_core.rl.assemble_rewards`) feed the configured advantage estimator (GAE by default; the span estimators
+also read the task signal s_t and the terminal part apart, see :mod:`t2g_core.rl.advantages`), whose advantages are
+whitened over the valid tokens of the *global* batch (summed over processes).
 """
 
 from __future__ import annotations
@@ -30,31 +34,85 @@ class Experience:
     returns: Tensor
 
 
+@dataclass
+class FirstForward:
+    """The first minibatch's training forward, run before the experience: local ``rows`` (in the minibatch's order)
+    and their log-probs, values (None without a critic) and entropy, (len(rows), T) on the CPU, with gradients."""
+
+    rows: list[int]
+    logprobs: Tensor
+    values: Tensor | None
+    entropy: Tensor
+
+
 def uses_critic(cfg: PPOConfig) -> bool:
     """Whether the advantage estimator needs a critic (critic-free estimators, rloo and grpo, train none)."""
     return cfg.advantage not in CRITIC_FREE
 
 
+def reuses_first_forward(cfg: PPOConfig) -> bool:
+    """One epoch of one minibatch in one chunk: the update's only forward sees the rollout policy (and critic), so
+    it stands in for the no-grad old-log-prob and value pass (dropout is off and both apply the temperature)."""
+    return cfg.ppo_epochs == 1 and cfg.minibatches == 1 and cfg.grad_accum == 1
+
+
 @torch.no_grad()
-def old_ref_values(model, ro: Rollout, cfg: PPOConfig, device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def old_ref_values(
+    model, ro: Rollout, cfg: PPOConfig, device, first: FirstForward | None = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Old log-probs, reference log-probs, values (0 without a critic) and the sampling entropy, all (B, T) on the
-    CPU, ``cfg.micro_batch_size`` rows per forward."""
-    args = (*to_device(device, ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask), cfg.temperature)
+    CPU, ``cfg.micro_batch_size`` rows per forward; the old log-probs, values and entropy are ``first``'s when
+    given (only the reference pass then runs)."""
+    args = (*to_device(device, ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask), cfg.sampling)
     size = cfg.micro_batch_size
-    old_logprobs, values, entropy = forward_in_micro_batches(
-        model, *args, micro_batch_size=size, with_values=uses_critic(cfg), with_entropy=True
-    )
+    if first is None:
+        old_logprobs, values, entropy = forward_in_micro_batches(
+            model, *args, micro_batch_size=size, with_values=uses_critic(cfg), with_entropy=True
+        )
+    else:
+        old_logprobs, values, entropy = _in_batch_order(ro, first)
     ref_logprobs, _ = forward_in_micro_batches(model, *args, micro_batch_size=size, reference=True)
     m = ro.response_mask.float()
     values = torch.zeros_like(m) if values is None else values.float().cpu()
     return old_logprobs.cpu() * m, ref_logprobs.cpu() * m, values * m, entropy.cpu() * m
 
 
+def _in_batch_order(ro: Rollout, first: FirstForward) -> tuple[Tensor, Tensor | None, Tensor]:
+    """``first``'s outputs, detached, at their rows of the local batch (B, T)."""
+    idx = torch.tensor(first.rows, dtype=torch.long)
+    out = []
+    for t in (first.logprobs, first.values, first.entropy):
+        if t is None:
+            out.append(None)
+            continue
+        whole = torch.zeros(ro.response_ids.shape, dtype=t.dtype)
+        whole[idx] = t.detach()
+        out.append(whole)
+    return tuple(out)
+
+
 def advantages_and_returns(
-    rewards: Tensor, values: Tensor, mask: Tensor, task: Tensor, group: Tensor | None, cfg: PPOConfig
-) -> tuple[Tensor, Tensor]:
-    """The configured estimator's advantages, whitened over the global batch, and the critic's returns."""
+    rewards: Tensor,
+    values: Tensor,
+    mask: Tensor,
+    task: Tensor,
+    terminal: Tensor,
+    group: Tensor | None,
+    cfg: PPOConfig,
+) -> tuple[Tensor, Tensor]:  # (B, T) x4, (B,), (B,) -> (B, T) x2
+    """The configured estimator's advantages, whitened over the global batch, and the critic's returns; ``task`` is
+    s_t (segment ends), ``terminal`` the sequence-level part of ``rewards`` (the span estimators credit it apart)."""
     advantages, returns = estimate_advantages(
-        cfg.advantage, rewards, values, mask, task=task, group=group, gamma=cfg.gamma, lam=cfg.lam
+        cfg.advantage,
+        rewards,
+        values,
+        mask,
+        task=task,
+        terminal=terminal,
+        group=group,
+        gamma=cfg.gamma,
+        lam=cfg.lam,
+        grpo_scale=cfg.grpo_scale,
+        grpo_std_floor=cfg.grpo_std_floor,
     )
     return masked_whiten(advantages, mask, reduce=all_reduce_sum), returns

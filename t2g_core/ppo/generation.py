@@ -1,8 +1,11 @@
 """Rollout generation backends, chosen by ``ppo.generation_backend`` through :data:`BACKENDS`.
 
-Every backend samples from the untruncated softmax(logits / tau) (top_k = 0, top_p = 1, no repetition penalty:
-§5 A5), stops at the tokenizer's EOS and pads after it; old log-probs are always recomputed by the trainer, never
-taken from the generator (§5 A8).
+Every backend samples from the same distribution, ``ppo.temperature``, then ``ppo.top_k``, then ``ppo.top_p``
+(:class:`~t2g_core.config.sampling.Sampling`; the defaults are the untruncated softmax(logits / tau), §5 A5; never a
+repetition penalty or any other warper a model's ``generation_config.json`` ships), stops at the tokenizer's EOS and
+pads after it. Old log-probs are always recomputed by the trainer under that same distribution, never taken from the
+generator (§5 A8): transformers and vLLM both apply temperature, then top-k, then top-p, renormalised, which is what
+``t2g_core.rl.logprobs`` computes.
 
 - ``exact``: the per-sample sampler of :mod:`t2g_core.ppo.sampling`: float64 Gumbel noise from a generator seeded by
   (seed, step, global index), so a sample does not depend on its batch or process. Slow; for CPU runs and the
@@ -59,24 +62,25 @@ class ExactBackend:
             query_ids,
             query_mask,
             max_new_tokens=self.cfg.max_new_tokens,
-            temperature=self.cfg.temperature,
+            sampling=self.cfg.sampling,
             eos_token_id=self.tok.eos_token_id,
             pad_token_id=self.tok.pad_token_id,
             seeds=seeds,
         )
 
 
-def untruncated_sampling(cfg, tokenizer):
-    """A ``GenerationConfig`` that samples softmax(logits / tau) exactly: every warper that would truncate or
-    reshape the distribution is set to its neutral value, so a model's own ``generation_config.json`` (Llama 3.1
-    Instruct ships temperature 0.6, top_p 0.9) cannot change the rollout distribution."""
+def rollout_sampling(cfg, tokenizer):
+    """A ``GenerationConfig`` that samples ``cfg.sampling`` exactly (temperature, then top-k, then top-p: transformers'
+    own warper order): every other warper is set to its neutral value, so a model's own ``generation_config.json``
+    (Llama 3.1 Instruct ships temperature 0.6, top_p 0.9) cannot change the rollout distribution."""
     from transformers import GenerationConfig
 
+    sampling = cfg.sampling
     return GenerationConfig(
         do_sample=True,
-        temperature=cfg.temperature,
-        top_k=0,
-        top_p=1.0,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
         min_p=None,
         typical_p=1.0,
         epsilon_cutoff=0.0,
@@ -107,7 +111,7 @@ def pad_after_eos(rows: Sequence[Sequence[int]], eos: int, pad: int, device=None
 class HFBackend:
     def __init__(self, cfg, tokenizer, **_):
         self.cfg, self.tok = cfg, tokenizer
-        self.generation_config = untruncated_sampling(cfg, tokenizer)
+        self.generation_config = rollout_sampling(cfg, tokenizer)
 
     def sync(self, policy) -> None:
         return None
@@ -137,6 +141,23 @@ def vllm_dtype(dtype: torch.dtype) -> str:
         f"{' or '.join(VLLM_DTYPES.values())} only; set models.dtype=bfloat16 (float16 on a GPU without bfloat16), "
         "or use generation_backend=hf"
     )
+
+
+def vllm_sampling(cfg, eos_token_id: int, seed: int) -> dict:
+    """vLLM ``SamplingParams`` arguments for one sample of ``cfg.sampling``: vLLM applies temperature, then top-k,
+    then top-p, renormalised (as transformers does); its "no top-k" is -1."""
+    sampling = cfg.sampling
+    return {
+        "temperature": sampling.temperature,
+        "top_k": sampling.top_k or -1,
+        "top_p": sampling.top_p,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "max_tokens": cfg.max_new_tokens,
+        "seed": seed,
+        "ignore_eos": True,  # the model's own EOS list may differ from the tokenizer's EOS: stop on ours only
+        "stop_token_ids": [eos_token_id],
+    }
 
 
 class VllmBackend:
@@ -183,18 +204,7 @@ class VllmBackend:
         from vllm import SamplingParams
 
         prompts = [{"prompt_token_ids": q[m].tolist()} for q, m in zip(query_ids, query_mask.bool(), strict=True)]
-        params = [
-            SamplingParams(
-                temperature=self.cfg.temperature,
-                top_p=1.0,
-                top_k=-1,
-                max_tokens=self.cfg.max_new_tokens,
-                seed=s,
-                ignore_eos=True,  # the model's own EOS list may differ from the tokenizer's EOS: stop on ours only
-                stop_token_ids=[self.tok.eos_token_id],
-            )
-            for s in seeds
-        ]
+        params = [SamplingParams(**vllm_sampling(self.cfg, self.tok.eos_token_id, s)) for s in seeds]
         outs = self.llm.generate(prompts, params, lora_request=self.request, use_tqdm=False)
         rows = []
         for o in outs:

@@ -1,14 +1,22 @@
 """Policy (base + LoRA), reference (the same base with the adapter disabled) and the value model, as one module.
 
-One copy of the base weights: ``policy.disable_adapter()`` *is* the reference policy (§5 E21). The value model is
-either a zero-initialised linear head on the policy's last hidden state (``value_model="head"``) or a separate
-backbone loaded from the same model with its own zero-initialised head (``"separate"``). Dropout is off everywhere
-(every module stays in eval mode; gradients still flow).
+One copy of the base weights: ``policy.disable_adapter()`` *is* the reference policy (§5 E21). The value model is a
+zero-initialised linear head on the last hidden state of one of three backbones (``value_model``): the policy's own
+(``"head"``: the value loss also trains the policy's adapter), a separate copy of the base, fully trained
+(``"separate"``), or the policy's frozen base with a second LoRA adapter, ``critic``, of the policy's rank
+(``"lora"``: no second copy of the base weights; the critic's forward runs the base with that adapter active).
+Dropout is off everywhere (every module stays in eval mode; gradients still flow).
 
 :class:`ActorCritic` is the trainable whole that DDP / FSDP wrap: its ``forward`` runs the backbone once, reads the
 value from the hidden states and the log-probs through the LM head in chunks (``rl.logprobs.selective_logprobs``),
 so no (B, T, V) logits tensor is ever built. Frozen base weights are in ``models.dtype``; the trainable LoRA weights
 and the value head stay float32.
+
+Log-probs are taken under the rollouts' sampling distribution (:class:`~t2g_core.config.sampling.Sampling`:
+temperature, top-k, top-p, renormalised), the policy's (old and new) and the reference's alike, each over its own
+top-k / top-p set: the KL penalty compares the two models as they would be sampled, so it is exactly 0 at the start.
+A token outside a model's set (the reference's, once the policy has moved) stays in that set for its own position,
+so its log-prob, and the KL, stay finite (``rl.logprobs``; docs/ppo.md, sampling).
 """
 
 from __future__ import annotations
@@ -20,7 +28,15 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from t2g_core.rl.logprobs import position_ids_from_mask, selective_entropy, selective_logprobs
+from t2g_core.rl.logprobs import (
+    Sampling,
+    as_sampling,
+    position_ids_from_mask,
+    selective_logprobs,
+    selective_logprobs_and_entropy,
+)
+
+POLICY_ADAPTER, CRITIC_ADAPTER = "default", "critic"  # peft adapter names: the policy's and the LoRA critic's
 
 
 def disable_dropout(model: nn.Module) -> None:
@@ -31,11 +47,12 @@ def disable_dropout(model: nn.Module) -> None:
 
 
 class ValueModel(nn.Module):
-    """V(s_t) per response token: a zero-init head, on its own backbone or on hidden states handed to it."""
+    """V(s_t) per response token: a zero-init head, on its own backbone or on hidden states handed to it.
+    ``adapter``: the name of the LoRA adapter the critic's backbone pass runs with (on the policy's base)."""
 
-    def __init__(self, hidden_size: int, backbone: nn.Module | None = None):
+    def __init__(self, hidden_size: int, backbone: nn.Module | None = None, adapter: str | None = None):
         super().__init__()
-        self.backbone = backbone
+        self.backbone, self.adapter = backbone, adapter
         self.head = nn.Linear(hidden_size, 1)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
@@ -51,6 +68,29 @@ class ValueModel(nn.Module):
             use_cache=False,
         )
         return out.last_hidden_state
+
+
+@contextlib.contextmanager
+def adapter_flags_kept(policy: nn.Module):
+    """peft's adapter switches (``set_adapter``, leaving ``disable_adapter``) also freeze every adapter they leave
+    inactive; with a LoRA critic both adapters train, so every adapter weight's ``requires_grad`` is put back."""
+    flags = [(p, p.requires_grad) for n, p in policy.named_parameters() if "lora_" in n]
+    try:
+        yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+@contextlib.contextmanager
+def active_adapter(policy: nn.Module, name: str):
+    """Run the policy's LoRA layers with adapter ``name`` only, then with the policy's again."""
+    with adapter_flags_kept(policy):
+        policy.base_model.set_adapter(name)
+        try:
+            yield
+        finally:
+            policy.base_model.set_adapter(POLICY_ADAPTER)
 
 
 @contextlib.contextmanager
@@ -95,33 +135,48 @@ class ActorCritic(nn.Module):
         query_mask: Tensor,
         response_ids: Tensor,
         response_mask: Tensor,
-        temperature: float,
+        sampling: Sampling | float,
         reference: bool = False,
         with_values: bool = True,
         with_entropy: bool = False,
     ) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None, Tensor]:
-        """Log-probs of the response tokens (B, T) and values (B, T) or None, read at the position *before* each token
-        (§5 A1); ``with_entropy`` adds a third item, the entropy of each position's sampling distribution (for
-        logging, no gradient)."""
+        """Log-probs of the response tokens (B, T) under ``sampling`` (a bare number: a temperature over the whole
+        vocabulary) and values (B, T) or None, read at the position *before* each token (§5 A1); ``reference``: the
+        base without the adapter, under the same ``sampling``; ``with_entropy`` adds a third item, the entropy of
+        each position's sampling distribution (for logging, no gradient), read off the log-probs' logits."""
+        sampling = as_sampling(sampling)
         input_ids = torch.cat([query_ids, response_ids], dim=1)
         attn = torch.cat([query_mask.long(), response_mask.long()], dim=1)
         lq = query_ids.shape[1]
-        backbone = self.causal_lm.base_model  # the decoder stack, without the LM head
         adapter = self.policy.disable_adapter() if reference else contextlib.nullcontext()
-        with adapter, checkpointed_layers(backbone, self.checkpointing and torch.is_grad_enabled()):
-            out = backbone(
-                input_ids=input_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False
-            )
-            hidden = out.last_hidden_state[:, lq - 1 : -1]  # (B, T, d)
+        flags = adapter_flags_kept(self.policy) if reference and self.value.adapter else contextlib.nullcontext()
+        with flags, adapter:
+            hidden = self._decoder_hidden(input_ids, attn)[:, lq - 1 : -1]  # (B, T, d)
             head = self._logits_head()
-            logprobs = selective_logprobs(hidden, head, response_ids, temperature, self.chunk_tokens)
-            extra = (selective_entropy(hidden, head, temperature, self.chunk_tokens),) if with_entropy else ()
+            if with_entropy:
+                logprobs, *extra = selective_logprobs_and_entropy(
+                    hidden, head, response_ids, sampling, self.chunk_tokens
+                )
+            else:
+                logprobs, extra = selective_logprobs(hidden, head, response_ids, sampling, self.chunk_tokens), []
         if not with_values or reference:
             return (logprobs, None, *extra)
         if self.value.backbone is not None:
             with checkpointed_layers(self.value.backbone, self.checkpointing and torch.is_grad_enabled()):
                 hidden = self.value.backbone_hidden(input_ids, attn)[:, lq - 1 : -1]
+        elif self.value.adapter is not None:
+            with active_adapter(self.policy, self.value.adapter):
+                hidden = self._decoder_hidden(input_ids, attn)[:, lq - 1 : -1]
         return (logprobs, self.value(hidden), *extra)
+
+    def _decoder_hidden(self, input_ids: Tensor, attn: Tensor) -> Tensor:  # (B, L) -> (B, L, d)
+        """The last hidden states of the policy's decoder stack (the LM without its head), with the active adapter."""
+        backbone = self.causal_lm.base_model
+        with checkpointed_layers(backbone, self.checkpointing and torch.is_grad_enabled()):
+            out = backbone(
+                input_ids=input_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False
+            )
+        return out.last_hidden_state
 
 
 @dataclass
@@ -140,8 +195,34 @@ class PolicyBundle:
         return self.model.value
 
     def trainable_parameters(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-        policy_params = [p for p in self.policy.parameters() if p.requires_grad]
-        return policy_params, [p for p in self.value.parameters() if p.requires_grad]
+        """(the policy's, the critic's): a LoRA critic's adapter weights live in the policy's layers but are the
+        critic's."""
+        mine = [(n, p) for n, p in self.policy.named_parameters() if p.requires_grad]
+        critic = [p for n, p in mine if _is_critic_adapter(n)]
+        policy_params = [p for n, p in mine if not _is_critic_adapter(n)]
+        return policy_params, critic + [p for p in self.value.parameters() if p.requires_grad]
+
+    def critic_adapter_state(self) -> dict | None:
+        """A LoRA critic's adapter weights (for a checkpoint; None for the other critics)."""
+        if self.value.adapter is None:
+            return None
+        from peft import get_peft_model_state_dict
+
+        return get_peft_model_state_dict(self.policy, adapter_name=self.value.adapter)
+
+    def load_critic_adapter_state(self, state: dict | None) -> None:
+        if self.value.adapter is not None:
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.policy, state, adapter_name=self.value.adapter)
+
+    def save_policy_adapter(self, folder: Path) -> None:
+        """The policy's adapter alone, in peft's format (a LoRA critic's adapter stays out)."""
+        self.policy.save_pretrained(folder, selected_adapters=[POLICY_ADAPTER], save_embedding_layers=False)
+
+
+def _is_critic_adapter(name: str) -> bool:
+    return f".{CRITIC_ADAPTER}." in name
 
 
 def load_policy(
@@ -171,20 +252,31 @@ def load_policy(
     if gradient_checkpointing:
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     torch.manual_seed(seed)  # LoRA A matrices are randomly initialised
-    lora = LoraConfig(
-        r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=target_modules, task_type="CAUSAL_LM"
-    )
-    lora.revision = split_revision(policy_dir)[1]
-    policy = get_peft_model(base, lora)  # adapter weights stay float32 (peft's autocast_adapter_dtype)
+
+    def lora_config() -> LoraConfig:  # one object per adapter: peft keeps and edits the config it is given
+        cfg = LoraConfig(
+            r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=target_modules, task_type="CAUSAL_LM"
+        )
+        cfg.revision = split_revision(policy_dir)[1]
+        return cfg
+
+    policy = get_peft_model(base, lora_config())  # adapter weights stay float32 (peft's autocast_adapter_dtype)
     disable_dropout(policy)
     hidden = base.config.get_text_config().hidden_size
-    backbone = None
+    backbone, adapter = None, None
     if value_model == "separate":
         backbone = load_causal_lm(policy_dir, dtype=dtype, device=device, tokenizer=tokenizer, backbone_only=True)
         disable_dropout(backbone)
         if gradient_checkpointing:
             backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    value = ValueModel(hidden, backbone).to(base.device)
+    elif value_model == "lora":
+        adapter = CRITIC_ADAPTER
+        policy.add_adapter(adapter, lora_config())  # starts as the base (B = 0); peft adds it frozen and inactive
+        for n, p in policy.named_parameters():
+            if _is_critic_adapter(n):
+                p.requires_grad_(True)
+        disable_dropout(policy)
+    value = ValueModel(hidden, backbone, adapter).to(base.device)
     value.head.float()
     value.eval()
     model = ActorCritic(policy, value, chunk_tokens=chunk_tokens, checkpointing=gradient_checkpointing)
@@ -199,7 +291,7 @@ def forward_in_micro_batches(
     query_mask: Tensor,
     response_ids: Tensor,
     response_mask: Tensor,
-    temperature: float,
+    sampling: Sampling | float,
     *,
     micro_batch_size: int | None,
     reference: bool = False,
@@ -218,7 +310,7 @@ def forward_in_micro_batches(
                 query_mask[rows],
                 response_ids[rows],
                 response_mask[rows],
-                temperature,
+                sampling,
                 reference=reference,
                 with_values=with_values,
                 with_entropy=with_entropy,
@@ -237,12 +329,12 @@ def forward_response(
     query_mask: Tensor,
     response_ids: Tensor,
     response_mask: Tensor,
-    temperature: float,
+    sampling: Sampling | float,
     *,
     with_values: bool = True,
     reference: bool = False,
 ) -> tuple[Tensor, Tensor | None]:  # -> logprobs (B, T), values (B, T) or None
-    """Log-probs of the response tokens (and values) in one pass, with gradients when enabled."""
+    """Log-probs of the response tokens under ``sampling`` (and values) in one pass, with gradients when enabled."""
     return bundle.model(
-        query_ids, query_mask, response_ids, response_mask, temperature, reference=reference, with_values=with_values
+        query_ids, query_mask, response_ids, response_mask, sampling, reference=reference, with_values=with_values
     )

@@ -1,5 +1,6 @@
 """One model's optimizer in PPO: AdamW with its own gradient clip and learning-rate schedule, and the snapshot that
-lets the KL early stop undo the step that crossed ``max_approx_kl``.
+lets the KL early stop undo (or scale back) the step that crossed ``max_approx_kl``. Only the actor's steps can be
+undone, and only while the early stop is on, so only then does its optimizer keep a snapshot.
 
 The learning rate of planned update j (of ``ppo_epochs x minibatches``) at PPO step s, after ``taken`` updates:
 
@@ -55,29 +56,62 @@ def clip_grads(params: list[torch.nn.Parameter], max_norm: float, sharded: bool)
 
 class StepSnapshot:
     """What one optimizer step changes (parameters, AdamW moments, the warm-up count), taken before the step so the
-    step can be undone once. It copies every parameter and the optimizer state, so an optimizer whose steps are
+    step can be undone once. It copies every parameter and its optimizer state, so an optimizer whose steps are
     never undone need not keep one."""
 
     def __init__(self) -> None:
-        self._saved: tuple[list[torch.Tensor], dict, int] | None = None
+        self._saved: tuple[list[torch.Tensor], list[dict | None], int] | None = None
 
     def take(self, params: list[torch.nn.Parameter], opt: torch.optim.Optimizer, taken: int) -> None:
-        self._saved = ([p.detach().clone() for p in params], copy.deepcopy(opt.state_dict()), taken)
+        state = [_copy_state(opt.state[p]) if p in opt.state else None for p in params]
+        self._saved = ([p.detach().clone() for p in params], state, taken)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of tensor data the snapshot holds (parameter copies and optimizer state); 0 with nothing saved."""
+        if self._saved is None:
+            return 0
+        saved, state, _ = self._saved
+        moments = [v for per_param in state if per_param for v in per_param.values() if torch.is_tensor(v)]
+        return sum(t.numel() * t.element_size() for t in saved + moments)
 
     def restore(self, params: list[torch.nn.Parameter], opt: torch.optim.Optimizer) -> int | None:
-        """Put the saved state back and forget it; returns the saved warm-up count, or None with nothing saved."""
+        """Put the saved state back (in place) and forget it; returns the saved warm-up count, or None with nothing
+        saved."""
         if self._saved is None:
             return None
         saved, state, taken = self._saved
         with torch.no_grad():
-            for p, s in zip(params, saved, strict=True):
+            for p, s, per_param in zip(params, saved, state, strict=True):
                 p.copy_(s)
-        opt.load_state_dict(state)
+                if per_param is None:  # the step was this parameter's first: it had no state before
+                    opt.state.pop(p, None)
+                    continue
+                for k, v in per_param.items():
+                    current = opt.state[p].get(k)
+                    if torch.is_tensor(v) and torch.is_tensor(current):
+                        current.copy_(v)
+                    else:
+                        opt.state[p][k] = v
         self._saved = None
         return taken
 
+    def scale(self, params: list[torch.nn.Parameter], alpha: float) -> bool:
+        """Shorten the saved step to ``alpha`` of its length: p = saved + alpha (p - saved), the optimizer's moments
+        kept; False with nothing saved."""
+        if self._saved is None:
+            return False
+        with torch.no_grad():
+            for p, s in zip(params, self._saved[0], strict=True):
+                p.sub_(s).mul_(alpha).add_(s)
+        return True
+
     def clear(self) -> None:
         self._saved = None
+
+
+def _copy_state(per_param: dict) -> dict:
+    return {k: v.clone() if torch.is_tensor(v) else copy.deepcopy(v) for k, v in per_param.items()}
 
 
 class Optimizer:
@@ -108,6 +142,15 @@ class Optimizer:
         self.opt.step()
         self.taken += 1
         return norm
+
+    @property
+    def snapshot_bytes(self) -> int:
+        return self.snapshot.nbytes if self.snapshot is not None else 0
+
+    def scale_last(self, alpha: float) -> bool:
+        """Shorten the last :meth:`step` to ``alpha`` of its length (its moments and warm-up count kept); False when
+        there is none to shorten."""
+        return self.snapshot.scale(self.params, alpha) if self.snapshot is not None else False
 
     def revert(self) -> bool:
         """Undo the last :meth:`step` (parameters, moments, warm-up count); False when there is none to undo."""

@@ -60,6 +60,28 @@ def write_heatmap(path: Path, step: int, samples: list[dict]) -> Path:
     return path
 
 
+INDEX = "index.html"
+
+
+def write_heatmap_index(folder: Path) -> Path | None:
+    """``folder/index.html``: one page linking every step's heatmap in ``folder`` (None when there is none)."""
+    pages = sorted(folder.glob("step-*.html")) if folder.is_dir() else []
+    if not pages:
+        return None
+    links = "".join(
+        f'<li><a href="{html.escape(p.name)}">step {int(p.stem.removeprefix("step-"))}</a></li>' for p in pages
+    )
+    page = (
+        "<!doctype html><meta charset=utf-8><title>token-reward heatmaps</title>"
+        "<style>body{font-family:sans-serif}li{margin:4px 0}</style><h2>Token-reward heatmaps by PPO step</h2>"
+        "<p>Each page shows sampled responses with every token coloured by the task reward it received: green for "
+        "a good span, red for a poor one.</p><ul>" + links + "</ul>"
+    )
+    index = folder / INDEX
+    index.write_text(page, encoding="utf-8")
+    return index
+
+
 def write_rollouts(path: Path, records: list[dict]) -> Path:
     """Write the ROLLOUTS table; a prompt drawn twice in one step keeps its first sample."""
     df = pd.DataFrame(records, columns=ROLLOUTS.names).drop_duplicates(subset=["step", "id"], keep="first")

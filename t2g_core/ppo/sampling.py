@@ -2,8 +2,10 @@
 
 Each sample draws its Gumbel noise from its own generator seeded by (run seed, step, global sample index), so a
 sample's tokens do not depend on which process or which batch row produced it: a 2-process run samples exactly
-what the 1-process run with the same global batch samples. Sampling is plain softmax(logits / tau) (no top-k/top-p,
-§5 A5). Position ids come from the attention mask in every forward (§5 A2). The noise is drawn on the CPU in
+what the 1-process run with the same global batch samples. Sampling draws from ``ppo.temperature`` / ``top_k`` /
+``top_p`` (:class:`~t2g_core.config.sampling.Sampling`: temperature, then top-k, then top-p, renormalised; with the
+defaults plain softmax(logits / tau), §5 A5), the same distribution the trainer's log-probs are computed under.
+Position ids come from the attention mask in every forward (§5 A2). The noise is drawn on the CPU in
 float64 whatever device the model is on, so a GPU run samples the same tokens as a CPU run up to logit round-off;
 this is the ``exact`` generation backend (``t2g_core.ppo.generation``), slower than batched ``generate``.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from t2g_core.rl.logprobs import position_ids_from_mask
+from t2g_core.rl.logprobs import Sampling, as_sampling, position_ids_from_mask, truncate_
 
 
 def sample_seed(seed: int, step: int, index: int) -> int:
@@ -28,13 +30,15 @@ def sample_responses(
     query_mask: Tensor,
     *,
     max_new_tokens: int,
-    temperature: float,
+    sampling: Sampling | float,
     eos_token_id: int,
     pad_token_id: int,
     seeds: list[int],
     return_logprobs: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:  # (B, Lq), (B, Lq) -> response ids (B, T), PAD after the first EOS
-    """Sample up to ``max_new_tokens`` per row; with ``return_logprobs`` also log pi_tau(y_t) as sampled (B, T)."""
+    """Sample up to ``max_new_tokens`` per row from ``sampling`` (a bare number: a temperature over the whole
+    vocabulary); with ``return_logprobs`` also log pi(y_t) under the distribution each token was drawn from (B, T)."""
+    sampling = as_sampling(sampling)
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     attn = query_mask.long()
     out = model(input_ids=query_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=True)
@@ -46,7 +50,7 @@ def sample_responses(
     for _ in range(max_new_tokens):
         uniform = torch.stack([torch.rand(logits.shape[-1], generator=g, dtype=torch.float64) for g in gens])
         gumbel = -torch.log(-torch.log(uniform.clamp(1e-300, 1.0 - 1e-16))).to(logits.device)
-        logp = torch.log_softmax(logits.double() / temperature, -1)
+        logp = torch.log_softmax(truncate_(logits.double() / sampling.temperature, sampling), -1)  # -inf: cut
         tok = torch.argmax(logp + gumbel, dim=-1)
         tok = torch.where(finished, torch.full_like(tok, pad_token_id), tok)
         tokens.append(tok)

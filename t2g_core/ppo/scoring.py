@@ -2,11 +2,12 @@
 
 A reward source is anything with ``critique_batch(rows) -> list[ParsedFeedback]`` (the generative reward model's
 scorer, or :class:`CriticSource` around any critic, e.g. the reference "oracle" critic). Spans are located in the
-decoded response and mapped to the sampled ids through their own char offsets (``spans.decode_with_offsets``):
-the ids are never re-encoded (§5 B12). A failed critique keeps its row, with status and error, and is counted.
-With ``words=True`` (the paper's dense ablation) the critic's word-level labels are placed instead of its spans.
-Each item the critique reports missing is anchored on a sampled token: the one holding (or first after) the char
-offset where the content belonged, or the last token (EOS) when the critic gives no place.
+decoded response and mapped to the sampled ids through their own char offsets (``spans.decode_with_offsets``): the
+ids are never re-encoded (re-encoding a decoded text can give other ids). A failed critique keeps its row, with
+status and error, and is counted. With ``words=True`` (the paper's dense ablation) the critic's word-level labels
+are placed instead of its spans. Each item the critique reports missing is anchored on a sampled token: the one
+holding (or first after) the char offset where the content belonged, or the last token (EOS) when the critic gives
+no place.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Protocol
 
 from t2g_core.config.align import AlignConfig
 from t2g_core.spans import (
+    NEGATIVE,
     POSITIVE,
     AlignedSpan,
     ParsedFeedback,
@@ -87,13 +89,14 @@ def distinct_good_spans(aligned: list[AlignedSpan]) -> list[AlignedSpan]:
     return out
 
 
-def share_good_spans(
-    offsets: Sequence[tuple[int, int]], aligned: list[AlignedSpan], labels: list[float], value: float
+def share_spans(
+    offsets: Sequence[tuple[int, int]], aligned: list[AlignedSpan], labels: list[float], kind: str, value: float
 ) -> list[float]:  # (T,) -> (T,)
-    """Each good span's tokens (those still labelled ``value``, not overruled by a poor span) share its label."""
+    """The tokens of each ``kind`` span (those still labelled ``value``: a poor span overrules a good one) share its
+    label."""
     out = list(labels)
     for span in aligned:
-        if span.label != POSITIVE or span.start is None:
+        if span.label != kind or span.start is None:
             continue
         tokens = [
             i for i, (s, e) in enumerate(offsets) if s < e and s < span.end and span.start < e and labels[i] == value
@@ -117,6 +120,24 @@ def missing_tokens(offsets: Sequence[tuple[int, int]], fb: ParsedFeedback) -> li
     return [anchor_token(offsets, a) for a in at[: len(fb.missing)]]
 
 
+def span_labels(
+    text: str, offsets: Sequence[tuple[int, int]], fb: ParsedFeedback, cfg: AlignConfig
+) -> tuple[list[float], list[AlignedSpan]]:  # -> (T,) labels, the spans placed
+    """A critique's quoted spans on the sampled tokens, with the PPO rules of ``cfg``: a good span repeated later
+    earns nothing (``repeated_good_spans``), and a span's tokens share its label (``good_span_reward``,
+    ``poor_span_reward``)."""
+    values = label_values(cfg)
+    aligned = [s for s in align_feedback(text, fb, cfg) if s.label != "neutral"]
+    if cfg.repeated_good_spans == "once":
+        aligned = distinct_good_spans(aligned)  # repeating what was right must not pay (a reward-model hack)
+    labels = labels_for_offsets(offsets, aligned, values, overlap=cfg.overlap)
+    if cfg.good_span_reward == "per_span":
+        labels = share_spans(offsets, aligned, labels, POSITIVE, values[POSITIVE])  # length must not pay either
+    if cfg.poor_span_reward == "per_span":
+        labels = share_spans(offsets, aligned, labels, NEGATIVE, values[NEGATIVE])  # nor cost more than it pays
+    return labels, aligned
+
+
 def label_responses(
     decoded: list[tuple[str, list[tuple[int, int]]]],
     feedback: list[ParsedFeedback],
@@ -126,8 +147,7 @@ def label_responses(
 ) -> list[ScoredResponse]:
     """Align each critique's quoted spans (or, with ``words``, its word labels) to its response and label every
     sampled token. Raises ValueError when ``words`` is asked of a critique without word labels."""
-    values = label_values(align_cfg)
-    overlap = align_cfg.overlap if align_cfg is not None else "poor_wins"
+    cfg = align_cfg if align_cfg is not None else AlignConfig()
     scored = []
     for (text, offsets), fb in zip(decoded, feedback, strict=True):
         if not fb.ok:
@@ -138,14 +158,11 @@ def label_responses(
                 "reward_mode=dense needs word-level labels (ParsedFeedback.word_scores, a reward model's "
                 "word_score_list); this reward source only quotes spans"
             )
-        aligned = locate_words(text, fb.word_scores) if words else align_feedback(text, fb, align_cfg)
-        aligned = [s for s in aligned if s.label != "neutral"]
-        once = align_cfg is None or align_cfg.repeated_good_spans == "once"
-        if once and not words:
-            aligned = distinct_good_spans(aligned)  # repeating what was right must not pay (a reward-model hack)
-        labels = labels_for_offsets(offsets, aligned, values, overlap=overlap)
-        if not words and (align_cfg is None or align_cfg.good_span_reward == "per_span"):
-            labels = share_good_spans(offsets, aligned, labels, values[POSITIVE])  # length must not pay either
+        if words:
+            aligned = [s for s in locate_words(text, fb.word_scores) if s.label != "neutral"]
+            labels = labels_for_offsets(offsets, aligned, label_values(cfg), overlap=cfg.overlap)
+        else:
+            labels, aligned = span_labels(text, offsets, fb, cfg)
         unmatched = sum(1 for s in aligned if s.start is None)
         scored.append(ScoredResponse(text, offsets, labels, fb, len(aligned), unmatched, missing_tokens(offsets, fb)))
     return scored

@@ -105,7 +105,8 @@ def summary_metrics(rows: list[dict], responses: list[str]) -> dict[str, list[fl
 
 def task_metric_for(task: str, prompts: pd.DataFrame) -> Callable[[list[dict], list[str]], list[float]] | None:
     """The per-sample task error when the data carries ground truth for it (demo summarization), else None."""
-    has_facts = "meta" in prompts and prompts["meta"].dropna().astype(str).str.contains('"facts"').all()
+    meta = prompts["meta"] if "meta" in prompts else None  # a user's file: meta all null, no facts to score by
+    has_facts = meta is not None and meta.notna().all() and meta.astype(str).str.contains('"facts"').all()
     return summary_metrics if task == "summarization" and has_facts and len(prompts) else None
 
 

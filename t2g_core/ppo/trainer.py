@@ -42,7 +42,13 @@ from t2g_core.config.align import AlignConfig
 from t2g_core.config.ppo import WORD_LABEL_MODES, PPOConfig
 from t2g_core.ppo import checkpoint as ckpt
 from t2g_core.ppo.distributed import Runtime, barrier, global_sum, shared_token, to_device
-from t2g_core.ppo.experience import Experience, advantages_and_returns, old_ref_values, uses_critic
+from t2g_core.ppo.experience import (
+    Experience,
+    advantages_and_returns,
+    old_ref_values,
+    reuses_first_forward,
+    uses_critic,
+)
 from t2g_core.ppo.failures import check_reward_source
 from t2g_core.ppo.generation import make_backend, stream_seed
 from t2g_core.ppo.metrics import StepTimer, TaskMetric, critic_metrics, progress_metrics, step_metrics, task_metrics
@@ -52,7 +58,7 @@ from t2g_core.ppo.report import rollout_records, write_heatmap, write_rollouts
 from t2g_core.ppo.rewards import critique, decode, labels_tensor, place_task_rewards, score
 from t2g_core.ppo.rollout import Rollout, batch_rows, rollout, row_dict
 from t2g_core.ppo.scoring import RewardSource, label_responses
-from t2g_core.ppo.update import ppo_update
+from t2g_core.ppo.update import first_forward, ppo_update
 from t2g_core.progress import Progress, no_progress
 from t2g_core.rl import assemble_rewards, make_kl_controller, per_token_kl
 from t2g_core.store import write_text_atomic
@@ -115,9 +121,16 @@ class PPOTrainer:
         if not uses_critic(cfg):
             self.bundle.value.requires_grad_(False)  # critic-free: nothing trains the value head
         policy_params, value_params = self.bundle.trainable_parameters()
-        self.actor = Optimizer(policy_params, cfg.learning_rate, cfg.max_grad_norm, lr_factor(cfg))
+        revertible = cfg.max_approx_kl is not None  # only the early stop pulls updates back, only the actor's
+        self.actor = Optimizer(policy_params, cfg.learning_rate, cfg.max_grad_norm, lr_factor(cfg), revertible)
         self.critic = (
-            Optimizer(value_params, cfg.value_learning_rate, cfg.value_max_grad_norm, lr_factor(cfg, actor=False))
+            Optimizer(
+                value_params,
+                cfg.value_learning_rate,
+                cfg.value_max_grad_norm,
+                lr_factor(cfg, actor=False),
+                revertible=False,
+            )
             if uses_critic(cfg)
             else None
         )
@@ -174,18 +187,22 @@ class PPOTrainer:
         with timer.phase("span_labels"):  # 3a. labels on the sampled ids
             scored = label_responses(decoded, feedback, self.align_cfg, words=cfg.reward_mode in WORD_LABEL_MODES)
         self.failed_errors = [fb.error for fb in feedback if not fb.ok]
+        first = None
+        if reuses_first_forward(cfg) and not self.runtime.fsdp:  # the update's only forward doubles as the old pass
+            with timer.phase("update"):
+                first = first_forward(self.runtime, self.model, ro, cfg, step)
         with timer.phase("forward"), self.runtime.gathered(self.model) as model:  # what 4. and 5. read
-            old_logprobs, ref_logprobs, values, entropy = old_ref_values(model, ro, cfg, self.runtime.device)
+            old_logprobs, ref_logprobs, values, entropy = old_ref_values(model, ro, cfg, self.runtime.device, first)
         with timer.phase("rewards"):
             task, terminal, labels = place_task_rewards(scored, ro, cfg)  # 3b. place span (and omission) rewards
             kl = per_token_kl(old_logprobs, ref_logprobs, ro.response_mask, cfg.kl_estimator)  # 4. KL
             rewards = assemble_rewards(task, kl, ro.response_mask, self.kl_ctl.value, terminal)
             advantages, returns = advantages_and_returns(  # 5. advantages (GAE or another estimator), 6. whiten
-                rewards, values, ro.response_mask, task, ro.group, cfg
+                rewards, values, ro.response_mask, task, terminal, ro.group, cfg
             )
         with timer.phase("update"):  # 7. update
             exp = Experience(old_logprobs, values, advantages, returns)
-            metrics = ppo_update(self.runtime, self.model, self.actor, self.critic, ro, exp, cfg, step)
+            metrics = ppo_update(self.runtime, self.model, self.actor, self.critic, ro, exp, cfg, step, first)
         metrics |= step_metrics(ro, scored, labels, kl, rewards)
         metrics |= task_metrics(self.task_metric, ro.rows, [s.text for s in scored], "task/")
         metrics |= critic_metrics(ro, entropy, values, returns, critic=uses_critic(cfg))
@@ -219,6 +236,7 @@ class PPOTrainer:
         state = {
             "step": self.next_step,
             "value": self.bundle.value.state_dict(),
+            "critic_adapter": self.bundle.critic_adapter_state(),
             "actor_optimizer": actor_state,
             "critic_optimizer": critic_state,
             "kl": self.kl_ctl.state_dict(),
@@ -229,7 +247,7 @@ class PPOTrainer:
         return ckpt.save_checkpoint(
             self.run_dir,
             self.next_step,
-            policy=self.bundle.policy,
+            save_adapter=self.bundle.save_policy_adapter,
             trainer_state=state,
             rank=self.rank,
             world=self.world,
@@ -244,6 +262,7 @@ class PPOTrainer:
         with self.runtime.gathered(self.model, writeback=True):
             state = ckpt.load_checkpoint(path, policy=self.bundle.policy, rank=self.rank)
             self.bundle.value.load_state_dict(state["value"])
+            self.bundle.load_critic_adapter_state(state.get("critic_adapter"))
         self.actor.load_state_dict(self.runtime, self.model, state["actor_optimizer"])
         if self.critic is not None:
             self.critic.load_state_dict(self.runtime, self.model, state["critic_optimizer"])
@@ -297,13 +316,20 @@ class PPOTrainer:
                 self.save()
         return self.result()
 
+    def replay_history(self, tracker: Tracker) -> None:
+        """Log the restored steps' metrics again (rank 0): a resumed run's tracking run then holds every step, not
+        only those after the checkpoint."""
+        if self.rank == 0:
+            for entry in self.history:
+                tracker.log_metrics({k: v for k, v in entry.items() if k != "step"}, step=int(entry["step"]))
+
     def write_rollouts(self, tracker: Tracker) -> Path | None:
         if self.rank != 0 or not self.records:
             return None
         path = write_rollouts(self.run_dir / "rollouts.parquet", self.records)
         tracker.log_artifact(path)
         if self.heatmaps:
-            tracker.log_artifact(self.heatmaps[-1])
+            tracker.log_artifact(self.heatmaps[-1], "heatmaps")
         return path
 
     def write_loaded(self) -> None:
@@ -323,7 +349,7 @@ class PPOTrainer:
         adapter = self.run_dir / "adapter"
         with self.runtime.gathered(self.model):
             if self.rank == 0:
-                self.bundle.policy.save_pretrained(adapter, save_embedding_layers=False)
+                self.bundle.save_policy_adapter(adapter)
                 write_text_atomic(self.run_dir / "history.json", json.dumps(self.history, indent=1))
         barrier()
         rollouts = self.run_dir / "rollouts.parquet"
@@ -363,4 +389,6 @@ def train(
     )
     if resume and not trainer.restore():
         raise FileNotFoundError(f"{out_dir}: no checkpoint to resume from (expected checkpoints/latest)")
+    if resume:
+        trainer.replay_history(tracker or NullTracker())
     return trainer.fit(tracker=tracker or NullTracker(), eval_df=eval_df, stop_after=stop_after, progress=progress)

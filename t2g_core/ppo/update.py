@@ -2,21 +2,26 @@
 clipped policy loss and (with a critic) ``vf_coef`` times the clipped value loss, token means over the global
 minibatch.
 
-Early stop: before each actor update the minibatch's forward measures the global approximate KL(old || current);
-above ``max_approx_kl`` the previous actor update (the one that crossed it) is reverted and the batch stops, and after
-the last update one more forward checks it, so no update that breaks the bound survives. The first
+Early stop (``max_approx_kl``; None = off): each minibatch's training forward measures the global approximate
+KL(old || current) of the policy the previous actor update left, on this minibatch's rows; above the bound that update
+is pulled back (:func:`pull_back`: the step's first is scaled back inside the bound, a later one undone) and the
+batch stops. After the last update one more forward (its rows) checks it, so no update that breaks the bound
+survives; that forward, and the actor's snapshot, exist only while the stop can fire. The first
 ``critic_warmup_steps`` steps train the critic alone.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.ppo.distributed import Runtime, all_reduce_sum, global_sum, to_device
-from t2g_core.ppo.experience import Experience, uses_critic
+from t2g_core.ppo.experience import Experience, FirstForward, uses_critic
 from t2g_core.ppo.models import forward_in_micro_batches
 from t2g_core.ppo.optimizer import Optimizer
 from t2g_core.ppo.rollout import Rollout
@@ -42,10 +47,35 @@ def _chunks(rows: list[int], n: int) -> list[list[int]]:
 MINIBATCH_STATS = ("policy", "value", "clipfrac", "approx_kl", "ratio", "vf_clipfrac")
 
 
-def minibatch_grads(runtime: Runtime, model, ro: Rollout, exp: Experience, rows: list[int], cfg: PPOConfig):
+def _forward(runtime: Runtime, model, ro: Rollout, idx: Tensor, cfg: PPOConfig, with_entropy: bool = False):
+    """The training forward of rows ``idx`` (with gradients): log-probs, values (or None) and, if asked, entropy."""
+    mask = ro.response_mask[idx]
+    args = to_device(runtime.device, ro.query_ids[idx], ro.query_mask[idx], ro.response_ids[idx], mask)
+    return model(*args, cfg.sampling, with_values=uses_critic(cfg), with_entropy=with_entropy)
+
+
+def first_forward(runtime: Runtime, model, ro: Rollout, cfg: PPOConfig, step: int) -> FirstForward:
+    """The step's first training forward, run before the experience exists: with one epoch of one minibatch in one
+    chunk (:func:`~t2g_core.ppo.experience.reuses_first_forward`) its log-probs, values and entropy, detached, are the
+    rollout policy's, so the no-grad old-log-prob and value pass is not run; :func:`ppo_update` trains on its graph."""
+    local_pos = {g: i for i, g in enumerate(ro.global_index)}
+    rows = _minibatches(cfg, step, 0, local_pos)[0]
+    logprobs, values, entropy = _forward(runtime, model, ro, torch.tensor(rows), cfg, with_entropy=True)
+    return FirstForward(rows, logprobs.cpu(), None if values is None else values.float().cpu(), entropy.cpu())
+
+
+def minibatch_grads(
+    runtime: Runtime,
+    model,
+    ro: Rollout,
+    exp: Experience,
+    rows: list[int],
+    cfg: PPOConfig,
+    first: FirstForward | None = None,
+):
     """Forward and backward of one global minibatch (gradients left in the parameters, averaged over processes by
     DDP / FSDP); returns its global statistics. ``approx_kl`` is that of the policy *before* this minibatch's
-    update."""
+    update. ``first``: this minibatch's forward, already run (:func:`first_forward`)."""
     critic = uses_critic(cfg)
     n_tokens = global_sum([float(ro.response_mask[rows].sum()) if rows else 0.0])[0]
     sums = torch.zeros(len(MINIBATCH_STATS), dtype=torch.float64)
@@ -57,16 +87,14 @@ def minibatch_grads(runtime: Runtime, model, ro: Rollout, exp: Experience, rows:
         idx, weight = torch.tensor(chunk), 1.0 if rows else 0.0
         mask = ro.response_mask[idx]
         with runtime.sync(model, on=i == len(chunks) - 1):
-            logprobs, values = model(
-                *to_device(runtime.device, ro.query_ids[idx], ro.query_mask[idx], ro.response_ids[idx], mask),
-                cfg.temperature,
-                with_values=critic,
-            )
-            logprobs = logprobs.cpu()
+            if first is None:
+                logprobs, values = _forward(runtime, model, ro, idx, cfg)
+                logprobs, values = logprobs.cpu(), None if values is None else values.float().cpu()
+            else:
+                logprobs, values = first.logprobs, first.values
             pl, ps = policy_loss(logprobs, exp.old_logprobs[idx], exp.advantages[idx], mask, cfg.cliprange, n_tokens)
             loss, vl, vs = pl, torch.zeros(()), {"vf_clipfrac": torch.zeros(())}
             if critic:
-                values = values.float().cpu()
                 vl, vs = value_loss(values, exp.values[idx], exp.returns[idx], mask, cfg.cliprange_value, n_tokens)
                 loss = pl + cfg.vf_coef * vl
             runtime.backward(weight * loss)
@@ -77,8 +105,8 @@ def minibatch_grads(runtime: Runtime, model, ro: Rollout, exp: Experience, rows:
 
 @torch.no_grad()
 def approx_kl_now(runtime: Runtime, model, ro: Rollout, exp: Experience, rows: list[int], cfg: PPOConfig) -> float:
-    """Global approximate KL(old || current policy) over one minibatch (the early stop's last check; every process
-    calls it, rows or not)."""
+    """Global approximate KL(old || current policy) over the rows ``rows`` (the early stop's check of the last
+    update; every process calls it, rows or not)."""
     n_tokens = global_sum([float(ro.response_mask[rows].sum()) if rows else 0.0])[0]
     total = torch.zeros(1, dtype=torch.float64)
     with runtime.gathered(model) as plain:
@@ -87,13 +115,31 @@ def approx_kl_now(runtime: Runtime, model, ro: Rollout, exp: Experience, rows: l
             mask = ro.response_mask[idx]
             args = to_device(runtime.device, ro.query_ids[idx], ro.query_mask[idx], ro.response_ids[idx], mask)
             logprobs, _ = forward_in_micro_batches(
-                plain, *args, cfg.temperature, micro_batch_size=cfg.micro_batch_size, with_values=False
+                plain, *args, cfg.sampling, micro_batch_size=cfg.micro_batch_size, with_values=False
             )
             _, ps = policy_loss(
                 logprobs.cpu(), exp.old_logprobs[idx], exp.advantages[idx], mask, cfg.cliprange, n_tokens
             )
             total += float(ps["approx_kl"])
     return float(all_reduce_sum(total)[0])
+
+
+SCALE_TARGET, MAX_SCALINGS = 0.5, 4  # a scaled first update aims at half the bound, checked after each scaling
+
+
+def pull_back(actor: Optimizer, kl: float, bound: float, kept: int, measure: Callable[[], float]) -> str:
+    """Bring the policy back inside the KL bound after the update that crossed it. The step's first update is scaled
+    back, as a trust-region line search does: KL grows about as the square of a short step from the rollout policy
+    (slower on long ones), so alpha = sqrt(SCALE_TARGET * bound / kl), then ``measure()`` (a forward over the same
+    rows) checks it, up to MAX_SCALINGS times; the step keeps an update instead of none. A later update is undone,
+    leaving the previous policy, measured inside. Returns scaled, reverted or nothing (no update to pull back)."""
+    if kept == 1:
+        for _ in range(MAX_SCALINGS):
+            actor.scale_last(math.sqrt(SCALE_TARGET * bound / kl))
+            kl = measure()
+            if kl <= bound:
+                return "scaled"
+    return "reverted" if kept and actor.revert() else "nothing"
 
 
 def ppo_update(
@@ -105,21 +151,24 @@ def ppo_update(
     exp: Experience,
     cfg: PPOConfig,
     step: int,
+    first: FirstForward | None = None,
 ) -> dict[str, float]:
-    """PPO epochs over minibatches with the early stop that reverts the update crossing ``max_approx_kl``."""
+    """PPO epochs over minibatches with the early stop that pulls back the update crossing ``max_approx_kl``
+    (``first``: the first minibatch's forward, already run)."""
     local_pos = {g: i for i, g in enumerate(ro.global_index)}
     train_actor = step >= cfg.critic_warmup_steps
+    bound = cfg.max_approx_kl if train_actor else None  # None: the early stop cannot fire
     actor.commit()  # the previous step's last update is final: this step's early stop may only undo its own
     history: list[dict[str, float]] = []
     norms: dict[str, list[float]] = {"actor": [], "critic": []}
-    stopped = reverted = False
-    last_rows: list[int] = []
+    pulled, last_rows = None, []
     for epoch in range(cfg.ppo_epochs):
         for k, rows in enumerate(_minibatches(cfg, step, epoch, local_pos)):
-            stats = minibatch_grads(runtime, model, ro, exp, rows, cfg)
+            stats = minibatch_grads(runtime, model, ro, exp, rows, cfg, first if epoch == k == 0 else None)
             history.append(stats)
-            if train_actor and stats["approx_kl"] > cfg.max_approx_kl:
-                stopped, reverted = True, actor.revert()
+            if bound is not None and stats["approx_kl"] > bound:  # the previous update crossed the bound
+                measure = functools.partial(approx_kl_now, runtime, model, ro, exp, rows, cfg)
+                pulled = pull_back(actor, stats["approx_kl"], bound, len(norms["actor"]), measure)
                 break
             j = epoch * cfg.minibatches + k
             if train_actor:
@@ -127,17 +176,19 @@ def ppo_update(
             if critic is not None:
                 norms["critic"].append(critic.step(step, j))
             last_rows = rows
-        if stopped:
+        if pulled:
             break
-    if train_actor and not stopped and approx_kl_now(runtime, model, ro, exp, last_rows, cfg) > cfg.max_approx_kl:
-        stopped, reverted = True, actor.revert()
-    out = _update_metrics(history, stopped=stopped, reverted=reverted, train_actor=train_actor)
-    out["ppo/updates"] = float(len(norms["actor"]) - reverted)
+    if bound is not None and not pulled and norms["actor"]:  # the last update's check: one more forward
+        measure = functools.partial(approx_kl_now, runtime, model, ro, exp, last_rows, cfg)
+        kl = measure()
+        pulled = pull_back(actor, kl, bound, len(norms["actor"]), measure) if kl > bound else None
+    out = _update_metrics(history, pulled=pulled, train_actor=train_actor)
+    out["ppo/updates"] = float(len(norms["actor"]) - (pulled == "reverted"))
     out["lr/actor"] = actor.learning_rate(step)
     return out | _grad_metrics(norms, cfg)
 
 
-def _update_metrics(history: list[dict[str, float]], *, stopped: bool, reverted: bool, train_actor: bool) -> dict:
+def _update_metrics(history: list[dict[str, float]], *, pulled: str | None, train_actor: bool) -> dict:
     """Minibatch statistics averaged over the update (and the first minibatch's, which sees the rollout policy)."""
     mean = {k: sum(h[k] for h in history) / len(history) for k in MINIBATCH_STATS}
     return {
@@ -148,8 +199,9 @@ def _update_metrics(history: list[dict[str, float]], *, stopped: bool, reverted:
         "ppo/ratio": mean["ratio"],
         "ppo/first_ratio": history[0]["ratio"],
         "ppo/first_approx_kl": history[0]["approx_kl"],
-        "ppo/early_stopped": float(stopped),
-        "ppo/reverted": float(reverted),
+        "ppo/early_stopped": float(pulled is not None),
+        "ppo/reverted": float(pulled == "reverted"),
+        "ppo/scaled": float(pulled == "scaled"),
         "ppo/critic_only": float(not train_actor),
         "value/clipfrac": mean["vf_clipfrac"],
     }

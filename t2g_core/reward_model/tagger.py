@@ -195,9 +195,14 @@ def save_tagger(model: SpanTagger, tokenizer, out: Path, meta: dict) -> Path:
     """Write the tagger folder (see the module docstring)."""
     from safetensors.torch import save_file
 
+    from t2g_core.models.loading import embeddings_trained
+
     out.mkdir(parents=True, exist_ok=True)
     lm_dir = out / ("adapter" if meta.get("finetune") == "lora" else "lm")
-    model.lm.save_pretrained(str(lm_dir))
+    if hasattr(model.lm, "peft_config"):  # the base's embeddings are rebuilt at load unless they were trained
+        model.lm.save_pretrained(str(lm_dir), save_embedding_layers=embeddings_trained(model.lm))
+    else:
+        model.lm.save_pretrained(str(lm_dir))
     save_file({k: v.detach().contiguous().cpu() for k, v in model.head.state_dict().items()}, str(out / HEAD_FILE))
     tokenizer.save_pretrained(str(out))
     write_text_atomic(out / TAGGER_META, json.dumps(meta, indent=2))

@@ -211,7 +211,23 @@ def make_trainer(
     )
     if not progress:
         trainer.remove_callback(PrinterCallback)
+    _save_embeddings_only_if_trained(trainer.model)
     return trainer
+
+
+def _save_embeddings_only_if_trained(model) -> None:
+    """Make every adapter the Trainer writes (checkpoints and the final one) save the embedding layers only when they
+    were trained: PEFT's default saves them whenever the vocabulary grew (an added pad token), the whole vocabulary
+    matrix in each adapter, although the base's rows are rebuilt identically at load (``t2g_core.models.loading``).
+    The Trainer calls ``model.save_pretrained`` without that argument, so it is bound on the model here."""
+    from functools import partial
+
+    from t2g_core.models.loading import embeddings_trained
+
+    if hasattr(model, "peft_config"):
+        model.save_pretrained = partial(
+            type(model).save_pretrained, model, save_embedding_layers=embeddings_trained(model)
+        )
 
 
 def last_checkpoint(out_dir: str | Path) -> str | None:

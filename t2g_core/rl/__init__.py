@@ -3,12 +3,14 @@
 from t2g_core.rl.advantages import (
     ESTIMATORS,
     AdvantageKind,
+    GrpoScale,
     estimate_advantages,
     grpo_advantages,
     reward_to_go,
     rloo_advantages,
     segment_gae,
-    span_ends,
+    segment_starts,
+    terminal_advantages,
 )
 from t2g_core.rl.gae import gae
 from t2g_core.rl.kl import per_token_kl
@@ -34,6 +36,7 @@ __all__ = [
     "AdaptiveKLController",
     "AdvantageKind",
     "FixedKLController",
+    "GrpoScale",
     "OmissionPlacement",
     "RewardMode",
     "assemble_rewards",
@@ -54,8 +57,9 @@ __all__ = [
     "reward_to_go",
     "rloo_advantages",
     "segment_gae",
-    "span_ends",
+    "segment_starts",
     "task_rewards",
+    "terminal_advantages",
     "token_entropy",
     "unit_label_sums",
     "token_logprobs",

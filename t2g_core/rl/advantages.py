@@ -1,27 +1,54 @@
 """Advantage estimators (``PPOConfig.advantage``): how per-token rewards become per-token credit.
 
-With r the per-token rewards (task signal, KL and terminal already in), V the critic's values, m the response mask,
-s the placed task signal (span labels before KL) and e a *segment end* (the last token of a run of equal non-zero
-s, i.e. of a judged span or an anchored omission):
+The reward splits as r_t = x_t + [t = last] z: x_t = m_t (s_t - beta KL_t) is the per-token part (s the placed task
+signal: span labels and omissions) and z the sequence's terminal reward (a critic's verdict, the hybrid terminal
+scalar, the parse-failure, missing-EOS and degenerate rewards). V are the critic's values and m the response mask. A
+*run* is a stretch of equal non-zero s (a judged span, an anchored omission); a *segment start* is the first token
+after a run, sigma_t = m_t [s_{t-1} != 0, s_t != s_{t-1}]; the *horizon* of token t is the next start,
+H(t) = min{u > t : sigma_u} (the last token if none): the first token after the run t belongs to or leads into.
 
-    gae             A = GAE(r, V; gamma, lam)                                         (Schulman et al. 2016)
-    span_local      GAE inside segments, each span its own episode: at a segment end e
-                        A_e = r_e - V_e           (neither V_{e+1} nor A_{e+1} crosses back)
-                    so a later span's reward never reaches an earlier token. What follows a span is worth nothing
-                    to it: with omissions placed at the end, stopping early costs the stopping token nothing.
-    span_bootstrap  GAE with lambda_t = 0 at segment ends (a variable-lambda return, Sutton & Barto 12.8):
-                        A_e = r_e + gamma V_{e+1} - V_e
-                    credit beyond a span is the critic's *expectation* V_{e+1}, not the sampled later rewards, so
-                    the later spans' noise is gone but the value of going on is kept (stopping early forfeits
-                    V_{e+1}: the omission signal survives). Needs a competent critic (critic warm-up).
-    rloo            A_{i,t} = G_{i,t} - mean_{j in group(i), j != i} G_{j,t}                        (critic-free)
-    grpo            A_{i,t} = (G_{i,t} - mean_{j in group(i)} G_{j,t}) / (std_{j in group(i)} G_{j,0} + eps)
+    gae             A_t = GAE(r, V; gamma, lam)                                        (Schulman et al. 2016)
+    span_local      A_t = sum_{u=t}^{H(t)} gamma^(u-t) x_u - V_t + Z_t
+                    a judged token is credited with the rest of its span and the token that ends it, a neutral one
+                    with the span it leads into (the omission a stop skipped); nothing later reaches it. The critic
+                    learns these local returns; lambda is not used (see :func:`segment_gae`).
+    span_bootstrap  A_t = sum_{u=t}^{H(t)} (gamma lam)^(u-t) delta_u + Z_t,   delta_u = x_u + gamma V_{u+1} - V_u
+                    GAE whose trace stops after H(t) (a variable lambda, Sutton & Barto 12.8): credit beyond it is
+                    the critic's expectation V_{H+1}, not the sampled later rewards, so their noise is gone and the
+                    value of going on is kept. Needs a competent critic.
+    rloo            A_{i,t} = G_{i,t} - mean_{j in group(i), j != i} G_{j,t}                         (critic-free)
+    grpo            A_{i,t} = (G_{i,t} - mean_{j in group(i)} G_{j,t}) / S_{i,t}                     (critic-free)
+                        S = 1                                          grpo_scale none (as Dr. GRPO, Liu et al. 2025)
+                        S = max(std_{j in group(i)} G_{j,t}, floor)    grpo_scale position_std
 
-with G_{i,t} = sum_{u >= t} gamma^(u-t) r_{i,u} the reward-to-go of sample i (0 past its end) and a group = the k
-samples of one prompt. The group baseline is aligned by token position: it depends only on the *other* samples, so
-it is a valid (unbiased) baseline for every token of sample i (rloo; grpo includes i itself, as GRPO does), and the
-span rewards stay per token in G. Returns (value targets) are A + V for the critic-based estimators; the critic-free
-ones return zeros (there is no critic to train). Advantages and returns are 0 at masked positions.
+    Z_{i,t} = gamma^(last_i - t) z_i - mean_{j in pool(i), j != i} z_j      (the terminal component)
+
+with G_{i,t} = sum_{u >= t} gamma^(u-t) r_{i,u} the reward-to-go of sample i (0 past its end), a group = the k samples
+of one prompt, and pool(i) = the group of i when group_size >= 2, else the whole (local) batch.
+
+Deliberate choices:
+- **The terminal reaches every token** (Z): z belongs to no span, so the span estimators credit it to the whole
+  response as REINFORCE with a leave-one-out baseline (lambda = 1: there is no value of z to bootstrap; the critic
+  learns x alone). Without Z a code critic's verdict would reach only the tokens after the last judged one.
+- **Horizons are causal**: whether the trace of t goes on past u reads s_{<=u} only. A variable-lambda return
+  estimates Q without bias under the true V only when lambda_{u+1} is known once token u is (Sutton & Barto 12.8);
+  stopping the trace *at* the last token of a run would read s_{u+1}, the next action's label, and then a good token
+  whose successor tends to be good collects that successor's advantage (``tests/core/test_rl_segments.py`` has the
+  toy where that scores the worse action above the better one). The price is the token after a run: it is in the
+  run's horizon (a neutral token's KL, or the first token of a span that follows with no gap) and opens its own.
+  Labels the critic gives a token because of later tokens (a clause judged by its last word) stay non-causal
+  whatever the horizon: with them the span estimators' lambda reads later tokens again (gae, rloo and grpo keep a
+  fixed one).
+- **grpo_scale none** by default: the estimates are whitened over the batch afterwards, so a scale only re-weights
+  prompts, and a per-prompt std up-weights prompts whose samples nearly agree (Dr. GRPO); with per-token rewards the
+  std of *total* returns is not even the scale of G_{i,t} (tied totals divide token differences by ~0). With none,
+  grpo is rloo times (k - 1) / k, the same after whitening. position_std floors the per-position std at
+  ``grpo_std_floor`` (one label by default), so positions where the group's returns tie are not blown up.
+
+The group baselines depend only on the other samples (rloo; grpo includes i itself, as GRPO does), so they are valid
+for every token of sample i, and the span rewards stay per token in G. Returns (value targets) are A + V for gae and
+A - Z + V for the span estimators (x only); the critic-free ones return zeros (there is no critic to train).
+Advantages and returns are 0 at masked positions.
 """
 
 from __future__ import annotations
@@ -33,41 +60,55 @@ import torch
 from torch import Tensor
 
 from t2g_core.rl.gae import gae
+from t2g_core.rl.rewards import last_token_index, place_on_last
 
 AdvantageKind = Literal["gae", "span_local", "span_bootstrap", "rloo", "grpo"]
+GrpoScale = Literal["none", "position_std"]
 
 
-def span_ends(task: Tensor, mask: Tensor) -> Tensor:  # (B, T), (B, T) -> (B, T) bool
-    """True on the last token of each run of equal non-zero ``task`` values (a span, an anchored omission)."""
+def segment_starts(task: Tensor, mask: Tensor) -> Tensor:  # (B, T), (B, T) -> (B, T) bool
+    """True on the first valid token after each run of equal non-zero ``task`` values (a judged span, an anchored
+    omission): the token that shows the run is over, read from s_{t-1} and s_t (masked positions skipped)."""
     m = mask.bool()
-    labelled = (task != 0) & m
-    nxt = torch.cat([task[:, 1:], torch.zeros_like(task[:, :1])], dim=1)
-    nxt_valid = torch.cat([m[:, 1:], torch.zeros_like(m[:, :1])], dim=1)
-    return labelled & (~nxt_valid | (nxt != task))
+    starts = torch.zeros_like(m)
+    prev = torch.zeros_like(task[:, 0])
+    for t in range(task.shape[1]):
+        starts[:, t] = m[:, t] & (prev != 0) & (task[:, t] != prev)
+        prev = torch.where(m[:, t], task[:, t], prev)
+    return starts
 
 
 @torch.no_grad()
 def segment_gae(
-    rewards: Tensor, values: Tensor, mask: Tensor, ends: Tensor, gamma: float, lam: float, bootstrap: bool
+    rewards: Tensor, values: Tensor, mask: Tensor, starts: Tensor, gamma: float, lam: float, bootstrap: bool
 ) -> tuple[Tensor, Tensor]:  # (B, T) x4 -> (B, T) x2
-    """GAE whose recursion is cut after each segment end (``ends``); ``bootstrap`` keeps V_{e+1} in the end's TD error.
+    """Credit inside segments: each token's trace runs up to and including the next segment start H(t) (``starts``)
+    and stops there. ``bootstrap``: GAE, the start contributing its TD error r_H + gamma V_{H+1} - V_H; otherwise the
+    discounted sum of r_t .. r_H minus V_t (lambda is not used: inside a horizon a value would belong to another).
 
-    Masked positions inside a sequence are skipped as in :func:`t2g_core.rl.gae.gae` (with no ends it *is* gae).
+    Masked positions inside a sequence are skipped as in :func:`t2g_core.rl.gae.gae` (with no starts, bootstrap *is*
+    gae and the other is gae with lambda = 1).
     """
     m = mask.to(values.dtype)
-    cut = ends.to(values.dtype)
-    keep_value = torch.ones_like(cut) if bootstrap else 1 - cut
+    first = starts.to(values.dtype)
     next_value = torch.zeros_like(values[:, 0])
-    last_adv = torch.zeros_like(values[:, 0])
+    carry = torch.zeros_like(values[:, 0])  # what position t + 1 passes back to t
     advantages = torch.zeros_like(values)
+    returns = torch.zeros_like(values)
     for t in reversed(range(rewards.shape[1])):
-        delta = rewards[:, t] + gamma * keep_value[:, t] * next_value - values[:, t]
-        adv_t = delta + gamma * lam * (1 - cut[:, t]) * last_adv
+        if bootstrap:
+            own = rewards[:, t] + gamma * next_value - values[:, t]  # the TD error
+            adv_t = own + gamma * lam * carry
+            ret_t = adv_t + values[:, t]
+        else:
+            own = rewards[:, t]
+            ret_t = own + gamma * carry  # the return up to H(t)
+            adv_t = ret_t - values[:, t]
+        passed = first[:, t] * own + (1 - first[:, t]) * (adv_t if bootstrap else ret_t)  # a start passes back its own
         next_value = m[:, t] * values[:, t] + (1 - m[:, t]) * next_value
-        last_adv = m[:, t] * adv_t + (1 - m[:, t]) * last_adv
-        advantages[:, t] = adv_t
-    advantages = advantages * m
-    return advantages, (advantages + values) * m
+        carry = m[:, t] * passed + (1 - m[:, t]) * carry
+        advantages[:, t], returns[:, t] = adv_t, ret_t
+    return advantages * m, returns * m
 
 
 def reward_to_go(rewards: Tensor, mask: Tensor, gamma: float) -> Tensor:  # (B, T) -> (B, T)
@@ -103,43 +144,67 @@ def rloo_advantages(rewards: Tensor, mask: Tensor, group: Tensor, gamma: float) 
 
 @torch.no_grad()
 def grpo_advantages(
-    rewards: Tensor, mask: Tensor, group: Tensor, gamma: float, eps: float = 1e-6
+    rewards: Tensor, mask: Tensor, group: Tensor, gamma: float, scale: GrpoScale = "none", std_floor: float = 1.0
 ) -> Tensor:  # (B, T), (B,) -> (B, T)
-    """Reward-to-go minus the group mean per position, over the group's standard deviation of total returns."""
+    """Reward-to-go minus the group mean per position, divided by nothing (``none``) or by the group's standard
+    deviation at that position, floored at ``std_floor`` (``position_std``)."""
     group = _check_groups(group)
     to_go = reward_to_go(rewards, mask, gamma)
     sums, counts = _group_stats(to_go, group)
-    totals = to_go[:, 0]
-    tot_sums, _ = _group_stats(totals, group)
-    sq_sums, _ = _group_stats((totals - tot_sums / counts) ** 2, group)
-    std = torch.sqrt(sq_sums / (counts - 1))  # unbiased, as torch.std
-    return (to_go - sums / counts[:, None]) / (std + eps)[:, None] * mask.to(to_go.dtype)
+    centred = to_go - sums / counts[:, None]
+    if scale == "none":
+        return centred * mask.to(to_go.dtype)
+    if scale != "position_std":
+        raise ValueError(f"unknown grpo_scale {scale!r}; expected 'none' or 'position_std'")
+    sq_sums, _ = _group_stats(centred**2, group)
+    std = torch.sqrt(sq_sums / (counts - 1)[:, None])  # unbiased, as torch.std, per position
+    return centred / std.clamp(min=std_floor) * mask.to(to_go.dtype)
 
 
-def _gae(rewards, values, mask, task, group, gamma, lam):
+@torch.no_grad()
+def terminal_advantages(
+    terminal: Tensor, mask: Tensor, group: Tensor | None, gamma: float
+) -> Tensor:  # (B,), (B, T), (B,) -> (B, T)
+    """Z_{i,t} = gamma^(last_i - t) z_i - the mean z of the other samples of i's prompt (group_size >= 2) or, with one
+    sample per prompt, of the batch; 0 when there is no other sample, and at masked positions."""
+    z = terminal.to(torch.float64)
+    single = group is None or bool((_group_stats(torch.ones(len(group), dtype=torch.float64), group)[1] < 2).any())
+    pool = torch.zeros(len(z), dtype=torch.long) if single else group
+    sums, counts = _group_stats(z, pool)
+    baseline = torch.where(counts > 1, (sums - z) / (counts - 1).clamp(min=1), torch.zeros_like(z))
+    steps_left = (last_token_index(mask)[:, None] - torch.arange(mask.shape[1])[None, :]).clamp(min=0)
+    discount = torch.tensor(gamma, dtype=torch.float64) ** steps_left
+    out = (discount * z[:, None] - baseline[:, None]) * mask.to(torch.float64)
+    return out.to(terminal.dtype)
+
+
+def _gae(rewards, values, mask, *, task, terminal, group, gamma, lam, **_):
     return gae(rewards, values, mask, gamma, lam)
 
 
-def _span_local(rewards, values, mask, task, group, gamma, lam):
-    return segment_gae(rewards, values, mask, span_ends(task, mask), gamma, lam, bootstrap=False)
+def _span(bootstrap: bool):
+    def estimate(rewards, values, mask, *, task, terminal, group, gamma, lam, **_):
+        per_token = rewards if terminal is None else rewards - place_on_last(terminal.to(rewards.dtype), mask)
+        advantages, returns = segment_gae(per_token, values, mask, segment_starts(task, mask), gamma, lam, bootstrap)
+        if terminal is not None:
+            advantages = advantages + terminal_advantages(terminal, mask, group, gamma).to(advantages.dtype)
+        return advantages, returns
+
+    return estimate
 
 
-def _span_bootstrap(rewards, values, mask, task, group, gamma, lam):
-    return segment_gae(rewards, values, mask, span_ends(task, mask), gamma, lam, bootstrap=True)
-
-
-def _rloo(rewards, values, mask, task, group, gamma, lam):
+def _rloo(rewards, values, mask, *, task, terminal, group, gamma, lam, **_):
     return rloo_advantages(rewards, mask, group, gamma), torch.zeros_like(rewards)
 
 
-def _grpo(rewards, values, mask, task, group, gamma, lam):
-    return grpo_advantages(rewards, mask, group, gamma), torch.zeros_like(rewards)
+def _grpo(rewards, values, mask, *, task, terminal, group, gamma, lam, grpo_scale, grpo_std_floor):
+    return grpo_advantages(rewards, mask, group, gamma, grpo_scale, grpo_std_floor), torch.zeros_like(rewards)
 
 
 ESTIMATORS: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
     "gae": _gae,
-    "span_local": _span_local,
-    "span_bootstrap": _span_bootstrap,
+    "span_local": _span(bootstrap=False),
+    "span_bootstrap": _span(bootstrap=True),
     "rloo": _rloo,
     "grpo": _grpo,
 }
@@ -152,14 +217,29 @@ def estimate_advantages(
     mask: Tensor,
     *,
     task: Tensor,
+    terminal: Tensor | None,
     group: Tensor | None,
     gamma: float,
     lam: float,
+    grpo_scale: GrpoScale = "none",
+    grpo_std_floor: float = 1.0,
 ) -> tuple[Tensor, Tensor]:  # (B, T) ... -> advantages (B, T), returns (B, T)
-    """(advantages, returns) of the chosen estimator; ``task`` = the placed task signal s (segment ends),
-    ``group`` = the prompt index of each sample (group baselines)."""
+    """(advantages, returns) of the chosen estimator. ``rewards`` = r (terminal included), ``task`` = the placed task
+    signal s (segment ends), ``terminal`` = z (B,), the part of r on each last token that is the sequence's (None:
+    none), ``group`` = the prompt index of each sample (group baselines, the terminal's baseline pool)."""
     try:
         fn = ESTIMATORS[kind]
     except KeyError:
         raise ValueError(f"unknown advantage estimator {kind!r}; expected one of {', '.join(ESTIMATORS)}") from None
-    return fn(rewards, values, mask, task, group, gamma, lam)
+    return fn(
+        rewards,
+        values,
+        mask,
+        task=task,
+        terminal=terminal,
+        group=group,
+        gamma=gamma,
+        lam=lam,
+        grpo_scale=grpo_scale,
+        grpo_std_floor=grpo_std_floor,
+    )

@@ -24,17 +24,21 @@ def annotate(
     previous: ArtifactRef | None = None,
     cache_dir: str | Path | None = None,
 ) -> ArtifactRef:
-    """Annotate every item (never dropping one: failures are statuses); ``previous`` serves ``only_failed``.
+    """Annotate every item (never dropping one: failures are statuses); ``previous`` serves ``only_failed``. First
+    :func:`t2g_core.stages.preflight.check`: rows that lack what the annotator needs fail the stage at once.
 
     The API key is handed in by the caller (environment or secret store) and never stored. LLM answers are cached
     under ``cache_dir`` (default ``<workspace>/cache/annotate``), so a re-run pays only for what was never answered.
     """
     from t2g_core.annotators import annotate as run_annotate
+    from t2g_core.stages.preflight import check
 
     cfg = settings.annotate
+    frame = read(feedback, "feedback")
+    check(frame, cfg, has_key=api_key is not None)  # before any request or item: one message if the rows do not fit
     prev = read(previous, "annotations") if previous is not None else None
     run = run_annotate(
-        read(feedback, "feedback"),
+        frame,
         cfg,
         api_key=api_key,
         progress=ctx.progress,
@@ -66,9 +70,10 @@ def check_failure_rate(ref: ArtifactRef, stats: dict, limit: float) -> None:
     failed = n - counts.get("ok", 0) if stats["n_items"] else 0
     if failed / n > limit:
         detail = ", ".join(f"{k}: {v}" for k, v in counts.items() if v and k != "ok")
+        reasons = "".join(f"\n  {status}, e.g. {why}" for status, why in stats.get("first_errors", {}).items())
         raise TooManyFailures(
             f"{failed} of {n} items failed ({detail}), more than annotate.max_failure_rate "
-            f"{limit:g}; every row is in {ref.path}. Fix the cause and run again (answers already "
+            f"{limit:g}; every row is in {ref.path}.{reasons}\nFix the cause and run again (answers already "
             "received are cached), or `t2g annotate --only-failed`.",
             ref,
         )

@@ -36,7 +36,7 @@ def fingerprint(value: Any) -> Any:
         return value.model_dump(mode="json", by_alias=True)
     if isinstance(value, Mapping):
         if "sha256" in value and "path" in value:  # an artifact reference as a plain dict: its content
-            return {"sha256": value["sha256"]}
+            return {"sha256": value.get("content_sha256") or value["sha256"]}
         return {str(k): fingerprint(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if isinstance(value, (list, tuple)):
         return [fingerprint(v) for v in value]
@@ -95,7 +95,7 @@ def write_file(df: pd.DataFrame, path: Path, schema: str, extra: Mapping[str, An
     """``df`` as one file (Parquet validated and written atomically; JSONL or CSV after validation), plus each
     mapping in ``extra`` beside it as ``<stem>.<name>.json`` (``spans.metrics.json``, ``annotations.stats.json``)."""
     from t2g_core.schemas import SCHEMAS, validate_frame
-    from t2g_core.store import sha256_file, write_text_atomic
+    from t2g_core.store import content_sha256, sha256_file, write_text_atomic
 
     if path.suffix == ".parquet":
         write_parquet(df, path, schema)
@@ -112,7 +112,10 @@ def write_file(df: pd.DataFrame, path: Path, schema: str, extra: Mapping[str, An
         if isinstance(value, Mapping):
             write_text_atomic(path.with_suffix(f".{name}.json"), json.dumps(dict(value), indent=2, default=str))
     digest = sha256_file(path)
-    return ArtifactRef(path=str(path), sha256=digest, n_rows=len(df), schema=schema, key=digest[:20])
+    content = content_sha256(df, schema)  # without timings
+    return ArtifactRef(
+        path=str(path), sha256=digest, n_rows=len(df), schema=schema, key=digest[:20], content_sha256=content
+    )
 
 
 def _silent(_message: str) -> None:

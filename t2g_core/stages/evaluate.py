@@ -12,13 +12,10 @@ from pathlib import Path
 import pandas as pd
 
 from t2g_core.config.stages import EvaluateSettings
+from t2g_core.evaluation.outcome import outcome
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef, PolicySet
-
-# the metric that decides promotion of a policy, per task: the first one the evaluation measured
-PRIMARY_METRICS = {"summarization": ("fact_error", "rougeL"), "code": ("pass@1",), "qa": ("token_f1",)}
-LOWER_IS_BETTER = ("fact_error", "invented_entity_rate")
 
 
 def pipeline_policies(
@@ -59,10 +56,12 @@ def evaluate(
     *,
     judge=None,
     device: str | None = None,
+    reward_model: tuple[str, object] | None = None,
 ) -> EvaluationRef:
     """Results (``items.parquet``, ``summary.json``) and the report (table, plots) in ``<reports/evaluate>/<key>``;
     results already there are reused unless the stage is forced. Every policy loads in ``models.dtype``, resolved
-    once for ``device``."""
+    once for ``device``. ``reward_model`` (its folder and its ``RewardModelConfig``) scores every response when
+    ``evaluate.reward_model_score`` (:mod:`t2g_core.evaluation.reward`)."""
     frame = read(data, "feedback")
     if policies.held_out is not None:
         frame = frame[frame["id"].isin(set(policies.held_out))].reset_index(drop=True)
@@ -70,10 +69,14 @@ def evaluate(
         raise ValueError(f"{data.path}: no items to evaluate (held-out ids: {len(policies.held_out or [])})")
     task = settings.evaluate.task or str(frame["task"].iloc[0])
     with ctx.own_folder("reports/evaluate") as out:
-        return _evaluate(frame, task, out, data, policies, settings, ctx, judge=judge, device=device)
+        return _evaluate(
+            frame, task, out, data, policies, settings, ctx, judge=judge, device=device, reward_model=reward_model
+        )
 
 
-def _evaluate(frame, task, out: Path, data, policies: PolicySet, settings, ctx: StageContext, *, judge, device):
+def _evaluate(
+    frame, task, out: Path, data, policies: PolicySet, settings, ctx: StageContext, *, judge, device, reward_model
+):
     """The stage's work in its folder ``out`` (held by this run)."""
     from t2g_core.evaluation import evaluate_policies, write_report
     from t2g_core.evaluation.report import load_history
@@ -83,6 +86,12 @@ def _evaluate(frame, task, out: Path, data, policies: PolicySet, settings, ctx: 
     results = None if ctx.force else reusable_results(out, ctx)
     if results is None:
         device = device or _device()
+        dtype = resolve_dtype(settings.models.dtype, device)
+        scorer = None
+        if reward_model is not None and settings.evaluate.reward_model_score:
+            from t2g_core.reward_model.scoring import load_scorer
+
+            scorer = load_scorer(reward_model[0], reward_model[1], device=device, dtype=dtype)
         results = evaluate_policies(
             policies.models,
             frame,
@@ -90,9 +99,10 @@ def _evaluate(frame, task, out: Path, data, policies: PolicySet, settings, ctx: 
             settings.evaluate,
             baseline=policies.baseline,
             judge=judge,
+            reward_scorer=scorer,
             device=device,
             progress=ctx.log if ctx.progress else None,
-            dtype=resolve_dtype(settings.models.dtype, device),
+            dtype=dtype,
         )
         results.save(out)
     histories = {n: load_history(p) for n, p in policies.histories.items() if Path(p).is_file()}
@@ -131,8 +141,29 @@ def pipeline(
     *,
     judge=None,
 ) -> EvaluationRef:
-    """The pipeline's evaluation: the policy before PPO against the PPO policy on the held-out prompts."""
-    return evaluate(feedback, pipeline_policies(feedback, models, policy, settings), settings, ctx, judge=judge)
+    """The pipeline's evaluation: the policy before PPO against the PPO policy on the held-out prompts, also scored by
+    the reward model PPO learnt from (if it learnt from one)."""
+    policies = pipeline_policies(feedback, models, policy, settings)
+    return evaluate(feedback, policies, settings, ctx, judge=judge, reward_model=policy_reward_model(policy))
+
+
+def policy_reward_model(policy: PolicyRef) -> tuple[str, object] | None:
+    """The reward model a PPO run scored with (its folder and config, from the run's ``run.json``), or None when it
+    used another reward source or the folder is gone."""
+    import json
+
+    spec_file = Path(policy.run_dir) / "run.json"
+    if not spec_file.is_file():
+        return None
+    spec = json.loads(spec_file.read_text(encoding="utf-8"))
+    path, config = spec.get("reward_model_path"), spec.get("config") or {}
+    if (config.get("ppo") or {}).get("reward_source", "reward_model") != "reward_model" or not path:
+        return None
+    if not Path(path).exists():
+        return None
+    from t2g_core.config import RewardModelConfig
+
+    return str(path), RewardModelConfig.model_validate(config.get("reward_model") or {})
 
 
 def flat_metrics(summary: dict) -> dict[str, float]:
@@ -142,23 +173,19 @@ def flat_metrics(summary: dict) -> dict[str, float]:
         for field in ("diff", "low", "high"):
             out[f"{c['policy']}_vs_{c['baseline']}/{c['metric']}_{field}"] = c[field]
     for p, j in (summary.get("judge") or {}).items():
-        out[f"{p}/judge_win_rate"] = j["win_rate"]
+        if j["win_rate"] is not None:  # None: nothing was judged (the report says so)
+            out[f"{p}/judge_win_rate"] = j["win_rate"]
     return {re.sub(r"[^\w./\- ]", "_", k): v for k, v in out.items()}  # no '@' (pass@k) in tracking names
 
 
 def promotion(summary: dict, policy: str) -> tuple[str, float] | None:
     """(metric, score) by which ``policy`` may become the champion, or None when its evaluation verdict against the
-    baseline on the task's primary metric is not "better". The score is oriented so that higher is better."""
-    candidates = [c for c in summary.get("comparisons", []) if c["policy"] == policy]
-    for metric in PRIMARY_METRICS.get(summary.get("task"), ()):
-        found = next((c for c in candidates if c["metric"] == metric), None)
-        if found is None:
-            continue
-        if found["verdict"] != "better":
-            return None
-        value = float(summary["policies"][policy]["metrics"][metric])
-        return metric, -value if metric in LOWER_IS_BETTER else value
-    return None
+    baseline on the deciding metric (:func:`~t2g_core.evaluation.outcome.outcome`) is not "better". The score is
+    oriented so that higher is better."""
+    decided = outcome(summary, policy)
+    if not decided.eligible or decided.after is None:
+        return None
+    return decided.metric, -decided.after if decided.lower_is_better else decided.after
 
 
 def _device() -> str:

@@ -10,7 +10,7 @@ from t2g_core.stages.refs import ArtifactRef, ModelsRef
 
 def build(feedback: ArtifactRef, settings: ModelsSettings, ctx: StageContext) -> ModelsRef:
     """Build (once per key) the tiny base and warm-started policy for the feedback's task; named models pass through."""
-    from t2g_core.models.tiny import ensure_demo_models
+    from t2g_core.models.demo_build import ensure_demo_models
 
     df = read(feedback, "feedback")
     ctx.tracker.log_input(feedback, "feedback", "training")

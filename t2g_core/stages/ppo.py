@@ -38,6 +38,8 @@ def train(
 
     if settings.uses_reward_model and reward_model_path(settings, reward_model) is None:
         raise ValueError("ppo.reward_source=reward_model needs a trained reward model (or ppo.reward_model_path)")
+    if settings.uses_reward_model:
+        gate_reward_model(settings, reward_model, ctx.log)
     with ctx.own_folder("checkpoints/ppo", fresh=True) as run_dir:
         latest = latest_checkpoint(run_dir) if run_dir.exists() else None
         if latest is None:
@@ -50,6 +52,61 @@ def train(
         resumed = latest is not None
         result = run_from_dir(run_dir, resume=resumed, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
         return _finish(result, ctx, reward_facts(settings, reward_model))
+
+
+class WeakRewardModel(ValueError):
+    """The reward model is below a quality floor of ``ppo.reward_model_gate`` on held-out items."""
+
+
+FLAWS = ("invented", "swapped", "redundant")
+
+
+def reward_model_metrics(settings: PPOSettings, reward_model: RewardModelRef | None) -> dict[str, float] | None:
+    """The held-out metrics of the reward model PPO would score with: the trained one's, or those its evaluation
+    left beside ``ppo.reward_model_path`` (``../eval/metrics.json``); None when there are none."""
+    import json
+
+    if settings.uses_trained_reward_model and reward_model is not None:
+        return dict(reward_model.metrics)
+    path = Path(reward_model_path(settings, reward_model) or "")
+    found = path.parent / "eval" / "metrics.json"
+    return json.loads(found.read_text(encoding="utf-8")) if found.is_file() else None
+
+
+def reward_model_shortfalls(metrics: dict[str, float], gate) -> list[str]:
+    """Each held-out metric below its floor, as 'metric = value < ppo.reward_model_gate.floor'. With ground truth
+    (demo data) the poor-span F1 and each flaw type's recall count; without, agreement with the annotator."""
+    if "truth_poor_char_f1" in metrics:
+        floors = {"truth_poor_char_f1": "min_poor_f1"} | {f"truth_recall_{f}": "min_flaw_recall" for f in FLAWS}
+    else:
+        floors = {"span_f1": "min_agreement_f1"}
+    return [
+        f"{metric} = {metrics[metric]:.3f} < ppo.reward_model_gate.{floor} {getattr(gate, floor):g}"
+        for metric, floor in floors.items()
+        if metric in metrics and metrics[metric] < getattr(gate, floor)
+    ]
+
+
+def gate_reward_model(settings: PPOSettings, reward_model: RewardModelRef | None, log) -> None:
+    """Refuse (:class:`WeakRewardModel`) to start PPO on a reward model below ``ppo.reward_model_gate``'s floors
+    unless ``allow_weak``; a reward model without held-out metrics is let through with a log line saying so."""
+    gate = settings.ppo.reward_model_gate
+    metrics = reward_model_metrics(settings, reward_model)
+    if metrics is None:
+        log("reward-model gate: no held-out metrics for this reward model, so its quality is not checked")
+        return
+    short = reward_model_shortfalls(metrics, gate)
+    if not short:
+        return
+    where = f" (report: {reward_model.report})" if reward_model is not None and reward_model.report else ""
+    message = (
+        f"the reward model is below its quality floor on held-out items: {'; '.join(short)}{where}. PPO would learn "
+        "from rewards that miss or misplace these errors. Train it on more items or for longer (reward_model.epochs), "
+        "or set ppo.reward_model_gate.allow_weak=true to train PPO on it anyway."
+    )
+    if not gate.allow_weak:
+        raise WeakRewardModel(f"PPO does not start: {message}")
+    log(f"warning: {message} (allowed by ppo.reward_model_gate.allow_weak)")
 
 
 RM_QUALITY = ("truth_poor_char_f1", "truth_recall_invented", "truth_span_f1", "span_f1", "unmatched_span_rate")
@@ -83,10 +140,15 @@ def resume(run_dir: str | Path, ctx: StageContext, *, api_key: str | None = None
 
 
 def _finish(result, ctx: StageContext, reward: dict[str, float | str]) -> PolicyRef:
+    from t2g_core.ppo.report import write_heatmap_index
+
     run_dir = Path(result.run_dir)
     ctx.tracker.log_artifact(run_dir / "history.json")
-    for page in result.heatmaps[-3:]:
-        ctx.tracker.log_artifact(page, "heatmaps")
+    index = write_heatmap_index(run_dir / "heatmaps")
+    if index is not None:  # the steps' pages were logged as they were written; those of a run before a resume too
+        logged = {Path(p).name for p in result.heatmaps}
+        for page in [index, *(p for p in sorted(index.parent.glob("step-*.html")) if p.name not in logged)]:
+            ctx.tracker.log_artifact(page, "heatmaps")
     final = {k: float(v) for k, v in (result.history[-1] if result.history else {}).items() if k != "step"}
     rollouts = str(result.rollouts_path) if result.rollouts_path else None
     return PolicyRef(

@@ -23,6 +23,14 @@ Hostile endpoints (persistent: the same request gets the same treatment every ti
 - ``huge``: 200 with an answer of ``huge_bytes`` characters
 - ``echo_key``: 401 whose error message repeats the request's ``Authorization`` header
 - ``hang_up``: the connection closes without any answer
+
+Servers unlike OpenAI's, chosen by option:
+
+- ``error_style="fastapi"``: error bodies are ``{"detail": "..."}`` (FastAPI's ``HTTPException``, as ``transformers
+  serve`` and many proxies send them) instead of ``{"error": {"message": ...}}``; with ``json_schema=False`` the
+  ``response_format`` refusal is such a 400 too;
+- ``serial=True``: one request is answered at a time, the others wait in a queue; a request whose client gave up
+  (timed out) is still worked through, as a real server does (``answered_after_gone`` counts those).
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ import hashlib
 import json
 import random
 import re
+import select
+import socket
 import threading
 import time
 from collections import Counter
@@ -53,7 +63,7 @@ class Reply:
     delay_s: float = 0.0
     refusal: str | None = None
     finish_reason: str = "stop"
-    body: dict[str, Any] | None = None  # sent as-is instead of a chat completion
+    body: dict[str, Any] | None = None  # sent as-is instead of a chat completion (or of the error body)
 
 
 def quoting_answer(request: dict[str, Any]) -> str:
@@ -88,11 +98,17 @@ class FakeOpenAIServer:
         slow_s: float = 2.0,
         json_schema: bool = True,
         huge_bytes: int = 40 << 20,
+        error_style: str = "openai",
+        serial: bool = False,
     ):
         unknown = set(faults) - set(FAULTS) - set(HOSTILE)
         if unknown:
             raise ValueError(f"unknown fault(s) {sorted(unknown)}; choose from {FAULTS + HOSTILE}")
-        self.huge_bytes = huge_bytes
+        if error_style not in ("openai", "fastapi"):
+            raise ValueError(f"unknown error_style {error_style!r}; choose openai or fastapi")
+        self.huge_bytes, self.error_style = huge_bytes, error_style
+        self.serial = threading.Lock() if serial else None  # held while one request is being answered
+        self.answered_after_gone = 0  # serial: answers worked out for clients that had already given up
         self.answer, self.latency_s, self.fault_rate, self.faults = answer, latency_s, fault_rate, tuple(faults)
         self.seed, self.retry_after, self.slow_s, self.json_schema = seed, retry_after, slow_s, json_schema
         self.lock = threading.Lock()
@@ -210,6 +226,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return
 
+    def _error(self, status: int, message: str, headers: dict[str, str] | None = None, param: str | None = None):
+        """An error in the server's style: OpenAI's ``{"error": {...}}`` or FastAPI's ``{"detail": ...}``."""
+        if self.server.fake.error_style == "fastapi":
+            self._send(status, {"detail": message}, headers)
+        else:
+            self._send(status, {"error": {"message": message, **({"param": param} if param else {})}}, headers)
+
     def _send(
         self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None, cut: bool = False
     ) -> None:
@@ -251,21 +274,36 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.fake.auth_headers.append(self.headers.get("Authorization", ""))
         rf = request.get("response_format") or {}
         if rf.get("type") == "json_schema" and not self.server.fake.json_schema:
-            self._send(
-                400,
-                {"error": {"message": "response_format json_schema is not supported", "param": "response_format"}},
-            )
+            self._error(400, "response_format json_schema is not supported", param="response_format")
             return
         if fault == "hang_up":
             self.close_connection = True
             return
-        self._answer(request, fault)
+        if self.server.fake.serial is None:
+            self._answer(request, fault)
+            return
+        with self.server.fake.serial:  # one at a time: the others wait here, as in a single-worker server's queue
+            self._answer(request, fault)
+            if self._client_gone():
+                with self.server.fake.lock:
+                    self.server.fake.answered_after_gone += 1
+
+    def _client_gone(self) -> bool:
+        """The client closed its end (it timed out and gave up): its socket reads as end-of-file."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def _answer(self, request: dict[str, Any], fault: str | None) -> None:
         reply = self.server.fake.reply_for({**request, "_authorization": self.headers.get("Authorization", "")}, fault)
         time.sleep(self.server.fake.latency_s + reply.delay_s)
+        if reply.status != 200 and reply.body is not None:  # an error body given as-is
+            self._send(reply.status, reply.body, reply.headers)
+            return
         if reply.status != 200:
-            self._send(reply.status, {"error": {"message": reply.content or "error"}}, reply.headers)
+            self._error(reply.status, reply.content or "error", reply.headers)
             return
         body = reply.body if reply.body is not None else _completion_body(request, reply)
         self._send(200, body, reply.headers, cut=fault == "cut_body")

@@ -30,7 +30,8 @@ def eligible_items(b: Batch) -> pd.DataFrame:
     """One row per reviewable item with its ``stratum`` (``task/annotator/label``)."""
     labels = b.spans.groupby("id")["label"].agg(list).to_dict()
     items = b.items[b.items["status"] == "ok"].drop_duplicates("id").copy()
-    items["label"] = [item_label(labels.get(i, [])) for i in items["id"]]
+    # typed as text even when no item is ok (an empty list would make a float column the strata cannot join)
+    items["label"] = pd.Series([item_label(labels.get(i, [])) for i in items["id"]], index=items.index, dtype=str)
     items = items[(items["label"] != "none") | items["critique"].notna()]
     task = items["task"].fillna("unknown").astype(str)
     items["stratum"] = task + "/" + items["annotator"].astype(str) + "/" + items["label"]

@@ -28,7 +28,15 @@ from t2g_core.critics import isolation
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-adversarial-0123456789"
 BACKENDS = [b for b in ("bwrap", "unshare") if isolation.works(b)]
-MODULES = ("isolation.py", "sandbox.py", "plain.py", "sandbox_candidate.py", "sandbox_judge.py")
+MODULES = (
+    "isolation.py",
+    "sandbox.py",
+    "sandbox_process.py",
+    "process_time.py",
+    "plain.py",
+    "sandbox_candidate.py",
+    "sandbox_judge.py",
+)
 
 ATTACKS = {
     "parent environment": """

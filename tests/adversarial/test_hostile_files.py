@@ -1,7 +1,8 @@
 """Hostile or broken input files: one line naming the file (and row and column where they apply), exit 2.
 
 Before: empty or corrupt CSV/Parquet, YAML syntax errors and a missing config file gave raw tracebacks (exit 1);
-ids that were NaN, booleans, objects or lists were silently turned into text; ``Infinity`` in ``meta`` was accepted.
+ids that were NaN, booleans, objects or lists were silently turned into text; ``Infinity`` in ``meta`` was accepted;
+a lone surrogate (``\\ud800``) in a JSONL file gave a raw pyarrow UnicodeEncodeError.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ JSONL = {
     "fractional id": ({**ROW, "id": 1.5}, "row 0, column 'id': expected text, got float"),
     "Infinity in meta": ({**ROW, "id": "a", "meta": '{"x": Infinity}'}, "column 'meta': holds Infinity"),
     "NaN in meta": ({**ROW, "id": "a", "meta": '{"x": NaN}'}, "column 'meta': holds NaN"),
+    "lone surrogate": ({**ROW, "id": "a", "response": "r \ud800"}, "row 0, column 'response': holds a lone surrogate"),
 }
 runner = CliRunner()
 

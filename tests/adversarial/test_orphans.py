@@ -1,6 +1,6 @@
 """Nothing a command starts outlives it: the sandbox's processes die with the process that started them, even when
 that one is killed with SIGKILL (no chance to clean up). The temporary Prefect server of `t2g run` is covered in
-tests/flows/test_cli_run.py."""
+tests/cli/test_run.py."""
 
 # ruff: noqa: E501 - the hanging program below is data
 from __future__ import annotations

@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from t2g_core.config.align import AlignConfig
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.critics.reference import ReferenceCritic
 from t2g_core.demo.summarization import reference_summary
@@ -51,13 +52,13 @@ def tok(tiny_model_dir):
     return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
-def scored(tok, responses, words=False):
+def scored(tok, responses, words=False, align=None):
     ro = text_rollout(tok, responses, [dict(ROW, id=f"r{i}") for i in range(len(responses))])
-    return ro, score(ro, CriticSource(ReferenceCritic()), tok, None, words=words)
+    return ro, score(ro, CriticSource(ReferenceCritic()), tok, align, words=words)
 
 
-def totals(tok, responses, mode, penalty):
-    ro, sc = scored(tok, responses, words=mode == "dense")
+def totals(tok, responses, mode, penalty, align=None):
+    ro, sc = scored(tok, responses, words=mode == "dense", align=align)
     task, terminal, _ = place_task_rewards(sc, ro, PPOConfig(reward_mode=mode, omission_penalty=penalty))
     return (task.sum(dim=1) + terminal).tolist()
 
@@ -91,6 +92,18 @@ def test_dropping_a_wrong_fact_never_beats_stating_it(tok, mode):
     assert omitted <= stated + 1e-5  # the same total (a good span's shared label sums to 1 within float rounding)
 
 
+def test_per_span_poor_labels_make_stating_a_fact_break_even_at_half_certainty(tok):
+    """Without omission reports a right value earns +1 (its tokens share it) and a wrong one costs -1 per token: a
+    wrong "judge" (several tokens here) costs more than a right "tailor" earns, so stating the job pays only above
+    n / (n + 1) certainty. ``poor_span_reward: per_span`` makes a wrong value cost -1 whatever its length."""
+    right, wrong = CORRECT, CORRECT.replace("tailor", "judge")
+    omitted = CORRECT.replace(", works as a tailor", "")
+    per_token = totals(tok, [right, wrong, omitted], "span", 0.0)
+    assert per_token[2] - per_token[1] > 1.5  # the wrong multi-token value costs more than the right one earns
+    shared = totals(tok, [right, wrong, omitted], "span", 0.0, AlignConfig(poor_span_reward="per_span"))
+    assert shared[0] - shared[2] == pytest.approx(1.0) and shared[2] - shared[1] == pytest.approx(1.0)
+
+
 ESTIMATORS = ("gae", "span_local", "span_bootstrap", "rloo", "grpo")
 
 
@@ -109,7 +122,7 @@ def test_every_estimator_charges_the_token_that_stopped_early(tok, estimator, pl
     rewards = assemble_rewards(task, kl, ro.response_mask, 0.05, terminal)
     values = torch.zeros_like(rewards)  # an uninformed critic: what the estimator itself does with the signal
     adv, _ = estimate_advantages(
-        estimator, rewards, values, ro.response_mask, task=task, group=ro.group, gamma=1.0, lam=0.95
+        estimator, rewards, values, ro.response_mask, task=task, terminal=terminal, group=ro.group, gamma=1.0, lam=0.95
     )
     stop = next(k for k, (a, b) in enumerate(sc[1].offsets) if sc[1].text[a:b] == ".")
     assert float(adv[1, stop]) < 0, (estimator, placement, adv[1].tolist())
@@ -126,7 +139,15 @@ def test_span_local_without_the_penalty_is_blind_to_stopping_early(tok):
     task, terminal, _ = place_task_rewards(sc, ro, cfg)
     rewards = assemble_rewards(task, torch.zeros(task.shape), ro.response_mask, 0.0, terminal)
     adv, _ = estimate_advantages(
-        "span_local", rewards, torch.zeros_like(rewards), ro.response_mask, task=task, group=None, gamma=1.0, lam=1.0
+        "span_local",
+        rewards,
+        torch.zeros_like(rewards),
+        ro.response_mask,
+        task=task,
+        terminal=terminal,
+        group=None,
+        gamma=1.0,
+        lam=1.0,
     )
     stop = next(k for k, (a, b) in enumerate(sc[0].offsets) if sc[0].text[a:b] == ".")
     assert float(adv[0, stop]) == 0.0

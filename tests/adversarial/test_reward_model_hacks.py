@@ -89,3 +89,15 @@ def test_poor_tokens_keep_their_full_penalty_inside_a_shared_good_span():
     good = [v for (s, e), v in zip(enc["offset_mapping"], scored.labels, strict=True) if e <= 13 and s < e]
     assert poor and all(v == -1.0 for v in poor)
     assert sum(good) == pytest.approx(1.0)
+
+
+def test_poor_tokens_share_the_poor_label_under_per_span():
+    tok = byte_level_bpe()
+    response = "Lena lives in Paris"
+    fb = ParsedFeedback("", located=((0, 19, "positive"), (14, 19, "negative")))
+    enc = tok(response, add_special_tokens=False, return_offsets_mapping=True)
+    [scored] = label_responses([(response, enc["offset_mapping"])], [fb], AlignConfig(poor_span_reward="per_span"))
+    poor = [v for (s, e), v in zip(enc["offset_mapping"], scored.labels, strict=True) if s >= 14 and s < e]
+    good = [v for (s, e), v in zip(enc["offset_mapping"], scored.labels, strict=True) if e <= 13 and s < e]
+    assert sum(poor) == pytest.approx(-1.0) and len(set(poor)) == 1
+    assert sum(good) == pytest.approx(1.0)

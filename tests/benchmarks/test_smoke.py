@@ -1,6 +1,6 @@
 """Every benchmark runs at its ``--smoke`` size, so none can rot unseen (a crash fails the suite, not a README).
 
-Smoke runs write under pytest's temporary folder (``$T2G_BENCH_RESULTS``, read by ``benchmarks/testbed.py``), never
+Smoke runs write under pytest's temporary folder (``$T2G_BENCH_RESULTS``, read by ``benchmarks/testbed``), never
 into the source tree; one folder serves the whole module, so the benchmarks that share smoke models build them once.
 """
 
@@ -20,7 +20,13 @@ NOT_WRITTEN_BY_A_RUN = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_
 
 
 def test_every_benchmark_is_covered():
-    assert {"bench_align.py", "bench_ppo_step.py", "bench_ppo_sample_efficiency.py"} <= set(SCRIPTS)
+    assert {
+        "bench_align.py",
+        "bench_ppo_step.py",
+        "bench_ppo_sample_efficiency.py",
+        "bench_vs_trl.py",
+        "bench_kl_stop.py",
+    } <= set(SCRIPTS)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -73,3 +79,17 @@ def test_benchmark_runs_at_smoke_size(script, results):
     assert changed == [], f"{script} --smoke wrote into the source tree: {changed[:20]}"
     written = [p for p in (results / "smoke").rglob("*.json") if started.get(p) != p.stat().st_mtime_ns]
     assert written, f"{script} --smoke wrote no JSON result under $T2G_BENCH_RESULTS/smoke/"
+
+
+def test_rm_ppo_refreshed_arm_stops_with_a_reason_until_the_critique_loop_exists():
+    """The refreshed-tagger arm is named but not faked: without PPO's critique-loop setting it says so and stops."""
+    from t2g_core.config.ppo import PPOConfig
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_rm_ppo.py"), "--arms", "oracle,refreshed"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "arm refreshed:" in proc.stderr, proc.stderr[-2000:]
+    if "critique_loop" not in PPOConfig.model_fields:
+        assert "not available" in proc.stderr and "ppo.critique_loop" in proc.stderr
+    else:  # the loop exists: the arm needs its settings, or it would be the static tagger again
+        assert "--refresh-set" in proc.stderr

@@ -16,7 +16,7 @@ from t2g_core.review import ItemVerdict, ReviewVerdicts, SpanJudgement, export_r
 from t2g_core.validation import compute_alignment, make_batch, review_sample
 from t2g_core.validation.synthetic import make_synthetic_batch
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # drives a Chromium process
 CHROMIUM = find_chromium()
 COLOURS = {"good": "rgb(183, 228, 199)", "poor": "rgb(244, 166, 166)"}
 

@@ -1,20 +1,16 @@
-"""Alignment metrics, the align stage on frames and the ``t2g align`` command."""
+"""Alignment metrics and the align stage on frames (the ``t2g align`` command: tests/cli)."""
 
 from __future__ import annotations
 
-import json
-
-import _tokenizers  # tests/core is on sys.path (rootdir-relative test modules)
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from t2g_cli import app
 from t2g_core.alignment import alignment_stats, char_labels, iou, label_stats, micro_prf, span_prf, token_prf
 from t2g_core.config.align import AlignConfig
 from t2g_core.schemas import SchemaError
 from t2g_core.spans import align_frame, spans_by_item
 from t2g_core.store import read_artifact, write_parquet
+from tests.core._align_frames import annotations_frame, feedback_frame
 
 # ---------------------------------------------------------------- metrics
 
@@ -78,54 +74,6 @@ def test_label_stats():
 # ---------------------------------------------------------------- the align stage
 
 
-def feedback_frame() -> pd.DataFrame:
-    rows = [
-        (
-            "sum-1",
-            "Alice lives in “Paris” and works as a nurse.",
-        ),
-        ("sum-2", "def f(x):\n        return x + 1\n"),
-        ("sum-3", "Nothing to see here."),
-    ]
-    return pd.DataFrame(
-        {
-            "id": [r[0] for r in rows],
-            "task": ["summarization", "code", "qa"],
-            "prompt": ["p"] * 3,
-            "response": [r[1] for r in rows],
-            "critique": [None] * 3,
-            "reference": [None] * 3,
-            "tests": [None] * 3,
-            "entry_point": [None] * 3,
-            "meta": [None] * 3,
-        }
-    )
-
-
-def annotations_frame(ids=("sum-1", "sum-2", "sum-3"), annotator="ref") -> pd.DataFrame:
-    spans = {
-        "sum-1": (["works as a nurse"], ['lives in "Paris"', "the weather in Rome"]),
-        "sum-2": ([], ["def f(x):\n    return x + 1"]),
-        "sum-3": ([], []),
-    }
-    return pd.DataFrame(
-        {
-            "id": list(ids),
-            "annotator": [annotator] * len(ids),
-            "critique": ["c"] * len(ids),
-            "good_spans": [spans[i][0] for i in ids],
-            "poor_spans": [spans[i][1] for i in ids],
-            "reasoning": [None] * len(ids),
-            "status": ["ok", "ok", "parse_error"][: len(ids)],
-            "error": [None] * len(ids),
-            "raw": [None] * len(ids),
-            "prompt_tokens": [0] * len(ids),
-            "completion_tokens": [0] * len(ids),
-            "latency_s": [0.0] * len(ids),
-        }
-    )
-
-
 def test_align_frame_writes_valid_spans_and_keeps_unmatched(tmp_path):
     fb = feedback_frame()
     spans = align_frame(fb, annotations_frame())
@@ -154,46 +102,3 @@ def test_align_frame_rejects_unknown_items_and_ambiguous_annotators():
     with pytest.raises(SchemaError, match="several annotators"):
         align_frame(fb, two)
     assert len(align_frame(fb, two, AlignConfig(annotator="llm"))) == 3
-
-
-def test_cli_align_writes_spans_and_prints_metrics(tmp_path):
-    fb_path, ann_path, out = tmp_path / "feedback.parquet", tmp_path / "ann.parquet", tmp_path / "spans.parquet"
-    write_parquet(feedback_frame(), fb_path, "feedback")
-    write_parquet(annotations_frame(), ann_path, "annotations")
-    result = CliRunner().invoke(
-        app, ["align", str(fb_path), str(ann_path), "-o", str(out), "--set", "align.fuzzy_threshold=90"]
-    )
-    assert result.exit_code == 0, result.output
-    assert "unmatched_rate" in result.output and "4 spans from 2 items" in result.output
-    assert len(read_artifact(out, "spans")) == 4
-    assert json.loads(out.with_suffix(".metrics.json").read_text())["unmatched_rate"] == pytest.approx(0.25)
-    # an artifact folder instead of a file
-    result = CliRunner().invoke(app, ["align", str(fb_path), str(ann_path), "-o", str(tmp_path / "spans")])
-    assert result.exit_code == 0, result.output
-    (folder,) = (tmp_path / "spans").iterdir()
-    assert len(read_artifact(folder, "spans")) == 4
-
-
-def test_cli_align_names_bad_file(tmp_path):
-    fb_path = tmp_path / "feedback.parquet"
-    write_parquet(feedback_frame(), fb_path, "feedback")
-    bad = annotations_frame().drop(columns=["status"])
-    bad.to_parquet(tmp_path / "ann.parquet")
-    result = CliRunner().invoke(
-        app, ["align", str(fb_path), str(tmp_path / "ann.parquet"), "-o", str(tmp_path / "s.parquet")]
-    )
-    assert result.exit_code != 0 and "ann.parquet" in result.output and "status" in result.output
-
-
-def test_cli_align_reports_token_metrics_with_a_tokenizer(tmp_path):
-    fb_path, ann_path = tmp_path / "feedback.parquet", tmp_path / "ann.parquet"
-    write_parquet(feedback_frame(), fb_path, "feedback")
-    write_parquet(annotations_frame(), ann_path, "annotations")
-    _tokenizers.byte_level_bpe().save_pretrained(tmp_path / "tok")
-    out = tmp_path / "spans.parquet"
-    result = CliRunner().invoke(
-        app, ["align", str(fb_path), str(ann_path), "-o", str(out), "--tokenizer", str(tmp_path / "tok")]
-    )
-    assert result.exit_code == 0, result.output
-    metrics = json.loads(out.with_suffix(".metrics.json").read_text())
-    assert 0 < metrics["labelled_token_frac"] < 1 and 0 < metrics["label_balance"] < 1

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from t2g_core.annotators.cache import DB_NAME, AnswerCache, cache_key
 
 ANSWER = {"content": '{"critique": "fine"}', "finish_reason": "stop", "prompt_tokens": 12, "completion_tokens": 5}
@@ -34,6 +36,7 @@ def test_answers_survive_a_new_instance_and_the_key_covers_every_input(tmp_path)
     assert (tmp_path / DB_NAME).exists()
 
 
+@pytest.mark.slow  # a fresh interpreter writes the answers
 def test_another_process_sees_each_answer_once_it_is_put(tmp_path):
     writer = (
         "import sys; from t2g_core.annotators.cache import AnswerCache; "

@@ -48,6 +48,7 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+@pytest.mark.slow  # three fresh interpreters importing prefect and torch
 def test_changing_code_used_by_ppo_changes_ppo_and_evaluation_keys_only(tmp_path):
     copy = _package(ROOT, tmp_path)
     original = _keys(copy)

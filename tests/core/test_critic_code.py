@@ -64,7 +64,7 @@ def test_syntax_error_and_missing_tests():
     p = problem(2)
     fb = CRITIC.critique(row(p, "    return number %% 1.0\n"))
     assert fb.status == "ok" and "does not compile" in fb.critique and fb.poor_spans == ["return number %% 1.0"]
-    assert CRITIC.critique(dict(row(p), tests=None)).status == "sandbox_error"
+    assert CRITIC.critique(dict(row(p), tests=None)).status == "missing_input"
 
 
 def test_full_function_responses_and_fenced_code():

@@ -65,13 +65,14 @@ def test_critique_says_what_the_source_says_and_what_is_missing():
     assert fb.good_spans == ["Gus", "2"] and fb.poor_spans == ["who lives in Oslo", "Also, lives in Oslo"]
 
 
-def test_without_meta_it_checks_numbers_and_entities_against_the_source():
+@pytest.mark.parametrize("meta", [None, float("nan"), ""])  # NaN: an all-null column read back from Parquet
+def test_without_meta_it_checks_numbers_and_entities_against_the_source(meta):
     row = {
         "task": "summarization",
         "prompt": "Maria met Tom in Rome in 2019 and they married two years later.",
         "response": "Maria met Tom in Paris in 2019 and they married in 2023 in Vienna.",
         "reference": "Maria met Tom in Rome in 2019; they married two years later.",
-        "meta": None,
+        "meta": meta,
     }
     fb = CRITIC.critique(row)
     assert "It says 'Paris' where the post says 'Rome'." in fb.critique
@@ -81,7 +82,7 @@ def test_without_meta_it_checks_numbers_and_entities_against_the_source():
 
 def test_no_reference_is_a_status_not_an_exception():
     fb = CRITIC.critique({"id": "x", "task": "qa", "prompt": "q", "response": "a", "reference": None})
-    assert fb.status == "sandbox_error" and "no reference" in fb.error
+    assert fb.status == "missing_input" and "no reference" in fb.error
 
 
 def test_fast_enough_for_every_ppo_rollout():

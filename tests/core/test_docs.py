@@ -30,7 +30,7 @@ OUTSIDE = [
     re.compile(r"/work/"),
     re.compile(r"\breference/\w+\.md"),
     re.compile(r"\bARCHITECTURE §"),
-    re.compile(r"\b\w+_findings\b"),
+    re.compile(r"\b(?:demo_task|reward_model)_findings\b|\b\w+_findings\.md\b"),
     re.compile(r"\bissues? #?\d+", re.IGNORECASE),
 ]
 README_LIMIT = 8 * 1024  # a first screen: what it is, the two commands, the shape, the headline figures

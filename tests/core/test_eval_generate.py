@@ -99,9 +99,21 @@ def test_sampling_is_seeded_and_recorded(policy_dir):
         "seed": 7,
         "temperature": 1.5,
         "top_p": 1.0,
+        "top_k": 0,
     }
     with pytest.raises(ValueError, match="needs do_sample"):
         generate_samples(policy_dir, "qa", PROMPTS[:1], EvaluateConfig(num_samples=2, pass_k=(1,), do_sample=False))
+
+
+def test_top_k_and_top_p_reach_generate(policy_dir):
+    """top_k = 1 (or a top_p below the top token's probability) leaves one token: sampling is then greedy decoding;
+    a wide top_k is still sampling."""
+    torch.set_num_threads(1)
+    greedy = generate(policy_dir, "qa", PROMPTS, EvaluateConfig(batch_size=4, max_new_tokens=6, do_sample=False))
+    sampled = EvaluateConfig(batch_size=4, max_new_tokens=6, do_sample=True, temperature=1.5, seed=3)
+    assert generate(policy_dir, "qa", PROMPTS, sampled.model_copy(update={"top_k": 1})) == greedy
+    assert generate(policy_dir, "qa", PROMPTS, sampled.model_copy(update={"top_p": 1e-6})) == greedy
+    assert generate(policy_dir, "qa", PROMPTS, sampled.model_copy(update={"top_k": 50})) != greedy
 
 
 def test_prompt_is_rendered_with_the_chat_template(policy_dir):

@@ -87,3 +87,50 @@ def test_parse_verdict_and_combine():
         and combine("2", "2") == (0.5, "tie")
         and combine("tie", "2") == (0.25, "loss")
     )
+
+
+def test_every_request_carries_max_tokens_and_failed_items_keep_error_and_replies():
+    def script(req):
+        if "Rome" in req["messages"][-1]["content"]:
+            return "I cannot decide, both are fine"
+        return fair_judge(req)
+
+    with FakeOpenAIServer(answer=script) as server:
+        out = _judge(server, max_tokens=64).judge(PROMPTS, BASELINE, CANDIDATE)
+        assert {r.get("max_tokens") for r in server.requests} == {64}
+    assert out[2].status == "parse_error" and out[2].reply_ab == out[2].reply_ba == "I cannot decide, both are fine"
+    assert out[0].status == "ok" and json.loads(out[0].reply_ab)["winner"] == "2"
+
+
+def test_an_api_error_keeps_the_servers_own_words():
+    detail = "judge model not loaded"
+    with FakeOpenAIServer(answer=lambda req: Reply(status=400, content=detail), error_style="fastapi") as server:
+        out = _judge(server).judge(PROMPTS[:1], BASELINE[:1], CANDIDATE[:1])
+    assert out[0].status == "api_error" and out[0].error == f"HTTP 400: {detail}"
+
+
+def test_nothing_judged_is_reported_as_not_judged_never_as_a_nan_rate():
+    """Before: "win rate nan% ... -> no clear difference" when every request failed."""
+    import pandas as pd
+
+    from t2g_core.evaluation.report import comparison_table
+    from t2g_core.evaluation.results import add_judge_scores, judge_summary
+
+    items = pd.DataFrame(
+        [
+            {"policy": p, "id": f"q{i}", "sample": 0, "prompt": "Capital of France?", "response": r}
+            for p, answers in (("base", BASELINE), ("tuned", CANDIDATE))
+            for i, r in enumerate(answers)
+        ]
+    )
+    with FakeOpenAIServer(answer=lambda req: Reply(status=400, content="context too long"), error_style="fastapi") as s:
+        judge = _judge(s)
+        assert win_rate(judge.judge(PROMPTS, BASELINE, CANDIDATE))["win_rate"] is None
+        scored = add_judge_scores(items, judge, "base")
+    assert scored.loc[scored["policy"] == "tuned", "judge_error"].tolist() == ["HTTP 400: context too long"] * 3
+    summary = {"policies": {}, "baseline": "base", "task": "qa", "judge": judge_summary(scored, "base")}
+    j = summary["judge"]["tuned"]
+    assert j["verdict"] == "not judged" and j["win_rate"] is None and j["judged"] == 0
+    text = comparison_table(summary)
+    assert "judge: tuned vs base: not judged (3 items failed: HTTP 400: context too long)" in text
+    assert "nan" not in text.lower()

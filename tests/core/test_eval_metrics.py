@@ -104,6 +104,32 @@ def test_summarization_row_reads_meta_facts():
         summarization_metrics({**row, "meta": "{broken"})
 
 
+@pytest.mark.parametrize("missing", [None, float("nan"), "", "  "])
+def test_a_missing_reference_leaves_out_the_reference_metrics_instead_of_crashing(missing):
+    """A Parquet null arrives as NaN (a float): the reference metrics are left out, the others still computed."""
+    demo = _demo()
+    facts = _facts(demo)
+    row = {"id": "sum-1", "response": demo.reference_summary(facts), "reference": missing, "meta": {"facts": facts}}
+    out = summarization_metrics(row)
+    assert "rouge1" not in out and "bleu" not in out
+    assert out["fact_error"] == 0.0 and out["length_words"] > 0
+    qa_row = {"id": "qa-1", "task": "qa", "prompt": "q?", "response": "Paris", "reference": missing, "meta": None}
+    (qa,) = task_metrics("qa", [qa_row])  # the reference critic reports "no reference" as a status, not a crash
+    assert "token_f1" not in qa and math.isnan(qa["reference_score"])
+
+
+def test_free_text_summaries_get_fact_metrics():
+    demo = _demo()
+    facts = _facts(demo)  # Ada, Paris, 2, dogs, gray, coach, Monday, beans
+    free = "Ada, a coach in Paris, has two gray dogs, rests on Mondays and loves beans."
+    assert fact_metrics(free, facts) == {
+        "fact_precision": 1.0,
+        "fact_recall": 1.0,
+        "invented_entity_rate": 0.0,
+        "fact_error": 0.0,
+    }
+
+
 def test_qa_token_f1_exact_match_and_critic_score():
     assert token_f1("Paris", "The city of Paris") == pytest.approx(2 * 1 * (1 / 3) / (1 + 1 / 3))
     assert token_f1("London", "Paris") == 0.0

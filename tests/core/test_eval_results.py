@@ -1,4 +1,5 @@
-"""Evaluating several policies on the same prompts: per-item rows, paired comparisons, table, report, CLI."""
+"""Evaluating several policies on the same prompts: per-item rows, paired comparisons, table, report (the command:
+tests/cli)."""
 
 from __future__ import annotations
 
@@ -9,33 +10,7 @@ import pytest
 
 from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.evaluation import EvalResults, comparison_table, evaluate_policies, merge_results, write_report
-
-CITIES = ["Paris", "Quito", "Oslo", "Lima", "Rome", "Cairo"]
-NAMES = ["Ada", "Ben", "Cai", "Dora", "Eli"]
-
-
-def _feedback(n: int = 30) -> pd.DataFrame:
-    rows = []
-    for i in range(n):
-        name, city = NAMES[i % 5], CITIES[i % 6]
-        ref = (
-            f"This is {name}, who lives in {city} with 3 gray dogs, works as a coach, rests on Sunday and loves beans."
-        )
-        rows.append(
-            {
-                "id": f"sum-{i:03d}",
-                "task": "summarization",
-                "prompt": f"I am {name}. I live in {city}.",
-                "response": "old",
-                "critique": None,
-                "reference": ref,
-                "tests": None,
-                "entry_point": None,
-                "meta": None,
-            }
-        )
-    rows.append({**rows[0], "id": "qa-000", "task": "qa"})
-    return pd.DataFrame(rows)
+from tests.core._eval_feedback import _feedback
 
 
 def scripted_generator(feedback: pd.DataFrame):
@@ -168,62 +143,6 @@ def test_judge_scores_join_the_comparison():
     assert (j["wins"], j["ties"], j["losses"]) == (10, 2, 0) and j["win_rate"] == pytest.approx(11 / 12)
     assert j["verdict"] == "better" and j["low"] > 0.5
     assert "judge: good vs base: win rate 91.7%" in comparison_table(res)
-
-
-def test_cli_policy_and_report(tiny_model_dir, tmp_path):
-    from typer.testing import CliRunner
-
-    from t2g_cli import app
-
-    data = tmp_path / "feedback.jsonl"
-    _feedback(4).to_json(data, orient="records", lines=True)
-    runner = CliRunner()
-    args = [
-        "eval",
-        "policy",
-        "--model",
-        f"base={tiny_model_dir}",
-        "--model",
-        f"again={tiny_model_dir}",
-        "--data",
-        str(data),
-        "--task",
-        "summarization",
-        "-s",
-        "evaluate.max_new_tokens=4",
-        "-s",
-        "evaluate.bootstrap_samples=200",
-    ]
-    out = runner.invoke(app, [*args, "-o", str(tmp_path / "res")])
-    assert out.exit_code == 0, out.output
-    assert "| metric | base | again |" in out.output
-    res = EvalResults.load(tmp_path / "res")
-    assert len(res.items) == 8 and (tmp_path / "res" / "report" / "metrics.png").exists()
-    same = res.items.pivot(index="id", columns="policy", values="response")
-    assert (same["base"] == same["again"]).all()  # same weights, greedy: identical answers
-    hist = tmp_path / "ppo.json"
-    hist.write_text(json.dumps({"history": [{"step": 0, "reward": 0.1}, {"step": 1, "reward": 0.3}]}))
-    out = runner.invoke(
-        app, ["eval", "report", str(tmp_path / "res"), "--history", f"span={hist}", "-o", str(tmp_path / "rep")]
-    )
-    assert out.exit_code == 0, out.output
-    assert (tmp_path / "rep" / "learning_curves.png").exists()
-    bad = runner.invoke(
-        app,
-        [
-            "eval",
-            "policy",
-            "--model",
-            str(tmp_path / "missing"),
-            "--data",
-            str(data),
-            "--task",
-            "qa",
-            "-o",
-            str(tmp_path / "x"),
-        ],
-    )
-    assert bad.exit_code == 2 and "is not a folder" in bad.output
 
 
 def test_learning_curves_put_task_metrics_first_and_skip_gaps():

@@ -9,31 +9,7 @@ import pytest
 
 from t2g_core.feedback import load_feedback
 from t2g_core.schemas import SchemaError
-
-ROWS = [
-    {
-        "id": "a",
-        "task": "summarization",
-        "prompt": "p1",
-        "response": "r1",
-        "reference": "ref",
-        "meta": {"facts": {"city": "oslo"}},
-    },
-    {"id": "b", "task": "qa", "prompt": "p2", "response": "r2", "critique": "too vague"},
-    {
-        "id": "c",
-        "task": "code",
-        "prompt": "def f():",
-        "response": "  return 1",
-        "tests": "def check(c): assert c() == 1",
-        "entry_point": "f",
-    },
-]
-
-
-def _jsonl(path, rows):
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-    return path
+from tests.core._feedback_rows import ROWS, _jsonl
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet", "hf"])
@@ -121,20 +97,37 @@ def test_invalid_meta_json_in_csv(tmp_path):
     assert (exc.value.row, exc.value.column) == (0, "meta")
 
 
-def test_cli_reports_one_clear_error(tmp_path):
-    from typer.testing import CliRunner
+@pytest.mark.parametrize(
+    ("row", "column", "expected"),
+    [
+        ({"response": "r \ud800 r"}, "response", "lone surrogate U+D800 at character 2 (line 2;"),
+        ({"meta": {"notes": ["ok", "x\udfff"]}}, "meta", "lone surrogate U+DFFF at character 1 (notes[1])"),
+        ({"meta": '{"note": "\\ud83d"}'}, "meta", "escaped lone surrogate U+D83D (note)"),
+    ],
+)
+def test_a_lone_surrogate_is_one_error_naming_file_row_and_column(tmp_path, row, column, expected):
+    """JSON's ``\\ud800`` escapes carry text that is not valid Unicode (before: a raw pyarrow UnicodeEncodeError).
+    Refused, not cleaned: the feedback is the data every later stage trusts, fixed where the error points."""
+    rows = [ROWS[0], {**ROWS[1], **row}, {**ROWS[1], **row, "id": "b2"}]
+    path = _jsonl(tmp_path / "f.jsonl", rows)  # json.dumps writes the surrogates as \u escapes
+    with pytest.raises(SchemaError) as exc:
+        load_feedback(path)
+    assert (exc.value.file, exc.value.row, exc.value.column) == (str(path), 1, column)
+    assert expected in str(exc.value) and "not valid Unicode" in str(exc.value)
 
-    from t2g_cli import app
 
-    rows = [dict(r) for r in ROWS]
-    rows[1]["task"] = "poetry"
-    path = _jsonl(tmp_path / "bad.jsonl", rows)
-    result = CliRunner().invoke(app, ["feedback", "check", str(path)])
-    assert result.exit_code == 2
-    assert "bad.jsonl, row 1, column 'task'" in result.output
-    assert "Traceback" not in result.output
-    ok = CliRunner().invoke(app, ["feedback", "check", str(_jsonl(tmp_path / "ok.jsonl", ROWS))])
-    assert ok.exit_code == 0 and "3 valid items" in ok.output
+def test_meta_that_json_cannot_hold_names_its_row(tmp_path):
+    path = tmp_path / "f.parquet"
+    pd.DataFrame([{**ROWS[1], "meta": {"when": pd.Timestamp("2024-01-01")}}]).to_parquet(path)
+    with pytest.raises(SchemaError) as exc:
+        load_feedback(path)
+    assert (exc.value.row, exc.value.column) == (0, "meta") and "cannot be stored as JSON" in str(exc.value)
+
+
+def test_meta_with_arrays_from_parquet_becomes_json(tmp_path):
+    path = tmp_path / "f.parquet"
+    pd.DataFrame([{**ROWS[1], "meta": {"facts": ["a", "b"], "n": 2}}]).to_parquet(path)
+    assert json.loads(load_feedback(path)["meta"][0]) == {"facts": ["a", "b"], "n": 2}
 
 
 def _many(n: int, start: int = 0) -> list[dict]:
@@ -164,35 +157,10 @@ def test_feedback_is_checked_in_pieces_with_rows_counted_from_the_start(tmp_path
         with pytest.raises(SchemaError) as exc:
             list(iter_feedback(path, rows=10))
         assert (exc.value.row, exc.value.column) == (row, column) and named in str(exc.value)
-
-
-@pytest.mark.slow
-def test_feedback_check_of_a_large_file_stays_in_the_memory_of_a_piece(tmp_path):
-    """``t2g feedback check`` on about 120 MB of JSONL: its peak memory grows by far less than the file (before: the
-    whole file as bytes, then as lines, then as rows, at once)."""
-    import subprocess
-    import sys
-
-    line = json.dumps({"id": "x", "task": "qa", "prompt": "p" * 400, "response": "r" * 800}).encode()
-    big = tmp_path / "big.jsonl"
-    with open(big, "wb") as f:
-        for i in range(100_000):
-            f.write(line.replace(b'"x"', f'"i{i}"'.encode()) + b"\n")
-    small = _jsonl(tmp_path / "small.jsonl", ROWS)
-    code = (
-        "import resource, sys\n"
-        "from typer.testing import CliRunner\n"
-        "from t2g_cli import app\n"
-        "out = CliRunner().invoke(app, ['feedback', 'check', sys.argv[1]])\n"
-        "assert out.exit_code == 0, out.output\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"  # MiB
-    )
-
-    def peak(path) -> int:
-        done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        return int(done.stdout.split()[-1])
-
-    size_mb = big.stat().st_size >> 20
-    assert size_mb > 100
-    assert peak(big) - peak(small) < size_mb / 2, (peak(big), peak(small), size_mb)
+    bad = [dict(r) for r in rows]
+    bad[22]["response"] = "r \ud800 r"  # a lone surrogate in the third piece (JSONL carries it as an escape)
+    if fmt == "jsonl":
+        _write(path, bad, fmt)
+        with pytest.raises(SchemaError) as exc:
+            list(iter_feedback(path, rows=10))
+        assert (exc.value.row, exc.value.column) == (22, "response") and "lone surrogate" in str(exc.value)

@@ -81,6 +81,32 @@ def test_a_distinct_pad_token_is_kept_and_pad_equal_to_eos_is_replaced(tiny_mode
     assert choice.how == "reserved" and choice.token == "<|pad|>" and tok.pad_token_id != tok.eos_token_id
 
 
+def test_pad_equal_to_eos_takes_an_unused_special_token_and_the_vocabulary_stays(smollm2_style_dir):
+    """SmolLM2's layout: pad = EOS = <|im_end|>, and <|endoftext|> is a special token nothing uses. Adding a pad
+    instead would resize the (tied) embeddings in every stage and put them in every adapter."""
+    from safetensors import safe_open
+
+    tok = load_tokenizer(smollm2_style_dir)
+    assert tok.pad_token == "<|endoftext|>" and tok.pad_token_id not in (tok.eos_token_id, tok.bos_token_id)
+    with safe_open(str(smollm2_style_dir / "model.safetensors"), "pt") as f:
+        rows = f.get_slice("model.embed_tokens.weight").get_shape()[0]
+    assert len(tok) == rows  # nothing was added
+    model = load_causal_lm(smollm2_style_dir, dtype=torch.float32, device="cpu", tokenizer=tok)
+    assert model.get_input_embeddings().weight.shape[0] == rows and model.config.pad_token_id == tok.pad_token_id
+
+
+def test_tokens_the_chat_template_writes_are_never_the_pad(pad_is_eos_dir):
+    from transformers import AutoTokenizer
+
+    from t2g_core.models.loading import template_token_ids
+
+    tok = AutoTokenizer.from_pretrained(pad_is_eos_dir)
+    roles = set(tok.convert_tokens_to_ids(["<|system|>", "<|user|>", "<|assistant|>"]))
+    assert roles | {tok.eos_token_id, tok.bos_token_id} <= template_token_ids(tok)  # role markers are built by the
+    choice = ensure_pad_token(tok)  # template from strings, not written literally: rendering finds them
+    assert choice.how == "added" and choice.token == "<|pad|>" and choice.token_id == len(tok) - 1
+
+
 def test_auto_dtype_is_float32_on_the_cpu():
     assert resolve_dtype("auto", "cpu") == torch.float32
     assert resolve_dtype("bfloat16") == torch.bfloat16

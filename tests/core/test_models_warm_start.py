@@ -11,7 +11,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from t2g_core.config.models import ModelsConfig, TinyModelConfig
 from t2g_core.demo import make_demo_feedback
 from t2g_core.demo.summarization import warm_start_pairs
-from t2g_core.models.tiny import build_tiny_model, ensure_demo_models, train_tokenizer, warm_start
+from t2g_core.models.demo_build import ensure_demo_models
+from t2g_core.models.tiny import build_tiny_model, train_tokenizer, warm_start
 from t2g_core.policy_prompts import policy_messages, render_policy_prompt
 
 SMALL = TinyModelConfig(
@@ -107,3 +108,62 @@ def test_external_models_are_passed_through(tmp_path, feedback):
     built = ensure_demo_models(tmp_path, cfg, feedback, progress=False)
     assert (str(built.policy), str(built.base)) == ("some/policy", "some/rm")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("task", ["qa", "code"])
+def test_feedback_without_meta_builds_the_models(tmp_path, task):
+    """Ingested feedback has no ``meta``; stored as Parquet, the all-null column comes back as NaN, which the demo
+    corpus took for a meta object (before: ``TypeError: 'float' object is not iterable`` in build-models)."""
+    from t2g_core.feedback import load_feedback
+    from t2g_core.store import read_artifact, write_parquet
+
+    rows = make_demo_feedback(task, 8, seed=0).drop(columns=["meta"]).to_dict(orient="records")
+    (tmp_path / "fb.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_parquet(load_feedback(tmp_path / "fb.jsonl"), tmp_path / "fb.parquet", "feedback")
+    stored = read_artifact(tmp_path / "fb.parquet", "feedback")
+    built = ensure_demo_models(tmp_path / "models", ModelsConfig(tiny=SMALL), stored, progress=False)
+    assert json.loads((built.policy.parent / "build.json").read_text())["task"] == task
+
+
+class _Stop(Exception):
+    """Stands for a time limit or a kill in the middle of a build."""
+
+
+def _stopping_at(desc: str, step: int):
+    def progress(phase, done, total, metrics=None):
+        if phase == desc and done == step:
+            raise _Stop(f"{phase} stopped at step {done}")
+
+    return progress
+
+
+def _weights(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_an_interrupted_build_resumes_from_its_checkpoints_with_the_uninterrupted_weights(tmp_path, feedback):
+    """A build stopped in the LM warm start, then again in the policy's supervised phase, resumes each time from its
+    last checkpoint (not from step 1) and ends with exactly the weights of a build that was never stopped."""
+    cfg = ModelsConfig(
+        tiny=SMALL.model_copy(update={"warm_start_steps": 8, "policy_sft_steps": 8, "checkpoint_every": 2})
+    )
+    whole = ensure_demo_models(tmp_path / "whole", cfg, feedback, progress=False)
+    messages: list[str] = []
+    for desc, step in (("LM warm start", 5), ("policy SFT", 7)):
+        with pytest.raises(_Stop):
+            ensure_demo_models(
+                tmp_path / "stopped", cfg, feedback, progress=_stopping_at(desc, step), log=messages.append
+            )
+    partial = next((tmp_path / "stopped").glob(".tiny-*.partial"))
+    assert (partial / "base").is_dir() and (partial / "checkpoints" / "policy-clean" / "step-000006").is_dir()
+    resumed = ensure_demo_models(tmp_path / "stopped", cfg, feedback, progress=False, log=messages.append)
+    assert any("resumes from" in m for m in messages)
+    assert any("policy SFT (clean): 8 steps" in m and "resumed at step 6" in m for m in messages), messages
+    info = json.loads((resumed.policy.parent / "build.json").read_text())
+    assert info["resumed_at_step"] == {"lm_warm_start": 4, "policy_sft": 6, "policy_noise": 0}
+    for got, want in ((resumed.base, whole.base), (resumed.policy, whole.policy)):
+        a, b = _weights(got), _weights(want)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), got.name
+    assert not [p for p in (tmp_path / "stopped").iterdir() if p.name.startswith(".")]

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+
+from tests.core._launch import accelerate_launch
 
 WORKER = textwrap.dedent("""
     import json
@@ -56,31 +56,12 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(command: list[str], tmp_path: Path, name: str) -> Path:
     out = tmp_path / name
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.run([*command, str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     return out
-
-
-def accelerate_launch(processes: int) -> list[str]:
-    """``accelerate launch`` with DDP over ``processes`` processes; on a machine without CUDA they use gloo."""
-    exe = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
-    return [exe, "launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1"] + [
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(_free_port()),
-    ]
 
 
 @pytest.mark.slow
@@ -131,33 +112,3 @@ def test_the_committed_accelerate_configs_load(name, kind):
     assert cfg.distributed_type.name == kind and cfg.num_processes == 8 and cfg.mixed_precision == "no"
     if kind == "FSDP":
         assert cfg.fsdp_config["fsdp_use_orig_params"] and cfg.fsdp_config["fsdp_version"] == 1
-
-
-@pytest.mark.slow
-def test_t2g_ppo_train_under_accelerate_launch(tiny_model_dir, tmp_path):
-    """The command docs/gpu.md gives, on two CPU processes: the CLI joins the process group, rank 0 prepares the
-    data and models first, both processes train, process 0 draws the progress bar."""
-    sets = [
-        f"workspace.root={tmp_path / 'ws'}",
-        f"models.policy={tiny_model_dir}",
-        f"models.reward_model_base={tiny_model_dir}",
-        "data.n_items=12",
-        "ppo.steps=2",
-        "ppo.batch_size=4",
-        "ppo.minibatches=2",
-        "ppo.ppo_epochs=1",
-        "ppo.max_new_tokens=8",
-        "ppo.value_model=head",
-        "ppo.reward_source=oracle",
-    ]
-    run_dir = tmp_path / "run"
-    command = [*accelerate_launch(2), "-m", "t2g_cli", "ppo", "train", "--run-dir", str(run_dir)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.run(
-        [*command, *(a for s in sets for a in ("--set", s))], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    info = json.loads((run_dir / "models.json").read_text())
-    assert info["processes"] == 2 and info["distributed"] == "MULTI_CPU"
-    assert len(json.loads((run_dir / "history.json").read_text())) == 2
-    assert "ppo: 100%" in proc.stderr and "reward=" in proc.stderr and "kl=" in proc.stderr

@@ -46,7 +46,7 @@ def _batch(bundle, n=5):
     return q, qm, r, rm
 
 
-@pytest.mark.parametrize("value_model", ["head", "separate"])
+@pytest.mark.parametrize("value_model", ["head", "separate", "lora"])
 def test_micro_batched_passes_equal_the_single_pass(tiny_model_dir, value_model):
     bundle = load_policy(
         tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model=value_model, seed=0

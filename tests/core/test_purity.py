@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import t2g_core
 
 ROOT = Path(t2g_core.__file__).parent
@@ -16,6 +18,7 @@ def _modules() -> list[str]:
     return sorted(m.name for m in pkgutil.walk_packages([str(ROOT)], prefix="t2g_core."))
 
 
+@pytest.mark.slow  # a fresh interpreter importing every t2g_core module
 def test_core_imports_neither_prefect_nor_mlflow():
     code = (
         "import importlib, sys\n"

@@ -17,7 +17,7 @@ from t2g_core.rl import (
     reward_to_go,
     rloo_advantages,
     segment_gae,
-    span_ends,
+    segment_starts,
     token_entropy,
 )
 
@@ -64,45 +64,44 @@ def test_omission_labels_match_loop(placement):
 # ---------------------------------------------------------------------------------------------- segments
 
 
-def _ends_loop(task, mask):
-    B, T = len(task), len(task[0])
-    out = [[False] * T for _ in range(B)]
-    for b in range(B):
-        for t in range(T):
-            if not mask[b][t] or task[b][t] == 0:
-                continue
-            nxt_valid = t + 1 < T and mask[b][t + 1]
-            out[b][t] = not nxt_valid or task[b][t + 1] != task[b][t]
+def _starts_loop(task, mask):
+    out = []
+    for row, m in zip(task, mask, strict=True):
+        valid = [t for t in range(len(row)) if m[t]]
+        starts = [False] * len(row)
+        for prev, t in zip(valid, valid[1:], strict=False):
+            starts[t] = row[prev] != 0 and row[t] != row[prev]
+        out.append(starts)
     return out
 
 
-def test_span_ends_mark_the_last_token_of_each_labelled_run():
+def test_a_segment_starts_on_the_first_token_after_each_labelled_run():
     task = torch.tensor([[0, 1, 1, 0, -1, -1, 1, 0], [2, 2, 2, 2, 0, 0, 0, 0]], dtype=torch.float64)
     mask = torch.tensor([[1] * 8, [1, 1, 1, 1, 0, 0, 0, 0]], dtype=torch.bool)
-    assert span_ends(task, mask).long().tolist() == [[0, 0, 1, 0, 0, 1, 1, 0], [0, 0, 0, 1, 0, 0, 0, 0]]
+    assert segment_starts(task, mask).long().tolist() == [[0, 0, 0, 1, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0]]
     for seed in range(3):
         _, _, mask, labels, _ = _batch(seed)
-        assert span_ends(labels, mask).tolist() == _ends_loop(labels.tolist(), mask.tolist())
+        assert segment_starts(labels, mask).tolist() == _starts_loop(labels.tolist(), mask.tolist())
 
 
-def _segment_gae_loop(r, v, m, ends, gamma, lam, bootstrap):
+def _segment_loop(r, v, m, starts, gamma, lam, bootstrap):
+    """Forward definition: each token's trace runs to the next segment start H(t), that start included."""
     B, T = len(r), len(r[0])
     adv = [[0.0] * T for _ in range(B)]
+    ret = [[0.0] * T for _ in range(B)]
     for b in range(B):
         valid = [t for t in range(T) if m[b][t]]
-        for i, t in enumerate(valid):  # forward definition: sum of discounted TD errors up to the segment end
-            total, coef = 0.0, 1.0
-            for u in valid[i:]:
-                nxt = valid[valid.index(u) + 1] if u != valid[-1] else None
-                next_v = v[b][nxt] if nxt is not None else 0.0
-                if ends[b][u] and not bootstrap:
-                    next_v = 0.0
-                total += coef * (r[b][u] + gamma * next_v - v[b][u])
-                if ends[b][u]:
-                    break
-                coef *= gamma * lam
-            adv[b][t] = total
-    ret = [[(adv[b][t] + v[b][t]) if m[b][t] else 0.0 for t in range(T)] for b in range(B)]
+        for i, t in enumerate(valid):
+            horizon = next((u for u in valid[i + 1 :] if starts[b][u]), valid[-1])
+            span = [u for u in valid[i:] if u <= horizon]
+            if bootstrap:
+                nxt = {u: (valid[valid.index(u) + 1] if u != valid[-1] else None) for u in span}
+                deltas = [r[b][u] + gamma * (v[b][nxt[u]] if nxt[u] is not None else 0.0) - v[b][u] for u in span]
+                adv[b][t] = sum((gamma * lam) ** k * d for k, d in enumerate(deltas))
+                ret[b][t] = adv[b][t] + v[b][t]
+            else:
+                ret[b][t] = sum(gamma**k * r[b][u] for k, u in enumerate(span))
+                adv[b][t] = ret[b][t] - v[b][t]
     return adv, ret
 
 
@@ -110,30 +109,37 @@ def _segment_gae_loop(r, v, m, ends, gamma, lam, bootstrap):
 @pytest.mark.parametrize("gamma,lam", [(1.0, 0.95), (1.0, 1.0), (0.9, 0.5)])
 def test_segment_gae_matches_its_forward_definition(bootstrap, gamma, lam):
     r, v, mask, labels, _ = _batch(2)
-    ends = span_ends(labels, mask)
-    adv, ret = segment_gae(r, v, mask, ends, gamma, lam, bootstrap)
-    adv_l, ret_l = _segment_gae_loop(r.tolist(), v.tolist(), mask.tolist(), ends.tolist(), gamma, lam, bootstrap)
+    mask[0, 3] = False  # a masked position inside a sequence is skipped
+    starts = segment_starts(labels, mask)
+    adv, ret = segment_gae(r, v, mask, starts, gamma, lam, bootstrap)
+    adv_l, ret_l = _segment_loop(r.tolist(), v.tolist(), mask.tolist(), starts.tolist(), gamma, lam, bootstrap)
     assert torch.allclose(adv, torch.tensor(adv_l, dtype=r.dtype), atol=1e-10)
     assert torch.allclose(ret, torch.tensor(ret_l, dtype=r.dtype), atol=1e-10)
 
 
-def test_segment_gae_without_ends_is_gae():
+def test_segment_gae_without_starts_is_gae():
     r, v, mask, _, _ = _batch(3)
-    for bootstrap in (False, True):
-        a, ret = segment_gae(r, v, mask, torch.zeros_like(mask), 1.0, 0.95, bootstrap)
-        a2, ret2 = gae(r, v, mask, 1.0, 0.95)
-        assert torch.allclose(a, a2, atol=1e-12) and torch.allclose(ret, ret2, atol=1e-12)
+    a, ret = segment_gae(r, v, mask, torch.zeros_like(mask), 1.0, 0.95, bootstrap=True)
+    a2, ret2 = gae(r, v, mask, 1.0, 0.95)
+    assert torch.allclose(a, a2, atol=1e-12) and torch.allclose(ret, ret2, atol=1e-12)
+    a, ret = segment_gae(r, v, mask, torch.zeros_like(mask), 1.0, 0.95, bootstrap=False)
+    a2, ret2 = gae(r, v, mask, 1.0, 1.0)  # without a bootstrap, Monte Carlo inside the horizon
+    assert torch.allclose(a, a2, atol=1e-12) and torch.allclose(ret, ret2, atol=1e-12)
 
 
 def test_span_local_keeps_later_spans_off_earlier_tokens_and_bootstrap_keeps_the_value_of_going_on():
-    T = 8
+    T = 10
     mask = torch.ones(1, T, dtype=torch.bool)
     task = torch.zeros(1, T, dtype=torch.float64)
     task[0, 2], task[0, 6] = 1.0, -1.0
     values = torch.full((1, T), 0.5, dtype=torch.float64)
-    local, _ = estimate_advantages("span_local", task, values, mask, task=task, group=None, gamma=1.0, lam=1.0)
-    boot, _ = estimate_advantages("span_bootstrap", task, values, mask, task=task, group=None, gamma=1.0, lam=1.0)
-    full, _ = estimate_advantages("gae", task, values, mask, task=task, group=None, gamma=1.0, lam=1.0)
+    local, _ = estimate_advantages(
+        "span_local", task, values, mask, task=task, terminal=None, group=None, gamma=1.0, lam=1.0
+    )
+    boot, _ = estimate_advantages(
+        "span_bootstrap", task, values, mask, task=task, terminal=None, group=None, gamma=1.0, lam=1.0
+    )
+    full, _ = estimate_advantages("gae", task, values, mask, task=task, terminal=None, group=None, gamma=1.0, lam=1.0)
     assert local[0, :3].tolist() == pytest.approx([0.5, 0.5, 0.5])  # +1 - V: the later -1 does not reach them
     assert full[0, :3].tolist() == pytest.approx([-0.5, -0.5, -0.5])  # +1 - 1 - V
     assert boot[0, :3].tolist() == pytest.approx([1.0, 1.0, 1.0])  # +1 + V(after the span) - V
@@ -155,23 +161,24 @@ def _to_go_loop(r, m, gamma):
     return out
 
 
-def _group_loop(r, m, group, gamma, kind):
+def _group_loop(r, m, group, gamma, kind, floor=1.0):
     G = _to_go_loop(r, m, gamma)
     B, T = len(r), len(r[0])
     out = [[0.0] * T for _ in range(B)]
     for i in range(B):
         mates = [j for j in range(B) if group[j] == group[i]]
-        totals = [G[j][0] for j in mates]
-        mean_tot = sum(totals) / len(totals)
-        std = math.sqrt(sum((x - mean_tot) ** 2 for x in totals) / (len(totals) - 1))
         for t in range(T):
             if not m[i][t]:
                 continue
+            column = [G[j][t] for j in mates]  # 0 for a mate past its end
+            mean = sum(column) / len(column)
             if kind == "rloo":
-                others = [G[j][t] for j in mates if j != i]
-                out[i][t] = G[i][t] - sum(others) / len(others)
+                out[i][t] = G[i][t] - (sum(column) - G[i][t]) / (len(column) - 1)
+            elif kind == "grpo_none":
+                out[i][t] = G[i][t] - mean
             else:
-                out[i][t] = (G[i][t] - sum(G[j][t] for j in mates) / len(mates)) / (std + 1e-6)
+                std = math.sqrt(sum((x - mean) ** 2 for x in column) / (len(column) - 1))
+                out[i][t] = (G[i][t] - mean) / max(std, floor)
     return out
 
 
@@ -181,16 +188,62 @@ def test_reward_to_go_matches_loop():
     assert torch.allclose(reward_to_go(r, mask, 0.9), expected)
 
 
-@pytest.mark.parametrize("kind", ["rloo", "grpo"])
+@pytest.mark.parametrize("kind", ["rloo", "grpo_none", "grpo_position_std"])
 def test_group_baselines_match_loop(kind):
     r, _, mask, _, _ = _batch(5, B=8)
     group = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2])  # groups of 3, 2 and 3 samples
-    fn = rloo_advantages if kind == "rloo" else grpo_advantages
-    got = fn(r, mask, group, 1.0)
-    expected = torch.tensor(_group_loop(r.tolist(), mask.tolist(), group.tolist(), 1.0, kind), dtype=r.dtype)
-    assert torch.allclose(got, expected, atol=1e-10)
-    adv, returns = estimate_advantages(kind, r, r, mask, task=r, group=group, gamma=1.0, lam=0.95)
+    estimator, _, scale = kind.partition("_")
+    if estimator == "rloo":
+        got = rloo_advantages(r, mask, group, 1.0)
+    else:
+        got = grpo_advantages(r, mask, group, 1.0, scale, std_floor=0.3)
+    expected = _group_loop(r.tolist(), mask.tolist(), group.tolist(), 1.0, kind, floor=0.3)
+    assert torch.allclose(got, torch.tensor(expected, dtype=r.dtype), atol=1e-10)
+    adv, returns = estimate_advantages(
+        estimator,
+        r,
+        r,
+        mask,
+        task=r,
+        terminal=None,
+        group=group,
+        gamma=1.0,
+        lam=0.95,
+        grpo_scale=scale or "none",
+        grpo_std_floor=0.3,
+    )
     assert torch.allclose(adv, got) and float(returns.abs().sum()) == 0.0  # no critic, no value targets
+
+
+def test_grpo_stays_bounded_when_a_group_ties_its_totals_and_the_other_group_keeps_its_share():
+    """Two prompts, two samples each, +-1 labels and a small KL: the first group's totals tie (+1 -1 vs -1 +1) while
+    their per-token returns differ; dividing by the std of the totals made |A| ~260 at beta 0.05 (1e6 at beta 0),
+    and after whitening the second group's advantages vanished (< 0.01)."""
+    from t2g_core.rl import assemble_rewards, masked_whiten
+
+    labels = torch.tensor([[1, -1, 0, 0], [-1, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, -1]], dtype=torch.float64)
+    mask = torch.ones(4, 4, dtype=torch.bool)
+    group = torch.tensor([0, 0, 1, 1])
+    kl = torch.rand(4, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 0.1
+    for beta in (0.05, 0.0):
+        rewards = assemble_rewards(labels, kl, mask, beta)
+        for scale in ("none", "position_std"):
+            adv, _ = estimate_advantages(
+                "grpo",
+                rewards,
+                rewards,
+                mask,
+                task=labels,
+                terminal=None,
+                group=group,
+                gamma=1.0,
+                lam=1.0,
+                grpo_scale=scale,
+            )
+            assert float(adv.abs().max()) <= 2.0 + 1e-9, (beta, scale, adv)  # at most the spread of the returns
+            white = masked_whiten(adv, mask)
+            assert float(white[2:].abs().max()) > 0.5, (beta, scale, white)  # the other group still counts
+            assert float(adv[2, 0] - adv[3, 0]) > 0  # +1 beats -1 in the untied group
 
 
 def test_rloo_credits_the_token_that_differs_between_samples_of_one_prompt():
@@ -210,9 +263,9 @@ def test_group_baselines_refuse_singleton_groups():
     with pytest.raises(ValueError, match="at least 2 samples"):
         rloo_advantages(r, mask, torch.tensor([0, 0, 1]), 1.0)
     with pytest.raises(ValueError, match="group"):
-        estimate_advantages("grpo", r, r, mask, task=r, group=None, gamma=1.0, lam=1.0)
+        estimate_advantages("grpo", r, r, mask, task=r, terminal=None, group=None, gamma=1.0, lam=1.0)
     with pytest.raises(ValueError, match="advantage estimator"):
-        estimate_advantages("vtrace", r, r, mask, task=r, group=None, gamma=1.0, lam=1.0)
+        estimate_advantages("vtrace", r, r, mask, task=r, terminal=None, group=None, gamma=1.0, lam=1.0)
 
 
 # ---------------------------------------------------------------------------------------------- logged statistics
@@ -231,7 +284,7 @@ def test_explained_variance_and_entropy_match_loops():
     assert explained_variance(v, r, mask) == pytest.approx(1 - var(err) / var(ret), rel=1e-9)
     assert explained_variance(r, r, mask) == pytest.approx(1.0)
     logits = torch.randn(2, 3, 5, generator=g)
-    ent = token_entropy(logits, temperature=0.7)
+    ent = token_entropy(logits, sampling=0.7)
     for b in range(2):
         for t in range(3):
             z = [float(x) / 0.7 for x in logits[b, t]]

@@ -251,7 +251,7 @@ def test_token_logprobs_and_positions():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 3, 5, generator=g)
     ids = torch.randint(0, 5, (2, 3), generator=g)
-    lp = token_logprobs(logits, ids, temperature=0.7)
+    lp = token_logprobs(logits, ids, sampling=0.7)
     for b in range(2):
         for t in range(3):
             z = [float(x) / 0.7 for x in logits[b, t]]

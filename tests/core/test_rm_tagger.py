@@ -10,7 +10,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_rm_train import ITEMS, rm_rows  # same folder (pytest prepends it to sys.path)
 
 from t2g_core.config import RewardModelConfig
 from t2g_core.reward_model.tagger import (
@@ -26,6 +25,7 @@ from t2g_core.reward_model.tagger import (
 )
 from t2g_core.reward_model.tagger_train import fit_tagger, tagger_examples
 from t2g_core.spans import AlignedSpan, align_feedback, labels_for_offsets
+from tests.core._rm_rows import ITEMS, lora_bytes, rm_rows
 from tests.core._tokenizers import byte_level_bpe
 
 WORDS = st.sampled_from(["Cai", "lives", "in", "Paris", "中文", "😀", "naïve", "3", ",", "."])
@@ -109,6 +109,20 @@ def tok(tiny_model_dir):
 def _cfg(**kw) -> RewardModelConfig:
     base = {"kind": "tagger", "finetune": "full", "learning_rate": 3e-3, "batch_size": 4, "save_steps": 5}
     return RewardModelConfig(**{**base, **kw})
+
+
+def test_a_lora_taggers_adapter_holds_no_embeddings_when_a_pad_was_added(pad_is_eos_dir, tmp_path):
+    """As for the generative reward model: the added pad's embedding rows are rebuilt at load, never saved."""
+    from transformers import AutoTokenizer
+
+    torch.set_num_threads(1)
+    rm_df, fb = _tagger_data(AutoTokenizer.from_pretrained(pad_is_eos_dir), 1)
+    cfg = _cfg(max_steps=1, finetune="lora")
+    result = fit_tagger(cfg, pad_is_eos_dir, tagger_examples(rm_df, fb), tmp_path)
+    on_disk, lora, others = lora_bytes(result.adapter_dir / "adapter")
+    assert others == [] and 0 < on_disk <= 1.1 * lora, (on_disk, lora)
+    scorer = TaggerScorer(result.adapter_dir, cfg)  # loads: the base is resized again from the saved tokenizer
+    assert scorer.critique_batch([{"task": "summarization", "prompt": ITEMS[0][0], "response": ITEMS[0][1]}])
 
 
 @pytest.mark.slow

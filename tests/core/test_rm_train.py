@@ -7,79 +7,8 @@ import pytest
 import torch
 
 from t2g_core.config.reward_model import RewardModelConfig
-from t2g_core.reward_model.data import build_rm_data
 from t2g_core.reward_model.train import make_trainer, train_rm
-
-ITEMS = [  # (post, summary, good spans, poor spans, critique)
-    (
-        "I am Cai. I live in Quito. I work as a coach.",
-        "Cai lives in Paris and works as a coach.",
-        ["Cai", "coach"],
-        ["Paris"],
-        "Paris is wrong.",
-    ),
-    (
-        "I am Bo. I live in Lima. I work as a baker.",
-        "Bo lives in Lima and works as a judge.",
-        ["Bo", "Lima"],
-        ["judge"],
-        "judge is wrong.",
-    ),
-    (
-        "I am Ana. I live in Oslo. I work as a nurse.",
-        "Ana lives in Oslo and works as a nurse.",
-        ["Ana", "Oslo", "nurse"],
-        [],
-        "All correct.",
-    ),
-    (
-        "I am Eli. I live in Rome. I work as a coach.",
-        "Dee lives in Rome and works as a coach.",
-        ["Rome", "coach"],
-        ["Dee"],
-        "Dee is wrong.",
-    ),
-]
-
-
-def rm_rows(tok, cfg, items=ITEMS) -> pd.DataFrame:
-    fb = pd.DataFrame(
-        [
-            {
-                "id": f"sum-{i}",
-                "task": "summarization",
-                "prompt": p,
-                "response": r,
-                "critique": None,
-                "reference": None,
-                "tests": None,
-                "entry_point": None,
-                "meta": None,
-            }
-            for i, (p, r, *_rest) in enumerate(items)
-        ]
-    )
-    ann = pd.DataFrame(
-        [
-            {
-                "id": f"sum-{i}",
-                "annotator": "reference",
-                "critique": c,
-                "good_spans": g,
-                "poor_spans": b,
-                "reasoning": None,
-                "status": "ok",
-                "error": None,
-                "raw": None,
-                "prompt_tokens": 0,
-                "completion_tokens": 0,
-                "latency_s": 0.0,
-            }
-            for i, (_p, _r, g, b, c) in enumerate(items)
-        ]
-    )
-    df, _ = build_rm_data(fb, ann, tok, cfg)
-    return df
+from tests.core._rm_rows import ITEMS, lora_bytes, rm_rows
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +37,28 @@ def test_completion_only_loss_masks_every_prompt_token(tiny_model_dir, tok, tmp_
     assert {n.split(".lora_")[0].rsplit(".", 1)[1] for n in trainable} == set(cfg.lora_target_modules)
 
 
+def test_an_added_pad_token_does_not_put_the_embeddings_in_the_adapter(pad_is_eos_dir, tmp_path):
+    """The base's pad is its EOS and no special token is free, so a pad is added and the embeddings resized; those
+    rows are rebuilt at every load, so the adapter holds the LoRA weights only (PEFT's default added the whole
+    embedding matrix)."""
+    from transformers import AutoTokenizer
+
+    from t2g_core.reward_model.scoring import load_reward_model
+
+    torch.set_num_threads(1)
+    cfg = RewardModelConfig(kind="generative", val_fraction=0.0, max_steps=2, save_steps=1, batch_size=2)
+    df = rm_rows(AutoTokenizer.from_pretrained(pad_is_eos_dir), cfg)
+    result = train_rm(cfg, pad_is_eos_dir, df, tmp_path, progress=False)
+    for folder in (result.adapter_dir, tmp_path / "checkpoints" / "checkpoint-2"):
+        on_disk, lora, others = lora_bytes(folder)
+        assert others == [] and lora > 0
+        assert on_disk <= 1.1 * lora, (folder, on_disk, lora)
+    model, rm_tok = load_reward_model(result.adapter_dir, device="cpu")  # the base is resized again when loaded
+    assert rm_tok.pad_token == "<|pad|>" and model.get_input_embeddings().weight.shape[0] == len(rm_tok)
+    longer = train_rm(cfg.model_copy(update={"max_steps": 3}), pad_is_eos_dir, df, tmp_path, progress=False)
+    assert longer.resumed_from.endswith("checkpoint-2") and longer.global_step == 3  # resumes from such a checkpoint
+
+
 class _KillAt:
     """A TrainerCallback that dies after optimizer step ``step`` (before that step could be checkpointed)."""
 
@@ -128,6 +79,7 @@ def _adapter_state(path):
     return load_file(str(path / "adapter_model.safetensors"))
 
 
+@pytest.mark.slow  # trains the reward model twice
 def test_resume_after_kill_continues_step_count_and_optimizer_state(tiny_model_dir, tok, tmp_path):
     torch.set_num_threads(1)
     cfg = RewardModelConfig(

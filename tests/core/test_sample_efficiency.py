@@ -14,11 +14,20 @@ from t2g_core.evaluation.sample_efficiency import (
     compare,
     curve_band,
     curve_stats,
+    error_at,
+    eval_schedule,
+    first_reached,
+    headline_target,
+    mean_curve,
+    plateau,
     rank_key,
     ratio_ci,
+    relapsed,
+    share_of_gain,
     steps_ratio,
     steps_to,
     summarise,
+    warm_start_ratios,
 )
 
 # (steps trained, held-out error); warm start 0.8, so 0.5x = 0.4 and 0.25x = 0.2
@@ -26,6 +35,7 @@ STEADY = [(0, 0.8), (2, 0.6), (4, 0.4), (6, 0.3), (8, 0.2)]  # 0.4 at step 4 (ex
 NEVER = [(0, 0.8), (2, 0.7), (4, 0.6), (6, 0.5), (8, 0.45)]  # improves, never reaches 0.4: censored
 RELAPSE = [(0, 0.8), (2, 0.3), (4, 0.5), (6, 0.6), (8, 0.5)]  # below 0.4 at step 2, back above it at the end
 WORSE = [(0, 0.8), (2, 0.9), (4, 0.8)]  # ends where it started
+DIP = [(0, 0.8), (2, 0.3), (4, 0.5), (6, 0.2)]  # below 0.4, back above it mid-run, recovered by the end
 
 
 def _loop_percentiles(boot: list[float]) -> tuple[float, float]:
@@ -59,10 +69,46 @@ def test_censored_runs_count_one_past_the_end():
         ([(0, 0.8), (2, 0.3), (4, 0.4)], False),  # back up to exactly half: not above it
         ([(0, 0.8), (2, 0.3), (4, 0.41)], True),
         ([(0, 0.8)], True),  # never trained: final == warm start
+        (DIP, True),  # a relapse mid-run counts, whatever the end
+        ([(0, 0.8), (2, 0.6), (4, 0.3), (6, 0.4), (8, 0.35)], False),  # above 0.4 only before reaching it
     ],
 )
 def test_collapse_rule(curve, expected):
     assert collapsed(curve) is expected
+
+
+def test_relapse_is_any_evaluation_above_half_after_first_reaching_it():
+    assert relapsed(DIP) and relapsed(RELAPSE)
+    assert not relapsed(STEADY) and not relapsed(NEVER)
+    assert not relapsed(WORSE)  # never reached half: collapsed for another reason
+    assert not relapsed([(0, 0.8), (1, 0.9), (2, 0.4), (3, 0.4)])  # above half only before reaching it
+
+
+@pytest.mark.parametrize(
+    ("steps", "every", "expected"),
+    [
+        (24, 2, [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 18, 20, 22, 24]),
+        (40, 4, [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 36, 40]),
+        (13, 3, [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13]),  # the last step is always evaluated
+        (5, 2, [1, 2, 3, 4, 5]),  # shorter than the dense part
+        (20, 10, [1, 2, 3, 4, 5, 6, 7, 8, 10, 20]),
+    ],
+)
+def test_eval_schedule_is_every_step_first_then_every_n(steps, every, expected):
+    assert eval_schedule(steps, every) == expected
+
+
+def test_eval_schedule_refuses_an_empty_run():
+    with pytest.raises(ValueError, match="steps >= 1"):
+        eval_schedule(0, 2)
+
+
+def test_plateau_is_the_mean_of_the_last_k_evaluations():
+    assert plateau(STEADY, 3) == pytest.approx((0.4 + 0.3 + 0.2) / 3)
+    assert plateau(STEADY, 1) == 0.2
+    assert plateau([(0, 0.8), (2, 0.6)], 3) == 0.6  # fewer evaluations than k: all of them, never the warm start
+    with pytest.raises(ValueError, match="evaluation after the warm start"):
+        plateau([(0, 0.8)], 3)
 
 
 def test_curve_stats_by_hand():
@@ -123,7 +169,7 @@ def test_steps_ratio_censors_both_arms():
 
 def test_summarise_by_hand():
     out = summarise([STEADY, NEVER, RELAPSE], run_steps=8, fractions=(0.5, 0.25))
-    assert out["n_runs"] == 3 and out["collapsed"] == 1  # RELAPSE
+    assert out["n_runs"] == 3 and out["collapsed"] == 1 and out["relapsed"] == 1  # RELAPSE
     assert out["steps_to_0.5"] == [4, None, 2] and out["reached_0.5"] == 2
     assert out["steps_to_0.5_mean"] == pytest.approx((4 + 9 + 2) / 3)  # NEVER counted as 8 + 1
     assert out["steps_to_0.5_ci95"] == bootstrap_ci([4.0, 9.0, 2.0])
@@ -135,6 +181,12 @@ def test_summarise_by_hand():
     aucs = [np.mean([e for _, e in c]) for c in (STEADY, NEVER, RELAPSE)]
     assert out["auc_mean"] == pytest.approx(np.mean(aucs))
     assert out["warm_start_error_mean"] == pytest.approx(0.8)
+    plateaus = [(0.4 + 0.3 + 0.2) / 3, (0.6 + 0.5 + 0.45) / 3, (0.5 + 0.6 + 0.5) / 3]
+    assert out["plateau"] == pytest.approx(plateaus) and out["plateau_k"] == 3
+    assert out["plateau_mean"] == pytest.approx(np.mean(plateaus))
+    assert out["plateau_ci95"] == bootstrap_ci(out["plateau"])
+    assert out["plateau_fraction_mean"] == pytest.approx(np.mean(plateaus) / 0.8)
+    assert summarise([STEADY], run_steps=8, fractions=(0.5,), plateau_k=1)["plateau"] == [0.2]
 
 
 def _arm(steps_to_half: list[int | None], auc: float) -> dict:
@@ -190,3 +242,75 @@ def test_resampled_means_draws_the_same_rows_for_every_trailing_column():
     assert both.shape == (50, 3)
     for k in range(3):
         np.testing.assert_array_equal(both[:, k], resampled_means(mat[:, k], 50, np.random.default_rng(3)))
+
+
+def test_warm_start_ratios_take_the_pooled_arms_on_each_warm_start_and_check_robustness():
+    # pooled: span [2, 2, 4, 4] (mean 3) over scalar [6, 6, 6, 6] (mean 6) = 0.5
+    pooled = {"scalar": _arm([6, 6, 6, 6], 0.5), "span": _arm([2, 2, 4, 4], 0.3)}
+    comparison = compare(pooled, 8, (0.5,), ("scalar",), ("span",))
+    agree = {
+        "A": {"scalar": _arm([6, 6], 0.5), "span": _arm([2, 4], 0.3)},
+        "C": {"scalar": _arm([6, 6], 0.5), "span": _arm([4, 2], 0.3)},
+    }
+    out = warm_start_ratios(comparison, agree, 8)["0.5"]
+    assert out["arm"] == "span" and out["denominator"] == "scalar" and out["pooled"] == pytest.approx(0.5)
+    assert out["per_warm_start"]["A"] == steps_ratio([2, 4], [6, 6], 8)  # (2 + 4) / 2 / 6 = 0.5
+    assert out["per_warm_start"]["A"]["ci95"] == ratio_ci([2.0, 4.0], [6.0, 6.0])
+    assert out["robust"]  # 0.5 inside [2/6, 4/6] on both
+    split = {
+        "A": {"scalar": _arm([6, 6], 0.5), "span": _arm([2, 2], 0.3)},
+        "C": {"scalar": _arm([6, 6], 0.5), "span": _arm([4, 4], 0.3)},
+    }
+    out = warm_start_ratios(comparison, split, 8)["0.5"]
+    assert out["per_warm_start"]["A"]["ratio"] == pytest.approx(1 / 3) and out["per_warm_start"]["A"]["ci95"] == (
+        pytest.approx(1 / 3),
+        pytest.approx(1 / 3),
+    )
+    assert not out["robust"]  # 0.5 is outside A's [1/3, 1/3] and C's [2/3, 2/3]
+
+
+def test_headline_target_is_the_first_robust_one_in_order_of_preference():
+    by_ws = {"0.5": {"robust": True}, "0.25": {"robust": False}}
+    assert headline_target(by_ws, (0.25, 0.5)) == "0.5"
+    assert headline_target({**by_ws, "0.25": {"robust": True}}, (0.25, 0.5)) == "0.25"
+    assert headline_target({"0.5": {"robust": False}}, (0.25, 0.5)) is None
+
+
+# the oracle's two runs: mean warm start 0.8, mean curve 0.8, 0.5, 0.3, 0.15 -> first at or below 0.2 at step 3
+ORACLE = [[(0, 0.9), (1, 0.5), (2, 0.3), (3, 0.1)], [(0, 0.7), (1, 0.5), (2, 0.3), (3, 0.2)]]
+TAGGER = [
+    [(0, 0.9), (1, 0.6), (2, 0.4), (3, 0.3)],
+    [(0, 0.7), (1, 0.5), (2, 0.5), (3, 0.4)],
+    [(0, 0.8), (1, 0.8), (2, 0.2), (3, 0.5)],
+]
+
+
+def test_mean_curve_and_the_step_the_reference_first_reaches_a_fraction():
+    assert mean_curve(ORACLE) == [(0, pytest.approx(0.8)), (1, 0.5), (2, 0.3), (3, pytest.approx(0.15))]
+    assert mean_curve([[(0, 1.0), (1, 0.5), (2, 0.4)], [(0, 0.6), (2, 0.2)]]) == [(0, 0.8), (2, pytest.approx(0.3))]
+    assert first_reached(ORACLE, 0.25) == 3  # 0.15 <= 0.2; 0.3 at step 2 is not
+    assert first_reached(ORACLE, 0.5) == 2  # 0.3 <= 0.4
+    assert first_reached(ORACLE, 0.1) is None
+
+
+def test_share_of_gain_at_the_reference_step_by_hand():
+    out = share_of_gain(TAGGER, ORACLE, step=3)
+    # tagger gains 0.9 - 0.3, 0.7 - 0.4, 0.8 - 0.5 = 0.6, 0.3, 0.3 (mean 0.4); oracle 0.8, 0.5 (mean 0.65)
+    assert out["gains"] == pytest.approx([0.6, 0.3, 0.3]) and out["reference_gains"] == pytest.approx([0.8, 0.5])
+    assert out["share"] == pytest.approx(0.4 / 0.65) and out["step"] == 3
+    assert out["ci95"] == ratio_ci(out["gains"], out["reference_gains"])
+    low, high = out["ci95"]
+    assert 0.3 / 0.8 <= low < out["share"] < high <= 0.6 / 0.5  # inside the extremes a resample can reach
+
+
+def test_share_of_gain_needs_an_evaluation_at_the_step():
+    assert error_at(ORACLE[0], 2) == 0.3
+    with pytest.raises(ValueError, match="no evaluation at step 4"):
+        share_of_gain(TAGGER, ORACLE, step=4)
+
+
+def test_share_of_no_gain_is_undefined():
+    flat = [[(0, 0.8), (1, 0.8)], [(0, 0.6), (1, 0.6)]]
+    out = share_of_gain([[(0, 0.8), (1, 0.5)]], flat, step=1)
+    assert np.isnan(out["share"]) and all(np.isnan(x) for x in out["ci95"])
+    assert out["gains"] == pytest.approx([0.3]) and out["reference_gains"] == [0.0, 0.0]

@@ -91,6 +91,45 @@ def test_perturbed_copies_come_back_normalized_with_original_offsets(case):
         assert a.start <= i
 
 
+INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"  # zero-width space / joiners, word joiner, BOM, soft hyphen
+_VISIBLE = str.maketrans(dict.fromkeys(INVISIBLE))
+
+
+@st.composite
+def with_invisibles(draw, text):
+    """``text`` with invisible characters slipped in at random places (inside words too)."""
+    out = []
+    for ch in text:
+        if draw(st.integers(0, 4)) == 0:
+            out.append(draw(st.text(alphabet=INVISIBLE, min_size=1, max_size=2)))
+        out.append(ch)
+    return "".join(out)
+
+
+@st.composite
+def hidden_words(draw):
+    """A text, a substring with visible ends, and one side (the response or the quote) salted with invisibles."""
+    text, i, j = draw(text_and_slice(st.text(alphabet=LETTERS + " .,'", min_size=1, max_size=80)))
+    quote = text[i:j].strip()
+    assume(quote)
+    if draw(st.booleans()):
+        return draw(with_invisibles(text)), quote
+    return text, draw(with_invisibles(quote))
+
+
+@given(hidden_words())
+@SETTINGS
+def test_quotes_match_through_zero_width_characters_and_soft_hyphens_with_exact_offsets(case):
+    """Before: ``Par\u00adis`` or ``Ber\u200blin`` in a response left the quote ``Paris`` unmatched (a poor span
+    silently dropped: reward evasion against an LLM critic)."""
+    response, quote = case
+    (a,) = locate_spans(response, [quote], "negative")
+    assert a.match in ("exact", "normalized"), (response, quote, a)
+    found = response[a.start : a.end]
+    assert found.translate(_VISIBLE) == quote.translate(_VISIBLE)  # the offsets are into the original response
+    assert found[0] not in INVISIBLE and found[-1] not in INVISIBLE  # and start and end on visible characters
+
+
 @given(st.text(alphabet=LETTERS + " ", min_size=20, max_size=120), st.text(alphabet="QXZJ", min_size=12, max_size=30))
 @SETTINGS
 def test_absent_spans_are_unmatched(text, absent):

@@ -100,6 +100,7 @@ def test_invalid_frame_is_refused_and_nothing_is_written(tmp_path):
     assert not any((tmp_path / "spans").iterdir())
 
 
+@pytest.mark.slow  # a fresh interpreter killed mid-write
 def test_crash_mid_write_leaves_no_readable_artifact(tmp_path):
     """Kill the writer between the data file and the manifest: nothing complete may be visible."""
     script = textwrap.dedent(
@@ -134,3 +135,49 @@ def test_write_parquet_is_atomic_on_validation_failure(tmp_path):
         write_parquet(_feedback().assign(task="poetry"), path, "feedback")
     assert sha256_file(path) == before
     assert [p.name for p in tmp_path.iterdir()] == ["f.parquet"]
+
+
+def _annotations(latency: float, critique: str = "fine") -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "id": ["a", "b"],
+            "annotator": ["llm:m", "llm:m"],
+            "critique": [critique, None],
+            "good_spans": [["x"], []],
+            "poor_spans": [[], ["y z"]],
+            "reasoning": [None, None],
+            "status": ["ok", "api_error"],
+            "error": [None, "HTTP 500: boom"],
+            "raw": ["{}", None],
+            "prompt_tokens": [10, 0],
+            "completion_tokens": [5, 0],
+            "latency_s": [latency, latency / 2],
+        }
+    )
+
+
+def test_annotations_differing_only_in_latency_give_the_same_downstream_key(tmp_path):
+    """Wall-clock ``latency_s`` is a measurement, not content: before, a harmless setting change (concurrency) that
+    changed only timings gave the annotations a new hash and re-ran every later stage."""
+    from t2g_core.stages.context import stage_key, write_file
+    from t2g_core.store import ArtifactRef
+
+    fast, slow, other = _annotations(0.25), _annotations(7.5), _annotations(0.25, critique="wrong")
+    refs = {
+        "store": [
+            ArtifactStore(tmp_path / n).write("annotations", "k", df, "annotations")
+            for n, df in (("s1", fast), ("s2", slow), ("s3", other))
+        ],
+        "file": [
+            write_file(df, tmp_path / f"{n}.parquet", "annotations")
+            for n, df in (("f1", fast), ("f2", slow), ("f3", other))
+        ],
+    }
+    refs["path"] = [ArtifactRef.of(r.path, "annotations") for r in refs["file"]]
+    for how, (a, b, c) in refs.items():
+        assert a.sha256 != b.sha256, how  # the files differ
+        keys = [stage_key("align", "code", {"annotations": r}) for r in (a, b, c)]
+        assert keys[0] == keys[1] != keys[2], how  # the content does not, unless a critique changes
+        assert stage_key("align", "code", {"annotations": a.to_dict()}) == keys[0], how  # as a plain dict too
+    feedback = ArtifactStore(tmp_path / "fb").write("feedback", "k", _feedback(), "feedback")
+    assert feedback.content_sha256 is None and feedback.fingerprint() == {"sha256": feedback.sha256}

@@ -164,3 +164,13 @@ def test_allocation_properties(sizes, n, seed):
         assert all(alloc[s] >= 1 for s in sizes)
     else:
         assert max(alloc.values()) == 1
+
+
+def test_a_batch_with_no_ok_item_gives_an_empty_sample_not_a_crash():
+    """Before: ``TypeError: operation 'add' not supported for dtype 'str' with dtype 'float64'`` (an empty label
+    column was float)."""
+    s = make_synthetic_batch(n_items=6)
+    failed = s.annotations.assign(status="api_error", good_spans=[[]] * 6, poor_spans=[[]] * 6, critique=None)
+    b = make_batch(failed, s.spans.iloc[:0], s.feedback)
+    assert eligible_items(b).empty
+    assert review_sample(b, CFG).items == []

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
@@ -54,8 +54,10 @@ TINY = {
         "eval_every": 1,
         "log_every": 1,
         "save_every": 1,
+        "reward_model_gate": {"allow_weak": True},  # a 2-step reward model: the path is tested, not its quality
     },
     "evaluate": {"max_prompts": 4, "max_new_tokens": 12, "bootstrap_samples": 100},
+    "checks": {"small_tagger_data": True},  # 24 items: a smoke run of the tagger, said so
 }
 
 
@@ -308,8 +310,12 @@ def test_ui_run_crash_retry_placement_reannotation_and_lineage(worker):
     assert config["workspace"]["root"] == str(ws)  # the form's defaults: this workspace; the rest tiny
     created = _create_flow_run(api, dep["id"], {"config": config})
     _crash_and_retry(api, ws, created)
+    _outcome_on_the_parent(api, created)
     _reannotation(api, ws)
     _mlflow_lineage(info, created)
+    _mlflow_dashboard(info, created)
+    _reannotation_continues_to_a_policy(api, ws, info)
+    assert _runs_of(api, "feedback-sensor") == [], "the inbox watch started flow runs"  # nothing per interval
 
 
 def _crash_and_retry(api: httpx.Client, ws: Path, created: dict) -> None:
@@ -317,6 +323,7 @@ def _crash_and_retry(api: httpx.Client, ws: Path, created: dict) -> None:
     _kill_during_ppo(api, ws, created["id"], 420)
     crashed = _wait_flow_run(api, created["id"], 120)
     assert crashed["state_type"] == "CRASHED", _why(crashed, ws)
+    _stale_runs_closed_at_once(api, created["id"])
     retry = {"state": {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}, "force": True}
     assert api.post(f"/flow_runs/{created['id']}/set_state", json=retry).status_code < 300
     run = _wait_flow_run(api, created["id"], 420)
@@ -327,6 +334,34 @@ def _crash_and_retry(api: httpx.Client, ws: Path, created: dict) -> None:
     assert stale.json() == [], "a killed task run was left Running"
     placed = [r for r in api.post("/flow_runs/filter", json={}).json() if r.get("work_pool_name") == POOL]
     assert [r["state_type"] for r in placed] == ["COMPLETED"]  # evaluate ran on the pool's worker
+
+
+def _stale_runs_closed_at_once(api: httpx.Client, flow_run_id: str) -> None:
+    """The crash hook (run by the serve process that watched the killed one) closes the subflow runs and task runs
+    the dead process left Running, before anyone presses Retry."""
+    deadline, left = time.monotonic() + 90, None
+    while time.monotonic() < deadline:
+        subflows = api.post("/flow_runs/filter", json={"flow_runs": {"parent_flow_run_id": {"any_": [flow_run_id]}}})
+        tasks = api.post("/task_runs/filter", json={"task_runs": {"state": {"type": {"any_": ["RUNNING"]}}}})
+        left = [r["name"] for r in subflows.json() if r["state_type"] == "RUNNING"] + [t["name"] for t in tasks.json()]
+        if not left:
+            break
+        time.sleep(2)
+    assert not left, f"left Running after the crash: {left}"
+    states = {r["state_type"] for r in subflows.json()}
+    assert "CRASHED" in states, states  # train-policy, whose process died
+
+
+def _outcome_on_the_parent(api: httpx.Client, created: dict) -> None:
+    """The run people open carries the outcome: a summary artifact and a log line, not only its subflows."""
+    found = api.post("/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [created["id"]]}}}).json()
+    outcome = [a for a in found if a.get("key") == "text2grad-outcome"]
+    assert outcome, [a.get("key") for a in found]
+    markdown = outcome[0]["data"]
+    assert "text2grad-policy version 1:" in markdown and "## Stage groups" in markdown and "train-policy" in markdown
+    assert "fact error (%, lower is better)" in markdown and "heatmaps/index.html" in markdown
+    logs = api.post("/logs/filter", json={"logs": {"flow_run_id": {"any_": [created["id"]]}}, "limit": 200}).json()
+    assert any(entry["message"].startswith("outcome: fact error") for entry in logs)
 
 
 def _reannotation(api: httpx.Client, ws: Path) -> None:
@@ -383,3 +418,70 @@ def _mlflow_lineage(info: dict, created: dict) -> None:
     assert chain.index("[ppo]") < chain.index("[feedback]")
     rm = client.search_model_versions("name = 'text2grad-reward-model'")
     assert rm and rm[0].run_id == stages["reward_model"].info.run_id
+
+
+def _mlflow_dashboard(info: dict, created: dict) -> None:
+    """5. MLflow as a dashboard: model-training experiment, outcome metrics and verdict on the parent run, readable
+    registry tags and descriptions, a resumed PPO run holding every step, heatmaps logged once, consumers linking
+    their producer runs."""
+    import mlflow
+
+    client = mlflow.MlflowClient(info["mlflow"])
+    exp = client.get_experiment_by_name("text2grad")
+    assert exp.tags.get("mlflow.experimentKind") == "custom_model_development"
+    parent = client.search_runs(
+        [exp.experiment_id], f"tags.`prefect.flow_run_id` = '{created['id']}' and tags.`t2g.role` = 'pipeline'"
+    )[0]
+    assert {"fact_error_before", "fact_error_after"} <= set(parent.data.metrics)
+    assert parent.data.tags["t2g.verdict"] in ("better", "worse", "no clear difference")
+    version = client.search_model_versions("name = 'text2grad-policy'")[0]
+    assert version.tags["t2g.metric.direction"] == "lower_is_better"
+    assert float(version.tags["t2g.metric.fact_error"]) >= 0 and "feedback version 1" in version.description
+    rm = client.search_model_versions("name = 'text2grad-reward-model'")[0]
+    assert "Reward model (tagger)" in rm.description
+    ppo = client.search_runs(
+        [exp.experiment_id],
+        f"tags.`mlflow.parentRunId` = '{parent.info.run_id}' and tags.`t2g.stage` = 'ppo' "
+        "and attributes.status = 'FINISHED'",
+    )[0]
+    steps = sorted(m.step for m in client.get_metric_history(ppo.info.run_id, "reward/total_mean"))
+    assert sorted(set(steps)) == list(range(TINY["ppo"]["steps"])), steps  # the resumed run holds every step
+    top = [a.path for a in client.list_artifacts(ppo.info.run_id)]
+    pages = [a.path for a in client.list_artifacts(ppo.info.run_id, "heatmaps")]
+    assert not [p for p in top if p.endswith(".html")] and "heatmaps/index.html" in pages, (top, pages)
+    assert len(pages) == len(set(pages)) == TINY["ppo"]["steps"] + 1  # one page per step (log_every 1), the index
+    annotate = client.search_runs(
+        [exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}' and tags.`t2g.stage` = 'annotate'"
+    )[0]
+    assert "produced by run [feedback]" in annotate.data.tags["mlflow.note.content"]
+
+
+def _reannotation_continues_to_a_policy(api: httpx.Client, ws: Path, info: dict) -> None:
+    """6. `reannotate` with then=policy (set on its deployment, as in the UI) trains and evaluates a policy on the
+    dataset's latest version, and closes every MLflow run it opened."""
+    import mlflow
+
+    from t2g_core.demo import make_demo_feedback
+
+    dep = api.get("/deployments/name/reannotate/reannotate").json()
+    parameters = {"config": {**dep["parameters"]["config"], **TINY}, "then": "policy"}
+    assert api.patch(f"/deployments/{dep['id']}", json={"parameters": parameters}).status_code < 300
+    before = {r["id"] for r in _runs_of(api, "reannotate")}
+    new = make_demo_feedback("summarization", 3, seed=123)
+    new["id"] = [f"inbox-b-{i}" for i in range(len(new))]
+    new.to_json(ws / "inbox" / "batch-2.jsonl", orient="records", lines=True)
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline and not [r for r in _runs_of(api, "reannotate") if r["id"] not in before]:
+        time.sleep(2)
+    started = [r for r in _runs_of(api, "reannotate") if r["id"] not in before]
+    assert started, "no reannotate run was started by the second file"
+    done = _wait_flow_run(api, started[0]["id"], 900)
+    assert done["state_type"] == "COMPLETED", _why(done, ws)
+    pointers = json.loads((ws / "artifacts" / "DATASETS.json").read_text())
+    assert pointers["version"] == 3 and pointers["feedback"]["n_rows"] == 24 + 3 + 3
+    client = mlflow.MlflowClient(info["mlflow"])
+    second = client.get_model_version("text2grad-policy", "2")
+    assert "feedback version 3 (30 rows)" in second.description
+    exp = client.get_experiment_by_name("text2grad")
+    open_runs = client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")
+    assert [r.info.run_name for r in open_runs] == []

@@ -1,4 +1,5 @@
-"""One Prefect test harness (temporary database, in-process API) shared by every flow test of the session."""
+"""One Prefect test harness (a temporary database, its API server in a subprocess) shared by the flow tests of a test
+session (under pytest-xdist: of a worker)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,3 @@ def prefect_harness(tmp_path_factory):
 
     with prefect_test_harness(server_startup_timeout=90):
         yield
-
-
-@pytest.fixture(scope="session")
-def mlflow_template_db(tmp_path_factory):
-    """A migrated, empty MLflow SQLite database; copy it instead of creating one per test (about 1 s each)."""
-    import mlflow
-
-    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    mlflow.MlflowClient(f"sqlite:///{path}").search_experiments()
-    return path

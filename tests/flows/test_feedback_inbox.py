@@ -9,7 +9,7 @@ import pytest
 
 from t2g_core.config import PipelineConfig
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.slow]  # the harness serves a Prefect API
 
 
 def _write_feedback(path, ids, seed=5):
@@ -57,6 +57,11 @@ def test_reannotate_appends_a_version_and_annotates_only_new_items(tmp_path):
     annotations = read_artifact(latest_annotations(config.workspace).path, "annotations")
     assert sorted(annotations["id"]) == ["n0", "n1", "n2", "n3"]
     assert reannotate(config)["processed"] == []  # nothing pending any more
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("text2grad").experiment_id])
+    assert runs and [r.info.run_name for r in runs if r.info.status == "RUNNING"] == []  # every run it opened is closed
 
 
 @pytest.mark.slow
@@ -72,7 +77,9 @@ def test_reannotation_after_a_pipeline_run_extends_the_pipelines_annotations(tmp
     from t2g_core.store import read_artifact
     from tasks.data import latest_annotations, latest_feedback
 
-    config = PipelineConfig.model_validate({"workspace": {"root": str(tmp_path)}, "data": {"n_items": 12}})
+    config = PipelineConfig.model_validate(
+        {"workspace": {"root": str(tmp_path)}, "data": {"n_items": 12}, "checks": {"small_tagger_data": True}}
+    )
     settings = FeedbackSettings.from_pipeline(config)
     fb = feedback_stage.materialise(SourceRef.of(config.data), settings, StageContext.keyed(tmp_path, "pipeline"))
     annotate(config, fb)  # the pipeline's annotation stage group
@@ -93,3 +100,53 @@ def test_demo_files_of_other_seeds_add_new_items():
     zero, three = make_demo_feedback("summarization", 4, seed=0), make_demo_feedback("summarization", 4, seed=3)
     assert list(zero["id"]) == [f"sum-{i:05d}" for i in range(4)]  # seed 0 keeps its ids
     assert not set(zero["id"]) & set(three["id"])
+
+
+def test_the_inbox_watch_announces_only_when_a_new_file_has_settled(tmp_path, monkeypatch):
+    """No scan (and no flow run) while the inbox is unchanged; a new file is announced once, after its listing held
+    still for one interval."""
+    import threading
+    import time
+
+    import flows.feedback as feedback
+
+    ws = PipelineConfig.model_validate({"workspace": {"root": str(tmp_path)}}).workspace
+    (tmp_path / "inbox").mkdir()
+    calls: list[float] = []
+    monkeypatch.setattr(feedback, "announce", lambda workspace, folder: calls.append(time.monotonic()) or [])
+    stop = threading.Event()
+    watcher = threading.Thread(target=feedback.watch_inbox, args=(ws, 0.2, stop), kwargs={"log": lambda _m: None})
+    watcher.start()
+    try:
+        time.sleep(1.5)
+        quiet = len(calls)  # the empty inbox, settled once
+        time.sleep(1.0)
+        assert len(calls) == quiet <= 1
+        _write_feedback(tmp_path / "inbox" / "new.jsonl", ["w0"])
+        deadline = time.monotonic() + 10
+        while len(calls) == quiet and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(calls) == quiet + 1
+        time.sleep(1.0)
+        assert len(calls) == quiet + 1  # unchanged since: nothing more
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+
+
+def test_latest_source_reads_the_dataset_pointer_and_its_covering_annotations(tmp_path):
+    from t2g_core.store import ArtifactStore, artifact_key
+    from tasks.data import advance_versions, annotations_covering, latest_version
+
+    ws = PipelineConfig.model_validate({"workspace": {"root": str(tmp_path)}}).workspace
+    with pytest.raises(FileNotFoundError, match="data.source=latest: the workspace .* has no feedback dataset version"):
+        latest_version(ws)
+    from t2g_core.demo import make_demo_feedback
+
+    store = ArtifactStore(tmp_path / "artifacts")
+    feedback = store.write("feedback", artifact_key("f", {"n": 2}), make_demo_feedback("summarization", 2), "feedback")
+    other = store.write("feedback", artifact_key("f", {"n": 3}), make_demo_feedback("summarization", 3), "feedback")
+    advance_versions(ws, feedback, other)  # any artifact stands in for the annotations here
+    assert latest_version(ws).sha256 == feedback.sha256
+    assert annotations_covering(ws, feedback).sha256 == other.sha256
+    assert annotations_covering(ws, other) is None

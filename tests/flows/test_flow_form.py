@@ -1,5 +1,6 @@
-"""The Prefect UI form of `text2grad` is PipelineConfig: its schema carries every stage's field descriptions, and
-`refresh` offers exactly the stage names; a bad refresh name is a clear error. Flow modules import without torch."""
+"""The Prefect UI form of `text2grad` is a size preset and PipelineConfig: its schema carries every stage's field
+descriptions, its sections titled and placed in the order the stages run, and `refresh` offers exactly the stage
+names; a bad refresh name is a clear error. Flow modules import without torch."""
 
 from __future__ import annotations
 
@@ -18,7 +19,23 @@ def test_text2grad_form_is_the_pipeline_config_with_descriptions():
 
     schema = parameter_schema(text2grad).model_dump_for_openapi()
     defs = schema["definitions"]
-    assert set(schema["properties"]) == {"config", "refresh"}
+    assert set(schema["properties"]) == {"preset", "config", "refresh"}
+    assert schema["properties"]["preset"]["enum"] == ["tiny", "small", "full"]
+    assert schema["properties"]["preset"]["position"] == 0  # the form's first field
+    sections = defs["PipelineConfig"]["properties"]
+    in_order = sorted(sections, key=lambda s: sections[s]["position"])
+    assert in_order[:9] == [
+        "data",
+        "holdout",
+        "models",
+        "annotate",
+        "align",
+        "validate",
+        "reward_model",
+        "ppo",
+        "evaluate",
+    ]
+    assert sections["reward_model"]["title"] == "7 · Reward model"
     assert defs["PPOConfig"]["properties"]["steps"]["description"] == PPOConfig.model_fields["steps"].description
     assert "validate" in defs["PipelineConfig"]["properties"]
     refresh = schema["properties"]["refresh"]
@@ -35,6 +52,7 @@ def test_refresh_names_are_checked_and_imply_downstream():
         downstream(["ppo", "polish"])
 
 
+@pytest.mark.slow  # a fresh interpreter importing the flows
 def test_flow_modules_import_without_heavy_libraries():
     code = (
         "import sys, flows.text2grad, flows.feedback, t2g_mlflow.lineage, t2g_cli.summary\n"

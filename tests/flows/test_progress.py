@@ -8,7 +8,7 @@ from prefect import flow, task
 
 from tasks.progress import PrefectProgress, describe
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.slow]  # the harness serves a Prefect API
 
 
 @task

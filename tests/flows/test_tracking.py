@@ -13,7 +13,7 @@ from prefect import flow, task
 from t2g_core.config import WorkspaceConfig
 from t2g_core.store import ArtifactStore, artifact_key
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.slow]  # the harness serves a Prefect API
 FAILS: dict[str, int] = {}
 
 

@@ -12,16 +12,6 @@ import shutil
 import pytest
 
 
-@pytest.fixture(scope="session")
-def mlflow_template_db(tmp_path_factory):
-    """A migrated, empty MLflow SQLite database (copied per test)."""
-    import mlflow
-
-    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    mlflow.MlflowClient(f"sqlite:///{path}").search_experiments()
-    return path
-
-
 @pytest.fixture
 def workspace_cfg(tmp_path, mlflow_template_db, monkeypatch):
     from t2g_core.config import WorkspaceConfig

@@ -85,3 +85,22 @@ def test_a_file_over_the_cap_is_left_and_files_are_hashed_in_chunks(tmp_path, ru
     assert found[0]["sha256"] == hashlib.sha256(ok.read_bytes()).hexdigest()
     assert reads and max(reads) <= inbox_lib.CHUNK  # streamed, never the whole file at once
     assert big.exists() and ok.exists()
+
+
+def test_the_serve_process_watch_skips_what_it_refuses_and_takes_the_rest(tmp_path):
+    """The inbox watch scans outside any flow or task run (a thread of the serve process): a symlink or a FIFO is
+    refused with a log line there too, and the regular file beside it is still taken (before: the refusal's log call
+    failed without a run, so one symlink stopped every later scan)."""
+    import os
+
+    from t2g_core.config import WorkspaceConfig
+    from tasks.inbox import scan_inbox
+
+    ws = WorkspaceConfig(root=str(tmp_path / "ws"))
+    inbox = tmp_path / "ws" / "inbox"
+    inbox.mkdir(parents=True)
+    (inbox / "zero.jsonl").symlink_to("/dev/zero")
+    os.mkfifo(inbox / "pipe.jsonl")
+    (inbox / "mine.jsonl").write_bytes(LINE)
+    found = scan_inbox.fn(str(inbox), ws)  # what flows.feedback.announce calls from the watch thread
+    assert [f["source"] for f in found] == [str(inbox / "mine.jsonl")]

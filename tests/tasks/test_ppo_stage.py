@@ -1,5 +1,5 @@
-"""The PPO stage reads the settings the user set (holdout, align, reward model), registers the adapter, and a run
-that finds its checkpoint resumes from it and says so."""
+"""The PPO task reads the settings the user set (holdout, align, reward model) and registers the adapter (the stage
+function's resume: tests/stages/test_ppo.py)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from t2g_core.config import AlignConfig, HoldoutConfig, PPOConfig
+from t2g_core.config import AlignConfig, HoldoutConfig
 from t2g_core.config.stages import PPOSettings
-
-SMALL = PPOConfig(
-    reward_source="oracle",
-    steps=2,
-    batch_size=4,
-    minibatches=2,
-    ppo_epochs=1,
-    max_new_tokens=8,
-    value_model="head",
-    save_every=1,
-    eval_every=1,
-    log_every=1,
-)
+from tests.core._ppo_small import SMALL
 
 
 def _feedback(workspace_cfg):
@@ -64,36 +52,3 @@ def test_ppo_reads_holdout_and_align_and_registers_the_policy(tiny_model_dir, wo
     assert out.version == "1" and out.run_id
     assert out.reward["source"] == "oracle" and 0 < out.reward["score_share"] < 1  # what the reward came from
     assert mlflow.MlflowClient().get_model_version(POLICY_MODEL, "1").run_id == out.run_id
-
-
-@pytest.mark.slow
-def test_a_run_that_finds_its_checkpoint_resumes_and_says_from_where(tiny_model_dir, tmp_path):
-    from t2g_core.stages import ppo
-    from t2g_core.stages.context import StageContext
-    from t2g_core.stages.refs import ModelsRef
-    from t2g_core.workspace import Workspace
-
-    feedback = Workspace.at(tmp_path).store.write("feedback", "k", _demo(), "feedback")
-    settings, models = (
-        PPOSettings(ppo=SMALL.model_copy(update={"steps": 3})),
-        ModelsRef.of(tiny_model_dir, tiny_model_dir),
-    )
-    lines: list[str] = []
-    ctx = StageContext.keyed(tmp_path, "run", log=lines.append)
-    first = ppo.train(feedback, models, None, settings, ctx)
-    assert first.steps == 3 and not lines
-    checkpoints = Path(first.run_dir) / "checkpoints"
-    (checkpoints / "latest").write_text("step-000002")  # as if killed after step 2 was saved
-    again = ppo.train(feedback, models, None, settings, ctx)
-    assert lines == [f"PPO resumes from step-000002 of 3 steps ({first.run_dir})"]
-    assert again.steps == 3 and json.loads(Path(again.history_path).read_text())[-1]["step"] == 2
-    forced = ppo.train(
-        feedback, models, None, settings, StageContext.keyed(tmp_path, "run", force=True, log=lines.append)
-    )
-    assert len(lines) == 1 and forced.steps == 3  # forced: trained afresh, no resume
-
-
-def _demo():
-    from t2g_core.demo import make_demo_feedback
-
-    return make_demo_feedback("summarization", 12)

