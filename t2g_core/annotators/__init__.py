@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,10 +101,10 @@ class CriticAnnotator:
 
 
 def make_annotator(
-    cfg: AnnotateConfig, api_key: str | None, cache: AnswerCache | None
+    cfg: AnnotateConfig, api_key: str | None, cache: AnswerCache | None, log: Callable[[str], None] | None = None
 ) -> LLMAnnotator | CriticAnnotator:
     if cfg.annotator == "llm":
-        return LLMAnnotator(cfg, api_key=api_key, cache=cache)
+        return LLMAnnotator(cfg, api_key=api_key, cache=cache, log=log)
     if cfg.annotator == "code":
         from t2g_core.critics.code import CodeCritic
         from t2g_core.critics.isolation import IsolationUnavailable, resolve
@@ -144,8 +145,10 @@ def annotate(
     cache_dir: str | Path | None = None,
     progress: bool = True,
     previous: pd.DataFrame | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> AnnotationRun:
-    """Annotate every item; with ``cfg.only_failed`` keep ``previous`` ok rows and redo (uncached) the rest."""
+    """Annotate every item; with ``cfg.only_failed`` keep ``previous`` ok rows and redo (uncached) the rest. ``log``
+    hears what the LLM annotator finds out about its endpoint (one line each; also in the statistics' ``notes``)."""
     rows = feedback_rows(feedback_df)
     check_tasks(rows, cfg.annotator)
     kept: dict[str, dict[str, Any]] = {}
@@ -157,7 +160,7 @@ def annotate(
     todo = [r for r in rows if r["id"] not in kept]
     cache = AnswerCache(cache_dir) if cache_dir and cfg.annotator == "llm" else None
     try:
-        annotator = make_annotator(cfg, api_key, cache)
+        annotator = make_annotator(cfg, api_key, cache, log)
         refresh = [r["id"] for r in todo] if cfg.only_failed else ()
         done = {r["id"]: r for r in annotator.annotate(todo, refresh_ids=refresh, progress=progress)}
     finally:
@@ -200,4 +203,6 @@ def summarize(frame: pd.DataFrame, cfg: AnnotateConfig, run: RunStats | None = N
         "cost_this_run": run.cost if run else 0.0,
         "kept_from_previous": n_kept,
         "structured_output": run.structured_output if run else None,
+        "answer_formats": dict(run.formats) if run else {},
+        "notes": list(run.notes) if run else [],
     }

@@ -7,8 +7,13 @@ transport by
 - Retries: the ``openai`` client's own machinery (``max_retries``): it retries 408/409/429/5xx, connection errors
   and timeouts with exponential backoff (0.5 s doubling, capped at 8 s) and 0-25 % jitter, and waits exactly the
   server's ``Retry-After`` / ``retry-after-ms`` when given (up to 120 s). ``timeout`` is per request.
-- Structured output: ``response_format={"type": "json_schema", ...}`` unless the endpoint rejects it (HTTP 400
-  naming ``response_format``), after which the run falls back to plain text parsed by ``spans.parse_span_json``.
+- Structured output: ``response_format={"type": "json_schema", ...}`` unless the endpoint rejects it (HTTP 400/422
+  naming ``response_format``), after which the run falls back to plain text parsed by ``spans.parse_span_json``; or
+  ignores it (most answers are not JSON, ``endpoint_checks.SchemaCheck``), after which the run says so in one line,
+  asks for JSON in the prompt and re-asks the items that got prose. Each cached answer records how it was asked
+  (``format``: json_schema, plain or prompted_json), and a re-asked item's answer replaces its prose in the cache.
+- Pacing: a server that answers one request at a time is recognised from the first answers' latencies and the
+  requests in flight lowered to one when the queue would eat the timeout (``endpoint_checks.Pacing``).
 - Every answer that comes back is written to the :class:`AnswerCache` at once; failures are never cached.
 - Every item ends with a status: ok, parse_error (unparseable, truncated or not valid Unicode; or an item that
   cannot be asked, such as a grounding item without a human critique), api_error, timeout, refused. Whatever one
@@ -20,18 +25,21 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
+import logging
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import openai
 from openai.types.chat import ChatCompletion
 
 from t2g_core.annotators.cache import AnswerCache, cache_key
+from t2g_core.annotators.endpoint_checks import Pacing, SchemaCheck, with_json_instruction
+from t2g_core.annotators.failures import connection_failure, short_text, status_error_text
 from t2g_core.annotators.prompts import SPAN_JSON_SCHEMA, NotAskable, render_messages
 from t2g_core.config.annotate import AnnotateConfig
 from t2g_core.spans import ParsedFeedback, parse_span_json, valid_text
@@ -59,6 +67,7 @@ def is_local(base_url: str | None) -> bool:
     return (urlparse(base_url or "").hostname or "") in LOCAL_HOSTS
 
 
+Item = tuple[int, dict[str, Any], str]  # (position in the run, row with its rendered messages, cache key)
 _REFUSAL_TEXT = re.compile(r"^\s*(I'?m sorry|I am sorry|I can(?:no|')t|I won'?t|I'm unable|I am unable)\b", re.I)
 NO_KEY = "not-needed"  # local servers (vLLM, Ollama, the test server) accept any key; never read from the environment
 
@@ -71,7 +80,9 @@ class RunStats:
     requests: int = 0
     cache_hits: int = 0
     cost: float = 0.0  # of the live requests of this run
-    structured_output: bool | None = None
+    structured_output: bool | str | None = None  # True, False (rejected or off) or "ignored" (answered prose)
+    formats: Counter[str] = field(default_factory=Counter)  # how the answers used were asked, cached ones included
+    notes: list[str] = field(default_factory=list)  # what the annotator found out about the endpoint, one line each
 
     def add_live(self, answer: dict[str, Any], cfg: AnnotateConfig) -> None:
         self.requests += 1
@@ -114,9 +125,11 @@ class LLMAnnotator:
         api_key: str | None = None,
         cache: AnswerCache | None = None,
         render: Callable[[dict[str, Any]], list[dict[str, str]]] | None = None,
+        log: Callable[[str], None] | None = None,
     ):
         """``render`` turns a row into chat messages (default: the annotation prompt of ``cfg.mode`` and
-        ``cfg.prompt_version``; the HTTP reward source sends the reward model's own prompt)."""
+        ``cfg.prompt_version``; the HTTP reward source sends the reward model's own prompt). ``log`` says what the
+        annotator finds out about the endpoint, one line each (default: a warning on this module's logger)."""
         if cfg.annotator != "llm":
             raise ValueError(f"LLMAnnotator needs annotator='llm', got {cfg.annotator!r}")
         if not api_key and not is_local(cfg.base_url):
@@ -126,8 +139,10 @@ class LLMAnnotator:
             )
         self.cfg, self.cache = cfg, cache
         self._api_key = api_key or NO_KEY
-        self._structured = cfg.structured_output != "off"
+        self._format = "plain" if cfg.structured_output == "off" else "json_schema"  # how requests are asked now
+        self.schema_check, self.pacing = SchemaCheck(), Pacing(cfg.concurrency, cfg.timeout_s)
         self.stats = RunStats()
+        self.log = log or logging.getLogger(__name__).warning
         self.render = render or (lambda row: render_messages(row, cfg.mode, cfg.prompt_version))
 
     @property
@@ -146,33 +161,37 @@ class LLMAnnotator:
             "/chat/completions", cast_to=ChatCompletion, body=body, options={"timeout": self.cfg.timeout_s}
         )
 
-    async def _create(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]]) -> ChatCompletion:
+    async def _create(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]]) -> tuple[ChatCompletion, str]:
+        """The completion and how it was asked: json_schema, plain or prompted_json (``self._format``)."""
         body: dict[str, Any] = {"model": self.cfg.model, "messages": messages, **self.sampling}
-        if self._structured:
+        asked = self._format
+        if asked == "json_schema":
             try:
-                return await self._post(
-                    client, {**body, "response_format": {"type": "json_schema", "json_schema": SPAN_JSON_SCHEMA}}
-                )
+                schema = {"type": "json_schema", "json_schema": SPAN_JSON_SCHEMA}
+                return await self._post(client, {**body, "response_format": schema}), asked
             except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:  # 422: FastAPI's validation
                 if self.cfg.structured_output == "json_schema" or "response_format" not in status_error_text(
                     exc
                 ).lower() + str(getattr(exc, "param", "")):
                     raise
-                self._structured = False  # the endpoint does not do structured output: plain text from now on
-        return await self._post(client, body)
+                self._format = asked = "plain"  # the endpoint does not do structured output: plain text from now on
+        if asked == "prompted_json":
+            body["messages"] = with_json_instruction(messages)
+        return await self._post(client, body), asked
 
     async def _ask(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]]) -> dict[str, Any]:
         """Send one request (client retries included); a failure record instead of an exception, whatever fails."""
         start = time.perf_counter()
         try:
-            completion = await self._create(client, messages)
+            completion, asked = await self._create(client, messages)
         except openai.APIConnectionError as exc:  # timeouts are a kind of connection error in the SDK
-            return self._failure(_connection_failure(exc, self.cfg))
+            return self._failure(connection_failure(exc, self.cfg))
         except openai.APIStatusError as exc:
             return self._failure({"status": "api_error", "error": f"HTTP {exc.status_code}: {status_error_text(exc)}"})
         except Exception as exc:  # noqa: BLE001 - a cut body, a broken proxy: this item's failure, never the run's
-            return self._failure({"status": "api_error", "error": f"{type(exc).__name__}: {_short(str(exc))}"})
-        return self._completion(completion, start)
+            return self._failure({"status": "api_error", "error": f"{type(exc).__name__}: {short_text(str(exc))}"})
+        answer = self._completion(completion, start)
+        return answer if "status" in answer else {**answer, "format": asked}
 
     def _failure(self, record: dict[str, Any]) -> dict[str, Any]:
         return {**record, "error": redact(record.get("error"), self._api_key)}
@@ -193,21 +212,49 @@ class LLMAnnotator:
             return self._failure(
                 {
                     "status": "api_error",
-                    "error": f"malformed completion from the endpoint: {type(exc).__name__}: {_short(str(exc))}",
+                    "error": f"malformed completion from the endpoint: {type(exc).__name__}: {short_text(str(exc))}",
                 }
             )
 
-    async def _answer(self, client: openai.AsyncOpenAI, row: dict[str, Any], key: str) -> dict[str, Any]:
-        """One live request; a returned answer is committed to the cache before its row is built."""
+    async def _answer(
+        self, client: openai.AsyncOpenAI, row: dict[str, Any], key: str
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One live request: its row and the answer (or failure record). A returned answer is committed to the cache
+        before its row is built; under the same key as a prose answer it re-asks, which it replaces."""
         try:
             answer = await self._ask(client, row["_messages"])
         except Exception as exc:  # noqa: BLE001 - nothing one item does may stop the run
-            answer = self._failure({"status": "api_error", "error": f"{type(exc).__name__}: {_short(str(exc))}"})
+            answer = self._failure({"status": "api_error", "error": f"{type(exc).__name__}: {short_text(str(exc))}"})
         answer = _capped(answer, self.cfg.max_answer_chars)
         self.stats.add_live(answer, self.cfg)
-        if "status" not in answer and self.cache is not None:
-            self.cache.put(key, answer)
-        return self._row(row, answer, cached=False)
+        if "status" not in answer:
+            if self.cache is not None:
+                self.cache.put(key, answer)
+            self._say(self.pacing.observe(float(answer.get("latency_s", 0.0)), time.perf_counter()))
+        return self._row(row, answer, cached=False), answer
+
+    def _say(self, line: str | None) -> None:
+        """One line about the endpoint, to the log and the run's statistics."""
+        if line:
+            self.stats.notes.append(line)
+            self.log(line)
+
+    def _note(self, item: Item, answer: Any, asked: dict[int, str], prose: list[Item]) -> None:
+        """Record how ``item``'s answer was asked; one that carried the schema and is not JSON goes to ``prose``."""
+        if not isinstance(answer, dict) or "format" not in answer:  # a failure, or cached before formats were kept
+            return
+        asked[item[0]] = answer["format"]
+        if answer["format"] == "json_schema" and not answer.get("refusal"):
+            if self.schema_check.observe(answer.get("content")):
+                prose.append(item)
+
+    def _check_schema(self, expected: int) -> None:
+        """Once most answers to the schema were prose: say so, and (``structured_output=auto``) ask in the prompt."""
+        if self.schema_check.decide(expected):
+            fallback = self.cfg.structured_output == "auto"
+            if fallback and self._format == "json_schema":
+                self._format = "prompted_json"
+            self._say(self.schema_check.message(fallback))
 
     def _item_failure(self, row: dict[str, Any], status: str, error: str) -> dict[str, Any]:
         return feedback_row(
@@ -230,16 +277,12 @@ class LLMAnnotator:
         )
 
     # -- many requests ---------------------------------------------------------------------------------------
-    async def annotate_async(
-        self, rows: list[dict[str, Any]], refresh_ids: Iterable[str] = (), progress: bool = True
-    ) -> list[dict[str, Any]]:
-        from tqdm.auto import tqdm
-
-        refresh = set(refresh_ids)
-        bar = tqdm(total=len(rows), desc=f"annotate ({self.name})", unit="item", disable=not progress)
-        out: list[dict[str, Any] | None] = [None] * len(rows)
-        live: list[tuple[int, dict[str, Any], str]] = []
-        for i, row in enumerate(rows):  # unaskable and answered items first: no request, no slot
+    def _lookup(
+        self, rows: list[dict[str, Any]], refresh: set[str], out: list, asked: dict[int, str], prose: list[Item], bar
+    ) -> list[Item]:
+        """Build the rows of unaskable and already answered items (no request, no slot); the items to ask."""
+        live: list[Item] = []
+        for i, row in enumerate(rows):
             try:
                 row = dict(row, _messages=self.render(row))
             except NotAskable as exc:
@@ -250,10 +293,45 @@ class LLMAnnotator:
             cached = None if (row["id"] in refresh or self.cache is None) else self.cache.get(key)
             if cached is None:
                 live.append((i, row, key))
-            else:
-                self.stats.cache_hits += 1
-                out[i] = self._guarded_row(row, cached)
-                bar.update(1)
+                continue
+            self.stats.cache_hits += 1
+            out[i] = self._guarded_row(row, cached)
+            self._note((i, row, key), cached, asked, prose)
+            bar.update(1)
+        return live
+
+    async def _work(
+        self, client: openai.AsyncOpenAI, items: list[Item], out: list, asked: dict[int, str], prose: list[Item], bar
+    ) -> None:
+        """Ask ``items`` with up to ``pacing.limit`` requests in flight (a slot whose number reaches a lowered limit
+        stops after its current request)."""
+        queue = iter(items)  # shared by the workers; next() never awaits, so each item goes to exactly one of them
+        expected = len(self.schema_check.recent) + len(items)
+
+        async def worker(slot: int) -> None:  # takes the next item as soon as its request is answered
+            while slot < self.pacing.limit and (item := next(queue, None)) is not None:
+                i, row, key = item
+                try:
+                    out[i], answer = await self._answer(client, row, key)
+                    self._note(item, answer, asked, prose)
+                    self._check_schema(expected)
+                except Exception as exc:  # noqa: BLE001 - caching or building its row failed: this item's status
+                    out[i] = self._item_failure(row, "api_error", f"{type(exc).__name__}: {short_text(str(exc))}")
+                if bar is not None:
+                    bar.update(1)
+
+        await asyncio.gather(*(worker(slot) for slot in range(min(self.pacing.limit, len(items)))))
+
+    async def annotate_async(
+        self, rows: list[dict[str, Any]], refresh_ids: Iterable[str] = (), progress: bool = True
+    ) -> list[dict[str, Any]]:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(rows), desc=f"annotate ({self.name})", unit="item", disable=not progress)
+        out: list[dict[str, Any] | None] = [None] * len(rows)
+        asked: dict[int, str] = {}  # how each item's answer was asked (json_schema, plain, prompted_json)
+        prose: list[Item] = []  # items whose answer to the schema was not JSON: re-asked if the schema was ignored
+        live = self._lookup(rows, set(refresh_ids), out, asked, prose, bar)
         client = openai.AsyncOpenAI(
             base_url=self.cfg.base_url,
             api_key=self._api_key,
@@ -261,24 +339,19 @@ class LLMAnnotator:
             timeout=self.cfg.timeout_s,
             http_client=openai.DefaultAioHttpClient() if self.cfg.http_backend == "aiohttp" else None,
         )
-        queue = iter(live)  # shared by the workers; next() never awaits, so each item goes to exactly one of them
-
-        async def worker() -> None:  # a slot that takes the next item as soon as its request is answered
-            for i, row, key in queue:
-                try:
-                    out[i] = await self._answer(client, row, key)
-                except Exception as exc:  # noqa: BLE001 - caching or building its row failed: this item's status
-                    out[i] = self._item_failure(row, "api_error", f"{type(exc).__name__}: {_short(str(exc))}")
-                bar.update(1)
-
         gc.freeze()  # a full collection over everything already in memory stalls every request in flight (~0.1 s)
         try:
-            await asyncio.gather(*(worker() for _ in range(min(self.cfg.concurrency, len(live)))))
+            await self._work(client, live, out, asked, prose, bar)
+            self._check_schema(0)  # a run with fewer answers than the check's window decides on what it got
+            if prose and self._format == "prompted_json":
+                await self._work(client, prose, out, asked, [], None)
         finally:
             gc.unfreeze()
             bar.close()
             await client.close()
-        self.stats.structured_output = self._structured
+        self.stats.formats = Counter(asked.values())
+        ignored = self.schema_check.ignored or "prompted_json" in self.stats.formats
+        self.stats.structured_output = "ignored" if ignored else self._format == "json_schema"
         return [r for r in out if r is not None]
 
     def annotate(
@@ -302,49 +375,6 @@ class LLMAnnotator:
         return result[0]
 
 
-def status_error_text(exc: openai.APIStatusError) -> str:
-    """The server's own words for an HTTP error, shortened. The SDK's message is only "Error code: 400" unless the
-    body is OpenAI-shaped (``{"error": {"message"}}``); FastAPI servers (``transformers serve``, many proxies) send
-    ``{"detail": "..."}`` or, for a rejected field, ``{"detail": [{"loc", "msg"}]}``, and others plain text."""
-    body = exc.body
-    if isinstance(body, dict):
-        found = next((body[k] for k in ("message", "detail", "error", "msg") if body.get(k)), None)
-        body = found if found is not None else body
-    if isinstance(body, list):  # FastAPI validation errors
-        body = "; ".join(_validation_text(e) for e in body)
-    if isinstance(body, dict):
-        body = body.get("message") or json.dumps(body, ensure_ascii=False)
-    text = body if isinstance(body, str) and body.strip() else getattr(exc.response, "text", "") or exc.message
-    return _short(text)
-
-
-def _validation_text(error: Any) -> str:
-    if not isinstance(error, dict):
-        return str(error)
-    where = ".".join(str(part) for part in error.get("loc") or ())
-    return f"{where}: {error.get('msg', '')}" if where else str(error.get("msg", error))
-
-
-def _connection_failure(exc: Exception, cfg: AnnotateConfig) -> dict[str, Any]:
-    """A timeout, or what really went wrong: a refused or broken connection (some transports report those as
-    timeouts; the underlying OSError in the exception chain says which)."""
-    cause, seen = exc.__cause__ or exc.__context__, 0
-    while cause is not None and seen < 10:
-        if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
-            return {
-                "status": "api_error",
-                "error": f"connection failed ({cfg.base_url}): {type(cause).__name__}: {_short(str(cause))}",
-            }
-        cause, seen = cause.__cause__ or cause.__context__, seen + 1
-    if isinstance(exc, openai.APITimeoutError):
-        return {
-            "status": "timeout",
-            "error": f"no answer within {cfg.timeout_s:g} s ({cfg.max_retries} retries); a server that answers one "
-            "request at a time queues the others: lower annotate.concurrency or raise annotate.timeout_s",
-        }
-    return {"status": "api_error", "error": f"connection failed ({cfg.base_url}): {_short(str(exc))}"}
-
-
 def _capped(answer: dict[str, Any], max_chars: int) -> dict[str, Any]:
     """An answer longer than ``max_chars`` becomes a parse_error (never cached; its raw text is cut)."""
     content = answer.get("content")
@@ -357,11 +387,6 @@ def _capped(answer: dict[str, Any], max_chars: int) -> dict[str, Any]:
         "error": f"the answer has {len(content)} characters, more than annotate.max_answer_chars ({max_chars})",
         "content": content[:1000],
     }
-
-
-def _short(text: str, n: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def feedback_row(

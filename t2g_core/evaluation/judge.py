@@ -150,7 +150,7 @@ def _failure_text(exc: Exception) -> str:
     """What went wrong with a request: the server's own words for an HTTP error (see ``status_error_text``)."""
     import openai
 
-    from t2g_core.annotators.llm import status_error_text
+    from t2g_core.annotators.failures import status_error_text
 
     if isinstance(exc, openai.APIStatusError):
         return f"HTTP {exc.status_code}: {status_error_text(exc)}"

@@ -44,6 +44,7 @@ def annotate(
         progress=ctx.progress,
         previous=prev,
         cache_dir=cache_dir or ctx.workspace.root / "cache" / "annotate",
+        log=ctx.log,
     )
     ref = ctx.out.artifact("annotations", run.frame, "annotations", extra={"stats": run.stats})
     ctx.tracker.log_input(feedback, "feedback", "annotation")

@@ -1,5 +1,5 @@
 """Test helpers that other engineers' tests and benchmarks may reuse (no pytest dependency)."""
 
-from t2g_core.testing.openai_server import FakeOpenAIServer, Reply, quoting_answer
+from t2g_core.testing.openai_server import PROSE, FakeOpenAIServer, Reply, quoting_answer
 
-__all__ = ["FakeOpenAIServer", "Reply", "quoting_answer"]
+__all__ = ["PROSE", "FakeOpenAIServer", "Reply", "quoting_answer"]

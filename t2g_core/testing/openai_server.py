@@ -29,8 +29,12 @@ Servers unlike OpenAI's, chosen by option:
 - ``error_style="fastapi"``: error bodies are ``{"detail": "..."}`` (FastAPI's ``HTTPException``, as ``transformers
   serve`` and many proxies send them) instead of ``{"error": {"message": ...}}``; with ``json_schema=False`` the
   ``response_format`` refusal is such a 400 too;
-- ``serial=True``: one request is answered at a time, the others wait in a queue; a request whose client gave up
-  (timed out) is still worked through, as a real server does (``answered_after_gone`` counts those).
+- ``serial=True``: one request is answered at a time, the others wait in a first-come queue; a request whose client
+  gave up (timed out) is still worked through, as a real server does (``answered_after_gone`` counts those);
+- ``ignore_response_format=True``: ``response_format`` is accepted and ignored, as ``transformers serve`` does: the
+  answer is prose (``PROSE``, HTTP 200) unless the last message spells the JSON out
+  (``endpoint_checks.JSON_INSTRUCTION``, what the annotator adds once it finds the schema ignored), like a small
+  model that writes JSON only when told plainly.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+PROSE = "Thanks for sharing! The summary reads well overall, though the ending could be a little tighter."
 FAULTS = ("rate_limit", "server_error", "slow", "malformed", "truncated", "refusal", "bad_body")
 HOSTILE = ("cut_body", "huge", "echo_key", "hang_up")
 
@@ -100,6 +105,7 @@ class FakeOpenAIServer:
         huge_bytes: int = 40 << 20,
         error_style: str = "openai",
         serial: bool = False,
+        ignore_response_format: bool = False,
     ):
         unknown = set(faults) - set(FAULTS) - set(HOSTILE)
         if unknown:
@@ -107,7 +113,8 @@ class FakeOpenAIServer:
         if error_style not in ("openai", "fastapi"):
             raise ValueError(f"unknown error_style {error_style!r}; choose openai or fastapi")
         self.huge_bytes, self.error_style = huge_bytes, error_style
-        self.serial = threading.Lock() if serial else None  # held while one request is being answered
+        self.ignore_response_format = ignore_response_format
+        self.serial = _Queue() if serial else None  # held while one request is being answered
         self.answered_after_gone = 0  # serial: answers worked out for clients that had already given up
         self.answer, self.latency_s, self.fault_rate, self.faults = answer, latency_s, fault_rate, tuple(faults)
         self.seed, self.retry_after, self.slow_s, self.json_schema = seed, retry_after, slow_s, json_schema
@@ -178,6 +185,8 @@ class FakeOpenAIServer:
             return Reply(status=401, content=f"invalid key: {request.get('_authorization', '')}")
         scripted = self.answer(request)
         reply = scripted if isinstance(scripted, Reply) else Reply(content=scripted)
+        if self.ignore_response_format and reply.status == 200 and not _spells_out_json(request):
+            reply.content = PROSE
         if fault == "slow":
             reply.delay_s = max(reply.delay_s, self.slow_s)
         elif fault == "malformed":
@@ -187,6 +196,31 @@ class FakeOpenAIServer:
         elif fault == "huge":
             reply.content = "x" * self.huge_bytes
         return reply
+
+
+def _spells_out_json(request: dict[str, Any]) -> bool:
+    from t2g_core.annotators.endpoint_checks import JSON_INSTRUCTION
+
+    messages = request.get("messages") or [{}]
+    return JSON_INSTRUCTION in str(messages[-1].get("content", ""))
+
+
+class _Queue:
+    """A lock granted in arrival order (``threading.Lock`` lets a newcomer overtake the threads already waiting)."""
+
+    def __init__(self) -> None:
+        self._turn = threading.Condition()
+        self._next_ticket = self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._turn:
+            ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
+            self._turn.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._turn:
+            self._serving += 1
+            self._turn.notify_all()
 
 
 class _Server(ThreadingHTTPServer):

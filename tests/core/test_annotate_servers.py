@@ -7,7 +7,12 @@ server that answers one request at a time timed out every item while its queue g
 
 from __future__ import annotations
 
-from t2g_core.annotators import annotate
+from collections import Counter
+
+import pytest
+
+from t2g_core.annotators import LLMAnnotator, annotate, feedback_rows
+from t2g_core.annotators.endpoint_checks import Pacing
 from t2g_core.testing import FakeOpenAIServer, Reply, quoting_answer
 from tests.core.test_annotate_llm import cfg_for, feedback
 
@@ -61,3 +66,50 @@ def test_a_server_that_answers_one_request_at_a_time(tmp_path):
         again = annotate(df, calm, api_key=KEY, cache_dir=tmp_path / "c", progress=False).frame
     assert server.answered_after_gone >= 1  # the server kept working on requests nobody waited for
     assert set(again["status"]) == {"ok"} and server.n_requests == served + statuses.count("timeout")
+
+
+def test_a_server_that_queues_is_recognised_and_the_requests_in_flight_lowered():
+    """With eight requests in flight and 0.2 s answers, a one-at-a-time server makes the eighth wait 1.6 s, past the
+    1 s timeout, and every retry joins the back of the queue: before, 8 of 16 items timed out. The first three
+    latencies (about 0.2, 0.4, 0.6 s) give the server away; one request at a time, every item is answered."""
+    lines: list[str] = []
+    with FakeOpenAIServer(latency_s=0.2, serial=True) as server:
+        cfg = cfg_for(server, concurrency=8, timeout_s=1.0, max_retries=2)
+        run = annotate(feedback(16), cfg, api_key=KEY, progress=False, log=lines.append)
+    assert set(run.frame["status"]) == {"ok"}, (Counter(run.frame["status"]), lines)
+    assert len(lines) == 1 and "answers one request at a time" in lines[0] and "lowered to 1" in lines[0]
+    assert run.stats["notes"] == lines
+
+
+def test_a_server_that_runs_requests_side_by_side_keeps_its_concurrency():
+    lines: list[str] = []
+    with FakeOpenAIServer(latency_s=0.3) as server:
+        annotator = LLMAnnotator(cfg_for(server, concurrency=4, timeout_s=0.5), api_key=KEY, log=lines.append)
+        rows = annotator.annotate(feedback_rows(feedback(8)), progress=False)
+    assert {r["status"] for r in rows} == {"ok"} and annotator.pacing.limit == 4 and not lines
+
+
+@pytest.mark.parametrize(
+    ("latencies", "limit", "timeout_s", "lowered"),
+    [
+        ((1.0, 2.0, 3.1), 8, 10.0, True),  # queued: about t, 2t, 3t, and 8 in flight would wait 8 s of 10
+        ((1.5, 2.5, 3.5), 8, 10.0, True),  # the same, with half a second of client overhead on each
+        ((1.0, 1.1, 1.2), 8, 10.0, False),  # side by side
+        ((1.0, 1.1, 3.0), 8, 10.0, False),  # irregular: two together, then a late one
+        ((1.0, 2.0, 3.0), 8, 20.0, False),  # queued, but the queue is short beside the timeout
+        ((1.0, 2.0, 3.0), 2, 1.0, False),  # two in flight: nothing to lower
+    ],
+)
+def test_pacing_reads_a_queue_from_the_first_three_latencies(latencies, limit, timeout_s, lowered):
+    pacing = Pacing(limit, timeout_s)
+    lines = [pacing.observe(t, now=100.0 + t) for t in (*latencies, 9.0)]  # all sent together, at 100 s
+    assert (pacing.limit == 1) is lowered and (lines[2] is not None) is lowered
+    assert lines[:2] == [None, None] and lines[3] is None  # decided once, on the third answer
+
+
+def test_pacing_counts_only_the_requests_sent_before_the_first_answer():
+    """A request sent after the first answer came may find the queue shorter (here: answered in 1 s)."""
+    pacing = Pacing(8, 10.0)
+    assert pacing.observe(1.0, now=101.0) is None and pacing.observe(1.0, now=102.5) is None  # sent at 101.5
+    assert pacing.observe(2.0, now=102.0) is None and not pacing.decided
+    assert pacing.observe(3.0, now=103.0) is not None and pacing.limit == 1
