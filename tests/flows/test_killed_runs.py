@@ -15,7 +15,7 @@ from prefect import flow, task
 from t2g_core.config import PipelineConfig
 from tasks.pipeline import close_pipeline_run, open_pipeline_run
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.slow]  # the harness serves a Prefect API
 ROOT = Path(__file__).resolve().parents[2]
 
 
