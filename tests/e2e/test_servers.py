@@ -18,12 +18,13 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.e2e._listener import Listener
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -231,39 +232,6 @@ def _api(info: dict, auth: bool = True) -> httpx.Client:
     token = base64.b64encode(info["auth"].encode()).decode()
     headers = {"Authorization": f"Basic {token}"} if auth else {}
     return httpx.Client(base_url=info["prefect_api"], timeout=30, headers=headers)
-
-
-class Listener:
-    """A TCP listener on 127.0.0.1 that records every connection and what was sent on it (an attacker's endpoint)."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.received: list[bytes] = []
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.settimeout(2)
-                try:
-                    self.received.append(conn.recv(65536))
-                except OSError:
-                    self.received.append(b"")
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.sock.close()
 
 
 def test_the_deployment_api_refuses_the_exfiltration_request(servers):
