@@ -11,11 +11,18 @@ does, then scores it on demo items of a seed training never saw, against the gen
 - the same truth metrics on summaries *sampled from the policy* (what PPO scores), for the tagger;
 - trivial baselines: "every stated value poor" and "every stated value good".
 
-Variants: ``tagger`` (the demo's: LoRA on the policy, shift head), ``generative`` (the paper's: LoRA on the base,
-critique + span JSON, grounded decoding), the same generative model decoded without grounding, and ``generative-
-policy`` (LoRA on the policy). Writes ``benchmarks/results/bench_rm.json``.
+Variants: ``tagger`` (the demo's: LoRA on the policy, shift head), ``tagger-frozen`` (the same head on the frozen
+policy's own features: nothing but the head trains), ``generative`` (the paper's: LoRA on the base, critique + span
+JSON, grounded decoding), the same generative model decoded without grounding, and ``generative-policy`` (LoRA on the
+policy). Writes ``benchmarks/results/<name>.json`` (``bench_rm.json``), with the training's process CPU seconds and
+the process's peak memory after each variant.
+
+``--base MODEL`` measures the reward models on a real pretrained model (a folder or a Hugging Face id; it is both the
+policy and the reward-model base) instead of the tiny demo models:
 
     .venv/bin/python benchmarks/bench_rm.py [--items 1024] [--eval-items 200] [--variants tagger,generative]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_rm.py --base HuggingFaceTB/SmolLM2-135M-Instruct \
+        --items 256 --eval-items 100 --variants tagger-frozen --name bench_rm_smollm2
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import resource
 import sys
 import time
 from pathlib import Path
@@ -35,6 +43,7 @@ RESULTS = results_dir()
 
 VARIANTS = {  # name -> reward_model settings
     "tagger": {"kind": "tagger", "init_from": "policy"},
+    "tagger-frozen": {"kind": "tagger", "init_from": "policy", "finetune": "frozen"},
     "generative": {"kind": "generative", "init_from": "reward_model_base"},
     "generative-policy": {"kind": "generative", "init_from": "policy"},
 }
@@ -76,6 +85,15 @@ def _train(name: str, cfg, start: Path, rm_df, fb, work: Path, align_cfg):
     return train_rm(cfg, start, rm_df, out, resume=False, progress=False)
 
 
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
+def folder_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / 1e6
+
+
 def _baselines(items):
     """Trivial predictions on the ground truth's value spans: all of them poor, or all of them good."""
     from t2g_core.spans import ParsedFeedback
@@ -111,6 +129,7 @@ def evaluate_variant(name, cfg, result, rm_eval, fb_eval, align_cfg, samples) ->
 
     report = evaluate_model(result.adapter_dir, rm_eval, fb_eval, cfg, split="validation", align_cfg=align_cfg)
     out = {"train_seconds": round(result.train_seconds, 1), "steps": result.global_step}
+    out |= {"model_folder_mb": round(folder_mb(result.adapter_dir), 2), "n_eval": int(report.metrics.get("n_items", 0))}
     out |= {k: report.metrics[k] for k in KEYS if k in report.metrics}
     if samples is not None and cfg.kind == "tagger":
         rows, items = samples
@@ -127,6 +146,8 @@ def parse_args():
     ap.add_argument("--eval-items", type=int, default=200, help="Held-out demo items (seed 99).")
     ap.add_argument("--policy-samples", type=int, default=200, help="Policy samples the tagger also scores.")
     ap.add_argument("--variants", default="tagger,generative,generative-policy")
+    ap.add_argument("--base", default=None, help="A real model (folder or Hub id) as policy and reward-model base.")
+    ap.add_argument("--name", default="bench_rm", help="Results file stem under the results folder.")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="PipelineConfig override.")
     ap.add_argument("--work", type=Path, default=RESULTS / "bench_rm_work")
@@ -135,6 +156,8 @@ def parse_args():
     if args.smoke:  # each kind once, a handful of items
         args.items, args.eval_items, args.policy_samples, args.variants = RM_SMOKE_ITEMS, 4, 2, "tagger,generative"
         args.work, args.overrides = RM_SMOKE_WORK, [*RM_SMOKE_OVERRIDES, *args.overrides]
+    if args.base:
+        args.overrides = [f"models.policy={args.base}", f"models.reward_model_base={args.base}", *args.overrides]
     return args
 
 
@@ -164,8 +187,11 @@ def main() -> None:
         start = models.policy if cfg.init_from == "policy" else models.base
         rm_df = _rows(fb, ann, cfg.model_copy(update={"val_fraction": 0.0}), pipe.align, start)
         rm_eval = _rows(fb_eval, ann_eval, cfg, pipe.align, start, split="validation")
+        cpu0 = time.process_time()
         result = _train(name, cfg, start, rm_df, fb, args.work, pipe.align)
+        cpu = time.process_time() - cpu0
         out["variants"][name] = evaluate_variant(name, cfg, result, rm_eval, fb_eval, pipe.align, samples)
+        out["variants"][name] |= {"train_cpu_seconds": round(cpu, 1), "peak_rss_gb": round(peak_rss_gb(), 2)}
         if cfg.kind == "generative":
             free = cfg.model_copy(update={"grounded_decoding": False})
             out["variants"][f"{name}-ungrounded"] = evaluate_variant(
@@ -184,14 +210,15 @@ def main() -> None:
     out |= {
         "benchmark": "bench_rm",
         "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads},
+        "base": args.base or "tiny demo models",
         "data": {"train_items": args.items, "eval_items": args.eval_items, "eval_seed": 99, "train_seed": 0},
         "config": pipe.reward_model.model_dump(mode="json"),
     }
     results = results_dir(args.smoke)
     results.mkdir(parents=True, exist_ok=True)
-    (results / "bench_rm.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
+    (results / f"{args.name}.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
     print(json.dumps(out["baselines"], indent=1))
-    print(f"-> {results / 'bench_rm.json'}")
+    print(f"-> {results / f'{args.name}.json'}")
 
 
 if __name__ == "__main__":

@@ -47,9 +47,10 @@ def placed(stage_flow: Any, pool: str | None, **params: Any) -> Any:
     from prefect.deployments import run_deployment
 
     name = deployment_on_pool(stage_flow.name, pool)
-    jsonable = {
-        k: v.model_dump(mode="json", by_alias=True) if hasattr(v, "model_dump") else v for k, v in params.items()
-    }
+    # coerced to the flow's declared types first: a result a retried run reloads may come back as the model's plain
+    # fields (``schema_name``), which the deployment's parameter schema (``schema``) refuses
+    typed = stage_flow.validate_parameters(params)
+    jsonable = {k: _jsonable(v) for k, v in typed.items()}
     flow_run = run_deployment(name, parameters=jsonable, as_subflow=True)
     if not flow_run.state.is_completed():
         raise PlacementError(
@@ -73,6 +74,10 @@ class Placement:
         pool = getattr(self.config.placement, stage_flow.fn.__name__)
         params = inspect.signature(stage_flow.fn).bind(self.config, *inputs, forced=self.forced).arguments
         return placed(stage_flow, pool, **params)
+
+
+def _jsonable(value: Any) -> Any:
+    return value.model_dump(mode="json", by_alias=True) if hasattr(value, "model_dump") else value
 
 
 def _typed(stage_flow: Any, result: Any) -> Any:

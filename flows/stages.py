@@ -116,6 +116,17 @@ def train_reward_model(
     )
 
 
+@flow(name="warm-up-policy", **RESULTS)
+def warm_up_policy(
+    config: ServedConfig, feedback: ArtifactRef, models: ModelsRef, forced: list[str] | None = None
+) -> ModelsRef:
+    """The policy before PPO, supervised on the training prompts' references (``warmup``); PPO starts from it and
+    keeps it as its KL reference."""
+    from tasks.warmup import warm_up
+
+    return _step(warm_up, config, "warmup", forced)(feedback, models, settings_for("warmup", config), config.workspace)
+
+
 @flow(name="train-policy", **RESULTS)
 def train_policy(
     config: ServedConfig,

@@ -1,4 +1,5 @@
-"""The end-to-end Text2Grad pipeline: feedback -> annotate -> align + validate -> reward model -> PPO -> evaluate.
+"""The end-to-end Text2Grad pipeline: feedback -> annotate -> align + validate -> reward model -> (warm-up) -> PPO ->
+evaluate.
 
 Every stage task is cached on its code, its settings and the content of its inputs (``tasks/caching.py``), so a
 Retry of a failed run, or a new run with the same inputs, skips every completed stage; changing a setting re-runs
@@ -21,6 +22,7 @@ from flows.stages import (
     prepare_feedback,
     train_policy,
     train_reward_model,
+    warm_up_policy,
 )
 from t2g_core.config import PipelineConfig, Preset
 from t2g_core.config.presets import with_preset
@@ -59,8 +61,9 @@ def text2grad(
     models = build_models(config, feedback, forced)
     spans, validation = place(align_and_validate, feedback, models, annotations)
     reward_model = place(train_reward_model, feedback, models, annotations, spans, validation)
-    policy = place(train_policy, feedback, models, reward_model)
-    evaluation = place(evaluate, feedback, models, policy)
+    start = place(warm_up_policy, feedback, models) if config.warmup.enabled else models  # the policy PPO starts from
+    policy = place(train_policy, feedback, start, reward_model)
+    evaluation = place(evaluate, feedback, start, policy)
     outputs = {
         "feedback": feedback,
         "models": models,
@@ -68,6 +71,7 @@ def text2grad(
         "spans": spans,
         "validation": validation,
         "reward_model": reward_model,
+        "warmup": start if config.warmup.enabled else None,
         "policy": policy,
         "evaluation": evaluation,
     }

@@ -31,10 +31,10 @@ def train_cmd(
     ),
 ) -> None:
     """Train a LoRA policy with PPO from the configured data, policy and reward source."""
-    from t2g_core.config.stages import FeedbackSettings, ModelsSettings, PPOSettings
+    from t2g_cli.warmup import prepared
+    from t2g_core.config.stages import PPOSettings
     from t2g_core.ppo.run import default_run_name
-    from t2g_core.stages import feedback, models, ppo
-    from t2g_core.stages.refs import SourceRef
+    from t2g_core.stages import ppo
     from t2g_env import api_key
 
     cfg = pipeline_config(config, set_)
@@ -44,11 +44,8 @@ def train_cmd(
     out = run_dir or Path(ws).resolve() / "checkpoints" / "ppo" / default_run_name(settings)
     if (out / "checkpoints" / "latest").exists():
         fail(f"{out} already holds a run; continue it with `t2g ppo resume {out}` or pass another --run-dir")
-    source, data = SourceRef.of(cfg.data), FeedbackSettings.from_pipeline(cfg)
-    built_with = ModelsSettings.from_pipeline(cfg)
-    with processes.main_process_first():  # one process ingests and builds; the others find the results
-        fb = feedback.materialise(source, data, stage_context("feedback", ws, {"source": source, "settings": data}))
-        built = models.build(fb, built_with, stage_context("models", ws, {"feedback": fb, "settings": built_with}))
+    with processes.main_process_first():  # one process ingests, builds and warms up; the others find the results
+        fb, built = prepared(cfg, warm_up=cfg.warmup.enabled)
     echo(f"PPO ({cfg.ppo.reward_mode}, {cfg.ppo.reward_source}) from {built.policy} -> {out}")
     params = {"feedback": fb, "models": built, "settings": settings}
     try:

@@ -17,9 +17,20 @@ HEADLINE_METRICS = (
     "unmatched_span_rate",
     "json_valid_rate",
 )
-ORDER = ("feedback", "models", "annotations", "spans", "validation", "reward_model", "policy", "evaluation")
+ORDER = (
+    "feedback",
+    "models",
+    "annotations",
+    "spans",
+    "validation",
+    "reward_model",
+    "warmup",
+    "policy",
+    "evaluation",
+)
 SHOWN = {  # the fields of each reference worth a line
     "models": ("base", "policy"),
+    "warmup": ("policy",),
     "validation": ("status", "report"),
     "reward_model": ("kind", "model_dir", "version", "champion", "global_step"),
     "policy": ("adapter_dir", "steps", "version", "reward_model_version"),
@@ -90,7 +101,7 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
     from t2g_mlflow.runs import find_pipeline_run
 
     lines = [f"Pipeline finished in {seconds:.0f} s. Stage outputs:"]
-    lines += [_stage_line(name, result[name]) for name in ORDER if name in result]
+    lines += [_stage_line(name, result[name]) for name in ORDER if result.get(name) is not None]
     lines += ["", *learnt_lines(result.get("evaluation")), "", "Where to look:"]
     plots = plot_lines(result)
     if plots:

@@ -21,6 +21,7 @@ from t2g_core.config.presets import PRESETS, Preset, merged
 from t2g_core.config.reward_model import RewardModelConfig
 from t2g_core.config.timeouts import TimeoutsConfig
 from t2g_core.config.validate import ValidateConfig
+from t2g_core.config.warmup import WarmupConfig
 from t2g_core.config.workspace import WorkspaceConfig
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "TimeoutsConfig",
     "TinyModelConfig",
     "ValidateConfig",
+    "WarmupConfig",
     "WorkspaceConfig",
     "apply_overrides",
     "load_config",
@@ -59,7 +61,7 @@ class PipelineConfig(StageConfig):
     """The whole pipeline; each field is one stage's config (in the run form: in the order the stages run)."""
 
     workspace: WorkspaceConfig = Field(
-        default_factory=WorkspaceConfig, description="Workspace and tracking.", **_section("Workspace and tracking", 10)
+        default_factory=WorkspaceConfig, description="Workspace and tracking.", **_section("Workspace and tracking", 11)
     )
     data: DataConfig = Field(
         default_factory=DataConfig, description="Feedback to learn from.", **_section("1 · Data (feedback)", 0)
@@ -87,6 +89,11 @@ class PipelineConfig(StageConfig):
     reward_model: RewardModelConfig = Field(
         default_factory=RewardModelConfig, description="Generative reward model.", **_section("7 · Reward model", 6)
     )
+    warmup: WarmupConfig = Field(
+        default_factory=WarmupConfig,
+        description="Supervised warm-up of the policy before PPO (off by default).",
+        **_section("Warm-up before PPO (optional)", 9),
+    )
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="Span-reward PPO.", **_section("8 · PPO", 7))
     evaluate: EvaluateConfig = Field(
         default_factory=EvaluateConfig, description="Policy evaluation.", **_section("9 · Evaluate", 8)
@@ -94,17 +101,17 @@ class PipelineConfig(StageConfig):
     placement: PlacementConfig = Field(
         default_factory=PlacementConfig,
         description="Work pool of each stage group.",
-        **_section("Placement (work pools)", 9),
+        **_section("Placement (work pools)", 10),
     )
     checks: ChecksConfig = Field(
         default_factory=ChecksConfig,
         description="Combinations of settings accepted although they are risky.",
-        **_section("Checks (accepted risks)", 11),
+        **_section("Checks (accepted risks)", 12),
     )
     timeouts: TimeoutsConfig = Field(
         default_factory=TimeoutsConfig,
         description="Time limit of each stage (minutes; none unless set).",
-        **_section("Time limits", 12),
+        **_section("Time limits", 13),
     )
 
     model_config = StageConfig.model_config | {"populate_by_name": True}

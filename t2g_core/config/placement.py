@@ -16,5 +16,6 @@ class PlacementConfig(StageConfig):
     annotate: str | None = Field(None, description=POOL.format(what="annotation"))
     align_and_validate: str | None = Field(None, description=POOL.format(what="alignment and validation"))
     train_reward_model: str | None = Field(None, description=POOL.format(what="reward-model training, e.g. `t2g-gpu`"))
+    warm_up_policy: str | None = Field(None, description=POOL.format(what="the policy's supervised warm-up"))
     train_policy: str | None = Field(None, description=POOL.format(what="PPO, e.g. `t2g-gpu`"))
     evaluate: str | None = Field(None, description=POOL.format(what="policy evaluation, e.g. `t2g-gpu`"))

@@ -51,10 +51,11 @@ class RewardModelConfig(StageConfig):
         description="Model the reward model starts from: models.reward_model_base, or the policy before PPO (which "
         "already knows the task: a tagger on it compares each token with the policy's own prediction).",
     )
-    finetune: Literal["lora", "full"] = Field(
+    finetune: Literal["lora", "full", "frozen"] = Field(
         "lora",
         description="Train LoRA adapters (the lora_* fields) or every weight of the language model; the tagger's "
-        "head is always trained in full.",
+        "head is always trained in full. frozen (tagger only) trains the head alone on the base's own features: a "
+        "forward pass per step and no language model saved, for a pretrained base that can already look a value up.",
     )
     tagger_head_size: int = Field(0, ge=0, description="Tagger: width of the head's hidden layer (0 = model width).")
     # data
@@ -129,6 +130,15 @@ class RewardModelConfig(StageConfig):
     promote_metric: str = Field(
         "span_f1", description="Evaluation metric that decides promotion from candidate to champion (higher is better)."
     )
+
+    @model_validator(mode="after")
+    def _frozen_is_a_tagger(self) -> RewardModelConfig:
+        if self.finetune == "frozen" and self.kind != "tagger":
+            raise ValueError(
+                "reward_model.finetune=frozen trains only a tagger's head; a generative reward model would learn "
+                "nothing (use finetune=lora or full, or kind=tagger)"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

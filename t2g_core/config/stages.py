@@ -30,6 +30,7 @@ from t2g_core.config import (
     RewardModelConfig,
     StageConfig,
     ValidateConfig,
+    WarmupConfig,
 )
 
 
@@ -84,6 +85,14 @@ class RewardModelSettings(StageSettings):
     models: ModelsConfig = Field(default_factory=ModelsConfig, description="The weights dtype the base loads in.")
 
 
+class WarmupSettings(StageSettings):
+    warmup: WarmupConfig = Field(default_factory=WarmupConfig, description="Supervised warm-up.")
+    holdout: HoldoutConfig = Field(
+        default_factory=HoldoutConfig, description="The prompts held out from training (never warmed up on)."
+    )
+    models: ModelsConfig = Field(default_factory=ModelsConfig, description="The weights dtype the policy loads in.")
+
+
 class PPOSettings(StageSettings):
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="PPO.")
     holdout: HoldoutConfig = Field(default_factory=HoldoutConfig, description="The prompts held out from training.")
@@ -132,6 +141,7 @@ SETTINGS: dict[str, type[StageSettings]] = {
     "align": AlignSettings,
     "validate": ValidateSettings,
     "reward_model": RewardModelSettings,
+    "warmup": WarmupSettings,
     "ppo": PPOSettings,
     "evaluate": EvaluateSettings,
 }

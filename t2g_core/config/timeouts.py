@@ -33,6 +33,9 @@ class TimeoutsConfig(StageConfig):
     reward_model: float | None = Field(
         None, gt=0, description=LIMIT.format(what="reward-model training", how=" from its last checkpoint")
     )
+    warmup: float | None = Field(
+        None, gt=0, description=LIMIT.format(what="supervised warm-up", how=" from its last checkpoint")
+    )
     ppo: float | None = Field(None, gt=0, description=LIMIT.format(what="PPO stage", how=" from its last checkpoint"))
     evaluate: float | None = Field(None, gt=0, description=LIMIT.format(what="policy evaluation", how=""))
 

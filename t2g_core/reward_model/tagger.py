@@ -8,8 +8,8 @@ where h is the language model's last hidden state and the two log-probabilities 
 position i-1 (what the model itself predicted there), and a two-layer MLP maps f_i to three logits. Training is
 cross-entropy over the response tokens against the labels alignment produces (validated spans placed on tokens
 through the tokenizer's offset mapping, poor winning on overlap as ``align.overlap`` says); the language model is
-fine-tuned with it (LoRA or fully, ``reward_model.finetune``); the training loop is
-:mod:`t2g_core.reward_model.tagger_train`.
+fine-tuned with it (LoRA or fully, ``reward_model.finetune``) or kept frozen (the head alone learns); the training
+loop is :mod:`t2g_core.reward_model.tagger_train`.
 
 Why this head: measured at demo scale (``docs/reward_model.md``), a tagger only catches invented
 values when it starts from a model that can look the value up (the policy) *and* its head compares the token with
@@ -18,7 +18,8 @@ reward model is generative (it writes the critique and then the spans); the tagg
 one is made from its labels (:func:`critique_from_spans`).
 
 Saved as a folder: ``tagger.json`` (what it is and how it was built), ``head.safetensors``, the tokenizer, and the
-fine-tuned language model (``lm/``, a full model folder, or ``adapter/``, a LoRA adapter on ``base_model``).
+fine-tuned language model (``lm/``, a full model folder, or ``adapter/``, a LoRA adapter on ``base_model``; none for
+a frozen one, which loads ``base_model`` itself).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ NEUTRAL, GOOD, POOR = 0, 1, 2
 CLASS_LABELS = {GOOD: POSITIVE, POOR: NEGATIVE}
 IGNORE = -100  # cross-entropy ignore index: prompt and padding tokens
 TAGGER_META = "tagger.json"
+LM_FOLDERS = {"lora": "adapter", "full": "lm"}  # where a tagger folder keeps its language model, per finetune
 HEAD_FILE = "head.safetensors"
 
 
@@ -187,6 +189,8 @@ def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> t
         from t2g_core.reward_model.train import lora_config
 
         lm = get_peft_model(lm, lora_config(cfg))
+    elif cfg.finetune == "frozen":
+        lm.requires_grad_(False)
     hidden = lm.config.get_text_config().hidden_size if hasattr(lm.config, "get_text_config") else lm.config.hidden_size
     return SpanTagger(lm, hidden, cfg.tagger_head_size or None), tokenizer  # the trained head stays float32
 
@@ -198,11 +202,11 @@ def save_tagger(model: SpanTagger, tokenizer, out: Path, meta: dict) -> Path:
     from t2g_core.models.loading import embeddings_trained
 
     out.mkdir(parents=True, exist_ok=True)
-    lm_dir = out / ("adapter" if meta.get("finetune") == "lora" else "lm")
-    if hasattr(model.lm, "peft_config"):  # the base's embeddings are rebuilt at load unless they were trained
-        model.lm.save_pretrained(str(lm_dir), save_embedding_layers=embeddings_trained(model.lm))
-    else:
-        model.lm.save_pretrained(str(lm_dir))
+    folder = LM_FOLDERS.get(meta.get("finetune", "full"))
+    if folder is not None:  # a frozen tagger's language model is its base_model, unchanged: nothing to save
+        # a LoRA adapter: the base's embeddings are rebuilt at load unless they were trained
+        peft = {"save_embedding_layers": embeddings_trained(model.lm)} if hasattr(model.lm, "peft_config") else {}
+        model.lm.save_pretrained(str(out / folder), **peft)
     save_file({k: v.detach().contiguous().cpu() for k, v in model.head.state_dict().items()}, str(out / HEAD_FILE))
     tokenizer.save_pretrained(str(out))
     write_text_atomic(out / TAGGER_META, json.dumps(meta, indent=2))
@@ -233,7 +237,8 @@ def load_tagger(path: str | Path, *, device: str | None = None, dtype: torch.dty
         lm = load_causal_lm(meta["base_model"], dtype=dtype, tokenizer=tokenizer, place=False)
         lm = PeftModel.from_pretrained(lm, str(path / "adapter")).merge_and_unload()
     else:
-        lm = load_causal_lm(path / "lm", dtype=dtype, tokenizer=tokenizer, place=False)
+        lm_ref = path / "lm" if meta["finetune"] == "full" else meta["base_model"]
+        lm = load_causal_lm(lm_ref, dtype=dtype, tokenizer=tokenizer, place=False)
     model = SpanTagger(lm, int(meta["hidden_size"]), int(meta["head_size"]))
     model.head.load_state_dict(load_file(str(path / HEAD_FILE)))
     return model.to(device=device, dtype=dtype).eval(), tokenizer

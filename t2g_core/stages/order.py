@@ -5,8 +5,18 @@ from __future__ import annotations
 from typing import Literal
 
 # Names accepted by `t2g run --refresh` and the `refresh` flow parameter, in pipeline order.
-Stage = Literal["feedback", "models", "annotate", "align", "validate", "reward_model", "ppo", "evaluate"]
-STAGES: tuple[str, ...] = ("feedback", "models", "annotate", "align", "validate", "reward_model", "ppo", "evaluate")
+Stage = Literal["feedback", "models", "annotate", "align", "validate", "reward_model", "warmup", "ppo", "evaluate"]
+STAGES: tuple[str, ...] = (
+    "feedback",
+    "models",
+    "annotate",
+    "align",
+    "validate",
+    "reward_model",
+    "warmup",
+    "ppo",
+    "evaluate",
+)
 
 
 def downstream(refresh: list[str] | None) -> set[str]:

@@ -44,6 +44,7 @@ STAGE_WORK = {
     "t2g_core.evaluation": {"evaluate_policies"},
     "t2g_core.evaluation.results": {"evaluate_policies"},
     "t2g_core.models.tiny": {"ensure_demo_models"},
+    "t2g_core.warmup": {"train_warmup", "warmup_pairs"},
     "t2g_core.validation": {"check_batch", "review_sample", "make_batch", "write_report", "with_review"},
     "t2g_core.demo": {"make_demo_feedback"},
     "t2g_core.ingest": {"ingest"},

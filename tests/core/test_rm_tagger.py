@@ -193,3 +193,29 @@ def test_a_tampered_tagger_checkpoint_is_refused_and_runs_nothing(tiny_model_dir
     with pytest.raises(UnsafeCheckpoint, match="state.pt: refused"):  # a longer run resumes from step 5
         fit_tagger(_cfg(max_steps=9), tiny_model_dir, examples, tmp_path / "run")
     assert not marker.exists()
+
+
+def test_a_frozen_tagger_trains_its_head_alone_and_saves_no_language_model(tiny_model_dir, tok, tmp_path):
+    """finetune=frozen: the base's weights are untouched, the folder holds the head and the tokenizer only, and the
+    scorer reads the base itself; a generative reward model cannot be frozen (it would learn nothing)."""
+    from safetensors.torch import load_file
+
+    from t2g_core.reward_model.tagger import load_tagger
+
+    torch.set_num_threads(1)
+    rm_df, fb = _tagger_data(tok, 2)
+    result = fit_tagger(_cfg(max_steps=6, finetune="frozen"), tiny_model_dir, tagger_examples(rm_df, fb), tmp_path)
+    folder = result.adapter_dir
+    assert not (folder / "lm").exists() and not (folder / "adapter").exists() and (folder / "head.safetensors").exists()
+    assert [h["rm/loss"] for h in result.history][-1] < result.history[0]["rm/loss"]  # the head learnt
+    state = torch.load(tmp_path / "checkpoints" / "step-5" / "state.pt", weights_only=False)
+    assert state["params"] and all(name.startswith("head.") for name in state["params"])  # nothing else trained
+    model, _ = load_tagger(folder, device="cpu", dtype=torch.float32)
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    for name, value in model.lm.state_dict().items():
+        if name in base:
+            torch.testing.assert_close(value, base[name])  # the base, exactly as it was
+    rows = [{"task": "summarization", "prompt": p, "response": r} for p, r, *_ in ITEMS]
+    assert len(TaggerScorer(folder, _cfg(finetune="frozen")).critique_batch(rows)) == len(ITEMS)
+    with pytest.raises(ValueError, match="finetune=frozen trains only a tagger"):
+        RewardModelConfig(kind="generative", finetune="frozen")

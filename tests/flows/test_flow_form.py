@@ -61,3 +61,44 @@ def test_flow_modules_import_without_heavy_libraries():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""
+
+
+def test_a_placed_stage_sends_parameters_its_deployment_schema_accepts(monkeypatch, tmp_path):
+    """A retried pipeline reloads finished stages' results; one may come back as the model's plain fields
+    (``schema_name``). The placed stage's parameters must still validate against the deployment's parameter schema
+    (``schema``), as the Prefect server checks them on create_flow_run."""
+    import jsonschema
+    import prefect.deployments
+    from prefect.utilities.callables import parameter_schema
+
+    from flows import placement
+    from flows.stages import evaluate
+    from t2g_core.config import load_config
+    from t2g_core.stages.refs import ModelsRef, PolicyRef
+    from t2g_core.store import ArtifactRef
+
+    sent = {}
+
+    class _Stop(Exception):
+        pass
+
+    def run_deployment(name, parameters, as_subflow):
+        sent.update(parameters)
+        raise _Stop
+
+    monkeypatch.setattr(placement, "deployment_on_pool", lambda flow, pool: f"{flow}/{pool}")
+    monkeypatch.setattr(prefect.deployments, "run_deployment", run_deployment)
+    feedback = ArtifactRef(path=str(tmp_path), sha256="a", n_rows=1, schema="feedback", key="k")
+    params = {
+        "config": load_config(None, [f"workspace.root={tmp_path}"]),
+        "feedback": feedback.model_dump(mode="json"),  # plain fields, as a reloaded result may be
+        "models": ModelsRef.model_construct(),
+        "policy": PolicyRef.model_construct(),
+        "forced": [],
+    }
+    with pytest.raises(_Stop):
+        placement.placed(evaluate, "gpu", **params)
+    schema = parameter_schema(evaluate).model_dump_for_openapi()
+    sub = {"definitions": schema["definitions"], **schema["properties"]["feedback"]}
+    jsonschema.validate(sent["feedback"], sub)
+    assert sent["feedback"]["schema"] == "feedback"

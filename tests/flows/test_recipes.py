@@ -27,6 +27,18 @@ def test_full_recipes_validate_completely(name):
     assert cfg.models.dtype == "bfloat16" and cfg.ppo.learning_rate == 1e-6  # bf16 weights: bf16 reward-model autocast
 
 
+def test_the_smollm2_recipe_warms_up_and_trains_a_frozen_tagger_on_the_untouched_model():
+    cfg = load_config(ROOT / "recipes" / "summarization-smollm2.yaml")
+    assert cfg.models.policy == cfg.models.reward_model_base == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert cfg.warmup.enabled and cfg.data.source == "demo" and cfg.annotate.annotator == "reference"
+    assert (cfg.reward_model.kind, cfg.reward_model.finetune, cfg.reward_model.init_from) == (
+        "tagger",
+        "frozen",
+        "reward_model_base",
+    )
+    assert (cfg.ppo.reward_mode, cfg.ppo.reward_source, cfg.ppo.value_model) == ("span", "reward_model", "head")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [f"{n}-tiny" for n in FULL])
 def test_tiny_recipe_runs_end_to_end(name, tmp_path, monkeypatch, prefect_harness):

@@ -124,6 +124,8 @@ def config_with(changes: dict, root: Path) -> PipelineConfig:
 # ------------------------------------------------------------------------------------------ recording stand-ins
 RECORDED: dict[str, list[StageSettings]] = {}
 EXECUTED: list[str] = []
+RECEIVED: dict[str, list[tuple]] = {}  # stage -> the references each call was given
+PRODUCED: dict[str, list] = {}  # stage -> what each call returned
 
 
 def _digest(params: dict) -> str:
@@ -145,7 +147,7 @@ def _artifact(name: str, digest: str) -> ArtifactRef:
 def _outputs(stage: str, digest: str, root: Path):
     if stage in ("feedback", "annotate", "align"):
         return _artifact(stage, digest)
-    if stage == "models":
+    if stage in ("models", "warmup"):
         return ModelsRef(base="base", policy="policy", base_digest=digest, policy_digest=digest)
     if stage == "review_sample":
         return ReviewSampleRef(key=digest[:8], n_items=1, sample=_file(root, stage, digest))
@@ -178,7 +180,10 @@ def stand_in(stage: str, root: Path):
         settings = [a for a in (*args, *kwargs.values()) if isinstance(a, StageSettings)]
         RECORDED.setdefault(stage, []).extend(settings)
         EXECUTED.append(stage)
-        return _outputs(stage, _digest({"stage": stage, **params}), root)
+        RECEIVED.setdefault(stage, []).append((*args, *kwargs.values()))
+        out = _outputs(stage, _digest({"stage": stage, **params}), root)
+        PRODUCED.setdefault(stage, []).append(out)
+        return out
 
     return recorder
 
@@ -193,6 +198,7 @@ def stand_ins(monkeypatch, tmp_path, prefect_harness):
     import tasks.ppo
     import tasks.reward_model
     import tasks.validate
+    import tasks.warmup
 
     spies = {
         name: stand_in(name, tmp_path)
@@ -205,6 +211,7 @@ def stand_ins(monkeypatch, tmp_path, prefect_harness):
             "auto_review",
             "validate",
             "reward_model",
+            "warmup",
             "ppo",
             "evaluate",
         )
@@ -217,6 +224,7 @@ def stand_ins(monkeypatch, tmp_path, prefect_harness):
     monkeypatch.setattr(tasks.validate, "auto_review", spies["auto_review"])
     monkeypatch.setattr(tasks.validate, "validation_report", spies["validate"])
     monkeypatch.setattr(tasks.reward_model, "train_reward_model", spies["reward_model"])
+    monkeypatch.setattr(tasks.warmup, "warm_up", spies["warmup"])
     monkeypatch.setattr(tasks.ppo, "train_policy", spies["ppo"])
     monkeypatch.setattr(tasks.evaluate, "evaluate_policy", spies["evaluate"])
     import flows.text2grad
@@ -224,8 +232,8 @@ def stand_ins(monkeypatch, tmp_path, prefect_harness):
     record = task(name="stand-in-record")(lambda outputs, ws: None)
     monkeypatch.setattr(tasks.pipeline, "record_outputs", record)
     monkeypatch.setattr(flows.text2grad, "record_outputs", record)  # imported by name when the flow module loads
-    RECORDED.clear()
-    EXECUTED.clear()
+    for record in (RECORDED, EXECUTED, RECEIVED, PRODUCED):
+        record.clear()
     return tmp_path
 
 
@@ -263,6 +271,8 @@ def test_every_setting_reaches_the_stage_that_reads_it(stand_ins, monkeypatch):
             default = getattr(defaults, section if section != "validate" else "validate_").model_dump(mode="json")
             differs = [k for k in values if values[k] != default.get(k) and not isinstance(values[k], dict)]
             assert differs, f"{stage}.{section}: no non-default value arrived"
+    warmed = PRODUCED["warmup"][-1]  # warmup.enabled: PPO and the evaluation start from the warmed-up policy
+    assert all(warmed in RECEIVED[stage][-1] for stage in ("ppo", "evaluate"))
     ppo = RECORDED["ppo"][-1]
     assert ppo.holdout.eval_fraction == changes["holdout.eval_fraction"]
     assert ppo.align.positive_value == changes["align.positive_value"] != 1.0
@@ -275,7 +285,7 @@ def _keys(config: PipelineConfig, stage_fns: dict) -> dict[str, str]:
 
 
 def test_changing_one_setting_changes_the_keys_of_exactly_the_stages_that_read_it(tmp_path):
-    from tasks import align, annotate, data, evaluate, ppo, reward_model, validate
+    from tasks import align, annotate, data, evaluate, ppo, reward_model, validate, warmup
 
     stage_fns = {
         "feedback": data.materialise_feedback,
@@ -284,6 +294,7 @@ def test_changing_one_setting_changes_the_keys_of_exactly_the_stages_that_read_i
         "align": align.align,
         "validate": validate.validation_report,
         "reward_model": reward_model.train_reward_model,
+        "warmup": warmup.warm_up,
         "ppo": ppo.train_policy,
         "evaluate": evaluate.evaluate_policy,
     }

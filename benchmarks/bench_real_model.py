@@ -1,0 +1,262 @@
+"""A real pretrained model end to end on CPU: warm-up, reward model, span PPO and scalar PPO from the same warm-up.
+
+The core of ``recipes/summarization-smollm2.yaml``, stage by stage, through the pipeline's own stage functions
+(``t2g_core.stages``), each keyed and cached in the work folder, so a killed run resumes where it stopped:
+
+1. feedback (the demo's summarization items) and the models (SmolLM2-135M-Instruct by its Hub id);
+2. the supervised warm-up on the training prompts' references (the policy both PPO runs start from and keep as
+   their KL reference);
+3. annotations from the reference critic, and the reward model trained on them (the recipe's: a span tagger on the
+   frozen base's features), with its held-out quality against the demo's ground truth;
+4. span PPO driven by that reward model, and scalar PPO (the same reward model's sum on the last token) from the same
+   warm-up with the same budget;
+5. the held-out evaluation: the template-free fact error (``t2g_core.demo.facts``) and the other fact metrics of the
+   untrained model, the warm-up policy and both PPO policies on the prompts PPO held out, each compared with the
+   warm-up policy by a paired bootstrap interval (``t2g_core.evaluation.bootstrap``); and from PPO's periodic
+   held-out evaluations, the first step at which each PPO run's error is ``--target`` (30%) below the warm-up's.
+
+Per stage: wall seconds, process CPU seconds and peak resident memory (``VmHWM``, reset before each stage). Writes
+``bench_real_model.json`` in the results folder (``$T2G_BENCH_RESULTS``, default ``benchmarks/results``).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_real_model.py [--recipe FILE] [--set KEY=VALUE ...]
+    .venv/bin/python benchmarks/bench_real_model.py --smoke      # the tiny demo models, well under a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+from testbed import ROOT, results_dir, stay_offline
+
+stay_offline()
+sys.path.insert(0, str(ROOT))
+
+RECIPE = ROOT / "recipes" / "summarization-smollm2.yaml"
+SMOKE = [  # tiny demo models and a few steps of everything: the script's path, not its figures
+    "holdout.eval_fraction=0.004",  # 4 of the recipe's 1000 items
+    "models.policy=tiny",
+    "models.reward_model_base=tiny",
+    "models.tiny.vocab_size=256",
+    "models.tiny.hidden_size=32",
+    "models.tiny.intermediate_size=64",
+    "models.tiny.warm_start_steps=2",
+    "models.tiny.policy_sft_steps=2",
+    "models.tiny.policy_noise_steps=1",
+    "models.tiny.policy_sft_examples=32",
+    "warmup.steps=2",
+    "warmup.batch_size=4",
+    "reward_model.max_steps=2",
+    "reward_model.batch_size=4",
+    "reward_model.eval_max_items=4",
+    "ppo.steps=2",
+    "ppo.batch_size=4",
+    "ppo.minibatches=1",
+    "ppo.ppo_epochs=1",
+    "ppo.max_new_tokens=8",
+    "ppo.eval_every=1",
+    "ppo.reward_model_gate.allow_weak=true",
+    "evaluate.max_prompts=4",
+    "evaluate.max_new_tokens=8",
+    "evaluate.bootstrap_samples=100",
+]
+METRICS = ("fact_error", "invented_entity_rate", "fact_recall", "fact_precision")
+
+
+# ------------------------------------------------------------------------------------------------ measuring a stage
+def _peak_rss_gb() -> float:
+    text = Path("/proc/self/status").read_text(encoding="utf-8")
+    return int(re.search(r"VmHWM:\s+(\d+)", text).group(1)) / 1024**2
+
+
+def _reset_peak() -> None:
+    """Start the peak-memory count afresh (Linux: writing 5 to clear_refs resets VmHWM)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5", encoding="utf-8")
+    except OSError:  # not Linux, or not allowed: the peak is then the process's so far
+        pass
+
+
+class Stages:
+    """Runs stage functions in one workspace, each under its key, recording wall, CPU seconds and peak memory."""
+
+    def __init__(self, work: Path):
+        self.work, self.cost = work, {}
+
+    def context(self, name: str, stage: str, params: dict):
+        """The stage's context: outputs under its key (its code, settings and inputs) in the work folder."""
+        from t2g_core.codehash import code_digest
+        from t2g_core.stages.context import StageContext, stage_key
+
+        key = stage_key(stage, code_digest(f"t2g_core.stages.{stage}"), params)
+        return StageContext.keyed(self.work / "ws", key, log=lambda m: print(f"  [{name}] {m}", flush=True))
+
+    def run(self, name: str, fn, stage: str | None = None, **params):
+        """``fn(ctx)`` for a stage (its context keyed by ``params``), else ``fn()``; measured."""
+        ctx = self.context(name, stage, params) if stage else None
+        _reset_peak()
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn(ctx) if stage else fn()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        self.cost[name] = {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "peak_rss_gb": round(_peak_rss_gb(), 2)}
+        print(f"{name}: {wall:.0f} s wall, {cpu:.0f} CPU-s, peak {self.cost[name]['peak_rss_gb']} GB", flush=True)
+        return out
+
+
+# ------------------------------------------------------------------------------------------------ the pipeline's core
+def run_pipeline(cfg, stages: Stages) -> dict:
+    """Feedback -> models -> warm-up -> annotations -> reward model -> span PPO and scalar PPO; their references."""
+    from t2g_core.config import stages as settings
+    from t2g_core.stages import annotate, feedback, models, ppo, reward_model, warmup
+    from t2g_core.stages.refs import SourceRef
+
+    src, data = SourceRef.of(cfg.data), settings.FeedbackSettings.from_pipeline(cfg)
+    fb = stages.run("feedback", lambda ctx: feedback.materialise(src, data, ctx), "feedback", source=src, settings=data)
+    built_with = settings.ModelsSettings.from_pipeline(cfg)
+    built = stages.run(
+        "models", lambda ctx: models.build(fb, built_with, ctx), "models", feedback=fb, settings=built_with
+    )
+    ws = settings.WarmupSettings(
+        warmup=cfg.warmup.model_copy(update={"enabled": True}), holdout=cfg.holdout, models=cfg.models
+    )
+    start = stages.run(
+        "warmup", lambda ctx: warmup.warm_up(fb, built, ws, ctx), "warmup", feedback=fb, models=built, settings=ws
+    )
+    an = settings.AnnotateSettings.from_pipeline(cfg)
+    ann = stages.run("annotate", lambda ctx: annotate.annotate(fb, an, ctx), "annotate", feedback=fb, settings=an)
+    rs = settings.RewardModelSettings.from_pipeline(cfg)
+    rm = stages.run(
+        "reward_model",
+        lambda ctx: reward_model.train(fb, ann, None, None, built, rs, ctx),
+        "reward_model",
+        feedback=fb,
+        annotations=ann,
+        models=built,
+        settings=rs,
+    )
+    runs = {}
+    for mode in ("span", "scalar"):
+        ps = settings.PPOSettings.from_pipeline(
+            cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"reward_mode": mode})})
+        )
+        runs[mode] = stages.run(
+            f"ppo_{mode}",
+            lambda ctx, ps=ps: ppo.train(fb, start, rm, ps, ctx),
+            "ppo",
+            feedback=fb,
+            models=start,
+            reward_model=rm,
+            settings=ps,
+        )
+    return {"feedback": fb, "models": built, "warmup": start, "reward_model": rm, **runs}
+
+
+def held_out_evaluation(cfg, refs: dict, stages: Stages) -> dict:
+    """Every policy on PPO's held-out prompts, sampled as PPO samples; comparisons with the warm-up policy."""
+    import pandas as pd
+
+    from t2g_core.evaluation import evaluate_policies
+    from t2g_core.models.loading import resolve_dtype
+    from t2g_core.stages.io import read
+
+    held = set(pd.read_parquet(Path(refs["span"].run_dir) / "eval.parquet")["id"])
+    frame = read(refs["feedback"], "feedback")
+    frame = frame[frame["id"].isin(held)].reset_index(drop=True)
+    p = cfg.ppo
+    sampled = {"do_sample": True, "temperature": p.temperature, "top_k": p.top_k, "top_p": p.top_p}
+    ev = cfg.evaluate.model_copy(update={**sampled, "max_new_tokens": p.max_new_tokens})
+    policies = {
+        "base": refs["models"].policy,
+        "warm_start": refs["warmup"].policy,
+        "span": refs["span"].adapter_dir,
+        "scalar": refs["scalar"].adapter_dir,
+    }
+    dtype = resolve_dtype(cfg.models.dtype)
+    results = stages.run(
+        "evaluate", lambda: evaluate_policies(policies, frame, "summarization", ev, baseline="warm_start", dtype=dtype)
+    )
+    means = {name: entry["metrics"] for name, entry in results.summary["policies"].items()}
+    comparisons = [c for c in results.summary["comparisons"] if c["metric"] in METRICS]
+    return {
+        "n_prompts": len(frame),
+        "settings": ev.model_dump(mode="json"),
+        "means": means,
+        "vs_warm_start": comparisons,
+    }
+
+
+def steps_to_target(history_path: str, target: float) -> dict:
+    """PPO's periodic held-out errors and the first step (1-based: updates done) at or below ``target``."""
+    history = json.loads(Path(history_path).read_text(encoding="utf-8"))
+    curve = [(int(h["step"]) + 1, float(h["eval/task_error"])) for h in history if "eval/task_error" in h]
+    reached = next((step for step, err in curve if err <= target), None)
+    return {"eval_error_by_step": curve, "steps_to_target": reached, "final_train_error": history[-1].get("task/error")}
+
+
+# ------------------------------------------------------------------------------------------------ main
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--recipe", type=Path, default=RECIPE, help="The pipeline configuration (a recipe file).")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="PipelineConfig override.")
+    ap.add_argument("--target", type=float, default=0.3, help="Relative error reduction PPO is timed to.")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--work", type=Path, default=None, help="Work folder (default: <results>/bench_real_model_work).")
+    ap.add_argument("--smoke", action="store_true", help="The tiny demo models and a few steps (the test suite).")
+    args = ap.parse_args()
+    if args.smoke:
+        args.overrides = [*SMOKE, *args.overrides]
+    args.work = args.work or results_dir(args.smoke) / "bench_real_model_work"
+    return args
+
+
+def _means(evaluation: dict, policy: str) -> dict:
+    return {m: evaluation["means"].get(policy, {}).get(m) for m in METRICS}
+
+
+def main() -> None:
+    args = parse_args()
+    import torch
+
+    from t2g_core.config import load_config
+
+    torch.set_num_threads(args.threads)
+    cfg = load_config(args.recipe, [f"workspace.root={args.work / 'ws'}", *args.overrides])
+    stages = Stages(args.work)
+    t0, c0 = time.perf_counter(), time.process_time()
+    refs = run_pipeline(cfg, stages)
+    evaluation = held_out_evaluation(cfg, refs, stages)
+    warm_error = _means(evaluation, "warm_start")["fact_error"]
+    target = None if warm_error is None else (1 - args.target) * warm_error
+    out = {
+        "benchmark": "bench_real_model",
+        "policy": cfg.models.policy,
+        "smoke": args.smoke,
+        "stages": stages.cost,
+        "total": {"wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(time.process_time() - c0, 1)},
+        "reward_model": {"kind": refs["reward_model"].kind, "held_out": refs["reward_model"].metrics},
+        "held_out": evaluation,
+        "target": {"relative_reduction": args.target, "fact_error": target},
+        "ppo": {
+            m: steps_to_target(refs[m].history_path, target if target is not None else -1.0) for m in ("span", "scalar")
+        },
+        "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads},
+        "config": cfg.model_dump(mode="json", by_alias=True, exclude={"workspace", "placement", "timeouts"}),
+    }
+    folder = results_dir(args.smoke)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "bench_real_model.json").write_text(json.dumps(out, indent=2, default=str), encoding="utf-8")
+    for policy in ("base", "warm_start", "span", "scalar"):
+        print(
+            f"{policy:11s} " + " ".join(f"{k}={v:.3f}" for k, v in _means(evaluation, policy).items() if v is not None)
+        )
+    print(json.dumps(out["ppo"], indent=1))
+    print(f"-> {folder / 'bench_real_model.json'}")
+
+
+if __name__ == "__main__":
+    main()
