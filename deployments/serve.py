@@ -1,6 +1,7 @@
 """Serve the deployments from one process (``make up`` starts it), or register stage deployments on a work pool.
 
     python deployments/serve.py --workspace t2g-workspace [--sensor-interval 60] [--cron "0 3 * * *"] [--debounce 30]
+        [--allow-endpoint http://127.0.0.1:8000/v1 ...] [--allow-key-env OPENAI_API_KEY ...]
     python deployments/serve.py --workspace t2g-workspace --pool t2g-gpu   # stage flows on a work pool, then exit
 
 Serving (no work pool or worker needed on one machine):
@@ -10,6 +11,12 @@ Serving (no work pool or worker needed on one machine):
 - ``feedback-sensor/feedback-sensor``: the same scan as a flow run, on demand from the UI.
 - ``reannotate/reannotate``: event trigger on ``text2grad.feedback.landed``, debounced: the first event of a burst
   schedules one run ``--debounce`` seconds later and the rest of the burst within that window adds no runs.
+
+What a run may set is fixed here (``t2g_core.serving.ServePolicy``, handed to the flow runs through the environment,
+read by ``t2g_env.serving``): endpoint URLs only from ``--allow-endpoint``, key variables only from ``--allow-key-env``
+(both repeatable, or comma-separated in ``T2G_ALLOWED_ENDPOINTS`` / ``T2G_ALLOWED_KEY_ENVS``), this workspace, its
+MLflow tracking URI and its inbox; ``annotate.sandbox_isolation=none`` only with ``T2G_ALLOW_UNSANDBOXED=1`` in
+this process's environment. A run that sets anything else fails before it sends a request, naming the field.
 
 ``--pool P`` instead registers the placeable stage flows (``annotate``, ``align-and-validate``, ``train-reward-model``,
 ``warm-up-policy``, ``train-policy``, ``evaluate``) as deployments named ``P`` on work pool ``P``, with this project
@@ -36,6 +43,29 @@ def form_defaults(workspace: str) -> dict:
 
     root = str(Path(workspace).resolve())
     return {"workspace": PipelineConfig.model_validate({"workspace": {"root": root}}).workspace.model_dump(mode="json")}
+
+
+def serve_policy(workspace: str, endpoints: list[str], key_envs: list[str]):
+    """The policy the served flow runs check their parameters against (``t2g_core.serving``)."""
+    from t2g_core.serving import ServePolicy
+    from t2g_core.workspace import Workspace
+
+    served = form_defaults(workspace)["workspace"]
+    return ServePolicy(
+        workspace_root=served["root"],
+        mlflow_tracking_uri=served["mlflow_tracking_uri"],
+        inbox=str(Workspace.at(served["root"]).inbox),
+        endpoints=tuple(endpoints),
+        key_envs=tuple(key_envs),
+    )
+
+
+def _listed(values: list[str] | None, variable: str) -> list[str]:
+    """Repeated option values plus the comma-separated entries of environment variable ``variable``."""
+    import os
+
+    from_env = [v.strip() for v in os.environ.get(variable, "").split(",") if v.strip()]
+    return [*(values or []), *from_env]
 
 
 def build_deployments(workspace: str, *, cron: str | None = None, debounce: float = 30) -> list:
@@ -100,15 +130,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=2, help="Flow runs executed at once.")
     parser.add_argument("--pool", default=None, help="Register the stage flows on this work pool and exit.")
     parser.add_argument("--groups", default=",".join(PLACEABLE), help="With --pool: which stage groups.")
+    parser.add_argument(
+        "--allow-endpoint", action="append", help="An endpoint base URL runs may use (repeat; T2G_ALLOWED_ENDPOINTS)."
+    )
+    parser.add_argument(
+        "--allow-key-env", action="append", help="A key variable runs may read (repeat; T2G_ALLOWED_KEY_ENVS)."
+    )
     args = parser.parse_args(argv)
 
     from t2g_cli.runtime import prepare_environment
 
     prepare_environment(args.workspace)
+    policy = serve_policy(
+        args.workspace,
+        _listed(args.allow_endpoint, "T2G_ALLOWED_ENDPOINTS"),
+        _listed(args.allow_key_env, "T2G_ALLOWED_KEY_ENVS"),
+    )
     if args.pool:
         for name in deploy_stage_flows(args.pool, args.workspace, groups=args.groups.split(",")):
             print(f"deployment {name} on work pool {args.pool}")
+        for variable, value in policy.environment().items():
+            print(f"start the workers of {args.pool} with: export {variable}='{value}'")
         return
+    import os
     import threading
 
     from prefect import serve
@@ -116,6 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     from flows.feedback import watch_inbox
     from t2g_core.config import WorkspaceConfig
 
+    os.environ.update(policy.environment())  # the flow runs are this process's children: they inherit it
+    print(f"serve-time policy: endpoints {list(policy.endpoints)}, key variables {list(policy.key_envs)}")
     deployments = build_deployments(args.workspace, cron=args.cron, debounce=args.debounce)
     workspace = WorkspaceConfig(**form_defaults(args.workspace)["workspace"])
     threading.Thread(

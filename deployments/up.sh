@@ -2,6 +2,9 @@
 # Start a local Prefect server (SQLite in the workspace), an MLflow server (SQLite + local artifact root) and a serve
 # process with the text2grad deployments. PIDs go to <workspace>/run/*.pid; `make down` (down.sh) stops exactly those.
 # Ports: PREFECT_PORT (4200) and MLFLOW_PORT (5000), or the next free ones. PostgreSQL: see docs/operations.md.
+# The Prefect API asks for an auth string (PREFECT_AUTH_STRING, "user:password", else a random one kept in
+# <workspace>/run/prefect-auth, mode 0600; the UI asks for it once) and answers cross-origin requests only from its
+# own UI. Runs may use only the endpoints in T2G_ALLOWED_ENDPOINTS and the key variables in T2G_ALLOWED_KEY_ENVS.
 set -euo pipefail
 
 WS=$(realpath -m "${1:-t2g-workspace}")
@@ -24,6 +27,14 @@ PREFECT_PORT=$(free_port "${PREFECT_PORT:-4200}")
 MLFLOW_PORT=$(free_port "${MLFLOW_PORT:-5000}")
 [[ "$MLFLOW_PORT" == "$PREFECT_PORT" ]] && MLFLOW_PORT=$(free_port $((PREFECT_PORT + 1)))
 
+AUTH_FILE="$RUN/prefect-auth"
+if [[ -n "${PREFECT_AUTH_STRING:-}" ]]; then AUTH=$PREFECT_AUTH_STRING
+elif [[ -s "$AUTH_FILE" ]]; then AUTH=$(cat "$AUTH_FILE")
+else AUTH="t2g:$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"; fi
+[[ "$AUTH" == *:* ]] || { echo "PREFECT_AUTH_STRING must look like user:password" >&2; exit 1; }
+(umask 077 && printf '%s' "$AUTH" >"$AUTH_FILE.$$" && mv "$AUTH_FILE.$$" "$AUTH_FILE" &&
+  printf 'user = "%s"\n' "$AUTH" >"$RUN/curl-auth")  # curl reads it from a file: never on a command line
+
 export DO_NOT_TRACK=1 PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT=false
 export MLFLOW_DISABLE_TELEMETRY=true HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
 export PREFECT_HOME="$WS/prefect"
@@ -40,17 +51,20 @@ start() {  # name, command...: own session (process group), so down.sh can stop 
   setsid "$@" >"$RUN/$name.log" 2>&1 < /dev/null &
   echo $! >"$RUN/$name.pid"
 }
-start prefect-server "$BIN/prefect" server start --host 127.0.0.1 --port "$PREFECT_PORT" --analytics-off
+UI_ORIGINS="http://127.0.0.1:$PREFECT_PORT,http://localhost:$PREFECT_PORT"
+PREFECT_SERVER_API_AUTH_STRING="$AUTH" PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS="$UI_ORIGINS" \
+  start prefect-server "$BIN/prefect" server start --host 127.0.0.1 --port "$PREFECT_PORT" --analytics-off
 start mlflow-server "$BIN/mlflow" server --backend-store-uri "$MLFLOW_BACKEND" --artifacts-destination "$MLFLOW_ARTIFACTS" \
   --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1
 
-wait_health() {  # url, name, seconds
-  for _ in $(seq 1 "$3"); do
-    if curl -fsS "$1" >/dev/null 2>&1; then return 0; fi
-    if ! alive "$2"; then echo "$2 exited; see $RUN/$2.log" >&2; tail -20 "$RUN/$2.log" >&2; return 1; fi
+wait_health() {  # url, name, seconds, curl options...
+  local url=$1 name=$2 seconds=$3; shift 3
+  for _ in $(seq 1 "$seconds"); do
+    if curl -fsS "$@" "$url" >/dev/null 2>&1; then return 0; fi
+    if ! alive "$name"; then echo "$name exited; see $RUN/$name.log" >&2; tail -20 "$RUN/$name.log" >&2; return 1; fi
     sleep 1
   done
-  echo "$2 not healthy after $3 s; see $RUN/$2.log" >&2; return 1
+  echo "$name not healthy after $seconds s; see $RUN/$name.log" >&2; return 1
 }
 stop_all() { bash "$(dirname "$0")/down.sh" "$WS"; exit 1; }   # a failed start leaves nothing running
 wait_health "http://127.0.0.1:$PREFECT_PORT/api/health" prefect-server 180 || stop_all
@@ -58,18 +72,20 @@ wait_health "http://127.0.0.1:$MLFLOW_PORT/health" mlflow-server 180 || stop_all
 
 export PREFECT_API_URL="http://127.0.0.1:$PREFECT_PORT/api"
 export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"
+export PREFECT_API_AUTH_STRING="$AUTH"
 export PREFECT_RUNNER_POLL_FREQUENCY="${PREFECT_RUNNER_POLL_FREQUENCY:-5}"
 start serve "$BIN/python" "$(cd "$(dirname "$0")" && pwd)/serve.py" --workspace "$WS" --sensor-interval "${SENSOR_INTERVAL:-60}" \
   --debounce "${DEBOUNCE_SECONDS:-30}" ${CRON:+--cron "$CRON"}
 
 # ready when the serve process has registered its deployments
-wait_health "$PREFECT_API_URL/deployments/name/reannotate/reannotate" serve 240 || stop_all
+wait_health "$PREFECT_API_URL/deployments/name/reannotate/reannotate" serve 240 --config "$RUN/curl-auth" || stop_all
 
 cat >"$RUN/servers.json" <<JSON
 {"prefect_api": "$PREFECT_API_URL", "prefect_ui": "http://127.0.0.1:$PREFECT_PORT", "mlflow": "$MLFLOW_TRACKING_URI",
- "workspace": "$WS"}
+ "workspace": "$WS", "prefect_auth_file": "$AUTH_FILE"}
 JSON
 echo "Prefect UI: http://127.0.0.1:$PREFECT_PORT   (deployments: text2grad, feedback-sensor, reannotate)"
+echo "            it asks for the auth string in $AUTH_FILE"
 echo "MLflow UI:  http://127.0.0.1:$MLFLOW_PORT"
 echo "Inbox:      $WS/inbox   (drop feedback files here; re-annotation follows)"
 echo "Logs/PIDs:  $RUN        stop with: make down WORKSPACE=$WS"

@@ -7,7 +7,8 @@ seen (:func:`announce`). The ``feedback-sensor`` flow does the same scan once, f
 pool without a serve process. The ``reannotate`` deployment has an event trigger on that event, debounced (one run
 per burst); each run appends *every* pending file to the feedback dataset as a new version, annotates the items the
 current annotations do not cover and merges them in, so a debounced burst loses nothing and both datasets' version
-pointers move together; ``then="policy"`` continues to a whole pipeline run on that latest version.
+pointers move together (one file, one writer; a run whose base version moved meanwhile fails and leaves its files
+pending); ``then="policy"`` continues to a whole pipeline run on that latest version.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Literal
 from prefect import flow, get_run_logger
 
 from t2g_core.config import PipelineConfig, WorkspaceConfig
+from t2g_env.serving import ServedConfig, ServedInbox, ServedWorkspace
 from tasks.pipeline import close_pipeline_run, close_stale_runs, open_pipeline_run
 
 EVENT = "text2grad.feedback.landed"
@@ -49,7 +51,7 @@ def announce(workspace: WorkspaceConfig, inbox: str | None = None, scan: Callabl
 
 
 @flow(name="feedback-sensor")
-def feedback_sensor(workspace: WorkspaceConfig = WorkspaceConfig(), inbox: str | None = None) -> list[str]:  # noqa: B008
+def feedback_sensor(workspace: ServedWorkspace = WorkspaceConfig(), inbox: ServedInbox = None) -> list[str]:  # noqa: B008
     """Emit one event per new feedback file in the inbox (default ``<workspace>/inbox``); returns their hashes."""
     from tasks.inbox import scan_inbox
 
@@ -105,7 +107,7 @@ def watch_inbox(
     on_crashed=[close_stale_runs, close_pipeline_run],
 )
 def reannotate(
-    config: PipelineConfig = PipelineConfig(),  # noqa: B008
+    config: ServedConfig = PipelineConfig(),  # noqa: B008
     path: str | None = None,
     then: Literal["none", "validate", "reward_model", "policy"] = "none",
 ) -> dict:
@@ -125,11 +127,12 @@ def reannotate(
     ws, root, settings = config.workspace, config.workspace.root, settings_for("annotate", config)
     versions = []
     for file in inbox.pending_files(ws):
-        feedback = cached(data.append_feedback, root)(ArtifactRef.of(file, "feedback"), data.latest_feedback(ws), ws)
+        base = data.latest_feedback(ws)  # the version this file extends; another run that moves it first wins
+        feedback = cached(data.append_feedback, root)(ArtifactRef.of(file, "feedback"), base, ws)
         todo = cached(annotate.unannotated, root)(feedback, data.latest_annotations(ws), ws)
         fresh = cached(annotate.annotate_task(settings), root)(todo, settings, ws)
         annotations = cached(annotate.merge_annotations, root)(data.latest_annotations(ws), fresh, ws)
-        version = data.advance_versions(ws, feedback, annotations)
+        version = data.advance_versions(ws, feedback, annotations, based_on=base)
         inbox.mark_processed(file, version, ws)
         versions.append({"file": file, "version": version, "feedback": feedback, "annotations": annotations})
     result: dict = {"processed": versions, "trigger_path": path}

@@ -11,6 +11,7 @@ from prefect import flow
 from t2g_core.config import PipelineConfig
 from t2g_core.config.stages import settings_for
 from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef, RewardModelRef, ValidationRef
+from t2g_env.serving import ServedConfig
 from tasks.caching import cached
 
 RESULTS = {"persist_result": True, "result_serializer": "json"}  # a deployment's result is read by the caller
@@ -28,7 +29,7 @@ def _step(task, config: PipelineConfig, stage: str, forced: list[str] | None):
 
 
 @flow(name="prepare-feedback", **RESULTS)
-def prepare_feedback(config: PipelineConfig, forced: list[str] | None = None) -> ArtifactRef:
+def prepare_feedback(config: ServedConfig, forced: list[str] | None = None) -> ArtifactRef:
     """The feedback artifact: the demo data, the configured source, or the dataset's latest version."""
     from t2g_core.config.data import LATEST
     from t2g_core.stages.refs import SourceRef
@@ -42,7 +43,7 @@ def prepare_feedback(config: PipelineConfig, forced: list[str] | None = None) ->
 
 
 @flow(name="build-models", **RESULTS)
-def build_models(config: PipelineConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ModelsRef:
+def build_models(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ModelsRef:
     """The base models: built locally for the feedback's task (tiny), or the named ones."""
     from tasks import data
 
@@ -52,7 +53,7 @@ def build_models(config: PipelineConfig, feedback: ArtifactRef, forced: list[str
 
 
 @flow(name="annotate", **RESULTS)
-def annotate(config: PipelineConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ArtifactRef:
+def annotate(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ArtifactRef:
     """Critiques and quoted good/poor spans for every feedback item; they become version 1 of the datasets. The stage
     first checks that every item has what the annotator needs (a reference, tests, a critique, an endpoint). With
     ``data.source: latest`` the annotations re-annotation made for that version are reused (unless refreshed)."""
@@ -71,7 +72,7 @@ def annotate(config: PipelineConfig, feedback: ArtifactRef, forced: list[str] | 
 
 @flow(name="align-and-validate", **RESULTS)
 def align_and_validate(
-    config: PipelineConfig,
+    config: ServedConfig,
     feedback: ArtifactRef,
     models: ModelsRef,
     annotations: ArtifactRef,
@@ -99,7 +100,7 @@ def align_and_validate(
 
 @flow(name="train-reward-model", **RESULTS)
 def train_reward_model(
-    config: PipelineConfig,
+    config: ServedConfig,
     feedback: ArtifactRef,
     models: ModelsRef,
     annotations: ArtifactRef,
@@ -117,7 +118,7 @@ def train_reward_model(
 
 @flow(name="warm-up-policy", **RESULTS)
 def warm_up_policy(
-    config: PipelineConfig, feedback: ArtifactRef, models: ModelsRef, forced: list[str] | None = None
+    config: ServedConfig, feedback: ArtifactRef, models: ModelsRef, forced: list[str] | None = None
 ) -> ModelsRef:
     """The policy before PPO, supervised on the training prompts' references (``warmup``); PPO starts from it and
     keeps it as its KL reference."""
@@ -128,7 +129,7 @@ def warm_up_policy(
 
 @flow(name="train-policy", **RESULTS)
 def train_policy(
-    config: PipelineConfig,
+    config: ServedConfig,
     feedback: ArtifactRef,
     models: ModelsRef,
     reward_model: RewardModelRef | None,
@@ -144,7 +145,7 @@ def train_policy(
 
 @flow(name="evaluate", **RESULTS)
 def evaluate(
-    config: PipelineConfig,
+    config: ServedConfig,
     feedback: ArtifactRef,
     models: ModelsRef,
     policy: PolicyRef,

@@ -27,6 +27,7 @@ from flows.stages import (
 from t2g_core.config import PipelineConfig, Preset
 from t2g_core.config.presets import with_preset
 from t2g_core.stages.order import Stage, downstream
+from t2g_env.serving import ServedConfig
 from tasks.outcome import publish_outcome
 from tasks.pipeline import close_pipeline_run, close_stale_runs, open_pipeline_run, record_outputs
 
@@ -40,7 +41,7 @@ from tasks.pipeline import close_pipeline_run, close_stale_runs, open_pipeline_r
 )
 def text2grad(
     preset: Preset = "full",
-    config: PipelineConfig = PipelineConfig(),  # noqa: B008
+    config: ServedConfig = PipelineConfig(),  # noqa: B008
     refresh: list[Stage] | None = None,
 ) -> dict:
     """Train a policy from natural-language feedback. Returns the references of every stage's output.

@@ -63,8 +63,11 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def guard(fn):
-    """Turn SchemaError into one clear line and a non-zero exit instead of a traceback."""
+    """Turn SchemaError, and a full disk in any disguise (``t2g_core.disk``), into one clear line and a non-zero exit
+    instead of a traceback."""
     import functools
+
+    from t2g_core.disk import DiskFull, disk_full
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -72,6 +75,11 @@ def guard(fn):
             return fn(*args, **kwargs)
         except SchemaError as exc:
             fail(str(exc))
+        except Exception as exc:
+            full = exc if isinstance(exc, DiskFull) else disk_full(exc, Path.cwd())
+            if full is None:
+                raise
+            fail(str(full))
 
     return wrapper
 

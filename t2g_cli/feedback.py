@@ -16,12 +16,17 @@ feedback_app = typer.Typer(
 @feedback_app.command("check")
 @guard
 def check(path: Path = typer.Argument(..., help="Feedback file or folder.")) -> None:
-    """Validate a feedback file against the schema; prints one clear error naming file, row and column."""
-    from t2g_core.feedback import load_feedback
+    """Validate a feedback file against the schema; prints one clear error naming file, row and column. The file is
+    read in pieces: any size is checked in about the memory of one piece."""
+    from collections import Counter
 
-    df = load_feedback(path)
-    counts = df["task"].value_counts().to_dict()
-    echo(f"{path}: {len(df)} valid items ({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))})")
+    from t2g_core.feedback import iter_feedback
+
+    counts: Counter = Counter()
+    for piece in iter_feedback(path):
+        counts.update(piece["task"])
+    total = sum(counts.values())
+    echo(f"{path}: {total} valid items ({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))})")
 
 
 @feedback_app.command("import")

@@ -68,7 +68,7 @@ def _preflight(cfg) -> None:
             rows = feedback_rows(source_frame(cfg.data))
         except (FileNotFoundError, ValueError) as exc:
             fail(f"data.source {cfg.data.source}: {exc}")
-    has_key = None if cfg.annotate.api_key_secret else api_key(settings_for("annotate", cfg)) is not None
+    has_key = api_key(settings_for("annotate", cfg)) is not None
     message = problems(rows, cfg.annotate, has_key=has_key)
     if message:
         fail(f"{cfg.data.source}: {message}" if own_file else message)

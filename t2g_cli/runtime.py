@@ -3,9 +3,9 @@
 Called by the CLI *before* prefect or mlflow is imported (Prefect reads its settings at import time):
 - ``PREFECT_HOME`` = ``<workspace>/prefect`` (API database, logs, default result storage),
 - ``PREFECT_API_URL`` / ``MLFLOW_TRACKING_URI`` from ``<workspace>/run/servers.json`` (written by ``deployments/up.sh``)
-  when those servers answer their health checks; otherwise a temporary Prefect API server (the one Prefect itself
-  would start for an ephemeral run) that dies with this process, even on ``kill -9``, and MLflow uses
-  ``sqlite:///<workspace>/mlflow.db``.
+  when those servers answer their health checks, and ``PREFECT_API_AUTH_STRING`` from the auth file it names;
+  otherwise a temporary Prefect API server (the one Prefect itself would start for an ephemeral run) that dies with
+  this process, even on ``kill -9``, and MLflow uses ``sqlite:///<workspace>/mlflow.db``.
 """
 
 from __future__ import annotations
@@ -85,7 +85,20 @@ def _free_port() -> int:
 
 def start_temporary_prefect(timeout_s: float = 180.0) -> str:
     """Start Prefect's own API app (as Prefect's ephemeral mode does) in a child process bound to this one: it
-    ends when this process ends, however it ends. Returns the API URL; ``PREFECT_API_URL`` is set to it."""
+    ends when this process ends, however it ends. Returns the API URL; ``PREFECT_API_URL`` is set to it.
+
+    Two commands starting at once in one workspace would both create and migrate the same new SQLite database (one
+    of them then fails on "duplicate column"); the database's lock is held until this server answers, so the second
+    start waits and finds the database migrated."""
+    from t2g_core.locks import folder_lock
+
+    home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect")
+    home.mkdir(parents=True, exist_ok=True)
+    with folder_lock(home / "prefect.db", f"a Prefect server starting (pid {os.getpid()})", wait_s=timeout_s):
+        return _start_temporary_prefect(timeout_s)
+
+
+def _start_temporary_prefect(timeout_s: float) -> str:
     import importlib.util
 
     prefect_dir = Path(importlib.util.find_spec("prefect").origin).parent  # not imported: settings are read at import
@@ -148,6 +161,9 @@ def prepare_environment(workspace_root: str | Path, *, start_prefect: bool = Fal
     if servers:
         os.environ["PREFECT_API_URL"] = servers["prefect_api"]
         os.environ.setdefault("MLFLOW_TRACKING_URI", servers["mlflow"])
+        auth_file = Path(servers.get("prefect_auth_file") or root / "run" / "prefect-auth")
+        if auth_file.is_file() and "PREFECT_API_AUTH_STRING" not in os.environ:
+            os.environ["PREFECT_API_AUTH_STRING"] = auth_file.read_text(encoding="utf-8").strip()
     prefect = os.environ.get("PREFECT_API_URL")
     if prefect is None and start_prefect:
         prefect = (

@@ -8,6 +8,8 @@ data every later stage and its cache key trust, so it is fixed at its source, wh
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
+from itertools import islice
 from pathlib import Path
 
 import pandas as pd
@@ -19,8 +21,34 @@ OPTIONAL = ("critique", "reference", "tests", "entry_point", "meta")
 
 def _read_jsonl(path: Path) -> pd.DataFrame:
     rows, broken = [], []  # broken: (row, line, surrogate) of rows holding lone surrogates
-    raw = path.read_bytes()
-    for lineno, line in enumerate(raw.splitlines(), start=1):
+    with open(path, "rb") as f:
+        for lineno, obj in _jsonl_records(path, enumerate(f, start=1)):
+            if found := surrogate_in(obj):
+                broken.append((len(rows), lineno, found))
+            rows.append(obj)
+    if broken:
+        raise _surrogate_error(path, *broken[0], count=len(broken))
+    return pd.DataFrame(rows)
+
+
+def _surrogate_error(path: Path, row: int, lineno: int, found: tuple, count: int | None = None) -> SchemaError:
+    """The error for a row holding a lone surrogate; ``count``: how many rows of the file hold one (None: unknown,
+    the file is read in pieces and stops at the first)."""
+    where, at, code = found
+    column, _, inner = where.partition(".")
+    detail = f" ({inner})" if inner else ""
+    of_file = f"; {count} row(s) of the file hold one" if count is not None else ""
+    return SchemaError(
+        str(path),
+        f"holds a lone surrogate {code} at character {at}{detail} (line {lineno}{of_file}): {NOT_UNICODE}",
+        column=column.split("[")[0].removesuffix(" (a key)"),
+        row=row,
+    )
+
+
+def _jsonl_records(path: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, dict]]:
+    """(line number, JSON object) of each non-blank numbered line, read as it streams by."""
+    for lineno, line in lines:
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -33,21 +61,7 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
             raise SchemaError(str(path), f"line {lineno} is not valid JSON: {exc.msg} (column {exc.colno})") from exc
         if not isinstance(obj, dict):
             raise SchemaError(str(path), f"line {lineno} is not a JSON object")
-        if found := surrogate_in(obj):
-            broken.append((len(rows), lineno, found))
-        rows.append(obj)
-    if broken:
-        row, lineno, (where, at, code) = broken[0]
-        column, _, inner = where.partition(".")
-        detail = f" ({inner})" if inner else ""
-        raise SchemaError(
-            str(path),
-            f"holds a lone surrogate {code} at character {at}{detail} (line {lineno}; {len(broken)} row(s) of the "
-            f"file hold one): {NOT_UNICODE}",
-            column=column.split("[")[0].removesuffix(" (a key)"),
-            row=row,
-        )
-    return pd.DataFrame(rows)
+        yield lineno, obj
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -138,3 +152,65 @@ def load_feedback(path: str | Path) -> pd.DataFrame:
             str(p), f"unsupported feedback format {suffix!r}: use .parquet, .jsonl, .csv or a datasets folder"
         )
     return validate_frame(_normalise(df, str(p)), FEEDBACK, str(p))
+
+
+def iter_feedback(path: str | Path, rows: int = 10_000) -> Iterator[pd.DataFrame]:
+    """The feedback in ``path`` as validated frames of at most ``rows`` rows, read piece by piece, so a file far
+    larger than memory is checked in about the memory of one piece. Errors name the row counted from the file's
+    start; ids are unique across the whole file. A ``datasets`` folder is read whole."""
+    p = Path(path)
+    if not p.exists():
+        raise SchemaError(str(p), "does not exist")
+    if p.is_dir() and not (p / "data.parquet").exists():
+        yield load_feedback(p)
+        return
+    p = p / "data.parquet" if p.is_dir() else p
+    ids: set[str] = set()
+    offset = 0
+    for chunk in _pieces(p, rows):
+        try:
+            df = validate_frame(_normalise(chunk, str(p)), FEEDBACK, str(p))
+        except SchemaError as exc:
+            raise SchemaError(
+                exc.file, exc.message, exc.column, None if exc.row is None else exc.row + offset
+            ) from None
+        again = next((i for i, v in enumerate(df["id"]) if v in ids), None)
+        if again is not None:
+            raise SchemaError(str(p), f"duplicate id {df['id'].iloc[again]!r}", column="id", row=offset + again)
+        ids.update(df["id"])
+        offset += len(df)
+        yield df
+
+
+def _pieces(p: Path, rows: int) -> Iterator[pd.DataFrame]:
+    suffix = p.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            batches = pq.ParquetFile(p).iter_batches(batch_size=rows)
+            yield from (batch.to_pandas() for batch in batches)
+        except (OSError, ValueError) as exc:
+            raise SchemaError(str(p), f"cannot be read as Parquet: {' '.join(str(exc).split())[:200]}") from None
+    elif suffix in (".jsonl", ".json"):
+        with open(p, "rb") as f:
+            records, done = _jsonl_records(p, enumerate(f, start=1)), 0
+            while piece := list(islice(records, rows)):
+                for row, (lineno, obj) in enumerate(piece, start=done):
+                    if found := surrogate_in(obj):
+                        raise _surrogate_error(p, row, lineno, found)
+                done += len(piece)
+                yield pd.DataFrame([obj for _, obj in piece])
+    elif suffix == ".csv":
+        try:
+            yield from pd.read_csv(
+                p, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8", chunksize=rows
+            )
+        except UnicodeDecodeError as exc:
+            raise SchemaError(str(p), f"is not valid UTF-8 (byte {exc.start})") from exc
+        except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
+            raise SchemaError(str(p), f"is not valid CSV: {' '.join(str(exc).split())[:200]}") from None
+    else:
+        raise SchemaError(
+            str(p), f"unsupported feedback format {suffix!r}: use .parquet, .jsonl, .csv or a datasets folder"
+        )

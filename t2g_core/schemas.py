@@ -64,7 +64,7 @@ class SchemaError(ValueError):
     """An artifact breaks its schema. ``file``, ``column`` and ``row`` locate the first problem (row is 0-based)."""
 
     def __init__(self, file: str, message: str, column: str | None = None, row: int | None = None):
-        self.file, self.column, self.row = file, column, row
+        self.file, self.column, self.row, self.message = file, column, row, message
         where = [file]
         if row is not None:
             where.append(f"row {row}")
@@ -187,6 +187,8 @@ ROLLOUTS = ArtifactSchema(
         Column("token_rewards", FLOAT_LIST),
         Column("reward", FLOAT),
         Column("kl", FLOAT),
+        Column("status", STR, choices=STATUSES),  # the reward source's answer for this rollout (ok or why not)
+        Column("error", STR, nullable=True),
     ),
     unique=("step", "id"),
 )

@@ -6,7 +6,9 @@ written under a temporary name and renamed into place, so a crash never leaves a
 The key hashes the stage name, its config and the content hashes of its inputs (never a run id), so a
 re-run with the same inputs finds its output already complete. An artifact's content hash leaves out the columns
 its schema declares volatile (timings such as ``latency_s``): a run that only took longer is the same input to the
-next stage (``ArtifactRef.content_sha256``; without volatile columns it is the data file's hash).
+next stage (``ArtifactRef.content_sha256``; without volatile columns it is the data file's hash). What a later run
+reuses is checked first (:meth:`ArtifactRef.problem`, :func:`read_json`): a folder whose manifest or data is missing
+or broken is not complete, and is written again rather than reused.
 """
 
 from __future__ import annotations
@@ -59,6 +61,14 @@ class ArtifactRef(BaseModel):
     def fingerprint(self) -> dict[str, str]:
         return {"sha256": self.content_sha256 or self.sha256}
 
+    def problem(self, within: Path | None = None) -> str | None:
+        """Why this artifact cannot be reused (files missing or unreadable), or None when it can; with ``within``,
+        only files under that folder are checked (see :func:`owned`)."""
+        p = Path(self.path)
+        if p.is_dir():
+            return json_problem(p / MANIFEST, within) or parquet_problem(p / DATA_FILE, within)
+        return parquet_problem(p, within) if p.suffix == ".parquet" else file_problem(p, within)
+
     @classmethod
     def of(cls, path: str | Path, schema: str) -> ArtifactRef:
         """A reference to an existing artifact folder or data file (e.g. a path given on the command line)."""
@@ -81,6 +91,58 @@ def _folder_digest(folder: Path) -> str:
         h.update(str(f.relative_to(folder)).encode())
         h.update(sha256_file(f).encode())
     return h.hexdigest()
+
+
+class BrokenFile(ValueError):
+    """A file a later run trusts is missing, cut short or not what it should be; the message names it."""
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON in ``path``; :class:`BrokenFile` naming the file when it is missing or not valid JSON (a write cut
+    short by a full disk or a kill)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BrokenFile(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BrokenFile(f"{path}: not valid JSON ({exc})") from None
+
+
+def owned(path: str | Path, within: Path | None) -> bool:
+    """Whether ``path`` lies under ``within`` (always, when ``within`` is None). A cached reference is checked only for
+    the files of its workspace, the outputs the pipeline wrote: a user's data file or a model cache elsewhere is
+    theirs to keep."""
+    return within is None or Path(path).resolve().is_relative_to(Path(within).resolve())
+
+
+def file_problem(path: str | Path, within: Path | None = None) -> str | None:
+    if not owned(path, within):
+        return None
+    return None if Path(path).is_file() else f"{path}: missing"
+
+
+def json_problem(path: str | Path, within: Path | None = None) -> str | None:
+    if not owned(path, within):
+        return None
+    try:
+        read_json(path)
+    except BrokenFile as exc:
+        return str(exc)
+    return None
+
+
+def parquet_problem(path: str | Path, within: Path | None = None) -> str | None:
+    """Why ``path`` is not a readable Parquet file (checked from its footer, without reading the data), or None."""
+    if not owned(path, within):
+        return None
+    if not Path(path).is_file():
+        return f"{path}: missing"
+    try:
+        pq.read_metadata(path)
+    except (OSError, ValueError) as exc:
+        return f"{path}: not a readable Parquet file ({exc})"
+    return None
 
 
 def content_sha256(df: pd.DataFrame, schema: str | ArtifactSchema) -> str | None:
@@ -140,11 +202,11 @@ class ArtifactStore:
         return self.root / stage / key
 
     def find(self, stage: str, key: str) -> ArtifactRef | None:
-        """The complete artifact at (stage, key), or None."""
-        manifest = self.folder(stage, key) / MANIFEST
-        if not manifest.exists():
+        """The complete artifact at (stage, key), or None (also when its manifest or data is broken)."""
+        folder = self.folder(stage, key)
+        if not (folder / MANIFEST).exists() or json_problem(folder / MANIFEST) or parquet_problem(folder / DATA_FILE):
             return None
-        return ref_from_manifest(manifest)
+        return ref_from_manifest(folder / MANIFEST)
 
     def write(
         self,
@@ -181,6 +243,7 @@ class ArtifactStore:
                 "extra": dict(extra or {}),
             }
             write_text_atomic(tmp / MANIFEST, json.dumps(manifest, indent=2, default=str))
+            _set_aside_broken(final)
             try:
                 os.rename(tmp, final)
             except OSError:  # lost a race: someone else completed the same key
@@ -192,8 +255,19 @@ class ArtifactStore:
         return ref_from_manifest(final / MANIFEST)
 
 
+def _set_aside_broken(final: Path) -> None:
+    """Move a broken artifact folder at ``final`` out of the way (a complete one is never touched)."""
+    if final.exists() and not (json_problem(final / MANIFEST) is None and parquet_problem(final / DATA_FILE) is None):
+        broken = final.with_name(f".{final.name}.broken-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+        try:
+            os.rename(final, broken)
+        except FileNotFoundError:  # another writer moved it first
+            return
+        shutil.rmtree(broken, ignore_errors=True)
+
+
 def ref_from_manifest(manifest: str | Path) -> ArtifactRef:
-    m = json.loads(Path(manifest).read_text(encoding="utf-8"))
+    m = read_json(manifest)
     return ArtifactRef(
         path=str(Path(manifest).parent),
         sha256=m["sha256"],
@@ -208,31 +282,44 @@ def read_manifest(artifact: str | Path | ArtifactRef) -> dict[str, Any]:
     path = Path(artifact.path if isinstance(artifact, ArtifactRef) else artifact)
     if path.is_file():
         path = path.parent
-    return json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    return read_json(path / MANIFEST)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Replace ``path`` with ``text`` at once: readers see the old or the new content, never a part (temp + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:6]}")
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` at once (temp file + fsync + rename; the temp file never outlives a failure)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` at once (temp file + rename; the temp file never outlives a failure)."""
+def write_frame_atomic(df: pd.DataFrame, path: str | Path) -> Path:
+    """``df`` (no declared schema) as Parquet at ``path``, atomically: temp file, fsync, rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:6]}")
     try:
-        tmp.write_bytes(data)
+        df.to_parquet(tmp, index=False)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    return path
 
 
 def write_parquet(df: pd.DataFrame, path: str | Path, schema: str | ArtifactSchema) -> Path:

@@ -199,7 +199,7 @@ def train_warmup(
     """LoRA SFT of ``policy`` on ``pairs`` for ``cfg.steps`` steps, merged and written to ``<out_dir>/policy``.
     With ``resume``, a finished warm-up in ``out_dir`` is returned as is and a killed one continues from its last
     checkpoint; ``callbacks`` are extra ``TrainerCallback`` objects."""
-    from t2g_core.training import publish_folder, staging_folder
+    from t2g_core.training import publish_folder, staging_folder, writer_token
 
     out_dir = Path(out_dir)
     if not pairs.pairs:
@@ -219,7 +219,7 @@ def train_warmup(
     seconds = time.perf_counter() - t0
     merged = trainer.model.merge_and_unload()  # base + LoRA as plain weights: the policy PPO starts from
     final = out_dir / "policy"
-    tmp = staging_folder(final, create=True)
+    tmp = staging_folder(final, writer_token(), create=True)
     merged.save_pretrained(str(tmp))
     trainer.processing_class.save_pretrained(str(tmp))
     meta = {

@@ -26,6 +26,7 @@ from t2g_mlflow.tags import (
     PARENT_RUN_TAG,
     PIPELINE_CONTEXT,
     PIPELINE_ROLE,
+    PROCESS_TAG,
     ROLE_TAG,
     STAGE_ROLE,
     STAGE_RUN_TAG_PREFIX,
@@ -120,6 +121,35 @@ def end_pipeline_run(flow_run_id: str, workspace_cfg: WorkspaceConfig, status: s
         client.set_terminated(run.info.run_id, status=status)
         return run.info.run_id
     return None
+
+
+def record_process(run_id: str, identity: str) -> None:
+    """Tag the pipeline's parent run with the process running it (``t2g.process``: host, pid, start)."""
+    from mlflow import MlflowClient
+
+    MlflowClient().set_tag(run_id, PROCESS_TAG, identity)
+
+
+def close_dead_pipeline_runs(workspace_cfg: WorkspaceConfig, is_dead, reason: str) -> list[str]:
+    """Pipeline runs still RUNNING whose process (tag ``t2g.process``) ``is_dead``: their stage runs and themselves
+    are marked KILLED with ``reason``. Returns the Prefect flow-run ids of the runs closed."""
+    from mlflow import MlflowClient
+
+    exp_id = configure(workspace_cfg)
+    client = MlflowClient()
+    running = client.search_runs(
+        [exp_id], f"tags.`{ROLE_TAG}` = '{PIPELINE_ROLE}' and attributes.status = 'RUNNING'", max_results=200
+    )
+    closed = []
+    for run in running:
+        process = run.data.tags.get(PROCESS_TAG)
+        if not process or not is_dead(process):
+            continue
+        close_stale_stage_runs(run.info.run_id, reason)
+        client.set_tag(run.info.run_id, ENDED_BY_TAG, reason)
+        client.set_terminated(run.info.run_id, status="KILLED")
+        closed.append(run.data.tags.get(FLOW_RUN_TAG, ""))
+    return [c for c in closed if c]
 
 
 def close_stale_stage_runs(parent_run_id: str, reason: str) -> list[str]:

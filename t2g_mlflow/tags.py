@@ -12,6 +12,7 @@ PIPELINE_ROLE = "pipeline"  # ROLE_TAG of the parent run of one root Prefect flo
 STAGE_ROLE = "stage"  # ROLE_TAG of a stage's nested run
 STAGE_TAG = "t2g.stage"
 ENDED_BY_TAG = "t2g.ended_by"  # why a stage run left RUNNING by a killed attempt was closed
+PROCESS_TAG = "t2g.process"  # host:pid:start of the process running a pipeline (a dead one's runs are closed)
 STAGE_RUN_TAG_PREFIX = "t2g.stage_run."  # t2g.stage_run.<stage> = run id, on the parent run
 OUTPUT_TAG_PREFIX = "t2g.output."  # t2g.output.<name> = sha256 of an artifact a stage produced
 

@@ -1,8 +1,9 @@
 """Annotation tasks: feedback -> annotations (LLM, code critic or reference critic), and the dataset's versions.
 
 Only the LLM annotator talks to the outside world, so only it gets Prefect retries (the answer cache makes a retry
-cost nothing for items already answered). The API key comes from a Prefect Secret block (``api_key_secret``) or the
-environment variable named in config; it is handed to t2g_core and never logged or stored.
+cost nothing for items already answered). The API key comes from the environment variable the settings name, in the
+environment of the process that runs the task (``t2g_env.api_key``): a Prefect Secret block is not used, since any
+client of the Prefect API can read one back. The key is handed to t2g_core and never logged or stored.
 """
 
 from __future__ import annotations
@@ -17,24 +18,12 @@ from tasks.caching import stage_task_options
 from tasks.stage import stage
 
 
-def annotator_key(settings: AnnotateSettings) -> str | None:
-    """The LLM annotator's key: from the Prefect Secret block ``annotate.api_key_secret`` when it names one, else from
-    the environment variable the settings name (``t2g_env.api_key``); None for the programmatic critics."""
-    if settings.api_key_env is None:
-        return None
-    if settings.annotate.api_key_secret:
-        from prefect.blocks.system import Secret
-
-        return Secret.load(settings.annotate.api_key_secret).get()
-    return api_key(settings)
-
-
 def _annotate(feedback: ArtifactRef, settings: AnnotateSettings, workspace: WorkspaceConfig) -> ArtifactRef:
     """One annotations row per feedback item (failures are statuses, never dropped rows)."""
     from t2g_core.stages import annotate
 
     with stage(_annotate, "annotate", workspace, feedback=feedback, settings=settings) as ctx:
-        return ctx.produced(annotate.annotate(feedback, settings, ctx, api_key=annotator_key(settings)))
+        return ctx.produced(annotate.annotate(feedback, settings, ctx, api_key=api_key(settings)))
 
 
 annotate_critic = task(name="annotate", **stage_task_options())(_annotate)

@@ -11,12 +11,17 @@ same inputs find the completed stages. The same key names the stage's output fol
 after a code change writes new outputs instead of finding the old ones. Results are small JSON (typed references)
 persisted under ``<workspace>/prefect-results`` through a saved ``local-file-system`` block (an unsaved block instance
 is refused by Prefect), so deleting the workspace drops its cache too.
+
+A cached result is a reference to files, and is reused only while they are intact: before Prefect looks the key up,
+:func:`drop_broken_record` asks the stored reference for its ``problem()`` (a deleted report folder, a summary cut
+short, a 4-byte Parquet file) and, when it has one, expires the record with a log line, so the stage runs again
+instead of being reported ``Cached``.
 """
 
 from __future__ import annotations
 
 import hashlib
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,8 +46,45 @@ def task_key(fn: Any, params: dict[str, Any]) -> str:
 
 
 def stage_cache_key(ctx: TaskRunContext, params: dict[str, Any]) -> str:
-    """Prefect ``cache_key_fn``: :func:`task_key` of the running task."""
-    return task_key(ctx.task.fn, params)
+    """Prefect ``cache_key_fn``: :func:`task_key` of the running task (its record expired first if its files broke)."""
+    key = task_key(ctx.task.fn, params)
+    drop_broken_record(ctx, key)
+    return key
+
+
+def result_problem(value: Any, within: Path | None = None) -> str | None:
+    """Why a cached result (a stage reference, a plain-dict artifact reference, or a tuple of them) cannot be
+    reused, or None; only its files under ``within`` (the workspace) are checked."""
+    from t2g_core.store import ArtifactRef
+
+    if hasattr(value, "problem"):
+        return value.problem(within)
+    if isinstance(value, dict) and {"path", "sha256", "n_rows", "key"} <= set(value):
+        return ArtifactRef.model_validate(value).problem(within)
+    if isinstance(value, (list, tuple)):
+        return next((p for p in (result_problem(v, within) for v in value) if p), None)
+    return None
+
+
+def drop_broken_record(ctx: TaskRunContext, key: str) -> None:
+    """Expire the cached record of ``key`` when the files its result names are missing or broken (logged)."""
+    store = getattr(ctx, "result_store", None)
+    if store is None or not store.exists(key):
+        return
+    basepath = getattr(store.result_storage, "basepath", None)  # <workspace>/prefect-results
+    within = Path(basepath).expanduser().parent if basepath else None
+    try:
+        problem = result_problem(store.read(key).result, within)
+    except Exception as exc:  # noqa: BLE001 - a record that cannot be read back is not a cache hit either
+        problem = f"its record cannot be read ({type(exc).__name__}: {exc})"
+    if problem is None:
+        return
+    from prefect import get_run_logger
+
+    get_run_logger().warning(
+        "%s: the cached result is not reused (%s); running the stage again", ctx.task.name, problem
+    )
+    store.write(obj=None, key=key, expiration=datetime.now(UTC) - timedelta(seconds=1))
 
 
 def results_path(workspace_root: str | Path) -> Path:

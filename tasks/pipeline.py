@@ -1,9 +1,12 @@
 """The pipeline run's own bookkeeping: its MLflow parent run, what a Retry after a crash must close, its outputs.
 
 - ``open_pipeline_run`` (flow hook, on_running): the MLflow parent run of this flow run (reused on a retry) with the
-  configuration as params. On a retry it first closes what the killed attempt left open: Prefect task runs and
-  subflow runs still Running or Pending become Crashed, MLflow stage runs still RUNNING become KILLED, and the
-  run log says how the previous attempt ended.
+  configuration as params, tagged with the process running it. On a retry it first closes what the killed attempt
+  left open: Prefect task runs and subflow runs still Running or Pending become Crashed, MLflow stage runs still
+  RUNNING become KILLED, and the run log says how the previous attempt ended. Every start also closes the runs of
+  other pipelines whose process on this machine is gone (killed outside a Retry: ``kill -9``, a closed terminal):
+  their MLflow runs become KILLED and their Prefect flow runs Crashed. It also removes the temporary files that
+  killed writers left in the workspace, once they are older than ``workspace.stale_temp_hours``.
 - ``record_outputs`` (task): the parent run links every stage output the pipeline used, cached or not.
 - ``close_stale_runs`` (flow hook, on_failure / on_crashed): what the ended attempt left Running is closed at once.
 - ``close_pipeline_run`` (flow hook): the parent run ends FINISHED or FAILED.
@@ -16,6 +19,8 @@ from typing import Any
 from prefect import task
 
 from t2g_core.config import PipelineConfig, WorkspaceConfig
+from t2g_core.locks import identity_alive, process_identity
+from t2g_env import serving
 from t2g_mlflow import runs
 
 ACTIVE = ("RUNNING", "PENDING")
@@ -45,8 +50,9 @@ def _flow_run_tree(client, root_id) -> list:
     return found
 
 
-def crash_stale_runs(flow_run_id, reason: str) -> list[str]:
-    """Task runs and subflow runs of ``flow_run_id`` still Running/Pending (their process is gone) -> Crashed."""
+def crash_stale_runs(flow_run_id, reason: str, *, root: bool = False) -> list[str]:
+    """Task runs and subflow runs of ``flow_run_id`` (and, with ``root``, the flow run itself) still Running/Pending
+    (their process is gone) -> Crashed."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         FlowRunFilter,
@@ -71,7 +77,7 @@ def crash_stale_runs(flow_run_id, reason: str) -> list[str]:
             closed.append(f"task run {tr.name}")
         subflows = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
-                id=FlowRunFilterId(any_=[f for f in tree if f != flow_run_id]),
+                id=FlowRunFilterId(any_=[f for f in tree if root or f != flow_run_id]),
                 state=FlowRunFilterState(type=FlowRunFilterStateType(any_=list(ACTIVE))),
             )
         )
@@ -109,17 +115,50 @@ def open_pipeline_run(flow, flow_run, state) -> None:
         return
     log = flow_run_logger(flow_run, flow)
     cfg = _pipeline_config(flow_run)
+    if not serving.allowed(cfg):
+        return  # refused by the serve-time policy: its tracking settings are not to be used
     previous = previous_attempt(flow_run.id)
     if previous is not None:
         log.info("retrying; the previous attempt ended %s", previous)
         reason = f"the previous attempt of flow run {flow_run.id} ended {previous}"
         for closed in crash_stale_runs(flow_run.id, reason):
             log.info("marked %s Crashed (its process is gone)", closed)
+    _collect_stale_temporaries(cfg.workspace, log)
     run_id = runs.pipeline_run_id(cfg.workspace, root_id=str(flow_run.id), flow_name=flow.name)
+    runs.record_process(run_id, process_identity())
     if previous is not None:
         for killed in runs.close_stale_stage_runs(run_id, f"retry after: {previous}"):
             log.info("MLflow stage run %s marked KILLED (left RUNNING by the previous attempt)", killed)
+    _close_dead_pipelines(cfg.workspace, str(flow_run.id), log)
     runs.log_params_once(run_id, cfg)
+
+
+def _close_dead_pipelines(workspace: WorkspaceConfig, flow_run_id: str, log) -> None:
+    """Close the runs of pipelines whose process on this machine is gone (see the module docstring)."""
+    reason = f"its process ended without closing it (killed); closed when flow run {flow_run_id} started"
+    for other in runs.close_dead_pipeline_runs(workspace, lambda p: identity_alive(p) is False, reason):
+        if other == flow_run_id:
+            continue
+        closed = crash_stale_runs(other, reason, root=True)
+        marked = ", ".join(closed) or "nothing in Prefect (its flow run had ended there)"
+        log.info("pipeline flow run %s was left running by a killed process: marked %s Crashed", other, marked)
+
+
+def _collect_stale_temporaries(workspace: WorkspaceConfig, log) -> None:
+    from pathlib import Path
+
+    from t2g_core.housekeeping import collect_stale_temporaries
+
+    if Path(workspace.root).is_dir():
+        removed = collect_stale_temporaries(workspace.root, workspace.stale_temp_hours)
+        if removed:
+            names = ", ".join(str(p) for p in removed[:5]) + (" ..." if len(removed) > 5 else "")
+            log.info(
+                "removed %d temporary file(s) or folder(s) that killed writes left (older than %g h): %s",
+                len(removed),
+                workspace.stale_temp_hours,
+                names,
+            )
 
 
 def close_stale_runs(flow, flow_run, state) -> None:
@@ -130,11 +169,14 @@ def close_stale_runs(flow, flow_run, state) -> None:
 
     if _nested(flow_run):
         return
+    cfg = _pipeline_config(flow_run)
+    if not serving.allowed(cfg):
+        return  # refused before it ran (parameter validation): nothing was started for it
     log = flow_run_logger(flow_run, flow)
     reason = f"flow run {flow_run.id} ended {state.name}: {state.message or 'no message'}"
     for closed in crash_stale_runs(flow_run.id, reason):
         log.info("marked %s Crashed (its process is gone)", closed)
-    run_id = runs.pipeline_run_id(_pipeline_config(flow_run).workspace, create=False, root_id=str(flow_run.id))
+    run_id = runs.pipeline_run_id(cfg.workspace, create=False, root_id=str(flow_run.id))
     for killed in runs.close_stale_stage_runs(run_id, reason) if run_id else []:
         log.info("MLflow stage run %s marked KILLED (left RUNNING by the ended attempt)", killed)
 
@@ -144,6 +186,8 @@ def close_pipeline_run(flow, flow_run, state) -> None:
     if _nested(flow_run):
         return
     cfg = _pipeline_config(flow_run)
+    if not serving.allowed(cfg):
+        return  # refused before it ran (parameter validation): no run was opened for it
     runs.end_pipeline_run(str(flow_run.id), cfg.workspace, "FINISHED" if state.is_completed() else "FAILED")
 
 

@@ -59,7 +59,22 @@ def mlflow_params(params: dict[str, Any]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def stage(fn: Any, name: str, workspace: WorkspaceConfig, **params: Any) -> Iterator[StageContext]:
-    """Run one stage's work inside its MLflow run with its key-addressed context."""
+    """Run one stage's work inside its MLflow run with its key-addressed context. A full disk, in whatever disguise
+    it surfaces (a file write's ENOSPC, SQLite's "database or disk is full" behind SQLAlchemy's autoflush message),
+    is raised as :class:`~t2g_core.disk.DiskFull` naming the workspace and its free space."""
+    from t2g_core.disk import disk_full
+
+    try:
+        with _stage(fn, name, workspace, **params) as ctx:
+            yield ctx
+    except Exception as exc:
+        if (full := disk_full(exc, workspace.root)) is not None:
+            raise full from exc
+        raise
+
+
+@contextlib.contextmanager
+def _stage(fn: Any, name: str, workspace: WorkspaceConfig, **params: Any) -> Iterator[StageContext]:
     key = task_key(fn, _task_parameters() or params)
     system_metrics = name in SYSTEM_METRICS_STAGES
     with stage_run(name, mlflow_params(params), workspace, system_metrics=system_metrics) as run:

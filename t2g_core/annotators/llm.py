@@ -134,8 +134,8 @@ class LLMAnnotator:
             raise ValueError(f"LLMAnnotator needs annotator='llm', got {cfg.annotator!r}")
         if not api_key and not is_local(cfg.base_url):
             raise MissingApiKey(
-                f"annotate: no API key for {cfg.base_url} (set ${cfg.api_key_env}, or "
-                "annotate.api_key_secret in the pipeline); local endpoints need none"
+                f"annotate: no API key for {cfg.base_url} (set ${cfg.api_key_env} in the environment of the process "
+                "that runs the stage); local endpoints need none"
             )
         self.cfg, self.cache = cfg, cache
         self._api_key = api_key or NO_KEY

@@ -23,11 +23,6 @@ class AnnotateConfig(StageConfig):
     api_key_env: str = Field(
         "OPENAI_API_KEY", description="Environment variable holding the API key (read by the CLI/task, never logged)."
     )
-    api_key_secret: str | None = Field(
-        None,
-        description="Prefect Secret block holding the API key; the Prefect task prefers it to the environment "
-        "variable.",
-    )
     mode: Literal["critique", "grounding"] = Field(
         "critique",
         description="critique = the LLM writes the critique; grounding = it ties the item's human critique to spans.",

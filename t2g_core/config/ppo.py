@@ -151,6 +151,17 @@ class PPOConfig(StageConfig):
     parse_failure_reward: float = Field(
         0.0, description="Reward of a sample whose critique failed (the reward source's fault, not the sample's)."
     )
+    max_reward_failure_rate: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="PPO stops with an error (the run does not finish) when the reward source fails on more than "
+        "this share of a step's rollouts (no answer, an error, an answer that does not parse) for "
+        "reward_failure_patience steps in a row; 1 = never.",
+    )
+    reward_failure_patience: int = Field(
+        3, ge=1, description="Consecutive steps over max_reward_failure_rate after which PPO stops."
+    )
     missing_eos_penalty: float | None = Field(
         None, description="Reward replacing the score of a response without EOS (None = off)."
     )

@@ -19,3 +19,14 @@ class WorkspaceConfig(StageConfig):
         "http:// server, e.g. from `make up`).",
     )
     mlflow_experiment: str = Field("text2grad", description="MLflow experiment that holds the pipeline runs.")
+    inbox_max_mb: float = Field(
+        1024.0,
+        gt=0,
+        description="The feedback sensor takes inbox files of at most this many MiB (larger ones are logged and left).",
+    )
+    stale_temp_hours: float = Field(
+        24.0,
+        gt=0,
+        description="At the start of a pipeline run, temporary files and folders that killed writers left in the "
+        "workspace and that are older than this many hours are removed.",
+    )

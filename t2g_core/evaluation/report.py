@@ -12,6 +12,7 @@ import pandas as pd
 
 from t2g_core.evaluation.results import EvalResults
 from t2g_core.evaluation.titles import is_percent, title
+from t2g_core.store import read_json, write_text_atomic
 
 PERCENT_METRICS = frozenset(
     {
@@ -153,7 +154,7 @@ def load_history(path: str | Path) -> pd.DataFrame:
     elif p.suffix == ".jsonl":
         df = pd.read_json(p, lines=True)
     else:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = read_json(p)
         df = pd.DataFrame(data.get("history", data) if isinstance(data, dict) else data)
     if "step" not in df.columns:
         df = df.reset_index(names="step")
@@ -252,6 +253,6 @@ def write_report(
         md += ["", "## The reward PPO learnt from", "", reward_table(reward)]
     settings = {p: e.get("settings", {}) for p, e in results.summary["policies"].items()}
     md += ["", "## Generation settings", "", "```json", json.dumps(settings, indent=2), "```"]
-    (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    write_text_atomic(out / "report.md", "\n".join(md) + "\n")
     files["report_md"] = out / "report.md"
     return files

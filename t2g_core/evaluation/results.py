@@ -3,7 +3,9 @@
 Results are a folder: ``items.parquet`` (one row per policy, item and sample: policy, id, sample, prompt, response,
 status, error and one column per metric) and ``summary.json`` (task, baseline, per-policy settings and means,
 paired-bootstrap comparisons against the baseline, judge win rates). The summary is always recomputable from the
-items, which is how ``t2g eval report`` merges several result folders.
+items, which is how ``t2g eval report`` merges several result folders. Both files are written atomically, the items
+first and the summary last (its presence says the results are complete); :meth:`EvalResults.load` checks both and
+names the file that is broken.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.evaluation.bootstrap import paired_bootstrap
 from t2g_core.evaluation.metrics import TASK_METRICS, corpus_bleu, pass_at_k, task_metrics
 from t2g_core.evaluation.reward import REWARD_METRICS, add_reward_scores
+from t2g_core.store import BrokenFile, owned, parquet_problem, read_json, write_frame_atomic, write_text_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -38,19 +41,37 @@ class EvalResults:
     def save(self, out_dir: str | Path) -> Path:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self.items.to_parquet(out / ITEMS_FILE, index=False)
-        (out / SUMMARY_FILE).write_text(json.dumps(self.summary, indent=2, default=_json_default), encoding="utf-8")
+        (out / SUMMARY_FILE).unlink(missing_ok=True)  # no summary beside new items until both are complete
+        write_frame_atomic(self.items, out / ITEMS_FILE)
+        write_text_atomic(out / SUMMARY_FILE, json.dumps(self.summary, indent=2, default=_json_default))
         return out
 
     @classmethod
     def load(cls, path: str | Path) -> EvalResults:
+        """The results in ``path``; :class:`~t2g_core.store.BrokenFile` naming the file when one is missing, cut
+        short or unreadable."""
         folder = Path(path)
-        if not (folder / ITEMS_FILE).exists() or not (folder / SUMMARY_FILE).exists():
+        if not (folder / ITEMS_FILE).exists() and not (folder / SUMMARY_FILE).exists():
             raise FileNotFoundError(
                 f"{folder}: not an evaluation results folder (needs {ITEMS_FILE} and {SUMMARY_FILE})"
             )
-        summary = json.loads((folder / SUMMARY_FILE).read_text(encoding="utf-8"))
+        summary = read_json(folder / SUMMARY_FILE)
+        if problem := parquet_problem(folder / ITEMS_FILE):
+            raise BrokenFile(problem)
+        if not isinstance(summary, dict) or "policies" not in summary:
+            raise BrokenFile(f"{folder / SUMMARY_FILE}: not an evaluation summary (no 'policies')")
         return cls(pd.read_parquet(folder / ITEMS_FILE), summary)
+
+
+def results_problem(path: str | Path, within: Path | None = None) -> str | None:
+    """Why the results folder ``path`` cannot be reused (a file missing, cut short or unreadable), or None."""
+    if not owned(path, within):
+        return None
+    try:
+        EvalResults.load(path)
+    except (FileNotFoundError, BrokenFile) as exc:
+        return str(exc)
+    return None
 
 
 def _json_default(value: Any) -> Any:

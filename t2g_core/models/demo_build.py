@@ -26,7 +26,7 @@ import pandas as pd
 from t2g_core.config.models import ModelsConfig, TinyModelConfig
 from t2g_core.models.tiny import WarmStartResult, build_tiny_model, train_tokenizer, warm_start
 from t2g_core.progress import Progress, as_progress
-from t2g_core.training import publish_folder, staging_folder
+from t2g_core.training import publish_folder, staging_folder, writer_token
 
 BUILD_VERSION = "1"  # bump when the build recipe changes so cached folders are rebuilt
 
@@ -224,14 +224,16 @@ def _build_demo_models(root: Path, cfg: TinyModelConfig, feedback_df: pd.DataFra
     corpus = demo_corpus(feedback_df) + [f"{p}\n{r}" for p, r in pairs[: len(feedback_df) * 4]]
 
     def tokenizer_phase(_ckpt: Path) -> dict:
-        tok = train_tokenizer(corpus, cfg.vocab_size, staging_folder(root / "tokenizer", create=True))
-        publish_folder(staging_folder(root / "tokenizer"), root / "tokenizer")
+        tmp = staging_folder(root / "tokenizer", writer_token(), create=True)
+        tok = train_tokenizer(corpus, cfg.vocab_size, tmp)
+        publish_folder(tmp, root / "tokenizer")
         log(f"tokenizer: {len(tok)} tokens from {len(corpus)} texts")
         return {}
 
     def init_phase(_ckpt: Path) -> dict:
-        build_tiny_model(staging_folder(root / "init", create=True), root / "tokenizer", cfg)
-        publish_folder(staging_folder(root / "init"), root / "init")
+        tmp = staging_folder(root / "init", writer_token(), create=True)
+        build_tiny_model(tmp, root / "tokenizer", cfg)
+        publish_folder(tmp, root / "init")
         return {}
 
     def lm_phase(ckpt: Path) -> dict:

@@ -244,9 +244,9 @@ def warm_start(
 
 def _save_model(model, tokenizer, target: Path) -> None:
     """Save into a staging sibling, then move it into place: a kill leaves the old folder or the new one."""
-    from t2g_core.training import publish_folder, staging_folder
+    from t2g_core.training import publish_folder, staging_folder, writer_token
 
-    tmp = staging_folder(target, create=True)
+    tmp = staging_folder(target, writer_token(), create=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     publish_folder(tmp, target)
@@ -300,10 +300,10 @@ class _Loop:
     def _save(self, step: int) -> None:
         import torch
 
-        from t2g_core.training import publish_folder, staging_folder
+        from t2g_core.training import publish_folder, save_state, staging_folder, writer_token
 
         final = self.ckpt_dir / f"step-{step:06d}"
-        tmp = staging_folder(final, create=True)
+        tmp = staging_folder(final, writer_token(), create=True)
         state = {
             "step": step,
             "model": self.model.state_dict(),
@@ -314,7 +314,7 @@ class _Loop:
             "losses": list(self.losses),
             "resumed_at": [*self.resumed_at, self.resumed_step] if self.resumed_step else list(self.resumed_at),
         }
-        torch.save(state, tmp / "state.pt")
+        save_state(state, tmp / "state.pt")
         publish_folder(tmp, final)
         for old in self._checkpoints()[:-1]:
             shutil.rmtree(old, ignore_errors=True)
@@ -325,13 +325,16 @@ class _Loop:
         return sorted(p for p in self.ckpt_dir.glob("step-*[0-9]") if (p / "state.pt").is_file())
 
     def _restore(self) -> int:
-        """Load the latest checkpoint, if any, into the model, optimizer, schedule and random states; its step."""
+        """Load the latest checkpoint, if any, into the model, optimizer, schedule and random states; its step. The
+        file is loaded with only tensors and plain data allowed: a tampered one is refused and nothing in it runs."""
         import torch
+
+        from t2g_core.training import load_state
 
         found = self._checkpoints()
         if not found:
             return 0
-        state = torch.load(found[-1] / "state.pt", map_location="cpu", weights_only=False)
+        state = load_state(found[-1] / "state.pt", map_location="cpu")  # tensors and plain data only
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])

@@ -3,37 +3,19 @@
 A checkpoint folder ``step-000010/`` holds the LoRA adapter (peft format, loadable on its own), ``trainer.pt``
 (value model, optimizer, scheduler, KL controller, metric history, data position) and ``rng-rank{r}.pt`` per
 process. It is written into a temporary sibling and renamed into place, then ``latest`` (a text file naming it) is
-replaced atomically, so a kill at any moment leaves the previous checkpoint intact.
+replaced atomically, so a kill at any moment leaves the previous checkpoint intact. The ``.pt`` files hold tensors
+and plain data only and are loaded with ``weights_only=True`` (``t2g_core.training.load_state``): a tampered file
+that would run code when unpickled is refused, naming it.
 """
 
 from __future__ import annotations
 
-import os
-import random
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from t2g_core.training import publish_folder, staging_folder
+from t2g_core.store import write_text_atomic
+from t2g_core.training import load_state, publish_folder, rng_state, save_state, set_rng_state, staging_folder
 
 LATEST = "latest"
-
-
-def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-
-
-def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-
-
-def _replace_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def checkpoint_folder(run_dir: Path, step: int) -> Path:
@@ -42,22 +24,23 @@ def checkpoint_folder(run_dir: Path, step: int) -> Path:
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, *, save_adapter, trainer_state: dict, rank: int, world: int, barrier
+    run_dir: Path, step: int, *, save_adapter, trainer_state: dict, rank: int, world: int, barrier, token: str
 ) -> Path:
-    """Write checkpoint ``step`` (rank 0 writes the shared state, each rank its RNG state); returns its folder.
-    ``save_adapter(folder)`` writes the policy's adapter in peft's format."""
+    """Write checkpoint ``step`` (rank 0 writes the shared state, each rank its RNG state) through a staging folder
+    named by ``token`` (the same in every process of this run); returns its folder. ``save_adapter(folder)`` writes
+    the policy's adapter in peft's format."""
     ckpt_root = Path(run_dir) / "checkpoints"
     final = checkpoint_folder(run_dir, step)
-    tmp = staging_folder(final, create=rank == 0)
+    tmp = staging_folder(final, token, create=rank == 0)
     if rank == 0:
         save_adapter(tmp / "adapter")
-        torch.save(trainer_state, tmp / "trainer.pt")
+        save_state(trainer_state, tmp / "trainer.pt")
     barrier()
-    torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
+    save_state(rng_state(), tmp / f"rng-rank{rank}.pt")
     barrier()
     if rank == 0:
         publish_folder(tmp, final)
-        _replace_text(ckpt_root / LATEST, final.name)
+        write_text_atomic(ckpt_root / LATEST, final.name)
     barrier()
     return final
 
@@ -80,8 +63,8 @@ def load_checkpoint(path: Path, *, policy, rank: int) -> dict:
     adapter = path / "adapter"
     weights = adapter / "adapter_model.safetensors"
     set_peft_model_state_dict(policy, load_file(str(weights)))
-    state = torch.load(path / "trainer.pt", weights_only=False)
+    state = load_state(path / "trainer.pt")
     rng_file = path / f"rng-rank{rank}.pt"
     if rng_file.exists():
-        set_rng_state(torch.load(rng_file, weights_only=False))
+        set_rng_state(load_state(rng_file))
     return state

@@ -10,6 +10,7 @@ are reduced by DDP / FSDP during the backward pass.
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 import torch.distributed as dist
@@ -45,6 +46,14 @@ def all_reduce_sum(t: Tensor) -> Tensor:
 def global_sum(values: list[float]) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64)
     return all_reduce_sum(t).tolist()
+
+
+def shared_token() -> str:
+    """A name part unique to this run and the same in every process: rank 0's pid and random bits, shared by one
+    all-reduce (the global random states are untouched)."""
+    mine = [float(os.getpid()), float(int.from_bytes(os.urandom(6), "big"))] if rank_and_world()[0] == 0 else [0, 0]
+    pid, bits = global_sum([float(v) for v in mine])
+    return f"{int(pid)}-{int(bits):012x}"
 
 
 def barrier() -> None:

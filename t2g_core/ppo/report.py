@@ -113,6 +113,8 @@ def rollout_records(
                 "token_rewards": rewards[b, :n].tolist(),
                 "reward": float(rewards[b].sum()),
                 "kl": float(kl[b].sum()),
+                "status": fb.status,
+                "error": fb.error,
             }
         )
         samples.append(

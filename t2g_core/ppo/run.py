@@ -21,7 +21,7 @@ from t2g_core.ppo.sources import make_reward_source, split_prompts, task_metric_
 from t2g_core.ppo.trainer import PPOResult, train
 from t2g_core.progress import Progress, no_progress
 from t2g_core.schemas import FEEDBACK
-from t2g_core.store import write_parquet
+from t2g_core.store import read_json, write_parquet, write_text_atomic
 from t2g_core.tracking import Tracker
 
 RUN_FILE = "run.json"
@@ -56,7 +56,7 @@ def prepare_run(
             "policy_dir": str(Path(policy_dir).resolve()) if Path(policy_dir).exists() else str(policy_dir),
             "reward_model_path": str(reward_model_path) if reward_model_path else None,
         }
-        (run_dir / RUN_FILE).write_text(json.dumps(spec, indent=2), encoding="utf-8")
+        write_text_atomic(run_dir / RUN_FILE, json.dumps(spec, indent=2))
     barrier()
     return run_dir
 
@@ -76,7 +76,7 @@ def run_from_dir(
     spec_file = run_dir / RUN_FILE
     if not spec_file.exists():
         raise FileNotFoundError(f"{spec_file}: not a PPO run folder (no {RUN_FILE})")
-    spec = json.loads(spec_file.read_text(encoding="utf-8"))
+    spec = read_json(spec_file)
     cfg = load_settings(spec["config"])
     dtype = resolve_dtype(cfg.models.dtype, default_device())  # once, for this process's device: every model below
     prompts = pd.read_parquet(run_dir / "prompts.parquet")
@@ -125,7 +125,7 @@ def read_settings(run_dir: str | Path) -> PPOSettings:
     spec_file = Path(run_dir) / RUN_FILE
     if not spec_file.exists():
         raise FileNotFoundError(f"{spec_file}: not a PPO run folder (no {RUN_FILE})")
-    return load_settings(json.loads(spec_file.read_text(encoding="utf-8"))["config"])
+    return load_settings(read_json(spec_file)["config"])
 
 
 def load_settings(config: dict) -> PPOSettings:

@@ -42,7 +42,7 @@ from t2g_core.config.align import AlignConfig
 from t2g_core.config.ppo import WORD_LABEL_MODES, PPOConfig
 from t2g_core.ppo import checkpoint as ckpt
 from t2g_core.ppo.critique_loop import Batch, CritiqueLoop
-from t2g_core.ppo.distributed import Runtime, barrier, global_sum, to_device
+from t2g_core.ppo.distributed import Runtime, barrier, global_sum, shared_token, to_device
 from t2g_core.ppo.experience import (
     Experience,
     advantages_and_returns,
@@ -50,6 +50,7 @@ from t2g_core.ppo.experience import (
     reuses_first_forward,
     uses_critic,
 )
+from t2g_core.ppo.failures import check_reward_source
 from t2g_core.ppo.generation import make_backend, stream_seed
 from t2g_core.ppo.metrics import StepTimer, TaskMetric, critic_metrics, progress_metrics, step_metrics, task_metrics
 from t2g_core.ppo.models import load_policy
@@ -61,6 +62,7 @@ from t2g_core.ppo.scoring import RewardSource, label_responses
 from t2g_core.ppo.update import first_forward, ppo_update
 from t2g_core.progress import Progress, no_progress
 from t2g_core.rl import assemble_rewards, make_kl_controller, per_token_kl
+from t2g_core.store import write_text_atomic
 from t2g_core.tracking import NullTracker, Tracker
 
 EVAL_STEP_KEY = 10**9  # eval samples use fixed streams, the same at every evaluation
@@ -158,6 +160,8 @@ class PPOTrainer:
         self.records: list[dict] = []
         self.heatmaps: list[Path] = []
         self.next_step = 0
+        self.write_token = shared_token()  # names this run's checkpoint staging folders (one writer each)
+        self.failed_errors: list[str | None] = []  # the last step's failed rollouts' errors (what failed, if it stops)
 
     # ---- one step -------------------------------------------------------------------------------------------
     def local_rows(self, step: int) -> tuple[list[dict], list[int]]:
@@ -191,6 +195,7 @@ class PPOTrainer:
         with timer.phase("span_labels"):  # 3a. labels on the sampled ids
             scored = label_responses(decoded, feedback, self.align_cfg, words=cfg.reward_mode in WORD_LABEL_MODES)
         self.last_batch = Batch(ro.rows, decoded, feedback)  # what a critique-loop round audits
+        self.failed_errors = [fb.error for fb in feedback if not fb.ok]
         first = None
         if reuses_first_forward(cfg) and not self.runtime.fsdp:  # the update's only forward doubles as the old pass
             with timer.phase("update"):
@@ -257,6 +262,7 @@ class PPOTrainer:
             rank=self.rank,
             world=self.world,
             barrier=barrier,
+            token=self.write_token,
         )
 
     def restore(self) -> bool:
@@ -332,6 +338,7 @@ class PPOTrainer:
             if step % cfg.log_every == 0 or step == cfg.steps - 1:
                 self.write_rollouts(tracker)
             stopped = self.loop is not None and self.loop.state.stopped
+            check_reward_source(self.history, cfg, self.failed_errors)  # every process: the same global rates
             if self.next_step % cfg.save_every == 0 or self.next_step == last or audited or stopped:
                 self.save()
         return self.result()
@@ -373,14 +380,14 @@ class PPOTrainer:
                 "distributed": self.runtime.accelerator.distributed_type.name,
                 "generation_backend": self.cfg.generation_backend,
             }
-            (self.run_dir / "models.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+            write_text_atomic(self.run_dir / "models.json", json.dumps(info, indent=2))
 
     def result(self) -> PPOResult:
         adapter = self.run_dir / "adapter"
         with self.runtime.gathered(self.model):
             if self.rank == 0:
                 self.bundle.save_policy_adapter(adapter)
-                (self.run_dir / "history.json").write_text(json.dumps(self.history, indent=1), encoding="utf-8")
+                write_text_atomic(self.run_dir / "history.json", json.dumps(self.history, indent=1))
         barrier()
         rollouts = self.run_dir / "rollouts.parquet"
         refreshed = list(self.loop.state.refreshed) if self.loop is not None else []

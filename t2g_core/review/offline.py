@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from t2g_core.review.models import ItemVerdict, ReviewSample, ReviewVerdicts, SpanJudgement, VerdictError
 from t2g_core.review.page import render_page
+from t2g_core.store import write_text_atomic
 
 SAMPLE_FILE, PAGE_FILE, SHEET_FILE = "sample.json", "review.html", "sheet.jsonl"
 
@@ -61,9 +62,9 @@ def export_review(sample: ReviewSample, out_dir: str | Path) -> dict[str, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"sample": out / SAMPLE_FILE, "page": out / PAGE_FILE, "sheet": out / SHEET_FILE}
-    paths["sample"].write_text(sample.model_dump_json(indent=1), encoding="utf-8")
-    paths["page"].write_text(render_page(sample), encoding="utf-8")
-    paths["sheet"].write_text("".join(json.dumps(line) + "\n" for line in sheet_lines(sample)), encoding="utf-8")
+    write_text_atomic(paths["page"], render_page(sample))
+    write_text_atomic(paths["sheet"], "".join(json.dumps(line) + "\n" for line in sheet_lines(sample)))
+    write_text_atomic(paths["sample"], sample.model_dump_json(indent=1))  # last: the one later runs read
     return paths
 
 

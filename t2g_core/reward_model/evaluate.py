@@ -36,6 +36,7 @@ import pandas as pd
 from t2g_core.alignment import micro_prf, span_prf, token_prf
 from t2g_core.reward_model.data import parse_rm_target
 from t2g_core.spans import ParsedFeedback, align_feedback, anchor_token, token_labels
+from t2g_core.store import write_frame_atomic, write_text_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -90,9 +91,9 @@ def write_eval_report(report: RMEvalReport, out_dir: str | Path) -> dict[str, Pa
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"metrics": out / "metrics.json", "markdown": out / "report.md", "items": out / "items.parquet"}
-    paths["metrics"].write_text(json.dumps(report.metrics, indent=2, sort_keys=True), encoding="utf-8")
-    paths["markdown"].write_text(report.to_markdown(), encoding="utf-8")
-    report.rows.to_parquet(paths["items"], index=False)
+    write_frame_atomic(report.rows, paths["items"])
+    write_text_atomic(paths["markdown"], report.to_markdown())
+    write_text_atomic(paths["metrics"], json.dumps(report.metrics, indent=2, sort_keys=True))
     return paths
 
 

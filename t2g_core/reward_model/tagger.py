@@ -43,6 +43,7 @@ from torch import Tensor, nn
 
 from t2g_core.rl.logprobs import position_ids_from_mask
 from t2g_core.spans import NEGATIVE, POSITIVE, AlignedSpan, ParsedFeedback, anchor_token, labels_for_offsets
+from t2g_core.store import write_text_atomic
 
 NEUTRAL, GOOD, POOR = 0, 1, 2
 CLASS_LABELS = {GOOD: POSITIVE, POOR: NEGATIVE}
@@ -291,7 +292,7 @@ def save_tagger(model: SpanTagger, tokenizer, out: Path, meta: dict) -> Path:
         if head is not None:
             save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(out / name))
     tokenizer.save_pretrained(str(out))
-    (out / TAGGER_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    write_text_atomic(out / TAGGER_META, json.dumps(meta, indent=2))
     return out
 
 

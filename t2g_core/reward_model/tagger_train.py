@@ -36,7 +36,15 @@ from t2g_core.reward_model.tagger import (
     token_classes,
 )
 from t2g_core.spans import AlignedSpan
-from t2g_core.training import epoch_permutation, publish_folder, staging_folder
+from t2g_core.store import write_text_atomic
+from t2g_core.training import (
+    epoch_permutation,
+    load_state,
+    publish_folder,
+    save_state,
+    staging_folder,
+    writer_token,
+)
 
 
 class TaggerExample(NamedTuple):
@@ -88,8 +96,8 @@ def _schedule(optimizer, cfg, total: int):
 
 def _save_checkpoint(folder: Path, model: SpanTagger, optimizer, scheduler, step: int) -> None:
     trainable = {k: v.detach().cpu() for k, v in model.named_parameters() if v.requires_grad}
-    tmp = staging_folder(folder, create=True)
-    torch.save(
+    tmp = staging_folder(folder, writer_token(), create=True)
+    save_state(
         {
             "step": step,
             "params": trainable,
@@ -115,7 +123,7 @@ def _latest_checkpoint(ckpt_dir: Path) -> Path | None:
 
 
 def _restore(folder: Path, model: SpanTagger, optimizer, scheduler) -> int:
-    state = torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
+    state = load_state(folder / "state.pt", map_location="cpu")
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, value in state["params"].items():
@@ -266,7 +274,7 @@ def fit_tagger(
         "config": cfg.model_dump(mode="json"),
     }
     folder = save_tagger(model, tokenizer, out_dir / "tagger", meta)
-    (folder / TRAIN_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    write_text_atomic(folder / TRAIN_META, json.dumps(meta, indent=2))
     return RMTrainResult(folder, ckpt_dir, total, meta["resumed_from"], seconds, len(data), 0, history)
 
 
@@ -320,7 +328,7 @@ def refine_tagger(
             losses.append(float(loss.detach()))
         model.eval()
     meta = tagger_meta(tagger_dir) | {"refined_from": str(tagger_dir), "refine_steps": steps, "n_refine": len(data)}
-    tmp = staging_folder(out_dir, create=True)
+    tmp = staging_folder(out_dir, writer_token(), create=True)
     save_tagger(model, tokenizer, tmp, meta)
     publish_folder(tmp, out_dir)
     return RefineResult(out_dir, losses, time.perf_counter() - t0, len(data))

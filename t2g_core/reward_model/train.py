@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from t2g_core.progress import Progress, no_progress
+from t2g_core.store import write_text_atomic
 from t2g_core.tracking import NullTracker, Tracker
 
 if TYPE_CHECKING:
@@ -238,12 +239,17 @@ def last_checkpoint(out_dir: str | Path) -> str | None:
 
 def finished_run(out_dir: str | Path, cfg, folder: str = "adapter") -> RMTrainResult | None:
     """The result of a completed run in ``out_dir`` (its model in ``<out_dir>/<folder>``) trained with ``cfg``, or
-    None."""
+    None (also when its record was cut short: the run is not complete, and trains again)."""
+    from t2g_core.store import BrokenFile, read_json
+
     meta_path = Path(out_dir) / folder / TRAIN_META
     if not meta_path.exists():
         return None
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    if meta.get("config") != cfg.model_dump(mode="json"):
+    try:
+        meta = read_json(meta_path)
+    except BrokenFile:
+        return None
+    if not isinstance(meta, dict) or meta.get("config") != cfg.model_dump(mode="json"):
         return None
     return RMTrainResult(
         adapter_dir=meta_path.parent,
@@ -311,7 +317,7 @@ def train_rm(
         "dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
         "pad_token": trainer.processing_class.pad_token,
     }
-    (adapter_dir / TRAIN_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    write_text_atomic(adapter_dir / TRAIN_META, json.dumps(meta, indent=2))
     return RMTrainResult(
         adapter_dir=adapter_dir,
         checkpoint_dir=out_dir / "checkpoints",

@@ -11,10 +11,11 @@ Outputs go through a sink: :class:`KeyedSink` writes key-addressed folders in a 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -156,3 +157,29 @@ class StageContext:
         if self.force and folder.exists():
             shutil.rmtree(folder)
         return folder
+
+    @contextlib.contextmanager
+    def own_folder(self, area: str, *, fresh: bool = False) -> Iterator[Path]:
+        """``out.folder(area)`` (emptied first when ``fresh`` and the stage is forced) while this stage is its one
+        writer: a second run that reaches the same folder (the same key) fails at once with
+        :class:`~t2g_core.locks.Busy`, naming the run that holds it. The processes of one distributed launch are one
+        writer: the first holds the lock for all of them."""
+        folder = self.out.folder(area)
+        with one_writer(folder, self.run_id or f"{self.key} (command line)"):
+            yield self.fresh_folder(area) if fresh else folder
+
+
+def first_process() -> bool:
+    """False in the processes of a distributed launch other than the first (torch.distributed is read only when a
+    stage already imported it)."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    return dist is None or not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def one_writer(folder: Path, owner: str):
+    """The one-writer lock of ``folder`` (``t2g_core.locks``), held by the first process of a distributed launch."""
+    from t2g_core.locks import folder_lock
+
+    return folder_lock(folder, owner) if first_process() else contextlib.nullcontext()

@@ -62,21 +62,29 @@ def evaluate(
     results already there are reused unless the stage is forced. Every policy loads in ``models.dtype``, resolved
     once for ``device``. ``reward_model`` (its folder and its ``RewardModelConfig``) scores every response when
     ``evaluate.reward_model_score`` (:mod:`t2g_core.evaluation.reward`)."""
-    from t2g_core.evaluation import EvalResults, evaluate_policies, write_report
-    from t2g_core.evaluation.report import load_history
-    from t2g_core.models.loading import resolve_dtype
-
     frame = read(data, "feedback")
     if policies.held_out is not None:
         frame = frame[frame["id"].isin(set(policies.held_out))].reset_index(drop=True)
     if frame.empty:
         raise ValueError(f"{data.path}: no items to evaluate (held-out ids: {len(policies.held_out or [])})")
     task = settings.evaluate.task or str(frame["task"].iloc[0])
-    out = ctx.out.folder("reports/evaluate")
+    with ctx.own_folder("reports/evaluate") as out:
+        return _evaluate(
+            frame, task, out, data, policies, settings, ctx, judge=judge, device=device, reward_model=reward_model
+        )
+
+
+def _evaluate(
+    frame, task, out: Path, data, policies: PolicySet, settings, ctx: StageContext, *, judge, device, reward_model
+):
+    """The stage's work in its folder ``out`` (held by this run)."""
+    from t2g_core.evaluation import evaluate_policies, write_report
+    from t2g_core.evaluation.report import load_history
+    from t2g_core.models.loading import resolve_dtype
+
     ctx.tracker.log_input(data, "feedback", "eval")
-    if (out / "summary.json").exists() and not ctx.force:
-        results = EvalResults.load(out)
-    else:
+    results = None if ctx.force else reusable_results(out, ctx)
+    if results is None:
         device = device or _device()
         dtype = resolve_dtype(settings.models.dtype, device)
         scorer = None
@@ -108,6 +116,20 @@ def evaluate(
         n_rows=len(results.items),
         task=task,
     )
+
+
+def reusable_results(out: Path, ctx: StageContext):
+    """The complete results an earlier run left in ``out``, or None; broken ones are recomputed, with a log line."""
+    from t2g_core.evaluation import EvalResults
+    from t2g_core.store import BrokenFile
+
+    if not (out / "summary.json").exists() and not (out / "items.parquet").exists():
+        return None
+    try:
+        return EvalResults.load(out)
+    except (FileNotFoundError, BrokenFile) as exc:
+        ctx.log(f"evaluate: the results left in {out} are incomplete ({exc}); evaluating again")
+        return None
 
 
 def pipeline(

@@ -14,8 +14,10 @@ def build(feedback: ArtifactRef, settings: ModelsSettings, ctx: StageContext) ->
 
     df = read(feedback, "feedback")
     ctx.tracker.log_input(feedback, "feedback", "training")
-    folder = ctx.out.folder("models")
-    built = ensure_demo_models(folder, settings.models, df, progress=ctx.on_progress, log=ctx.log, rebuild=ctx.force)
+    with ctx.own_folder("models") as folder:
+        built = ensure_demo_models(
+            folder, settings.models, df, progress=ctx.on_progress, log=ctx.log, rebuild=ctx.force
+        )
     build_info = built.policy.parent / "build.json"
     if build_info.exists():
         ctx.tracker.log_artifact(build_info)

@@ -40,19 +40,19 @@ def train(
         raise ValueError("ppo.reward_source=reward_model needs a trained reward model (or ppo.reward_model_path)")
     if settings.uses_reward_model:
         gate_reward_model(settings, reward_model, ctx.log)
-    run_dir = ctx.fresh_folder("checkpoints/ppo")
-    latest = latest_checkpoint(run_dir) if run_dir.exists() else None
-    if latest is None:
-        fb = read(feedback, "feedback")
-        loop_on = settings.ppo.critique_loop.enabled and settings.uses_trained_reward_model
-        replay = (read(reward_model.rm_data, "rm_data"), fb) if loop_on and reward_model is not None else None
-        prepare_run(settings, run_dir, fb, models.policy, reward_model_path(settings, reward_model), replay)
-    else:
-        ctx.log(f"PPO resumes from {latest.name} of {settings.ppo.steps} steps ({run_dir})")
-    ctx.tracker.log_input(feedback, "feedback", "training")
-    resumed = latest is not None
-    result = run_from_dir(run_dir, resume=resumed, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
-    return _finish(result, ctx, reward_facts(settings, reward_model))
+    with ctx.own_folder("checkpoints/ppo", fresh=True) as run_dir:
+        latest = latest_checkpoint(run_dir) if run_dir.exists() else None
+        if latest is None:
+            fb = read(feedback, "feedback")
+            loop_on = settings.ppo.critique_loop.enabled and settings.uses_trained_reward_model
+            replay = (read(reward_model.rm_data, "rm_data"), fb) if loop_on and reward_model is not None else None
+            prepare_run(settings, run_dir, fb, models.policy, reward_model_path(settings, reward_model), replay)
+        else:
+            ctx.log(f"PPO resumes from {latest.name} of {settings.ppo.steps} steps ({run_dir})")
+        ctx.tracker.log_input(feedback, "feedback", "training")
+        resumed = latest is not None
+        result = run_from_dir(run_dir, resume=resumed, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
+        return _finish(result, ctx, reward_facts(settings, reward_model))
 
 
 class WeakRewardModel(ValueError):
@@ -133,9 +133,11 @@ def run_reward_stats(history: list[dict]) -> dict[str, float]:
 def resume(run_dir: str | Path, ctx: StageContext, *, api_key: str | None = None) -> PolicyRef:
     """Continue the run in ``run_dir`` from its latest checkpoint, exactly as if it had not stopped."""
     from t2g_core.ppo.run import read_settings, run_from_dir
+    from t2g_core.stages.context import one_writer
 
-    result = run_from_dir(run_dir, resume=True, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
-    return _finish(result, ctx, {"source": read_settings(run_dir).ppo.reward_source})
+    with one_writer(Path(run_dir), ctx.run_id or f"t2g ppo resume {run_dir}"):
+        result = run_from_dir(run_dir, resume=True, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
+        return _finish(result, ctx, {"source": read_settings(run_dir).ppo.reward_source})
 
 
 def _finish(result, ctx: StageContext, reward: dict[str, float | str]) -> PolicyRef:

@@ -98,15 +98,15 @@ def _endpoint_problem(cfg: AnnotateConfig, has_key: bool | None) -> str | None:
         return "annotate.annotator=llm needs an endpoint: set annotate.base_url (e.g. http://127.0.0.1:8000/v1)"
     if has_key is False and not is_local(cfg.base_url):
         return (
-            f"annotate.annotator=llm needs an API key for {cfg.base_url}: set ${cfg.api_key_env} (or "
-            "annotate.api_key_secret in the pipeline)"
+            f"annotate.annotator=llm needs an API key for {cfg.base_url}: set ${cfg.api_key_env} in the environment "
+            "of the process that runs the stage"
         )
     return None
 
 
 def problems(rows: list[dict[str, Any]], cfg: AnnotateConfig, *, has_key: bool | None = None) -> str | None:
     """The one message about ``rows`` and ``cfg`` (None when annotation can go ahead). ``has_key``: whether an API
-    key was found for the LLM annotator (None: not known here, e.g. a Prefect Secret block will give it)."""
+    key was found for the LLM annotator (None: not known here, e.g. a worker's environment will give it)."""
     from t2g_core.annotators import check_tasks
 
     endpoint = _endpoint_problem(cfg, has_key)

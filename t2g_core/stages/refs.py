@@ -3,7 +3,9 @@
 Each reference is small, frozen and JSON-serialisable (Prefect persists them as task results and passes them to
 deployments on other work pools), names where its output lives, and has a ``fingerprint()``: the content identity
 that goes into the cache key of the stages that consume it (never a path or a run id). ``run_id`` names the tracking
-run that produced the output, for lineage; it is not part of the fingerprint.
+run that produced the output, for lineage; it is not part of the fingerprint. ``problem()`` says why the files a
+reference names cannot be reused (missing, cut short, unreadable), so a cached reference is checked before a later
+run trusts it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from t2g_core.config.data import DataConfig
-from t2g_core.store import ArtifactRef, sha256_file
+from t2g_core.store import ArtifactRef, file_problem, json_problem, owned, parquet_problem, sha256_file
 
 __all__ = [
     "ArtifactRef",
@@ -44,6 +46,22 @@ class Ref(BaseModel):
 
     def fingerprint(self) -> Any:
         raise NotImplementedError
+
+    def problem(self, within: Path | None = None) -> str | None:
+        """Why the files this reference names cannot be reused, or None when they can; with ``within``, only its
+        files under that folder (the workspace) are checked."""
+        return None
+
+
+def first_problem(*problems: str | None) -> str | None:
+    return next((p for p in problems if p), None)
+
+
+def model_folder_problem(path: str, digest: str, within: Path | None = None) -> str | None:
+    """A model given as a folder must still be one; a Hub id (digest ``id:...``) is resolved by its loader."""
+    if digest.startswith("id:") or not owned(path, within):
+        return None
+    return None if Path(path).is_dir() and any(Path(path).iterdir()) else f"{path}: model folder missing or empty"
 
 
 def folder_digest(path: str | Path) -> str:
@@ -110,6 +128,12 @@ class ModelsRef(Ref):
     def fingerprint(self) -> dict[str, str]:
         return {"base": self.base_digest, "policy": self.policy_digest}
 
+    def problem(self, within: Path | None = None) -> str | None:
+        return first_problem(
+            model_folder_problem(self.base, self.base_digest, within),
+            model_folder_problem(self.policy, self.policy_digest, within),
+        )
+
     @classmethod
     def of(cls, base: str | Path, policy: str | Path) -> ModelsRef:
         return cls(
@@ -132,6 +156,9 @@ class ReviewSampleRef(Ref):
     def fingerprint(self) -> dict[str, str]:
         return {"sample": sha256_file(self.sample)}
 
+    def problem(self, within: Path | None = None) -> str | None:
+        return json_problem(self.sample, within)
+
 
 class ValidationRef(Ref):
     """The validation verdict and its report files."""
@@ -143,6 +170,9 @@ class ValidationRef(Ref):
 
     def fingerprint(self) -> dict[str, str]:
         return {"status": self.status, "report": sha256_file(self.json_path)}
+
+    def problem(self, within: Path | None = None) -> str | None:
+        return first_problem(json_problem(self.json_path, within), file_problem(self.report, within))
 
 
 class RewardModelRef(Ref):
@@ -162,6 +192,9 @@ class RewardModelRef(Ref):
 
     def fingerprint(self) -> dict[str, str]:
         return {"reward_model": self.digest}
+
+    def problem(self, within: Path | None = None) -> str | None:
+        return model_folder_problem(self.model_dir, self.digest, within)
 
 
 class PolicyRef(Ref):
@@ -188,6 +221,15 @@ class PolicyRef(Ref):
         held_out = sha256_file(eval_file) if eval_file.is_file() else "none"
         return {"policy": self.digest, "held_out": held_out}
 
+    def problem(self, within: Path | None = None) -> str | None:
+        adapter = Path(self.adapter_dir)
+        return first_problem(
+            json_problem(adapter / "adapter_config.json", within),
+            file_problem(adapter / "adapter_model.safetensors", within),
+            json_problem(self.history_path, within),
+            parquet_problem(self.rollouts_path, within) if self.rollouts_path else None,
+        )
+
 
 class EvaluationRef(Ref):
     """An evaluation: results folder, summary and report."""
@@ -200,6 +242,11 @@ class EvaluationRef(Ref):
 
     def fingerprint(self) -> dict[str, str]:
         return {"summary": sha256_file(self.summary)}
+
+    def problem(self, within: Path | None = None) -> str | None:
+        from t2g_core.evaluation.results import results_problem
+
+        return first_problem(results_problem(self.path, within), file_problem(self.report, within))
 
 
 class PolicySet(Ref):

@@ -77,7 +77,11 @@ def fit(
     """Fine-tune on the train split into ``<checkpoints/reward_model>/<key>``; resumes a killed run, retrains a
     forced one. Returns the training result (``adapter_dir`` = the folder to load, ``global_step``,
     ``train_seconds``...). A tagger needs the ``feedback`` its rows were built from (the responses)."""
-    run_dir = ctx.fresh_folder("checkpoints/reward_model")
+    with ctx.own_folder("checkpoints/reward_model", fresh=True) as run_dir:
+        return _fit(rm_data, base, settings, ctx, feedback, run_dir)
+
+
+def _fit(rm_data, base, settings: RewardModelSettings, ctx: StageContext, feedback, run_dir):
     cfg = settings.reward_model
     if cfg.kind == "tagger":
         from t2g_core.reward_model.tagger_train import fit_tagger, tagger_examples

@@ -91,8 +91,8 @@ def check(
         report.notes.append("review auto: no ground truth (feedback meta.gold_spans), alignment not measured")
     else:
         report = replace(report, review_pending=cfg.review != "none")
-    out = ctx.out.folder("reports/validate")
-    paths = write_report(report, out)
+    with ctx.own_folder("reports/validate") as out:
+        paths = write_report(report, out)
     ctx.tracker.log_input(annotations, "annotations", "annotation")
     ctx.tracker.log_metrics({f"validate.{c.name}": c.value for c in report.checks if c.status != "skipped"})
     if report.alignment is not None:

@@ -34,16 +34,16 @@ def warm_up(feedback: ArtifactRef, models: ModelsRef, settings: WarmupSettings, 
         f"warm-up: {len(pairs.pairs)} (prompt, reference) pairs from the training prompts "
         f"({pairs.no_reference} without a reference, {pairs.too_long} above warmup.max_length), {cfg.steps} steps"
     )
-    run_dir = ctx.fresh_folder("checkpoints/warmup")
-    result = train_warmup(
-        cfg,
-        models.policy,
-        pairs,
-        run_dir,
-        dtype=resolve_dtype(settings.models.dtype),
-        tracker=ctx.tracker,
-        on_progress=ctx.on_progress,
-    )
+    with ctx.own_folder("checkpoints/warmup", fresh=True) as run_dir:  # a second writer fails, naming the holder
+        result = train_warmup(
+            cfg,
+            models.policy,
+            pairs,
+            run_dir,
+            dtype=resolve_dtype(settings.models.dtype),
+            tracker=ctx.tracker,
+            on_progress=ctx.on_progress,
+        )
     how = f", resumed from {result.resumed_from}" if result.resumed_from else ""
     loss = f", loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}" if result.losses else ""
     ctx.log(f"warm-up: {result.global_step} steps in {result.train_seconds:.1f} s{how}{loss} -> {result.policy_dir}")

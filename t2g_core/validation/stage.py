@@ -10,6 +10,7 @@ import pandas as pd
 
 from t2g_core.config.validate import ValidateConfig
 from t2g_core.review.models import ReviewSample, ReviewVerdicts
+from t2g_core.store import write_text_atomic
 from t2g_core.validation.batch import Batch, GoldSpan
 from t2g_core.validation.checks import CheckResult, judge, run_checks
 from t2g_core.validation.human import compute_alignment
@@ -94,7 +95,7 @@ def write_report(report: ValidationReport, out_dir: str | Path) -> dict[str, Pat
     out.mkdir(parents=True, exist_ok=True)
     png = plot_checks(report, out / "checks.png")
     md = out / "report.md"
-    md.write_text(render_markdown(report, chart=png.name), encoding="utf-8")
+    write_text_atomic(md, render_markdown(report, chart=png.name))
     js = out / "report.json"
-    js.write_text(json.dumps(report.to_dict(), indent=2, default=str), encoding="utf-8")
+    write_text_atomic(js, json.dumps(report.to_dict(), indent=2, default=str))
     return {"markdown": md, "json": js, "chart": png}

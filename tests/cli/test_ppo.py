@@ -68,3 +68,11 @@ def test_cli_errors_are_one_clear_line(tmp_path):
     assert missing.exit_code == 2 and "not a PPO run folder" in missing.output
     bad = runner.invoke(app, ["ppo", "train", "--set", "ppo.reward_mode=sparse"])
     assert bad.exit_code == 2 and "reward_mode" in bad.output
+
+
+def test_a_cut_short_run_json_is_named(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text('{"config": {"ppo": {"ste')
+    res = runner.invoke(app, ["ppo", "resume", str(run_dir)])
+    assert res.exit_code == 2 and f"{run_dir / 'run.json'}: not valid JSON" in res.output, res.output

@@ -150,3 +150,59 @@ def test_learning_curves_put_task_metrics_first_and_skip_gaps():
 
     names = ["ppo/clipfrac", "time/step", "kl/mean", "task/error", "eval/task_error", "reward/total_mean"]
     assert sorted(names, key=_curve_rank)[:4] == ["eval/task_error", "task/error", "reward/total_mean", "kl/mean"]
+
+
+@pytest.mark.parametrize("damage", ["truncated summary.json", "4-byte items.parquet", "deleted folder"])
+def test_broken_results_are_named_and_evaluated_again(results, tmp_path, damage):
+    """What a full disk or a kill leaves behind is never reused: loading names the broken file, the evaluation stage
+    logs it and evaluates again, and a cached reference to it reports the problem (so Prefect runs the stage)."""
+    import shutil
+
+    from t2g_core.stages.context import StageContext
+    from t2g_core.stages.evaluate import reusable_results
+    from t2g_core.stages.refs import EvaluationRef
+    from t2g_core.store import BrokenFile
+
+    out = tmp_path / "reports" / "evaluate" / "k"
+    results.save(out)
+    (out / "report.md").write_text("report")
+    ref = EvaluationRef(
+        path=str(out), summary=str(out / "summary.json"), report=str(out / "report.md"), n_rows=60, task="summarization"
+    )
+    lines: list[str] = []
+    ctx = StageContext.keyed(tmp_path, "k", log=lines.append)
+    assert ref.problem() is None and reusable_results(out, ctx) is not None and lines == []
+    if damage == "truncated summary.json":
+        text = (out / "summary.json").read_text()
+        (out / "summary.json").write_text(text[: len(text) // 2])
+        named = "summary.json: not valid JSON"
+    elif damage == "4-byte items.parquet":
+        (out / "items.parquet").write_bytes(b"PAR1")
+        named = "items.parquet: not a readable Parquet file"
+    else:
+        shutil.rmtree(out)
+        named = "not an evaluation results folder"
+    assert named in (ref.problem() or "")
+    if damage != "deleted folder":
+        with pytest.raises(BrokenFile, match=named):
+            EvalResults.load(out)
+        assert reusable_results(out, ctx) is None
+        assert len(lines) == 1 and named in lines[0] and "evaluating again" in lines[0]
+    else:
+        assert reusable_results(out, ctx) is None  # nothing there: a plain first evaluation
+
+
+def test_results_are_written_atomically(results, tmp_path, monkeypatch):
+    """A write that fails half-way (a full disk) leaves no summary beside the items: nothing to mistake for done."""
+    import errno
+
+    import t2g_core.store as store
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    results.save(tmp_path)
+    monkeypatch.setattr(store.os, "replace", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        results.save(tmp_path)
+    assert not (tmp_path / "summary.json").exists() and not list(tmp_path.glob(".*tmp*"))

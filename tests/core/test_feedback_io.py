@@ -128,3 +128,39 @@ def test_meta_with_arrays_from_parquet_becomes_json(tmp_path):
     path = tmp_path / "f.parquet"
     pd.DataFrame([{**ROWS[1], "meta": {"facts": ["a", "b"], "n": 2}}]).to_parquet(path)
     assert json.loads(load_feedback(path)["meta"][0]) == {"facts": ["a", "b"], "n": 2}
+
+
+def _many(n: int, start: int = 0) -> list[dict]:
+    return [{"id": f"i{start + i}", "task": "qa", "prompt": f"p{i}", "response": "r" * 40} for i in range(n)]
+
+
+def _write(path, rows, fmt: str) -> None:
+    if fmt == "jsonl":
+        _jsonl(path, rows)
+    elif fmt == "csv":
+        pd.DataFrame(rows).to_csv(path, index=False)
+    else:
+        pd.DataFrame(rows).to_parquet(path)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_feedback_is_checked_in_pieces_with_rows_counted_from_the_start(tmp_path, fmt):
+    from t2g_core.feedback import iter_feedback
+
+    rows, path = _many(25), tmp_path / f"f.{fmt}"
+    _write(path, rows, fmt)
+    assert [len(piece) for piece in iter_feedback(path, rows=10)] == [10, 10, 5]
+    for row, column, value, named in ((21, "id", "i2", "duplicate id 'i2'"), (23, "task", "poetry", "poetry")):
+        bad = [dict(r) for r in rows]
+        bad[row][column] = value  # in another piece than the row it repeats (2)
+        _write(path, bad, fmt)
+        with pytest.raises(SchemaError) as exc:
+            list(iter_feedback(path, rows=10))
+        assert (exc.value.row, exc.value.column) == (row, column) and named in str(exc.value)
+    bad = [dict(r) for r in rows]
+    bad[22]["response"] = "r \ud800 r"  # a lone surrogate in the third piece (JSONL carries it as an escape)
+    if fmt == "jsonl":
+        _write(path, bad, fmt)
+        with pytest.raises(SchemaError) as exc:
+            list(iter_feedback(path, rows=10))
+        assert (exc.value.row, exc.value.column) == (22, "response") and "lone surrogate" in str(exc.value)

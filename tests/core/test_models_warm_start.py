@@ -167,3 +167,25 @@ def test_an_interrupted_build_resumes_from_its_checkpoints_with_the_uninterrupte
         a, b = _weights(got), _weights(want)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), got.name
     assert not [p for p in (tmp_path / "stopped").iterdir() if p.name.startswith(".")]
+
+
+def test_a_tampered_warm_start_checkpoint_is_refused_and_never_runs(tmp_path):
+    """The build's warm-start checkpoints (``state.pt``) hold tensors and plain data and load with
+    ``weights_only=True``: a pickle payload planted in one is refused, naming the file, and its code does not run."""
+    from t2g_core.training import UnsafeCheckpoint
+    from tests.core._pickles import plant
+
+    texts = [p for p, _ in warm_start_pairs(16, seed=1)]
+    train_tokenizer(texts, 400, tmp_path / "tok")
+    build_tiny_model(tmp_path / "m", tmp_path / "tok", SMALL)
+    ckpt, marker = tmp_path / "ckpt", tmp_path / "marker"
+    small = SMALL.model_copy(update={"checkpoint_every": 2})
+    warm_start(tmp_path / "m", texts, small, steps=4, batch_size=4, block_size=48, progress=False, checkpoint_dir=ckpt)
+    saved = sorted(ckpt.glob("step-*/state.pt"))
+    assert saved, "the warm start left no checkpoint to resume from"
+    plant(saved[-1], marker)
+    with pytest.raises(UnsafeCheckpoint, match="state.pt: refused"):
+        warm_start(
+            tmp_path / "m", texts, small, steps=6, batch_size=4, block_size=48, progress=False, checkpoint_dir=ckpt
+        )
+    assert not marker.exists()

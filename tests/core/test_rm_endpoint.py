@@ -111,3 +111,59 @@ def test_ppo_on_an_endpoint_with_faults_rewards_every_rollout(tiny_model_dir, tm
     assert 0 < len(failed) < len(roll)
     assert all(r[-1] == pytest.approx(-7.0) and not any(r[:-1]) for r in failed["token_rewards"])
     assert sum(h["parse/failure_rate"] for h in res.history) == pytest.approx(len(failed) / 8)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nobody listens once it is closed
+
+
+@pytest.mark.parametrize("server_kind", ["answers garbage", "closed port"])
+def test_ppo_stops_when_the_reward_source_keeps_failing(tiny_model_dir, tmp_path, server_kind):
+    """Every answer unparseable, or no server at all: PPO stops after ``reward_failure_patience`` steps over
+    ``max_reward_failure_rate`` instead of training on the failure reward and saving an adapter; the rollouts table
+    says what failed (before: exit 0, an adapter, reward 0 everywhere, no status column)."""
+    import contextlib
+
+    from t2g_core.ppo.failures import RewardSourceFailed
+
+    prompts = pd.DataFrame(
+        [{"id": f"p{i}", "task": r["task"], "prompt": r["prompt"], "meta": None} for i, r in enumerate(ROWS[:4])]
+    )
+    cfg = PPOConfig(
+        reward_source="endpoint",
+        steps=6,
+        batch_size=4,
+        minibatches=1,
+        ppo_epochs=1,
+        max_new_tokens=6,
+        value_model="head",
+        log_every=1,
+        reward_failure_patience=2,
+    )
+    garbage = server_kind == "answers garbage"
+    with (
+        FakeOpenAIServer(answer=lambda request: "no JSON here, sorry")
+        if garbage
+        else contextlib.nullcontext() as server
+    ):
+        url = server.base_url if garbage else f"http://127.0.0.1:{_closed_port()}/v1"
+        rm_cfg = RewardModelConfig(endpoint=EndpointConfig(base_url=url, timeout_s=2.0, max_retries=0))
+        source = make_reward_source("endpoint", "summarization", rm_cfg=rm_cfg, cache_dir=tmp_path / "answers")
+        with pytest.raises(RewardSourceFailed, match=r"PPO stopped at step 1: .* failed on 100%, 100% of the rollouts"):
+            train(cfg, tiny_model_dir, prompts, tmp_path / "run", reward_source=source)
+    assert not (tmp_path / "run" / "adapter").exists()  # no trained policy is published
+    roll = pd.read_parquet(tmp_path / "run" / "rollouts.parquet")
+    assert sorted(set(roll["step"])) == [0, 1]
+    assert set(roll["status"]) == ({"parse_error"} if garbage else {"api_error"}) and roll["error"].notna().all()
+
+
+def test_a_failure_streak_counts_consecutive_steps_only():
+    from t2g_core.ppo.failures import failure_streak
+
+    rates = [0.9, 0.1, 0.8, 0.6, 0.7]
+    assert failure_streak([{"parse/failure_rate": r} for r in rates], 0.5) == 3
+    assert failure_streak([{"parse/failure_rate": r} for r in rates], 0.75) == 0

@@ -182,6 +182,22 @@ def test_a_killed_tagger_run_resumes_to_the_same_weights(tiny_model_dir, tok, tm
     assert fit_tagger(cfg, tiny_model_dir, examples, tmp_path / "full").train_seconds == full.train_seconds  # reused
 
 
+@pytest.mark.slow
+def test_a_tampered_tagger_checkpoint_is_refused_and_runs_nothing(tiny_model_dir, tok, tmp_path):
+    """A ``state.pt`` that would run code when unpickled (here: write a marker file) is refused on resume."""
+    from t2g_core.training import UnsafeCheckpoint
+    from tests.core._pickles import plant
+
+    rm_df, fb = _tagger_data(tok, 1)
+    examples = tagger_examples(rm_df, fb)
+    fit_tagger(_cfg(max_steps=7), tiny_model_dir, examples, tmp_path / "run")
+    marker = tmp_path / "marker"
+    plant(tmp_path / "run" / "checkpoints" / "step-5" / "state.pt", marker)
+    with pytest.raises(UnsafeCheckpoint, match="state.pt: refused"):  # a longer run resumes from step 5
+        fit_tagger(_cfg(max_steps=9), tiny_model_dir, examples, tmp_path / "run")
+    assert not marker.exists()
+
+
 def test_a_frozen_tagger_trains_its_head_alone_and_saves_no_language_model(tiny_model_dir, tok, tmp_path):
     """finetune=frozen: the base's weights are untouched, the folder holds the head and the tokenizer only, and the
     scorer reads the base itself; a generative reward model cannot be frozen (it would learn nothing)."""

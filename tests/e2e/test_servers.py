@@ -3,13 +3,15 @@ on free 127.0.0.1 ports; the stage flows are deployed on a process work pool wit
 through the REST API exactly as the UI's Run button does, with its evaluation placed on that pool; its process is
 killed during PPO and the run is retried as the UI's Retry button does; a file dropped in the inbox is announced by the
 sensor and re-annotated by the event-triggered deployment; MLflow is queried for the lineage; `deployments/down.sh`
-stops exactly the processes up.sh recorded.
+stops exactly the processes up.sh recorded. The API asks for the auth string up.sh keeps in the workspace, and a run
+that would send a key variable to an endpoint not allowed at serve time is refused before any request.
 
 Runs the real stages on a tiny configuration.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -21,6 +23,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.e2e._listener import Listener
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -83,6 +87,7 @@ def servers(tmp_path):
         "DEBOUNCE_SECONDS": "2",
         "PREFECT_RUNNER_POLL_FREQUENCY": "2",
         "VENV_BIN": str(Path(sys.executable).parent),
+        "SOME_SECRET_VAR": "s3cret-database-password",  # what the exfiltration request asks the serve process for
     }
     for key in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "PREFECT_HOME", "PREFECT_SERVER_DATABASE_CONNECTION_URL"):
         env.pop(key, None)
@@ -93,6 +98,7 @@ def servers(tmp_path):
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         info = json.loads((ws / "run" / "servers.json").read_text())
+        info["auth"] = Path(info["prefect_auth_file"]).read_text()
         yield ws, info
     finally:
         subprocess.run(["bash", "deployments/down.sh", str(ws)], cwd=ROOT, env=env, timeout=120)
@@ -104,7 +110,12 @@ def servers(tmp_path):
 def worker(servers):
     """A process work pool with the stage flows deployed on it (``deployments/serve.py --pool``) and a worker."""
     ws, info = servers
-    env = {**os.environ, "PREFECT_API_URL": info["prefect_api"], "MLFLOW_TRACKING_URI": info["mlflow"]}
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": info["prefect_api"],
+        "MLFLOW_TRACKING_URI": info["mlflow"],
+        "PREFECT_API_AUTH_STRING": info["auth"],
+    }
     bin_dir = Path(sys.executable).parent
     for cmd in (
         [str(bin_dir / "prefect"), "work-pool", "create", POOL, "--type", "process"],
@@ -112,6 +123,9 @@ def worker(servers):
     ):
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    # the worker serves under the policy serve.py printed for it: the placed stage flow checks its parameters too
+    policy = next(line for line in done.stdout.splitlines() if "export T2G_SERVE_POLICY=" in line)
+    env["T2G_SERVE_POLICY"] = policy.split("export T2G_SERVE_POLICY=", 1)[1].strip("'")
     log = open(ws / "run" / "worker.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [str(bin_dir / "prefect"), "worker", "start", "--pool", POOL, "--type", "process"],
@@ -174,16 +188,16 @@ def _logs(api: httpx.Client) -> str:
 
 
 def _create_flow_run(api: httpx.Client, deployment_id: str, parameters: dict) -> dict:
-    """POST create_flow_run as the UI does; a busy SQLite server may answer 5xx once, so try three times and report."""
+    """POST create_flow_run as the UI does; a busy SQLite server may answer 5xx for a while, so try a few times."""
     answers = []
-    for _ in range(3):
+    for _ in range(6):
         resp = api.post(f"/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters})
         if resp.status_code < 300:
             return resp.json()
         answers.append((resp.status_code, resp.text[:500]))
         if resp.status_code < 500:
             break
-        time.sleep(3)
+        time.sleep(5)
     raise AssertionError(f"create_flow_run refused: {answers}")
 
 
@@ -213,9 +227,47 @@ def _runs_of(api: httpx.Client, flow_name: str) -> list[dict]:
     return api.post("/flow_runs/filter", json=body).json()
 
 
+def _api(info: dict, auth: bool = True) -> httpx.Client:
+    """A client of the Prefect API; with the auth string (HTTP Basic, as the UI sends it) unless ``auth`` is False."""
+    token = base64.b64encode(info["auth"].encode()).decode()
+    headers = {"Authorization": f"Basic {token}"} if auth else {}
+    return httpx.Client(base_url=info["prefect_api"], timeout=30, headers=headers)
+
+
+def test_the_deployment_api_refuses_the_exfiltration_request(servers):
+    """An unauthenticated create_flow_run of text2grad with an LLM annotator pointed at a local listener and a key
+    variable of the serve process's environment: 401; with the auth string the run fails on its parameters, naming
+    the field, and the listener never hears from the serve process."""
+    ws, info = servers
+    assert oct(Path(info["prefect_auth_file"]).stat().st_mode & 0o777) == "0o600"
+    listener = Listener()
+    try:
+        api, anonymous = _api(info), _api(info, auth=False)
+        dep = api.get("/deployments/name/text2grad/text2grad").json()
+        llm = {"annotator": "llm", "base_url": listener.url, "api_key_env": "SOME_SECRET_VAR", "max_retries": 0}
+        parameters = {"config": {**dep["parameters"]["config"], **TINY, "annotate": llm}}
+        refused = anonymous.post(f"/deployments/{dep['id']}/create_flow_run", json={"parameters": parameters})
+        assert refused.status_code == 401, refused.text
+        assert anonymous.post("/block_documents/filter", json={"include_secrets": True}).status_code == 401
+        preflight = anonymous.options(
+            "/flow_runs/filter",
+            headers={"Origin": "http://attacker.example", "Access-Control-Request-Method": "POST"},
+        )
+        assert preflight.headers.get("access-control-allow-origin") in (None, ""), preflight.headers
+        created = _create_flow_run(api, dep["id"], parameters)
+        run = _wait_flow_run(api, created["id"], 180)
+        message = run["state"].get("message") or ""
+        assert run["state_type"] == "FAILED", _why(run, ws)
+        assert "annotate.base_url" in message and "annotate.api_key_env" in message, message
+        time.sleep(2)
+        assert listener.received == [], listener.received
+    finally:
+        listener.close()
+
+
 def test_ui_run_crash_retry_placement_reannotation_and_lineage(worker):
     ws, info = worker
-    api = httpx.Client(base_url=info["prefect_api"], timeout=30)
+    api = _api(info)
     names = {d["name"] for d in api.post("/deployments/filter", json={}).json()}
     assert {"text2grad", "feedback-sensor", "reannotate"} <= names
 
@@ -295,9 +347,10 @@ def _reannotation(api: httpx.Client, ws: Path) -> None:
     assert reruns[0]["parameters"]["path"].endswith(".jsonl")
     done = _wait_flow_run(api, reruns[0]["id"], 120)
     assert done["state_type"] == "COMPLETED", _why(done, ws)
-    latest = json.loads((ws / "artifacts" / "feedback" / "LATEST.json").read_text())
-    annotations = json.loads((ws / "artifacts" / "annotations" / "LATEST.json").read_text())
-    assert latest["version"] == 2 and latest["n_rows"] == annotations["n_rows"] == 24 + 3
+    pointers = json.loads((ws / "artifacts" / "DATASETS.json").read_text())  # both datasets' versions, one file
+    latest, annotations = pointers["feedback"], pointers["annotations"]
+    assert pointers["version"] == 2 and latest["n_rows"] == annotations["n_rows"] == 24 + 3
+    assert pointers["annotations_cover"] == latest["sha256"]
 
 
 def _mlflow_lineage(info: dict, created: dict) -> None:
@@ -392,8 +445,8 @@ def _reannotation_continues_to_a_policy(api: httpx.Client, ws: Path, info: dict)
     assert started, "no reannotate run was started by the second file"
     done = _wait_flow_run(api, started[0]["id"], 900)
     assert done["state_type"] == "COMPLETED", _why(done, ws)
-    latest = json.loads((ws / "artifacts" / "feedback" / "LATEST.json").read_text())
-    assert latest["version"] == 3 and latest["n_rows"] == 24 + 3 + 3
+    pointers = json.loads((ws / "artifacts" / "DATASETS.json").read_text())
+    assert pointers["version"] == 3 and pointers["feedback"]["n_rows"] == 24 + 3 + 3
     client = mlflow.MlflowClient(info["mlflow"])
     second = client.get_model_version("text2grad-policy", "2")
     assert "feedback version 3 (30 rows)" in second.description

@@ -167,3 +167,46 @@ def test_ui_retry_of_a_failed_run_reuses_completed_stages(tmp_path):
     assert CALLS == ["first", "second", "third", "third"]
     states = _task_states(run_id)
     assert states["fake-first"] == ["Completed", "Cached"] and states["fake-second"] == ["Completed", "Cached"]
+
+
+def _logs(flow_run_id, expect: str, timeout: float = 20) -> str:
+    """The run's log as the API has it, once it holds ``expect`` (logs are shipped to the API in the background)."""
+    import time
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with get_client(sync_client=True) as client:
+            logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+        text = "\n".join(entry.message for entry in logs)
+        if expect in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("damage", ["deleted folder", "4-byte data.parquet", "truncated manifest"])
+def test_a_cached_result_whose_files_broke_is_recomputed_with_a_log_line(tmp_path, damage):
+    """A cached stage whose output folder was deleted or cut short runs again (never reported Cached) and says why."""
+    import shutil
+
+    root = str(tmp_path)
+    _run(root, C1, C2, C3)
+    CALLS.clear()
+    folder = Path(_run(root, C1, C2, C3)[1]["path"])  # the second stage's output, reused by the cache
+    second = Path(root) / "artifacts" / "second"
+    target = next(p for p in second.iterdir() if not p.name.startswith("."))
+    if damage == "deleted folder":
+        shutil.rmtree(target)
+    elif damage == "4-byte data.parquet":
+        (target / "data.parquet").write_bytes(b"PAR1")
+    else:
+        (target / "manifest.json").write_text((target / "manifest.json").read_text()[:20])
+    run_id, out = _run(root, C1, C2, C3)
+    assert CALLS == ["second"], CALLS  # the third stage's input is the same content: it stays cached
+    states = _task_states(run_id)
+    assert states["fake-first"] == ["Cached"] and states["fake-second"] == ["Completed"]
+    assert states["fake-third"] == ["Cached"] and Path(out["path"]) == folder
+    assert "fake-second: the cached result is not reused" in _logs(run_id, "the cached result is not reused")
+    assert pd.read_parquet(target / "data.parquet")["rm_target"].str.endswith("!").all()  # written again, whole

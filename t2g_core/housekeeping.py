@@ -1,0 +1,51 @@
+"""Collecting what killed writers leave behind: stale temporary files and folders in a workspace.
+
+Every write in the workspace goes through a hidden temporary name that is unique to its writer and renamed into place
+when complete (``.<name>.tmp-<pid>-<random>``; a broken artifact or a replaced checkpoint set aside is
+``.<name>.broken-...`` / ``.<name>.old-...``). A writer that
+is killed leaves its temporary behind, and no later writer reuses the name, so :func:`collect_stale_temporaries`
+removes those older than a few hours at the start of a run (``workspace.stale_temp_hours``): a live writer's
+temporary is minutes old, a killed one's is never touched again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+# .<name>.tmp-<writer> / .<name>.broken-<writer>, and the fixed `.<name>.tmp` staging names of earlier versions
+TEMPORARY = re.compile(r"^\..+\.(tmp|broken|old)(-[\w.-]+)?$")
+
+
+def stale_temporaries(root: str | Path, older_than_s: float, now: float | None = None) -> list[Path]:
+    """Temporary files and folders under ``root`` last modified more than ``older_than_s`` seconds ago."""
+    now = time.time() if now is None else now
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = Path(folder) / name
+            if not TEMPORARY.match(name):
+                continue
+            try:
+                age = now - path.lstat().st_mtime
+            except FileNotFoundError:  # its writer finished (renamed it) meanwhile
+                continue
+            if age > older_than_s:
+                found.append(path)
+        dirs[:] = [d for d in dirs if not TEMPORARY.match(d)]  # a temporary folder's contents go with it
+    return sorted(found)
+
+
+def collect_stale_temporaries(root: str | Path, older_than_hours: float) -> list[Path]:
+    """Remove the stale temporaries under ``root`` (see :func:`stale_temporaries`); returns what was removed."""
+    removed = []
+    for path in stale_temporaries(root, older_than_hours * 3600):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed

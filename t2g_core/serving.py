@@ -1,0 +1,105 @@
+"""What a run started through a deployment may set: the serve-time policy and the check of a run's settings.
+
+A deployment's parameters come from whoever can reach the Prefect API, so the settings that decide where a key is
+sent, which key, where outputs go and whether untrusted code runs without isolation are fixed when the deployments
+are served (``deployments/serve.py``), not by a run:
+
+- every endpoint URL (``annotate.base_url``, ``reward_model.endpoint.base_url``, ``evaluate.judge_base_url``) is
+  one of ``endpoints``;
+- the variable each stage that calls a service reads its key from is one of ``key_envs``;
+- ``workspace.root`` and ``workspace.mlflow_tracking_uri`` are the served ones, and the inbox the served one;
+- ``annotate.sandbox_isolation=none`` needs ``allow_unsandboxed``, an opt-in of the process that runs the flow.
+
+:func:`violations` lists what a run's settings break, each message naming the field; the adapters refuse such a run
+before it sends any request (``t2g_env.serving``).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from t2g_core.config import PipelineConfig, StageConfig
+from t2g_core.config.stages import settings_for
+
+POLICY_VARIABLE = "T2G_SERVE_POLICY"  # the served process's environment holds the policy as JSON (t2g_env.serving)
+UNSANDBOXED_VARIABLE = "T2G_ALLOW_UNSANDBOXED"  # "1" in that environment allows sandbox_isolation=none
+
+# stage -> (its endpoint URL field, its key-variable field), as `--set` spells them
+ENDPOINT_FIELDS: dict[str, tuple[str, str]] = {
+    "annotate": ("annotate.base_url", "annotate.api_key_env"),
+    "ppo": ("reward_model.endpoint.base_url", "reward_model.endpoint.api_key_env"),
+    "evaluate": ("evaluate.judge_base_url", "evaluate.judge_api_key_env"),
+}
+
+
+class ServePolicy(StageConfig):
+    """The settings fixed when the deployments are served; a deployment run may not change them."""
+
+    workspace_root: str = Field(description="The served workspace folder (absolute).")
+    mlflow_tracking_uri: str | None = Field(None, description="The served MLflow tracking URI (None: the default).")
+    inbox: str = Field(description="The inbox folder the feedback sensor watches (absolute).")
+    endpoints: tuple[str, ...] = Field((), description="Endpoint base URLs a run may send requests (and keys) to.")
+    key_envs: tuple[str, ...] = Field((), description="Environment variables a run may read an API key from.")
+    allow_unsandboxed: bool = Field(
+        False, description="annotate.sandbox_isolation=none is allowed (set by the serving process's environment)."
+    )
+
+    def environment(self) -> dict[str, str]:
+        """The environment entry that makes this the policy of a process and of the flow runs it starts."""
+        return {POLICY_VARIABLE: self.model_dump_json(exclude={"allow_unsandboxed"})}
+
+
+def _field(config: PipelineConfig, dotted: str):
+    value = config
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def same_url(a: str, b: str) -> bool:
+    """Endpoint URLs compared without a trailing slash or case differences in scheme and host."""
+    return a.rstrip("/").lower() == b.rstrip("/").lower()
+
+
+def workspace_violations(root: str, mlflow_tracking_uri: str | None, policy: ServePolicy) -> list[str]:
+    from pathlib import Path
+
+    out = []
+    if Path(root).resolve() != Path(policy.workspace_root).resolve():
+        out.append(
+            f"workspace.root: {root!r} is not the served workspace {policy.workspace_root!r} (fixed at serve time)"
+        )
+    if mlflow_tracking_uri != policy.mlflow_tracking_uri:
+        out.append(
+            f"workspace.mlflow_tracking_uri: {mlflow_tracking_uri!r} is not the served one "
+            f"{policy.mlflow_tracking_uri!r} (fixed at serve time)"
+        )
+    return out
+
+
+def inbox_violations(inbox: str | None, policy: ServePolicy) -> list[str]:
+    from pathlib import Path
+
+    if inbox is None or ("://" not in inbox and Path(inbox).resolve() == Path(policy.inbox).resolve()):
+        return []
+    return [f"inbox: {inbox!r} is not the served inbox {policy.inbox!r} (fixed at serve time)"]
+
+
+def violations(config: PipelineConfig, policy: ServePolicy) -> list[str]:
+    """What ``config`` sets that ``policy`` does not allow a deployment run to set; [] when nothing."""
+    out = workspace_violations(config.workspace.root, config.workspace.mlflow_tracking_uri, policy)
+    for stage, (url_field, key_field) in ENDPOINT_FIELDS.items():
+        url = _field(config, url_field)
+        if url is not None and not any(same_url(url, allowed) for allowed in policy.endpoints):
+            out.append(f"{url_field}: {url!r} is not an endpoint allowed at serve time ({list(policy.endpoints)})")
+        key_env = settings_for(stage, config).api_key_env
+        if key_env is not None and key_env not in policy.key_envs:
+            out.append(
+                f"{key_field}: {key_env!r} is not a key variable allowed at serve time ({list(policy.key_envs)})"
+            )
+    if config.annotate.sandbox_isolation == "none" and not policy.allow_unsandboxed:
+        out.append(
+            "annotate.sandbox_isolation: 'none' runs untrusted code without isolation; only the serving process's "
+            "environment can allow it"
+        )
+    return out
