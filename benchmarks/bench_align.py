@@ -39,7 +39,7 @@ from testbed import ROOT, results_dir
 
 sys.path.insert(0, str(ROOT))
 
-from t2g_core.spans import _collapse  # noqa: E402  (the matcher's own word-level normal form)
+from t2g_core.spans.locate import _collapse  # noqa: E402  (the matcher's own word-level normal form)
 
 FUNCTION_WORDS = (
     "the a an of to in and or but is was are were be been it its this that these those he she they we you his her "

@@ -260,7 +260,7 @@ def test_align_feedback_uses_config_and_parsed_feedback():
 
 
 def test_squeeze_fast_path_agrees_with_per_character_definition():
-    from t2g_core.spans import _squeeze_slow
+    from t2g_core.spans.locate import _squeeze_slow
 
     for text in ["Plain ASCII *md* `code`\n\tend", "東京 😀 “q” — x", "a\u00a0b\u2003c"]:
         fast, src = squeeze(text)

@@ -9,13 +9,13 @@ from hypothesis import strategies as st
 
 from t2g_core.spans import (
     AlignedSpan,
-    _collapse,
     decode_with_offsets,
     labels_for_offsets,
     locate_spans,
     squeeze,
     token_labels,
 )
+from t2g_core.spans.locate import _collapse
 
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 ALPHABET = (
@@ -212,7 +212,7 @@ def test_offsets_from_sampled_ids_give_the_same_labels(tokenizers, case):
 @pytest.mark.parametrize("name", ["bpe", "wordpiece", "unigram"])
 def test_windowed_decoding_equals_decoding_every_prefix(name, tokenizers):
     """The linear sliding-window offsets equal the quadratic every-prefix definition, ids cut anywhere."""
-    from t2g_core.spans import _close_tail, _offsets_from_ends, _prefix_ends
+    from t2g_core.spans.labels import _close_tail, _offsets_from_ends, _prefix_ends
 
     tok = tokenizers[name]
     kw = {"skip_special_tokens": False, "clean_up_tokenization_spaces": False}
