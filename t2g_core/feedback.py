@@ -208,7 +208,9 @@ def _pieces(p: Path, rows: int) -> Iterator[pd.DataFrame]:
             )
         except UnicodeDecodeError as exc:
             raise SchemaError(str(p), f"is not valid UTF-8 (byte {exc.start})") from exc
-        except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
+        except pd.errors.EmptyDataError:
+            raise SchemaError(str(p), "is empty (no header, no rows)") from None
+        except pd.errors.ParserError as exc:
             raise SchemaError(str(p), f"is not valid CSV: {' '.join(str(exc).split())[:200]}") from None
     else:
         raise SchemaError(

@@ -290,12 +290,25 @@ def _check_value(col: Column, value: object) -> str | None:
     return _checker(col.type)(col, value)
 
 
+def with_defaults(df: pd.DataFrame, schema: ArtifactSchema) -> pd.DataFrame:
+    """``df`` with every column the schema gives a default filled where the frame has none: the whole column when
+    absent, a row's empty (null) value when the column is required (rows from a producer that does not set it)."""
+    fill = {}
+    for c in schema.columns:
+        if c.default is None:
+            continue
+        if c.name not in df.columns:
+            fill[c.name] = [c.default() for _ in range(len(df))]
+        elif not c.nullable and any(_is_missing(v) for v in df[c.name].tolist()):
+            fill[c.name] = [c.default() if _is_missing(v) else v for v in df[c.name].tolist()]
+    return df.assign(**fill) if fill else df
+
+
 def validate_frame(df: pd.DataFrame, schema: ArtifactSchema, file: str) -> pd.DataFrame:
     """Check ``df`` against ``schema``; return it with the schema's column order. A column the schema gives a default
-    (one added after artifacts were written) reads with that value when the frame has none. Raises SchemaError."""
-    absent = [c for c in schema.columns if c.name not in df.columns and c.default is not None]
-    if absent:
-        df = df.assign(**{c.name: [c.default() for _ in range(len(df))] for c in absent})
+    (one added after artifacts were written) reads with that value where the frame has none (:func:`with_defaults`).
+    Raises SchemaError."""
+    df = with_defaults(df, schema)
     missing = [c for c in schema.names if c not in df.columns]
     if missing:
         raise SchemaError(

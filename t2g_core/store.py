@@ -27,7 +27,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
-from t2g_core.schemas import SCHEMAS, ArtifactSchema, SchemaError, to_arrow, validate_frame
+from t2g_core.schemas import SCHEMAS, ArtifactSchema, SchemaError, to_arrow, validate_frame, with_defaults
 
 DATA_FILE = "data.parquet"
 MANIFEST = "manifest.json"
@@ -152,7 +152,7 @@ def content_sha256(df: pd.DataFrame, schema: str | ArtifactSchema) -> str | None
     if all(not c.volatile for c in sch.columns):
         return None
     kept = sch.content
-    rows = to_arrow(df[kept.names], kept).to_pylist()
+    rows = to_arrow(with_defaults(df, sch)[kept.names], kept).to_pylist()
     text = json.dumps([kept.names, rows], ensure_ascii=False, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 

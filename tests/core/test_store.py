@@ -88,6 +88,43 @@ def test_list_columns_round_trip(tmp_path):
     ref = ArtifactStore(tmp_path).write("annotations", "k", df, "annotations")
     back = read_artifact(ref.path, "annotations")
     assert back["good_spans"].tolist() == [["g1", "g2"]] and back["poor_spans"].tolist() == [[]]
+    assert back["missing"].tolist() == [[]] and back["missing_at"].tolist() == [[]]  # columns added later: defaults
+
+
+def test_rows_without_a_later_column_read_with_its_default(tmp_path):
+    """A frame where some rows come from a producer that sets a later column (the critics' missing items) and some
+    from one that does not (null there): those rows read with the column's default, and the content hash sees it."""
+    rows = [
+        {
+            "id": "a",
+            "annotator": "code",
+            "critique": "c",
+            "good_spans": [],
+            "poor_spans": ["x"],
+            "status": "ok",
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "latency_s": 0.0,
+            "missing": ["y"],
+            "missing_at": [3],
+        },
+        {
+            "id": "b",
+            "annotator": "code",
+            "critique": None,
+            "good_spans": [],
+            "poor_spans": [],
+            "status": "sandbox_error",
+            "error": "e",
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "latency_s": 0.0,
+        },
+    ]
+    frame = pd.DataFrame(rows).assign(reasoning=None, raw=None)
+    ref = ArtifactStore(tmp_path).write("annotations", "k", frame, "annotations")
+    back = read_artifact(ref.path, "annotations")
+    assert back["missing"].tolist() == [["y"], []] and back["missing_at"].tolist() == [[3], []]
 
 
 def test_invalid_frame_is_refused_and_nothing_is_written(tmp_path):
