@@ -16,6 +16,10 @@ from t2g_core.critics import isolation
 from t2g_core.critics.plain import NotPlain, decode, encode
 from t2g_core.critics.sandbox import SandboxLimits, run_cases
 
+# one worker runs the sandbox tests one after another: many sandboxes starting at once on both workers (the
+# concurrency test) contend in the kernel's namespace set-up and stretch every other sandbox's start-up
+pytestmark = pytest.mark.xdist_group("sandbox")
+
 BACKENDS = [b for b in ("bwrap", "unshare") if isolation.works(b)]
 PROGRAM = "def f(x):\n    return x + 1\n"
 

@@ -28,6 +28,10 @@ import pytest
 from t2g_core.critics import isolation
 from t2g_core.critics.sandbox import SandboxLimits, run_cases, sandbox_workers
 
+# one worker runs the sandbox tests one after another: many sandboxes starting at once on both workers (the
+# concurrency test) contend in the kernel's namespace set-up and stretch every other sandbox's start-up
+pytestmark = pytest.mark.xdist_group("sandbox")
+
 BACKENDS = [b for b in ("bwrap", "unshare") if isolation.works(b)]
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -69,6 +73,7 @@ def test_a_program_filling_its_scratch_space_gets_an_error_not_host_memory(backe
     assert not leaked
 
 
+@pytest.mark.slow  # 24 sandboxes at once: 10–20 s
 @pytest.mark.skipif(not BACKENDS, reason="no isolation backend here")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_correct_cpu_bound_code_passes_at_a_concurrency_far_above_the_cores(backend):
