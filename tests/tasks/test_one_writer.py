@@ -130,6 +130,7 @@ CHECKPOINTS = """
 """
 
 
+@pytest.mark.slow  # two Python processes that load torch
 def test_two_processes_checkpointing_into_one_folder_never_collide(tmp_path):
     from t2g_core.training import load_state
 
