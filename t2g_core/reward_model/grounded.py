@@ -67,6 +67,8 @@ def _escape(esc: bytes) -> tuple[bool, bytes | None]:
         return True, _ESCAPES[kind]
     if kind != ord("u") or not all(c in _HEX for c in esc[2:]):
         return False, None
+    if len(esc) >= 4 and esc[2] in b"dD" and esc[3] in b"89abcdefABCDEF":
+        return False, None  # a surrogate (refused below): refused at its second digit, before it is a dead end
     if len(esc) < 6:
         return True, None
     code = int(esc[2:6], 16)

@@ -100,6 +100,15 @@ def test_escapes_are_unescaped_before_the_substring_check():
     assert g.walk(START, b'{"critique": "", "good_spans": ["\\q') is None
 
 
+def test_a_surrogate_escape_is_refused_at_its_second_digit_before_it_is_a_dead_end():
+    """``\\ud9`` can only become a surrogate, which no quote or critique may hold: refused there, in the critique too,
+    so a decoder never reaches ``\\ud9A`` with no byte allowed after it (found by the property test above)."""
+    g = Grounding("Paris")
+    assert g.walk(START, b'{"critique": "\\ud') is not None and g.walk(START, b'{"critique": "\\ud7ff') is not None
+    assert g.walk(START, b'{"critique": "\\ud9') is None and g.walk(START, b'{"critique": "\\uDC') is None
+    assert g.walk(START, b'{"critique": "", "good_spans": ["\\ud8') is None
+
+
 def test_empty_quotes_and_half_characters_cannot_be_closed():
     g = Grounding("中文")
     head = b'{"critique": "", "good_spans": ["'
