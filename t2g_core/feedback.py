@@ -7,6 +7,7 @@ data every later stage and its cache key trust, so it is fixed at its source, wh
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Iterator
 from itertools import islice
@@ -64,15 +65,25 @@ def _jsonl_records(path: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[t
         yield lineno, obj
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
+_CSV_OPTIONS = {"dtype": str, "keep_default_na": False, "na_values": [""], "encoding": "utf-8"}
+
+
+@contextlib.contextmanager
+def _csv_errors(path: Path) -> Iterator[None]:
+    """pandas' CSV errors as a SchemaError naming ``path`` (a whole read or one in pieces)."""
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8")
+        yield
     except UnicodeDecodeError as exc:
         raise SchemaError(str(path), f"is not valid UTF-8 (byte {exc.start})") from exc
     except pd.errors.EmptyDataError:
         raise SchemaError(str(path), "is empty (no header, no rows)") from None
     except pd.errors.ParserError as exc:
         raise SchemaError(str(path), f"is not valid CSV: {' '.join(str(exc).split())[:200]}") from None
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    with _csv_errors(path):
+        return pd.read_csv(path, **_CSV_OPTIONS)
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
@@ -202,16 +213,8 @@ def _pieces(p: Path, rows: int) -> Iterator[pd.DataFrame]:
                 done += len(piece)
                 yield pd.DataFrame([obj for _, obj in piece])
     elif suffix == ".csv":
-        try:
-            yield from pd.read_csv(
-                p, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8", chunksize=rows
-            )
-        except UnicodeDecodeError as exc:
-            raise SchemaError(str(p), f"is not valid UTF-8 (byte {exc.start})") from exc
-        except pd.errors.EmptyDataError:
-            raise SchemaError(str(p), "is empty (no header, no rows)") from None
-        except pd.errors.ParserError as exc:
-            raise SchemaError(str(p), f"is not valid CSV: {' '.join(str(exc).split())[:200]}") from None
+        with _csv_errors(p):
+            yield from pd.read_csv(p, chunksize=rows, **_CSV_OPTIONS)
     else:
         raise SchemaError(
             str(p), f"unsupported feedback format {suffix!r}: use .parquet, .jsonl, .csv or a datasets folder"
