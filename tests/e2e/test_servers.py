@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from t2g_core.config.presets import PRESETS, merged
 from tests.e2e._listener import Listener
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -32,34 +33,20 @@ ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 POOL = "t2g-e2e-pool"
 
-TINY = {
-    "data": {"n_items": 24, "seed": 3},
-    "models": {
-        "tiny": {
-            "hidden_size": 32,
-            "num_heads": 2,
-            "warm_start_steps": 5,
-            "policy_sft_steps": 5,
-            "warm_start_batch_size": 8,
-            "policy_sft_batch_size": 8,
-        }
+# the tiny preset, with PPO long enough to be killed mid-run and a page per step
+TINY = merged(
+    PRESETS["tiny"],
+    {
+        "data": {"seed": 3},
+        "ppo": {
+            "steps": 12,
+            "eval_every": 1,
+            "log_every": 1,
+            "save_every": 1,
+            "reward_model_gate": {"allow_weak": True},  # a 2-step reward model: the path is tested, not its quality
+        },
     },
-    "validate": {"review": "auto", "sample_size": 8},
-    "reward_model": {"max_steps": 2, "batch_size": 4, "max_new_tokens": 16},
-    "ppo": {
-        "steps": 12,
-        "batch_size": 4,
-        "minibatches": 1,
-        "ppo_epochs": 1,
-        "max_new_tokens": 12,
-        "eval_every": 1,
-        "log_every": 1,
-        "save_every": 1,
-        "reward_model_gate": {"allow_weak": True},  # a 2-step reward model: the path is tested, not its quality
-    },
-    "evaluate": {"max_prompts": 4, "max_new_tokens": 12, "bootstrap_samples": 100},
-    "checks": {"small_tagger_data": True},  # 24 items: a smoke run of the tagger, said so
-}
+)
 
 
 def _free_port() -> int:
