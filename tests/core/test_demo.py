@@ -13,6 +13,7 @@ from t2g_core.demo import demo_corpus, gold_feedback, make_demo_feedback
 from t2g_core.demo import summarization as S
 from t2g_core.demo.code import load_problems, mutants, passes_tests
 from t2g_core.schemas import FEEDBACK, validate_frame
+from tests.core._facts import CAI
 
 
 @pytest.fixture(scope="module")
@@ -78,16 +79,7 @@ def test_post_states_every_fact_once_and_reference_is_the_template():
 
 
 def test_summary_errors_counts_wrong_missing_redundant_invented_and_swapped():
-    facts = {
-        "name": "Cai",
-        "city": "Quito",
-        "count": "3",
-        "pet": "dogs",
-        "color": "gray",
-        "job": "coach",
-        "day": "Sunday",
-        "food": "beans",
-    }
+    facts = dict(CAI)
     text = (
         "A person named Cai lives in Lima with 3 pets, all dogs, works as a beans, rests on Sunday and enjoys eating "
         "coach."

@@ -7,17 +7,9 @@ import pytest
 from t2g_core.demo.summarization import SLOTS, reference_summary, render_summary
 from t2g_core.evaluation.diagnosis import fact_error_profile, fact_verdicts, poor_span_agreement
 from t2g_core.spans import ParsedFeedback
+from tests.core._facts import CAI
 
-FACTS = {
-    "name": "Cai",
-    "city": "Quito",
-    "count": "3",
-    "pet": "dogs",
-    "color": "gray",
-    "job": "coach",
-    "day": "Sunday",
-    "food": "beans",
-}
+FACTS = CAI
 # city invented (Lima is none of the post's values), day and food swapped, job left out, the name clause repeated
 FLAWED = render_summary(
     {**FACTS, "city": "Lima", "day": "beans", "food": "Sunday", "job": None}, FACTS, repeat=("name",)

@@ -23,18 +23,10 @@ from t2g_core.demo import make_demo_feedback
 from t2g_core.demo import summarization as S
 from t2g_core.demo.facts import read_facts
 from t2g_core.evaluation.metrics import fact_metrics
+from tests.core._facts import CAI
 
 CRITIC = ReferenceCritic()
-FACTS = {
-    "name": "Cai",
-    "city": "Quito",
-    "count": "3",
-    "pet": "dogs",
-    "color": "gray",
-    "job": "coach",
-    "day": "Sunday",
-    "food": "beans",
-}
+FACTS = CAI
 # sha256 of every scorer output, span list and reference critique on the 400 items of seeds 101 and 102 (and their
 # reference summaries), measured with the template-only scorer and critic; see _template_outputs
 TEMPLATE_DIGEST = "2e7e5516b42c529d7d13941a3d55f78bbd428e905a48d6367a92d73459c7c4c0"
