@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed import ROOT, results_dir, stay_offline
+from testbed import ROOT, SMOKE_TINY_MODELS, results_dir, stay_offline
 
 stay_offline()
 sys.path.insert(0, str(ROOT))
@@ -42,13 +42,7 @@ SMOKE = [  # tiny demo models and a few steps of everything: the script's path, 
     "holdout.eval_fraction=0.004",  # 4 of the recipe's 1000 items
     "models.policy=tiny",
     "models.reward_model_base=tiny",
-    "models.tiny.vocab_size=256",
-    "models.tiny.hidden_size=32",
-    "models.tiny.intermediate_size=64",
-    "models.tiny.warm_start_steps=2",
-    "models.tiny.policy_sft_steps=2",
-    "models.tiny.policy_noise_steps=1",
-    "models.tiny.policy_sft_examples=32",
+    *SMOKE_TINY_MODELS,
     "warmup.steps=2",
     "warmup.batch_size=4",
     "reward_model.max_steps=2",
