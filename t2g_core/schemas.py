@@ -299,8 +299,10 @@ def with_defaults(df: pd.DataFrame, schema: ArtifactSchema) -> pd.DataFrame:
             continue
         if c.name not in df.columns:
             fill[c.name] = [c.default() for _ in range(len(df))]
-        elif not c.nullable and any(_is_missing(v) for v in df[c.name].tolist()):
-            fill[c.name] = [c.default() if _is_missing(v) else v for v in df[c.name].tolist()]
+            continue
+        values = df[c.name].tolist()
+        if not c.nullable and any(_is_missing(v) for v in values):
+            fill[c.name] = [c.default() if _is_missing(v) else v for v in values]
     return df.assign(**fill) if fill else df
 
 
