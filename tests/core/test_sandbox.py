@@ -31,7 +31,8 @@ def case(body: str, header: str = "") -> dict[str, str]:
 
 @pytest.fixture(params=BACKENDS)
 def limits(request):
-    return SandboxLimits(timeout_s=1.0, memory_mb=256, max_procs=8, isolation=request.param)
+    # 2.5 s: room for the interpreter's start-up while the other test worker loads the machine
+    return SandboxLimits(timeout_s=2.5, memory_mb=256, max_procs=8, isolation=request.param)
 
 
 def run(cases, limits, program=PROGRAM):
