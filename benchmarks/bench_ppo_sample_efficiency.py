@@ -220,6 +220,7 @@ def summarise_arm(runs: list[dict], args) -> dict:
         "final_length_mean": statistics.fmean(x for x in lengths if x is not None),
         "seconds_per_run": statistics.fmean(r["seconds"] for r in runs),
         "value_model": sorted({r.get("value_model", "?") for r in runs}),
+        "explained_variance": curves.explained_variance(runs),
     }
 
 
@@ -263,7 +264,7 @@ def final(args, arms: list[str], policies: list[Path], best: dict[str, dict]) ->
     return table, by_ws, runs
 
 
-def print_table(table: dict, comparison: dict, by_ws: dict, headline: str | None, steps: int) -> None:
+def print_table(table: dict, comparison: dict, by_ws: dict, headline: str | None, critics: dict, steps: int) -> None:
     curves.print_arms(table, FRACTIONS, label=lambda arm, a: f"{config_name(a['tuned']):26s}")
     for f, row in comparison.items():
         r, ws = row["ratios"][row["best_span"]], by_ws[f]
@@ -273,6 +274,7 @@ def print_table(table: dict, comparison: dict, by_ws: dict, headline: str | None
             f"{r['ci95'][1]:.2f}]; per warm start {per}; {'robust' if ws['robust'] else 'NOT robust'}"
         )
     print(f"headline target: {headline + 'x' if headline else 'none is robust across warm starts'}")
+    curves.print_critic_ratios(critics)
     print(f"(not reached counted as {steps + 1})")
 
 
@@ -287,10 +289,12 @@ def summary(result: dict, runs: list[dict]) -> dict:
     per_ws = (*(f"steps_to_{f}_mean" for f in FRACTIONS), "plateau_mean")
     by_ws = {ws: {arm: {k: a[k] for k in per_ws} for arm, a in t.items()} for ws, t in result["by_warm_start"].items()}
     arms = {
-        arm: {"tuned": a["tuned"], "value_model": a["value_model"]} | curves.arm_row(a, FRACTIONS)
+        arm: {k: a[k] for k in ("tuned", "value_model", "explained_variance", "seconds_per_run")}
+        | curves.arm_row(a, FRACTIONS)
         for arm, a in result["arms"].items()
     }
     keep = ("task", "reward_source", "seeds", "eval_steps", "headline_target", "comparison", "warm_start_ratios")
+    keep += ("critic_ratios",)
     return {k: result[k] for k in keep} | {
         "settings": {k: result["config"][k] for k in (*SHARED, "arms", "lrs", "lams", "kl_stops", "tune_target")},
         "warm_starts": {ws: {k: v for k, v in r.items() if k != "policy"} for ws, r in result["warm_starts"].items()},
@@ -396,6 +400,7 @@ def main() -> None:
     dense = [a for a in arms if base_arm(a) == "dense"]
     comparison = se.compare(table, args.steps, FRACTIONS, scalar, span, fallback_arms=dense)
     ws_ratios = se.warm_start_ratios(comparison, by_ws, args.steps)
+    critics = curves.critic_ratios(table, arms, args.steps, FRACTIONS)
     headline = se.headline_target(ws_ratios, HEADLINE_PREFERENCE)
     diagnosis = curves.diagnose(task.diagnose, runs, arms, args.steps)
     figure = (out_dir if args.smoke or args.tag else FIGURES) / f"{name}.png"  # ablations stay with the results
@@ -426,6 +431,7 @@ def main() -> None:
         "comparison": comparison,
         "warm_start_ratios": ws_ratios,
         "headline_target": headline,
+        "critic_ratios": critics,
         "diagnosis": diagnosis,
         "tuning": {
             a: {n: {k: c[k] for k in c if k.endswith(("_mean", "collapsed"))} for n, c in t["configs"].items()}
@@ -436,7 +442,7 @@ def main() -> None:
         "curves": {f"{r['arm']}|{ws_name(r['warm_start'])}|seed{r['seed']}": curves.curve(r) for r in runs},
     }
     path = write_results(name, result, summary(result, runs), smoke=args.smoke, publish=args.publish)
-    print_table(table, comparison, ws_ratios, headline, args.steps)
+    print_table(table, comparison, ws_ratios, headline, critics, args.steps)
     curves.print_diagnosis(diagnosis)
     print(f"results: {out_dir / (name + '.json')}\nsummary: {path}\nfigure: {figure}")
 

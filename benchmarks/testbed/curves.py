@@ -81,7 +81,41 @@ def print_arms(table: dict, fractions, label=lambda arm, a: "") -> None:
             parts.append(f"to {f}x: {a[f'steps_to_{f}_mean']:5.1f} [{lo:4.1f}, {hi:4.1f}] ({a[f'reached_{f}']})")
         lo, hi = a["plateau_ci95"]
         parts.append(f"plateau {a['plateau_mean']:.3f} [{lo:.3f}, {hi:.3f}] collapsed {a['collapsed']}/{a['n_runs']}")
+        if ev := a.get("explained_variance"):
+            parts.append(f"critic EV {ev['mean']:.2f} [{ev['min']:.2f}, {ev['max']:.2f}]")
         print(" | ".join(parts))
+
+
+def print_critic_ratios(critics: dict) -> None:
+    """One line per :func:`critic_ratios` row."""
+    for arm, row in critics.items():
+        parts = [f"to {f}x {r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]" for f, r in row.items()]
+        print(f"critic {arm} / {arm.partition(':')[0]} (the default critic): {'; '.join(parts)}")
+
+
+def explained_variance(runs: list[dict]) -> dict | None:
+    """The critic's explained variance of the returns (``value/explained_variance``, measured on each step's batch
+    before its update): each run's mean over its steps, then the mean and range over runs; None without a critic."""
+    per_run = [
+        statistics.fmean(ev)
+        for r in runs
+        if (ev := [h["value/explained_variance"] for h in r["history"] if "value/explained_variance" in h])
+    ]
+    if not per_run:
+        return None
+    return {"mean": statistics.fmean(per_run), "min": min(per_run), "max": max(per_run), "runs": len(per_run)}
+
+
+def critic_ratios(table: dict, arms: Sequence[str], steps: int, fractions) -> dict:
+    """Each arm ``ARM:VALUE_MODEL`` against the same ARM with PPOConfig's default critic (when both ran): mean steps to
+    each target over the default's, with 95% intervals: the figure a change of the default critic is judged on."""
+    return {
+        arm: {
+            str(f): se.steps_ratio(table[arm][f"steps_to_{f}"], table[base][f"steps_to_{f}"], steps) for f in fractions
+        }
+        for arm in arms
+        if ":" in arm and (base := arm.partition(":")[0]) in table
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -19,6 +19,12 @@ class CritiqueLoopConfig(StageConfig):
         "then reach PPO.",
     )
     every: int = Field(10, ge=1, description="A round after every this many PPO steps (on the last step's rollouts).")
+    first: int | None = Field(
+        None,
+        ge=1,
+        description="The first round after this many PPO steps, then every `every` (None = after `every`). An early "
+        "first round (1: on the warm start's own rollouts) refreshes the reward model before the fast early steps.",
+    )
     budget: int = Field(
         16, ge=1, description="Rollouts annotated per round (at most the batch: the step's own rollouts are used)."
     )

@@ -175,12 +175,18 @@ class CritiqueLoop:
         self.state = LoopState()
 
     # ---- when, and the reward source ---------------------------------------------------------------------------
+    @property
+    def first(self) -> int:
+        return self.cfg.first or self.cfg.every
+
     def due(self, step: int) -> bool:
-        return (step + 1) % self.cfg.every == 0 and not self.state.stopped
+        done = step + 1
+        return done >= self.first and (done - self.first) % self.cfg.every == 0 and not self.state.stopped
 
     @property
     def rounds_planned(self) -> int:
-        return self.ppo_cfg.steps // self.cfg.every
+        steps = self.ppo_cfg.steps
+        return 0 if steps < self.first else 1 + (steps - self.first) // self.cfg.every
 
     def check_source(self, source) -> None:
         """Refresh needs a tagger to fine-tune; auditing works with any reward source."""

@@ -30,6 +30,17 @@ def test_a_round_takes_the_least_sure_rollouts_then_a_seeded_random_share():
     assert choose(confidence, 20, 1.0, seed=0, step=0) == sorted(range(8), key=lambda i: confidence[i])
 
 
+@pytest.mark.parametrize(
+    ("every", "first", "rounds"), [(3, None, [3, 6, 9]), (3, 1, [1, 4, 7, 10]), (5, 2, [2, 7]), (4, 12, [])]
+)
+def test_rounds_come_after_the_first_round_then_every_few_steps(tmp_path, every, first, rounds):
+    loop_cfg = CritiqueLoopConfig(enabled=True, every=every, first=first, budget=2)
+    cfg = PPOConfig(steps=10, batch_size=4, critique_loop=loop_cfg)
+    loop = CritiqueLoop(cfg, AnnotateConfig(annotator="reference"), tagger_cfg(), AlignConfig(), tmp_path, None)
+    assert [step + 1 for step in range(cfg.steps) if loop.due(step)] == rounds  # steps done when a round runs
+    assert loop.rounds_planned == len(rounds)
+
+
 def test_chosen_rollouts_become_feedback_items_with_unique_ids():
     rows = [
         {"id": "p1", "task": "summarization", "prompt": "I am Gus.", "reference": "A person named Gus.", "meta": {}}
