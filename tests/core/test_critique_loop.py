@@ -41,6 +41,32 @@ def test_rounds_come_after_the_first_round_then_every_few_steps(tmp_path, every,
     assert loop.rounds_planned == len(rounds)
 
 
+def test_auto_runs_the_loop_only_where_it_works_offline_and_can_refresh():
+    from t2g_core.config import load_config
+    from t2g_core.config.stages import PPOSettings
+
+    def loop(*sets, processes=1):
+        return PPOSettings.from_pipeline(load_config(None, list(sets))).critique_loop(processes)
+
+    assert loop() == (True, "auto: the trained tagger, audited by the annotator offline")  # the embedded defaults
+    for sets, why in [
+        (["annotate.annotator=llm"], "annotate.annotator=llm"),  # an outside service is called only when asked
+        (["annotate.annotator=ground"], "annotate.annotator=ground"),  # human critiques cannot label new responses
+        (["reward_model.kind=generative"], "cannot be refreshed"),
+        (["ppo.reward_source=oracle"], "does not score with the reward model the pipeline trained"),
+        (["ppo.reward_model_path=/some/tagger"], "does not score with the reward model the pipeline trained"),
+    ]:
+        on, reason = loop(*sets)
+        assert not on and why in reason
+    assert loop(processes=2) == (False, "auto: 2 processes (the loop runs in one)")
+    assert loop("ppo.critique_loop.enabled=true", "annotate.annotator=llm")[0]  # asked for: on
+    assert PPOSettings.from_pipeline(
+        load_config(None, ["ppo.critique_loop.enabled=true", "annotate.annotator=llm"])
+    ).uses_annotator_key
+    assert not loop("ppo.critique_loop.enabled=false")[0]
+    assert not PPOSettings.from_pipeline(load_config(None, ["annotate.annotator=llm"])).uses_annotator_key
+
+
 def test_chosen_rollouts_become_feedback_items_with_unique_ids():
     rows = [
         {"id": "p1", "task": "summarization", "prompt": "I am Gus.", "reference": "A person named Gus.", "meta": {}}
