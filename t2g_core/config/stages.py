@@ -128,10 +128,10 @@ class PPOSettings(StageSettings):
         """The critique loop calls the LLM annotator (an outside service with a key)."""
         return self.critique_loop()[0] and self.annotate.annotator == "llm"
 
-    def critique_loop(self, processes: int = 1) -> tuple[bool, str]:
+    def critique_loop(self) -> tuple[bool, str]:
         """Whether PPO runs the critique loop (``ppo.critique_loop.enabled``), and why: true and false as given;
-        ``auto`` where it runs offline and can refresh (PPO scores with the tagger the pipeline trained, the annotator
-        labels new responses without an outside service, one process)."""
+         ``auto`` where it runs offline and can refresh (PPO scores with the tagger the pipeline trained, the annotator
+        labels new responses without an outside service; a multi-process run goes without it)."""
         enabled = self.ppo.critique_loop.enabled
         if enabled != "auto":
             return enabled, "ppo.critique_loop.enabled=" + str(enabled).lower()
@@ -143,7 +143,6 @@ class PPOSettings(StageSettings):
                 f"annotate.annotator={self.annotate.annotator} "
                 "(auto uses only the reference and code critics; set ppo.critique_loop.enabled=true to call an LLM)",
             ),
-            (processes > 1, f"{processes} processes (the loop runs in one)"),
         ]
         reasons = [why for off, why in why_not if off]
         return not reasons, "auto: " + ("; ".join(reasons) or "the trained tagger, audited by the annotator offline")

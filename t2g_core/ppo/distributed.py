@@ -23,14 +23,6 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def launched_processes() -> int:
-    """Processes of this run: the process group's size once there is one, before that what the launcher (torchrun,
-    ``accelerate launch``) put in ``WORLD_SIZE``."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
 def _collective_device() -> torch.device:
     """NCCL reduces CUDA tensors only; gloo (and a mixed ``cuda:nccl,cpu:gloo`` group) takes CPU tensors."""
     if dist.get_backend() == "nccl":

@@ -16,7 +16,7 @@ import pandas as pd
 from t2g_core.config.stages import PPOSettings
 from t2g_core.models.loading import default_device, resolve_dtype
 from t2g_core.ppo.critique_loop import CritiqueLoop, write_replay
-from t2g_core.ppo.distributed import barrier, launched_processes, rank_and_world
+from t2g_core.ppo.distributed import barrier, rank_and_world
 from t2g_core.ppo.sources import make_reward_source, split_prompts, task_metric_for
 from t2g_core.ppo.trainer import PPOResult, train
 from t2g_core.progress import Progress, no_progress
@@ -44,7 +44,7 @@ def prepare_run(
     the reward model was trained on, which the critique loop replays when it refreshes it."""
     run_dir = Path(run_dir)
     if rank_and_world()[0] == 0:
-        if replay is not None and cfg.critique_loop(launched_processes())[0]:
+        if replay is not None and cfg.critique_loop()[0]:
             write_replay(run_dir, *replay)
         run_dir.mkdir(parents=True, exist_ok=True)
         train_df, eval_df = split_prompts(feedback, cfg.holdout.eval_fraction, cfg.holdout.seed)
@@ -92,7 +92,7 @@ def run_from_dir(
         dtype=dtype,
     )
     loop = None
-    if cfg.critique_loop(launched_processes())[0]:
+    if cfg.critique_loop()[0]:
         loop = CritiqueLoop(
             cfg.ppo,
             cfg.annotate,

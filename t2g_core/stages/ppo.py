@@ -34,7 +34,6 @@ def train(
     """Train (or resume) PPO; the adapter is in ``adapter_dir``, the held-out prompts in ``run_dir/eval.parquet``.
     ``api_key`` (handed in by the caller, never stored) serves ``reward_source=endpoint``."""
     from t2g_core.ppo.checkpoint import latest_checkpoint
-    from t2g_core.ppo.distributed import launched_processes
     from t2g_core.ppo.run import prepare_run, run_from_dir
 
     if settings.uses_reward_model and reward_model_path(settings, reward_model) is None:
@@ -45,7 +44,7 @@ def train(
         latest = latest_checkpoint(run_dir) if run_dir.exists() else None
         if latest is None:
             fb = read(feedback, "feedback")
-            loop_on, why = settings.critique_loop(launched_processes())
+            loop_on, why = settings.critique_loop()
             ctx.log(f"critique loop {'on' if loop_on else 'off'} ({why})")
             loop_on = loop_on and settings.uses_trained_reward_model
             replay = (read(reward_model.rm_data, "rm_data"), fb) if loop_on and reward_model is not None else None

@@ -45,8 +45,8 @@ def test_auto_runs_the_loop_only_where_it_works_offline_and_can_refresh():
     from t2g_core.config import load_config
     from t2g_core.config.stages import PPOSettings
 
-    def loop(*sets, processes=1):
-        return PPOSettings.from_pipeline(load_config(None, list(sets))).critique_loop(processes)
+    def loop(*sets):
+        return PPOSettings.from_pipeline(load_config(None, list(sets))).critique_loop()
 
     assert loop() == (True, "auto: the trained tagger, audited by the annotator offline")  # the embedded defaults
     for sets, why in [
@@ -58,7 +58,6 @@ def test_auto_runs_the_loop_only_where_it_works_offline_and_can_refresh():
     ]:
         on, reason = loop(*sets)
         assert not on and why in reason
-    assert loop(processes=2) == (False, "auto: 2 processes (the loop runs in one)")
     assert loop("ppo.critique_loop.enabled=true", "annotate.annotator=llm")[0]  # asked for: on
     assert PPOSettings.from_pipeline(
         load_config(None, ["ppo.critique_loop.enabled=true", "annotate.annotator=llm"])
