@@ -107,7 +107,14 @@ def _prompts(n=8):
 
 
 def _ppo(**loop) -> PPOConfig:
-    settings = {"enabled": True, "every": 2, "budget": 3, "refresh_steps": 2, "alarm_f1_floor": 0.0} | loop
+    settings = {
+        "enabled": True,
+        "every": 2,
+        "first": None,
+        "budget": 3,
+        "refresh_steps": 2,
+        "alarm_f1_floor": 0.0,
+    } | loop
     return PPOConfig(
         steps=4,
         batch_size=4,
