@@ -57,6 +57,14 @@ class CritiqueLoopConfig(StageConfig):
         description="The alarm also fires when its omission recall against the annotator falls below this (None = "
         "not checked).",
     )
+    alarm_gain_check: bool = Field(
+        True,
+        description="The alarm fires only when the annotator's mean reward on the round's rollouts is no higher than "
+        "at the last passing round: over-optimisation is the reward model followed while the annotator's judgement "
+        "does not improve. A policy the annotator judges better, with a reward model that now disagrees, is kept and "
+        "the reward model refreshed (measured: on the floor alone, rounds after a fast improvement rolled the policy "
+        "back to the warm start). false = the floors alone decide.",
+    )
     on_alarm: Literal["rollback", "stop", "continue"] = Field(
         "rollback",
         description="rollback = restore the policy, critic, optimizers and KL controller of the last round that "

@@ -41,6 +41,24 @@ def test_rounds_come_after_the_first_round_then_every_few_steps(tmp_path, every,
     assert loop.rounds_planned == len(rounds)
 
 
+def test_low_agreement_rolls_back_only_when_the_annotator_sees_no_gain(tmp_path):
+    # measured on the demo: rounds after a fast improvement found the reward model disagreeing on a policy the
+    # annotator judged far better, and the floor alone rolled 5 steps of progress back
+    def alarm(passed_reward, annotator_reward, poor_f1=0.1, **loop):
+        cfg = PPOConfig(steps=10, batch_size=4, critique_loop=CritiqueLoopConfig(enabled=True, budget=2, **loop))
+        crit = CritiqueLoop(cfg, AnnotateConfig(annotator="reference"), tagger_cfg(), AlignConfig(), tmp_path, None)
+        crit.state.passed_reward = passed_reward
+        return crit._alarm(
+            {"poor_f1": poor_f1, "f1": poor_f1, "omission_recall": 1.0, "annotator_reward": annotator_reward}
+        )
+
+    assert not alarm(5.0, 7.0)  # the annotator judges the policy better: refresh, keep the progress
+    assert alarm(5.0, 4.0) and alarm(5.0, 5.0)  # the proxy followed, the truth no better: over-optimisation
+    assert alarm(None, 7.0)  # no earlier round: the floor alone decides
+    assert alarm(5.0, 7.0, alarm_gain_check=False)
+    assert not alarm(5.0, 4.0, poor_f1=0.9)  # agreement above the floor: no alarm whatever the reward
+
+
 def test_auto_runs_the_loop_only_where_it_works_offline_and_can_refresh():
     from t2g_core.config import load_config
     from t2g_core.config.stages import PPOSettings
