@@ -223,7 +223,7 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
     eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
     metric = KeptResponses(summary_metrics)
     source = reward_source(name, src, pipe, paths, seed)
-    loop = critique_loop(cfg, pipe, paths, out) if cfg.critique_loop.enabled else None
+    loop = critique_loop(cfg, pipe, paths, out) if src.needs == "critique_loop" else None  # the refreshed arm's alone
     trainer = PPOTrainer(
         cfg,
         paths["policy"],

@@ -11,16 +11,18 @@ from t2g_core.config.base import StageConfig
 
 
 class CritiqueLoopConfig(StageConfig):
-    enabled: bool = Field(
-        False,
+    enabled: bool | Literal["auto"] = Field(
+        "auto",
         description="Every `every` PPO steps send `budget` of the step's rollouts to the pipeline's annotator "
         "(annotate section), log the reward model's agreement with it (critic_loop/f1, critic_loop/omission_recall), "
         "act on the alarm, and fine-tune the reward model (a tagger) on the new labels; the annotator's settings "
-        "then reach PPO.",
+        "then reach PPO. auto = on where it runs offline and can refresh: PPO scores with the tagger the pipeline "
+        "trained, the annotator is the reference or code critic, one process; true = on (an LLM annotator is then "
+        "called during PPO), or a clear error where it cannot run; false = off.",
     )
-    every: int = Field(10, ge=1, description="A round after every this many PPO steps (on the last step's rollouts).")
+    every: int = Field(5, ge=1, description="A round after every this many PPO steps (on the last step's rollouts).")
     first: int | None = Field(
-        None,
+        1,
         ge=1,
         description="The first round after this many PPO steps, then every `every` (None = after `every`). An early "
         "first round (1: on the warm start's own rollouts) refreshes the reward model before the fast early steps.",
@@ -54,6 +56,14 @@ class CritiqueLoopConfig(StageConfig):
         le=1,
         description="The alarm also fires when its omission recall against the annotator falls below this (None = "
         "not checked).",
+    )
+    alarm_gain_check: bool = Field(
+        True,
+        description="The alarm fires only when the annotator's mean reward on the round's rollouts is no higher than "
+        "at the last passing round: over-optimisation is the reward model followed while the annotator's judgement "
+        "does not improve. A policy the annotator judges better, with a reward model that now disagrees, is kept and "
+        "the reward model refreshed (measured: on the floor alone, rounds after a fast improvement rolled the policy "
+        "back to the warm start). false = the floors alone decide.",
     )
     on_alarm: Literal["rollback", "stop", "continue"] = Field(
         "rollback",

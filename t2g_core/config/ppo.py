@@ -281,7 +281,7 @@ class PPOConfig(StageConfig):
             raise ValueError(f"advantage={self.advantage} needs group_size >= 2 samples per prompt")
         if self.advantage in CRITIC_FREE and self.critic_warmup_steps:
             raise ValueError(f"advantage={self.advantage} has no critic to warm up (set critic_warmup_steps to 0)")
-        if self.critique_loop.enabled and self.critique_loop.budget > self.batch_size:
+        if self.critique_loop.enabled is True and self.critique_loop.budget > self.batch_size:
             raise ValueError(
                 f"critique_loop.budget {self.critique_loop.budget} exceeds the batch ({self.batch_size}): a round "
                 "annotates rollouts of one step"

@@ -93,6 +93,9 @@ class WarmupSettings(StageSettings):
     models: ModelsConfig = Field(default_factory=ModelsConfig, description="The weights dtype the policy loads in.")
 
 
+OFFLINE_LABELLERS = ("reference", "code")  # annotators that label a fresh response with no outside service
+
+
 class PPOSettings(StageSettings):
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="PPO.")
     holdout: HoldoutConfig = Field(default_factory=HoldoutConfig, description="The prompts held out from training.")
@@ -105,7 +108,7 @@ class PPOSettings(StageSettings):
     )
     annotate: AnnotateConfig = Field(
         default_factory=AnnotateConfig,
-        description="The annotator the critique loop sends rollouts to (ppo.critique_loop.enabled).",
+        description="The annotator the critique loop sends rollouts to (ppo.critique_loop).",
     )
 
     @model_validator(mode="after")
@@ -123,7 +126,26 @@ class PPOSettings(StageSettings):
     @property
     def uses_annotator_key(self) -> bool:
         """The critique loop calls the LLM annotator (an outside service with a key)."""
-        return self.ppo.critique_loop.enabled and self.annotate.annotator == "llm"
+        return self.critique_loop()[0] and self.annotate.annotator == "llm"
+
+    def critique_loop(self) -> tuple[bool, str]:
+        """Whether PPO runs the critique loop (``ppo.critique_loop.enabled``), and why: true and false as given;
+         ``auto`` where it runs offline and can refresh (PPO scores with the tagger the pipeline trained, the annotator
+        labels new responses without an outside service; a multi-process run goes without it)."""
+        enabled = self.ppo.critique_loop.enabled
+        if enabled != "auto":
+            return enabled, "ppo.critique_loop.enabled=" + str(enabled).lower()
+        why_not = [
+            (not self.uses_trained_reward_model, "PPO does not score with the reward model the pipeline trained"),
+            (self.reward_model.kind != "tagger", f"reward_model.kind={self.reward_model.kind} cannot be refreshed"),
+            (
+                self.annotate.annotator not in OFFLINE_LABELLERS,
+                f"annotate.annotator={self.annotate.annotator} "
+                "(auto uses only the reference and code critics; set ppo.critique_loop.enabled=true to call an LLM)",
+            ),
+        ]
+        reasons = [why for off, why in why_not if off]
+        return not reasons, "auto: " + ("; ".join(reasons) or "the trained tagger, audited by the annotator offline")
 
     @property
     def uses_reward_model(self) -> bool:

@@ -14,7 +14,9 @@ repeated to the token limit). The pipeline already runs a critic that can label 
    (:func:`t2g_core.reward_model.evaluate.score_predictions`), and the mean task reward each gives under PPO's
    labelling rules: logged every round as ``critic_loop/*``, the over-optimisation alarm;
 4. **alarm**: the poor-span F1 (or, ``alarm_spans=all``, the F1 of all spans) below ``alarm_f1_floor``, or the
-   omission recall below ``alarm_omission_floor``, restores the last
+   omission recall below ``alarm_omission_floor``, while the annotator's mean reward on the round's rollouts is no
+   higher than at the last passing round (``alarm_gain_check``: the proxy was followed, the truth did not improve),
+   restores the last
    round that passed (``rollback``: policy, critic, optimizers and KL controller from its checkpoint; the warm start
    before any) or also ends the run (``stop``), or only goes on (``continue``); a round that passes writes the
    checkpoint it will be restored from;
@@ -62,6 +64,7 @@ class LoopState:
     rounds: int = 0
     tagger: str | None = None  # the reward model PPO scores with (None: the one the run started with)
     passed: str | None = None  # checkpoint folder of the last round that passed (None: none written yet)
+    passed_reward: float | None = None  # the annotator's mean reward on that round's rollouts (None: no round yet)
     stopped: bool = False
     refreshed: list[dict] = field(default_factory=list)  # one row per refreshed reward model: round, step, folder
 
@@ -215,6 +218,8 @@ class CritiqueLoop:
         if metrics["rollback"]:
             trainer.restore_weights(self.passed_checkpoint(trainer))
         self.state.stopped = alarm and self.cfg.on_alarm == "stop"
+        if not alarm and "annotator_reward" in metrics:
+            self.state.passed_reward = metrics["annotator_reward"]
         if self.cfg.refresh_steps and not self.state.stopped:
             source, refreshed = self.refresh(trainer.reward_source, step)
             trainer.reward_source, metrics = source, metrics | refreshed
@@ -273,7 +278,13 @@ class CritiqueLoop:
     def _alarm(self, metrics: dict[str, float]) -> bool:
         low_f1 = metrics["poor_f1" if self.cfg.alarm_spans == "poor" else "f1"] < self.cfg.alarm_f1_floor
         floor = self.cfg.alarm_omission_floor
-        return low_f1 or (floor is not None and metrics["omission_recall"] < floor)
+        low = low_f1 or (floor is not None and metrics["omission_recall"] < floor)
+        if self.state.passed_reward is None:  # no earlier round: the floors alone decide
+            return low
+        # a policy the annotator judges better than at the last passing round outgrew its reward model: refresh it
+        # instead of undoing the progress
+        metrics["annotator_gain"] = metrics["annotator_reward"] - self.state.passed_reward
+        return low and not (self.cfg.alarm_gain_check and metrics["annotator_gain"] > 0)
 
     def passed_checkpoint(self, trainer) -> Path:
         """The checkpoint of the last round that passed (the warm start's before any)."""

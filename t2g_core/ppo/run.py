@@ -44,7 +44,7 @@ def prepare_run(
     the reward model was trained on, which the critique loop replays when it refreshes it."""
     run_dir = Path(run_dir)
     if rank_and_world()[0] == 0:
-        if replay is not None and cfg.ppo.critique_loop.enabled:
+        if replay is not None and cfg.critique_loop()[0]:
             write_replay(run_dir, *replay)
         run_dir.mkdir(parents=True, exist_ok=True)
         train_df, eval_df = split_prompts(feedback, cfg.holdout.eval_fraction, cfg.holdout.seed)
@@ -92,7 +92,7 @@ def run_from_dir(
         dtype=dtype,
     )
     loop = None
-    if cfg.ppo.critique_loop.enabled:
+    if cfg.critique_loop()[0]:
         loop = CritiqueLoop(
             cfg.ppo,
             cfg.annotate,

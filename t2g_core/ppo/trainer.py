@@ -99,9 +99,11 @@ class PPOTrainer:
         self.runtime = Runtime()
         self.rank, self.world = self.runtime.rank, self.runtime.world
         self.loop, self.last_batch = critique_loop, None
-        if critique_loop is not None:
-            if self.world > 1:
+        if critique_loop is not None and self.world > 1:
+            if cfg.critique_loop.enabled is True:
                 raise ValueError("ppo.critique_loop runs in one process; turn it off for a multi-process run")
+            self.loop = critique_loop = None  # auto: a multi-process run goes without it
+        if critique_loop is not None:
             critique_loop.check_source(reward_source)
         if cfg.batch_size % cfg.minibatches:
             raise ValueError(f"batch_size {cfg.batch_size} must divide by minibatches {cfg.minibatches}")

@@ -44,7 +44,10 @@ def train(
         latest = latest_checkpoint(run_dir) if run_dir.exists() else None
         if latest is None:
             fb = read(feedback, "feedback")
-            loop_on = settings.ppo.critique_loop.enabled and settings.uses_trained_reward_model
+            loop_on, why = settings.critique_loop()
+            if settings.uses_reward_model:  # a learned reward: say whether it is audited on the policy's rollouts
+                ctx.log(f"critique loop {'on' if loop_on else 'off'} ({why})")
+            loop_on = loop_on and settings.uses_trained_reward_model
             replay = (read(reward_model.rm_data, "rm_data"), fb) if loop_on and reward_model is not None else None
             prepare_run(settings, run_dir, fb, models.policy, reward_model_path(settings, reward_model), replay)
         else:

@@ -41,6 +41,49 @@ def test_rounds_come_after_the_first_round_then_every_few_steps(tmp_path, every,
     assert loop.rounds_planned == len(rounds)
 
 
+def test_low_agreement_rolls_back_only_when_the_annotator_sees_no_gain(tmp_path):
+    # measured on the demo: rounds after a fast improvement found the reward model disagreeing on a policy the
+    # annotator judged far better, and the floor alone rolled 5 steps of progress back
+    def alarm(passed_reward, annotator_reward, poor_f1=0.1, **loop):
+        cfg = PPOConfig(steps=10, batch_size=4, critique_loop=CritiqueLoopConfig(enabled=True, budget=2, **loop))
+        crit = CritiqueLoop(cfg, AnnotateConfig(annotator="reference"), tagger_cfg(), AlignConfig(), tmp_path, None)
+        crit.state.passed_reward = passed_reward
+        return crit._alarm(
+            {"poor_f1": poor_f1, "f1": poor_f1, "omission_recall": 1.0, "annotator_reward": annotator_reward}
+        )
+
+    assert not alarm(5.0, 7.0)  # the annotator judges the policy better: refresh, keep the progress
+    assert alarm(5.0, 4.0) and alarm(5.0, 5.0)  # the proxy followed, the truth no better: over-optimisation
+    assert alarm(None, 7.0)  # no earlier round: the floor alone decides
+    assert alarm(5.0, 7.0, alarm_gain_check=False)
+    assert not alarm(5.0, 4.0, poor_f1=0.9)  # agreement above the floor: no alarm whatever the reward
+
+
+def test_auto_runs_the_loop_only_where_it_works_offline_and_can_refresh():
+    from t2g_core.config import load_config
+    from t2g_core.config.stages import PPOSettings
+
+    def loop(*sets):
+        return PPOSettings.from_pipeline(load_config(None, list(sets))).critique_loop()
+
+    assert loop() == (True, "auto: the trained tagger, audited by the annotator offline")  # the embedded defaults
+    for sets, why in [
+        (["annotate.annotator=llm"], "annotate.annotator=llm"),  # an outside service is called only when asked
+        (["annotate.annotator=ground"], "annotate.annotator=ground"),  # human critiques cannot label new responses
+        (["reward_model.kind=generative"], "cannot be refreshed"),
+        (["ppo.reward_source=oracle"], "does not score with the reward model the pipeline trained"),
+        (["ppo.reward_model_path=/some/tagger"], "does not score with the reward model the pipeline trained"),
+    ]:
+        on, reason = loop(*sets)
+        assert not on and why in reason
+    assert loop("ppo.critique_loop.enabled=true", "annotate.annotator=llm")[0]  # asked for: on
+    assert PPOSettings.from_pipeline(
+        load_config(None, ["ppo.critique_loop.enabled=true", "annotate.annotator=llm"])
+    ).uses_annotator_key
+    assert not loop("ppo.critique_loop.enabled=false")[0]
+    assert not PPOSettings.from_pipeline(load_config(None, ["annotate.annotator=llm"])).uses_annotator_key
+
+
 def test_chosen_rollouts_become_feedback_items_with_unique_ids():
     rows = [
         {"id": "p1", "task": "summarization", "prompt": "I am Gus.", "reference": "A person named Gus.", "meta": {}}
@@ -82,7 +125,14 @@ def _prompts(n=8):
 
 
 def _ppo(**loop) -> PPOConfig:
-    settings = {"enabled": True, "every": 2, "budget": 3, "refresh_steps": 2, "alarm_f1_floor": 0.0} | loop
+    settings = {
+        "enabled": True,
+        "every": 2,
+        "first": None,
+        "budget": 3,
+        "refresh_steps": 2,
+        "alarm_f1_floor": 0.0,
+    } | loop
     return PPOConfig(
         steps=4,
         batch_size=4,

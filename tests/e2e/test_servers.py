@@ -371,8 +371,11 @@ def _mlflow_lineage(info: dict, created: dict) -> None:
     assert len(versions) == 1 and versions[0].run_id == stages["ppo"].info.run_id
     chain = "\n".join(line for _, line in lineage_chain("text2grad-policy", versions[0].version, info["mlflow"]))
     assert chain.index("[ppo]") < chain.index("[feedback]")
-    rm = client.search_model_versions("name = 'text2grad-reward-model'")
-    assert rm and rm[0].run_id == stages["reward_model"].info.run_id
+    rm = {v.run_id for v in client.search_model_versions("name = 'text2grad-reward-model'")}
+    assert stages["reward_model"].info.run_id in rm  # trained by its stage, refreshed by PPO's critique loop (auto)
+    assert rm == {stages["reward_model"].info.run_id, stages["ppo"].info.run_id}
+    refreshed = client.get_model_version_by_alias("text2grad-reward-model", "refreshed")
+    assert refreshed.run_id == stages["ppo"].info.run_id
 
 
 def _mlflow_dashboard(info: dict, created: dict) -> None:
@@ -392,7 +395,7 @@ def _mlflow_dashboard(info: dict, created: dict) -> None:
     version = client.search_model_versions("name = 'text2grad-policy'")[0]
     assert version.tags["t2g.metric.direction"] == "lower_is_better"
     assert float(version.tags["t2g.metric.fact_error"]) >= 0 and "feedback version 1" in version.description
-    rm = client.search_model_versions("name = 'text2grad-reward-model'")[0]
+    rm = client.get_model_version_by_alias("text2grad-reward-model", "candidate")  # the stage's, not a refresh
     assert "Reward model (tagger)" in rm.description
     ppo = client.search_runs(
         [exp.experiment_id],

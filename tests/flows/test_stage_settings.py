@@ -44,6 +44,8 @@ def _other_value(annotation, default, metadata):
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) is typing.Literal:
         return next(a for a in args if a != default)
+    if bool in args:  # bool | Literal["auto"]: a setting switched on, off or left to its rule
+        return False if default == "auto" else not default
     if type(None) in args:  # X | None
         inner = next(a for a in args if a is not type(None))
         return _other_value(inner, default, metadata) if default is not None else _fresh(inner, metadata)
