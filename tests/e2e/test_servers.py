@@ -315,7 +315,8 @@ def _outcome_on_the_parent(api: httpx.Client, created: dict) -> None:
     markdown = outcome[0]["data"]
     assert "text2grad-policy version 1:" in markdown and "## Stage groups" in markdown and "train-policy" in markdown
     assert "fact error (%, lower is better)" in markdown and "heatmaps/index.html" in markdown
-    logs = api.post("/logs/filter", json={"logs": {"flow_run_id": {"any_": [created["id"]]}}, "limit": 200}).json()
+    query = {"logs": {"flow_run_id": {"any_": [created["id"]]}}, "sort": "TIMESTAMP_DESC", "limit": 200}
+    logs = api.post("/logs/filter", json=query).json()  # the last lines: the outcome comes at the end of the run
     assert any(entry["message"].startswith("outcome: fact error") for entry in logs)
 
 
