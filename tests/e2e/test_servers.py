@@ -316,8 +316,15 @@ def _outcome_on_the_parent(api: httpx.Client, created: dict) -> None:
     assert "text2grad-policy version 1:" in markdown and "## Stage groups" in markdown and "train-policy" in markdown
     assert "fact error (%, lower is better)" in markdown and "heatmaps/index.html" in markdown
     query = {"logs": {"flow_run_id": {"any_": [created["id"]]}}, "sort": "TIMESTAMP_DESC", "limit": 200}
-    logs = api.post("/logs/filter", json=query).json()  # the last lines: the outcome comes at the end of the run
-    assert any(entry["message"].startswith("outcome: fact error") for entry in logs)
+
+    def outcome_logged() -> bool:  # among the run's last lines: the outcome comes at its end
+        logs = api.post("/logs/filter", json=query).json()
+        return any(entry["message"].startswith("outcome: fact error") for entry in logs)
+
+    deadline = time.monotonic() + 60  # the run's logs reach the API from a background shipper, a little after it ends
+    while not outcome_logged() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert outcome_logged()
 
 
 def _reannotation(api: httpx.Client, ws: Path) -> None:
