@@ -266,13 +266,7 @@ def final(args, arms: list[str], policies: list[Path], best: dict[str, dict]) ->
 
 def print_table(table: dict, comparison: dict, by_ws: dict, headline: str | None, critics: dict, steps: int) -> None:
     curves.print_arms(table, FRACTIONS, label=lambda arm, a: f"{config_name(a['tuned']):26s}")
-    for f, row in comparison.items():
-        r, ws = row["ratios"][row["best_span"]], by_ws[f]
-        per = ", ".join(f"{w} {x['ratio']:.2f}" for w, x in ws["per_warm_start"].items())
-        print(
-            f"steps to {f}x: {row['best_span']} / {row['denominator']} = {r['ratio']:.2f} [{r['ci95'][0]:.2f}, "
-            f"{r['ci95'][1]:.2f}]; per warm start {per}; {'robust' if ws['robust'] else 'NOT robust'}"
-        )
+    curves.print_comparison(comparison, by_ws)
     print(f"headline target: {headline + 'x' if headline else 'none is robust across warm starts'}")
     curves.print_critic_ratios(critics)
     print(f"(not reached counted as {steps + 1})")

@@ -86,6 +86,17 @@ def print_arms(table: dict, fractions, label=lambda arm, a: "") -> None:
         print(" | ".join(parts))
 
 
+def print_comparison(comparison: dict, by_ws: dict) -> None:
+    """One line per target: the best span arm over its denominator, pooled and on each warm start."""
+    for f, row in comparison.items():
+        r, ws = row["ratios"][row["best_span"]], by_ws[f]
+        per = ", ".join(f"{w} {x['ratio']:.2f}" for w, x in ws["per_warm_start"].items())
+        print(
+            f"steps to {f}x: {row['best_span']} / {row['denominator']} = {r['ratio']:.2f} [{r['ci95'][0]:.2f}, "
+            f"{r['ci95'][1]:.2f}]; per warm start {per}; {'robust' if ws['robust'] else 'NOT robust'}"
+        )
+
+
 def print_critic_ratios(critics: dict) -> None:
     """One line per :func:`critic_ratios` row."""
     for arm, row in critics.items():
