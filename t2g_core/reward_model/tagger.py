@@ -90,23 +90,23 @@ class SpanTagger(nn.Module):
         self.max_omissions = max_omissions
         self.omission = _mlp(2 * hidden_size + 2, head_size, max_omissions + 1) if max_omissions else None
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        labels: Tensor | None = None,
-        omissions: Tensor | None = None,
-    ) -> dict[str, Tensor]:  # (B, L) ids, mask, classes, omission counts (IGNORE off the response)
+    def features(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:  # (B, L) -> (B, L, 2d + 2)
+        """The heads' input per position, in the heads' dtype (:func:`shift_features` of the language model)."""
         out = self.lm(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids_from_mask(attention_mask),
             output_hidden_states=True,
         )
-        feats = shift_features(out.hidden_states[-1], out.logits, input_ids).to(self.head[0].weight.dtype)
-        result = {"logits": self.head(feats)}  # (B, L, 3)
+        return shift_features(out.hidden_states[-1], out.logits, input_ids).to(self.head[0].weight.dtype)
+
+    def heads(
+        self, feats: Tensor, labels: Tensor | None = None, omissions: Tensor | None = None
+    ) -> dict[str, Tensor]:  # (..., 2d + 2) features, (...) classes and omission counts (IGNORE: not scored)
+        """Class logits, omission-count logits and (with ``labels``) the summed cross-entropy of both heads."""
+        result = {"logits": self.head(feats)}  # (..., 3)
         if self.omission is not None:
-            result["omission_logits"] = self.omission(feats)  # (B, L, max_omissions + 1)
+            result["omission_logits"] = self.omission(feats)  # (..., max_omissions + 1)
         if labels is not None:
             loss = nn.functional.cross_entropy(
                 result["logits"].reshape(-1, 3).float(), labels.reshape(-1), ignore_index=IGNORE
@@ -120,6 +120,15 @@ class SpanTagger(nn.Module):
                 )
             result["loss"] = loss
         return result
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        labels: Tensor | None = None,
+        omissions: Tensor | None = None,
+    ) -> dict[str, Tensor]:  # (B, L) ids, mask, classes, omission counts (IGNORE off the response)
+        return self.heads(self.features(input_ids, attention_mask), labels, omissions)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -5,6 +5,11 @@ It resumes exactly: the examples of step s are a slice of a fresh permutation pe
 (:func:`t2g_core.training.epoch_permutation`), and a checkpoint ``<out>/checkpoints/step-N`` holds the trainable
 weights, the optimizer and schedule, and the random state that LoRA dropout draws from. The last
 ``save_total_limit`` checkpoints are kept.
+
+Each trained part (the language model's trainable weights, the span head, the omission head) has its gradient clipped
+on its own: one norm over all of them let the omission loss's gradient shrink the span head's steps (on a frozen
+SmolLM2, the recall of invented values fell from 0.75 to 0.49). A frozen language model's features are computed once
+(:func:`cache_features`): every epoch would compute the same ones, so epochs after the first cost the heads alone.
 """
 
 from __future__ import annotations
@@ -167,9 +172,41 @@ def _encode_examples(examples, tokenizer, cfg, overlap: str) -> tuple[list[Label
     return data, n_skipped
 
 
+def clip_parts(model: SpanTagger, max_norm: float) -> float:
+    """Clip the gradient of each trained part to ``max_norm`` on its own; returns the norm of all before clipping."""
+    parts = (model.lm, model.head, model.omission)
+    groups = [[p for p in part.parameters() if p.requires_grad] for part in parts if part is not None]
+    norms = [torch.nn.utils.clip_grad_norm_(group, max_norm) for group in groups if group]
+    return float(torch.stack(norms).pow(2).sum().sqrt())
+
+
+# a response's features (n, 2d + 2), token classes (n,), omission counts (n,)
+Cached = tuple[Tensor, Tensor, Tensor]
+
+
+@torch.no_grad()
+def cache_features(
+    model: SpanTagger, data: list[Labelled], batch_size: int, device: str, on_progress: Progress = no_progress
+) -> list[Cached]:
+    """The features of each example's response tokens under a frozen language model (in eval mode, as it scores),
+    kept on the CPU: about (2d + 2) x 4 bytes a response token, 277 MB for 1000 summaries on SmolLM2."""
+    was_training, out = model.training, []
+    model.eval()
+    for b in range(0, len(data), batch_size):
+        chunk = data[b : b + batch_size]
+        batch = _right_padded(chunk, 0)
+        feats = model.features(batch["input_ids"].to(device), batch["attention_mask"].to(device)).cpu()
+        for j, (e, classes, counts) in enumerate(chunk):
+            n = len(e.input_ids)
+            out.append((feats[j, e.start : n].clone(), torch.tensor(classes), torch.tensor(counts)))
+        on_progress("reward model features", b + len(chunk), len(data))
+    model.train(was_training)
+    return out
+
+
 @dataclass
 class _Run:
-    """What the training loop works on."""
+    """What the training loop works on; ``cached``: the frozen language model's features of ``data``."""
 
     model: SpanTagger
     optimizer: torch.optim.Optimizer
@@ -177,6 +214,16 @@ class _Run:
     data: list[Labelled]
     total: int
     device: str
+    cached: list[Cached] | None = None
+
+    def loss(self, idx: list[int]) -> Tensor:
+        """The training loss on examples ``idx``: through the language model, or the heads on cached features
+        (the same mean over the batch's response tokens)."""
+        if self.cached is None:
+            batch = _right_padded([self.data[i] for i in idx], 0)
+            return self.model(**{k: v.to(self.device) for k, v in batch.items()})["loss"]
+        feats, classes, counts = (torch.cat(part).to(self.device) for part in zip(*(self.cached[i] for i in idx)))
+        return self.model.heads(feats, classes, counts)["loss"]
 
 
 def _loop(
@@ -186,14 +233,12 @@ def _loop(
     from tqdm.auto import tqdm
 
     history: list[dict[str, float]] = []
-    params = [p for p in run.model.parameters() if p.requires_grad]
     run.model.train()
     bar = tqdm(total=run.total, initial=start, desc="tagger", disable=not progress, dynamic_ncols=True)
     for step in range(start, run.total):
-        batch = _right_padded([run.data[i] for i in _batch_order(len(run.data), cfg.batch_size, step, cfg.seed)], 0)
-        loss = run.model(**{k: v.to(run.device) for k, v in batch.items()})["loss"]
+        loss = run.loss(_batch_order(len(run.data), cfg.batch_size, step, cfg.seed))
         loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        grad_norm = clip_parts(run.model, cfg.max_grad_norm)
         run.optimizer.step()
         run.scheduler.step()
         run.optimizer.zero_grad(set_to_none=True)
@@ -254,6 +299,8 @@ def fit_tagger(
     run = _Run(model, optimizer, _schedule(optimizer, cfg, total), data, total, device)
     latest = _latest_checkpoint(ckpt_dir) if resume else None
     start = _restore(latest, model, optimizer, run.scheduler) if latest is not None else 0
+    if cfg.finetune == "frozen" and start < total:
+        run.cached = cache_features(model, data, cfg.score_batch_size, device, on_progress)
     t0 = time.perf_counter()
     history = _loop(run, cfg, start, ckpt_dir, tracker, progress, on_progress)
     seconds = time.perf_counter() - t0
@@ -317,12 +364,14 @@ def refine_tagger(
         data, _ = _encode_examples(examples, tokenizer, cfg, overlap)
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=learning_rate or cfg.learning_rate, weight_decay=cfg.weight_decay)
+        run = _Run(model, optimizer, None, data, steps, device)
+        if tagger_meta(tagger_dir)["finetune"] == "frozen":
+            run.cached = cache_features(model, data, cfg.score_batch_size, device)
         losses = []
         for step in range(steps):
-            batch = _right_padded([data[i] for i in _batch_order(len(data), cfg.batch_size, step, seed)], 0)
-            loss = model(**{k: v.to(device) for k, v in batch.items()})["loss"]
+            loss = run.loss(_batch_order(len(data), cfg.batch_size, step, seed))
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            clip_parts(model, cfg.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             losses.append(float(loss.detach()))

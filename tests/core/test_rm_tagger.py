@@ -227,6 +227,74 @@ def test_a_frozen_tagger_trains_its_head_alone_and_saves_no_language_model(tiny_
     assert not any(p.requires_grad for p in refreshable.lm.parameters())
 
 
+
+def test_the_omission_head_leaves_the_span_heads_training_unchanged(tiny_model_dir, tok, tmp_path):
+    """Each head's gradient is clipped on its own: with the clip binding at every step, a frozen tagger's span head
+    ends the same with or without an omission head beside it (one shared norm let the omission loss shrink the span
+    head's steps: on SmolLM2 it cost invented values most of their recall)."""
+    from safetensors.torch import load_file
+
+    torch.set_num_threads(1)
+    rm_df, fb = _tagger_data(tok, 2)
+    heads = {}
+    for n in (0, 8):
+        cfg = _cfg(max_steps=6, finetune="frozen", tagger_max_omissions=n, max_grad_norm=1e-3, learning_rate=1e-2)
+        result = fit_tagger(cfg, tiny_model_dir, tagger_examples(rm_df, fb), tmp_path / str(n))
+        heads[n] = load_file(str(result.adapter_dir / "head.safetensors"))
+    assert (tmp_path / "8" / "tagger" / "omission.safetensors").exists()
+    for name, value in heads[0].items():
+        torch.testing.assert_close(heads[8][name], value, rtol=0, atol=1e-7)
+
+
+def test_a_frozen_taggers_cached_features_give_the_loss_of_the_full_pass(tiny_model_dir, tok):
+    """The frozen language model runs once per example; the heads' loss on its cached features is the loss of the
+    padded forward pass through the model, gradient included."""
+    from t2g_core.reward_model.tagger import build_tagger
+    from t2g_core.reward_model.tagger_train import _encode_examples, _Run, cache_features
+
+    torch.set_num_threads(1)
+    rm_df, fb = _tagger_data(tok, 1)
+    cfg = _cfg(finetune="frozen")
+    model, tokenizer = build_tagger(tiny_model_dir, cfg)
+    model.eval()  # as the features are cached (the tiny model has no dropout either way)
+    data, _ = _encode_examples(tagger_examples(rm_df, fb), tokenizer, cfg, "poor_wins")
+    run = _Run(model, None, None, data, 1, "cpu")
+    cached = cache_features(model, data, batch_size=3, device="cpu")
+    assert [c[0].shape[0] for c in cached] == [len(e.input_ids) - e.start for e, _, _ in data]
+    idx = [2, 0, 1]
+    full = run.loss(idx)
+    full.backward()
+    grad = model.head[0].weight.grad.clone()
+    model.zero_grad()
+    run.cached = cached
+    torch.testing.assert_close(run.loss(idx), full.detach().requires_grad_(), rtol=1e-5, atol=1e-6)
+    run.loss(idx).backward()
+    torch.testing.assert_close(model.head[0].weight.grad, grad, rtol=1e-4, atol=1e-6)
+
+
+
+def test_a_frozen_tagger_refines_its_heads_on_cached_features_reproducibly(tiny_model_dir, tok, tmp_path):
+    """A critique-loop refresh of a frozen tagger trains its heads alone (on the base's features, computed once per
+    example), saves no language model, and the same call gives the same heads."""
+    from safetensors.torch import load_file
+
+    from t2g_core.reward_model.tagger_train import refine_tagger
+
+    torch.set_num_threads(1)
+    rm_df, fb = _tagger_data(tok, 1)
+    examples = tagger_examples(rm_df, fb)
+    cfg = _cfg(max_steps=2, finetune="frozen")
+    first = fit_tagger(cfg, tiny_model_dir, examples, tmp_path / "fit").adapter_dir
+    heads = [
+        load_file(str(refine_tagger(first, examples, tmp_path / name, cfg, steps=3, seed=1).folder / "head.safetensors"))
+        for name in ("a", "b")
+    ]
+    before = load_file(str(first / "head.safetensors"))
+    assert not (tmp_path / "a" / "lm").exists() and not (tmp_path / "a" / "adapter").exists()
+    assert any(not torch.equal(before[k], heads[0][k]) for k in before)  # it learnt
+    assert all(torch.equal(heads[0][k], heads[1][k]) for k in before)  # reproducibly
+
+
 # ------------------------------------------------------------------------------------------ omissions and confidence
 def test_the_critics_omissions_reach_the_taggers_training_data(tok):
     """The reference critic reports each left-out fact and where it belonged; the annotations, rm_data and the
