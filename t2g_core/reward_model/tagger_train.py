@@ -222,7 +222,8 @@ class _Run:
         if self.cached is None:
             batch = _right_padded([self.data[i] for i in idx], 0)
             return self.model(**{k: v.to(self.device) for k, v in batch.items()})["loss"]
-        feats, classes, counts = (torch.cat(part).to(self.device) for part in zip(*(self.cached[i] for i in idx)))
+        picked = [self.cached[i] for i in idx]
+        feats, classes, counts = (torch.cat(part).to(self.device) for part in zip(*picked, strict=True))
         return self.model.heads(feats, classes, counts)["loss"]
 
 

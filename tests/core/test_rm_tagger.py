@@ -227,7 +227,6 @@ def test_a_frozen_tagger_trains_its_head_alone_and_saves_no_language_model(tiny_
     assert not any(p.requires_grad for p in refreshable.lm.parameters())
 
 
-
 def test_the_omission_head_leaves_the_span_heads_training_unchanged(tiny_model_dir, tok, tmp_path):
     """Each head's gradient is clipped on its own: with the clip binding at every step, a frozen tagger's span head
     ends the same with or without an omission head beside it (one shared norm let the omission loss shrink the span
@@ -272,7 +271,6 @@ def test_a_frozen_taggers_cached_features_give_the_loss_of_the_full_pass(tiny_mo
     torch.testing.assert_close(model.head[0].weight.grad, grad, rtol=1e-4, atol=1e-6)
 
 
-
 def test_a_frozen_tagger_refines_its_heads_on_cached_features_reproducibly(tiny_model_dir, tok, tmp_path):
     """A critique-loop refresh of a frozen tagger trains its heads alone (on the base's features, computed once per
     example), saves no language model, and the same call gives the same heads."""
@@ -285,10 +283,8 @@ def test_a_frozen_tagger_refines_its_heads_on_cached_features_reproducibly(tiny_
     examples = tagger_examples(rm_df, fb)
     cfg = _cfg(max_steps=2, finetune="frozen")
     first = fit_tagger(cfg, tiny_model_dir, examples, tmp_path / "fit").adapter_dir
-    heads = [
-        load_file(str(refine_tagger(first, examples, tmp_path / name, cfg, steps=3, seed=1).folder / "head.safetensors"))
-        for name in ("a", "b")
-    ]
+    refined = [refine_tagger(first, examples, tmp_path / name, cfg, steps=3, seed=1).folder for name in "ab"]
+    heads = [load_file(str(folder / "head.safetensors")) for folder in refined]
     before = load_file(str(first / "head.safetensors"))
     assert not (tmp_path / "a" / "lm").exists() and not (tmp_path / "a" / "adapter").exists()
     assert any(not torch.equal(before[k], heads[0][k]) for k in before)  # it learnt
