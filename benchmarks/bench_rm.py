@@ -56,7 +56,16 @@ TRUTH_KEYS = (
     "truth_recall_redundant",
     "truth_span_f1",
 )
-KEYS = (*TRUTH_KEYS, "span_f1", "unmatched_span_rate", "json_valid_rate", "parse_ok_rate", "score_ms_per_item")
+KEYS = (
+    *TRUTH_KEYS,
+    "span_f1",
+    "omission_precision",
+    "omission_recall",
+    "unmatched_span_rate",
+    "json_valid_rate",
+    "parse_ok_rate",
+    "score_ms_per_item",
+)
 
 
 def _annotated(fb):

@@ -300,9 +300,9 @@ def fit_tagger(
     run = _Run(model, optimizer, _schedule(optimizer, cfg, total), data, total, device)
     latest = _latest_checkpoint(ckpt_dir) if resume else None
     start = _restore(latest, model, optimizer, run.scheduler) if latest is not None else 0
+    t0 = time.perf_counter()  # the features a frozen model gives, computed once, count as training time
     if cfg.finetune == "frozen" and start < total:
         run.cached = cache_features(model, data, cfg.score_batch_size, device, on_progress)
-    t0 = time.perf_counter()
     history = _loop(run, cfg, start, ckpt_dir, tracker, progress, on_progress)
     seconds = time.perf_counter() - t0
     meta = {
