@@ -160,7 +160,8 @@ class ReferenceCritic:
         reading = free_text_reading(row, response)
         if reading is None:
             found = self._compare(ref, resp, keys, source, response)
-        else:
+            reading = strayed_from_template(row, response, found)
+        if reading is not None:
             found = _read_facts_findings(reading, resp, source, response)
         bounds = ([t.start for t in resp], [t.end for t in resp])
         poor_ranges = [r for r in (_unique_range(response, bounds, s, e) for s, e in found.poor[:MAX_SPANS]) if r]
@@ -264,21 +265,46 @@ class ReferenceCritic:
 
 
 # --------------------------------------------------------------------------------------------- free text
-def free_text_reading(row: dict[str, Any], response: str):
-    """The fact reading (:func:`t2g_core.demo.facts.read_facts`) of a free-text response to an item with
-    ``meta.facts``; None for a template-like response (it opens like the template, or every value it states sits in
-    a template clause), which is compared with the reference clause by clause, and for items without facts."""
+def _fact_reading(row: dict[str, Any], response: str):
+    """:func:`t2g_core.demo.facts.read_facts` of ``response`` against the item's ``meta.facts``; None without facts
+    or without the demo's vocabularies."""
     facts = _facts(_meta(row))
     if not facts:
         return None
     try:
         from t2g_core.demo.facts import read_facts
-        from t2g_core.demo.summarization import OPENING
     except ImportError:  # the demo's vocabularies are not installed: clause-by-clause comparison only
         return None
-    reading = read_facts(response, facts)
+    return read_facts(response, facts)
+
+
+def free_text_reading(row: dict[str, Any], response: str):
+    """The fact reading (:func:`t2g_core.demo.facts.read_facts`) of a free-text response to an item with
+    ``meta.facts``; None for a template-like response (it opens like the template, or every value it states sits in
+    a template clause), which is compared with the reference clause by clause, and for items without facts."""
+    reading = _fact_reading(row, response)
+    if reading is None:
+        return None
+    from t2g_core.demo.summarization import OPENING
+
     template_like = response.lstrip().startswith(OPENING) or (reading.template_only and reading.mentions)
     return None if template_like else reading
+
+
+def strayed_from_template(row: dict[str, Any], response: str, found: Findings):
+    """The fact reading of a template-like response that the clause-by-clause comparison misreads, else None.
+
+    The comparison aligns the response with the reference in order, so a response that opens like the template but
+    reorders, rewords or interleaves its clauses (as a briefly fine-tuned model writes: "A person named Ivo, who is
+    named Ivo, enjoys eating rice. They are all white, ... live in Perth, and are all goats.") reads as leaving out
+    facts it states. When the comparison reports a fact left out whose value the response states (and no other
+    value of it), the fact reading is used instead; template summaries never meet that (their critique is
+    unchanged)."""
+    reading = _fact_reading(row, response)
+    if reading is None or not found.omitted:
+        return None
+    stated = {_describe((slot, value)) for slot, value in reading.facts.items() if reading.status(slot) == "present"}
+    return reading if stated & set(found.omitted) else None
 
 
 def _read_facts_findings(reading, resp: list[Tok], source: set[str], text: str) -> Findings:

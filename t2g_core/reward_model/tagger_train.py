@@ -8,8 +8,9 @@ weights, the optimizer and schedule, and the random state that LoRA dropout draw
 
 Each trained part (the language model's trainable weights, the span head, the omission head) has its gradient clipped
 on its own: one norm over all of them let the omission loss's gradient shrink the span head's steps (on a frozen
-SmolLM2, 512 items, one epoch: the recall of invented values fell from 0.21 to 0). A frozen language model's features are computed once
-(:func:`cache_features`): every epoch would compute the same ones, so epochs after the first cost the heads alone.
+SmolLM2, 512 items, one epoch: the recall of invented values fell from 0.21 to 0). A frozen language model's features
+are computed once (:func:`cache_features`): every epoch would compute the same ones, so epochs after the first cost
+the heads alone.
 """
 
 from __future__ import annotations

@@ -181,6 +181,29 @@ def test_the_critic_quotes_foreign_values_and_reports_missing_ones_in_free_text(
     assert scores["Lima"] == -1.0 and scores["beans"] == 1.0 and scores["loves"] == 0.0
 
 
+
+def test_a_template_opening_with_reordered_clauses_is_read_fact_by_fact():
+    """A warmed-up SmolLM2 wrote this during PPO (a critique-loop round on the real model): it opens like the
+    template, so the clause-by-clause comparison read it and reported the city, the count, the pet, the colour, the
+    job and the day left out, though it states the city and the colour (a reward of -10 for a fair summary, and the
+    loop rolled the policy back). Read fact by fact, only what is really absent is missing."""
+    facts = {"name": "Ivo", "city": "Perth", "count": "6", "pet": "goats", "color": "white"}
+    facts |= {"job": "nurse", "day": "Wednesday", "food": "rice"}
+    row = {
+        "task": "summarization",
+        "prompt": "I enjoy eating rice. I am named Ivo. They are colored white. I rest on Wednesday. I work as a "
+        "nurse. They are all goats. I live with 6 pets. I live in Perth.",
+        "response": "A person named Ivo, who is named Ivo, enjoys eating rice. They are all white, with a goat's "
+        "coloring, are colored white, live in Perth, and are all goats.",
+        "reference": S.reference_summary(facts),
+        "meta": {"facts": facts},
+    }
+    fb = CRITIC.critique(row)
+    assert "the city (Perth)" not in fb.missing and "the color (white)" not in fb.missing, fb.critique
+    assert {"the count (6)", "the job (nurse)", "the day (Wednesday)"} <= set(fb.missing)
+    assert "Perth" in fb.good_spans and "rice" in fb.good_spans
+    assert "It repeats itself" in fb.critique  # the second "named Ivo"
+
 def test_free_text_fact_metrics():
     out = fact_metrics("Cai lives in Lima and loves beans.", FACTS)
     # stated: name, city (Lima: invented), food; correct 2 of 8
