@@ -181,7 +181,6 @@ def test_the_critic_quotes_foreign_values_and_reports_missing_ones_in_free_text(
     assert scores["Lima"] == -1.0 and scores["beans"] == 1.0 and scores["loves"] == 0.0
 
 
-
 def test_a_template_opening_with_reordered_clauses_is_read_fact_by_fact():
     """A warmed-up SmolLM2 wrote this during PPO (a critique-loop round on the real model): it opens like the
     template, so the clause-by-clause comparison read it and reported the city, the count, the pet, the colour, the
@@ -203,6 +202,7 @@ def test_a_template_opening_with_reordered_clauses_is_read_fact_by_fact():
     assert {"the count (6)", "the job (nurse)", "the day (Wednesday)"} <= set(fb.missing)
     assert "Perth" in fb.good_spans and "rice" in fb.good_spans
     assert "It repeats itself" in fb.critique  # the second "named Ivo"
+
 
 def test_free_text_fact_metrics():
     out = fact_metrics("Cai lives in Lima and loves beans.", FACTS)
