@@ -60,7 +60,8 @@ class CritiqueLoopConfig(StageConfig):
     alarm_gain_check: bool = Field(
         True,
         description="The alarm fires only when the annotator's mean reward on the round's rollouts is no higher than "
-        "at the last passing round: over-optimisation is the reward model followed while the annotator's judgement "
+        "that of the policy it would restore (the last passing round's; before any, the warm start's, when a round "
+        "after step 0 measured it): over-optimisation is the reward model followed while the annotator's judgement "
         "does not improve. A policy the annotator judges better, with a reward model that now disagrees, is kept and "
         "the reward model refreshed (measured: on the floor alone, rounds after a fast improvement rolled the policy "
         "back to the warm start). false = the floors alone decide.",

@@ -15,8 +15,8 @@ repeated to the token limit). The pipeline already runs a critic that can label 
    labelling rules: logged every round as ``critic_loop/*``, the over-optimisation alarm;
 4. **alarm**: the poor-span F1 (or, ``alarm_spans=all``, the F1 of all spans) below ``alarm_f1_floor``, or the
    omission recall below ``alarm_omission_floor``, while the annotator's mean reward on the round's rollouts is no
-   higher than at the last passing round (``alarm_gain_check``: the proxy was followed, the truth did not improve),
-   restores the last
+   higher than at the last passing round, or the warm start's as a round on its own rollouts measured it
+   (``alarm_gain_check``: the proxy was followed, the truth did not improve), restores the last
    round that passed (``rollback``: policy, critic, optimizers and KL controller from its checkpoint; the warm start
    before any) or also ends the run (``stop``), or only goes on (``continue``); a round that passes writes the
    checkpoint it will be restored from;
@@ -218,8 +218,7 @@ class CritiqueLoop:
         if metrics["rollback"]:
             trainer.restore_weights(self.passed_checkpoint(trainer))
         self.state.stopped = alarm and self.cfg.on_alarm == "stop"
-        if not alarm and "annotator_reward" in metrics:
-            self.state.passed_reward = metrics["annotator_reward"]
+        self._set_bar(step, alarm, metrics)
         if self.cfg.refresh_steps and not self.state.stopped:
             source, refreshed = self.refresh(trainer.reward_source, step)
             trainer.reward_source, metrics = source, metrics | refreshed
@@ -285,6 +284,13 @@ class CritiqueLoop:
         # instead of undoing the progress
         metrics["annotator_gain"] = metrics["annotator_reward"] - self.state.passed_reward
         return low and not (self.cfg.alarm_gain_check and metrics["annotator_gain"] > 0)
+
+    def _set_bar(self, step: int, alarm: bool, metrics: dict[str, float]) -> None:
+        """The annotator reward later rounds must beat (the gain check) is that of the policy an alarm restores: the
+        last passing round's, or before any passed, the warm start's, which a round after step 0 measures (its
+        rollouts are the warm start's) whether or not it passed."""
+        if "annotator_reward" in metrics and (not alarm or step == 0):
+            self.state.passed_reward = metrics["annotator_reward"]
 
     def passed_checkpoint(self, trainer) -> Path:
         """The checkpoint of the last round that passed (the warm start's before any)."""

@@ -59,6 +59,28 @@ def test_low_agreement_rolls_back_only_when_the_annotator_sees_no_gain(tmp_path)
     assert not alarm(5.0, 4.0, poor_f1=0.9)  # agreement above the floor: no alarm whatever the reward
 
 
+def test_the_gain_check_measures_against_the_policy_an_alarm_would_restore(tmp_path):
+    """Before any round passed, an alarm restores the warm start; a round after step 0 judged the warm start's own
+    rollouts, so its annotator reward is the bar even when that round alarmed (on SmolLM2 the reward model trained on
+    the demo's responses disagreed with the annotator on the warm start's from the first round, and without a bar
+    every later round rolled the policy back whatever the annotator thought of it)."""
+    cfg = PPOConfig(steps=10, batch_size=4, critique_loop=CritiqueLoopConfig(enabled=True, budget=2))
+
+    def loop():
+        return CritiqueLoop(cfg, AnnotateConfig(annotator="reference"), tagger_cfg(), AlignConfig(), tmp_path, None)
+
+    crit = loop()
+    crit._set_bar(0, True, {"annotator_reward": 3.0})
+    assert crit.state.passed_reward == 3.0  # the warm start's, though the round alarmed
+    crit._set_bar(5, True, {"annotator_reward": -1.0})
+    assert crit.state.passed_reward == 3.0  # an alarmed round's policy was undone: the bar stays
+    crit._set_bar(10, False, {"annotator_reward": 6.0})
+    assert crit.state.passed_reward == 6.0  # a passing round sets it
+    late = loop()  # a first round after several steps judged a policy the alarm undoes: no bar yet
+    late._set_bar(4, True, {"annotator_reward": 3.0})
+    assert late.state.passed_reward is None
+
+
 def test_auto_runs_the_loop_only_where_it_works_offline_and_can_refresh():
     from t2g_core.config import load_config
     from t2g_core.config.stages import PPOSettings
