@@ -103,8 +103,9 @@ class Stages:
 
 
 # ------------------------------------------------------------------------------------------------ the pipeline's core
-def run_pipeline(cfg, stages: Stages) -> dict:
-    """Feedback -> models -> warm-up -> annotations -> reward model -> span PPO and scalar PPO; their references."""
+def run_pipeline(cfg, stages: Stages, modes: tuple[str, ...] = ("span", "scalar")) -> dict:
+    """Feedback -> models -> warm-up -> annotations -> reward model -> span PPO and scalar PPO (``modes``); their
+    references."""
     from t2g_core.config import stages as settings
     from t2g_core.stages import annotate, feedback, models, ppo, reward_model, warmup
     from t2g_core.stages.refs import SourceRef
@@ -134,7 +135,7 @@ def run_pipeline(cfg, stages: Stages) -> dict:
         settings=rs,
     )
     runs = {}
-    for mode in ("span", "scalar"):
+    for mode in modes:
         ps = settings.PPOSettings.from_pipeline(
             cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"reward_mode": mode})})
         )
@@ -150,7 +151,7 @@ def run_pipeline(cfg, stages: Stages) -> dict:
     return {"feedback": fb, "models": built, "warmup": start, "reward_model": rm, **runs}
 
 
-def held_out_evaluation(cfg, refs: dict, stages: Stages) -> dict:
+def held_out_evaluation(cfg, refs: dict, stages: Stages, modes: tuple[str, ...]) -> dict:
     """Every policy on PPO's held-out prompts, sampled as PPO samples; comparisons with the warm-up policy."""
     import pandas as pd
 
@@ -158,7 +159,7 @@ def held_out_evaluation(cfg, refs: dict, stages: Stages) -> dict:
     from t2g_core.models.loading import resolve_dtype
     from t2g_core.stages.io import read
 
-    held = set(pd.read_parquet(Path(refs["span"].run_dir) / "eval.parquet")["id"])
+    held = set(pd.read_parquet(Path(refs[modes[0]].run_dir) / "eval.parquet")["id"])
     frame = read(refs["feedback"], "feedback")
     frame = frame[frame["id"].isin(held)].reset_index(drop=True)
     p = cfg.ppo
@@ -167,8 +168,7 @@ def held_out_evaluation(cfg, refs: dict, stages: Stages) -> dict:
     policies = {
         "base": refs["models"].policy,
         "warm_start": refs["warmup"].policy,
-        "span": refs["span"].adapter_dir,
-        "scalar": refs["scalar"].adapter_dir,
+        **{mode: refs[mode].adapter_dir for mode in modes},
     }
     dtype = resolve_dtype(cfg.models.dtype)
     results = stages.run(
@@ -198,6 +198,7 @@ def parse_args():
     ap.add_argument("--recipe", type=Path, default=RECIPE, help="The pipeline configuration (a recipe file).")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="PipelineConfig override.")
     ap.add_argument("--target", type=float, default=0.3, help="Relative error reduction PPO is timed to.")
+    ap.add_argument("--modes", default="span,scalar", help="PPO runs from the warm-up: span, scalar or both.")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", type=Path, default=None, help="Work folder (default: <results>/bench_real_model_work).")
     ap.add_argument("--smoke", action="store_true", help="The tiny demo models and a few steps (the test suite).")
@@ -222,8 +223,9 @@ def main() -> None:
     cfg = load_config(args.recipe, [f"workspace.root={args.work / 'ws'}", *args.overrides])
     stages = Stages(args.work)
     t0, c0 = time.perf_counter(), time.process_time()
-    refs = run_pipeline(cfg, stages)
-    evaluation = held_out_evaluation(cfg, refs, stages)
+    modes = tuple(args.modes.split(","))
+    refs = run_pipeline(cfg, stages, modes)
+    evaluation = held_out_evaluation(cfg, refs, stages, modes)
     warm_error = _means(evaluation, "warm_start")["fact_error"]
     target = None if warm_error is None else (1 - args.target) * warm_error
     out = {
@@ -235,16 +237,14 @@ def main() -> None:
         "reward_model": {"kind": refs["reward_model"].kind, "held_out": refs["reward_model"].metrics},
         "held_out": evaluation,
         "target": {"relative_reduction": args.target, "fact_error": target},
-        "ppo": {
-            m: steps_to_target(refs[m].history_path, target if target is not None else -1.0) for m in ("span", "scalar")
-        },
+        "ppo": {m: steps_to_target(refs[m].history_path, target if target is not None else -1.0) for m in modes},
         "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads},
         "config": cfg.model_dump(mode="json", by_alias=True, exclude={"workspace", "placement", "timeouts"}),
     }
     folder = results_dir(args.smoke)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "bench_real_model.json").write_text(json.dumps(out, indent=2, default=str), encoding="utf-8")
-    for policy in ("base", "warm_start", "span", "scalar"):
+    for policy in ("base", "warm_start", *modes):
         print(
             f"{policy:11s} " + " ".join(f"{k}={v:.3f}" for k, v in _means(evaluation, policy).items() if v is not None)
         )
