@@ -420,11 +420,6 @@ def predict(model: SpanTagger, encoded: Sequence[Encoded], pad_id: int, batch_si
     return out
 
 
-def predict_classes(model: SpanTagger, encoded: Sequence[Encoded], pad_id: int, batch_size: int) -> list[list[int]]:
-    """Argmax class per response token of each encoded pair."""
-    return [p.classes for p in predict(model, encoded, pad_id, batch_size)]
-
-
 class TaggerScorer:
     """The tagger as a reward source for PPO and for evaluation: ``critique_batch(rows) -> list[ParsedFeedback]``
     (spans, omissions with their offsets, and a confidence per response); :meth:`predict_batch` gives the token
