@@ -157,10 +157,10 @@ class ReferenceCritic:
         ref, resp = tokenize(reference), tokenize(response)
         keys = key_facts(row, ref)
         source = {t.low for t in tokenize((row.get("prompt") or "") + " " + reference)}
-        reading = free_text_reading(row, response)
-        if reading is None:
+        reading = fact_reading(row, response)  # read once: it also decides how the response is compared
+        if reading is None or template_like(reading, response):
             found = self._compare(ref, resp, keys, source, response)
-            reading = strayed_from_template(row, response, found)
+            reading = reading if reading is not None and misread_template(reading, found) else None
         if reading is not None:
             found = _read_facts_findings(reading, resp, source, response)
         bounds = ([t.start for t in resp], [t.end for t in resp])
@@ -265,46 +265,37 @@ class ReferenceCritic:
 
 
 # --------------------------------------------------------------------------------------------- free text
-def _fact_reading(row: dict[str, Any], response: str):
+def fact_reading(row: dict[str, Any], response: str):
     """:func:`t2g_core.demo.facts.read_facts` of ``response`` against the item's ``meta.facts``; None without facts
-    or without the demo's vocabularies."""
+    or without the demo's vocabularies (clause-by-clause comparison only)."""
     facts = _facts(_meta(row))
     if not facts:
         return None
     try:
         from t2g_core.demo.facts import read_facts
-    except ImportError:  # the demo's vocabularies are not installed: clause-by-clause comparison only
+    except ImportError:  # the demo's vocabularies are not installed
         return None
     return read_facts(response, facts)
 
 
-def free_text_reading(row: dict[str, Any], response: str):
-    """The fact reading (:func:`t2g_core.demo.facts.read_facts`) of a free-text response to an item with
-    ``meta.facts``; None for a template-like response (it opens like the template, or every value it states sits in
-    a template clause), which is compared with the reference clause by clause, and for items without facts."""
-    reading = _fact_reading(row, response)
-    if reading is None:
-        return None
+def template_like(reading, response: str) -> bool:
+    """A response that opens like the template, or whose every stated value sits in a template clause, is compared
+    with the reference clause by clause; any other is read fact by fact."""
     from t2g_core.demo.summarization import OPENING
 
-    template_like = response.lstrip().startswith(OPENING) or (reading.template_only and reading.mentions)
-    return None if template_like else reading
+    return response.lstrip().startswith(OPENING) or bool(reading.template_only and reading.mentions)
 
 
-def strayed_from_template(row: dict[str, Any], response: str, found: Findings):
-    """The fact reading of a template-like response that the clause-by-clause comparison misreads, else None.
+def misread_template(reading, found: Findings) -> bool:
+    """Whether the clause-by-clause comparison reports a fact left out whose value the response states (and no other
+    value of it): then the fact reading is used instead.
 
     The comparison aligns the response with the reference in order, so a response that opens like the template but
     reorders, rewords or interleaves its clauses (as a briefly fine-tuned model writes: "A person named Ivo, who is
     named Ivo, enjoys eating rice. They are all white, ... live in Perth, and are all goats.") reads as leaving out
-    facts it states. When the comparison reports a fact left out whose value the response states (and no other
-    value of it), the fact reading is used instead; template summaries never meet that (their critique is
-    unchanged)."""
-    reading = _fact_reading(row, response)
-    if reading is None or not found.omitted:
-        return None
+    facts it states; template summaries never meet this (their critique is unchanged)."""
     stated = {_describe((slot, value)) for slot, value in reading.facts.items() if reading.status(slot) == "present"}
-    return reading if stated & set(found.omitted) else None
+    return bool(stated & set(found.omitted))
 
 
 def _read_facts_findings(reading, resp: list[Tok], source: set[str], text: str) -> Findings:

@@ -63,7 +63,7 @@ def test_the_gain_check_measures_against_the_policy_an_alarm_would_restore(tmp_p
     """Before any round passed, an alarm restores the warm start; a round after step 0 judged the warm start's own
     rollouts, so its annotator reward is the bar even when that round alarmed (on SmolLM2 the reward model trained on
     the demo's responses disagreed with the annotator on the warm start's from the first round, and without a bar
-    every later round rolled the policy back whatever the annotator thought of it)."""
+    every later round was judged on the agreement floor alone)."""
     cfg = PPOConfig(steps=10, batch_size=4, critique_loop=CritiqueLoopConfig(enabled=True, budget=2))
 
     def loop():

@@ -184,8 +184,8 @@ def test_the_critic_quotes_foreign_values_and_reports_missing_ones_in_free_text(
 def test_a_template_opening_with_reordered_clauses_is_read_fact_by_fact():
     """A warmed-up SmolLM2 wrote this during PPO (a critique-loop round on the real model): it opens like the
     template, so the clause-by-clause comparison read it and reported the city, the count, the pet, the colour, the
-    job and the day left out, though it states the city and the colour (a reward of -10 for a fair summary, and the
-    loop rolled the policy back). Read fact by fact, only what is really absent is missing."""
+    job and the day left out, though it states the city and the colour (that round's mean annotator
+    reward was -10.0, -8.0 once read fact by fact). Read fact by fact, only what is really absent is missing."""
     facts = {"name": "Ivo", "city": "Perth", "count": "6", "pet": "goats", "color": "white"}
     facts |= {"job": "nurse", "day": "Wednesday", "food": "rice"}
     row = {
