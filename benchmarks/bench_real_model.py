@@ -7,7 +7,9 @@ The core of ``recipes/summarization-smollm2.yaml``, stage by stage, through the 
 2. the supervised warm-up on the training prompts' references (the policy both PPO runs start from and keep as
    their KL reference);
 3. annotations from the reference critic, and the reward model trained on them (the recipe's: a span tagger on the
-   frozen base's features), with its held-out quality against the demo's ground truth;
+   frozen base's features), with its held-out quality against the demo's ground truth; with
+   ``policy_samples.enabled``, the warm-up policy's own responses to training prompts, labelled by the same critic,
+   train it too;
 4. span PPO driven by that reward model, and scalar PPO (the same reward model's sum on the last token) from the same
    warm-up with the same budget;
 5. the held-out evaluation: the template-free fact error (``t2g_core.demo.facts``) and the other fact metrics of the
@@ -45,6 +47,9 @@ SMOKE = [  # tiny demo models and a few steps of everything: the script's path, 
     *SMOKE_TINY_MODELS,
     "warmup.steps=2",
     "warmup.batch_size=4",
+    "policy_samples.enabled=true",
+    "policy_samples.prompts=4",
+    "policy_samples.max_new_tokens=8",
     "reward_model.max_steps=2",
     "reward_model.batch_size=4",
     "reward_model.eval_max_items=4",
@@ -107,7 +112,7 @@ def run_pipeline(cfg, stages: Stages, modes: tuple[str, ...] = ("span", "scalar"
     """Feedback -> models -> warm-up -> annotations -> reward model -> span PPO and scalar PPO (``modes``); their
     references."""
     from t2g_core.config import stages as settings
-    from t2g_core.stages import annotate, feedback, models, ppo, reward_model, warmup
+    from t2g_core.stages import annotate, feedback, models, policy_samples, ppo, reward_model, warmup
     from t2g_core.stages.refs import SourceRef
 
     src, data = SourceRef.of(cfg.data), settings.FeedbackSettings.from_pipeline(cfg)
@@ -124,15 +129,27 @@ def run_pipeline(cfg, stages: Stages, modes: tuple[str, ...] = ("span", "scalar"
     )
     an = settings.AnnotateSettings.from_pipeline(cfg)
     ann = stages.run("annotate", lambda ctx: annotate.annotate(fb, an, ctx), "annotate", feedback=fb, settings=an)
+    samples = None
+    if cfg.policy_samples.enabled:
+        ss = settings.PolicySamplesSettings.from_pipeline(cfg)
+        samples = stages.run(
+            "policy_samples",
+            lambda ctx: policy_samples.sample(fb, start, ss, ctx),
+            "policy_samples",
+            feedback=fb,
+            models=start,
+            settings=ss,
+        )
     rs = settings.RewardModelSettings.from_pipeline(cfg)
     rm = stages.run(
         "reward_model",
-        lambda ctx: reward_model.train(fb, ann, None, None, built, rs, ctx),
+        lambda ctx: reward_model.train(fb, ann, None, None, built, rs, ctx, samples),
         "reward_model",
         feedback=fb,
         annotations=ann,
         models=built,
         settings=rs,
+        **({"samples": samples} if samples is not None else {}),
     )
     runs = {}
     for mode in modes:
@@ -148,7 +165,7 @@ def run_pipeline(cfg, stages: Stages, modes: tuple[str, ...] = ("span", "scalar"
             reward_model=rm,
             settings=ps,
         )
-    return {"feedback": fb, "models": built, "warmup": start, "reward_model": rm, **runs}
+    return {"feedback": fb, "models": built, "warmup": start, "policy_samples": samples, "reward_model": rm, **runs}
 
 
 def held_out_evaluation(cfg, refs: dict, stages: Stages, modes: tuple[str, ...]) -> dict:

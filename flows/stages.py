@@ -10,7 +10,15 @@ from prefect import flow
 
 from t2g_core.config import PipelineConfig
 from t2g_core.config.stages import settings_for
-from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef, RewardModelRef, ValidationRef
+from t2g_core.stages.refs import (
+    ArtifactRef,
+    EvaluationRef,
+    ModelsRef,
+    PolicyRef,
+    PolicySamplesRef,
+    RewardModelRef,
+    ValidationRef,
+)
 from t2g_env.serving import ServedConfig
 from tasks.caching import cached
 
@@ -106,13 +114,16 @@ def train_reward_model(
     annotations: ArtifactRef,
     spans: ArtifactRef,
     validation: ValidationRef,
+    samples: PolicySamplesRef | None = None,
     forced: list[str] | None = None,
 ) -> RewardModelRef:
-    """The reward model on the validated annotations; registered in MLflow (candidate, maybe champion)."""
+    """The reward model on the validated annotations (and the policy's labelled samples, when drawn); registered in
+    MLflow (candidate, maybe champion)."""
     from tasks.reward_model import train_reward_model as train
 
+    settings = settings_for("reward_model", config)
     return _step(train, config, "reward_model", forced)(
-        feedback, annotations, spans, validation, models, settings_for("reward_model", config), config.workspace
+        feedback, annotations, spans, validation, models, settings, config.workspace, samples
     )
 
 
@@ -125,6 +136,18 @@ def warm_up_policy(
     from tasks.warmup import warm_up
 
     return _step(warm_up, config, "warmup", forced)(feedback, models, settings_for("warmup", config), config.workspace)
+
+
+@flow(name="sample-policy", **RESULTS)
+def sample_policy(
+    config: ServedConfig, feedback: ArtifactRef, models: ModelsRef, forced: list[str] | None = None
+) -> PolicySamplesRef:
+    """The policy PPO starts from, sampled on training prompts, its responses labelled by the annotator
+    (``policy_samples``): data for the reward model on the text it will score."""
+    from tasks.policy_samples import sample_task
+
+    settings = settings_for("policy_samples", config)
+    return _step(sample_task(settings), config, "policy_samples", forced)(feedback, models, settings, config.workspace)
 
 
 @flow(name="train-policy", **RESULTS)

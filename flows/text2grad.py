@@ -1,5 +1,5 @@
-"""The end-to-end Text2Grad pipeline: feedback -> annotate -> align + validate -> reward model -> (warm-up) -> PPO ->
-evaluate.
+"""The end-to-end Text2Grad pipeline: feedback -> annotate -> align + validate -> (warm-up -> policy samples) ->
+reward model -> PPO -> evaluate.
 
 Every stage task is cached on its code, its settings and the content of its inputs (``tasks/caching.py``), so a
 Retry of a failed run, or a new run with the same inputs, skips every completed stage; changing a setting re-runs
@@ -20,6 +20,7 @@ from flows.stages import (
     build_models,
     evaluate,
     prepare_feedback,
+    sample_policy,
     train_policy,
     train_reward_model,
     warm_up_policy,
@@ -60,8 +61,9 @@ def text2grad(
     annotations = place(annotate, feedback)  # first: it fails fast when the rows lack what the annotator needs
     models = build_models(config, feedback, forced)
     spans, validation = place(align_and_validate, feedback, models, annotations)
-    reward_model = place(train_reward_model, feedback, models, annotations, spans, validation)
     start = place(warm_up_policy, feedback, models) if config.warmup.enabled else models  # the policy PPO starts from
+    samples = place(sample_policy, feedback, start) if config.policy_samples.enabled else None  # its text, labelled
+    reward_model = place(train_reward_model, feedback, models, annotations, spans, validation, samples)
     policy = place(train_policy, feedback, start, reward_model)
     evaluation = place(evaluate, feedback, start, policy)
     outputs = {
@@ -72,6 +74,7 @@ def text2grad(
         "validation": validation,
         "reward_model": reward_model,
         "warmup": start if config.warmup.enabled else None,
+        "policy_samples": samples,
         "policy": policy,
         "evaluation": evaluation,
     }

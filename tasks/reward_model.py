@@ -14,7 +14,7 @@ from prefect import task
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import RewardModelSettings
-from t2g_core.stages.refs import ArtifactRef, ModelsRef, RewardModelRef, ValidationRef
+from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicySamplesRef, RewardModelRef, ValidationRef
 from t2g_mlflow.registry import describe_version, log_adapter_model, promote_if_better
 from tasks.caching import stage_task_options
 from tasks.data import described
@@ -30,8 +30,10 @@ def train_reward_model(
     models: ModelsRef,
     settings: RewardModelSettings,
     workspace: WorkspaceConfig,
+    samples: PolicySamplesRef | None = None,
 ) -> RewardModelRef:
-    """Train, evaluate, register (alias ``candidate``) and maybe promote (alias ``champion``) the reward model."""
+    """Train (on the policy's labelled ``samples`` too, when drawn), evaluate, register (alias ``candidate``) and maybe
+    promote (alias ``champion``) the reward model."""
     from t2g_core.stages import reward_model
 
     cfg = settings.reward_model
@@ -45,8 +47,9 @@ def train_reward_model(
         validation=validation,
         models=models,
         settings=settings,
+        samples=samples,
     ) as ctx:
-        ref = reward_model.train(feedback, annotations, spans, validation, models, settings, ctx)
+        ref = reward_model.train(feedback, annotations, spans, validation, models, settings, ctx, samples)
         params = {**cfg.model_dump(mode="json"), "base_model": ref.base, "rm_data_sha256": ref.rm_data.sha256}
         kind = "span-tagger" if ref.kind == "tagger" else "peft-adapter"
         version = log_adapter_model(

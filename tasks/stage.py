@@ -22,7 +22,7 @@ from tasks.caching import forced, task_key
 from tasks.progress import PrefectProgress
 
 # stages that train or generate with a model: their MLflow runs record CPU / GPU / memory use over time
-SYSTEM_METRICS_STAGES = frozenset({"build_models", "reward_model", "warmup", "ppo", "evaluate"})
+SYSTEM_METRICS_STAGES = frozenset({"build_models", "reward_model", "warmup", "policy_samples", "ppo", "evaluate"})
 
 
 def run_logger():

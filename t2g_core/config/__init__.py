@@ -16,6 +16,7 @@ from t2g_core.config.data import DataConfig, HoldoutConfig, Task
 from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.config.models import ModelsConfig, TinyModelConfig
 from t2g_core.config.placement import PlacementConfig
+from t2g_core.config.policy_samples import PolicySamplesConfig
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.config.presets import PRESETS, Preset, merged
 from t2g_core.config.reward_model import RewardModelConfig
@@ -35,6 +36,7 @@ __all__ = [
     "PPOConfig",
     "PipelineConfig",
     "PlacementConfig",
+    "PolicySamplesConfig",
     "Preset",
     "RewardModelConfig",
     "HoldoutConfig",
@@ -61,7 +63,7 @@ class PipelineConfig(StageConfig):
     """The whole pipeline; each field is one stage's config (in the run form: in the order the stages run)."""
 
     workspace: WorkspaceConfig = Field(
-        default_factory=WorkspaceConfig, description="Workspace and tracking.", **_section("Workspace and tracking", 11)
+        default_factory=WorkspaceConfig, description="Workspace and tracking.", **_section("Workspace and tracking", 12)
     )
     data: DataConfig = Field(
         default_factory=DataConfig, description="Feedback to learn from.", **_section("1 · Data (feedback)", 0)
@@ -94,6 +96,11 @@ class PipelineConfig(StageConfig):
         description="Supervised warm-up of the policy before PPO (off by default).",
         **_section("Warm-up before PPO (optional)", 9),
     )
+    policy_samples: PolicySamplesConfig = Field(
+        default_factory=PolicySamplesConfig,
+        description="The reward model's data from the policy PPO starts from (off by default).",
+        **_section("Reward-model data from the policy (optional)", 10),
+    )
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="Span-reward PPO.", **_section("8 · PPO", 7))
     evaluate: EvaluateConfig = Field(
         default_factory=EvaluateConfig, description="Policy evaluation.", **_section("9 · Evaluate", 8)
@@ -101,17 +108,17 @@ class PipelineConfig(StageConfig):
     placement: PlacementConfig = Field(
         default_factory=PlacementConfig,
         description="Work pool of each stage group.",
-        **_section("Placement (work pools)", 10),
+        **_section("Placement (work pools)", 11),
     )
     checks: ChecksConfig = Field(
         default_factory=ChecksConfig,
         description="Combinations of settings accepted although they are risky.",
-        **_section("Checks (accepted risks)", 12),
+        **_section("Checks (accepted risks)", 13),
     )
     timeouts: TimeoutsConfig = Field(
         default_factory=TimeoutsConfig,
         description="Time limit of each stage (minutes; none unless set).",
-        **_section("Time limits", 13),
+        **_section("Time limits", 14),
     )
 
     model_config = StageConfig.model_config | {"populate_by_name": True}

@@ -17,5 +17,6 @@ class PlacementConfig(StageConfig):
     align_and_validate: str | None = Field(None, description=POOL.format(what="alignment and validation"))
     train_reward_model: str | None = Field(None, description=POOL.format(what="reward-model training, e.g. `t2g-gpu`"))
     warm_up_policy: str | None = Field(None, description=POOL.format(what="the policy's supervised warm-up"))
+    sample_policy: str | None = Field(None, description=POOL.format(what="sampling the policy for the reward model"))
     train_policy: str | None = Field(None, description=POOL.format(what="PPO, e.g. `t2g-gpu`"))
     evaluate: str | None = Field(None, description=POOL.format(what="policy evaluation, e.g. `t2g-gpu`"))

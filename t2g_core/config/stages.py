@@ -26,6 +26,7 @@ from t2g_core.config import (
     HoldoutConfig,
     ModelsConfig,
     PipelineConfig,
+    PolicySamplesConfig,
     PPOConfig,
     RewardModelConfig,
     StageConfig,
@@ -90,6 +91,14 @@ class WarmupSettings(StageSettings):
     holdout: HoldoutConfig = Field(
         default_factory=HoldoutConfig, description="The prompts held out from training (never warmed up on)."
     )
+    models: ModelsConfig = Field(default_factory=ModelsConfig, description="The weights dtype the policy loads in.")
+
+
+class PolicySamplesSettings(AnnotateSettings):
+    policy_samples: PolicySamplesConfig = Field(
+        default_factory=PolicySamplesConfig, description="How many responses, sampled how."
+    )
+    holdout: HoldoutConfig = Field(default_factory=HoldoutConfig, description="The prompts held out (never sampled).")
     models: ModelsConfig = Field(default_factory=ModelsConfig, description="The weights dtype the policy loads in.")
 
 
@@ -188,6 +197,7 @@ SETTINGS: dict[str, type[StageSettings]] = {
     "validate": ValidateSettings,
     "reward_model": RewardModelSettings,
     "warmup": WarmupSettings,
+    "policy_samples": PolicySamplesSettings,
     "ppo": PPOSettings,
     "evaluate": EvaluateSettings,
 }

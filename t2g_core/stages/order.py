@@ -5,15 +5,18 @@ from __future__ import annotations
 from typing import Literal
 
 # Names accepted by `t2g run --refresh` and the `refresh` flow parameter, in pipeline order.
-Stage = Literal["feedback", "models", "annotate", "align", "validate", "reward_model", "warmup", "ppo", "evaluate"]
+Stage = Literal[
+    "feedback", "models", "annotate", "align", "validate", "warmup", "policy_samples", "reward_model", "ppo", "evaluate"
+]
 STAGES: tuple[str, ...] = (
     "feedback",
     "models",
     "annotate",
     "align",
     "validate",
-    "reward_model",
     "warmup",
+    "policy_samples",
+    "reward_model",
     "ppo",
     "evaluate",
 )

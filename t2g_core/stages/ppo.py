@@ -48,7 +48,10 @@ def train(
             if settings.uses_reward_model:  # a learned reward: say whether it is audited on the policy's rollouts
                 ctx.log(f"critique loop {'on' if loop_on else 'off'} ({why})")
             loop_on = loop_on and settings.uses_trained_reward_model
-            replay = (read(reward_model.rm_data, "rm_data"), fb) if loop_on and reward_model is not None else None
+            replay = None
+            if loop_on and reward_model is not None:  # the items the reward model trained on (its own samples too)
+                trained_on = read(reward_model.feedback, "feedback") if reward_model.feedback is not None else fb
+                replay = (read(reward_model.rm_data, "rm_data"), trained_on)
             prepare_run(settings, run_dir, fb, models.policy, reward_model_path(settings, reward_model), replay)
         else:
             ctx.log(f"PPO resumes from {latest.name} of {settings.ppo.steps} steps ({run_dir})")

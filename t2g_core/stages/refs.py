@@ -24,6 +24,7 @@ __all__ = [
     "EvaluationRef",
     "ModelsRef",
     "PolicyRef",
+    "PolicySamplesRef",
     "PolicySet",
     "Ref",
     "ReviewSampleRef",
@@ -175,6 +176,19 @@ class ValidationRef(Ref):
         return first_problem(json_problem(self.json_path, within), file_problem(self.report, within))
 
 
+class PolicySamplesRef(Ref):
+    """The policy's own responses to training prompts (feedback rows) and the annotator's labels of them."""
+
+    feedback: ArtifactRef
+    annotations: ArtifactRef
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"feedback": self.feedback.fingerprint(), "annotations": self.annotations.fingerprint()}
+
+    def problem(self, within: Path | None = None) -> str | None:
+        return first_problem(self.feedback.problem(within), self.annotations.problem(within))
+
+
 class RewardModelRef(Ref):
     """A trained reward model: its folder (a LoRA adapter for the generative kind, a tagger folder for the tagger),
     data, metrics, registry version."""
@@ -184,6 +198,8 @@ class RewardModelRef(Ref):
     base: str
     rm_data: ArtifactRef
     digest: str
+    # the items rm_data was built from when they are more than the pipeline's feedback (the policy's own samples)
+    feedback: ArtifactRef | None = None
     metrics: dict[str, float] = {}
     report: str | None = None
     global_step: int = 0

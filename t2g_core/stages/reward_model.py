@@ -18,7 +18,46 @@ from pathlib import Path
 from t2g_core.config.stages import RewardModelSettings
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
-from t2g_core.stages.refs import ArtifactRef, ModelsRef, RewardModelRef, ValidationRef, folder_digest
+from t2g_core.stages.refs import (
+    ArtifactRef,
+    ModelsRef,
+    PolicySamplesRef,
+    RewardModelRef,
+    ValidationRef,
+    folder_digest,
+)
+
+
+def add_samples(
+    feedback: ArtifactRef,
+    annotations: ArtifactRef,
+    samples: PolicySamplesRef,
+    settings: RewardModelSettings,
+    ctx: StageContext,
+) -> tuple[ArtifactRef, ArtifactRef, set[str]]:
+    """The dataset's items and annotations with the policy's samples added (``rm_feedback``, ``rm_annotations``),
+    and the ids of the samples, which train only. A sample of a prompt in the reward model's validation split is left
+    out, so the held-out figures stay on unseen prompts."""
+    import pandas as pd
+
+    from t2g_core.reward_model.data import split_for_id
+    from t2g_core.stages.policy_samples import sampled_from
+
+    items, labels = read(samples.feedback, "feedback"), read(samples.annotations, "annotations")
+    keep = sampled_from(items).map(lambda i: split_for_id(i, settings.reward_model.val_fraction) == "train")
+    items = items[keep.to_numpy()]
+    labels = labels[labels["id"].isin(set(items["id"]))]
+    left_out = int((~keep).sum())
+    ctx.log(f"policy samples: {len(items)} train the reward model ({left_out} of validation prompts left out)")
+    ctx.tracker.log_input(samples.annotations, "policy_sample_annotations", "training")
+    both = [
+        ctx.out.artifact(name, pd.concat([read(ref, schema), extra], ignore_index=True), schema)
+        for name, ref, extra, schema in (
+            ("rm_feedback", feedback, items, "feedback"),
+            ("rm_annotations", annotations, labels, "annotations"),
+        )
+    ]
+    return both[0], both[1], set(items["id"])
 
 
 def build_data(
@@ -28,8 +67,11 @@ def build_data(
     base: str,
     settings: RewardModelSettings,
     ctx: StageContext,
+    *,
+    train_only: set[str] = frozenset(),
 ) -> ArtifactRef:
-    """``rm_data`` rows (prompt rendered with ``base``'s tokenizer, critique + span JSON target, split by id)."""
+    """``rm_data`` rows (prompt rendered with ``base``'s tokenizer, critique + span JSON target, split by id; the ids
+    in ``train_only`` always train)."""
     from t2g_core.models.loading import load_tokenizer
     from t2g_core.reward_model.data import build_rm_data
 
@@ -42,6 +84,10 @@ def build_data(
         spans_df=spans_df,
         align_cfg=settings.align,
     )
+    if train_only:
+        df.loc[df["id"].isin(train_only), "split"] = "train"
+        stats.n_train = int((df["split"] == "train").sum())
+        stats.n_validation = len(df) - stats.n_train
     if stats.n_train == 0:  # say why, rather than letting the trainer fail on an empty split
         raise ValueError(
             f"rm_data: no training rows from {stats.n_items} items ({stats.as_metrics()}); "
@@ -147,12 +193,17 @@ def train(
     models: ModelsRef,
     settings: RewardModelSettings,
     ctx: StageContext,
+    samples: PolicySamplesRef | None = None,
 ) -> RewardModelRef:
-    """The whole stage on the reward-model base of ``models``: data, fine-tuning, held-out evaluation."""
+    """The whole stage on the reward-model base of ``models``: data, fine-tuning, held-out evaluation; with
+    ``samples``, the policy's own labelled responses train it too (:func:`add_samples`)."""
     if validation is not None and validation.status == "fail":
         raise ValueError(f"validation failed ({validation.report}): the reward model is not trained on this batch")
     base = start_model(models, settings)
-    data = build_data(feedback, annotations, spans, base, settings, ctx)
+    train_only: set[str] = set()
+    if samples is not None:
+        feedback, annotations, train_only = add_samples(feedback, annotations, samples, settings, ctx)
+    data = build_data(feedback, annotations, spans, base, settings, ctx, train_only=train_only)
     result = fit(data, base, settings, ctx, feedback)
     report, paths = evaluate(result.adapter_dir, data, feedback, settings, Path(result.adapter_dir).parent / "eval")
     metrics = {k: float(v) for k, v in report.metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
@@ -165,6 +216,7 @@ def train(
         kind=settings.reward_model.kind,
         base=base,
         rm_data=data,
+        feedback=feedback if samples is not None else None,
         digest=folder_digest(result.adapter_dir),
         metrics=metrics,
         report=str(paths["markdown"]),

@@ -9,14 +9,14 @@ resumes from its last checkpoint; a finished one is reused (the folder is keyed 
 
 from __future__ import annotations
 
-from t2g_core.config.stages import WarmupSettings
+from t2g_core.config.stages import PolicySamplesSettings, WarmupSettings
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, model_digest
 
 
-def training_rows(feedback: ArtifactRef, settings: WarmupSettings):
-    """The feedback rows PPO trains on (the held-out ones removed by the ``holdout`` split)."""
+def training_rows(feedback: ArtifactRef, settings: WarmupSettings | PolicySamplesSettings):
+    """The feedback rows PPO trains on (the held-out ones removed by ``settings.holdout``'s split)."""
     from t2g_core.ppo.sources import split_prompts
 
     train, _held_out = split_prompts(read(feedback, "feedback"), settings.holdout.eval_fraction, settings.holdout.seed)

@@ -1,0 +1,118 @@
+"""Policy-samples stage: the policy PPO starts from, sampled on training prompts and labelled by the annotator.
+
+A reward model trained only on the dataset's responses meets the policy's own text for the first time inside PPO.
+This stage samples ``policy_samples.prompts`` training prompts (drawn by ``seed``; never a held-out one: the
+``holdout`` split PPO and the warm-up use), ``per_prompt`` responses each, as PPO's rollouts sample (the section's
+temperature, top-k, top-p and budget), and sends them to the pipeline's annotator. It returns two artifacts: the
+responses as feedback rows (id ``<item id>@policy.<k>``, the item's prompt and reference, ``meta.sampled_from`` =
+the item's id) and the annotator's rows, failures kept with their status. The reward-model stage trains on them with
+the dataset's items (``t2g_core.stages.reward_model``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from t2g_core.config.stages import PolicySamplesSettings
+from t2g_core.stages.context import StageContext
+from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicySamplesRef
+
+SAMPLE_ID = "{id}@policy.{k}"
+
+
+def draw_prompts(feedback: ArtifactRef, settings: PolicySamplesSettings) -> pd.DataFrame:
+    """``prompts`` training rows drawn at random by ``seed`` (all of them when there are fewer), in feedback order."""
+    from t2g_core.stages.warmup import training_rows
+
+    rows = training_rows(feedback, settings)
+    n = min(settings.policy_samples.prompts, len(rows))
+    return rows.sample(n=n, random_state=settings.policy_samples.seed).sort_index().reset_index(drop=True)
+
+
+def sample_responses(policy: str, rows: pd.DataFrame, settings: PolicySamplesSettings, ctx: StageContext):
+    """``per_prompt`` responses per row (a list per row), one model load, progress per batch."""
+    from t2g_core.config.evaluate import EvaluateConfig
+    from t2g_core.evaluation.generate import generate_with, load_policy
+    from t2g_core.models.loading import default_device, resolve_dtype
+
+    cfg = settings.policy_samples
+    device = default_device()
+    model, tokenizer = load_policy(policy, device, resolve_dtype(settings.models.dtype, device))
+    out: list[list[str]] = []
+    batches = range(0, len(rows), cfg.batch_size)
+    for b, start in enumerate(batches):
+        chunk = rows.iloc[start : start + cfg.batch_size]
+        (task,) = set(chunk["task"])  # feedback holds one task
+        decoding = EvaluateConfig(
+            max_new_tokens=cfg.max_new_tokens,
+            batch_size=cfg.batch_size,
+            do_sample=True,
+            temperature=cfg.temperature,
+            top_k=cfg.top_k,
+            top_p=cfg.top_p,
+            num_samples=cfg.per_prompt,
+            seed=cfg.seed + b,
+        )
+        out += generate_with(model, tokenizer, task, list(chunk["prompt"]), decoding)
+        ctx.on_progress("policy samples", b + 1, len(batches))
+    return out
+
+
+def samples_frame(rows: pd.DataFrame, responses: list[list[str]]) -> pd.DataFrame:
+    """The responses as feedback rows (schema FEEDBACK): the item's prompt, reference and tests, a new id, no critique,
+    ``meta`` naming the item sampled from (the item's own meta describes the item's response, not this one)."""
+    from t2g_core.schemas import FEEDBACK, validate_frame
+
+    items = []
+    for row, texts in zip(rows.to_dict("records"), responses, strict=True):
+        for k, text in enumerate(texts):
+            item = {name: row.get(name) for name in FEEDBACK.names}
+            meta = json.dumps({"sampled_from": row["id"], "sample": k})
+            sample_id = SAMPLE_ID.format(id=row["id"], k=k)
+            items.append(item | {"id": sample_id, "response": text, "critique": None, "meta": meta})
+    return validate_frame(pd.DataFrame(items, columns=FEEDBACK.names), FEEDBACK, "policy samples")
+
+
+def sampled_from(frame: pd.DataFrame) -> pd.Series:
+    """The id of the feedback item each policy-sample row was sampled from."""
+    return frame["meta"].map(lambda m: json.loads(m)["sampled_from"])
+
+
+def sample(
+    feedback: ArtifactRef,
+    models: ModelsRef,
+    settings: PolicySamplesSettings,
+    ctx: StageContext,
+    *,
+    api_key: str | None = None,
+) -> PolicySamplesRef:
+    """Sample ``models.policy`` on training prompts; the annotator's labels of the responses (failures kept)."""
+    from t2g_core.annotators import annotate as run_annotate
+    from t2g_core.stages.annotate import check_failure_rate, flat_stats
+    from t2g_core.stages.preflight import check
+
+    cfg = settings.policy_samples
+    rows = draw_prompts(feedback, settings)
+    check(rows, settings.annotate, has_key=api_key is not None)  # before sampling: the rows must suit the annotator
+    ctx.log(f"policy samples: {cfg.per_prompt} x {len(rows)} training prompts from {models.policy}")
+    frame = samples_frame(rows, sample_responses(models.policy, rows, settings, ctx))
+    samples = ctx.out.artifact("policy_samples", frame, "feedback", extra={"policy_digest": models.policy_digest})
+    run = run_annotate(
+        frame,
+        settings.annotate,
+        api_key=api_key,
+        progress=ctx.progress,
+        cache_dir=ctx.workspace.root / "cache" / "annotate",
+        log=ctx.log,
+    )
+    labels = ctx.out.artifact("policy_sample_annotations", run.frame, "annotations", extra={"stats": run.stats})
+    ctx.tracker.log_input(feedback, "feedback", "policy samples")
+    ctx.tracker.log_output(samples, "policy_samples")
+    ctx.tracker.log_output(labels, "policy_sample_annotations")
+    ctx.tracker.log_metrics({f"policy_samples.{k}": v for k, v in flat_stats(run.stats).items()})
+    counts = ", ".join(f"{k} {v}" for k, v in run.stats["status_counts"].items() if v)
+    ctx.log(f"policy samples: {len(frame)} responses annotated ({counts})")
+    check_failure_rate(labels, run.stats, settings.annotate.max_failure_rate)
+    return PolicySamplesRef(feedback=samples, annotations=labels)
