@@ -36,6 +36,13 @@ class TimeoutsConfig(StageConfig):
     warmup: float | None = Field(
         None, gt=0, description=LIMIT.format(what="supervised warm-up", how=" from its last checkpoint")
     )
+    policy_samples: float | None = Field(
+        None,
+        gt=0,
+        description=LIMIT.format(
+            what="policy-samples stage", how=" (the annotator's answers already received are cached)"
+        ),
+    )
     ppo: float | None = Field(None, gt=0, description=LIMIT.format(what="PPO stage", how=" from its last checkpoint"))
     evaluate: float | None = Field(None, gt=0, description=LIMIT.format(what="policy evaluation", how=""))
 

@@ -29,6 +29,7 @@ from t2g_core.stages.refs import (
     EvaluationRef,
     ModelsRef,
     PolicyRef,
+    PolicySamplesRef,
     ReviewSampleRef,
     RewardModelRef,
     ValidationRef,
@@ -151,6 +152,8 @@ def _outputs(stage: str, digest: str, root: Path):
         return _artifact(stage, digest)
     if stage in ("models", "warmup"):
         return ModelsRef(base="base", policy="policy", base_digest=digest, policy_digest=digest)
+    if stage == "policy_samples":
+        return PolicySamplesRef(feedback=_artifact("samples", digest), annotations=_artifact("labels", digest))
     if stage == "review_sample":
         return ReviewSampleRef(key=digest[:8], n_items=1, sample=_file(root, stage, digest))
     if stage == "auto_review":
@@ -197,6 +200,7 @@ def stand_ins(monkeypatch, tmp_path, prefect_harness):
     import tasks.data
     import tasks.evaluate
     import tasks.pipeline
+    import tasks.policy_samples
     import tasks.ppo
     import tasks.reward_model
     import tasks.validate
@@ -214,6 +218,7 @@ def stand_ins(monkeypatch, tmp_path, prefect_harness):
             "validate",
             "reward_model",
             "warmup",
+            "policy_samples",
             "ppo",
             "evaluate",
         )
@@ -227,6 +232,7 @@ def stand_ins(monkeypatch, tmp_path, prefect_harness):
     monkeypatch.setattr(tasks.validate, "validation_report", spies["validate"])
     monkeypatch.setattr(tasks.reward_model, "train_reward_model", spies["reward_model"])
     monkeypatch.setattr(tasks.warmup, "warm_up", spies["warmup"])
+    monkeypatch.setattr(tasks.policy_samples, "sample_task", lambda settings: spies["policy_samples"])
     monkeypatch.setattr(tasks.ppo, "train_policy", spies["ppo"])
     monkeypatch.setattr(tasks.evaluate, "evaluate_policy", spies["evaluate"])
     import flows.text2grad
@@ -274,7 +280,8 @@ def test_every_setting_reaches_the_stage_that_reads_it(stand_ins, monkeypatch):
             differs = [k for k in values if values[k] != default.get(k) and not isinstance(values[k], dict)]
             assert differs, f"{stage}.{section}: no non-default value arrived"
     warmed = PRODUCED["warmup"][-1]  # warmup.enabled: PPO and the evaluation start from the warmed-up policy
-    assert all(warmed in RECEIVED[stage][-1] for stage in ("ppo", "evaluate"))
+    assert all(warmed in RECEIVED[stage][-1] for stage in ("policy_samples", "ppo", "evaluate"))
+    assert PRODUCED["policy_samples"][-1] in RECEIVED["reward_model"][-1]  # policy_samples.enabled: they train it
     ppo = RECORDED["ppo"][-1]
     assert ppo.holdout.eval_fraction == changes["holdout.eval_fraction"]
     assert ppo.align.positive_value == changes["align.positive_value"] != 1.0
@@ -287,7 +294,7 @@ def _keys(config: PipelineConfig, stage_fns: dict) -> dict[str, str]:
 
 
 def test_changing_one_setting_changes_the_keys_of_exactly_the_stages_that_read_it(tmp_path):
-    from tasks import align, annotate, data, evaluate, ppo, reward_model, validate, warmup
+    from tasks import align, annotate, data, evaluate, policy_samples, ppo, reward_model, validate, warmup
 
     stage_fns = {
         "feedback": data.materialise_feedback,
@@ -297,6 +304,7 @@ def test_changing_one_setting_changes_the_keys_of_exactly_the_stages_that_read_i
         "validate": validate.validation_report,
         "reward_model": reward_model.train_reward_model,
         "warmup": warmup.warm_up,
+        "policy_samples": policy_samples.sample_critic,
         "ppo": ppo.train_policy,
         "evaluate": evaluate.evaluate_policy,
     }
