@@ -173,7 +173,7 @@ def held_out_evaluation(cfg, refs: dict, stages: Stages, modes: tuple[str, ...])
     import pandas as pd
 
     from t2g_core.evaluation import evaluate_policies
-    from t2g_core.models.loading import resolve_dtype
+    from t2g_core.models.loading import default_device, resolve_dtype
     from t2g_core.stages.io import read
 
     held = set(pd.read_parquet(Path(refs[modes[0]].run_dir) / "eval.parquet")["id"])
@@ -187,9 +187,13 @@ def held_out_evaluation(cfg, refs: dict, stages: Stages, modes: tuple[str, ...])
         "warm_start": refs["warmup"].policy,
         **{mode: refs[mode].adapter_dir for mode in modes},
     }
-    dtype = resolve_dtype(cfg.models.dtype)
+    device = default_device()  # the GPU when there is one, as the pipeline's evaluation stage
+    dtype = resolve_dtype(cfg.models.dtype, device)
     results = stages.run(
-        "evaluate", lambda: evaluate_policies(policies, frame, "summarization", ev, baseline="warm_start", dtype=dtype)
+        "evaluate",
+        lambda: evaluate_policies(
+            policies, frame, "summarization", ev, baseline="warm_start", device=str(device), dtype=dtype
+        ),
     )
     means = {name: entry["metrics"] for name, entry in results.summary["policies"].items()}
     comparisons = [c for c in results.summary["comparisons"] if c["metric"] in METRICS]
@@ -255,7 +259,12 @@ def main() -> None:
         "held_out": evaluation,
         "target": {"relative_reduction": args.target, "fact_error": target},
         "ppo": {m: steps_to_target(refs[m].history_path, target if target is not None else -1.0) for m in modes},
-        "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads},
+        "machine": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "threads": args.threads,
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        },
         "config": cfg.model_dump(mode="json", by_alias=True, exclude={"workspace", "placement", "timeouts"}),
     }
     folder = results_dir(args.smoke)
