@@ -210,7 +210,17 @@ def steps_to_target(history_path: str, target: float) -> dict:
     history = json.loads(Path(history_path).read_text(encoding="utf-8"))
     curve = [(int(h["step"]) + 1, float(h["eval/task_error"])) for h in history if "eval/task_error" in h]
     reached = next((step for step, err in curve if err <= target), None)
-    return {"eval_error_by_step": curve, "steps_to_target": reached, "final_train_error": history[-1].get("task/error")}
+    rounds = [  # the critique loop's audits: agreement with the annotator, rewards, alarm, rollback
+        {"step": int(h["step"]) + 1} | {k.removeprefix("critic_loop/"): v for k, v in h.items() if "critic_loop/" in k}
+        for h in history
+        if "critic_loop/round" in h
+    ]
+    return {
+        "eval_error_by_step": curve,
+        "steps_to_target": reached,
+        "final_train_error": history[-1].get("task/error"),
+        "critique_loop": rounds,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ main

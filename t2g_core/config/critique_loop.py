@@ -66,6 +66,15 @@ class CritiqueLoopConfig(StageConfig):
         "the reward model refreshed (measured: on the floor alone, rounds after a fast improvement rolled the policy "
         "back to the warm start). false = the floors alone decide.",
     )
+    alarm_gain_noise: float = Field(
+        0.0,
+        ge=0,
+        description="How many standard errors of the difference between the two means (the round's and the bar's, "
+        "each over its annotated rollouts) the annotator's reward must fall below the bar before the gain check "
+        "lets the alarm fire; 0 = any shortfall. A budget of 8 rollouts measures the mean with a standard error of "
+        "a few reward points on a real model, so with 0 a round whose policy is no worse than the bar, only "
+        "measured on other prompts, can roll back an improvement.",
+    )
     on_alarm: Literal["rollback", "stop", "continue"] = Field(
         "rollback",
         description="rollback = restore the policy, critic, optimizers and KL controller of the last round that "

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -65,6 +66,7 @@ class LoopState:
     tagger: str | None = None  # the reward model PPO scores with (None: the one the run started with)
     passed: str | None = None  # checkpoint folder of the last round that passed (None: none written yet)
     passed_reward: float | None = None  # the annotator's mean reward on that round's rollouts (None: no round yet)
+    passed_reward_se: float = 0.0  # the standard error of that mean
     stopped: bool = False
     refreshed: list[dict] = field(default_factory=list)  # one row per refreshed reward model: round, step, folder
 
@@ -152,6 +154,7 @@ def agreement(
         "omission_precision": metrics.get("omission_precision", 1.0),
         "rm_reward": sum(rewards[0]) / n,
         "annotator_reward": sum(rewards[1]) / n,
+        "annotator_reward_se": statistics.stdev(rewards[1]) / math.sqrt(n) if n > 1 else 0.0,
     }
 
 
@@ -280,10 +283,13 @@ class CritiqueLoop:
         low = low_f1 or (floor is not None and metrics["omission_recall"] < floor)
         if self.state.passed_reward is None:  # no earlier round: the floors alone decide
             return low
-        # a policy the annotator judges better than at the last passing round outgrew its reward model: refresh it
-        # instead of undoing the progress
+        # a policy the annotator judges better than at the last passing round (or, with alarm_gain_noise, not worse
+        # beyond the noise of two means over a few rollouts) outgrew its reward model: refresh it instead of undoing
+        # the progress
         metrics["annotator_gain"] = metrics["annotator_reward"] - self.state.passed_reward
-        return low and not (self.cfg.alarm_gain_check and metrics["annotator_gain"] > 0)
+        se = math.hypot(metrics.get("annotator_reward_se", 0.0), self.state.passed_reward_se)
+        metrics["annotator_gain_margin"] = self.cfg.alarm_gain_noise * se
+        return low and not (self.cfg.alarm_gain_check and metrics["annotator_gain"] > -metrics["annotator_gain_margin"])
 
     def _set_bar(self, step: int, alarm: bool, metrics: dict[str, float]) -> None:
         """The annotator reward later rounds must beat (the gain check) is that of the policy an alarm restores: the
@@ -291,6 +297,7 @@ class CritiqueLoop:
         rollouts are the warm start's) whether or not it passed."""
         if "annotator_reward" in metrics and (not alarm or step == 0):
             self.state.passed_reward = metrics["annotator_reward"]
+            self.state.passed_reward_se = metrics["annotator_reward_se"]
 
     def passed_checkpoint(self, trainer) -> Path:
         """The checkpoint of the last round that passed (the warm start's before any)."""
