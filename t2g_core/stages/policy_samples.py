@@ -32,7 +32,8 @@ def draw_prompts(feedback: ArtifactRef, settings: PolicySamplesSettings) -> pd.D
 
 
 def sample_responses(policy: str, rows: pd.DataFrame, settings: PolicySamplesSettings, ctx: StageContext):
-    """``per_prompt`` responses per row (a list per row), one model load, progress per batch."""
+    """``per_prompt`` responses per row (a list per row, in row order), one model load, progress per batch; each
+    row's prompt is rendered for its own task."""
     from t2g_core.config.evaluate import EvaluateConfig
     from t2g_core.evaluation.generate import generate_with, load_policy
     from t2g_core.models.loading import default_device, resolve_dtype
@@ -40,11 +41,9 @@ def sample_responses(policy: str, rows: pd.DataFrame, settings: PolicySamplesSet
     cfg = settings.policy_samples
     device = default_device()
     model, tokenizer = load_policy(policy, device, resolve_dtype(settings.models.dtype, device))
-    out: list[list[str]] = []
+    out: dict[int, list[str]] = {}
     batches = range(0, len(rows), cfg.batch_size)
     for b, start in enumerate(batches):
-        chunk = rows.iloc[start : start + cfg.batch_size]
-        (task,) = set(chunk["task"])  # feedback holds one task
         decoding = EvaluateConfig(
             max_new_tokens=cfg.max_new_tokens,
             batch_size=cfg.batch_size,
@@ -55,9 +54,11 @@ def sample_responses(policy: str, rows: pd.DataFrame, settings: PolicySamplesSet
             num_samples=cfg.per_prompt,
             seed=cfg.seed + b,
         )
-        out += generate_with(model, tokenizer, task, list(chunk["prompt"]), decoding)
+        for task, chunk in rows.iloc[start : start + cfg.batch_size].groupby("task", sort=False):
+            texts = generate_with(model, tokenizer, task, list(chunk["prompt"]), decoding)
+            out |= dict(zip(chunk.index, texts, strict=True))
         ctx.on_progress("policy samples", b + 1, len(batches))
-    return out
+    return [out[i] for i in rows.index]
 
 
 def samples_frame(rows: pd.DataFrame, responses: list[list[str]]) -> pd.DataFrame:
