@@ -16,7 +16,8 @@ repeated to the token limit). The pipeline already runs a critic that can label 
 4. **alarm**: the poor-span F1 (or, ``alarm_spans=all``, the F1 of all spans) below ``alarm_f1_floor``, or the
    omission recall below ``alarm_omission_floor``, while the annotator's mean reward on the round's rollouts is no
    higher than at the last passing round, or the warm start's as a round on its own rollouts measured it
-   (``alarm_gain_check``: the proxy was followed, the truth did not improve), restores the last
+   (``alarm_gain_check``: the proxy was followed, the truth did not improve; with ``alarm_gain_noise`` z, lower by
+   more than z standard errors of the difference of the two means), restores the last
    round that passed (``rollback``: policy, critic, optimizers and KL controller from its checkpoint; the warm start
    before any) or also ends the run (``stop``), or only goes on (``continue``); a round that passes writes the
    checkpoint it will be restored from;
