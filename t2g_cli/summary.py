@@ -25,6 +25,7 @@ ORDER = (
     "validation",
     "reward_model",
     "warmup",
+    "policy_samples",
     "policy",
     "evaluation",
 )
@@ -44,6 +45,8 @@ def _stage_line(name: str, ref: Any) -> str:
         return f"  {name:<13} {value}"
     if "n_rows" in value and "sha256" in value:
         return f"  {name:<13} {value['n_rows']} rows  {value['path']}"
+    if name == "policy_samples":
+        return f"  {name:<13} {value['feedback']['n_rows']} responses  {value['feedback']['path']}"
     fields = SHOWN.get(name, tuple(k for k, v in value.items() if not isinstance(v, (dict, list))))
     line = f"  {name:<13} " + ", ".join(f"{k}={value[k]}" for k in fields if value.get(k) is not None)
     metrics = value.get("metrics") if name == "reward_model" else None

@@ -232,6 +232,8 @@ def link_pipeline_outputs(outputs: Mapping[str, Any], workspace_cfg: WorkspaceCo
             client.set_tag(parent, f"{STAGE_RUN_TAG_PREFIX}{name}", ref.run_id)
         if hasattr(ref, "sha256") and hasattr(ref, "schema_name"):
             log_dataset(ref, name, PIPELINE_CONTEXT, run_id=parent)
+        for part in ("feedback", "annotations") if name == "policy_samples" else ():  # its two Parquet outputs
+            log_dataset(getattr(ref, part), f"{name}.{part}", PIPELINE_CONTEXT, run_id=parent)
     with tempfile.TemporaryDirectory() as tmp:
         summary = Path(tmp) / "pipeline.json"
         summary.write_text(json.dumps({n: r.model_dump(mode="json") for n, r in refs.items()}, indent=2))

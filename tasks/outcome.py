@@ -41,6 +41,8 @@ def typed_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
         "spans": refs.ArtifactRef,
         "models": refs.ModelsRef,
         "validation": refs.ValidationRef,
+        "warmup": refs.ModelsRef | None,
+        "policy_samples": refs.PolicySamplesRef | None,
         "reward_model": refs.RewardModelRef | None,
         "policy": refs.PolicyRef,
         "evaluation": refs.EvaluationRef,

@@ -35,3 +35,11 @@ def test_other_stage_lines_are_one_line():
     ref = PolicyRef(adapter_dir="/p", run_dir="/r", digest="d", steps=40, history_path="/r/history.json")
     assert _stage_line("policy", ref).splitlines() == ["  policy        adapter_dir=/p, steps=40"]
     assert _stage_line("feedback", DATA) == "  feedback      3 rows  /a"
+
+
+def test_the_policy_samples_line_counts_the_responses():
+    from t2g_core.stages.refs import PolicySamplesRef
+
+    samples = ArtifactRef(path="/s", sha256="1" * 64, n_rows=454, schema="feedback", key="k")
+    ref = PolicySamplesRef(feedback=samples, annotations=DATA)
+    assert _stage_line("policy_samples", ref) == "  policy_samples 454 responses  /s"
