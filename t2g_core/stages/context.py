@@ -151,6 +151,13 @@ class StageContext:
         ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace).resolve())
         return cls(workspace=ws, key=key, out=PathSink(Path(path), key), **kwargs)
 
+    def reusable(self, name: str) -> ArtifactRef | None:
+        """The complete artifact ``name`` an earlier run of this stage wrote under its key, or None (none there, the
+        stage forced, or its outputs going to a path a user named)."""
+        if self.force or not isinstance(self.out, KeyedSink):
+            return None
+        return self.workspace.store.find(name, self.key)
+
     def fresh_folder(self, area: str) -> Path:
         """``out.folder(area)``, emptied first when the stage is forced."""
         folder = self.out.folder(area)

@@ -6,7 +6,8 @@ This stage samples ``policy_samples.prompts`` training prompts (drawn by ``seed`
 temperature, top-k, top-p and budget), and sends them to the pipeline's annotator. It returns two artifacts: the
 responses as feedback rows (id ``<item id>@policy.<k>``, the item's prompt and reference, ``meta.sampled_from`` =
 the item's id) and the annotator's rows, failures kept with their status. The reward-model stage trains on them with
-the dataset's items (``t2g_core.stages.reward_model``).
+the dataset's items (``t2g_core.stages.reward_model``). A finished run's outputs under the same key are reused
+(unless forced), also outside the flow's task cache.
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ def sample(
     from t2g_core.stages.annotate import check_failure_rate, flat_stats
     from t2g_core.stages.preflight import check
 
+    done = [ctx.reusable(name) for name in ("policy_samples", "policy_sample_annotations")]
+    if all(done):  # a finished run with the same key: sampling is the costly part (304 s on one core for SmolLM2)
+        ctx.log(f"policy samples: {done[0].n_rows} responses of an earlier run with the same inputs reused")
+        return PolicySamplesRef(feedback=done[0], annotations=done[1])
     cfg = settings.policy_samples
     rows = draw_prompts(feedback, settings)
     check(rows, settings.annotate, has_key=api_key is not None)  # before sampling: the rows must suit the annotator

@@ -66,6 +66,20 @@ def test_the_same_settings_draw_the_same_samples_and_fewer_prompts_a_subset(samp
     assert set(other["id"]) != set(fewer["id"])  # the seed draws the prompts
 
 
+def test_a_finished_run_with_the_same_key_is_reused_unless_forced(sampled, monkeypatch):
+    from dataclasses import replace
+
+    fb, models, settings, ref, ctx = sampled
+
+    def no_sampling(*args, **kwargs):
+        raise AssertionError("sampled again")
+
+    monkeypatch.setattr(policy_samples, "sample_responses", no_sampling)
+    assert policy_samples.sample(fb, models, settings, ctx) == ref  # outside the flow's task cache too
+    with pytest.raises(AssertionError, match="sampled again"):
+        policy_samples.sample(fb, models, settings, replace(ctx, force=True))
+
+
 def test_a_prompt_the_annotator_cannot_label_fails_before_any_sampling(
     demo_feedback, tiny_model_dir, stage_ctx, tmp_path
 ):
