@@ -149,7 +149,7 @@ def run_pipeline(cfg, stages: Stages, modes: tuple[str, ...] = ("span", "scalar"
         annotations=ann,
         models=built,
         settings=rs,
-        **({"samples": samples} if samples is not None else {}),
+        samples=samples,
     )
     runs = {}
     for mode in modes:

@@ -219,3 +219,15 @@ def _pieces(p: Path, rows: int) -> Iterator[pd.DataFrame]:
         raise SchemaError(
             str(p), f"unsupported feedback format {suffix!r}: use .parquet, .jsonl, .csv or a datasets folder"
         )
+
+
+def responses_frame(entries: Iterable[tuple[dict, str, str, object]], where: str) -> pd.DataFrame:
+    """New responses to feedback items' prompts as feedback rows (schema FEEDBACK, validated): each ``(item, id,
+    response, meta)`` keeps the item's prompt, task, reference, tests and entry point, takes the new id, response and
+    meta (a dict is stored as JSON), and has no critique. ``where`` names the rows in a validation error."""
+    items = []
+    for item, item_id, response, meta in entries:
+        row = {name: item.get(name) for name in FEEDBACK.names}
+        meta = json.dumps(meta) if isinstance(meta, dict) else meta
+        items.append(row | {"id": item_id, "response": response, "critique": None, "meta": meta})
+    return validate_frame(pd.DataFrame(items, columns=FEEDBACK.names), FEEDBACK, where)

@@ -33,7 +33,6 @@ each PPO checkpoint and each round's files are written once, so a resumed run re
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
@@ -97,14 +96,10 @@ def choose(confidence: Sequence[float | None], budget: int, uncertain_share: flo
 
 def feedback_frame(rows: list[dict], texts: list[str], step: int, picked: list[int]) -> pd.DataFrame:
     """The chosen rollouts as feedback items (schema FEEDBACK), ids unique per step and sample."""
-    items = []
-    for b in picked:
-        row, meta = rows[b], rows[b].get("meta")
-        item = {name: row.get(name) for name in FEEDBACK.names}
-        item |= {"id": f"{row['id']}@{step}.{b}", "response": texts[b], "critique": None}
-        item["meta"] = json.dumps(meta) if isinstance(meta, dict) else meta
-        items.append(item)
-    return validate_frame(pd.DataFrame(items, columns=FEEDBACK.names), FEEDBACK, f"critique loop, step {step}")
+    from t2g_core.feedback import responses_frame
+
+    chosen = ((rows[b], f"{rows[b]['id']}@{step}.{b}", texts[b], rows[b].get("meta")) for b in picked)
+    return responses_frame(chosen, f"critique loop, step {step}")
 
 
 def annotation_feedback(annotations: pd.DataFrame) -> list[ParsedFeedback]:

@@ -30,29 +30,49 @@ def annotate(
     The API key is handed in by the caller (environment or secret store) and never stored. LLM answers are cached
     under ``cache_dir`` (default ``<workspace>/cache/annotate``), so a re-run pays only for what was never answered.
     """
+    ctx.tracker.log_input(feedback, "feedback", "annotation")
+    prev = read(previous, "annotations") if previous is not None else None
+    frame = read(feedback, "feedback")
+    return label(frame, settings, ctx, "annotations", "annotate", api_key=api_key, previous=prev, cache_dir=cache_dir)
+
+
+def label(
+    frame: pd.DataFrame,
+    settings: AnnotateSettings,
+    ctx: StageContext,
+    name: str,
+    metrics_prefix: str,
+    *,
+    api_key: str | None = None,
+    previous: pd.DataFrame | None = None,
+    cache_dir: str | Path | None = None,
+) -> ArtifactRef:
+    """The annotator's rows for every item of ``frame`` as the artifact ``name`` (the annotation stage's, and the
+    policy samples'): the preflight check first, answers cached under ``cache_dir`` (default
+    ``<workspace>/cache/annotate``), statistics as ``<metrics_prefix>.*`` metrics, and every row written before the
+    failure limit is checked."""
     from t2g_core.annotators import annotate as run_annotate
     from t2g_core.stages.preflight import check
 
     cfg = settings.annotate
-    frame = read(feedback, "feedback")
     check(frame, cfg, has_key=api_key is not None)  # before any request or item: one message if the rows do not fit
-    prev = read(previous, "annotations") if previous is not None else None
     run = run_annotate(
         frame,
         cfg,
         api_key=api_key,
         progress=ctx.progress,
-        previous=prev,
+        previous=previous,
         cache_dir=cache_dir or ctx.workspace.root / "cache" / "annotate",
         log=ctx.log,
     )
-    ref = ctx.out.artifact("annotations", run.frame, "annotations", extra={"stats": run.stats})
-    ctx.tracker.log_input(feedback, "feedback", "annotation")
-    ctx.tracker.log_output(ref, "annotations")
-    ctx.tracker.log_metrics({f"annotate.{k}": v for k, v in flat_stats(run.stats).items()})
+    ref = ctx.out.artifact(name, run.frame, "annotations", extra={"stats": run.stats})
+    ctx.tracker.log_output(ref, name)
+    ctx.tracker.log_metrics({f"{metrics_prefix}.{k}": v for k, v in flat_stats(run.stats).items()})
     if run.stats.get("sandbox_isolation"):
         ctx.log(f"code sandbox isolation: {run.stats['sandbox_isolation']}")
-        ctx.tracker.log_params({"annotate.sandbox_backend": run.stats["sandbox_isolation"]})
+        ctx.tracker.log_params({f"{metrics_prefix}.sandbox_backend": run.stats["sandbox_isolation"]})
+    counts = ", ".join(f"{k} {v}" for k, v in run.stats["status_counts"].items() if v)
+    ctx.log(f"{len(run.frame)} items annotated ({counts})")
     check_failure_rate(ref, run.stats, cfg.max_failure_rate)
     return ref
 

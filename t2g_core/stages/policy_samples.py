@@ -65,16 +65,14 @@ def sample_responses(policy: str, rows: pd.DataFrame, settings: PolicySamplesSet
 def samples_frame(rows: pd.DataFrame, responses: list[list[str]]) -> pd.DataFrame:
     """The responses as feedback rows (schema FEEDBACK): the item's prompt, reference and tests, a new id, no critique,
     ``meta`` naming the item sampled from (the item's own meta describes the item's response, not this one)."""
-    from t2g_core.schemas import FEEDBACK, validate_frame
+    from t2g_core.feedback import responses_frame
 
-    items = []
-    for row, texts in zip(rows.to_dict("records"), responses, strict=True):
-        for k, text in enumerate(texts):
-            item = {name: row.get(name) for name in FEEDBACK.names}
-            meta = json.dumps({"sampled_from": row["id"], "sample": k})
-            sample_id = SAMPLE_ID.format(id=row["id"], k=k)
-            items.append(item | {"id": sample_id, "response": text, "critique": None, "meta": meta})
-    return validate_frame(pd.DataFrame(items, columns=FEEDBACK.names), FEEDBACK, "policy samples")
+    entries = (
+        (row, SAMPLE_ID.format(id=row["id"], k=k), text, {"sampled_from": row["id"], "sample": k})
+        for row, texts in zip(rows.to_dict("records"), responses, strict=True)
+        for k, text in enumerate(texts)
+    )
+    return responses_frame(entries, "policy samples")
 
 
 def sampled_from(frame: pd.DataFrame) -> pd.Series:
@@ -91,8 +89,7 @@ def sample(
     api_key: str | None = None,
 ) -> PolicySamplesRef:
     """Sample ``models.policy`` on training prompts; the annotator's labels of the responses (failures kept)."""
-    from t2g_core.annotators import annotate as run_annotate
-    from t2g_core.stages.annotate import check_failure_rate, flat_stats
+    from t2g_core.stages.annotate import label
     from t2g_core.stages.preflight import check
 
     done = [ctx.reusable(name) for name in ("policy_samples", "policy_sample_annotations")]
@@ -105,20 +102,7 @@ def sample(
     ctx.log(f"policy samples: {cfg.per_prompt} x {len(rows)} training prompts from {models.policy}")
     frame = samples_frame(rows, sample_responses(models.policy, rows, settings, ctx))
     samples = ctx.out.artifact("policy_samples", frame, "feedback", extra={"policy_digest": models.policy_digest})
-    run = run_annotate(
-        frame,
-        settings.annotate,
-        api_key=api_key,
-        progress=ctx.progress,
-        cache_dir=ctx.workspace.root / "cache" / "annotate",
-        log=ctx.log,
-    )
-    labels = ctx.out.artifact("policy_sample_annotations", run.frame, "annotations", extra={"stats": run.stats})
     ctx.tracker.log_input(feedback, "feedback", "policy samples")
     ctx.tracker.log_output(samples, "policy_samples")
-    ctx.tracker.log_output(labels, "policy_sample_annotations")
-    ctx.tracker.log_metrics({f"policy_samples.{k}": v for k, v in flat_stats(run.stats).items()})
-    counts = ", ".join(f"{k} {v}" for k, v in run.stats["status_counts"].items() if v)
-    ctx.log(f"policy samples: {len(frame)} responses annotated ({counts})")
-    check_failure_rate(labels, run.stats, settings.annotate.max_failure_rate)
+    labels = label(frame, settings, ctx, "policy_sample_annotations", "policy_samples", api_key=api_key)
     return PolicySamplesRef(feedback=samples, annotations=labels)
