@@ -18,8 +18,9 @@ read by ``t2g_env.serving``): endpoint URLs only from ``--allow-endpoint``, key 
 MLflow tracking URI and its inbox; ``annotate.sandbox_isolation=none`` only with ``T2G_ALLOW_UNSANDBOXED=1`` in
 this process's environment. A run that sets anything else fails before it sends a request, naming the field.
 
-``--pool P`` instead registers the placeable stage flows (``annotate``, ``align-and-validate``, ``train-reward-model``,
-``warm-up-policy``, ``sample-policy``, ``train-policy``, ``evaluate``) as deployments named ``P`` on work pool ``P``,
+``--pool P`` instead registers the placeable stage-group flows (``t2g_core.stages.registry.PLACEABLE``: ``annotate``,
+``align_and_validate``, ``warmup``, ``policy_samples``, ``reward_model``, ``ppo``, ``evaluate``) as deployments named
+``P`` on work pool ``P``,
 with this project folder as their source and the workspace's result storage, so ``placement.<group>: P`` runs that
 group on a worker of ``P``.
 The same deployments for a work pool (process, docker or kubernetes) are in ``deployments/prefect.yaml``.
@@ -31,16 +32,9 @@ import argparse
 from datetime import timedelta
 from pathlib import Path
 
+from t2g_core.stages.registry import PLACEABLE
+
 PROJECT = Path(__file__).resolve().parents[1]
-PLACEABLE = (
-    "annotate",
-    "align_and_validate",
-    "train_reward_model",
-    "warm_up_policy",
-    "sample_policy",
-    "train_policy",
-    "evaluate",
-)
 
 
 def form_defaults(workspace: str) -> dict:

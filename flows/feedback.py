@@ -118,9 +118,9 @@ def reannotate(
     validation and a reward-model refresh, or (``policy``) to a whole ``text2grad`` run with ``data.source: latest``
     (reward model, PPO, evaluation and its outcome; the annotations made here are reused).
     """
-    from flows.stages import align_and_validate, train_reward_model
-    from t2g_core.config.stages import settings_for
+    from flows.stages import align_and_validate, reward_model
     from t2g_core.stages.refs import ArtifactRef
+    from t2g_core.stages.registry import settings_for
     from tasks import annotate, data, inbox
     from tasks.caching import cached
 
@@ -148,7 +148,7 @@ def reannotate(
     feedback, annotations = versions[-1]["feedback"], versions[-1]["annotations"]
     models = cached(data.build_models, root)(feedback, settings_for("models", config), ws)
     spans, validation = align_and_validate(config, feedback, models, annotations)
-    result.update(spans=spans, validation=validation)
+    result.update(align=spans, validate=validation)
     if then == "reward_model":
-        result["reward_model"] = train_reward_model(config, feedback, models, annotations, spans, validation)
+        result["reward_model"] = reward_model(config, feedback, models, annotations, spans, validation)
     return result

@@ -1,11 +1,11 @@
 """Placement: run a stage group inline, or as a deployment on the work pool ``config.placement`` names.
 
 A stage group placed on pool ``P`` runs as the deployment of its flow whose work pool is ``P`` (for example
-``train-policy/gpu`` from ``deployments/prefect.yaml``, or one made with ``python deployments/serve.py --pool P``);
+``ppo/gpu`` from ``deployments/prefect.yaml``, or one made with ``python deployments/serve.py --pool P``);
 the orchestrating flow submits it as a subflow run and waits for its result, which lives on storage both sides see
 (the workspace's ``prefect-results``). Without such a deployment the run fails at once, naming the command to create
-one. ``config.placement`` has one field per stage-group flow, named after its function in ``flows/stages.py`` (as
-the entrypoints of ``deployments/prefect.yaml`` name it).
+one. ``config.placement`` is keyed by the stage groups of ``t2g_core.stages.registry``: each group's flow in
+``flows/stages.py`` has its name.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class Placement:
     def __call__(self, stage_flow: Any, *inputs: Any) -> Any:
         import inspect
 
-        pool = getattr(self.config.placement, stage_flow.fn.__name__)
+        pool = self.config.placement.pool(stage_flow.name)
         params = inspect.signature(stage_flow.fn).bind(self.config, *inputs, forced=self.forced).arguments
         return placed(stage_flow, pool, **params)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from prefect import flow
 
 from t2g_core.config import PipelineConfig
-from t2g_core.config.stages import settings_for
 from t2g_core.stages.refs import (
     ArtifactRef,
     EvaluationRef,
@@ -19,6 +18,7 @@ from t2g_core.stages.refs import (
     RewardModelRef,
     ValidationRef,
 )
+from t2g_core.stages.registry import settings_for
 from t2g_env.serving import ServedConfig
 from tasks.caching import cached
 
@@ -36,8 +36,8 @@ def _step(task, config: PipelineConfig, stage: str, forced: list[str] | None):
     )
 
 
-@flow(name="prepare-feedback", **RESULTS)
-def prepare_feedback(config: ServedConfig, forced: list[str] | None = None) -> ArtifactRef:
+@flow(name="feedback", **RESULTS)
+def feedback(config: ServedConfig, forced: list[str] | None = None) -> ArtifactRef:
     """The feedback artifact: the demo data, the configured source, or the dataset's latest version."""
     from t2g_core.config.data import LATEST
     from t2g_core.stages.refs import SourceRef
@@ -50,8 +50,8 @@ def prepare_feedback(config: ServedConfig, forced: list[str] | None = None) -> A
     )
 
 
-@flow(name="build-models", **RESULTS)
-def build_models(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ModelsRef:
+@flow(name="models", **RESULTS)
+def models(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ModelsRef:
     """The base models: built locally for the feedback's task (tiny), or the named ones."""
     from tasks import data
 
@@ -78,7 +78,7 @@ def annotate(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | No
     return annotations
 
 
-@flow(name="align-and-validate", **RESULTS)
+@flow(name="align_and_validate", **RESULTS)
 def align_and_validate(
     config: ServedConfig,
     feedback: ArtifactRef,
@@ -106,8 +106,8 @@ def align_and_validate(
     return spans, report
 
 
-@flow(name="train-reward-model", **RESULTS)
-def train_reward_model(
+@flow(name="reward_model", **RESULTS)
+def reward_model(
     config: ServedConfig,
     feedback: ArtifactRef,
     models: ModelsRef,
@@ -127,8 +127,8 @@ def train_reward_model(
     )
 
 
-@flow(name="warm-up-policy", **RESULTS)
-def warm_up_policy(
+@flow(name="warmup", **RESULTS)
+def warmup(
     config: ServedConfig, feedback: ArtifactRef, models: ModelsRef, forced: list[str] | None = None
 ) -> ModelsRef:
     """The policy before PPO, supervised on the training prompts' references (``warmup``); PPO starts from it and
@@ -138,8 +138,8 @@ def warm_up_policy(
     return _step(warm_up, config, "warmup", forced)(feedback, models, settings_for("warmup", config), config.workspace)
 
 
-@flow(name="sample-policy", **RESULTS)
-def sample_policy(
+@flow(name="policy_samples", **RESULTS)
+def policy_samples(
     config: ServedConfig, feedback: ArtifactRef, models: ModelsRef, forced: list[str] | None = None
 ) -> PolicySamplesRef:
     """The policy PPO starts from, sampled on training prompts, its responses labelled by the annotator
@@ -150,8 +150,8 @@ def sample_policy(
     return _step(sample_task(settings), config, "policy_samples", forced)(feedback, models, settings, config.workspace)
 
 
-@flow(name="train-policy", **RESULTS)
-def train_policy(
+@flow(name="ppo", **RESULTS)
+def ppo(
     config: ServedConfig,
     feedback: ArtifactRef,
     models: ModelsRef,

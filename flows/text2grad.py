@@ -13,21 +13,12 @@ from __future__ import annotations
 
 from prefect import flow
 
+from flows import stages
 from flows.placement import Placement
-from flows.stages import (
-    align_and_validate,
-    annotate,
-    build_models,
-    evaluate,
-    prepare_feedback,
-    sample_policy,
-    train_policy,
-    train_reward_model,
-    warm_up_policy,
-)
 from t2g_core.config import PipelineConfig, Preset
+from t2g_core.config.orchestration import StageName
 from t2g_core.config.presets import with_preset
-from t2g_core.stages.order import Stage, downstream
+from t2g_core.stages.registry import downstream
 from t2g_env.serving import ServedConfig
 from tasks.outcome import publish_outcome
 from tasks.pipeline import close_pipeline_run, close_stale_runs, open_pipeline_run, record_outputs
@@ -43,7 +34,7 @@ from tasks.pipeline import close_pipeline_run, close_stale_runs, open_pipeline_r
 def text2grad(
     preset: Preset = "full",
     config: ServedConfig = PipelineConfig(),  # noqa: B008
-    refresh: list[Stage] | None = None,
+    refresh: list[StageName] | None = None,
 ) -> dict:
     """Train a policy from natural-language feedback. Returns the references of every stage's output.
 
@@ -57,26 +48,27 @@ def text2grad(
     config = with_preset(config, preset)
     forced = sorted(downstream(refresh))
     place = Placement(config, forced)  # each stage group inline, or on the work pool config.placement names for it
-    feedback = prepare_feedback(config, forced)
-    annotations = place(annotate, feedback)  # first: it fails fast when the rows lack what the annotator needs
-    models = build_models(config, feedback, forced)
-    spans, validation = place(align_and_validate, feedback, models, annotations)
-    start = place(warm_up_policy, feedback, models) if config.warmup.enabled else models  # the policy PPO starts from
-    samples = place(sample_policy, feedback, start) if config.policy_samples.enabled else None  # its text, labelled
-    reward_model = place(train_reward_model, feedback, models, annotations, spans, validation, samples)
-    policy = place(train_policy, feedback, start, reward_model)
-    evaluation = place(evaluate, feedback, start, policy)
-    outputs = {
+    feedback = stages.feedback(config, forced)
+    annotate = place(stages.annotate, feedback)  # first: it fails fast when the rows lack what the annotator needs
+    models = stages.models(config, feedback, forced)
+    align, validate = place(stages.align_and_validate, feedback, models, annotate)
+    warmup = place(stages.warmup, feedback, models) if config.warmup.enabled else None
+    start = warmup or models  # the policy PPO starts from
+    policy_samples = place(stages.policy_samples, feedback, start) if config.policy_samples.enabled else None
+    reward_model = place(stages.reward_model, feedback, models, annotate, align, validate, policy_samples)
+    ppo = place(stages.ppo, feedback, start, reward_model)
+    evaluate = place(stages.evaluate, feedback, start, ppo)
+    outputs = {  # keyed by the stage names of t2g_core.stages.registry, in its order
         "feedback": feedback,
         "models": models,
-        "annotations": annotations,
-        "spans": spans,
-        "validation": validation,
+        "annotate": annotate,
+        "align": align,
+        "validate": validate,
+        "warmup": warmup,
+        "policy_samples": policy_samples,
         "reward_model": reward_model,
-        "warmup": start if config.warmup.enabled else None,
-        "policy_samples": samples,
-        "policy": policy,
-        "evaluation": evaluation,
+        "ppo": ppo,
+        "evaluate": evaluate,
     }
     record_outputs(outputs, config.workspace)
     publish_outcome(outputs, config.workspace)

@@ -44,11 +44,12 @@ def schema() -> None:
 @config_app.command("stages")
 def stages() -> None:
     """Print which configuration sections each stage reads (its cache key); the others re-run nothing."""
-    from t2g_core.config.stages import NOT_STAGE_INPUTS, STAGE_SECTIONS
+    from t2g_core.config.stages import NOT_STAGE_INPUTS
+    from t2g_core.stages.registry import STAGE_SECTIONS
 
     for stage, sections in STAGE_SECTIONS.items():
-        echo(f"{stage:<13} {', '.join(sections)}")
-    echo(f"{'(none)':<13} {', '.join(NOT_STAGE_INPUTS)}: read by the orchestration only")
+        echo(f"{stage:<14} {', '.join(sections)}")
+    echo(f"{'(none)':<14} {', '.join(NOT_STAGE_INPUTS)}: read by the orchestration only")
 
 
 def register(app: typer.Typer) -> None:

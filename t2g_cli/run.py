@@ -55,8 +55,8 @@ def _preflight(cfg) -> None:
     annotator (``t2g_core.stages.preflight``); one message and exit 2 when they do not fit. Demo data and dataset
     adapters are checked by the annotation stage itself, which runs before the model build."""
     from t2g_core.annotators import feedback_rows
-    from t2g_core.config.stages import settings_for
     from t2g_core.stages.preflight import problems
+    from t2g_core.stages.registry import settings_for
     from t2g_env import api_key
 
     own_file = cfg.data.dataset is None and cfg.data.source != "demo"

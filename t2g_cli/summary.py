@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from t2g_core.stages.registry import ORDER
+
 # the reward model's, in its stage line (truth: demo data; json_valid: the generative kind)
 HEADLINE_METRICS = (
     "truth_poor_char_f1",
@@ -17,43 +19,31 @@ HEADLINE_METRICS = (
     "unmatched_span_rate",
     "json_valid_rate",
 )
-ORDER = (
-    "feedback",
-    "models",
-    "annotations",
-    "spans",
-    "validation",
-    "reward_model",
-    "warmup",
-    "policy_samples",
-    "policy",
-    "evaluation",
-)
-SHOWN = {  # the fields of each reference worth a line
+SHOWN = {  # the fields of each stage's reference worth a line
     "models": ("base", "policy"),
     "warmup": ("policy",),
-    "validation": ("status", "report"),
+    "validate": ("status", "report"),
     "reward_model": ("kind", "model_dir", "version", "champion", "global_step"),
-    "policy": ("adapter_dir", "steps", "version", "reward_model_version"),
-    "evaluation": ("path", "n_rows", "task"),
+    "ppo": ("adapter_dir", "steps", "version", "reward_model_version"),
+    "evaluate": ("path", "n_rows", "task"),
 }
 
 
 def _stage_line(name: str, ref: Any) -> str:
     value = ref.model_dump(mode="json", by_alias=True) if hasattr(ref, "model_dump") else ref
     if not isinstance(value, dict):
-        return f"  {name:<13} {value}"
+        return f"  {name:<14} {value}"
     if "n_rows" in value and "sha256" in value:
-        return f"  {name:<13} {value['n_rows']} rows  {value['path']}"
+        return f"  {name:<14} {value['n_rows']} rows  {value['path']}"
     if name == "policy_samples":
-        return f"  {name:<13} {value['feedback']['n_rows']} responses  {value['feedback']['path']}"
+        return f"  {name:<14} {value['feedback']['n_rows']} responses  {value['feedback']['path']}"
     fields = SHOWN.get(name, tuple(k for k, v in value.items() if not isinstance(v, (dict, list))))
-    line = f"  {name:<13} " + ", ".join(f"{k}={value[k]}" for k in fields if value.get(k) is not None)
+    line = f"  {name:<14} " + ", ".join(f"{k}={value[k]}" for k in fields if value.get(k) is not None)
     metrics = value.get("metrics") if name == "reward_model" else None
     shown = [f"{k}={metrics[k]:.3f}" for k in HEADLINE_METRICS if isinstance((metrics or {}).get(k), (int, float))]
-    line += f"\n  {'':<13} held-out: " + ", ".join(shown) if shown else ""
-    reward = value.get("reward") if name == "policy" else None
-    return line + (f"\n  {'':<13} reward: {_reward_text(reward)}" if reward else "")
+    line += f"\n  {'':<14} held-out: " + ", ".join(shown) if shown else ""
+    reward = value.get("reward") if name == "ppo" else None
+    return line + (f"\n  {'':<14} reward: {_reward_text(reward)}" if reward else "")
 
 
 def _reward_text(reward: dict) -> str:
@@ -80,7 +70,7 @@ def learnt_lines(evaluation: Any) -> list[str]:
 def plot_lines(result: dict) -> list[str]:
     """Plots and reports of the evaluation, the PPO run (learning curves, token-reward heatmaps) and validation."""
     folders = []
-    for name, attr in (("evaluation", "path"), ("policy", "run_dir"), ("validation", "chart")):
+    for name, attr in (("evaluate", "path"), ("ppo", "run_dir"), ("validate", "chart")):
         value = getattr(result.get(name), attr, None)
         if isinstance(value, str):
             p = Path(value)
@@ -105,7 +95,7 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
 
     lines = [f"Pipeline finished in {seconds:.0f} s. Stage outputs:"]
     lines += [_stage_line(name, result[name]) for name in ORDER if result.get(name) is not None]
-    lines += ["", *learnt_lines(result.get("evaluation")), "", "Where to look:"]
+    lines += ["", *learnt_lines(result.get("evaluate")), "", "Where to look:"]
     plots = plot_lines(result)
     if plots:
         lines += ["  Plots and reports:", *plots]

@@ -19,16 +19,17 @@ from __future__ import annotations
 from pydantic import Field
 
 from t2g_core.config import PipelineConfig, StageConfig
-from t2g_core.config.stages import settings_for
+from t2g_core.config.stages import AnnotateSettings, EvaluateSettings, PPOSettings, StageSettings
 
 POLICY_VARIABLE = "T2G_SERVE_POLICY"  # the served process's environment holds the policy as JSON (t2g_env.serving)
 UNSANDBOXED_VARIABLE = "T2G_ALLOW_UNSANDBOXED"  # "1" in that environment allows sandbox_isolation=none
 
-# stage -> (its endpoint URL field, its key-variable field), as `--set` spells them
-ENDPOINT_FIELDS: dict[str, tuple[str, str]] = {
-    "annotate": ("annotate.base_url", "annotate.api_key_env"),
-    "ppo": ("reward_model.endpoint.base_url", "reward_model.endpoint.api_key_env"),
-    "evaluate": ("evaluate.judge_base_url", "evaluate.judge_api_key_env"),
+# the settings of a stage that calls an outside service -> (its endpoint URL field, its key-variable field), as
+# `--set` spells them
+ENDPOINT_FIELDS: dict[type[StageSettings], tuple[str, str]] = {
+    AnnotateSettings: ("annotate.base_url", "annotate.api_key_env"),
+    PPOSettings: ("reward_model.endpoint.base_url", "reward_model.endpoint.api_key_env"),
+    EvaluateSettings: ("evaluate.judge_base_url", "evaluate.judge_api_key_env"),
 }
 
 
@@ -88,11 +89,11 @@ def inbox_violations(inbox: str | None, policy: ServePolicy) -> list[str]:
 def violations(config: PipelineConfig, policy: ServePolicy) -> list[str]:
     """What ``config`` sets that ``policy`` does not allow a deployment run to set; [] when nothing."""
     out = workspace_violations(config.workspace.root, config.workspace.mlflow_tracking_uri, policy)
-    for stage, (url_field, key_field) in ENDPOINT_FIELDS.items():
+    for settings, (url_field, key_field) in ENDPOINT_FIELDS.items():
         url = _field(config, url_field)
         if url is not None and not any(same_url(url, allowed) for allowed in policy.endpoints):
             out.append(f"{url_field}: {url!r} is not an endpoint allowed at serve time ({list(policy.endpoints)})")
-        key_env = settings_for(stage, config).api_key_env
+        key_env = settings.from_pipeline(config).api_key_env
         if key_env is not None and key_env not in policy.key_envs:
             out.append(
                 f"{key_field}: {key_env!r} is not a key variable allowed at serve time ({list(policy.key_envs)})"

@@ -231,18 +231,18 @@ def link_pipeline_outputs(outputs: Mapping[str, Any], workspace_cfg: WorkspaceCo
         if ref.run_id:
             client.set_tag(parent, f"{STAGE_RUN_TAG_PREFIX}{name}", ref.run_id)
         if hasattr(ref, "sha256") and hasattr(ref, "schema_name"):
-            log_dataset(ref, name, PIPELINE_CONTEXT, run_id=parent)
+            log_dataset(ref, ref.schema_name, PIPELINE_CONTEXT, run_id=parent)  # datasets by content: spans, ...
         for part in ("feedback", "annotations") if name == "policy_samples" else ():  # its two Parquet outputs
             log_dataset(getattr(ref, part), f"{name}.{part}", PIPELINE_CONTEXT, run_id=parent)
     with tempfile.TemporaryDirectory() as tmp:
         summary = Path(tmp) / "pipeline.json"
         summary.write_text(json.dumps({n: r.model_dump(mode="json") for n, r in refs.items()}, indent=2))
         client.log_artifact(parent, str(summary))
-    for name, folder in (("evaluation", "report"), ("validation", None)):
+    for name, folder, shown in (("evaluate", "report", "evaluation"), ("validate", None, "validation")):
         ref = refs.get(name)
         path = Path(ref.path) / folder if ref is not None and folder else Path(ref.report).parent if ref else None
         if path is not None and path.is_dir():
-            client.log_artifacts(parent, str(path), artifact_path=name)
+            client.log_artifacts(parent, str(path), artifact_path=shown)
     return parent
 
 

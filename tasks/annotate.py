@@ -27,7 +27,7 @@ def _annotate(feedback: ArtifactRef, settings: AnnotateSettings, workspace: Work
 
 
 annotate_critic = task(name="annotate", **stage_task_options())(_annotate)
-annotate_llm = task(name="annotate-llm", **stage_task_options(retries=3))(_annotate)
+annotate_llm = task(name="annotate", **stage_task_options(retries=3))(_annotate)
 
 
 def annotate_task(settings: AnnotateSettings):

@@ -39,15 +39,17 @@ _blocks: dict[str, str] = {}
 
 
 def task_key(fn: Any, params: dict[str, Any]) -> str:
-    """The stage key of task function ``fn`` (a Task or its function) called with ``params``."""
+    """The stage key of task ``fn`` called with ``params``, named after the task (the stage's name; a bare function:
+    after the function)."""
+    name = getattr(fn, "name", None) or fn.__name__.lstrip("_")
     fn = getattr(fn, "fn", fn)
     keyed = {"function": fn.__qualname__, **{k: v for k, v in params.items() if k not in NOT_IN_KEY}}
-    return stage_key(fn.__name__.lstrip("_").replace("_", "-"), function_digest(fn), keyed)
+    return stage_key(name, function_digest(fn), keyed)
 
 
 def stage_cache_key(ctx: TaskRunContext, params: dict[str, Any]) -> str:
     """Prefect ``cache_key_fn``: :func:`task_key` of the running task (its record expired first if its files broke)."""
-    key = task_key(ctx.task.fn, params)
+    key = task_key(ctx.task, params)
     drop_broken_record(ctx, key)
     return key
 

@@ -37,12 +37,12 @@ def materialise_feedback(source: SourceRef, settings: FeedbackSettings, workspac
         return ctx.produced(feedback.materialise(source, settings, ctx))
 
 
-@task(name="build-models", **stage_task_options())
+@task(name="models", **stage_task_options())
 def build_models(feedback: ArtifactRef, settings: ModelsSettings, workspace: WorkspaceConfig) -> ModelsRef:
     """The tiny base and warm-started policy for the feedback's task (built once), or the named models."""
     from t2g_core.stages import models
 
-    with stage(build_models, "build_models", workspace, feedback=feedback, settings=settings) as ctx:
+    with stage(build_models, "models", workspace, feedback=feedback, settings=settings) as ctx:
         return ctx.produced(models.build(feedback, settings, ctx))
 
 

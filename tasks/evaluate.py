@@ -24,7 +24,7 @@ from tasks.ppo import POLICY_MODEL
 from tasks.stage import stage
 
 
-@task(name="evaluate-policy", **stage_task_options())
+@task(name="evaluate", **stage_task_options())
 def evaluate_policy(
     feedback: ArtifactRef, models: ModelsRef, policy: PolicyRef, settings: EvaluateSettings, workspace: WorkspaceConfig
 ) -> EvaluationRef:

@@ -21,41 +21,17 @@ from prefect import get_run_logger, task
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.evaluation.outcome import Outcome, outcome
+from t2g_core.stages.registry import ORDER, typed_outputs
 from t2g_mlflow import runs
 from t2g_mlflow.tags import POLICY_VERSION_TAG, PROMOTED_TAG, VERDICT_TAG
 
 ARTIFACT_KEY = "text2grad-outcome"
 RM_HEADLINE = ("truth_poor_char_f1", "truth_recall_invented", "span_f1")  # the reward model's, when measured
-ORDER = ("feedback", "models", "annotations", "spans", "validation", "reward_model", "policy", "evaluation")
-
-
-def typed_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
-    """Every output as its reference type: a stage group reused on a Retry hands back its stored JSON result."""
-    from pydantic import TypeAdapter
-
-    from t2g_core.stages import refs
-
-    kinds = {
-        "feedback": refs.ArtifactRef,
-        "annotations": refs.ArtifactRef,
-        "spans": refs.ArtifactRef,
-        "models": refs.ModelsRef,
-        "validation": refs.ValidationRef,
-        "warmup": refs.ModelsRef | None,
-        "policy_samples": refs.PolicySamplesRef | None,
-        "reward_model": refs.RewardModelRef | None,
-        "policy": refs.PolicyRef,
-        "evaluation": refs.EvaluationRef,
-    }
-    return {
-        name: TypeAdapter(kinds[name]).validate_python(ref) if isinstance(ref, dict) and name in kinds else ref
-        for name, ref in outputs.items()
-    }
 
 
 def _summary(outputs: dict[str, Any]) -> dict | None:
     """The evaluation's summary, or None when there is none (or it holds no policies to compare)."""
-    evaluation = outputs.get("evaluation")
+    evaluation = outputs.get("evaluate")
     path = Path(evaluation.summary) if evaluation is not None else None
     summary = json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else None
     return summary if isinstance(summary, dict) and "policies" in summary else None
@@ -102,7 +78,7 @@ def _stage_rows(flow_run_id: str) -> list[str]:
 
 def _output_rows(outputs: dict[str, Any], workspace: WorkspaceConfig) -> list[str]:
     rows = []
-    for name in ORDER:
+    for name in ORDER:  # the stage table's
         ref = outputs.get(name)
         if ref is None:
             continue
@@ -116,7 +92,7 @@ def _output_rows(outputs: dict[str, Any], workspace: WorkspaceConfig) -> list[st
 
 def _where(outputs: dict[str, Any]) -> list[str]:
     lines = []
-    policy, evaluation = outputs.get("policy"), outputs.get("evaluation")
+    policy, evaluation = outputs.get("ppo"), outputs.get("evaluate")
     index = Path(policy.run_dir) / "heatmaps" / "index.html" if policy is not None else None
     if index is not None and index.is_file():
         lines.append(f"- token-reward heatmaps: `{index}` (MLflow: artifacts `heatmaps/index.html` of the ppo run)")
@@ -153,14 +129,14 @@ def publish_outcome(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str:
 
     outputs = typed_outputs(outputs)
     result = outcome(_summary(outputs))
-    promotion, promoted = _promotion(outputs.get("policy"))
+    promotion, promoted = _promotion(outputs.get("ppo"))
     markdown = outcome_markdown(result, promotion, outputs, _stage_rows(str(flow_run.id)), workspace)
     create_markdown_artifact(key=ARTIFACT_KEY, markdown=markdown, description=f"{result.headline()}; {promotion}")
     reward = getattr(outputs.get("reward_model"), "metrics", None) or {}
     metrics = result.metrics() | {f"rm_{k}": float(reward[k]) for k in RM_HEADLINE if k in reward}
     tags = {VERDICT_TAG: result.verdict, PROMOTED_TAG: "champion" if promoted else "not promoted"}
-    if getattr(outputs.get("policy"), "version", None):
-        tags[POLICY_VERSION_TAG] = str(outputs["policy"].version)
+    if getattr(outputs.get("ppo"), "version", None):
+        tags[POLICY_VERSION_TAG] = str(outputs["ppo"].version)
     runs.record_outcome(workspace, metrics, tags, markdown)
     line = f"outcome: {result.headline()}; {promotion}"
     get_run_logger().info(line)

@@ -194,6 +194,6 @@ def close_pipeline_run(flow, flow_run, state) -> None:
 @task(name="record-outputs", timeout_seconds=600)
 def record_outputs(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str | None:
     """Link every stage output (cached or not) to the pipeline's MLflow parent run; returns the parent run id."""
-    from tasks.outcome import typed_outputs
+    from t2g_core.stages.registry import typed_outputs
 
     return runs.link_pipeline_outputs(typed_outputs(outputs), workspace)

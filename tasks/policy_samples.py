@@ -27,8 +27,8 @@ def _sample(
         return ctx.produced(policy_samples.sample(feedback, models, settings, ctx, api_key=api_key(settings)))
 
 
-sample_critic = task(name="policy-samples", **stage_task_options())(_sample)
-sample_llm = task(name="policy-samples-llm", **stage_task_options(retries=3))(_sample)
+sample_critic = task(name="policy_samples", **stage_task_options())(_sample)
+sample_llm = task(name="policy_samples", **stage_task_options(retries=3))(_sample)
 
 
 def sample_task(settings: PolicySamplesSettings):

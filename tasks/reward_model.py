@@ -21,7 +21,7 @@ from tasks.data import described
 from tasks.stage import stage
 
 
-@task(name="reward-model", **stage_task_options())
+@task(name="reward_model", **stage_task_options())
 def train_reward_model(
     feedback: ArtifactRef,
     annotations: ArtifactRef,

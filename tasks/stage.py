@@ -16,13 +16,11 @@ from typing import Any
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.stages.context import StageContext
+from t2g_core.stages.registry import SYSTEM_METRICS
 from t2g_mlflow.runs import stage_run
 from t2g_mlflow.tracker import MlflowTracker
 from tasks.caching import forced, task_key
 from tasks.progress import PrefectProgress
-
-# stages that train or generate with a model: their MLflow runs record CPU / GPU / memory use over time
-SYSTEM_METRICS_STAGES = frozenset({"build_models", "reward_model", "warmup", "policy_samples", "ppo", "evaluate"})
 
 
 def run_logger():
@@ -38,12 +36,15 @@ def run_logger():
     return logging.getLogger("text2grad")
 
 
-def _task_parameters() -> dict[str, Any] | None:
-    """The running task's parameters as Prefect's cache key saw them (None outside a task run, e.g. ``.fn()``)."""
+def _running_task(fn: Any) -> tuple[Any, dict[str, Any] | None]:
+    """The running task and its parameters as Prefect's cache key saw them (``fn`` and None outside a task run, e.g.
+    ``.fn()``)."""
     from prefect.context import TaskRunContext
 
     ctx = TaskRunContext.get()
-    return dict(ctx.parameters) if ctx is not None and ctx.parameters is not None else None
+    if ctx is None or ctx.parameters is None:
+        return fn, None
+    return ctx.task, dict(ctx.parameters)
 
 
 def mlflow_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -75,8 +76,9 @@ def stage(fn: Any, name: str, workspace: WorkspaceConfig, **params: Any) -> Iter
 
 @contextlib.contextmanager
 def _stage(fn: Any, name: str, workspace: WorkspaceConfig, **params: Any) -> Iterator[StageContext]:
-    key = task_key(fn, _task_parameters() or params)
-    system_metrics = name in SYSTEM_METRICS_STAGES
+    task, parameters = _running_task(fn)
+    key = task_key(task, parameters or params)
+    system_metrics = name in SYSTEM_METRICS  # the stages that train or generate with a model
     with stage_run(name, mlflow_params(params), workspace, system_metrics=system_metrics) as run:
         log = run_logger()
         yield StageContext.keyed(

@@ -15,7 +15,7 @@ from tasks.caching import stage_task_options
 from tasks.stage import stage
 
 
-@task(name="warm-up", **stage_task_options())
+@task(name="warmup", **stage_task_options())
 def warm_up(
     feedback: ArtifactRef, models: ModelsRef, settings: WarmupSettings, workspace: WorkspaceConfig
 ) -> ModelsRef:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import Field, model_validator
@@ -15,12 +15,11 @@ from t2g_core.config.checks import ChecksConfig, conflicts
 from t2g_core.config.data import DataConfig, HoldoutConfig, Task
 from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.config.models import ModelsConfig, TinyModelConfig
-from t2g_core.config.placement import PlacementConfig
+from t2g_core.config.orchestration import Group, PlacementConfig, TimeoutsConfig
 from t2g_core.config.policy_samples import PolicySamplesConfig
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.config.presets import PRESETS, Preset, merged
 from t2g_core.config.reward_model import RewardModelConfig
-from t2g_core.config.timeouts import TimeoutsConfig
 from t2g_core.config.validate import ValidateConfig
 from t2g_core.config.warmup import WarmupConfig
 from t2g_core.config.workspace import WorkspaceConfig
@@ -54,74 +53,63 @@ __all__ = [
 ]
 
 
-def _section(title: str, position: int) -> dict[str, Any]:
-    """A section's title and place in the Prefect run form (sections in the order the stages run)."""
-    return {"title": title, "json_schema_extra": {"position": position}}
+def _section(title: str, description: str) -> dict[str, Any]:
+    return {"title": title, "description": description}
+
+
+def _in_field_order(schema: dict[str, Any]) -> None:
+    """The run form shows the sections in the order the fields are declared (Prefect orders by ``position``)."""
+    for position, field in enumerate(schema.get("properties", {}).values()):
+        field["position"] = position
 
 
 class PipelineConfig(StageConfig):
-    """The whole pipeline; each field is one stage's config (in the run form: in the order the stages run)."""
+    """The whole pipeline; each field is one stage's config, in the order the stages run."""
 
-    workspace: WorkspaceConfig = Field(
-        default_factory=WorkspaceConfig, description="Workspace and tracking.", **_section("Workspace and tracking", 12)
-    )
-    data: DataConfig = Field(
-        default_factory=DataConfig, description="Feedback to learn from.", **_section("1 · Data (feedback)", 0)
-    )
+    data: DataConfig = Field(default_factory=DataConfig, **_section("1 · Data (feedback)", "Feedback to learn from."))
     holdout: HoldoutConfig = Field(
-        default_factory=HoldoutConfig,
-        description="Prompts held out from PPO for evaluation.",
-        **_section("2 · Held-out prompts", 1),
+        default_factory=HoldoutConfig, **_section("2 · Held-out prompts", "Prompts held out from PPO for evaluation.")
     )
-    models: ModelsConfig = Field(
-        default_factory=ModelsConfig, description="Base models.", **_section("3 · Models (base and policy)", 2)
-    )
-    annotate: AnnotateConfig = Field(
-        default_factory=AnnotateConfig, description="Annotation stage.", **_section("4 · Annotate", 3)
-    )
-    align: AlignConfig = Field(
-        default_factory=AlignConfig, description="Span alignment stage.", **_section("5 · Align spans", 4)
-    )
+    models: ModelsConfig = Field(default_factory=ModelsConfig, **_section("3 · Models", "Base models."))
+    annotate: AnnotateConfig = Field(default_factory=AnnotateConfig, **_section("4 · Annotate", "Annotation stage."))
+    align: AlignConfig = Field(default_factory=AlignConfig, **_section("5 · Align spans", "Span alignment stage."))
     validate_: ValidateConfig = Field(
-        default_factory=ValidateConfig,
-        alias="validate",
-        description="Validation gates and review.",
-        **_section("6 · Validate", 5),
-    )
-    reward_model: RewardModelConfig = Field(
-        default_factory=RewardModelConfig, description="Generative reward model.", **_section("7 · Reward model", 6)
+        default_factory=ValidateConfig, alias="validate", **_section("6 · Validate", "Validation gates and review.")
     )
     warmup: WarmupConfig = Field(
         default_factory=WarmupConfig,
-        description="Supervised warm-up of the policy before PPO (off by default).",
-        **_section("Warm-up before PPO (optional)", 9),
+        **_section("7 · Warm-up (optional)", "Supervised warm-up of the policy before PPO (off by default)."),
     )
     policy_samples: PolicySamplesConfig = Field(
         default_factory=PolicySamplesConfig,
-        description="The reward model's data from the policy PPO starts from (off by default).",
-        **_section("Reward-model data from the policy (optional)", 10),
+        **_section("8 · Policy samples (optional)", "The reward model's data from the policy PPO starts from."),
     )
-    ppo: PPOConfig = Field(default_factory=PPOConfig, description="Span-reward PPO.", **_section("8 · PPO", 7))
-    evaluate: EvaluateConfig = Field(
-        default_factory=EvaluateConfig, description="Policy evaluation.", **_section("9 · Evaluate", 8)
+    reward_model: RewardModelConfig = Field(
+        default_factory=RewardModelConfig, **_section("9 · Reward model", "The reward model PPO learns from.")
     )
+    ppo: PPOConfig = Field(default_factory=PPOConfig, **_section("10 · PPO", "Span-reward PPO."))
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, **_section("11 · Evaluate", "Policy evaluation."))
     placement: PlacementConfig = Field(
         default_factory=PlacementConfig,
-        description="Work pool of each stage group.",
-        **_section("Placement (work pools)", 11),
-    )
-    checks: ChecksConfig = Field(
-        default_factory=ChecksConfig,
-        description="Combinations of settings accepted although they are risky.",
-        **_section("Checks (accepted risks)", 13),
+        **_section(
+            "Placement (work pools)",
+            "Work pool of each stage group, e.g. {ppo: t2g-gpu} (groups: " + ", ".join(get_args(Group)) + "); "
+            "the others run inline.",
+        ),
     )
     timeouts: TimeoutsConfig = Field(
         default_factory=TimeoutsConfig,
-        description="Time limit of each stage (minutes; none unless set).",
-        **_section("Time limits", 14),
+        **_section("Time limits", "Minutes each named stage may run, e.g. {ppo: 120} (none unless named)."),
+    )
+    workspace: WorkspaceConfig = Field(
+        default_factory=WorkspaceConfig, **_section("Workspace and tracking", "Workspace and tracking.")
+    )
+    checks: ChecksConfig = Field(
+        default_factory=ChecksConfig,
+        **_section("Checks (accepted risks)", "Combinations of settings accepted although they are risky."),
     )
 
-    model_config = StageConfig.model_config | {"populate_by_name": True}
+    model_config = StageConfig.model_config | {"populate_by_name": True, "json_schema_extra": _in_field_order}
 
     @model_validator(mode="after")
     def _settings_work_together(self) -> PipelineConfig:

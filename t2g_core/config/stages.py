@@ -1,11 +1,11 @@
 """Which configuration sections each stage reads: one settings model per stage, the table derived from them.
 
 A stage's settings model holds exactly the ``PipelineConfig`` sections its function reads, so a setting outside them
-cannot reach the stage, and every setting inside them is part of the stage's cache key. ``STAGE_SECTIONS`` is the
-table (stage -> sections), derived from the models; ``t2g config stages`` prints it and ``docs/operations.md`` shows
-it. ``workspace`` (where outputs go), ``placement`` (which work pool runs a stage) and ``timeouts`` (how long a stage
-may run) are read by the orchestration, never by a stage, and ``checks`` (risks accepted) only when the configuration
-is validated: changing them re-runs nothing.
+cannot reach the stage, and every setting inside them is part of the stage's cache key. The stage table
+(``t2g_core.stages.registry``) names each stage's model; ``t2g config stages`` prints what each reads. ``workspace``
+(where outputs go), ``placement`` (which work pool runs a stage) and ``timeouts`` (how long a stage may run) are read
+by the orchestration, never by a stage, and ``checks`` (risks accepted) only when the configuration is validated:
+changing them re-runs nothing.
 
 The settings also answer what the adapters around a stage must know and should not re-decide: which environment
 variable holds the API key the stage sends to an outside service (``api_key_env``; the adapters read it, the library
@@ -13,8 +13,6 @@ never does), and whether PPO scores with the reward model (``uses_reward_model``
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from pydantic import Field, model_validator
 
@@ -189,22 +187,4 @@ class EvaluateSettings(StageSettings):
         return self.evaluate.judge_api_key_env if self.evaluate.judge_base_url else None
 
 
-SETTINGS: dict[str, type[StageSettings]] = {
-    "feedback": FeedbackSettings,
-    "models": ModelsSettings,
-    "annotate": AnnotateSettings,
-    "align": AlignSettings,
-    "validate": ValidateSettings,
-    "reward_model": RewardModelSettings,
-    "warmup": WarmupSettings,
-    "policy_samples": PolicySamplesSettings,
-    "ppo": PPOSettings,
-    "evaluate": EvaluateSettings,
-}
-STAGE_SECTIONS: dict[str, tuple[str, ...]] = {stage: cls.sections() for stage, cls in SETTINGS.items()}
 NOT_STAGE_INPUTS = ("workspace", "placement", "timeouts", "checks")  # read by the orchestration (checks: before a run)
-
-
-def settings_for(stage: str, cfg: PipelineConfig) -> Any:
-    """The settings of ``stage`` taken from ``cfg``."""
-    return SETTINGS[stage].from_pipeline(cfg)

@@ -1,15 +1,7 @@
 """One Prefect-free, MLflow-free function per pipeline stage: typed inputs and settings in, a typed reference out.
 
-| stage | function | reads (settings) | returns |
-|---|---|---|---|
-| feedback | ``feedback.materialise(source, settings, ctx)`` | data | ``ArtifactRef`` (feedback) |
-| models | ``models.build(feedback, settings, ctx)`` | models | ``ModelsRef`` |
-| annotate | ``annotate.annotate(feedback, settings, ctx)`` | annotate | ``ArtifactRef`` (annotations) |
-| align | ``align.align(feedback, annotations, tokenizer, settings, ctx)`` | align | ``ArtifactRef`` (spans) |
-| validate | ``validate.draw_sample / auto_review / check`` | validate | ``ValidationRef`` |
-| reward_model | ``reward_model.train(...)`` | reward_model, align | ``RewardModelRef`` |
-| ppo | ``ppo.train(feedback, models, reward_model, ...)`` | ppo, holdout, align, reward_model | ``PolicyRef`` |
-| evaluate | ``evaluate.evaluate(feedback, policies, settings, ctx)`` | evaluate, holdout | ``EvaluationRef`` |
+Each stage (its name, settings, output and group) is a row of the stage table, ``t2g_core.stages.registry``; its
+function lives in the module of its name (``ppo.train``, ``evaluate.pipeline``, ...).
 
 ``annotate`` begins with ``preflight.check`` (do the rows carry what the annotator needs?), which ``t2g run`` also
 calls before anything starts; ``ppo`` begins with its reward-model gate (``ppo.gate_reward_model``).

@@ -15,7 +15,10 @@ from local_servers import prefect_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
-STAGE_ORDER = ["1 · Data", "2 · Held-out", "3 · Models", "4 · Annotate", "5 · Align", "6 · Validate", "7 · Reward"]
+STAGE_ORDER = [
+    *("1 · Data", "2 · Held-out", "3 · Models", "4 · Annotate", "5 · Align", "6 · Validate"),
+    *("7 · Warm-up", "8 · Policy samples", "9 · Reward", "10 · PPO", "11 · Evaluate"),
+]
 REGISTER = (
     "from flows.text2grad import text2grad\n"
     "d = text2grad.to_deployment(name='text2grad', parameters={'config': {'workspace': {'root': 'ws'}}})\n"

@@ -60,6 +60,6 @@ def test_t2g_run_on_a_cached_hub_model_in_bfloat16_offline(hf_home, tmp_path):
     # MLflow samples every second (set above): a stage shorter than that logs none, so look at every stage that
     # asks for system metrics (the same code path)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    stages = {"build_models", "reward_model", "ppo", "evaluate"}
+    stages = {"models", "reward_model", "ppo", "evaluate"}
     sampled = [r for r in runs if r.data.tags.get("t2g.stage") in stages]
     assert sampled and any(k.startswith("system/cpu") for run in sampled for k in run.data.metrics)

@@ -26,15 +26,15 @@ def test_reward_model_line_shows_its_headline_metrics():
 def test_policy_line_shows_the_reward_it_learnt_from():
     reward = {"source": "reward_model", "kind": "tagger", "score_share": 0.0412, "rollout_unmatched_rate": 0.0}
     ref = PolicyRef(adapter_dir="/p", run_dir="/r", digest="d", steps=4, history_path="/h", reward=reward)
-    assert _stage_line("policy", ref).splitlines()[1].split("reward: ")[1] == (
+    assert _stage_line("ppo", ref).splitlines()[1].split("reward: ")[1] == (
         "reward_model (tagger), scoring 4.1% of the PPO step, unmatched quotes on rollouts 0.0%"
     )
 
 
 def test_other_stage_lines_are_one_line():
     ref = PolicyRef(adapter_dir="/p", run_dir="/r", digest="d", steps=40, history_path="/r/history.json")
-    assert _stage_line("policy", ref).splitlines() == ["  policy        adapter_dir=/p, steps=40"]
-    assert _stage_line("feedback", DATA) == "  feedback      3 rows  /a"
+    assert _stage_line("ppo", ref).splitlines() == ["  ppo            adapter_dir=/p, steps=40"]
+    assert _stage_line("feedback", DATA) == "  feedback       3 rows  /a"
 
 
 def test_the_policy_samples_line_counts_the_responses():

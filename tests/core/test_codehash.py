@@ -17,12 +17,12 @@ from t2g_core import codehash
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = """
 import json, sys
-from t2g_core.config.stages import SETTINGS
+from t2g_core.stages.registry import BY_NAME
 from tasks.caching import task_key
 from tasks import annotate, evaluate, ppo
 assert annotate.__file__.startswith(sys.argv[1]), annotate.__file__  # the copy, not the installed package
 fns = {"annotate": annotate.annotate_critic, "ppo": ppo.train_policy, "evaluate": evaluate.evaluate_policy}
-print(json.dumps({name: task_key(fn, {"settings": SETTINGS[name]()}) for name, fn in fns.items()}))
+print(json.dumps({name: task_key(fn, {"settings": BY_NAME[name].settings()}) for name, fn in fns.items()}))
 """
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from t2g_core.config import PipelineConfig, load_config
-from t2g_core.config.stages import SETTINGS, settings_for
 from t2g_core.evaluation.judge import PairwiseJudge, judge_for
+from t2g_core.stages.registry import ORDER, settings_for
 from t2g_env import api_key
 
 
@@ -31,8 +31,8 @@ def test_ppo_says_whether_it_scores_with_the_reward_model(source, path, uses, tr
 
 
 def test_each_stage_names_the_variable_of_the_key_it_sends():
-    defaults = {stage: settings_for(stage, PipelineConfig()).api_key_env for stage in SETTINGS}
-    assert defaults == dict.fromkeys(SETTINGS)  # the defaults call no outside service
+    defaults = {stage: settings_for(stage, PipelineConfig()).api_key_env for stage in ORDER}
+    assert defaults == dict.fromkeys(ORDER)  # the defaults call no outside service
     llm = _settings("annotate", "annotate.annotator=llm", "annotate.api_key_env=ANNOTATOR_KEY")
     assert llm.api_key_env == "ANNOTATOR_KEY"
     endpoint = _settings("ppo", "ppo.reward_source=endpoint", "reward_model.endpoint.api_key_env=RM_KEY")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from t2g_core.config import PipelineConfig, load_config
-from t2g_core.config.stages import settings_for
 from t2g_core.stages import ppo
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, RewardModelRef
+from t2g_core.stages.registry import settings_for
 
 DEMO_TAGGER = {  # the README's demo reward model on held-out items
     "truth_poor_char_f1": 0.984,

@@ -361,13 +361,11 @@ def _mlflow_lineage(info: dict, created: dict) -> None:
     children = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent[0].info.run_id}'")
     assert sorted(r.info.status for r in children if r.data.tags["t2g.stage"] == "ppo") == ["FINISHED", "KILLED"]
     stages = {r.data.tags["t2g.stage"]: r for r in children if r.info.status == "FINISHED"}
-    assert {"feedback", "build_models", "annotate", "align", "validate", "reward_model", "ppo", "evaluate"} <= set(
-        stages
-    )
+    assert {"feedback", "models", "annotate", "align", "validate", "reward_model", "ppo", "evaluate"} <= set(stages)
     links = {
         k.removeprefix("t2g.stage_run."): v for k, v in parent[0].data.tags.items() if k.startswith("t2g.stage_run.")
     }
-    assert links["policy"] == stages["ppo"].info.run_id and links["evaluation"] == stages["evaluate"].info.run_id
+    assert links["ppo"] == stages["ppo"].info.run_id and links["evaluate"] == stages["evaluate"].info.run_id
     assert {"pipeline.json", "evaluation"} <= {a.path for a in client.list_artifacts(parent[0].info.run_id)}
     produced = {d.dataset.digest for d in stages["feedback"].inputs.dataset_inputs}
     consumed = {d.dataset.digest for d in stages["annotate"].inputs.dataset_inputs if d.dataset.name == "feedback"}

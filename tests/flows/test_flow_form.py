@@ -15,7 +15,7 @@ def test_text2grad_form_is_the_pipeline_config_with_descriptions():
 
     from flows.text2grad import text2grad
     from t2g_core.config import PPOConfig
-    from t2g_core.stages.order import STAGES
+    from t2g_core.stages.registry import ORDER as STAGES
 
     schema = parameter_schema(text2grad).model_dump_for_openapi()
     defs = schema["definitions"]
@@ -24,18 +24,20 @@ def test_text2grad_form_is_the_pipeline_config_with_descriptions():
     assert schema["properties"]["preset"]["position"] == 0  # the form's first field
     sections = defs["PipelineConfig"]["properties"]
     in_order = sorted(sections, key=lambda s: sections[s]["position"])
-    assert in_order[:9] == [
+    assert in_order[:11] == [  # the order the stages run
         "data",
         "holdout",
         "models",
         "annotate",
         "align",
         "validate",
+        "warmup",
+        "policy_samples",
         "reward_model",
         "ppo",
         "evaluate",
     ]
-    assert sections["reward_model"]["title"] == "7 · Reward model"
+    assert sections["reward_model"]["title"] == "9 · Reward model"
     assert defs["PPOConfig"]["properties"]["steps"]["description"] == PPOConfig.model_fields["steps"].description
     assert "validate" in defs["PipelineConfig"]["properties"]
     refresh = schema["properties"]["refresh"]
@@ -44,7 +46,7 @@ def test_text2grad_form_is_the_pipeline_config_with_descriptions():
 
 
 def test_refresh_names_are_checked_and_imply_downstream():
-    from t2g_core.stages.order import downstream
+    from t2g_core.stages.registry import downstream
 
     assert downstream(["ppo"]) == {"ppo", "evaluate"}
     assert downstream(None) == set()

@@ -23,7 +23,7 @@ def test_full_recipes_validate_completely(name):
         and cfg.models.reward_model_base.startswith("meta-llama/")
     )
     assert cfg.annotate.annotator == "llm" and cfg.annotate.base_url
-    assert cfg.placement.train_policy == "t2g-gpu" and cfg.placement.train_reward_model == "t2g-gpu"
+    assert cfg.placement.pool("ppo") == "t2g-gpu" and cfg.placement.pool("reward_model") == "t2g-gpu"
     assert cfg.models.dtype == "bfloat16" and cfg.ppo.learning_rate == 1e-6  # bf16 weights: bf16 reward-model autocast
 
 
@@ -50,13 +50,13 @@ def test_tiny_recipe_runs_end_to_end(name, tmp_path, monkeypatch, prefect_harnes
     out = text2grad(config=cfg)
     feedback = read_artifact(out["feedback"].path, "feedback")
     assert len(feedback) >= 24 and set(feedback["task"]) == {cfg.data.task}
-    annotations = read_artifact(out["annotations"].path, "annotations")
+    annotations = read_artifact(out["annotate"].path, "annotations")
     assert len(annotations) == len(feedback) and (annotations["status"] == "ok").mean() > 0.9
     assert out["reward_model"].version and Path(out["reward_model"].model_dir).is_dir()
-    assert Path(out["policy"].adapter_dir, "adapter_config.json").exists() and out["policy"].version
-    history = json.loads(Path(out["policy"].history_path).read_text())
+    assert Path(out["ppo"].adapter_dir, "adapter_config.json").exists() and out["ppo"].version
+    history = json.loads(Path(out["ppo"].history_path).read_text())
     assert len(history) >= cfg.ppo.steps
-    assert out["evaluation"].n_rows > 0
+    assert out["evaluate"].n_rows > 0
 
 
 @pytest.mark.slow
@@ -69,17 +69,17 @@ def test_refresh_recomputes_ppo_and_evaluation_but_not_the_reward_model(tmp_path
     cfg = load_config(ROOT / "recipes" / "qa-ultrafeedback-tiny.yaml", [f"workspace.root={tmp_path / 'ws'}"])
     out = text2grad(config=cfg)
     folders = {
-        "ppo": Path(out["policy"].run_dir),
-        "evaluate": Path(out["evaluation"].path),
+        "ppo": Path(out["ppo"].run_dir),
+        "evaluate": Path(out["evaluate"].path),
         "reward_model": Path(out["reward_model"].model_dir).parent,
     }
     for folder in folders.values():
         (folder / "left-by-the-first-run").write_text("x")
-    summary_written = Path(out["evaluation"].summary).stat().st_mtime_ns
+    summary_written = Path(out["evaluate"].summary).stat().st_mtime_ns
     again = text2grad(config=cfg, refresh=["ppo"])
     assert not (folders["ppo"] / "left-by-the-first-run").exists()  # a fresh run folder, trained from the start
-    assert len(json.loads(Path(again["policy"].history_path).read_text())) >= cfg.ppo.steps
-    assert Path(again["evaluation"].summary).stat().st_mtime_ns > summary_written  # scored again
+    assert len(json.loads(Path(again["ppo"].history_path).read_text())) >= cfg.ppo.steps
+    assert Path(again["evaluate"].summary).stat().st_mtime_ns > summary_written  # scored again
     assert (folders["reward_model"] / "left-by-the-first-run").exists()  # upstream of ppo: cached, untouched
     assert again["reward_model"] == out["reward_model"]
 

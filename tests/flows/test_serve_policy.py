@@ -63,11 +63,11 @@ def test_allowed_endpoints_and_keys_pass_and_defaults_need_none(served):
 
 
 def test_every_endpoint_field_is_checked(served):
-    from flows.stages import evaluate, train_policy
+    from flows.stages import evaluate, ppo
 
     endpoint = {"endpoint": {"base_url": "https://elsewhere.example/v1", "api_key_env": "T2G_TEST_KEY"}}
     message = _refusal(
-        train_policy,
+        ppo,
         config=_config(served, ppo={"reward_source": "endpoint"}, reward_model=endpoint),
         feedback={"path": "x", "sha256": "0", "n_rows": 1, "schema": "feedback", "key": "k"},
         models={"base": "b", "policy": "p", "base_digest": "0", "policy_digest": "0"},

@@ -5,7 +5,7 @@ policy samples' stayed plain dicts and were left out of the parent run's lineage
 from __future__ import annotations
 
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicySamplesRef
-from tasks.outcome import typed_outputs
+from t2g_core.stages.registry import typed_outputs
 
 
 def _artifact(name: str) -> ArtifactRef:
@@ -19,6 +19,6 @@ def test_stored_results_of_every_stage_come_back_as_their_reference_types():
         name: ref.model_dump(mode="json", by_alias=True)
         for name, ref in (("policy_samples", samples), ("warmup", warmed))
     }
-    typed = typed_outputs({**stored, "feedback": _artifact("feedback"), "spans": None})
+    typed = typed_outputs({**stored, "feedback": _artifact("feedback"), "align": None})
     assert typed["policy_samples"] == samples and typed["warmup"] == warmed
-    assert typed["feedback"] == _artifact("feedback") and typed["spans"] is None
+    assert typed["feedback"] == _artifact("feedback") and typed["align"] is None

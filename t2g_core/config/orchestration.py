@@ -1,0 +1,70 @@
+"""What the orchestration reads about a stage and a stage never does: where its group runs and how long it may run.
+
+Both are keyed by the names of the stage table (``t2g_core.stages.registry``, which refuses to import when the two
+``Literal`` lists below disagree with it), and neither is part of a cache key: changing them re-runs nothing. A stage
+stopped by its limit keeps what it finished: training resumes from its last checkpoint on the next run, annotation
+from its answer cache.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, RootModel, model_validator
+
+StageName = Literal[
+    "feedback", "models", "annotate", "align", "validate", "warmup", "policy_samples", "reward_model", "ppo", "evaluate"
+]
+Group = Literal["annotate", "align_and_validate", "warmup", "policy_samples", "reward_model", "ppo", "evaluate"]
+RENAMED_GROUPS = {
+    "train_reward_model": "reward_model",
+    "warm_up_policy": "warmup",
+    "sample_policy": "policy_samples",
+    "train_policy": "ppo",
+}
+
+
+def refuse_renamed(section: str, data: Any, renamed: dict[str, str]) -> Any:
+    """``data`` unchanged, or a clear error naming the new name of a renamed key in it."""
+    old = sorted(set(data) & set(renamed)) if isinstance(data, dict) else []
+    if old:
+        moves = ", ".join(f"{section}.{k} is now {section}.{renamed[k]}" for k in old)
+        raise ValueError(f"renamed settings: {moves} (one name per stage)")
+    return data
+
+
+class PlacementConfig(RootModel[dict[Group, str]]):
+    """``{group: work pool}``: each group named runs as the deployment of its flow on that pool, the others inline."""
+
+    root: dict[Group, str] = Field({}, description="Work pool of each stage group named; the others run inline.")
+    model_config = ConfigDict(frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        return refuse_renamed("placement", data, RENAMED_GROUPS)
+
+    def pool(self, group: str) -> str | None:
+        return self.root.get(group)
+
+
+Minutes = Annotated[float, Field(gt=0)] | None  # None: no limit
+
+
+class TimeoutsConfig(RootModel[dict[StageName, Minutes]]):
+    """``{stage: minutes}``: a stage may run this long before it is stopped (no limit unless named)."""
+
+    root: dict[StageName, Minutes] = Field({}, description="Minutes each stage named may run (none unless named).")
+    model_config = ConfigDict(frozen=True)
+
+    def seconds(self, stage: str) -> float | None:
+        minutes = self.root.get(stage)
+        return None if minutes is None else 60.0 * minutes
+
+    def exceeded(self, stage: str) -> str:
+        """What to say when ``stage`` ran past its limit: the setting, its value, and what to do."""
+        return (
+            f"the {stage} stage ran longer than timeouts.{stage} = {self.root[stage]:g} minute(s) and was stopped; "
+            f"raise it (--set timeouts.{stage}=MINUTES) or remove the limit (--set timeouts.{stage}=null) and run "
+            "the same command again: finished stages are reused and training resumes from its last checkpoint"
+        )
