@@ -256,6 +256,7 @@ def _run(config: PipelineConfig):
 
     state = pipeline.text2grad(config=config, return_state=True)
     assert state.is_completed(), state
+    assert tuple(state.result()) == ORDER  # the outputs are keyed by the stage table's names, in its order
 
 
 # ------------------------------------------------------------------------------------------ the tests
