@@ -103,7 +103,7 @@ def main() -> None:
         posts = [f"Post {i}: Cai lives in Quito with {i % 5 + 1} gray dogs and works as a coach." for i in range(99)]
         texts = [render_policy_prompt(tok, "summarization", posts[i]) for i in range(args.batch)]
         enc = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt").to(device)
-        cfg = PPOConfig(temperature=1.0, max_new_tokens=args.max_new_tokens, generation_backend="hf")
+        cfg = PPOConfig(sampling={"max_new_tokens": args.max_new_tokens}, generation_backend="hf")
         for name, cls in BACKENDS.items():
             try:
                 backend = cls(cfg, tok, model_ref=str(folder), dtype=dtype, workdir=Path(tmp), rank=0)

@@ -153,7 +153,7 @@ def main() -> None:
             reward_source="oracle",
             steps=args.steps,
             batch_size=args.batch_size,
-            max_new_tokens=args.max_new_tokens,
+            sampling={"max_new_tokens": args.max_new_tokens},
             value_model="head",
             lr_schedule="constant",
             heatmap_samples=0,

@@ -58,13 +58,13 @@ FIGURES = ROOT / "docs" / "figures"
 ARMS: dict[str, dict] = {
     "scalar": {"reward_mode": "scalar"},
     "uniform": {"reward_mode": "uniform"},
-    "scalar_rloo": {"reward_mode": "scalar", "advantage": "rloo", "group_size": 4},
+    "scalar_rloo": {"reward_mode": "scalar", "advantage_estimator": "rloo", "group_size": 4},
     "dense": {"reward_mode": "dense"},
     "span": {"reward_mode": "span"},
-    "span_local": {"reward_mode": "span", "advantage": "span_local"},
-    "span_bootstrap": {"reward_mode": "span", "advantage": "span_bootstrap", "critic_warmup_steps": 2},
-    "span_rloo": {"reward_mode": "span", "advantage": "rloo", "group_size": 4},
-    "span_grpo": {"reward_mode": "span", "advantage": "grpo", "group_size": 4},
+    "span_local": {"reward_mode": "span", "advantage_estimator": "span_local"},
+    "span_bootstrap": {"reward_mode": "span", "advantage_estimator": "span_bootstrap", "critic_warmup_steps": 2},
+    "span_rloo": {"reward_mode": "span", "advantage_estimator": "rloo", "group_size": 4},
+    "span_grpo": {"reward_mode": "span", "advantage_estimator": "grpo", "group_size": 4},
 }
 DEFAULT_ARMS = ("scalar", "scalar_rloo", "dense", "span", "span_local", "span_bootstrap", "span_rloo")  # fits 2 cores
 SCALAR_INFO = ("scalar", "uniform", "scalar_rloo")  # arms that only see the sequence score
@@ -113,7 +113,7 @@ def ppo_config(args, arm: str, tuned: dict, seed: int):
         "value_learning_rate": 3e-4,
         "kl_coef": 0.05,
         "gamma": 1.0,
-        "max_new_tokens": args.max_new_tokens,
+        "sampling": {"max_new_tokens": args.max_new_tokens},
         "log_every": args.steps,
         "save_every": args.steps,
         "heatmap_samples": 0,
@@ -184,7 +184,7 @@ def run_all(args, specs: list[dict]) -> list[dict]:
 def grid(arm: str, args) -> list[dict]:
     """The tuning grid of one arm: learning rate x lambda (GAE-based arms only) x KL early stop."""
     lrs = [float(x) for x in args.lrs.split(",")]
-    critic_free = arm_settings(arm).get("advantage") in ("rloo", "grpo")
+    critic_free = arm_settings(arm).get("advantage_estimator") in ("rloo", "grpo")
     lams = [1.0] if critic_free else [float(x) for x in args.lams.split(",")]
     stops = [float(x) for x in args.kl_stops.split(",")]
     return [

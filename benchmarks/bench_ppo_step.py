@@ -43,7 +43,7 @@ def ppo_config(args, **kw):
         batch_size=args.batch_size,
         minibatches=args.minibatches,
         ppo_epochs=args.ppo_epochs,
-        max_new_tokens=args.max_new_tokens,
+        sampling={"max_new_tokens": args.max_new_tokens},
         max_approx_kl=args.max_approx_kl,
         eval_every=10**6,
         log_every=10**6,
@@ -103,7 +103,7 @@ class BareWork:
         out = self.bundle.model.causal_lm(
             input_ids=ids, attention_mask=attn, logits_to_keep=t + 1, output_hidden_states=with_values
         )
-        lp = _logprobs(out.logits, response_ids, self.cfg.temperature)
+        lp = _logprobs(out.logits, response_ids, self.cfg.sampling.temperature)
         return lp, self.values(ids, attn, out.hidden_states[-1], t) if with_values else None
 
     def __call__(self, ro) -> None:
@@ -120,7 +120,7 @@ class BareWork:
                 input_ids=q,
                 attention_mask=qm,
                 do_sample=True,
-                temperature=cfg.temperature,
+                temperature=cfg.sampling.temperature,
                 top_k=0,
                 top_p=1.0,
                 max_new_tokens=t,
@@ -172,7 +172,9 @@ def arms(args) -> dict[str, dict]:
             for vm in value_models:
                 name = f"{estimator}/{vm}/{backend}" if estimator not in ("grpo", "rloo") else f"{estimator}/{backend}"
                 group = args.group_size if estimator in ("grpo", "rloo") else 1
-                out[name] = dict(advantage=estimator, value_model=vm, generation_backend=backend, group_size=group)
+                out[name] = dict(
+                    advantage_estimator=estimator, value_model=vm, generation_backend=backend, group_size=group
+                )
     return out
 
 

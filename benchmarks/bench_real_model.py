@@ -49,7 +49,7 @@ SMOKE = [  # tiny demo models and a few steps of everything: the script's path, 
     "warmup.batch_size=4",
     "policy_samples.enabled=true",
     "policy_samples.prompts=4",
-    "policy_samples.max_new_tokens=8",
+    "policy_samples.sampling.max_new_tokens=8",
     "reward_model.max_steps=2",
     "reward_model.batch_size=4",
     "reward_model.eval_max_items=4",
@@ -57,11 +57,11 @@ SMOKE = [  # tiny demo models and a few steps of everything: the script's path, 
     "ppo.batch_size=4",
     "ppo.minibatches=1",
     "ppo.ppo_epochs=1",
-    "ppo.max_new_tokens=8",
+    "ppo.sampling.max_new_tokens=8",
     "ppo.eval_every=1",
     "ppo.reward_model_gate.allow_weak=true",
     "evaluate.max_prompts=4",
-    "evaluate.max_new_tokens=8",
+    "evaluate.sampling.max_new_tokens=8",
     "evaluate.bootstrap_samples=100",
 ]
 METRICS = ("fact_error", "invented_entity_rate", "fact_recall", "fact_precision")
@@ -179,9 +179,7 @@ def held_out_evaluation(cfg, refs: dict, stages: Stages, modes: tuple[str, ...])
     held = set(pd.read_parquet(Path(refs[modes[0]].run_dir) / "eval.parquet")["id"])
     frame = read(refs["feedback"], "feedback")
     frame = frame[frame["id"].isin(held)].reset_index(drop=True)
-    p = cfg.ppo
-    sampled = {"do_sample": True, "temperature": p.temperature, "top_k": p.top_k, "top_p": p.top_p}
-    ev = cfg.evaluate.model_copy(update={**sampled, "max_new_tokens": p.max_new_tokens})
+    ev = cfg.evaluate.model_copy(update={"sampling": cfg.ppo.sampling})
     policies = {
         "base": refs["models"].policy,
         "warm_start": refs["warmup"].policy,

@@ -123,7 +123,7 @@ def _policy_samples(policy: Path, fb, n: int):
     from t2g_core.spans import ParsedFeedback
 
     rows = fb.head(n).to_dict("records")
-    cfg = EvaluateConfig(do_sample=True, max_new_tokens=48, batch_size=32)
+    cfg = EvaluateConfig(sampling={"max_new_tokens": 48}, batch_size=32)
     texts = generate(policy, "summarization", [r["prompt"] for r in rows], cfg)
     items = [
         EvalItem(r["id"], "", t, ParsedFeedback(""), _truth_from_meta(r["meta"], t))

@@ -82,7 +82,7 @@ SOURCES = {
     "noisy": Source("oracle", flip=0.2),
     "refreshed": Source("reward_model", TAGGER, needs="critique_loop"),
 }
-ESTIMATORS = {"gae": {"advantage": "gae"}, "span_local": {"advantage": "span_local"}}
+ESTIMATORS = {"gae": {"advantage_estimator": "gae"}, "span_local": {"advantage_estimator": "span_local"}}
 SUMMARY_SETTINGS = ("seeds", "steps", "arms", "estimators", "n_eval", "overrides", "refresh_set", "policy")
 
 
@@ -363,7 +363,7 @@ def parse_args() -> argparse.Namespace:
     if args.smoke and not args.specs:
         args.seeds, args.steps, args.n_eval, args.drift_steps = 1, 2, 4, "0,2"
         args.workdir, args.runs_per_process = str(results_dir(smoke=True) / "bench_rm_ppo_work"), 100
-        args.overrides = ["ppo.batch_size=4", "ppo.minibatches=1", "ppo.max_new_tokens=8", *args.overrides]
+        args.overrides = ["ppo.batch_size=4", "ppo.minibatches=1", "ppo.sampling.max_new_tokens=8", *args.overrides]
         shutil.rmtree(Path(args.workdir) / "runs", ignore_errors=True)
     args.drift_steps = [int(x) for x in str(args.drift_steps).split(",") if x != ""]
     if any(not 0 <= s <= args.steps for s in args.drift_steps):

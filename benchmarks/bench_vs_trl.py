@@ -85,7 +85,7 @@ def text2grad_arms(args) -> dict[str, dict]:
             for vm in args.value_models if estimator == "gae" else ["head"]:
                 name = f"{estimator}/{vm}/{backend}" if estimator == "gae" else f"{estimator}/{backend}"
                 out[name] = dict(
-                    advantage=estimator,
+                    advantage_estimator=estimator,
                     value_model=vm,
                     generation_backend=backend,
                     group_size=1 if estimator == "gae" else args.group_size,
@@ -106,14 +106,11 @@ def make_trainers(args, model: str, prompts, workdir: Path) -> dict:
             batch_size=args.samples,
             minibatches=args.minibatches,
             ppo_epochs=args.epochs,
-            max_new_tokens=args.max_new_tokens,
-            temperature=1.0,
+            sampling={"temperature": 1.0, "max_new_tokens": args.max_new_tokens},
             learning_rate=args.lr,
             lr_schedule="constant",
             kl_coef=0.05,
-            lora_r=16,
-            lora_alpha=32,
-            lora_target_modules="all-linear",
+            lora={"r": 16, "alpha": 32, "target_modules": "all-linear"},
             max_approx_kl=None,
             eval_every=10**6,
             log_every=10**6,

@@ -19,7 +19,7 @@ def show(
     set_: list[str] | None = SetOpt,
     preset: str | None = typer.Option(None, "--preset", "-p", help="Size preset: tiny, small or full."),
     section: str | None = typer.Option(
-        None, "--section", help="Only this section (a top-level key such as ppo, or a dotted path: models.tiny)."
+        None, "--section", help="Only this section (a top-level key such as ppo, or a dotted path: ppo.sampling)."
     ),
 ) -> None:
     """Print the effective PipelineConfig (defaults + YAML + --set overrides) as YAML."""
@@ -45,10 +45,11 @@ def schema() -> None:
 def stages() -> None:
     """Print which configuration sections each stage reads (its cache key); the others re-run nothing."""
     from t2g_core.config.stages import NOT_STAGE_INPUTS
-    from t2g_core.stages.registry import STAGE_SECTIONS
+    from t2g_core.stages.registry import STAGES
 
-    for stage, sections in STAGE_SECTIONS.items():
-        echo(f"{stage:<14} {', '.join(sections)}")
+    for stage in STAGES:
+        also = "".join(f" + {extra}" for extra in stage.settings.ALSO_READS)
+        echo(f"{stage.name:<14} {', '.join(stage.sections)}{also}")
     echo(f"{'(none)':<14} {', '.join(NOT_STAGE_INPUTS)}: read by the orchestration only")
 
 

@@ -139,10 +139,10 @@ def make_trainer(cfg, policy: str | Path, pairs: WarmupPairs, out_dir: Path, *, 
     tokenizer = load_tokenizer(policy, padding_side=None)
     model = load_causal_lm(policy, dtype=dtype, tokenizer=tokenizer, place=False)  # the Trainer places it
     lora = LoraConfig(
-        r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        target_modules=cfg.lora_target_modules,
+        r=cfg.lora.r,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=cfg.lora.target_modules,
         bias="none",
         task_type="CAUSAL_LM",
     )

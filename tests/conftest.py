@@ -89,8 +89,7 @@ def tiny_model_dir(tmp_path_factory):
     """
     import torch
 
-    from t2g_core.config.models import TinyModelConfig
-    from t2g_core.models.tiny import build_tiny_model, train_tokenizer
+    from t2g_core.models.tiny import TinySpec, build_tiny_model, train_tokenizer
 
     try:
         from t2g_core.demo import demo_corpus, make_demo_feedback
@@ -100,7 +99,7 @@ def tiny_model_dir(tmp_path_factory):
         corpus = _FIXTURE_CORPUS * 20
     root = tmp_path_factory.mktemp("tiny_model")
     train_tokenizer(corpus, 512, root / "tokenizer")
-    cfg = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2, seed=0)
+    cfg = TinySpec(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2, seed=0)
     with torch.random.fork_rng():
         build_tiny_model(root / "model", root / "tokenizer", cfg)
     return root / "model"
@@ -137,14 +136,13 @@ def llama3_style_dir(tmp_path_factory):
     few unused ``<|reserved_special_token_i|>`` tokens; built by the project's tiny-model factory."""
     import torch
 
-    from t2g_core.config.models import TinyModelConfig
     from t2g_core.demo import demo_corpus, make_demo_feedback
-    from t2g_core.models.tiny import build_tiny_model, train_tokenizer
+    from t2g_core.models.tiny import TinySpec, build_tiny_model, train_tokenizer
 
     root = tmp_path_factory.mktemp("llama3_style")
     corpus = _FIXTURE_CORPUS + demo_corpus(make_demo_feedback("summarization", 32, seed=0))
     train_tokenizer(corpus, 512, root / "tokenizer", pad=False, reserved=4)
-    cfg = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, seed=0)
+    cfg = TinySpec(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, seed=0)
     with torch.random.fork_rng():
         build_tiny_model(root / "model", root / "tokenizer", cfg)
     return root / "model"
@@ -185,9 +183,8 @@ def _pad_is_eos_model(root, unused_special: str | None):
     import torch
     from transformers import AutoTokenizer
 
-    from t2g_core.config.models import TinyModelConfig
     from t2g_core.demo import demo_corpus, make_demo_feedback
-    from t2g_core.models.tiny import build_tiny_model, train_tokenizer
+    from t2g_core.models.tiny import TinySpec, build_tiny_model, train_tokenizer
 
     corpus = _FIXTURE_CORPUS + demo_corpus(make_demo_feedback("summarization", 32, seed=0))
     train_tokenizer(corpus, 512, root / "tokenizer", pad=False)
@@ -196,7 +193,7 @@ def _pad_is_eos_model(root, unused_special: str | None):
         tok.add_special_tokens({"unk_token": unused_special})
     tok.pad_token = tok.eos_token
     tok.save_pretrained(root / "tokenizer")
-    cfg = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, seed=0)
+    cfg = TinySpec(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, seed=0)
     with torch.random.fork_rng():
         build_tiny_model(root / "model", root / "tokenizer", cfg)
     return root / "model"

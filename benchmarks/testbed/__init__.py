@@ -86,15 +86,7 @@ def rounded(obj, digits: int = 4):
 PPO_SMOKE_WORK = results_dir(smoke=True) / "work-ppo"  # bench_ppo_sample_efficiency --smoke's models; bench_ppo_step's
 RM_SMOKE_WORK = results_dir(smoke=True) / "bench_rm_work"  # bench_rm --smoke's models; bench_rm_ppo --smoke's
 RM_SMOKE_ITEMS = 24
-SMOKE_TINY_MODELS = [  # demo models that only have to exist: a few steps of each build
-    "models.tiny.vocab_size=256",
-    "models.tiny.hidden_size=32",
-    "models.tiny.intermediate_size=64",
-    "models.tiny.warm_start_steps=2",
-    "models.tiny.policy_sft_steps=2",
-    "models.tiny.policy_noise_steps=1",
-    "models.tiny.policy_sft_examples=32",
-]
+SMOKE_TINY_MODELS = ["models.tiny=smoke"]  # demo models that only have to exist: a few steps of each build
 RM_SMOKE_OVERRIDES = [  # a base that only has to exist, a few training steps
     f"data.n_items={RM_SMOKE_ITEMS}",
     "checks.small_tagger_data=true",  # a smoke run: the tagger on too few items is meant

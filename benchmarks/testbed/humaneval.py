@@ -132,7 +132,7 @@ class Code(PPOTask):
         feedback = _code_rows(problems, 4, "sft")
         tiny = tiny_config(self.args, seed).model_copy(update={"policy_noise_steps": 0})
         models = ensure_demo_models(
-            Path(self.args.workdir) / "models", ModelsConfig(tiny=tiny), feedback, progress=False, log=print
+            Path(self.args.workdir) / "models", ModelsConfig(), feedback, progress=False, log=print, spec=tiny
         )
         out = models.policy.parent / f"policy-mutants{self.args.code_noise_steps}"
         if (out / "config.json").exists():

@@ -11,9 +11,9 @@ from pathlib import Path
 
 
 def tiny_config(args, seed: int):
-    from t2g_core.config.models import TinyModelConfig
+    from t2g_core.models.tiny import TinySpec
 
-    tiny = TinyModelConfig(
+    tiny = TinySpec(
         seed=seed,
         warm_start_steps=args.lm_steps,
         policy_sft_steps=args.sft_steps,
@@ -119,8 +119,8 @@ class Summarization(PPOTask):
 
         torch.set_num_threads(1)
         feedback = make_demo_feedback("summarization", 256, seed=0)
-        cfg = ModelsConfig(tiny=tiny_config(self.args, seed))
-        models = ensure_demo_models(Path(self.args.workdir) / "models", cfg, feedback, progress=False, log=print)
+        spec, work = tiny_config(self.args, seed), Path(self.args.workdir) / "models"
+        models = ensure_demo_models(work, ModelsConfig(), feedback, progress=False, log=print, spec=spec)
         return models.policy
 
     def prompts(self):

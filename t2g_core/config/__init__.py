@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import yaml
 from pydantic import Field, model_validator
@@ -14,8 +14,8 @@ from t2g_core.config.base import StageConfig, recipe_path
 from t2g_core.config.checks import ChecksConfig, conflicts
 from t2g_core.config.data import DataConfig, HoldoutConfig, Task
 from t2g_core.config.evaluate import EvaluateConfig
-from t2g_core.config.models import ModelsConfig, TinyModelConfig
-from t2g_core.config.orchestration import Group, PlacementConfig, TimeoutsConfig
+from t2g_core.config.models import ModelsConfig
+from t2g_core.config.orchestration import PlacementConfig, TimeoutsConfig
 from t2g_core.config.policy_samples import PolicySamplesConfig
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.config.presets import PRESETS, Preset, merged
@@ -42,7 +42,6 @@ __all__ = [
     "StageConfig",
     "Task",
     "TimeoutsConfig",
-    "TinyModelConfig",
     "ValidateConfig",
     "WarmupConfig",
     "WorkspaceConfig",
@@ -91,11 +90,7 @@ class PipelineConfig(StageConfig):
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, **_section("11 · Evaluate", "Policy evaluation."))
     placement: PlacementConfig = Field(
         default_factory=PlacementConfig,
-        **_section(
-            "Placement (work pools)",
-            "Work pool of each stage group, e.g. {ppo: t2g-gpu} (groups: " + ", ".join(get_args(Group)) + "); "
-            "the others run inline.",
-        ),
+        **_section("Placement (work pools)", "Work pool of each stage group, e.g. {ppo: t2g-gpu} (others: inline)."),
     )
     timeouts: TimeoutsConfig = Field(
         default_factory=TimeoutsConfig,

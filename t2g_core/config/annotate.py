@@ -12,9 +12,8 @@ from t2g_core.config.base import StageConfig
 class AnnotateConfig(StageConfig):
     annotator: Literal["llm", "code", "reference", "ground"] = Field(
         "reference",
-        description="llm = an OpenAI-compatible endpoint; code = run tests in a sandbox; reference = compare with "
-        "the reference; ground = tie each row's human critique to the words of the response it quotes or names "
-        "(offline, no model; annotate.mode=grounding with llm is the stronger option).",
+        description="llm = an endpoint; code = tests in a sandbox; reference = compare with the reference; ground = a "
+        "human critique.",
     )
     base_url: str | None = Field(
         None, description="OpenAI-compatible endpoint (llm annotator), e.g. http://127.0.0.1:8000/v1."
@@ -40,9 +39,8 @@ class AnnotateConfig(StageConfig):
     )
     http_backend: Literal["aiohttp", "httpx"] = Field(
         "aiohttp",
-        description="Transport under the openai client: aiohttp (the SDK's option for high concurrency, about a "
-        "third less "
-        "client CPU per request) or httpx (the SDK default; honours httpx proxy settings).",
+        description="Transport under the openai client: aiohttp (for high concurrency) or httpx (honours httpx proxy "
+        "settings).",
     )
     timeout_s: float = Field(60.0, gt=0, description="Per-request timeout in seconds.")
     max_retries: int = Field(
@@ -53,15 +51,14 @@ class AnnotateConfig(StageConfig):
     sandbox_timeout_s: float = Field(
         5.0,
         gt=0,
-        description="Code critic: limit per call of the candidate, in its own time (CPU time, or time spent waiting "
-        "for anything but a CPU), so a loaded machine does not make correct code time out.",
+        description="Code critic: limit per call of the candidate in its own time (CPU time, or waiting for anything "
+        "but a CPU).",
     )
     sandbox_memory_mb: int = Field(512, ge=64, description="Code critic: address-space limit of the sandboxed process.")
     sandbox_max_procs: int = Field(16, ge=1, description="Code critic: process limit of the sandbox user (fork bombs).")
     mutation_localisation: bool = Field(
         True,
-        description="Code critic: also blame the lines whose small mutations (relational, arithmetic, boolean "
-        "operators, integer constants) make failing tests pass; up to 48 variants in one extra sandbox session.",
+        description="Code critic: also blame the lines whose small mutations make failing tests pass.",
     )
     max_fault_lines: int = Field(
         2, ge=1, description="Code critic: most suspicious lines (Ochiai) quoted as poor spans per failing item."
@@ -74,11 +71,10 @@ class AnnotateConfig(StageConfig):
         0.05,
         ge=0,
         le=1,
-        description="After writing every row, fail the stage (the command exits 1) when more than this fraction of "
-        "items has a status other than ok.",
+        description="Fail the stage, after writing every row, when more than this fraction of items is not ok.",
     )
     sandbox_isolation: Literal["auto", "bwrap", "unshare", "none"] = Field(
         "auto",
-        description="Code critic: how untrusted code is isolated. auto = bubblewrap, else user namespaces, else "
-        "refuse; none = no OS isolation (unsafe: only for code you trust).",
+        description="Code critic: auto = bubblewrap, else user namespaces, else refuse; none = no isolation (trusted "
+        "code only).",
     )

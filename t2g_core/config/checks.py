@@ -23,9 +23,8 @@ class ChecksConfig(StageConfig):
 
     small_tagger_data: bool = Field(
         False,
-        description=f"Accept a span-tagger reward model trained on fewer than {MIN_TAGGER_ITEMS} demo items "
-        "(data.n_items): it learns too little to catch invented values, so PPO optimises a reward that misses them. "
-        "For smoke runs (the tiny preset sets it).",
+        description=f"Accept a span tagger trained on fewer than {MIN_TAGGER_ITEMS} demo items (smoke runs: it "
+        "misses invented values).",
     )
 
 

@@ -27,26 +27,20 @@ def check_columns(columns: dict[str, str]) -> None:
 class DataConfig(StageConfig):
     source: str = Field(
         "demo",
-        description=(
-            "'demo' to generate the built-in demo data; 'latest' for the workspace's latest feedback dataset version "
-            "(what the inbox re-annotation appended to; its annotations are reused when they cover it); a path to "
-            "feedback (Parquet, JSONL, CSV or a datasets folder); with `dataset` set, a path to that dataset's own "
-            "files, or 'hub' to read it from the Hugging Face Hub. A relative path in a recipe file is relative to the "
-            "recipe's folder."
-        ),
+        description="'demo', 'latest' (the workspace's latest version), a feedback file or folder, or with `dataset` "
+        "its files or 'hub'.",
         json_schema_extra=recipe_path("demo", "hub", LATEST),
     )
     dataset: str | None = Field(
         None,
-        description="Public dataset adapter to ingest (slf5k, ultrafeedback, kodcode, humaneval, mbpp); with "
-        "`columns`, any Hugging Face dataset id or local dataset file / folder; None = source is feedback.",
+        description="Dataset adapter (slf5k, ultrafeedback, kodcode, humaneval, mbpp), or with `columns` any dataset "
+        "id or file.",
         json_schema_extra=recipe_path(),
     )
     columns: dict[str, str] | None = Field(
         None,
-        description="Column mapping for a dataset without an adapter: feedback column -> dataset column, e.g. "
-        "{prompt: question, response: answer}; prompt and response are required, id, critique, reference, tests and "
-        "entry_point optional. The dataset is streamed: only `limit` rows are read.",
+        description="Column mapping for a dataset without an adapter: feedback column -> its column, e.g. {prompt: q, "
+        "response: a}.",
     )
     split: str | None = Field(None, description="Dataset split to ingest (default per dataset).")
     limit: int | None = Field(None, ge=1, description="Ingest at most this many feedback rows.")
@@ -54,8 +48,7 @@ class DataConfig(StageConfig):
     n_items: int = Field(
         1024,
         ge=1,
-        description="Number of demo items to generate (ignored for a path source); the tagger reward model needs about "
-        "a thousand to catch invented values (benchmarks/bench_rm.py).",
+        description="Demo items to generate (the tagger reward model needs about 1000 to catch invented values).",
     )
     seed: int = Field(0, description="Seed for demo data generation (the held-out split has its own: holdout.seed).")
 

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, RootModel, model_validator
 
+from t2g_core.config.base import refuse_renamed
+
 StageName = Literal[
     "feedback", "models", "annotate", "align", "validate", "warmup", "policy_samples", "reward_model", "ppo", "evaluate"
 ]
@@ -22,15 +24,6 @@ RENAMED_GROUPS = {
     "sample_policy": "policy_samples",
     "train_policy": "ppo",
 }
-
-
-def refuse_renamed(section: str, data: Any, renamed: dict[str, str]) -> Any:
-    """``data`` unchanged, or a clear error naming the new name of a renamed key in it."""
-    old = sorted(set(data) & set(renamed)) if isinstance(data, dict) else []
-    if old:
-        moves = ", ".join(f"{section}.{k} is now {section}.{renamed[k]}" for k in old)
-        raise ValueError(f"renamed settings: {moves} (one name per stage)")
-    return data
 
 
 class PlacementConfig(RootModel[dict[Group, str]]):

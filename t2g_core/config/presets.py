@@ -1,7 +1,8 @@
 """Size presets: a whole run at a chosen size, with the user's own settings on top.
 
 - ``tiny``: the pipeline end to end in a few minutes on a laptop CPU, to see every stage work; its figures mean
-  nothing (24 demo items, a few steps per stage, ``checks.small_tagger_data`` accepted).
+  nothing (24 demo items, the smoke-sized models, a few steps per stage; a reward model that weak is accepted:
+  ``checks.small_tagger_data`` and ``ppo.reward_model_gate.allow_weak``).
 - ``small``: the demo's data and models with half its PPO steps and half its evaluation prompts.
 - ``full``: the embedded defaults, the demo the README measures.
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
+from t2g_core.config.base import merged
+
 if TYPE_CHECKING:
     from t2g_core.config import PipelineConfig
 
@@ -22,16 +25,7 @@ Preset = Literal["tiny", "small", "full"]
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {
         "data": {"n_items": 24},
-        "models": {
-            "tiny": {
-                "hidden_size": 32,
-                "num_heads": 2,
-                "warm_start_steps": 5,
-                "policy_sft_steps": 5,
-                "warm_start_batch_size": 8,
-                "policy_sft_batch_size": 8,
-            }
-        },
+        "models": {"tiny": "smoke"},
         "validate": {"review": "auto", "sample_size": 8},
         "reward_model": {"max_steps": 2, "batch_size": 4, "max_new_tokens": 16},
         "ppo": {
@@ -39,12 +33,13 @@ PRESETS: dict[str, dict[str, Any]] = {
             "batch_size": 4,
             "minibatches": 1,
             "ppo_epochs": 1,
-            "max_new_tokens": 12,
+            "sampling": {"max_new_tokens": 12},
             "eval_every": 2,
             "log_every": 2,
             "save_every": 2,
+            "reward_model_gate": {"allow_weak": True},  # two steps on 24 items cannot reach the quality floors
         },
-        "evaluate": {"max_prompts": 4, "max_new_tokens": 12, "bootstrap_samples": 100},
+        "evaluate": {"max_prompts": 4, "sampling": {"max_new_tokens": 12}, "bootstrap_samples": 100},
         "checks": {"small_tagger_data": True},
     },
     "small": {
@@ -53,14 +48,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "full": {},
 }
-
-
-def merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with ``top`` written over it, section by section (``top`` wins on every leaf it has)."""
-    out = dict(base)
-    for key, value in top.items():
-        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
 
 
 def _changed(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,8 @@ never does), and whether PPO scores with the reward model (``uses_reward_model``
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field, model_validator
 
 from t2g_core.config import (
@@ -35,6 +37,8 @@ from t2g_core.config import (
 
 class StageSettings(StageConfig):
     """The config sections one stage reads (field names are ``PipelineConfig`` field names)."""
+
+    ALSO_READS: ClassVar[tuple[str, ...]] = ()  # settings of other sections it takes as values (their defaults)
 
     @classmethod
     def from_pipeline(cls, cfg: PipelineConfig) -> StageSettings:
@@ -93,11 +97,23 @@ class WarmupSettings(StageSettings):
 
 
 class PolicySamplesSettings(AnnotateSettings):
+    ALSO_READS = ("ppo.sampling (as policy_samples.sampling: null)",)
+
     policy_samples: PolicySamplesConfig = Field(
         default_factory=PolicySamplesConfig, description="How many responses, sampled how."
     )
     holdout: HoldoutConfig = Field(default_factory=HoldoutConfig, description="The prompts held out (never sampled).")
     models: ModelsConfig = Field(default_factory=ModelsConfig, description="The weights dtype the policy loads in.")
+
+    @classmethod
+    def from_pipeline(cls, cfg: PipelineConfig) -> PolicySamplesSettings:
+        """The sections, with ``policy_samples.sampling: null`` replaced by PPO's sampling as a value (so a change of
+        ``ppo.sampling`` re-samples)."""
+        settings = super().from_pipeline(cfg)
+        if settings.policy_samples.sampling is not None:
+            return settings
+        own = settings.policy_samples.model_copy(update={"sampling": cfg.ppo.sampling})
+        return settings.model_copy(update={"policy_samples": own})
 
 
 OFFLINE_LABELLERS = ("reference", "code")  # annotators that label a fresh response with no outside service

@@ -7,20 +7,17 @@ reference (the SFT model is the reference, as in RLHF practice), and the baselin
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from t2g_core.config.base import StageConfig
+from t2g_core.config import lora
+from t2g_core.config.base import StageConfig, refuse_renamed
+from t2g_core.config.lora import LoRA
 
 
 class WarmupConfig(StageConfig):
-    enabled: bool = Field(
-        False,
-        description="Fine-tune the policy on the reference responses of the training prompts (never the held-out "
-        "ones: the split of the holdout section) before PPO; the LoRA is merged into the policy PPO starts from, "
-        "which is then also PPO's KL reference and the evaluation's baseline.",
-    )
+    enabled: bool = Field(False, description="Fine-tune the policy on the training prompts' references before PPO.")
     steps: int = Field(60, ge=1, description="Optimizer steps (each of batch_size x grad_accum pairs).")
     batch_size: int = Field(8, ge=1, description="Pairs per forward pass.")
     grad_accum: int = Field(1, ge=1, description="Gradient accumulation steps per optimizer step.")
@@ -28,20 +25,15 @@ class WarmupConfig(StageConfig):
     lr_scheduler: Literal["constant", "linear", "cosine"] = Field(
         "linear", description="Learning-rate schedule over the steps."
     )
-    lora_r: int = Field(16, ge=1, description="LoRA rank.")
-    lora_alpha: int = Field(32, ge=1, description="LoRA alpha.")
-    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
-    lora_target_modules: list[str] | str = Field(
-        "all-linear", description="Modules that get LoRA adapters ('all-linear' or a list of module names)."
-    )
+    lora: LoRA = Field(default_factory=LoRA, description="The LoRA adapter, merged into the policy afterwards.")
     max_length: int = Field(
-        1024,
-        ge=16,
-        description="Token budget of the rendered prompt plus the reference; longer pairs are left out (counted in "
-        "the stage's report), never cut, so the policy never learns to stop mid-answer.",
+        1024, ge=16, description="Token budget of prompt plus reference; longer pairs are left out, never cut."
     )
     max_items: int = Field(0, ge=0, description="Train on at most this many training prompts (0 = all).")
-    save_steps: int = Field(
-        25, ge=1, description="Checkpoint every N optimizer steps (a killed warm-up resumes from the last one)."
-    )
+    save_steps: int = Field(25, ge=1, description="Checkpoint every N optimizer steps (a killed warm-up resumes).")
     seed: int = Field(0, description="Seed of the LoRA initialisation and the data order.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        return refuse_renamed("warmup", data, lora.RENAMED)

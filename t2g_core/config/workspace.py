@@ -10,13 +10,12 @@ from t2g_core.config.base import StageConfig
 class WorkspaceConfig(StageConfig):
     root: str = Field(
         "t2g-workspace",
-        description="Workspace folder holding artifacts/, models/, mlflow.db and the Prefect home; a relative path is "
-        "relative to the folder the command runs in (outputs go where you work, inputs are found next to the recipe).",
+        description="Workspace folder (artifacts, models, mlflow.db, the Prefect home); relative to the folder the "
+        "command runs in.",
     )
     mlflow_tracking_uri: str | None = Field(
         None,
-        description="MLflow tracking URI; default `sqlite:///WORKSPACE/mlflow.db` in the workspace folder (or an "
-        "http:// server, e.g. from `make up`).",
+        description="MLflow tracking URI (null: sqlite:///WORKSPACE/mlflow.db; or an http:// server).",
     )
     mlflow_experiment: str = Field("text2grad", description="MLflow experiment that holds the pipeline runs.")
     inbox_max_mb: float = Field(
@@ -27,6 +26,6 @@ class WorkspaceConfig(StageConfig):
     stale_temp_hours: float = Field(
         24.0,
         gt=0,
-        description="At the start of a pipeline run, temporary files and folders that killed writers left in the "
-        "workspace and that are older than this many hours are removed.",
+        description="Temporary files killed writers left in the workspace are removed at a run's start once this many "
+        "hours old.",
     )

@@ -24,15 +24,16 @@ if TYPE_CHECKING:
 
 def generation_settings(cfg: EvaluateConfig) -> dict[str, Any]:
     """The decoding settings recorded next to every result."""
+    sampled = not cfg.sampling.greedy
     settings: dict[str, Any] = {
-        "decoding": "sampled" if cfg.do_sample else "greedy",
-        "max_new_tokens": cfg.max_new_tokens,
+        "decoding": "sampled" if sampled else "greedy",
+        "max_new_tokens": cfg.sampling.max_new_tokens,
         "num_samples": cfg.num_samples,
         "batch_size": cfg.batch_size,
         "seed": cfg.seed,
     }
-    if cfg.do_sample:
-        settings.update(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+    if sampled:
+        settings.update(cfg.sampling.model_dump(exclude={"max_new_tokens"}))
     return settings
 
 
@@ -86,17 +87,18 @@ def render_prompt(tokenizer, task: str, prompt: str) -> str:
 
 
 def _generate_kwargs(cfg: EvaluateConfig, tokenizer) -> dict[str, Any]:
+    sampling = cfg.sampling
     kwargs: dict[str, Any] = {
-        "max_new_tokens": cfg.max_new_tokens,
-        "do_sample": cfg.do_sample,
+        "max_new_tokens": sampling.max_new_tokens,
+        "do_sample": not sampling.greedy,
         "num_return_sequences": cfg.num_samples,
         "pad_token_id": tokenizer.pad_token_id,
         "eos_token_id": tokenizer.eos_token_id,
     }
-    if cfg.do_sample:
-        kwargs.update(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)  # transformers: tau, k, then p
-    else:
+    if sampling.greedy:
         kwargs.update(temperature=None, top_p=None, top_k=None)
+    else:  # transformers applies the temperature, then top-k, then top-p
+        kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
     return kwargs
 
 
@@ -110,7 +112,7 @@ def _check_length(attention_mask, max_new_tokens: int, model, start: int) -> Non
         if n + max_new_tokens > limit:
             raise ValueError(
                 f"prompt {start + i}: {n} tokens + max_new_tokens {max_new_tokens} exceed the model's "
-                f"{limit} positions; shorten the prompt or lower evaluate.max_new_tokens"
+                f"{limit} positions; shorten the prompt or lower evaluate.sampling.max_new_tokens"
             )
 
 
@@ -118,8 +120,6 @@ def generate_with(model, tokenizer, task: str, prompts: Sequence[str], cfg: Eval
     """``cfg.num_samples`` responses per prompt from an already loaded model: shape (len(prompts), num_samples)."""
     import torch
 
-    if cfg.num_samples > 1 and not cfg.do_sample:
-        raise ValueError("num_samples > 1 needs do_sample=true (greedy decoding gives one answer per prompt)")
     from t2g_core.models.loading import ensure_pad_token
 
     tokenizer.padding_side = "left"
@@ -130,7 +130,7 @@ def generate_with(model, tokenizer, task: str, prompts: Sequence[str], cfg: Eval
     for b, start in enumerate(range(0, len(prompts), cfg.batch_size)):
         texts = [render_prompt(tokenizer, task, p) for p in prompts[start : start + cfg.batch_size]]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-        _check_length(enc["attention_mask"], cfg.max_new_tokens, model, start)
+        _check_length(enc["attention_mask"], cfg.sampling.max_new_tokens, model, start)
         torch.manual_seed(cfg.seed + b)
         with torch.no_grad():
             seqs = model.generate(**enc, **kwargs)  # (batch * num_samples, prompt_len + new)

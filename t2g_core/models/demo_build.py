@@ -4,7 +4,7 @@ that base on the task (``t2g_core.models.tiny`` has the pieces).
 
 A build runs in phases (tokenizer, initial weights, LM warm start, the policy's supervised phases), each writing a
 folder of its own that appears complete or not at all; the training phases checkpoint every
-``TinyModelConfig.checkpoint_every`` steps. A build stopped by a time limit or a kill therefore resumes from its last
+``TinySpec.checkpoint_every`` steps. A build stopped by a time limit or a kill therefore resumes from its last
 finished phase and checkpoint, and ends with the same weights as an uninterrupted one.
 """
 
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from t2g_core.config.models import ModelsConfig, TinyModelConfig
-from t2g_core.models.tiny import WarmStartResult, build_tiny_model, train_tokenizer, warm_start
+from t2g_core.config.models import ModelsConfig
+from t2g_core.models.tiny import SIZES, TinySpec, WarmStartResult, build_tiny_model, train_tokenizer, warm_start
 from t2g_core.progress import Progress, as_progress
 from t2g_core.training import publish_folder, staging_folder, writer_token
 
@@ -44,9 +44,9 @@ def _frame_digest(df: pd.DataFrame) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
-def demo_models_key(cfg: ModelsConfig, feedback_df: pd.DataFrame) -> str:
-    """Hash of the build recipe version, the tiny-model config (less how often it checkpoints) and the feedback."""
-    parts = [BUILD_VERSION, cfg.tiny.model_dump_json(exclude={"checkpoint_every"}), _frame_digest(feedback_df)]
+def demo_models_key(spec: TinySpec, feedback_df: pd.DataFrame) -> str:
+    """Hash of the build recipe version, the builder's spec (less how often it checkpoints) and the feedback."""
+    parts = [BUILD_VERSION, spec.model_dump_json(exclude={"checkpoint_every"}), _frame_digest(feedback_df)]
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
 
@@ -58,6 +58,7 @@ def ensure_demo_models(
     progress: Progress | bool = True,
     log: Callable[[str], None] | None = None,
     rebuild: bool = False,
+    spec: TinySpec | None = None,
 ) -> DemoModels:
     """Build (once) the tiny base LM and the warm-started policy for ``feedback_df``'s task; reuse them afterwards.
 
@@ -66,17 +67,18 @@ def ensure_demo_models(
     interrupted build (a time limit, a kill) leaves that folder and the next call resumes it from its last finished
     phase and checkpoint. One process builds a key at a time (a lock beside the folder); the others wait and reuse
     it. Models given as a Hugging Face id or folder (``cfg.policy`` / ``cfg.reward_model_base`` not ``"tiny"``) are
-    returned as they are. ``rebuild`` builds from scratch and swaps the new folder in for a finished one.
+    returned as they are. ``rebuild`` builds from scratch and swaps the new folder in for a finished one. The models
+    are built to ``spec`` (default: the named size ``cfg.tiny``).
     """
     if cfg.policy != "tiny" and cfg.reward_model_base != "tiny":
         return DemoModels(base=Path(cfg.reward_model_base), policy=Path(cfg.policy))
-    models_dir = Path(models_dir)
-    final = models_dir / f"tiny-{demo_models_key(cfg, feedback_df)}"
+    models_dir, spec = Path(models_dir), spec or SIZES[cfg.tiny]
+    final = models_dir / f"tiny-{demo_models_key(spec, feedback_df)}"
     if rebuild or not (final / "build.json").exists():
         models_dir.mkdir(parents=True, exist_ok=True)
         with _build_lock(models_dir / f".{final.name}.lock"):
             if rebuild or not (final / "build.json").exists():  # another process may have built it meanwhile
-                _build_into(final, cfg.tiny, feedback_df, progress=as_progress(progress), log=log, fresh=rebuild)
+                _build_into(final, spec, feedback_df, progress=as_progress(progress), log=log, fresh=rebuild)
     base = final / "base" if cfg.reward_model_base == "tiny" else Path(cfg.reward_model_base)
     policy = final / "policy" if cfg.policy == "tiny" else Path(cfg.policy)
     return DemoModels(base=base, policy=policy)
@@ -94,7 +96,7 @@ def _build_lock(path: Path):
         path.unlink(missing_ok=True)  # only after success: a failed build leaves it, with its partial folder
 
 
-def _build_into(final: Path, cfg: TinyModelConfig, feedback_df: pd.DataFrame, *, progress, log, fresh: bool) -> None:
+def _build_into(final: Path, cfg: TinySpec, feedback_df: pd.DataFrame, *, progress, log, fresh: bool) -> None:
     work = final.with_name(f".{final.name}.partial")
     if fresh:
         shutil.rmtree(work, ignore_errors=True)
@@ -119,7 +121,7 @@ def _main_task(feedback_df: pd.DataFrame) -> str:
 
 
 def _policy_pairs(
-    task: str, feedback_df: pd.DataFrame, cfg: TinyModelConfig, p_halluc: float, seed: int
+    task: str, feedback_df: pd.DataFrame, cfg: TinySpec, p_halluc: float, seed: int
 ) -> list[tuple[str, str]]:
     """(prompt, target response) pairs for the policy's supervised warm start.
 
@@ -157,7 +159,7 @@ def _trained(result: WarmStartResult, what: str, log) -> dict:
     return {"losses": _first_last(result.losses), "resumed_step": result.resumed_step}
 
 
-def _train_policy(root: Path, tokenizer, task: str, feedback_df: pd.DataFrame, cfg: TinyModelConfig, *, progress, log):
+def _train_policy(root: Path, tokenizer, task: str, feedback_df: pd.DataFrame, cfg: TinySpec, *, progress, log):
     """Two supervised phases from the base LM: (1) clean targets, so the copy-a-value-from-the-post circuit forms
     quickly; (2) for summarization, targets with each fact wrong at ``cfg.p_halluc``, so the policy keeps the template
     and the lookup but states wrong values often enough for PPO to have errors to remove. Each phase writes its own
@@ -213,7 +215,7 @@ def _train_policy(root: Path, tokenizer, task: str, feedback_df: pd.DataFrame, c
     return info, resumed
 
 
-def _build_demo_models(root: Path, cfg: TinyModelConfig, feedback_df: pd.DataFrame, *, progress: Progress, log) -> None:
+def _build_demo_models(root: Path, cfg: TinySpec, feedback_df: pd.DataFrame, *, progress: Progress, log) -> None:
     """The phases of a build, each skipped when an earlier call finished it: tokenizer, initial weights, the LM warm
     start (``init`` -> ``base``), the policy's supervised phases (``base`` -> ``policy``)."""
     from t2g_core.demo import demo_corpus

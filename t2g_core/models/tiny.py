@@ -14,12 +14,77 @@ from __future__ import annotations
 import math
 import shutil
 import time
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from t2g_core.config.models import TinyModelConfig
+from pydantic import Field
+
+from t2g_core.config.base import StageConfig
+from t2g_core.config.models import TinySize
 from t2g_core.progress import Progress, as_progress
+
+
+class TinySpec(StageConfig):
+    """How a tiny model is built from scratch and warm-started (a named size of ``SIZES``: ``models.tiny``): the LM
+    warm start on the demo corpus, then the policy's supervised steps on correct responses and, for summarization,
+    on summaries with each fact wrong at ``p_halluc`` (so the policy makes errors PPO can fix)."""
+
+    architecture: Literal["llama", "gpt2"] = "llama"
+    vocab_size: int = Field(1024, ge=64)  # byte-level BPE trained on the demo corpus
+    hidden_size: int = Field(128, ge=16)
+    intermediate_size: int | None = Field(256, ge=16)  # Llama MLP width (None: 4 x hidden_size)
+    num_layers: int = Field(2, ge=1)
+    num_heads: int = Field(4, ge=1)
+    max_positions: int = Field(2048, ge=64)
+    warm_start_steps: int = Field(300, ge=0)  # 60 x 32 never taught the reward model the JSON format; 300 x 64 does
+    warm_start_lr: float = Field(2e-3, gt=0)
+    warm_start_batch_size: int = Field(64, ge=1)
+    warm_start_block_size: int = Field(128, ge=8)
+    policy_sft_steps: int = Field(600, ge=0)
+    policy_noise_steps: int = Field(60, ge=0)
+    policy_noise_lr: float = Field(1e-3, gt=0)
+    policy_sft_lr: float = Field(3e-3, gt=0)
+    policy_sft_batch_size: int = Field(32, ge=1)
+    policy_sft_examples: int = Field(4096, ge=1)  # synthetic (post, noisy summary) pairs for summarization
+    p_halluc: float = Field(0.35, ge=0.0, le=1.0)
+    seed: int = 0
+    checkpoint_every: int = Field(50, ge=1)  # a stopped build resumes from its last checkpoint (not its identity)
+
+
+SIZES: dict[str, TinySpec] = {  # models.tiny
+    "demo": TinySpec(),
+    "mini": TinySpec(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=1,
+        num_heads=2,
+        warm_start_steps=10,
+        policy_sft_steps=20,
+        policy_noise_steps=5,
+        policy_sft_examples=256,
+    ),
+    "smoke": TinySpec(
+        vocab_size=256,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        warm_start_steps=2,
+        warm_start_batch_size=8,
+        policy_sft_steps=2,
+        policy_noise_steps=1,
+        policy_sft_batch_size=8,
+        policy_sft_examples=32,
+    ),
+}
+if tuple(SIZES) != typing.get_args(TinySize):
+    raise ImportError(
+        f"t2g_core.config.models.TinySize {typing.get_args(TinySize)} disagrees with SIZES {tuple(SIZES)}"
+    )
+
 
 BOS, EOS, PAD = "<|bos|>", "<|eot|>", "<|pad|>"
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
@@ -71,7 +136,7 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | Path, 
 
 
 # --------------------------------------------------------------------------------------------- model
-def _model_config(cfg: TinyModelConfig, tokenizer):
+def _model_config(cfg: TinySpec, tokenizer):
     from transformers import GPT2Config, LlamaConfig
 
     ids = {
@@ -103,7 +168,7 @@ def _model_config(cfg: TinyModelConfig, tokenizer):
     )
 
 
-def build_tiny_model(out_dir: str | Path, tokenizer_dir: str | Path, cfg: TinyModelConfig | None = None) -> Path:
+def build_tiny_model(out_dir: str | Path, tokenizer_dir: str | Path, cfg: TinySpec | None = None) -> Path:
     """Randomly initialise a small causal LM sized by ``cfg`` for the tokenizer in ``tokenizer_dir``.
 
     Saves model (safetensors), generation config and tokenizer into ``out_dir`` and returns it.
@@ -111,7 +176,7 @@ def build_tiny_model(out_dir: str | Path, tokenizer_dir: str | Path, cfg: TinyMo
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    cfg = cfg or TinyModelConfig()
+    cfg = cfg or TinySpec()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_config(_model_config(cfg, tokenizer))
@@ -193,7 +258,7 @@ def _sft_batches(tokenizer, pairs: Sequence[tuple[str, str]], max_length: int, b
 def warm_start(
     model_dir: str | Path,
     texts_or_pairs: Sequence[str] | Sequence[tuple[str, str]],
-    cfg: TinyModelConfig | None = None,
+    cfg: TinySpec | None = None,
     *,
     steps: int | None = None,
     lr: float | None = None,
@@ -219,7 +284,7 @@ def warm_start(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cfg = cfg or TinyModelConfig()
+    cfg = cfg or TinySpec()
     steps = cfg.warm_start_steps if steps is None else steps
     lr = cfg.warm_start_lr if lr is None else lr
     batch_size = batch_size or cfg.warm_start_batch_size

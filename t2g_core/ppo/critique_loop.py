@@ -16,7 +16,7 @@ repeated to the token limit). The pipeline already runs a critic that can label 
 4. **alarm**: the poor-span F1 (or, ``alarm_spans=all``, the F1 of all spans) below ``alarm_f1_floor``, or the
    omission recall below ``alarm_omission_floor``, while the annotator's mean reward on the round's rollouts is no
    higher than at the last passing round, or the warm start's as a round on its own rollouts measured it
-   (``alarm_gain_check``: the proxy was followed, the truth did not improve; with ``alarm_gain_noise`` z, lower by
+   (``alarm_gain_margin``: the proxy was followed, the truth did not improve; with a margin z, lower by
    more than z standard errors of the difference of the two means), restores the last
    round that passed (``rollback``: policy, critic, optimizers and KL controller from its checkpoint; the warm start
    before any) or also ends the run (``stop``), or only goes on (``continue``); a round that passes writes the
@@ -279,13 +279,15 @@ class CritiqueLoop:
         low = low_f1 or (floor is not None and metrics["omission_recall"] < floor)
         if self.state.passed_reward is None:  # no earlier round: the floors alone decide
             return low
-        # a policy the annotator judges better than at the last passing round (or, with alarm_gain_noise, not worse
+        # a policy the annotator judges better than at the last passing round (or, with alarm_gain_margin, not worse
         # beyond the noise of two means over a few rollouts) outgrew its reward model: refresh it instead of undoing
         # the progress
         metrics["annotator_gain"] = metrics["annotator_reward"] - self.state.passed_reward
         se = math.hypot(metrics.get("annotator_reward_se", 0.0), self.state.passed_reward_se)
-        metrics["annotator_gain_margin"] = self.cfg.alarm_gain_noise * se
-        return low and not (self.cfg.alarm_gain_check and metrics["annotator_gain"] > -metrics["annotator_gain_margin"])
+        if self.cfg.alarm_gain_margin is None:
+            return low
+        metrics["annotator_gain_margin"] = self.cfg.alarm_gain_margin * se
+        return low and not metrics["annotator_gain"] > -metrics["annotator_gain_margin"]
 
     def _set_bar(self, step: int, alarm: bool, metrics: dict[str, float]) -> None:
         """The annotator reward later rounds must beat (the gain check) is that of the policy an alarm restores: the

@@ -47,7 +47,7 @@ class FirstForward:
 
 def uses_critic(cfg: PPOConfig) -> bool:
     """Whether the advantage estimator needs a critic (critic-free estimators, rloo and grpo, train none)."""
-    return cfg.advantage not in CRITIC_FREE
+    return cfg.advantage_estimator not in CRITIC_FREE
 
 
 def reuses_first_forward(cfg: PPOConfig) -> bool:
@@ -103,7 +103,7 @@ def advantages_and_returns(
     """The configured estimator's advantages, whitened over the global batch, and the critic's returns; ``task`` is
     s_t (segment ends), ``terminal`` the sequence-level part of ``rewards`` (the span estimators credit it apart)."""
     advantages, returns = estimate_advantages(
-        cfg.advantage,
+        cfg.advantage_estimator,
         rewards,
         values,
         mask,
@@ -112,7 +112,6 @@ def advantages_and_returns(
         group=group,
         gamma=cfg.gamma,
         lam=cfg.lam,
-        grpo_scale=cfg.grpo_scale,
         grpo_std_floor=cfg.grpo_std_floor,
     )
     return masked_whiten(advantages, mask, reduce=all_reduce_sum), returns

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from t2g_core.config.lora import LoRA
 from t2g_core.rl.logprobs import (
     Sampling,
     as_sampling,
@@ -228,9 +229,7 @@ def _is_critic_adapter(name: str) -> bool:
 def load_policy(
     policy_dir: str | Path,
     *,
-    lora_r: int,
-    lora_alpha: int,
-    target_modules,
+    lora: LoRA,
     value_model: str,
     seed: int,
     dtype: torch.dtype | None = None,
@@ -255,7 +254,7 @@ def load_policy(
 
     def lora_config() -> LoraConfig:  # one object per adapter: peft keeps and edits the config it is given
         cfg = LoraConfig(
-            r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=target_modules, task_type="CAUSAL_LM"
+            r=lora.r, lora_alpha=lora.alpha, lora_dropout=0.0, target_modules=lora.target_modules, task_type="CAUSAL_LM"
         )
         cfg.revision = split_revision(policy_dir)[1]
         return cfg

@@ -29,7 +29,7 @@ RUN_FILE = "run.json"
 
 def default_run_name(cfg: PPOSettings) -> str:
     p = cfg.ppo
-    return p.run_name or f"{p.reward_mode}-{p.reward_source}-seed{p.seed}"
+    return f"{p.reward_mode}-{p.reward_source}-seed{p.seed}"
 
 
 def prepare_run(

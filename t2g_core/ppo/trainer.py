@@ -118,9 +118,7 @@ class PPOTrainer:
             )
         self.bundle = load_policy(
             policy_dir,
-            lora_r=cfg.lora_r,
-            lora_alpha=cfg.lora_alpha,
-            target_modules=cfg.lora_target_modules,
+            lora=cfg.lora,
             value_model=cfg.value_model if uses_critic(cfg) else "head",  # critic-free: no value backbone to load
             seed=cfg.seed,
             dtype=dtype,
@@ -157,7 +155,7 @@ class PPOTrainer:
             workdir=self.run_dir,
             rank=self.rank,
         )
-        self.kl_ctl = make_kl_controller(cfg.kl_coef, cfg.adaptive_kl, cfg.target_kl, cfg.kl_horizon)
+        self.kl_ctl = make_kl_controller(cfg.kl_coef, cfg.target_kl, cfg.kl_horizon)
         self.history: list[dict] = []
         self.records: list[dict] = []
         self.heatmaps: list[Path] = []

@@ -3,7 +3,6 @@
 from t2g_core.rl.advantages import (
     ESTIMATORS,
     AdvantageKind,
-    GrpoScale,
     estimate_advantages,
     grpo_advantages,
     reward_to_go,
@@ -36,7 +35,6 @@ __all__ = [
     "AdaptiveKLController",
     "AdvantageKind",
     "FixedKLController",
-    "GrpoScale",
     "OmissionPlacement",
     "RewardMode",
     "assemble_rewards",

@@ -1,4 +1,4 @@
-"""Advantage estimators (``PPOConfig.advantage``): how per-token rewards become per-token credit.
+"""Advantage estimators (``PPOConfig.advantage_estimator``): how per-token rewards become per-token credit.
 
 The reward splits as r_t = x_t + [t = last] z: x_t = m_t (s_t - beta KL_t) is the per-token part (s the placed task
 signal: span labels and omissions) and z the sequence's terminal reward (a critic's verdict, the hybrid terminal
@@ -18,8 +18,8 @@ H(t) = min{u > t : sigma_u} (the last token if none): the first token after the 
                     value of going on is kept. Needs a competent critic.
     rloo            A_{i,t} = G_{i,t} - mean_{j in group(i), j != i} G_{j,t}                         (critic-free)
     grpo            A_{i,t} = (G_{i,t} - mean_{j in group(i)} G_{j,t}) / S_{i,t}                     (critic-free)
-                        S = 1                                          grpo_scale none (as Dr. GRPO, Liu et al. 2025)
-                        S = max(std_{j in group(i)} G_{j,t}, floor)    grpo_scale position_std
+                        S = 1                                          no floor (as Dr. GRPO, Liu et al. 2025)
+                        S = max(std_{j in group(i)} G_{j,t}, floor)    grpo_std_floor = floor
 
     Z_{i,t} = gamma^(last_i - t) z_i - mean_{j in pool(i), j != i} z_j      (the terminal component)
 
@@ -39,11 +39,11 @@ Deliberate choices:
   Labels the critic gives a token because of later tokens (a clause judged by its last word) stay non-causal
   whatever the horizon: with them the span estimators' lambda reads later tokens again (gae, rloo and grpo keep a
   fixed one).
-- **grpo_scale none** by default: the estimates are whitened over the batch afterwards, so a scale only re-weights
+- **No grpo scale** by default: the estimates are whitened over the batch afterwards, so a scale only re-weights
   prompts, and a per-prompt std up-weights prompts whose samples nearly agree (Dr. GRPO); with per-token rewards the
   std of *total* returns is not even the scale of G_{i,t} (tied totals divide token differences by ~0). With none,
-  grpo is rloo times (k - 1) / k, the same after whitening. position_std floors the per-position std at
-  ``grpo_std_floor`` (one label by default), so positions where the group's returns tie are not blown up.
+  grpo is rloo times (k - 1) / k, the same after whitening. ``grpo_std_floor`` divides by the per-position std,
+  floored at it (one label is a natural choice), so positions where the group's returns tie are not blown up.
 
 The group baselines depend only on the other samples (rloo; grpo includes i itself, as GRPO does), so they are valid
 for every token of sample i, and the span rewards stay per token in G. Returns (value targets) are A + V for gae and
@@ -63,7 +63,6 @@ from t2g_core.rl.gae import gae
 from t2g_core.rl.rewards import last_token_index, place_on_last
 
 AdvantageKind = Literal["gae", "span_local", "span_bootstrap", "rloo", "grpo"]
-GrpoScale = Literal["none", "position_std"]
 
 
 def segment_starts(task: Tensor, mask: Tensor) -> Tensor:  # (B, T), (B, T) -> (B, T) bool
@@ -144,18 +143,16 @@ def rloo_advantages(rewards: Tensor, mask: Tensor, group: Tensor, gamma: float) 
 
 @torch.no_grad()
 def grpo_advantages(
-    rewards: Tensor, mask: Tensor, group: Tensor, gamma: float, scale: GrpoScale = "none", std_floor: float = 1.0
+    rewards: Tensor, mask: Tensor, group: Tensor, gamma: float, std_floor: float | None = None
 ) -> Tensor:  # (B, T), (B,) -> (B, T)
-    """Reward-to-go minus the group mean per position, divided by nothing (``none``) or by the group's standard
-    deviation at that position, floored at ``std_floor`` (``position_std``)."""
+    """Reward-to-go minus the group mean per position, divided by nothing (``std_floor`` None) or by the group's
+    standard deviation at that position, floored at ``std_floor``."""
     group = _check_groups(group)
     to_go = reward_to_go(rewards, mask, gamma)
     sums, counts = _group_stats(to_go, group)
     centred = to_go - sums / counts[:, None]
-    if scale == "none":
+    if std_floor is None:
         return centred * mask.to(to_go.dtype)
-    if scale != "position_std":
-        raise ValueError(f"unknown grpo_scale {scale!r}; expected 'none' or 'position_std'")
     sq_sums, _ = _group_stats(centred**2, group)
     std = torch.sqrt(sq_sums / (counts - 1)[:, None])  # unbiased, as torch.std, per position
     return centred / std.clamp(min=std_floor) * mask.to(to_go.dtype)
@@ -197,8 +194,8 @@ def _rloo(rewards, values, mask, *, task, terminal, group, gamma, lam, **_):
     return rloo_advantages(rewards, mask, group, gamma), torch.zeros_like(rewards)
 
 
-def _grpo(rewards, values, mask, *, task, terminal, group, gamma, lam, grpo_scale, grpo_std_floor):
-    return grpo_advantages(rewards, mask, group, gamma, grpo_scale, grpo_std_floor), torch.zeros_like(rewards)
+def _grpo(rewards, values, mask, *, task, terminal, group, gamma, lam, grpo_std_floor):
+    return grpo_advantages(rewards, mask, group, gamma, grpo_std_floor), torch.zeros_like(rewards)
 
 
 ESTIMATORS: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
@@ -221,8 +218,7 @@ def estimate_advantages(
     group: Tensor | None,
     gamma: float,
     lam: float,
-    grpo_scale: GrpoScale = "none",
-    grpo_std_floor: float = 1.0,
+    grpo_std_floor: float | None = None,
 ) -> tuple[Tensor, Tensor]:  # (B, T) ... -> advantages (B, T), returns (B, T)
     """(advantages, returns) of the chosen estimator. ``rewards`` = r (terminal included), ``task`` = the placed task
     signal s (segment ends), ``terminal`` = z (B,), the part of r on each last token that is the sequence's (None:
@@ -240,6 +236,5 @@ def estimate_advantages(
         group=group,
         gamma=gamma,
         lam=lam,
-        grpo_scale=grpo_scale,
         grpo_std_floor=grpo_std_floor,
     )

@@ -44,7 +44,6 @@ class AdaptiveKLController:
         self.value, self.target, self.horizon = float(state["value"]), float(state["target"]), int(state["horizon"])
 
 
-def make_kl_controller(
-    init: float, adaptive: bool, target: float, horizon: int
-) -> FixedKLController | AdaptiveKLController:
-    return AdaptiveKLController(init, target, horizon) if adaptive else FixedKLController(init)
+def make_kl_controller(init: float, target: float | None, horizon: int) -> FixedKLController | AdaptiveKLController:
+    """Adaptive towards ``target`` (nats per sequence), or fixed when there is none."""
+    return FixedKLController(init) if target is None else AdaptiveKLController(init, target, horizon)

@@ -2,8 +2,8 @@
 
 A reward model trained only on the dataset's responses meets the policy's own text for the first time inside PPO.
 This stage samples ``policy_samples.prompts`` training prompts (drawn by ``seed``; never a held-out one: the
-``holdout`` split PPO and the warm-up use), ``per_prompt`` responses each, as PPO's rollouts sample (the section's
-temperature, top-k, top-p and budget), and sends them to the pipeline's annotator. It returns two artifacts: the
+``holdout`` split PPO and the warm-up use), ``per_prompt`` responses each, as PPO's rollouts sample (``ppo.sampling``
+unless the section names its own), and sends them to the pipeline's annotator. It returns two artifacts: the
 responses as feedback rows (id ``<item id>@policy.<k>``, the item's prompt and reference, ``meta.sampled_from`` =
 the item's id) and the annotator's rows, failures kept with their status. The reward-model stage trains on them with
 the dataset's items (``t2g_core.stages.reward_model``). A finished run's outputs under the same key are reused
@@ -36,6 +36,7 @@ def sample_responses(policy: str, rows: pd.DataFrame, settings: PolicySamplesSet
     """``per_prompt`` responses per row (a list per row, in row order), one model load, progress per batch; each
     row's prompt is rendered for its own task."""
     from t2g_core.config.evaluate import EvaluateConfig
+    from t2g_core.config.sampling import Sampling
     from t2g_core.evaluation.generate import generate_with, load_policy
     from t2g_core.models.loading import default_device, resolve_dtype
 
@@ -45,13 +46,9 @@ def sample_responses(policy: str, rows: pd.DataFrame, settings: PolicySamplesSet
     out: dict[int, list[str]] = {}
     batches = range(0, len(rows), cfg.batch_size)
     for b, start in enumerate(batches):
-        decoding = EvaluateConfig(
-            max_new_tokens=cfg.max_new_tokens,
+        decoding = EvaluateConfig(  # null sampling: PPO's, which settings_for puts in its place
+            sampling=cfg.sampling or Sampling(),
             batch_size=cfg.batch_size,
-            do_sample=True,
-            temperature=cfg.temperature,
-            top_k=cfg.top_k,
-            top_p=cfg.top_p,
             num_samples=cfg.per_prompt,
             seed=cfg.seed + b,
         )

@@ -115,7 +115,9 @@ def test_every_estimator_charges_the_token_that_stopped_early(tok, estimator, pl
     cut = CORRECT[: CORRECT.index(" with")] + "."
     ro, sc = scored(tok, [CORRECT, cut, CORRECT, cut])
     cfg = PPOConfig(
-        omission_placement=placement, advantage=estimator, group_size=4 if estimator in ("rloo", "grpo") else 1
+        omission_placement=placement,
+        advantage_estimator=estimator,
+        group_size=4 if estimator in ("rloo", "grpo") else 1,
     )
     task, terminal, _ = place_task_rewards(sc, ro, cfg)
     kl = per_token_kl(torch.zeros(task.shape), torch.zeros(task.shape), ro.response_mask)
@@ -135,7 +137,7 @@ def test_span_local_without_the_penalty_is_blind_to_stopping_early(tok):
     local return is 0 (no later span reaches it)."""
     cut = CORRECT[: CORRECT.index(" with")] + "."
     ro, sc = scored(tok, [cut])
-    cfg = PPOConfig(advantage="span_local", omission_penalty=0.0)
+    cfg = PPOConfig(advantage_estimator="span_local", omission_penalty=0.0)
     task, terminal, _ = place_task_rewards(sc, ro, cfg)
     rewards = assemble_rewards(task, torch.zeros(task.shape), ro.response_mask, 0.0, terminal)
     adv, _ = estimate_advantages(

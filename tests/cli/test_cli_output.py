@@ -37,8 +37,8 @@ def test_config_show_prints_one_section():
     result = runner.invoke(app, ["config", "show", "--section", "holdout"])
     assert result.exit_code == 0, result.output
     assert yaml.safe_load(result.output) == {"eval_fraction": 0.25, "seed": 0}
-    nested = runner.invoke(app, ["config", "show", "--section", "models.tiny", "--preset", "tiny"])
-    assert yaml.safe_load(nested.output)["hidden_size"] == 32
+    nested = runner.invoke(app, ["config", "show", "--section", "ppo.sampling", "--preset", "tiny"])
+    assert yaml.safe_load(nested.output)["max_new_tokens"] == 12
     unknown = runner.invoke(app, ["config", "show", "--section", "ppoo"])
     assert unknown.exit_code == 2 and "sections here:" in unknown.output and "ppo" in unknown.output
 

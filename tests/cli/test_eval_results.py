@@ -32,7 +32,7 @@ def test_cli_policy_and_report(tiny_model_dir, tmp_path):
         "--task",
         "summarization",
         "-s",
-        "evaluate.max_new_tokens=4",
+        "evaluate.sampling.max_new_tokens=4",
         "-s",
         "evaluate.bootstrap_samples=200",
     ]

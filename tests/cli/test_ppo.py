@@ -24,7 +24,7 @@ def _sets(tiny_model_dir, tmp_path, mode, steps):
         "ppo.batch_size=4",
         "ppo.minibatches=2",
         "ppo.ppo_epochs=1",
-        "ppo.max_new_tokens=8",
+        "ppo.sampling.max_new_tokens=8",
         "ppo.value_model=head",
         "ppo.save_every=1",
         f"ppo.reward_mode={mode}",

@@ -25,7 +25,7 @@ def test_t2g_ppo_train_under_accelerate_launch(tiny_model_dir, tmp_path):
         "ppo.batch_size=4",
         "ppo.minibatches=2",
         "ppo.ppo_epochs=1",
-        "ppo.max_new_tokens=8",
+        "ppo.sampling.max_new_tokens=8",
         "ppo.value_model=head",
         "ppo.reward_source=oracle",
     ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 from pydantic import BaseModel, ValidationError
 
@@ -42,6 +44,66 @@ def _walk(model: type[BaseModel], prefix: str = ""):
 def test_every_field_is_documented():
     undocumented = [name for name, field in _walk(PipelineConfig) if not field.description]
     assert undocumented == []
+
+
+def _models_in(annotation):
+    """The pydantic models an annotation holds: itself, or inside ``X | None``, ``list[X]``, ``dict[K, X]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+    for arg in typing.get_args(annotation):
+        yield from _models_in(arg)
+
+
+def _every_field(model: type[BaseModel], prefix: str = ""):
+    """Every field of ``model`` and of the models nested in it, optional ones (``policy_samples.sampling``) too."""
+    for name, field in model.model_fields.items():
+        yield f"{prefix}{name}", field
+        for inner in _models_in(field.annotation):
+            yield from _every_field(inner, f"{prefix}{name}.")
+
+
+def test_every_field_description_is_one_short_line():
+    """A description is the one line a form, `t2g config` and the docs' tables show; the reasons live in the docs."""
+    paths = [path for path, _ in _every_field(PipelineConfig)]
+    assert "ppo.sampling.temperature" in paths and "ppo.lora.r" in paths  # the walk reaches nested sections
+    assert "policy_samples.sampling.top_p" in paths  # and the models inside an optional field
+    too_long = {path: len(f.description) for path, f in _every_field(PipelineConfig) if len(f.description or "") > 120}
+    assert too_long == {}
+
+
+@pytest.mark.parametrize(
+    ("setting", "old", "new"),
+    [
+        ("ppo.temperature=0.5", "ppo.temperature", "ppo.sampling.temperature"),
+        ("ppo.max_new_tokens=8", "ppo.max_new_tokens", "ppo.sampling.max_new_tokens"),
+        ("policy_samples.top_k=5", "policy_samples.top_k", "policy_samples.sampling.top_k"),
+        ("evaluate.do_sample=false", "evaluate.do_sample", "evaluate.sampling.temperature"),
+        ("evaluate.max_new_tokens=8", "evaluate.max_new_tokens", "evaluate.sampling.max_new_tokens"),
+        ("warmup.lora_r=4", "warmup.lora_r", "warmup.lora.r"),
+        ("ppo.lora_target_modules=[q_proj]", "ppo.lora_target_modules", "ppo.lora.target_modules"),
+        ("reward_model.lora_dropout=0", "reward_model.lora_dropout", "reward_model.lora.dropout"),
+        ("ppo.advantage=rloo", "ppo.advantage", "ppo.advantage_estimator"),
+        ("ppo.grpo_scale=position_std", "ppo.grpo_scale", "ppo.grpo_std_floor"),
+        ("ppo.adaptive_kl=true", "ppo.adaptive_kl", "ppo.target_kl"),
+        ("ppo.run_name=mine", "ppo.run_name", "--run-dir"),
+        (
+            "ppo.critique_loop.alarm_gain_noise=2",
+            "ppo.critique_loop.alarm_gain_noise",
+            "ppo.critique_loop.alarm_gain_margin",
+        ),
+        (
+            "ppo.critique_loop.alarm_gain_check=false",
+            "ppo.critique_loop.alarm_gain_check",
+            "ppo.critique_loop.alarm_gain_margin",
+        ),
+        ("models.tiny.hidden_size=32", "models.tiny", "the name of a size (demo, mini or smoke)"),
+    ],
+)
+def test_a_renamed_setting_is_refused_with_its_new_name(setting, old, new):
+    with pytest.raises(ValidationError) as refused:
+        load_config(None, [setting])
+    message = str(refused.value)
+    assert f"{old} is now" in message and new in message, message
 
 
 def test_round_trip_through_json_schema_names():

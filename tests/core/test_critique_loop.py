@@ -55,7 +55,7 @@ def test_low_agreement_rolls_back_only_when_the_annotator_sees_no_gain(tmp_path)
     assert not alarm(5.0, 7.0)  # the annotator judges the policy better: refresh, keep the progress
     assert alarm(5.0, 4.0) and alarm(5.0, 5.0)  # the proxy followed, the truth no better: over-optimisation
     assert alarm(None, 7.0)  # no earlier round: the floor alone decides
-    assert alarm(5.0, 7.0, alarm_gain_check=False)
+    assert alarm(5.0, 7.0, alarm_gain_margin=None)  # the floors alone decide
     assert not alarm(5.0, 4.0, poor_f1=0.9)  # agreement above the floor: no alarm whatever the reward
 
 
@@ -63,7 +63,7 @@ def test_with_a_noise_margin_only_a_shortfall_beyond_the_noise_of_the_two_means_
     # measured on SmolLM2: the bar (the warm start's mean over 8 rollouts) was 3.1 and a round 2.6 below it rolled
     # back a policy whose held-out error had fallen from 0.44 to 0.33
     def loop(noise: float) -> CritiqueLoop:
-        loop_cfg = CritiqueLoopConfig(enabled=True, budget=2, alarm_gain_noise=noise)
+        loop_cfg = CritiqueLoopConfig(enabled=True, budget=2, alarm_gain_margin=noise)
         cfg = PPOConfig(steps=10, batch_size=4, critique_loop=loop_cfg)
         crit = CritiqueLoop(cfg, AnnotateConfig(annotator="reference"), tagger_cfg(), AlignConfig(), tmp_path, None)
         crit._set_bar(0, True, {"annotator_reward": 3.0, "annotator_reward_se": 1.5})
@@ -160,7 +160,7 @@ def _ppo(**loop) -> PPOConfig:
         batch_size=4,
         minibatches=1,
         ppo_epochs=1,
-        max_new_tokens=12,
+        sampling={"max_new_tokens": 12},
         value_model="head",
         save_every=100,
         log_every=1,

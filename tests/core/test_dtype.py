@@ -142,14 +142,16 @@ def test_models_dtype_reaches_every_model_of_every_stage_as_one_torch_dtype(tiny
         batch_size=4,
         minibatches=2,
         ppo_epochs=1,
-        max_new_tokens=8,
+        sampling={"max_new_tokens": 8},
     )
     settings = PPOSettings(ppo=ppo_cfg, models=models_cfg)
     policy = ppo.train(fb_ref, models, None, settings, StageContext.keyed(tmp_path, "ppo"))
     assert json.loads((Path(policy.run_dir) / "models.json").read_text())["policy"]["dtype"] == "bfloat16"
 
     chosen = PolicySet(models={"warm_start": str(tiny_model_dir), "ppo": policy.adapter_dir}, baseline="warm_start")
-    eval_settings = EvaluateSettings(evaluate=EvaluateConfig(max_prompts=2, max_new_tokens=8), models=models_cfg)
+    eval_settings = EvaluateSettings(
+        evaluate=EvaluateConfig(max_prompts=2, sampling={"max_new_tokens": 8}), models=models_cfg
+    )
     evaluate.evaluate(fb_ref, chosen, eval_settings, StageContext.keyed(tmp_path, "eval"), device="cpu")
 
     assert loads.callers() == {

@@ -76,7 +76,7 @@ PROMPTS = ["the cat sat on a mat", "two dogs", "the cat sat on a mat in paris wi
 
 def test_batched_left_padded_generation_matches_one_by_one(policy_dir):
     torch.set_num_threads(1)
-    cfg = EvaluateConfig(batch_size=4, max_new_tokens=6, do_sample=False)
+    cfg = EvaluateConfig(batch_size=4, sampling={"temperature": 0, "max_new_tokens": 6})
     batched = generate(policy_dir, "summarization", PROMPTS, cfg)
     single = generate(policy_dir, "summarization", PROMPTS, cfg.model_copy(update={"batch_size": 1}))
     assert len(batched) == len(PROMPTS)
@@ -85,7 +85,7 @@ def test_batched_left_padded_generation_matches_one_by_one(policy_dir):
 
 
 def test_sampling_is_seeded_and_recorded(policy_dir):
-    cfg = EvaluateConfig(batch_size=2, max_new_tokens=8, do_sample=True, num_samples=3, seed=7, temperature=1.5)
+    cfg = EvaluateConfig(batch_size=2, sampling={"temperature": 1.5, "max_new_tokens": 8}, num_samples=3, seed=7)
     a = generate_samples(policy_dir, "qa", PROMPTS[:2], cfg)
     b = generate_samples(policy_dir, "qa", PROMPTS[:2], cfg)
     c = generate_samples(policy_dir, "qa", PROMPTS[:2], cfg.model_copy(update={"seed": 8}))
@@ -101,19 +101,25 @@ def test_sampling_is_seeded_and_recorded(policy_dir):
         "top_p": 1.0,
         "top_k": 0,
     }
-    with pytest.raises(ValueError, match="needs do_sample"):
-        generate_samples(policy_dir, "qa", PROMPTS[:1], EvaluateConfig(num_samples=2, pass_k=(1,), do_sample=False))
+    with pytest.raises(ValueError, match=r"needs sampling \(sampling\.temperature > 0\)"):  # refused by the config
+        EvaluateConfig(num_samples=2, pass_k=(1,), sampling={"temperature": 0})
 
 
 def test_top_k_and_top_p_reach_generate(policy_dir):
     """top_k = 1 (or a top_p below the top token's probability) leaves one token: sampling is then greedy decoding;
     a wide top_k is still sampling."""
     torch.set_num_threads(1)
-    greedy = generate(policy_dir, "qa", PROMPTS, EvaluateConfig(batch_size=4, max_new_tokens=6, do_sample=False))
-    sampled = EvaluateConfig(batch_size=4, max_new_tokens=6, do_sample=True, temperature=1.5, seed=3)
-    assert generate(policy_dir, "qa", PROMPTS, sampled.model_copy(update={"top_k": 1})) == greedy
-    assert generate(policy_dir, "qa", PROMPTS, sampled.model_copy(update={"top_p": 1e-6})) == greedy
-    assert generate(policy_dir, "qa", PROMPTS, sampled.model_copy(update={"top_k": 50})) != greedy
+    greedy = generate(
+        policy_dir, "qa", PROMPTS, EvaluateConfig(batch_size=4, sampling={"temperature": 0, "max_new_tokens": 6})
+    )
+    sampled = EvaluateConfig(batch_size=4, sampling={"temperature": 1.5, "max_new_tokens": 6}, seed=3)
+
+    def truncated(**cut) -> EvaluateConfig:
+        return sampled.model_copy(update={"sampling": sampled.sampling.model_copy(update=cut)})
+
+    assert generate(policy_dir, "qa", PROMPTS, truncated(top_k=1)) == greedy
+    assert generate(policy_dir, "qa", PROMPTS, truncated(top_p=1e-6)) == greedy
+    assert generate(policy_dir, "qa", PROMPTS, truncated(top_k=50)) != greedy
 
 
 def test_prompt_is_rendered_with_the_chat_template(policy_dir):
@@ -149,7 +155,7 @@ def test_adapter_folder_loads_on_its_base_and_changes_outputs(policy_dir, tmp_pa
     assert Path(cfg_json["base_model_name_or_path"]).resolve() == Path(policy_dir).resolve()
     model, _ = load_policy(adapter)
     assert type(model).__name__ == "PeftModelForCausalLM"
-    cfg = EvaluateConfig(batch_size=4, max_new_tokens=6, do_sample=False)
+    cfg = EvaluateConfig(batch_size=4, sampling={"temperature": 0, "max_new_tokens": 6})
     with_adapter = generate(adapter, "summarization", PROMPTS, cfg)
     assert len(with_adapter) == len(PROMPTS)
     # the same LoRA weights must act: logits differ from the base
@@ -170,6 +176,6 @@ def test_a_prompt_that_does_not_fit_is_a_clear_error(policy_dir):
 
     short = len(tok(render_prompt(tok, "qa", "two"), add_special_tokens=False)["input_ids"])
     # the short prompt fits exactly, the longer one does not
-    cfg = EvaluateConfig(max_new_tokens=limit - short, do_sample=False)
+    cfg = EvaluateConfig(sampling={"temperature": 0, "max_new_tokens": limit - short})
     with pytest.raises(ValueError, match=r"prompt 1: \d+ tokens \+ max_new_tokens"):
         generate_with(model, tok, "qa", ["two", "two dogs and the cat"], cfg)

@@ -94,11 +94,11 @@ def test_the_evaluate_stage_on_a_reference_free_file_with_a_trained_reward_model
 
     from t2g_core.annotators import annotate_frame
     from t2g_core.config import AnnotateConfig, load_config
-    from t2g_core.config.stages import settings_for
     from t2g_core.evaluation.judge import PairwiseJudge
     from t2g_core.stages import evaluate, ppo, reward_model
     from t2g_core.stages.context import StageContext
     from t2g_core.stages.refs import ModelsRef
+    from t2g_core.stages.registry import settings_for
     from t2g_core.testing.openai_server import FakeOpenAIServer
     from t2g_core.workspace import Workspace
 
@@ -118,9 +118,9 @@ def test_the_evaluate_stage_on_a_reference_free_file_with_a_trained_reward_model
             "ppo.batch_size=4",
             "ppo.minibatches=1",
             "ppo.ppo_epochs=1",
-            "ppo.max_new_tokens=8",
+            "ppo.sampling.max_new_tokens=8",
             "ppo.reward_model_gate.allow_weak=true",
-            "evaluate.max_new_tokens=8",
+            "evaluate.sampling.max_new_tokens=8",
             "evaluate.bootstrap_samples=200",
         ],
     )

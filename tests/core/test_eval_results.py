@@ -12,6 +12,8 @@ from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.evaluation import EvalResults, comparison_table, evaluate_policies, merge_results, write_report
 from tests.core._eval_feedback import _feedback
 
+GREEDY = {"temperature": 0, "max_new_tokens": 64}  # greedy decoding at the evaluation's default budget
+
 
 def scripted_generator(feedback: pd.DataFrame):
     """'base' answers with a wrong city and food everywhere; 'good' answers the reference on 25 of 30 items."""
@@ -30,7 +32,7 @@ def scripted_generator(feedback: pd.DataFrame):
 @pytest.fixture(scope="module")
 def results() -> EvalResults:
     fb = _feedback()
-    cfg = EvaluateConfig(bootstrap_samples=500, do_sample=False)
+    cfg = EvaluateConfig(bootstrap_samples=500, sampling=GREEDY)
     return evaluate_policies(
         {"base": "base", "good": "good"}, fb, "summarization", cfg, generator=scripted_generator(fb)
     )
@@ -75,7 +77,7 @@ def test_save_load_and_merge_separate_runs(results, tmp_path):
     again = EvalResults.load(tmp_path / "all")
     assert again.summary["comparisons"] == json.loads(json.dumps(results.summary["comparisons"]))
     fb = _feedback()
-    gen, cfg = scripted_generator(fb), EvaluateConfig(bootstrap_samples=500, do_sample=False)
+    gen, cfg = scripted_generator(fb), EvaluateConfig(bootstrap_samples=500, sampling=GREEDY)
     one = evaluate_policies({"base": "base"}, fb, "summarization", cfg, generator=gen)
     two = evaluate_policies({"good": "good"}, fb, "summarization", cfg, generator=gen)
     merged = merge_results([one, two], cfg)
@@ -132,7 +134,7 @@ def test_judge_scores_join_the_comparison():
         return json.dumps({"winner": "tie" if a == b else "1" if a else "2"})
 
     fb = _feedback(12)
-    cfg = EvaluateConfig(bootstrap_samples=500, do_sample=False)
+    cfg = EvaluateConfig(bootstrap_samples=500, sampling=GREEDY)
     with FakeOpenAIServer(answer=prefer_berlin_free) as server:
         judge = PairwiseJudge(OpenAI(base_url=server.base_url, api_key="t", max_retries=0), "judge")
         res = evaluate_policies(

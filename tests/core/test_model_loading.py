@@ -54,12 +54,11 @@ def test_the_model_digest_of_a_hub_id_is_its_cached_commit(hf_home):
 
 
 def test_without_a_reserved_token_a_pad_is_added_and_the_embeddings_grow_deterministically(tmp_path):
-    from t2g_core.config.models import TinyModelConfig
-    from t2g_core.models.tiny import build_tiny_model, train_tokenizer
+    from t2g_core.models.tiny import TinySpec, build_tiny_model, train_tokenizer
 
     corpus = ["Cai lives in Quito with three gray dogs.", "The summary says Paris but the post says Quito."] * 40
     train_tokenizer(corpus, 300, tmp_path / "tok", pad=False)
-    small = TinyModelConfig(hidden_size=16, intermediate_size=32, num_heads=2)
+    small = TinySpec(hidden_size=16, intermediate_size=32, num_heads=2)
     build_tiny_model(tmp_path / "m", tmp_path / "tok", small)
     tok = load_tokenizer(tmp_path / "m")
     assert tok.pad_token == "<|pad|>" and tok.pad_token_id == len(tok) - 1
@@ -115,13 +114,12 @@ def test_auto_dtype_is_float32_on_the_cpu():
 
 
 def test_the_ppo_policy_loads_a_hub_id_in_bfloat16_with_float32_trainable_weights(hf_home):
+    from t2g_core.config.lora import LoRA
     from t2g_core.ppo.models import forward_response, load_policy
 
     bundle = load_policy(
         "org/name",
-        lora_r=4,
-        lora_alpha=8,
-        target_modules="all-linear",
+        lora=LoRA(r=4, alpha=8),
         value_model="head",
         seed=0,
         dtype=torch.bfloat16,

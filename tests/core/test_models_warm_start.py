@@ -8,14 +8,14 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from t2g_core.config.models import ModelsConfig, TinyModelConfig
+from t2g_core.config.models import ModelsConfig
 from t2g_core.demo import make_demo_feedback
 from t2g_core.demo.summarization import warm_start_pairs
 from t2g_core.models.demo_build import ensure_demo_models
-from t2g_core.models.tiny import build_tiny_model, train_tokenizer, warm_start
+from t2g_core.models.tiny import TinySpec, build_tiny_model, train_tokenizer, warm_start
 from t2g_core.policy_prompts import policy_messages, render_policy_prompt
 
-SMALL = TinyModelConfig(
+SMALL = TinySpec(
     vocab_size=400,
     hidden_size=32,
     intermediate_size=64,
@@ -75,16 +75,16 @@ def test_lm_warm_start_runs_on_plain_texts(tmp_path):
 
 
 def test_ensure_demo_models_builds_once_and_reloads(tmp_path, feedback):
-    cfg = ModelsConfig(tiny=SMALL)
-    built = ensure_demo_models(tmp_path, cfg, feedback, progress=False)
+    cfg = ModelsConfig()
+    built = ensure_demo_models(tmp_path, cfg, feedback, progress=False, spec=SMALL)
     info = built.policy.parent / "build.json"
     stamp = info.stat().st_mtime_ns
     meta = json.loads(info.read_text())
     assert meta["task"] == "summarization" and meta["config"] == SMALL.model_dump(mode="json")
     assert "noise_losses" in meta and meta["cpu_seconds"] > 0
-    again = ensure_demo_models(tmp_path, cfg, feedback, progress=False)
+    again = ensure_demo_models(tmp_path, cfg, feedback, progress=False, spec=SMALL)
     assert again == built and info.stat().st_mtime_ns == stamp  # reused, not rebuilt
-    rebuilt = ensure_demo_models(tmp_path, cfg, feedback, progress=False, rebuild=True)  # --refresh models
+    rebuilt = ensure_demo_models(tmp_path, cfg, feedback, progress=False, rebuild=True, spec=SMALL)  # --refresh models
     assert rebuilt == built and info.stat().st_mtime_ns > stamp
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp or swapped-out folder left behind
     for folder in (built.base, built.policy):
@@ -93,9 +93,7 @@ def test_ensure_demo_models_builds_once_and_reloads(tmp_path, feedback):
         batch = tok([render_policy_prompt(tok, "summarization", feedback["prompt"][0])], return_tensors="pt")
         out = model.generate(**batch, max_new_tokens=4, do_sample=False)
         assert out.shape[1] == batch["input_ids"].shape[1] + 4 or out[0, -1] == tok.eos_token_id
-    other = ensure_demo_models(
-        tmp_path, ModelsConfig(tiny=SMALL.model_copy(update={"seed": 1})), feedback, progress=False
-    )
+    other = ensure_demo_models(tmp_path, cfg, feedback, progress=False, spec=SMALL.model_copy(update={"seed": 1}))
     assert other.policy != built.policy
     assert not torch.equal(
         AutoModelForCausalLM.from_pretrained(built.policy).lm_head.weight,
@@ -121,7 +119,7 @@ def test_feedback_without_meta_builds_the_models(tmp_path, task):
     (tmp_path / "fb.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     write_parquet(load_feedback(tmp_path / "fb.jsonl"), tmp_path / "fb.parquet", "feedback")
     stored = read_artifact(tmp_path / "fb.parquet", "feedback")
-    built = ensure_demo_models(tmp_path / "models", ModelsConfig(tiny=SMALL), stored, progress=False)
+    built = ensure_demo_models(tmp_path / "models", ModelsConfig(), stored, progress=False, spec=SMALL)
     assert json.loads((built.policy.parent / "build.json").read_text())["task"] == task
 
 
@@ -146,19 +144,20 @@ def _weights(folder):
 def test_an_interrupted_build_resumes_from_its_checkpoints_with_the_uninterrupted_weights(tmp_path, feedback):
     """A build stopped in the LM warm start, then again in the policy's supervised phase, resumes each time from its
     last checkpoint (not from step 1) and ends with exactly the weights of a build that was never stopped."""
-    cfg = ModelsConfig(
-        tiny=SMALL.model_copy(update={"warm_start_steps": 8, "policy_sft_steps": 8, "checkpoint_every": 2})
+    cfg, spec = (
+        ModelsConfig(),
+        SMALL.model_copy(update={"warm_start_steps": 8, "policy_sft_steps": 8, "checkpoint_every": 2}),
     )
-    whole = ensure_demo_models(tmp_path / "whole", cfg, feedback, progress=False)
+    whole = ensure_demo_models(tmp_path / "whole", cfg, feedback, progress=False, spec=spec)
     messages: list[str] = []
     for desc, step in (("LM warm start", 5), ("policy SFT", 7)):
         with pytest.raises(_Stop):
             ensure_demo_models(
-                tmp_path / "stopped", cfg, feedback, progress=_stopping_at(desc, step), log=messages.append
+                tmp_path / "stopped", cfg, feedback, progress=_stopping_at(desc, step), log=messages.append, spec=spec
             )
     partial = next((tmp_path / "stopped").glob(".tiny-*.partial"))
     assert (partial / "base").is_dir() and (partial / "checkpoints" / "policy-clean" / "step-000006").is_dir()
-    resumed = ensure_demo_models(tmp_path / "stopped", cfg, feedback, progress=False, log=messages.append)
+    resumed = ensure_demo_models(tmp_path / "stopped", cfg, feedback, progress=False, log=messages.append, spec=spec)
     assert any("resumes from" in m for m in messages)
     assert any("policy SFT (clean): 8 steps" in m and "resumed at step 6" in m for m in messages), messages
     info = json.loads((resumed.policy.parent / "build.json").read_text())

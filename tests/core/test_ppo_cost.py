@@ -9,6 +9,7 @@ import torch
 
 import t2g_core.ppo.trainer as trainer_module
 import t2g_core.ppo.update as update_module
+from t2g_core.config.lora import LoRA
 from t2g_core.ppo import CriticSource, PPOTrainer
 from t2g_core.ppo.models import CRITIC_ADAPTER, ActorCritic, forward_response, load_policy
 from t2g_core.rl.logprobs import selective_logprobs, selective_logprobs_and_entropy, token_entropy
@@ -113,9 +114,7 @@ def test_entropy_is_read_off_the_log_probs_logits_in_one_head_pass(tiny_model_di
     assert torch.equal(logprobs, selective_logprobs(hidden, head, ids, 0.7, chunk_tokens=7))
     assert torch.allclose(entropy, token_entropy(head(hidden), 0.7), atol=1e-5)  # the plain (B, T, V) twin
 
-    bundle = load_policy(
-        tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="head", seed=0
-    )
+    bundle = load_policy(tiny_model_dir, lora=LoRA(r=4, alpha=8), value_model="head", seed=0)
     bundle.model.chunk_tokens = 4
     calls = []
     bundle.model.causal_lm.get_output_embeddings().register_forward_hook(lambda *_: calls.append(1))
@@ -182,9 +181,7 @@ def test_a_later_update_over_the_bound_is_undone(tiny_model_dir, tmp_path, monke
 # ---- the LoRA critic -------------------------------------------------------------------------------------
 def test_lora_critic_is_a_second_adapter_on_the_policys_base(tiny_model_dir, tmp_path):
     def load(value_model):
-        return load_policy(
-            tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model=value_model, seed=0
-        )
+        return load_policy(tiny_model_dir, lora=LoRA(r=4, alpha=8), value_model=value_model, seed=0)
 
     head, lora, separate = load("head"), load("lora"), load("separate")
     size = {name: sum(p.numel() for p in b.model.parameters()) for name, b in (("head", head), ("lora", lora))}

@@ -39,9 +39,9 @@ WORKER = textwrap.dedent("""
 
     prompts = pd.DataFrame({"id": [f"p{i}" for i in range(8)], "task": "summarization",
                             "prompt": [f"Post {i}: " + "Cai lives in Quito " * (1 + i % 3) for i in range(8)]})
-    cfg = PPOConfig(steps=2, batch_size=batch_size, minibatches=minibatches, ppo_epochs=2, max_new_tokens=10,
-                    log_every=1, save_every=100, value_model="head", learning_rate=1e-2, grad_accum=1,
-                    **json.loads(extra))
+    cfg = PPOConfig(steps=2, batch_size=batch_size, minibatches=minibatches, ppo_epochs=2,
+                    sampling={"max_new_tokens": 10}, log_every=1, save_every=100, value_model="head",
+                    learning_rate=1e-2, grad_accum=1, **json.loads(extra))
     def metrics(rows, texts):  # several named metrics; one eval prompt leaves rank 1 without rows (must not hang)
         return {"words": [float(len(t.split())) for t in texts], "chars": [float(len(t)) for t in texts]}
 
@@ -71,7 +71,7 @@ def _run(command: list[str], tmp_path: Path, name: str) -> Path:
         (4, 2, "{}"),
         (5, 1, "{}"),  # the processes hold 3 and 2 prompts
         # a group baseline: the 2 samples of each prompt stay on one process, and the critic-free update matches
-        (4, 2, '{"advantage": "rloo", "group_size": 2, "value_max_grad_norm": 0.5}'),
+        (4, 2, '{"advantage_estimator": "rloo", "group_size": 2, "value_max_grad_norm": 0.5}'),
     ],
 )
 def test_accelerate_launched_two_processes_equal_one_process(tiny_model_dir, tmp_path, batch_size, minibatches, extra):

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from t2g_core.config.lora import LoRA
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.ppo.generation import HFBackend, make_backend, pad_after_eos, rollout_sampling
 from t2g_core.rl.logprobs import removed_tokens
@@ -40,7 +41,7 @@ def truncating_model(tiny_model_dir, tmp_path):
 
 def test_generate_samples_softmax_of_logits_over_tau_whatever_the_model_ships(truncating_model):
     model, tok = truncating_model
-    cfg = PPOConfig(temperature=0.7, max_new_tokens=5)
+    cfg = PPOConfig(sampling={"temperature": 0.7, "max_new_tokens": 5})
     gen = rollout_sampling(cfg, tok)
     gen.output_scores = gen.output_logits = gen.return_dict_in_generate = True
     enc = tok(["Cai lives in", "A much longer post about Quito and dogs"], padding=True, return_tensors="pt")
@@ -53,7 +54,7 @@ def test_generate_samples_softmax_of_logits_over_tau_whatever_the_model_ships(tr
 
 def test_the_hf_backend_is_reproducible_per_stream_and_pads_after_eos(truncating_model):
     model, tok = truncating_model
-    backend = HFBackend(PPOConfig(temperature=1.0, max_new_tokens=12), tok)
+    backend = HFBackend(PPOConfig(sampling={"temperature": 1.0, "max_new_tokens": 12}), tok)
     enc = tok(["Cai lives in", "The post says"] * 3, padding=True, return_tensors="pt")
     a = backend.generate(model, enc["input_ids"], enc["attention_mask"], [0] * 6, stream=11)
     b = backend.generate(model, enc["input_ids"], enc["attention_mask"], [0] * 6, stream=11)
@@ -95,7 +96,7 @@ def test_the_trainer_runs_with_batched_generate_and_its_first_minibatch_is_on_po
         batch_size=4,
         minibatches=2,
         ppo_epochs=1,
-        max_new_tokens=8,
+        sampling={"max_new_tokens": 8},
         value_model="head",
         generation_backend="hf",
         micro_batch_size=3,
@@ -116,7 +117,7 @@ TRUNCATED = {"temperature": 0.8, "top_k": 12, "top_p": 0.8}
 def _bundle(model_dir):
     from t2g_core.ppo.models import load_policy
 
-    return load_policy(model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="head", seed=0)
+    return load_policy(model_dir, lora=LoRA(r=4, alpha=8), value_model="head", seed=0)
 
 
 def _prompts(tok):
@@ -149,7 +150,7 @@ def test_stored_old_logprobs_are_the_probabilities_the_exact_sampler_drew_with(t
     from t2g_core.ppo.experience import old_ref_values
     from t2g_core.ppo.sampling import sample_responses
 
-    bundle, cfg = _bundle(tiny_model_dir), PPOConfig(max_new_tokens=12, value_model="head", **TRUNCATED)
+    bundle, cfg = _bundle(tiny_model_dir), PPOConfig(sampling={**TRUNCATED, "max_new_tokens": 12}, value_model="head")
     tok = bundle.tokenizer
     enc = _prompts(tok)
     kw = {"eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id, "seeds": [3, 4]}
@@ -161,10 +162,11 @@ def test_stored_old_logprobs_are_the_probabilities_the_exact_sampler_drew_with(t
     old, ref, _, _ = old_ref_values(bundle.model, ro, cfg, "cpu")
     m = ro.response_mask
     assert torch.allclose(old[m], drawn_lp[m], atol=1e-4)  # exp(old_logprob) = the sampler's probability
-    untruncated, _ = old_ref_values(bundle.model, ro, cfg.model_copy(update={"top_k": 0, "top_p": 1.0}), "cpu")[:2]
+    whole = cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update={"top_k": 0, "top_p": 1.0})})
+    untruncated, _ = old_ref_values(bundle.model, ro, whole, "cpu")[:2]
     assert not torch.allclose(untruncated[m], drawn_lp[m], atol=1e-2)  # the truncation is what makes them agree
-    scores = _full_logits(bundle, ro) / cfg.temperature
-    cut = removed_tokens(scores.flatten(0, 1), cfg.top_k, cfg.top_p).view(scores.shape)
+    scores = _full_logits(bundle, ro) / cfg.sampling.temperature
+    cut = removed_tokens(scores.flatten(0, 1), cfg.sampling.top_k, cfg.sampling.top_p).view(scores.shape)
     assert not cut.gather(-1, ids[..., None]).squeeze(-1)[m].any()  # every drawn token is inside the set
 
 
@@ -177,7 +179,7 @@ def test_the_hf_backend_samples_the_set_and_distribution_the_log_probs_use(trunc
     from t2g_core.rl.logprobs import truncate_
 
     model, tok = truncating_model
-    bundle, cfg = _bundle(tiny_model_dir), PPOConfig(max_new_tokens=10, **TRUNCATED)
+    bundle, cfg = _bundle(tiny_model_dir), PPOConfig(sampling={**TRUNCATED, "max_new_tokens": 10})
     gen = rollout_sampling(cfg, tok)
     gen.output_scores = gen.output_logits = gen.return_dict_in_generate = True
     enc = _prompts(tok)
@@ -185,7 +187,7 @@ def test_the_hf_backend_samples_the_set_and_distribution_the_log_probs_use(trunc
     out = model.generate(**enc, generation_config=gen)
     new = out.sequences[:, enc["input_ids"].shape[1] :]
     scores, logits = torch.stack(out.scores, 1), torch.stack(out.logits, 1)  # (B, T, V)
-    expected = truncate_((logits / cfg.temperature).flatten(0, 1), cfg.sampling).view(scores.shape)
+    expected = truncate_((logits / cfg.sampling.temperature).flatten(0, 1), cfg.sampling).view(scores.shape)
     assert torch.equal(torch.isinf(scores), torch.isinf(expected))  # the same set: tau, then top-k, then top-p
     assert torch.allclose(scores[torch.isfinite(scores)], expected[torch.isfinite(expected)], atol=1e-5)
     mask, _ = response_mask_after_eos(new, tok.eos_token_id)
@@ -199,7 +201,7 @@ def test_the_hf_backend_samples_the_set_and_distribution_the_log_probs_use(trunc
 def test_vllm_sampling_parameters_carry_the_same_distribution():
     from t2g_core.ppo.generation import vllm_sampling
 
-    got = vllm_sampling(PPOConfig(max_new_tokens=7, **TRUNCATED), eos_token_id=2, seed=5)
+    got = vllm_sampling(PPOConfig(sampling={**TRUNCATED, "max_new_tokens": 7}), eos_token_id=2, seed=5)
     assert got | {} == {
         "temperature": 0.8, "top_k": 12, "top_p": 0.8, "min_p": 0.0, "repetition_penalty": 1.0, "max_tokens": 7,
         "seed": 5, "ignore_eos": True, "stop_token_ids": [2],
@@ -215,7 +217,7 @@ def test_the_reference_is_truncated_alike_so_the_kl_starts_at_zero_and_stays_fin
     from t2g_core.ppo.models import forward_response
     from t2g_core.rl import per_token_kl
 
-    bundle, cfg = _bundle(tiny_model_dir), PPOConfig(**TRUNCATED)
+    bundle, cfg = _bundle(tiny_model_dir), PPOConfig(sampling=TRUNCATED)
     tok = bundle.tokenizer
     enc = _prompts(tok)
     ids = torch.randint(5, len(tok) - 1, (2, 6), generator=torch.Generator().manual_seed(0))  # mostly outside top-k
@@ -225,8 +227,8 @@ def test_the_reference_is_truncated_alike_so_the_kl_starts_at_zero_and_stays_fin
         policy, _ = forward_response(bundle, *args, cfg.sampling)
         ref, _ = forward_response(bundle, *args, cfg.sampling, reference=True)
     assert torch.equal(per_token_kl(policy, ref, m, "k1"), torch.zeros_like(policy))  # LoRA B = 0: policy = ref
-    scores = _full_logits(bundle, ro).float() / cfg.temperature  # the reference's logits
-    cut = removed_tokens(scores.flatten(0, 1), cfg.top_k, cfg.top_p).view(scores.shape)
+    scores = _full_logits(bundle, ro).float() / cfg.sampling.temperature  # the reference's logits
+    cut = removed_tokens(scores.flatten(0, 1), cfg.sampling.top_k, cfg.sampling.top_p).view(scores.shape)
     outside = cut.gather(-1, ids[..., None]).squeeze(-1) & m
     assert outside.sum() >= 4  # the case that would be an infinite KL without the kept token
     kept = scores.masked_fill(cut, float("-inf")).scatter(-1, ids[..., None], scores.gather(-1, ids[..., None]))
@@ -247,8 +249,8 @@ def test_under_top_k_and_top_p_the_first_minibatch_is_on_policy(tiny_model_dir, 
         {"id": [f"p{i}" for i in range(4)], "task": "summarization", "prompt": [f"Post {i}: Cai." for i in range(4)]}
     )
     cfg = PPOConfig(
-        steps=2, batch_size=4, minibatches=1, ppo_epochs=2, max_new_tokens=8, value_model="head",
-        generation_backend=backend, learning_rate=1e-2, **TRUNCATED,
+        steps=2, batch_size=4, minibatches=1, ppo_epochs=2, sampling={**TRUNCATED, "max_new_tokens": 8},
+        value_model="head", generation_backend=backend, learning_rate=1e-2,
     )  # fmt: skip
     res = train(cfg, tiny_model_dir, prompts, tmp_path / "run", reward_source=CriticSource(_EdgeWords()))
     for h in res.history:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from t2g_core.config.lora import LoRA
 from t2g_core.ppo.models import forward_in_micro_batches, forward_response, load_policy
 from t2g_core.rl.logprobs import selective_logprobs, token_logprobs
 
@@ -48,9 +49,7 @@ def _batch(bundle, n=5):
 
 @pytest.mark.parametrize("value_model", ["head", "separate", "lora"])
 def test_micro_batched_passes_equal_the_single_pass(tiny_model_dir, value_model):
-    bundle = load_policy(
-        tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model=value_model, seed=0
-    )
+    bundle = load_policy(tiny_model_dir, lora=LoRA(r=4, alpha=8), value_model=value_model, seed=0)
     torch.nn.init.normal_(bundle.value.head.weight, std=0.1)
     for p in bundle.policy.parameters():  # a policy away from the reference, so the two passes differ
         if p.requires_grad:
@@ -74,9 +73,7 @@ def test_gradient_checkpointing_recomputes_the_layers_and_gives_the_same_gradien
     for on in (False, True):
         bundle = load_policy(
             tiny_model_dir,
-            lora_r=4,
-            lora_alpha=8,
-            target_modules="all-linear",
+            lora=LoRA(r=4, alpha=8),
             value_model="head",
             seed=0,
             gradient_checkpointing=on,
@@ -96,9 +93,7 @@ def test_gradient_checkpointing_recomputes_the_layers_and_gives_the_same_gradien
 
 def test_logit_softcapping_is_applied_after_the_head(tiny_model_dir):
     """Gemma-2/3 cap their logits in the LM's forward; the chunked pass reads the head itself, so it caps them too."""
-    bundle = load_policy(
-        tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="head", seed=0
-    )
+    bundle = load_policy(tiny_model_dir, lora=LoRA(r=4, alpha=8), value_model="head", seed=0)
     q, qm, r, rm = _batch(bundle)
     lm = bundle.model.causal_lm
     lm.config.final_logit_softcapping = 0.5  # tight enough to change every distribution

@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from t2g_core.config.lora import LoRA
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.policy_prompts import render_policy_prompt
 from t2g_core.ppo import CriticSource, train
@@ -58,13 +59,13 @@ def _prompts(n=8):
     )
 
 
-def _cfg(**kw):
+def _cfg(sampling: dict | None = None, **kw):
     base = dict(
         steps=2,
         batch_size=4,
         minibatches=2,
         ppo_epochs=2,
-        max_new_tokens=10,
+        sampling={"max_new_tokens": 10, **(sampling or {})},
         log_every=1,
         save_every=100,
         value_model="head",
@@ -79,9 +80,7 @@ def _adapter(run_dir):
 
 
 def test_span_rewards_land_on_the_quoted_tokens_with_left_padding_and_chat_template(tiny_model_dir):
-    bundle = load_policy(
-        tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="head", seed=0
-    )
+    bundle = load_policy(tiny_model_dir, lora=LoRA(r=4, alpha=8), value_model="head", seed=0)
     tok = bundle.tokenizer
     rows = [
         {"id": "a", "task": "summarization", "prompt": "A short post."},
@@ -120,9 +119,7 @@ def test_span_rewards_land_on_the_quoted_tokens_with_left_padding_and_chat_templ
 
 
 def test_left_padding_does_not_change_logprobs_or_values(tiny_model_dir):
-    bundle = load_policy(
-        tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="separate", seed=0
-    )
+    bundle = load_policy(tiny_model_dir, lora=LoRA(r=4, alpha=8), value_model="separate", seed=0)
     torch.nn.init.normal_(bundle.value.head.weight, std=0.1)  # a non-zero head so values are informative
     g = torch.Generator().manual_seed(0)
     q = torch.randint(5, 200, (1, 7), generator=g)
@@ -140,9 +137,7 @@ def test_left_padding_does_not_change_logprobs_or_values(tiny_model_dir):
 
 
 def test_sampled_logprobs_match_recomputed_with_temperature_and_padding(tiny_model_dir):
-    bundle = load_policy(
-        tiny_model_dir, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="head", seed=0
-    )
+    bundle = load_policy(tiny_model_dir, lora=LoRA(r=4, alpha=8), value_model="head", seed=0)
     tok = bundle.tokenizer
     texts = [
         render_policy_prompt(tok, "summarization", p) for p in ("Hi.", "A longer post about Cai and Quito and dogs.")
@@ -170,7 +165,7 @@ def test_sampled_logprobs_match_recomputed_with_temperature_and_padding(tiny_mod
 def test_trainer_runs_logs_and_first_minibatch_is_on_policy(tiny_model_dir, tmp_path):
     tracker = MemoryTracker()
     res = train(
-        _cfg(temperature=0.7, eval_every=1),
+        _cfg(sampling={"temperature": 0.7}, eval_every=1),
         tiny_model_dir,
         _prompts(),
         tmp_path / "run",
@@ -237,9 +232,7 @@ def test_parse_failures_get_the_fallback_terminal_reward(tiny_model_dir, tmp_pat
 @pytest.mark.slow  # trains PPO twice per value model
 @pytest.mark.parametrize("value_model", ["head", "separate", "lora"])
 def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, value_model):
-    cfg = _cfg(
-        steps=4, save_every=2, value_model=value_model, adaptive_kl=True, target_kl=0.01, kl_horizon=10, grad_accum=2
-    )
+    cfg = _cfg(steps=4, save_every=2, value_model=value_model, target_kl=0.01, kl_horizon=10, grad_accum=2)
     source = CriticSource(EdgeWordsCritic())
     full = train(cfg, tiny_model_dir, _prompts(6), tmp_path / "full", reward_source=source)
     part = train(cfg, tiny_model_dir, _prompts(6), tmp_path / "cut", reward_source=source, stop_after=2)
@@ -429,7 +422,9 @@ def test_group_batches_repeat_each_prompt_and_keep_its_samples_distinct(tiny_mod
 
     assert batch_rows(0, 8, 6, 0, group_size=3)[:3] == [batch_rows(0, 8, 2, 0)[0]] * 3
     assert batch_rows(1, 8, 6, 0, group_size=3)[3:] == [batch_rows(1, 8, 2, 0)[1]] * 3
-    cfg = _cfg(batch_size=4, group_size=2, advantage="rloo", temperature=1.5, max_new_tokens=12)
+    cfg = _cfg(
+        batch_size=4, group_size=2, advantage_estimator="rloo", sampling={"temperature": 1.5, "max_new_tokens": 12}
+    )
     trainer = PPOTrainer(
         cfg, tiny_model_dir, _prompts(), tmp_path / "run", reward_source=CriticSource(EdgeWordsCritic())
     )
@@ -443,7 +438,7 @@ def test_critic_free_estimators_train_no_critic(tiny_model_dir, tmp_path):
     from t2g_core.ppo import PPOTrainer
 
     for estimator in ("rloo", "grpo"):
-        cfg = _cfg(steps=1, group_size=2, advantage=estimator, value_model="separate")
+        cfg = _cfg(steps=1, group_size=2, advantage_estimator=estimator, value_model="separate")
         trainer = PPOTrainer(
             cfg, tiny_model_dir, _prompts(), tmp_path / estimator, reward_source=CriticSource(EdgeWordsCritic())
         )
@@ -456,7 +451,9 @@ def test_critic_free_estimators_train_no_critic(tiny_model_dir, tmp_path):
 def test_critic_warmup_freezes_the_policy_and_the_step_logs_actor_and_critic_apart(tiny_model_dir, tmp_path):
     from t2g_core.ppo import PPOTrainer
 
-    cfg = _cfg(steps=3, critic_warmup_steps=2, advantage="span_bootstrap", max_approx_kl=1.0, max_grad_norm=1e-3)
+    cfg = _cfg(
+        steps=3, critic_warmup_steps=2, advantage_estimator="span_bootstrap", max_approx_kl=1.0, max_grad_norm=1e-3
+    )
     trainer = PPOTrainer(
         cfg, tiny_model_dir, _prompts(), tmp_path / "run", reward_source=CriticSource(EdgeWordsCritic())
     )

@@ -93,7 +93,7 @@ def test_terminal_advantages_match_loop(group, gamma):
 def test_the_trainer_path_passes_the_terminal_on():
     """advantages_and_returns (what PPOTrainer.step calls) hands the terminal to the estimator: before whitening the
     pass/fail difference reaches token 0 under span_local."""
-    cfg = PPOConfig(advantage="span_local", lam=1.0, batch_size=2)
+    cfg = PPOConfig(advantage_estimator="span_local", lam=1.0, batch_size=2)
     rows = [_code_case(v) for v in (1.0, -1.0)]
     rewards, task, terminal, mask = (torch.cat([r[k] for r in rows]) for k in range(4))
     adv, _ = advantages_and_returns(rewards, torch.zeros_like(rewards), mask, task, terminal, None, cfg)

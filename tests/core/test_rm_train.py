@@ -34,7 +34,7 @@ def test_completion_only_loss_masks_every_prompt_token(tiny_model_dir, tok, tmp_
     # the LoRA adapter is on the configured modules only and the base is frozen
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
-    assert {n.split(".lora_")[0].rsplit(".", 1)[1] for n in trainable} == set(cfg.lora_target_modules)
+    assert {n.split(".lora_")[0].rsplit(".", 1)[1] for n in trainable} == set(cfg.lora.target_modules)
 
 
 def test_an_added_pad_token_does_not_put_the_embeddings_in_the_adapter(pad_is_eos_dir, tmp_path):
@@ -88,7 +88,7 @@ def test_resume_after_kill_continues_step_count_and_optimizer_state(tiny_model_d
         max_steps=4,
         save_steps=2,
         batch_size=2,
-        lora_dropout=0.0,
+        lora={"dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
         learning_rate=1e-2,
         lr_scheduler="linear",
         warmup_ratio=0.0,
@@ -134,12 +134,14 @@ def test_tiny_rm_overfits_a_handful_of_examples_until_its_spans_match_gold(tiny_
         max_steps=150,
         save_steps=1000,
         batch_size=4,
-        lora_dropout=0.0,
+        lora={
+            "dropout": 0.0,
+            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        },
         learning_rate=1e-2,
         lr_scheduler="constant",
         warmup_ratio=0.0,
         max_new_tokens=64,
-        lora_target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     )
     df = rm_rows(tok, cfg)
     result = train_rm(cfg, tiny_model_dir, df, tmp_path, progress=False)

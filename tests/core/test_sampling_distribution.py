@@ -22,12 +22,12 @@ from t2g_core.rl.logprobs import (
 
 torch.set_num_threads(1)
 SETTINGS = [
-    Sampling(0.7, 5, 1.0),
-    Sampling(1.0, 0, 0.9),
-    Sampling(1.3, 10, 0.8),
-    Sampling(0.5, 3, 0.3),
-    Sampling(1.0, 1, 1.0),
-    Sampling(0.9, 0, 0.05),
+    Sampling(temperature=0.7, top_k=5, top_p=1.0),
+    Sampling(temperature=1.0, top_k=0, top_p=0.9),
+    Sampling(temperature=1.3, top_k=10, top_p=0.8),
+    Sampling(temperature=0.5, top_k=3, top_p=0.3),
+    Sampling(temperature=1.0, top_k=1, top_p=1.0),
+    Sampling(temperature=0.9, top_k=0, top_p=0.05),
 ]
 
 
@@ -93,7 +93,7 @@ def test_the_sampling_distribution_matches_a_plain_loop(s):
 def test_a_token_outside_the_set_keeps_a_finite_log_prob_in_its_own_position():
     """A recomputed forward may cut a token the sampler drew at the edge of the set: it stays, renormalised with it."""
     logits = _logits(n=1, v=10)
-    s = Sampling(1.0, 2, 1.0)
+    s = Sampling(temperature=1.0, top_k=2, top_p=1.0)
     outside = int(torch.argsort(logits[0])[0])  # the least likely token
     lp = float(token_logprobs(logits[None], torch.tensor([[outside]]), s))
     top2 = torch.topk(logits[0], 2).values
@@ -103,7 +103,9 @@ def test_a_token_outside_the_set_keeps_a_finite_log_prob_in_its_own_position():
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 10_000])
-@pytest.mark.parametrize("s", [Sampling(0.7, 20, 0.9), Sampling(1.0, 0, 0.8)])
+@pytest.mark.parametrize(
+    "s", [Sampling(temperature=0.7, top_k=20, top_p=0.9), Sampling(temperature=1.0, top_k=0, top_p=0.8)]
+)
 def test_chunked_truncated_logprobs_equal_the_full_ones_with_gradients(chunk, s):
     g = torch.Generator().manual_seed(0)
     head = torch.nn.Linear(16, 300, bias=False)
@@ -131,7 +133,14 @@ class FixedLogits(torch.nn.Module):
         return SimpleNamespace(logits=self.logits.expand(b, length, -1), past_key_values=None)
 
 
-@pytest.mark.parametrize("s", [Sampling(1.0, 4, 1.0), Sampling(0.8, 0, 0.7), Sampling(1.2, 6, 0.85)])
+@pytest.mark.parametrize(
+    "s",
+    [
+        Sampling(temperature=1.0, top_k=4, top_p=1.0),
+        Sampling(temperature=0.8, top_k=0, top_p=0.7),
+        Sampling(temperature=1.2, top_k=6, top_p=0.85),
+    ],
+)
 def test_the_exact_sampler_draws_from_the_truncated_distribution_only(s):
     logits = _logits(n=1, v=12, seed=5)[0]
     dist = _loop_distribution(logits.tolist(), s)

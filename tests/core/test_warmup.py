@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from t2g_core.config import HoldoutConfig, PPOConfig, WarmupConfig
+from t2g_core.config.lora import LoRA
 from t2g_core.config.stages import EvaluateSettings, PPOSettings, WarmupSettings
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.refs import ModelsRef
 from t2g_core.warmup import train_warmup, warmup_pairs
 
-FAST = WarmupConfig(enabled=True, steps=4, batch_size=4, learning_rate=5e-3, save_steps=2, lora_r=4, lora_alpha=8)
+FAST = WarmupConfig(enabled=True, steps=4, batch_size=4, learning_rate=5e-3, save_steps=2, lora=LoRA(r=4, alpha=8))
 
 
 @pytest.fixture
@@ -141,7 +142,7 @@ def test_the_warm_up_stage_returns_the_policy_ppo_starts_from_and_keeps_as_its_r
     gain = [_reference_logprob(warmed, tok, p, r) - _reference_logprob(before, tok, p, r) for p, r in pairs]
     assert min(gain) > 0  # it learnt the references
 
-    bundle = load_policy(start.policy, lora_r=4, lora_alpha=8, target_modules="all-linear", value_model="head", seed=0)
+    bundle = load_policy(start.policy, lora=LoRA(r=4, alpha=8), value_model="head", seed=0)
     ids = tok(pairs[0][0] + pairs[0][1], add_special_tokens=False, return_tensors="pt")["input_ids"]
     q, r = ids[:, :-8], ids[:, -8:]
     ones = torch.ones_like
@@ -160,5 +161,5 @@ def test_the_warm_up_stage_returns_the_policy_ppo_starts_from_and_keeps_as_its_r
 
 def test_ppo_settings_are_untouched_by_the_warm_up():
     """The warm-up's section is its own: PPO reads neither it nor the warm-up's LoRA settings."""
-    assert "warmup" not in PPOSettings.sections() and PPOConfig().lora_r == 16
+    assert "warmup" not in PPOSettings.sections() and PPOConfig().lora.r == 16
     assert WarmupSettings.sections() == ("warmup", "holdout", "models")

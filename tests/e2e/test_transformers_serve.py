@@ -154,7 +154,7 @@ def test_ppo_on_the_served_model_rewards_every_rollout(served, tiny_model_dir, t
         batch_size=4,
         minibatches=1,
         ppo_epochs=1,
-        max_new_tokens=8,
+        sampling={"max_new_tokens": 8},
         parse_failure_reward=-7.0,
         value_model="head",
         log_every=1,

@@ -104,3 +104,11 @@ def test_a_placed_stage_sends_parameters_its_deployment_schema_accepts(monkeypat
     sub = {"definitions": schema["definitions"], **schema["properties"]["feedback"]}
     jsonschema.validate(sent["feedback"], sub)
     assert sent["feedback"]["schema"] == "feedback"
+
+
+def test_every_stage_group_is_a_flow_of_its_name():
+    import flows.stages
+    from t2g_core.stages.registry import GROUPS
+
+    for group in GROUPS:
+        assert getattr(flows.stages, group).name == group

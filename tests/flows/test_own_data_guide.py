@@ -28,13 +28,13 @@ TINY = [
     "ppo.batch_size=8",
     "ppo.minibatches=1",
     "ppo.ppo_epochs=1",
-    "ppo.max_new_tokens=16",
+    "ppo.sampling.max_new_tokens=16",
     "ppo.eval_every=2",
     "ppo.log_every=1",
     "ppo.save_every=1",
     "evaluate.max_prompts=8",
     "evaluate.batch_size=8",
-    "evaluate.max_new_tokens=16",
+    "evaluate.sampling.max_new_tokens=16",
     "evaluate.bootstrap_samples=200",
 ]
 

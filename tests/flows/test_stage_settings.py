@@ -34,11 +34,15 @@ from t2g_core.stages.refs import (
     RewardModelRef,
     ValidationRef,
 )
-from t2g_core.stages.registry import ORDER, STAGE_SECTIONS, settings_for
+from t2g_core.stages.registry import ORDER, STAGE_SECTIONS, STAGES, settings_for
 
 ROOT = Path(__file__).resolve().parents[2]
 # fields whose other values need a partner change or the outside world; each is changed in ALL_CHANGES below
 PAIRED = {"evaluate.pass_k", "data.dataset", "data.source", "data.columns"}  # data.columns: tests/core/test_ingest.py
+ONE_VALUE = {"ppo.lora.dropout"}  # the shared LoRA shape's dropout, which PPO refuses unless 0: never changed
+# settings a stage outside its sections also reads, as its settings model declares (policy_samples.sampling null
+# samples as PPO's rollouts do)
+ALSO_READ = {extra.split()[0] + ".": {s.name} for s in STAGES for extra in s.settings.ALSO_READS}
 
 
 # ------------------------------------------------------------------------------------------ non-default values
@@ -70,6 +74,8 @@ def _other_value(annotation, default, metadata):
 
 
 def _fresh(annotation, metadata):
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):  # a section that is off by default (null)
+        return {n: _other_value(f.annotation, f.default, f.metadata) for n, f in annotation.model_fields.items()}
     if typing.get_origin(annotation) is typing.Literal:
         return typing.get_args(annotation)[0]
     return {int: 3, float: 0.5, str: "changed"}[annotation] if annotation in (int, float, str) else None
@@ -104,7 +110,7 @@ def _changes() -> dict[str, object]:
     out = {
         path: _other_value(ann, default, meta)
         for path, ann, default, meta in leaf_fields(PipelineConfig())
-        if path not in PAIRED
+        if path not in PAIRED | ONE_VALUE
     }
     out.update(
         {
@@ -324,6 +330,7 @@ def test_changing_one_setting_changes_the_keys_of_exactly_the_stages_that_read_i
         changed = _keys(config_with({path: value}, tmp_path), stage_fns)
         section = path.split(".")[0]
         expected = {s for s, secs in STAGE_SECTIONS.items() if section in secs}
+        expected |= {s for prefix, stages in ALSO_READ.items() if path.startswith(prefix) for s in stages}
         assert {s for s in stage_fns if changed[s] != before[s]} == expected, path
         checked += 1
     assert checked > 150  # every leaf field but the paired ones

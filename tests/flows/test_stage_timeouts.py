@@ -11,18 +11,21 @@ import torch
 
 from t2g_core.config import load_config
 
-ENDLESS_BUILD = [  # an LM warm start far longer than the limit on any machine, checkpointed at every step
+ENDLESS_SPEC = {  # an LM warm start far longer than the limit on any machine, checkpointed at every step
+    "vocab_size": 512,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_heads": 2,
+    "warm_start_steps": 1000000,
+    "warm_start_batch_size": 4,
+    "warm_start_block_size": 32,
+    "checkpoint_every": 1,
+}
+ENDLESS_BUILD = [  # the size "smoke", patched to ENDLESS_SPEC by the test (the build looks the size up at call time)
     "data.n_items=24",
     "checks.small_tagger_data=true",
     "data.seed=3",
-    "models.tiny.vocab_size=512",
-    "models.tiny.hidden_size=32",
-    "models.tiny.intermediate_size=64",
-    "models.tiny.num_heads=2",
-    "models.tiny.warm_start_steps=1000000",
-    "models.tiny.warm_start_batch_size=4",
-    "models.tiny.warm_start_block_size=32",
-    "models.tiny.checkpoint_every=1",
+    "models.tiny=smoke",
 ]
 
 
@@ -36,10 +39,12 @@ def _checkpoint(ws):
 def test_a_stage_past_its_limit_names_the_setting_and_the_next_run_resumes_its_checkpoint(
     tmp_path, prefect_harness, monkeypatch
 ):
-    from flows.stages import build_models, prepare_feedback
+    from flows import stages
     from flows.text2grad import text2grad
+    from t2g_core.models.tiny import SIZES, TinySpec
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setitem(SIZES, "smoke", TinySpec(**ENDLESS_SPEC))
     ws = tmp_path / "ws"
     cfg = load_config(None, [f"workspace.root={ws}", *ENDLESS_BUILD, "timeouts.models=0.4"])
     state = text2grad(config=cfg, return_state=True)
@@ -51,8 +56,8 @@ def test_a_stage_past_its_limit_names_the_setting_and_the_next_run_resumes_its_c
     assert first["step"] >= 1 and first["resumed_at"] == []
 
     again = load_config(None, [f"workspace.root={ws}", *ENDLESS_BUILD, "timeouts.models=0.2"])
-    feedback = prepare_feedback(again)  # cached: the limit is no stage input
-    assert build_models(again, feedback, return_state=True).name == "TimedOut"
+    feedback = stages.feedback(again)  # cached: the limit is no stage input
+    assert stages.models(again, feedback, return_state=True).name == "TimedOut"
     second = _checkpoint(ws)
     assert second["resumed_at"] == [first["step"]] and second["step"] > first["step"]  # continued, not restarted
     assert second["losses"][: len(first["losses"])] == first["losses"]

@@ -46,7 +46,9 @@ def test_the_pipeline_compares_the_warm_start_with_ppo_on_the_held_out_prompts(d
 def test_evaluate_writes_results_and_report_then_reuses_them(tiny_model_dir, demo_feedback, tmp_path, key_of):
     fb = demo_feedback(6)
     chosen = PolicySet(models={"a": str(tiny_model_dir), "b": str(tiny_model_dir)}, held_out=["sum-00000", "sum-00002"])
-    settings = EvaluateSettings(evaluate=EvaluateConfig(max_new_tokens=4, bootstrap_samples=100, do_sample=False))
+    settings = EvaluateSettings(
+        evaluate=EvaluateConfig(sampling={"temperature": 0, "max_new_tokens": 4}, bootstrap_samples=100)
+    )
     key = key_of("evaluate", data=fb, policies=chosen, settings=settings)
     ctx = StageContext.keyed(tmp_path / "ws", key, tracker=MemoryTracker())
     ref = evaluate.evaluate(fb, chosen, settings, ctx, device="cpu")
@@ -78,7 +80,7 @@ def test_the_key_follows_the_evaluate_settings_and_the_policies(demo_feedback, k
         return key_of("evaluate", data=fb, policies=policies, settings=settings)
 
     assert key(EvaluateSettings()) == key(EvaluateSettings(evaluate=EvaluateConfig()))
-    assert key(EvaluateSettings()) != key(EvaluateSettings(evaluate=EvaluateConfig(max_new_tokens=5)))
+    assert key(EvaluateSettings()) != key(EvaluateSettings(evaluate=EvaluateConfig(sampling={"max_new_tokens": 5})))
     assert key(EvaluateSettings()) != key(EvaluateSettings(), PolicySet(models={"a": str(tiny_model_dir)}, held_out=[]))
 
 

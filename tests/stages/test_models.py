@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from t2g_core.config import ModelsConfig, TinyModelConfig
+from t2g_core.config import ModelsConfig
 from t2g_core.config.stages import ModelsSettings
+from t2g_core.models.tiny import SIZES, TinySpec
 from t2g_core.stages import models
 from t2g_core.stages.refs import ModelsRef
 
@@ -31,14 +32,13 @@ def test_the_key_follows_the_models_settings(tiny_model_dir, demo_feedback, key_
     assert key_of("models", feedback=fb, settings=named) != key_of("models", feedback=demo_feedback(5), settings=named)
 
 
-def test_tiny_models_are_built_once_per_key(demo_feedback, stage_ctx):
+def test_tiny_models_are_built_once_per_key(demo_feedback, stage_ctx, monkeypatch):
     """No warm start (0 steps): the tokenizer, the base and the policy folders, built then found again."""
     fb = demo_feedback(8)
-    tiny = TinyModelConfig(
-        vocab_size=256, hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, warm_start_steps=0
-    )
+    tiny = TinySpec(vocab_size=256, hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, warm_start_steps=0)
     tiny = tiny.model_copy(update={"policy_sft_steps": 0, "policy_noise_steps": 0, "policy_sft_examples": 8})
-    settings = ModelsSettings(models=ModelsConfig(tiny=tiny))
+    monkeypatch.setitem(SIZES, "smoke", tiny)  # the stage builds the named size's spec, looked up at call time
+    settings = ModelsSettings(models=ModelsConfig(tiny="smoke"))
     ctx = stage_ctx("models", feedback=fb, settings=settings)
     ref = models.build(fb, settings, ctx)
     built = Path(ref.policy).parent

@@ -19,8 +19,10 @@ from t2g_core.stages.refs import ModelsRef
 HOLDOUT = HoldoutConfig(eval_fraction=0.25, seed=3)
 
 
-def _settings(**samples) -> PolicySamplesSettings:
-    cfg = PolicySamplesConfig(enabled=True, max_new_tokens=12, batch_size=5, **samples)
+def _settings(sampling: dict | None = None, **samples) -> PolicySamplesSettings:
+    cfg = PolicySamplesConfig(
+        enabled=True, sampling={"max_new_tokens": 12, **(sampling or {})}, batch_size=5, **samples
+    )
     return PolicySamplesSettings(policy_samples=cfg, holdout=HOLDOUT, annotate=AnnotateConfig(annotator="reference"))
 
 
@@ -28,7 +30,7 @@ def _settings(**samples) -> PolicySamplesSettings:
 def sampled(demo_feedback, tiny_model_dir, stage_ctx):
     fb = demo_feedback(24)
     models = ModelsRef.of(tiny_model_dir, tiny_model_dir)
-    settings = _settings(prompts=100, per_prompt=2, temperature=0.8, top_k=20)
+    settings = _settings(prompts=100, per_prompt=2, sampling={"temperature": 0.8, "top_k": 20})
     ctx = stage_ctx("policy_samples", feedback=fb, models=models, settings=settings)
     return fb, models, settings, policy_samples.sample(fb, models, settings, ctx), ctx
 

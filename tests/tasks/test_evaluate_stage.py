@@ -49,7 +49,8 @@ def test_prefect_task_writes_results_logs_and_reuses_them(tiny_model_dir, tmp_pa
         adapter_dir=str(adapter), run_dir=str(run_dir), digest="d", steps=2, history_path=str(run_dir / "history.json")
     )
     settings = EvaluateSettings(
-        evaluate=EvaluateConfig(max_new_tokens=4, bootstrap_samples=200), holdout=HoldoutConfig(eval_fraction=0.5)
+        evaluate=EvaluateConfig(sampling={"max_new_tokens": 4}, bootstrap_samples=200),
+        holdout=HoldoutConfig(eval_fraction=0.5),
     )
     args = (
         ref,

@@ -78,7 +78,7 @@ def test_register_promote_and_load_by_alias_from_a_fresh_process(tiny_model_dir,
             save_steps=100,
             batch_size=2,
             learning_rate=5e-2,
-            lora_dropout=0.0,
+            lora={"dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
             seed=seed,
             warmup_ratio=0.0,
         )
