@@ -42,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from t2g_core.rl.logprobs import position_ids_from_mask
+from t2g_core.sft import lora_config
 from t2g_core.spans import NEGATIVE, POSITIVE, AlignedSpan, ParsedFeedback, anchor_token, labels_for_offsets
 from t2g_core.store import write_text_atomic
 
@@ -274,8 +275,6 @@ def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> t
     torch.manual_seed(cfg.seed)  # LoRA's A matrices and the head are random: one seed, one initial model
     if cfg.finetune == "lora":
         from peft import get_peft_model
-
-        from t2g_core.reward_model.train import lora_config
 
         lm = get_peft_model(lm, lora_config(cfg))
     elif cfg.finetune == "frozen":
