@@ -1,4 +1,5 @@
-"""Load feedback from Parquet, JSONL, CSV or a Hugging Face ``datasets`` folder, validated like any artifact.
+"""Load feedback from Parquet, JSONL, CSV or a Hugging Face ``datasets`` folder, validated like any artifact, and
+split it into the pipeline's training and held-out prompts (:func:`split_prompts`).
 
 Every problem is one :class:`SchemaError` naming the file, the row and the column. Text that is not valid Unicode
 (a lone surrogate, which only JSON's ``\\ud800`` escapes can carry) is refused, not cleaned: the feedback is the
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from t2g_core.config.data import HoldoutConfig
 from t2g_core.schemas import FEEDBACK, NOT_UNICODE, SchemaError, surrogate_in, validate_frame
 
 OPTIONAL = ("critique", "reference", "tests", "entry_point", "meta")
@@ -231,3 +233,13 @@ def responses_frame(entries: Iterable[tuple[dict, str, str, object]], where: str
         meta = json.dumps(meta) if isinstance(meta, dict) else meta
         items.append(row | {"id": item_id, "response": response, "critique": None, "meta": meta})
     return validate_frame(pd.DataFrame(items, columns=FEEDBACK.names), FEEDBACK, where)
+
+
+def split_prompts(feedback: pd.DataFrame, holdout: HoldoutConfig) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The pipeline's deterministic train / held-out split of the feedback rows: PPO, the warm-up and the policy
+    samples see the first part only, the evaluation scores the second (None when ``holdout`` holds out no row)."""
+    shuffled = feedback.sample(frac=1.0, random_state=holdout.seed).reset_index(drop=True)
+    n_eval = int(round(len(shuffled) * holdout.eval_fraction))
+    if n_eval == 0:
+        return shuffled, None
+    return shuffled.iloc[n_eval:].reset_index(drop=True), shuffled.iloc[:n_eval].reset_index(drop=True)

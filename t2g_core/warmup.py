@@ -1,4 +1,4 @@
-"""Supervised warm-up of the policy: TRL ``SFTTrainer`` + LoRA on (rendered policy prompt -> reference response).
+"""Supervised warm-up of the policy: LoRA SFT (:mod:`t2g_core.sft`) on (rendered policy prompt -> reference response).
 
 The pairs are the references of the training prompts, each prompt rendered exactly as PPO's rollouts and the
 evaluation render it (``t2g_core.policy_prompts``); TRL's prompt/completion form keeps the loss on the reference and
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from t2g_core.progress import Progress, no_progress
+from t2g_core.sft import finished_meta, fit, log_callback, sft_trainer
 from t2g_core.tracking import NullTracker, Tracker
 
 if TYPE_CHECKING:
@@ -72,110 +72,14 @@ def warmup_pairs(train: pd.DataFrame, tokenizer, cfg) -> WarmupPairs:
     return out
 
 
-def _callback(tracker: Tracker, progress: Progress, losses: list[float]):
-    from transformers import TrainerCallback
-
-    class WarmupCallback(TrainerCallback):
-        """Every Trainer log to the tracker as ``warmup/<name>``; ``progress("warm-up", step, max_steps)``."""
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            metrics = {f"warmup/{k}": float(v) for k, v in (logs or {}).items() if isinstance(v, (int, float))}
-            if "warmup/loss" in metrics:
-                losses.append(metrics["warmup/loss"])
-            if metrics:
-                tracker.log_metrics(metrics, step=int(state.global_step))
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.is_world_process_zero:
-                loss = {"loss": losses[-1]} if losses else {}
-                progress("warm-up", int(state.global_step), int(state.max_steps), loss)
-
-    return WarmupCallback()
-
-
-def _sft_config(cfg, out_dir: Path, bf16: bool):
-    import torch
-    from trl import SFTConfig
-
-    return SFTConfig(
-        output_dir=str(out_dir / "checkpoints"),
-        max_steps=cfg.steps,
-        per_device_train_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler,
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=cfg.save_steps,
-        save_total_limit=2,
-        bf16=bf16,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        max_length=cfg.max_length,
-        completion_only_loss=True,
-        packing=False,
-        report_to=[],
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        dataloader_pin_memory=torch.cuda.is_available(),
-    )
-
-
-def make_trainer(cfg, policy: str | Path, pairs: WarmupPairs, out_dir: Path, *, dtype=None, callbacks=()):
-    """An ``SFTTrainer`` on ``policy`` (a folder or Hub id, in ``dtype``: the resolved ``models.dtype``) wrapped in
-    a fresh LoRA (``warmup.lora_*``); nothing trained yet."""
-    import datasets
-    from datasets import Dataset
-    from peft import LoraConfig
-    from transformers import PrinterCallback
-    from trl import SFTTrainer
-
-    from t2g_core.models.loading import default_device, load_causal_lm, load_tokenizer, weights_dtype
-    from t2g_core.reward_model.train import bf16_autocast
-
-    datasets.disable_progress_bars()
-    device = default_device()
-    dtype = weights_dtype(dtype, device)
-    tokenizer = load_tokenizer(policy, padding_side=None)
-    model = load_causal_lm(policy, dtype=dtype, tokenizer=tokenizer, place=False)  # the Trainer places it
-    lora = LoraConfig(
-        r=cfg.lora.r,
-        lora_alpha=cfg.lora.alpha,
-        lora_dropout=cfg.lora.dropout,
-        target_modules=cfg.lora.target_modules,
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
-    data = Dataset.from_dict({"prompt": [p for p, _ in pairs.pairs], "completion": [r for _, r in pairs.pairs]})
-    trainer = SFTTrainer(
-        model=model,
-        args=_sft_config(cfg, out_dir, bf16_autocast(dtype, device)),
-        train_dataset=data,
-        processing_class=tokenizer,
-        peft_config=lora,
-        callbacks=list(callbacks),
-    )
-    trainer.remove_callback(PrinterCallback)
-    return trainer
-
-
-def last_checkpoint(out_dir: str | Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    folder = Path(out_dir) / "checkpoints"
-    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
-
-
 def finished(out_dir: str | Path, cfg, policy: str | Path) -> WarmupResult | None:
-    """The result of a completed warm-up of ``policy`` with ``cfg`` in ``out_dir``, or None."""
-    meta_path = Path(out_dir) / "policy" / WARMUP_META
-    if not meta_path.is_file():
-        return None
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    if meta.get("config") != cfg.model_dump(mode="json") or meta.get("start") != str(policy):
+    """The result of a completed warm-up of ``policy`` with ``cfg`` in ``out_dir``, or None (also when its record
+    was cut short: the warm-up is not complete, and trains again)."""
+    meta = finished_meta(Path(out_dir) / "policy" / WARMUP_META, cfg, start=str(policy))
+    if meta is None:
         return None
     return WarmupResult(
-        policy_dir=meta_path.parent,
+        policy_dir=Path(out_dir) / "policy",
         global_step=int(meta["global_step"]),
         resumed_from=meta.get("resumed_from"),
         train_seconds=float(meta["train_seconds"]),
@@ -210,13 +114,22 @@ def train_warmup(
     done = finished(out_dir, cfg, policy) if resume else None
     if done is not None:
         return done
-    losses: list[float] = []
-    callback = _callback(tracker or NullTracker(), on_progress, losses)
-    trainer = make_trainer(cfg, policy, pairs, out_dir, dtype=dtype, callbacks=[callback, *callbacks])
-    resumed_from = last_checkpoint(out_dir) if resume else None
-    t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resumed_from)
-    seconds = time.perf_counter() - t0
+    history: list[dict[str, float]] = []
+    trainer = sft_trainer(
+        cfg,
+        policy,
+        out_dir,
+        {"prompt": [p for p, _ in pairs.pairs], "completion": [r for _, r in pairs.pairs]},
+        dtype=dtype,
+        lora=True,
+        callbacks=[log_callback(tracker or NullTracker(), on_progress, "warmup", "warm-up", history), *callbacks],
+        max_steps=cfg.steps,
+        logging_steps=1,
+        save_total_limit=2,
+        max_length=cfg.max_length,
+    )
+    resumed_from, seconds = fit(trainer, out_dir, resume)
+    losses = [h["warmup/loss"] for h in history if "warmup/loss" in h]  # the training loss at each logged step
     merged = trainer.model.merge_and_unload()  # base + LoRA as plain weights: the policy PPO starts from
     final = out_dir / "policy"
     tmp = staging_folder(final, writer_token(), create=True)

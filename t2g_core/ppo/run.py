@@ -14,10 +14,11 @@ from pathlib import Path
 import pandas as pd
 
 from t2g_core.config.stages import PPOSettings
+from t2g_core.feedback import split_prompts
 from t2g_core.models.loading import default_device, resolve_dtype
 from t2g_core.ppo.critique_loop import CritiqueLoop, write_replay
 from t2g_core.ppo.distributed import barrier, rank_and_world
-from t2g_core.ppo.sources import make_reward_source, split_prompts, task_metric_for
+from t2g_core.ppo.sources import make_reward_source, task_metric_for
 from t2g_core.ppo.trainer import PPOResult, train
 from t2g_core.progress import Progress, no_progress
 from t2g_core.schemas import FEEDBACK
@@ -47,7 +48,7 @@ def prepare_run(
         if replay is not None and cfg.critique_loop()[0]:
             write_replay(run_dir, *replay)
         run_dir.mkdir(parents=True, exist_ok=True)
-        train_df, eval_df = split_prompts(feedback, cfg.holdout.eval_fraction, cfg.holdout.seed)
+        train_df, eval_df = split_prompts(feedback, cfg.holdout)
         write_parquet(train_df, run_dir / "prompts.parquet", FEEDBACK)
         if eval_df is not None:
             write_parquet(eval_df, run_dir / "eval.parquet", FEEDBACK)

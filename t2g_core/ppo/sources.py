@@ -1,4 +1,4 @@
-"""Building what the trainer consumes from pipeline inputs: the reward source, the task metric, the prompt split.
+"""Building what the trainer consumes from pipeline inputs: the reward source and the task metric.
 
 Reward sources are chosen by ``PPOConfig.reward_source`` through a table of small builders (no if/elif tree):
 ``oracle`` = the programmatic critic of the task (reference critic for summarization / QA, sandboxed code critic for
@@ -108,12 +108,3 @@ def task_metric_for(task: str, prompts: pd.DataFrame) -> Callable[[list[dict], l
     meta = prompts["meta"] if "meta" in prompts else None  # a user's file: meta all null, no facts to score by
     has_facts = meta is not None and meta.notna().all() and meta.astype(str).str.contains('"facts"').all()
     return summary_metrics if task == "summarization" and has_facts and len(prompts) else None
-
-
-def split_prompts(feedback: pd.DataFrame, eval_fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """Deterministic train / held-out split of the feedback rows (only prompt-side columns matter to PPO)."""
-    shuffled = feedback.sample(frac=1.0, random_state=seed).reset_index(drop=True)
-    n_eval = int(round(len(shuffled) * eval_fraction))
-    if n_eval == 0:
-        return shuffled, None
-    return shuffled.iloc[n_eval:].reset_index(drop=True), shuffled.iloc[:n_eval].reset_index(drop=True)

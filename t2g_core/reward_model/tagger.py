@@ -42,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from t2g_core.rl.logprobs import position_ids_from_mask
+from t2g_core.sft import lora_config
 from t2g_core.spans import NEGATIVE, POSITIVE, AlignedSpan, ParsedFeedback, anchor_token, labels_for_offsets
 from t2g_core.store import write_text_atomic
 
@@ -275,9 +276,7 @@ def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> t
     if cfg.finetune == "lora":
         from peft import get_peft_model
 
-        from t2g_core.reward_model.train import lora_config
-
-        lm = get_peft_model(lm, lora_config(cfg))
+        lm = get_peft_model(lm, lora_config(cfg.lora))
     elif cfg.finetune == "frozen":
         lm.requires_grad_(False)
     hidden = lm.config.get_text_config().hidden_size if hasattr(lm.config, "get_text_config") else lm.config.hidden_size

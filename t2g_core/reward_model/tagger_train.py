@@ -41,6 +41,7 @@ from t2g_core.reward_model.tagger import (
     save_tagger,
     token_classes,
 )
+from t2g_core.sft import TRAIN_META, RMTrainResult, finished_run
 from t2g_core.spans import AlignedSpan
 from t2g_core.store import write_text_atomic
 from t2g_core.training import (
@@ -281,10 +282,9 @@ def fit_tagger(
     in ``dtype`` (the resolved ``models.dtype``; None: the ``auto`` rule) and trains as loaded, the head in float32.
 
     Checkpoints go to ``<out_dir>/checkpoints/step-N`` every ``save_steps``; a re-run resumes from the last one and
-    reproduces the uninterrupted run. Returns an :class:`~t2g_core.reward_model.train.RMTrainResult`.
+    reproduces the uninterrupted run. Returns an :class:`~t2g_core.sft.RMTrainResult`.
     """
     from t2g_core.models.loading import weights_dtype
-    from t2g_core.reward_model.train import TRAIN_META, RMTrainResult, finished_run
 
     out_dir, ckpt_dir = Path(out_dir), Path(out_dir) / "checkpoints"
     done = finished_run(out_dir, cfg, folder="tagger") if resume else None

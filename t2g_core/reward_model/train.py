@@ -1,162 +1,42 @@
 """Train the generative reward model: TRL ``SFTTrainer`` (a PEFT LoRA adapter, or every weight with
-``reward_model.finetune=full``), loss on the completion only.
+``reward_model.finetune=full``) through :mod:`t2g_core.sft`, loss on the completion only.
 
-The dataset is TRL's prompt/completion form (``prompt`` = the rendered RM prompt, ``completion`` = the target
-JSON + EOS), so TRL masks every prompt token out of the loss (labels -100) and pads on the right for training.
-Checkpoints (adapter, optimizer, scheduler, RNG states, step) go to ``<out>/checkpoints/checkpoint-N`` every
-``save_steps``; a re-run after a kill resumes from the last one. The final adapter and tokenizer go to
-``<out>/adapter`` with ``rm_train.json`` (base model, step, config, dtype). The base is a folder or a Hub id
-(``@revision``) loaded in ``models.dtype`` (the ``torch.dtype`` the stage resolved) with the shared pad-token policy
-(``t2g_core.models.loading``); the same code runs on CPU (float32) and on a GPU (bf16 when supported).
-
-Mixed precision follows the weights, so one setting decides both (:func:`bf16_autocast`): bfloat16 weights on a GPU
-train under bf16 autocast (the float32 LoRA matmuls run in bf16 like the base); float32 weights train in float32,
-float16 weights as loaded, and on the CPU every layer computes in its own weights' dtype.
+The dataset is the prompt/completion form (``prompt`` = the rendered RM prompt, ``completion`` = the target JSON +
+EOS). Checkpoints go to ``<out>/checkpoints/checkpoint-N`` every ``save_steps``; a re-run after a kill resumes from
+the last one. The final adapter and tokenizer go to ``<out>/adapter`` with ``rm_train.json`` (base model, step,
+config, dtype). The base is a folder or a Hub id (``@revision``) loaded in ``models.dtype`` (the ``torch.dtype`` the
+stage resolved) with the shared pad-token policy (``t2g_core.models.loading``); the same code runs on CPU (float32)
+and on a GPU (bf16 when supported).
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from t2g_core.progress import Progress, no_progress
+from t2g_core.sft import TRAIN_META, RMTrainResult, finished_run, fit, log_callback, sft_trainer
 from t2g_core.store import write_text_atomic
 from t2g_core.tracking import NullTracker, Tracker
 
 if TYPE_CHECKING:
     import torch
 
-TRAIN_META = "rm_train.json"
 
+def _columns(rm_df: pd.DataFrame) -> tuple[dict[str, list[str]], dict[str, list[str]] | None]:
+    """The prompt/completion columns of the train rows and of the validation rows (None when there are none)."""
 
-@dataclass
-class RMTrainResult:
-    adapter_dir: Path
-    checkpoint_dir: Path
-    global_step: int
-    resumed_from: str | None
-    train_seconds: float
-    n_train: int
-    n_validation: int
-    history: list[dict[str, float]] = field(default_factory=list)
+    def columns(part: pd.DataFrame):
+        return None if part.empty else {"prompt": part["rm_prompt"].tolist(), "completion": part["rm_target"].tolist()}
 
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def bf16_autocast(dtype: torch.dtype, device) -> bool:
-    """Whether the Trainer runs under bf16 autocast (``SFTConfig.bf16``) for base weights in ``dtype`` on
-    ``device``: bfloat16 weights on a CUDA device that supports bf16."""
-    import torch
-
-    device = torch.device(device)
-    return dtype == torch.bfloat16 and device.type == "cuda" and torch.cuda.is_bf16_supported()
-
-
-def _tracker_callback(tracker: Tracker, history: list[dict[str, float]]):
-    from transformers import TrainerCallback
-
-    class TrackerCallback(TrainerCallback):
-        """Forward every Trainer log (loss, learning_rate, grad_norm, eval_loss, ...) to the tracker."""
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            metrics = {f"rm/{k}": float(v) for k, v in (logs or {}).items() if isinstance(v, (int, float))}
-            if metrics:
-                history.append({"step": float(state.global_step), **metrics})
-                tracker.log_metrics(metrics, step=int(state.global_step))
-
-    return TrackerCallback()
-
-
-def _progress_callback(progress: Progress):
-    from transformers import TrainerCallback
-
-    class ProgressCallback(TrainerCallback):
-        """``progress("reward model", step, max_steps, {loss})`` after every optimizer step."""
-
-        loss: float | None = None
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and isinstance(logs.get("loss"), (int, float)):
-                self.loss = float(logs["loss"])
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.is_world_process_zero:
-                metrics = {"loss": self.loss} if self.loss is not None else {}
-                progress("reward model", int(state.global_step), int(state.max_steps), metrics)
-
-    return ProgressCallback()
-
-
-def _datasets(rm_df: pd.DataFrame):
-    from datasets import Dataset
-
-    def to_ds(part: pd.DataFrame):
-        if part.empty:
-            return None
-        return Dataset.from_dict({"prompt": part["rm_prompt"].tolist(), "completion": part["rm_target"].tolist()})
-
-    train = rm_df[rm_df["split"] == "train"]
-    if train.empty:
+    train = columns(rm_df[rm_df["split"] == "train"])
+    if train is None:
         raise ValueError("rm_data has no 'train' rows to learn from")
-    return to_ds(train), to_ds(rm_df[rm_df["split"] == "validation"])
-
-
-def _sft_config(cfg, out_dir: Path, has_eval: bool, bf16: bool):
-    from trl import SFTConfig
-
-    return SFTConfig(
-        output_dir=str(out_dir / "checkpoints"),
-        num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        per_device_train_batch_size=cfg.batch_size,
-        per_device_eval_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler,
-        warmup_steps=cfg.warmup_ratio,  # a float < 1 is a ratio of the total steps
-        weight_decay=cfg.weight_decay,
-        max_grad_norm=cfg.max_grad_norm,
-        logging_steps=cfg.logging_steps,
-        save_strategy="steps",
-        save_steps=cfg.save_steps,
-        save_total_limit=cfg.save_total_limit,
-        eval_strategy="steps" if has_eval else "no",
-        eval_steps=cfg.save_steps if has_eval else None,
-        bf16=bf16,
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        max_length=cfg.max_prompt_tokens + cfg.max_target_tokens,
-        completion_only_loss=True,
-        packing=False,
-        report_to=[],
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        dataloader_pin_memory=_cuda(),
-    )
-
-
-def lora_config(cfg):
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=cfg.lora.r,
-        lora_alpha=cfg.lora.alpha,
-        lora_dropout=cfg.lora.dropout,
-        target_modules=cfg.lora.target_modules,
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
+    return train, columns(rm_df[rm_df["split"] == "validation"])
 
 
 def make_trainer(
@@ -174,43 +54,33 @@ def make_trainer(
 ):
     """An ``SFTTrainer`` on the LoRA-wrapped base (nothing trained yet); exposed for tests and custom loops. The base
     loads in ``dtype`` (the resolved ``models.dtype``; None: the ``auto`` rule), which also sets the Trainer's mixed
-    precision (:func:`bf16_autocast`). The tokenizer gets a pad token distinct from EOS (EOS must stay in the loss)."""
-    import datasets
-    from transformers import PrinterCallback
-    from trl import SFTTrainer
-
-    from t2g_core.models.loading import default_device, load_causal_lm, load_tokenizer, weights_dtype
-
-    if not progress:
-        datasets.disable_progress_bars()
-
+    precision (:func:`t2g_core.sft.bf16_autocast`)."""
     base = str(Path(base_model).resolve()) if Path(base_model).exists() else str(base_model)
-    out_dir = Path(out_dir)
-    device = default_device()  # where the Trainer places the model
-    dtype = weights_dtype(dtype, device)
-    tokenizer = load_tokenizer(base, padding_side=None)
-    bf16 = bf16_autocast(dtype, device)
-    args = _sft_config(cfg, out_dir, has_eval=False, bf16=bf16)
-    model = load_causal_lm(base, dtype=dtype, tokenizer=tokenizer, place=False)  # the Trainer places it
-    train_ds, eval_ds = _datasets(rm_df)
-    if eval_ds is not None:
-        args = _sft_config(cfg, out_dir, has_eval=True, bf16=bf16)
-    all_callbacks = [
-        _tracker_callback(tracker or NullTracker(), history if history is not None else []),
-        _progress_callback(on_progress),
-        *callbacks,
-    ]
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=train_ds,
-        eval_dataset=eval_ds,
-        processing_class=tokenizer,
-        peft_config=lora_config(cfg) if cfg.finetune == "lora" else None,
-        callbacks=all_callbacks,
+    train, validation = _columns(rm_df)
+    log = log_callback(tracker or NullTracker(), on_progress, "rm", "reward model", [] if history is None else history)
+    trainer = sft_trainer(
+        cfg,
+        base,
+        out_dir,
+        train,
+        validation,
+        dtype=dtype,
+        lora=cfg.finetune == "lora",
+        callbacks=[log, *callbacks],
+        quiet=not progress,
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        per_device_eval_batch_size=cfg.batch_size,
+        warmup_steps=cfg.warmup_ratio,  # a float < 1 is a ratio of the total steps
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        logging_steps=cfg.logging_steps,
+        save_total_limit=cfg.save_total_limit,
+        eval_strategy="steps" if validation is not None else "no",
+        eval_steps=cfg.save_steps if validation is not None else None,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        max_length=cfg.max_prompt_tokens + cfg.max_target_tokens,
     )
-    if not progress:
-        trainer.remove_callback(PrinterCallback)
     _save_embeddings_only_if_trained(trainer.model)
     return trainer
 
@@ -228,39 +98,6 @@ def _save_embeddings_only_if_trained(model) -> None:
         model.save_pretrained = partial(
             type(model).save_pretrained, model, save_embedding_layers=embeddings_trained(model)
         )
-
-
-def last_checkpoint(out_dir: str | Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    ckpt = Path(out_dir) / "checkpoints"
-    return get_last_checkpoint(str(ckpt)) if ckpt.is_dir() else None
-
-
-def finished_run(out_dir: str | Path, cfg, folder: str = "adapter") -> RMTrainResult | None:
-    """The result of a completed run in ``out_dir`` (its model in ``<out_dir>/<folder>``) trained with ``cfg``, or
-    None (also when its record was cut short: the run is not complete, and trains again)."""
-    from t2g_core.store import BrokenFile, read_json
-
-    meta_path = Path(out_dir) / folder / TRAIN_META
-    if not meta_path.exists():
-        return None
-    try:
-        meta = read_json(meta_path)
-    except BrokenFile:
-        return None
-    if not isinstance(meta, dict) or meta.get("config") != cfg.model_dump(mode="json"):
-        return None
-    return RMTrainResult(
-        adapter_dir=meta_path.parent,
-        checkpoint_dir=Path(out_dir) / "checkpoints",
-        global_step=int(meta["global_step"]),
-        resumed_from=meta.get("resumed_from"),
-        train_seconds=float(meta["train_seconds"]),
-        n_train=int(meta["n_train"]),
-        n_validation=int(meta["n_validation"]),
-        history=[],
-    )
 
 
 def train_rm(
@@ -298,10 +135,7 @@ def train_rm(
         dtype=dtype,
         on_progress=on_progress,
     )
-    resumed_from = last_checkpoint(out_dir) if resume else None
-    t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resumed_from)
-    seconds = time.perf_counter() - t0
+    resumed_from, seconds = fit(trainer, out_dir, resume)
     adapter_dir = out_dir / "adapter"
     trainer.save_model(str(adapter_dir))
     trainer.processing_class.save_pretrained(str(adapter_dir))

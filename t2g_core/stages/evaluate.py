@@ -13,6 +13,7 @@ import pandas as pd
 
 from t2g_core.config.stages import EvaluateSettings
 from t2g_core.evaluation.outcome import outcome
+from t2g_core.feedback import split_prompts
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef, PolicySet
@@ -23,13 +24,11 @@ def pipeline_policies(
 ) -> PolicySet:
     """``warm_start`` (baseline), optionally the untrained ``base``, then the PPO policy; on PPO's held-out prompts
     (its ``eval.parquet``), or on the same split redone from ``data`` when the run recorded none."""
-    from t2g_core.ppo.sources import split_prompts
-
     eval_file = Path(policy.run_dir) / "eval.parquet"
     if eval_file.is_file():
         held_out = pd.read_parquet(eval_file, columns=["id"])["id"].tolist()
     elif settings.holdout.eval_fraction > 0:
-        _, held = split_prompts(read(feedback, "feedback"), settings.holdout.eval_fraction, settings.holdout.seed)
+        _, held = split_prompts(read(feedback, "feedback"), settings.holdout)
         held_out = [] if held is None else held["id"].tolist()
     else:
         held_out = None

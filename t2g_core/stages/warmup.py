@@ -1,7 +1,7 @@
 """Warm-up stage: the policy before PPO, supervised on the reference responses of the training prompts.
 
 The training prompts are those PPO trains on: the feedback split by ``holdout`` exactly as PPO splits it
-(``t2g_core.ppo.sources.split_prompts``), so the warm-up never sees a held-out prompt or its reference. The stage
+(``t2g_core.feedback.split_prompts``), so the warm-up never sees a held-out prompt or its reference. The stage
 returns the models with ``policy`` replaced by the merged warmed-up model (``<checkpoints/warmup>/<key>/policy``):
 PPO starts from it and keeps it as its KL reference, and the evaluation's baseline is that policy. A killed warm-up
 resumes from its last checkpoint; a finished one is reused (the folder is keyed by this stage's key).
@@ -10,6 +10,7 @@ resumes from its last checkpoint; a finished one is reused (the folder is keyed 
 from __future__ import annotations
 
 from t2g_core.config.stages import PolicySamplesSettings, WarmupSettings
+from t2g_core.feedback import split_prompts
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, model_digest
@@ -17,9 +18,7 @@ from t2g_core.stages.refs import ArtifactRef, ModelsRef, model_digest
 
 def training_rows(feedback: ArtifactRef, settings: WarmupSettings | PolicySamplesSettings):
     """The feedback rows PPO trains on (the held-out ones removed by ``settings.holdout``'s split)."""
-    from t2g_core.ppo.sources import split_prompts
-
-    train, _held_out = split_prompts(read(feedback, "feedback"), settings.holdout.eval_fraction, settings.holdout.seed)
+    train, _held_out = split_prompts(read(feedback, "feedback"), settings.holdout)
     return train
 
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from t2g_core.config import ModelsConfig, PPOConfig, RewardModelConfig, load_config
 from t2g_core.models.loading import load_causal_lm, resolve_dtype, weights_dtype
 from t2g_core.ppo.generation import make_backend, vllm_dtype
-from t2g_core.reward_model.train import bf16_autocast
+from t2g_core.sft import bf16_autocast
 from tests.core._load_spy import _Loads
 
 
@@ -155,7 +155,7 @@ def test_models_dtype_reaches_every_model_of_every_stage_as_one_torch_dtype(tiny
     evaluate.evaluate(fb_ref, chosen, eval_settings, StageContext.keyed(tmp_path, "eval"), device="cpu")
 
     assert loads.callers() == {
-        "t2g_core.reward_model.train.make_trainer",  # generative reward model, training
+        "t2g_core.sft.sft_trainer",  # generative reward model, training
         "t2g_core.reward_model.scoring.load_reward_model",  # generative reward model, evaluation
         "t2g_core.reward_model.tagger.build_tagger",  # tagger, training
         "t2g_core.reward_model.tagger.load_tagger",  # tagger, evaluation and PPO's reward source

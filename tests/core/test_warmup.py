@@ -3,6 +3,7 @@ that PPO starts from and keeps as its KL reference, and that the evaluation comp
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -107,6 +108,20 @@ def test_a_killed_warm_up_resumes_to_the_same_merged_policy(feedback, tiny_model
     assert not (tmp_path / "killed" / "checkpoints").exists()
     again = train_warmup(FAST, tiny_model_dir, pairs, tmp_path / "killed")  # finished: reused, not retrained
     assert again.global_step == 4 and again.resumed_from == resumed.resumed_from
+
+
+def test_a_warm_up_record_cut_short_is_not_finished_and_trains_again(tmp_path):
+    """A ``warmup.json`` a kill or a full disk cut short means the warm-up is not complete: no crash, it trains."""
+    from t2g_core.warmup import WARMUP_META, finished
+
+    record = tmp_path / "policy" / WARMUP_META
+    record.parent.mkdir()
+    meta = {"start": "base", "global_step": 4, "train_seconds": 1.0, "n_pairs": 8}
+    text = json.dumps(meta | {"config": FAST.model_dump(mode="json")}, indent=2)
+    record.write_text(text, encoding="utf-8")
+    assert finished(tmp_path, FAST, "base").global_step == 4 and finished(tmp_path, FAST, "other") is None
+    record.write_text(text[: len(text) // 2], encoding="utf-8")
+    assert finished(tmp_path, FAST, "base") is None
 
 
 def _reference_logprob(model, tok, prompt: str, reference: str) -> float:
