@@ -55,10 +55,10 @@ def _stage_rows(flow_run_id: str) -> list[str]:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterType, FlowRunFilter, FlowRunFilterId
     from prefect.utilities.urls import url_for
 
-    from tasks.pipeline import _flow_run_tree
+    from tasks.pipeline import flow_run_tree
 
     with get_client(sync_client=True) as client:
-        tree = [i for i in _flow_run_tree(client, flow_run_id) if str(i) != str(flow_run_id)]
+        tree = [i for i in flow_run_tree(client, flow_run_id) if str(i) != str(flow_run_id)]
         if not tree:
             return []
         subflows = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=tree)))
