@@ -231,3 +231,8 @@ def responses_frame(entries: Iterable[tuple[dict, str, str, object]], where: str
         meta = json.dumps(meta) if isinstance(meta, dict) else meta
         items.append(row | {"id": item_id, "response": response, "critique": None, "meta": meta})
     return validate_frame(pd.DataFrame(items, columns=FEEDBACK.names), FEEDBACK, where)
+
+
+def sampled_from(frame: pd.DataFrame) -> pd.Series:
+    """The id of the feedback item each policy-sample row was sampled from."""
+    return frame["meta"].map(lambda m: json.loads(m)["sampled_from"])
