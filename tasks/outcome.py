@@ -24,6 +24,7 @@ from t2g_core.evaluation.outcome import Outcome, outcome
 from t2g_core.stages.registry import ORDER, typed_outputs
 from t2g_mlflow import runs
 from t2g_mlflow.tags import POLICY_VERSION_TAG, PROMOTED_TAG, VERDICT_TAG
+from tasks.links import root_flow_run_id
 
 ARTIFACT_KEY = "text2grad-outcome"
 RM_HEADLINE = ("truth_poor_char_f1", "truth_recall_invented", "span_f1")  # the reward model's, when measured
@@ -137,7 +138,7 @@ def publish_outcome(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str:
     tags = {VERDICT_TAG: result.verdict, PROMOTED_TAG: "champion" if promoted else "not promoted"}
     if getattr(outputs.get("ppo"), "version", None):
         tags[POLICY_VERSION_TAG] = str(outputs["ppo"].version)
-    runs.record_outcome(workspace, metrics, tags, markdown)
+    runs.record_outcome(workspace, root_flow_run_id(), metrics, tags, markdown)
     line = f"outcome: {result.headline()}; {promotion}"
     get_run_logger().info(line)
     return line

@@ -195,5 +195,6 @@ def close_pipeline_run(flow, flow_run, state) -> None:
 def record_outputs(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str | None:
     """Link every stage output (cached or not) to the pipeline's MLflow parent run; returns the parent run id."""
     from t2g_core.stages.registry import typed_outputs
+    from tasks.links import root_flow_run_id
 
-    return runs.link_pipeline_outputs(typed_outputs(outputs), workspace)
+    return runs.link_pipeline_outputs(typed_outputs(outputs), workspace, root_flow_run_id())
