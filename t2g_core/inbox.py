@@ -1,4 +1,4 @@
-"""Taking a file out of an inbox folder anyone may drop files into: regular files only, size-capped, streamed.
+"""The feedback inbox: files anyone may drop in, taken into the workspace once each, and the ledgers that say so.
 
 An inbox is written by others, so a name in it may be a symlink to a private file or to ``/dev/zero``, a FIFO that
 blocks whoever opens it, a device, or a file of any size. :func:`land` takes a file only when it is a regular file
@@ -7,19 +7,32 @@ descriptor, so it cannot be swapped in between), at most ``max_bytes`` long; it 
 hashing it (never the whole file in memory) into a hidden temporary, with the source's permission bits (a private
 0600 file stays private; 0600 when the source has none, e.g. an object store), then renames it into place under its
 content hash. What it refuses raises :class:`Refused` with the reason.
+
+The workspace's inbox (``<workspace>/inbox``) keeps two ledgers, each written under its one-writer lock:
+``.seen.json`` (content hash -> the name it came in as), so :func:`scan` takes a renamed or re-sent file once, into
+``.landed/``; and ``.processed.json`` (landed name -> the feedback version it became), so :func:`pending_files` are
+the landed files not yet appended to the feedback dataset (:func:`mark_processed`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from t2g_core.config import WorkspaceConfig
+from t2g_core.locks import folder_lock
+from t2g_core.store import read_json, write_text_atomic
+from t2g_core.workspace import Workspace
+
 CHUNK = 1 << 20
+FEEDBACK_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+LANDED_DIR, SEEN_FILE, PROCESSED_FILE = ".landed", ".seen.json", ".processed.json"
 PRIVATE = 0o600
 KINDS = {
     stat.S_IFLNK: "a symbolic link",
@@ -135,3 +148,112 @@ def inbox_names(root: str | Path, skip_dirs: tuple[str, ...] = ()) -> Iterator[P
         for name in sorted(files):
             if not name.startswith("."):
                 yield Path(folder) / name
+
+
+# --------------------------------------------------------------------------------------------- the workspace's inbox
+def _inbox(workspace: WorkspaceConfig) -> Path:
+    return Workspace.at(workspace.root).inbox
+
+
+def _ledger(path: Path) -> dict[str, str]:
+    return read_json(path) if path.exists() else {}
+
+
+def _save_ledger(path: Path, data: dict[str, str]) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True))
+
+
+def _held(ledger: Path):
+    """The ledger's one-writer lock: two scans (or two runs marking files) take turns."""
+    return folder_lock(ledger, f"the feedback inbox (pid {os.getpid()})", wait_s=120)
+
+
+def scan(inbox: str, workspace: WorkspaceConfig, warn: Callable[[str], None]) -> list[dict]:
+    """Take every new feedback file in ``inbox`` (a folder or an fsspec URL) into the workspace.
+
+    Returns ``[{"sha256", "path" (immutable local copy), "source"}]`` for files whose content was never seen; the
+    seen-ledger ``<workspace>/inbox/.seen.json`` (content hash -> original path) has it, so renaming or re-sending a
+    file does not take it twice. A file that is not a regular file, or is larger than ``workspace.inbox_max_mb``, is
+    left where it is and ``warn`` hears why.
+    """
+    folder = _inbox(workspace)
+    max_bytes = int(workspace.inbox_max_mb * (1 << 20))
+    new: list[dict] = []
+    with _held(folder / SEEN_FILE):
+        seen = _ledger(folder / SEEN_FILE)
+        for name, source in _sources(inbox):
+            try:
+                sha = source.digest(max_bytes)
+                if sha in seen:
+                    continue
+                landed = source.land(folder / LANDED_DIR, max_bytes)
+            except Refused as exc:
+                warn(str(exc))
+                continue
+            seen[landed.sha256] = name
+            new.append({"sha256": landed.sha256, "path": str(landed.path), "source": name})
+        _save_ledger(folder / SEEN_FILE, seen)
+    return new
+
+
+class LocalSource:
+    """A name in a local inbox folder: read only when it is a regular file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def digest(self, max_bytes: int) -> str:
+        return file_digest(self.path, max_bytes)
+
+    def land(self, folder: Path, max_bytes: int) -> Landed:
+        return land(self.path, folder, max_bytes)
+
+
+class RemoteSource:
+    """A file of an fsspec file system (an object store): streamed; its copy is private (0600)."""
+
+    def __init__(self, fs, name: str):
+        self.fs, self.name = fs, name
+
+    def _chunks(self, max_bytes: int) -> Iterator[bytes]:
+        size = self.fs.size(self.name)
+        if size is not None and size > max_bytes:
+            raise Refused(f"{self.name}: {size} bytes, larger than the inbox's cap of {max_bytes} bytes; not taken")
+        with self.fs.open(self.name, "rb") as f:
+            while block := f.read(CHUNK):
+                yield block
+
+    def digest(self, max_bytes: int) -> str:
+        return chunks_digest(self._chunks(max_bytes), max_bytes, self.name)
+
+    def land(self, folder: Path, max_bytes: int) -> Landed:
+        return copy_hashed(self._chunks(max_bytes), folder, Path(self.name).suffix, PRIVATE, max_bytes, self.name)
+
+
+def _sources(inbox: str) -> Iterator[tuple[str, LocalSource | RemoteSource]]:
+    """The feedback files of ``inbox`` (a local folder, walked without following symlinked folders, or a URL)."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(inbox)
+    local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+    names = (str(p) for p in inbox_names(root, skip_dirs=(LANDED_DIR,))) if local else sorted(fs.find(root))
+    for name in names:
+        if Path(name).name.startswith(".") or f"/{LANDED_DIR}/" in name or not name.endswith(FEEDBACK_SUFFIXES):
+            continue
+        yield name, LocalSource(Path(name)) if local else RemoteSource(fs, name)
+
+
+def pending_files(workspace: WorkspaceConfig) -> list[str]:
+    """Landed inbox files not yet appended to the feedback dataset, oldest first."""
+    folder = _inbox(workspace)
+    done = _ledger(folder / PROCESSED_FILE)
+    files = [p for p in (folder / LANDED_DIR).glob("*") if p.is_file() and not p.name.startswith(".")]
+    return [str(p) for p in sorted(files, key=lambda p: p.stat().st_mtime) if p.name not in done]
+
+
+def mark_processed(path: str, version: int, workspace: WorkspaceConfig) -> None:
+    ledger_path = _inbox(workspace) / PROCESSED_FILE
+    with _held(ledger_path):
+        ledger = _ledger(ledger_path)
+        ledger[Path(path).name] = f"feedback version {version}"
+        _save_ledger(ledger_path, ledger)
