@@ -10,10 +10,8 @@ they are read when the pointer file is absent.)
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 from t2g_core.config import WorkspaceConfig
@@ -52,11 +50,9 @@ def _read_pointers(workspace: WorkspaceConfig) -> dict:
     }
 
 
-@contextlib.contextmanager
-def _held(workspace: WorkspaceConfig) -> Iterator[None]:
+def _held(workspace: WorkspaceConfig):
     """The pointer file's one-writer lock (writers wait their turn: an update takes milliseconds)."""
-    with folder_lock(_pointer(workspace), f"dataset versions (pid {os.getpid()})", wait_s=120):
-        yield
+    return folder_lock(_pointer(workspace), f"dataset versions (pid {os.getpid()})", wait_s=120)
 
 
 def latest(workspace: WorkspaceConfig, dataset: str) -> ArtifactRef | None:

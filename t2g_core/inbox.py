@@ -1,21 +1,21 @@
 """The feedback inbox: files anyone may drop in, taken into the workspace once each, and the ledgers that say so.
 
 An inbox is written by others, so a name in it may be a symlink to a private file or to ``/dev/zero``, a FIFO that
-blocks whoever opens it, a device, or a file of any size. :func:`land` takes a file only when it is a regular file
+blocks whoever opens it, a device, or a file of any size. A local file is taken only when it is a regular file
 (checked with ``lstat`` before opening, opened with ``O_NOFOLLOW | O_NONBLOCK``, and checked again on the open
-descriptor, so it cannot be swapped in between), at most ``max_bytes`` long; it copies it in 1 MiB chunks while
-hashing it (never the whole file in memory) into a hidden temporary, with the source's permission bits (a private
-0600 file stays private; 0600 when the source has none, e.g. an object store), then renames it into place under its
-content hash. What it refuses raises :class:`Refused` with the reason.
+descriptor, so it cannot be swapped in between: :func:`open_regular`), at most ``max_bytes`` long; it is copied in
+1 MiB chunks while hashing it (never the whole file in memory) into a hidden temporary, with the source's permission
+bits (a private 0600 file stays private; 0600 when the source has none, e.g. an object store), then renamed into place
+under its content hash. What is refused raises :class:`Refused` with the reason.
 
-The workspace's inbox (``<workspace>/inbox``) keeps two ledgers, each written under its one-writer lock:
-``.seen.json`` (content hash -> the name it came in as), so :func:`scan` takes a renamed or re-sent file once, into
-``.landed/``; and ``.processed.json`` (landed name -> the feedback version it became), so :func:`pending_files` are
-the landed files not yet appended to the feedback dataset (:func:`mark_processed`).
+The workspace's inbox keeps two ledgers, each written under its one-writer lock: ``.seen.json`` (content hash -> the
+name it came in as: :func:`scan` takes a file once, into ``.landed/``) and ``.processed.json`` (landed name -> the
+feedback version it became: :func:`pending_files` are the others, :func:`mark_processed` adds one).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -121,26 +121,6 @@ def chunks_digest(chunks: Iterable[bytes], max_bytes: int, name: str) -> str:
     return digest.hexdigest()
 
 
-def file_digest(path: str | Path, max_bytes: int) -> str:
-    """sha256 of the regular file ``path`` (streamed; :class:`Refused` for anything else or past the cap)."""
-    fd, _ = open_regular(path, max_bytes)
-    try:
-        return chunks_digest(_descriptor_chunks(fd), max_bytes, str(path))
-    finally:
-        os.close(fd)
-
-
-def land(path: str | Path, folder: Path, max_bytes: int) -> Landed:
-    """Copy the regular file ``path`` into ``folder`` under its content hash, keeping its permission bits."""
-    fd, st = open_regular(path, max_bytes)
-    try:
-        return copy_hashed(
-            _descriptor_chunks(fd), folder, Path(path).suffix, stat.S_IMODE(st.st_mode) & 0o777, max_bytes, str(path)
-        )
-    finally:
-        os.close(fd)
-
-
 def inbox_names(root: str | Path, skip_dirs: tuple[str, ...] = ()) -> Iterator[Path]:
     """Every name under ``root`` (symlinked folders are not followed), hidden names and ``skip_dirs`` left out."""
     for folder, dirs, files in os.walk(root, followlinks=False):
@@ -159,13 +139,14 @@ def _ledger(path: Path) -> dict[str, str]:
     return read_json(path) if path.exists() else {}
 
 
-def _save_ledger(path: Path, data: dict[str, str]) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True))
-
-
-def _held(ledger: Path):
-    """The ledger's one-writer lock: two scans (or two runs marking files) take turns."""
-    return folder_lock(ledger, f"the feedback inbox (pid {os.getpid()})", wait_s=120)
+@contextlib.contextmanager
+def _editing(ledger: Path) -> Iterator[dict[str, str]]:
+    """The ledger's entries, written back when the block ends, under its one-writer lock: two scans (or two runs
+    marking files) take turns."""
+    with folder_lock(ledger, f"the feedback inbox (pid {os.getpid()})", wait_s=120):
+        entries = _ledger(ledger)
+        yield entries
+        write_text_atomic(ledger, json.dumps(entries, indent=2, sort_keys=True))
 
 
 def scan(inbox: str, workspace: WorkspaceConfig, warn: Callable[[str], None]) -> list[dict]:
@@ -179,8 +160,7 @@ def scan(inbox: str, workspace: WorkspaceConfig, warn: Callable[[str], None]) ->
     folder = _inbox(workspace)
     max_bytes = int(workspace.inbox_max_mb * (1 << 20))
     new: list[dict] = []
-    with _held(folder / SEEN_FILE):
-        seen = _ledger(folder / SEEN_FILE)
+    with _editing(folder / SEEN_FILE) as seen:
         for name, source in _sources(inbox):
             try:
                 sha = source.digest(max_bytes)
@@ -192,21 +172,30 @@ def scan(inbox: str, workspace: WorkspaceConfig, warn: Callable[[str], None]) ->
                 continue
             seen[landed.sha256] = name
             new.append({"sha256": landed.sha256, "path": str(landed.path), "source": name})
-        _save_ledger(folder / SEEN_FILE, seen)
     return new
 
 
 class LocalSource:
-    """A name in a local inbox folder: read only when it is a regular file."""
+    """A name in a local inbox folder, read only when it is a regular file (:func:`open_regular`): hashed, or copied
+    under its content hash with its permission bits."""
 
     def __init__(self, path: Path):
         self.path = path
 
     def digest(self, max_bytes: int) -> str:
-        return file_digest(self.path, max_bytes)
+        fd, _ = open_regular(self.path, max_bytes)
+        try:
+            return chunks_digest(_descriptor_chunks(fd), max_bytes, str(self.path))
+        finally:
+            os.close(fd)
 
     def land(self, folder: Path, max_bytes: int) -> Landed:
-        return land(self.path, folder, max_bytes)
+        fd, st = open_regular(self.path, max_bytes)
+        try:
+            mode = stat.S_IMODE(st.st_mode) & 0o777
+            return copy_hashed(_descriptor_chunks(fd), folder, self.path.suffix, mode, max_bytes, str(self.path))
+        finally:
+            os.close(fd)
 
 
 class RemoteSource:
@@ -252,8 +241,5 @@ def pending_files(workspace: WorkspaceConfig) -> list[str]:
 
 
 def mark_processed(path: str, version: int, workspace: WorkspaceConfig) -> None:
-    ledger_path = _inbox(workspace) / PROCESSED_FILE
-    with _held(ledger_path):
-        ledger = _ledger(ledger_path)
+    with _editing(_inbox(workspace) / PROCESSED_FILE) as ledger:
         ledger[Path(path).name] = f"feedback version {version}"
-        _save_ledger(ledger_path, ledger)

@@ -63,8 +63,7 @@ def _pipeline_filter(root_id: str) -> str:
 def pipeline_run_id(
     workspace_cfg: WorkspaceConfig, *, create: bool = True, root_id: str | None = None, flow_name: str | None = None
 ) -> str | None:
-    """The parent run of the root Prefect flow run ``root_id``, found by tag (so retries reuse it) or created; None
-    without one."""
+    """The parent run of the root Prefect flow run ``root_id`` (if any), found by tag (retries reuse it) or created."""
     from mlflow import MlflowClient
 
     exp_id = configure(workspace_cfg)
@@ -170,15 +169,10 @@ def close_stale_stage_runs(parent_run_id: str, reason: str) -> list[str]:
 
 @contextlib.contextmanager
 def stage_run(
-    stage: str,
-    params: Mapping[str, Any] | Any,
-    workspace_cfg: WorkspaceConfig,
-    *,
-    system_metrics: bool = False,
-    tags: Mapping[str, str] | None = None,
+    stage: str, params: Any, workspace_cfg: WorkspaceConfig, *, system_metrics: bool = False, tags: dict | None = None
 ) -> Iterator[mlflow.ActiveRun]:
-    """A nested MLflow run for one stage under the pipeline's parent run, the one of the root flow run its ``tags``
-    name (``tasks.links.prefect_tags``; top level without them).
+    """A nested MLflow run for one stage under the parent run of the root flow run that the Prefect ``tags`` name
+    (``tasks.links`` hands them in; a top-level run without them).
 
     The run is active in the calling thread, so ``log_metrics`` / ``log_artifact`` / ``datasets.log_dataset`` log to
     it. An exception marks it FAILED and propagates. ``system_metrics``: MLflow samples CPU, memory, disk, network and
@@ -221,15 +215,13 @@ def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
         mlflow.log_artifact(str(path), artifact_path=artifact_path)
 
 
-def link_pipeline_outputs(
-    outputs: Mapping[str, Any], workspace_cfg: WorkspaceConfig, root_id: str | None
-) -> str | None:
-    """Record on the parent run of the root flow run ``root_id`` every stage output it used, computed now or reused
+def link_pipeline_outputs(outputs: Mapping[str, Any], workspace_cfg: WorkspaceConfig, root: str | None) -> str | None:
+    """Record on the parent run of the root flow run ``root`` every stage output it used, computed now or reused
     from the cache: the run that produced it (tag ``t2g.stage_run.<stage>``), Parquet outputs as datasets (context
     ``pipeline``), all references as ``pipeline.json``, and the evaluation and validation reports as artifacts."""
     from mlflow import MlflowClient
 
-    parent = pipeline_run_id(workspace_cfg, create=False, root_id=root_id)
+    parent = pipeline_run_id(workspace_cfg, create=False, root_id=root)
     if parent is None:
         return None
     client = MlflowClient()
@@ -254,20 +246,16 @@ def link_pipeline_outputs(
 
 
 def record_outcome(
-    workspace_cfg: WorkspaceConfig,
-    root_id: str | None,
-    metrics: Mapping[str, float],
-    tags: Mapping[str, str],
-    note: str,
+    workspace_cfg: WorkspaceConfig, metrics: Mapping[str, float], tags: Mapping[str, str], note: str, root: str | None
 ) -> str | None:
-    """The outcome on the parent run of the root flow run ``root_id``: headline metrics (comparable across pipeline
+    """The outcome on the parent run of the root flow run ``root``: headline metrics (comparable across pipeline
     runs in the runs table), tags such as the verdict, and ``note`` as the run's description (markdown on its page)."""
     import time
 
     from mlflow import MlflowClient
     from mlflow.entities import Metric, RunTag
 
-    parent = pipeline_run_id(workspace_cfg, create=False, root_id=root_id)
+    parent = pipeline_run_id(workspace_cfg, create=False, root_id=root)
     if parent is None:
         return None
     now = int(time.time() * 1000)

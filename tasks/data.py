@@ -1,5 +1,4 @@
-"""Data tasks: the feedback artifact, the base models, the next version of the feedback dataset, and the first
-version of both datasets (their version pointers: ``t2g_core.datasets``)."""
+"""Data tasks: the feedback artifact, the base models, the feedback dataset's next version, both datasets' first."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The feedback inbox's Prefect task: new files are content-hashed, copied to an immutable place and announced once.
-
-The inbox is written by others: only regular files of at most ``workspace.inbox_max_mb`` are taken, hashed and
-copied in chunks (``t2g_core.inbox``: no symlink, FIFO or device is opened, and a copy keeps the source's
-permission bits); what is refused is logged and left where it is.
-"""
+"""The feedback inbox's Prefect task: the inbox's new files taken into the workspace once each (``t2g_core.inbox``:
+regular files only, size-capped, streamed); what is refused is logged and left where it is."""
 
 from __future__ import annotations
 
@@ -11,6 +7,7 @@ from prefect import task
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.inbox import scan
+from tasks.links import in_prefect_run
 
 
 @task(name="scan-inbox", timeout_seconds=300, retries=2, retry_delay_seconds=[5, 30])
@@ -23,10 +20,6 @@ def scan_inbox(inbox: str, workspace: WorkspaceConfig) -> list[dict]:
 def _warn(message: str) -> None:
     """A refusal in the run log, or (a scan outside any run: the serve process's inbox watch) in its process log."""
     from prefect import get_run_logger
-    from prefect.exceptions import MissingContextError
     from prefect.logging import get_logger
 
-    try:
-        get_run_logger().warning("%s", message)
-    except MissingContextError:
-        get_logger("text2grad.inbox").warning("%s", message)
+    (get_run_logger() if in_prefect_run() else get_logger("text2grad.inbox")).warning("%s", message)

@@ -1,13 +1,11 @@
-"""Prefect and MLflow pointing at each other: Prefect's ids as tags on MLflow runs, a link to the run in Prefect.
-
-Outside a Prefect run (``.fn()`` calls, the command line) the tags are empty, a stage run is a top-level run and no
-artifact is created. ``t2g_mlflow`` knows nothing of Prefect: the ids are handed to it here.
-"""
+"""Prefect and MLflow pointing at each other: Prefect's ids as tags on MLflow runs (``t2g_mlflow`` is handed them
+here), a link to the run in Prefect. Outside a Prefect run (``.fn()``, the command line) the tags are empty, a stage
+run is a top-level run and no artifact is created."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 from t2g_core.config import WorkspaceConfig
@@ -59,13 +57,10 @@ def in_prefect_run() -> bool:
     return FlowRunContext.get() is not None or TaskRunContext.get() is not None
 
 
-def link_from_prefect(stage: str, run_id: str, exp_id: str, workspace_cfg: WorkspaceConfig) -> None:
-    """A Prefect link artifact on the flow run pointing at the stage's MLflow run."""
-    if not in_prefect_run():
-        return
+def link_from_prefect(stage: str, url: str) -> None:
+    """A Prefect link artifact on the flow run pointing at the stage's MLflow run (a markdown one for a local store)."""
     from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
-    url = run_url(run_id, exp_id, workspace_cfg)
     key = f"mlflow-{stage}".lower().replace("_", "-")
     if url.startswith("http"):
         create_link_artifact(key=key, link=url, link_text=f"MLflow run of {stage}")
@@ -75,10 +70,11 @@ def link_from_prefect(stage: str, run_id: str, exp_id: str, workspace_cfg: Works
 
 @contextlib.contextmanager
 def stage_run(
-    stage: str, params: Mapping[str, Any] | Any, workspace_cfg: WorkspaceConfig, *, system_metrics: bool = False
+    stage: str, params: Any, workspace_cfg: WorkspaceConfig, *, system_metrics: bool = False
 ) -> Iterator[Any]:
-    """:func:`t2g_mlflow.runs.stage_run` (yields the active MLflow run) tagged with this Prefect run's ids, so nested
-    under the pipeline's parent run, and a link to it on the Prefect flow run."""
+    """:func:`t2g_mlflow.runs.stage_run` (the active MLflow run) with this Prefect run's ids, so nested under the
+    pipeline's parent run, and linked from the Prefect flow run."""
     with runs.stage_run(stage, params, workspace_cfg, system_metrics=system_metrics, tags=prefect_tags()) as run:
-        link_from_prefect(stage, run.info.run_id, run.info.experiment_id, workspace_cfg)
+        if in_prefect_run():
+            link_from_prefect(stage, run_url(run.info.run_id, run.info.experiment_id, workspace_cfg))
         yield run

@@ -138,7 +138,7 @@ def publish_outcome(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str:
     tags = {VERDICT_TAG: result.verdict, PROMOTED_TAG: "champion" if promoted else "not promoted"}
     if getattr(outputs.get("ppo"), "version", None):
         tags[POLICY_VERSION_TAG] = str(outputs["ppo"].version)
-    runs.record_outcome(workspace, root_flow_run_id(), metrics, tags, markdown)
+    runs.record_outcome(workspace, metrics, tags, markdown, root_flow_run_id())
     line = f"outcome: {result.headline()}; {promotion}"
     get_run_logger().info(line)
     return line

@@ -27,11 +27,9 @@ def run_logger():
     """The Prefect run logger inside a run, else the ``text2grad`` logger."""
     import logging
 
-    if in_prefect_run():
-        from prefect import get_run_logger
+    from prefect import get_run_logger
 
-        return get_run_logger()
-    return logging.getLogger("text2grad")
+    return get_run_logger() if in_prefect_run() else logging.getLogger("text2grad")
 
 
 def _running_task(fn: Any) -> tuple[Any, dict[str, Any] | None]:

@@ -1,8 +1,6 @@
 """The demo summary's eight slots: each slot's vocabulary and its clause in the summary template, read by the
 generator and scorer (:mod:`t2g_core.demo.summarization`) and by the free-text reader (:mod:`t2g_core.demo.facts`)."""
 
-from __future__ import annotations
-
 SLOTS = ("name", "city", "count", "pet", "color", "job", "day", "food")
 VOCAB: dict[str, tuple[str, ...]] = {
     "name": ("Ada", "Ben", "Cai", "Dora", "Eli", "Finn", "Gus", "Hana", "Ivo", "Jade", "Kim", "Lena"),

@@ -11,5 +11,4 @@ def training_rows(feedback: ArtifactRef, settings: WarmupSettings | PolicySample
     """The feedback rows PPO trains on (the held-out ones removed by ``settings.holdout``'s split)."""
     from t2g_core.ppo.sources import split_prompts
 
-    train, _held_out = split_prompts(read(feedback, "feedback"), settings.holdout.eval_fraction, settings.holdout.seed)
-    return train
+    return split_prompts(read(feedback, "feedback"), settings.holdout.eval_fraction, settings.holdout.seed)[0]

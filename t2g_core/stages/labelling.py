@@ -1,6 +1,5 @@
-"""The annotator's labels of a frame of responses as an artifact: the step the annotation stage runs on the feedback
-and the policy-samples stage on the policy's own responses (the preflight check, cached answers, statistics as
-metrics, the failure limit)."""
+"""The annotator's labels of a frame of responses as an artifact: the step of the annotation stage (on the feedback)
+and of the policy-samples stage (on the policy's own responses)."""
 
 from __future__ import annotations
 
