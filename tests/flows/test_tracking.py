@@ -185,3 +185,37 @@ def test_stage_runs_carry_no_placeholder_urls(tmp_path, monkeypatch):
     monkeypatch.delenv("PREFECT_UI_URL", raising=False)
     tags = flow(name="tag-test")(prefect_tags)()
     assert tags["prefect.flow_run_id"] and not [v for v in tags.values() if v.startswith("None")]
+
+
+@flow(name="outcome-test")
+def outcome_flow(ws: dict) -> tuple[str | None, str | None]:
+    from t2g_mlflow import runs
+    from tasks.links import root_flow_run_id, stage_run
+
+    cfg = WorkspaceConfig(**ws)
+    with stage_run("feedback", {}, cfg):  # the first stage run creates the pipeline's parent run
+        pass
+    noted = runs.record_outcome(cfg, {"fact_error": 0.1}, {"t2g.verdict": "better"}, "the outcome", root_flow_run_id())
+    return noted, runs.link_pipeline_outputs({}, cfg, root_flow_run_id())
+
+
+def test_the_outcome_and_the_outputs_go_to_the_parent_run_of_the_root_flow_run(tmp_path, mlflow_template_db):
+    """The Prefect glue hands t2g_mlflow the root flow run (``tasks.links.root_flow_run_id``): the outcome and the
+    outputs' record land on the parent run the stage runs are nested under; outside a flow there is none."""
+    import shutil
+
+    import mlflow
+
+    from t2g_mlflow import runs
+    from t2g_mlflow.experiment import tracking_uri
+
+    (tmp_path / "ws").mkdir()
+    shutil.copy(mlflow_template_db, tmp_path / "ws" / "mlflow.db")
+    ws = {"root": str(tmp_path / "ws"), "mlflow_tracking_uri": f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}"}
+    noted, linked = outcome_flow(ws)
+    parent = mlflow.MlflowClient(tracking_uri(WorkspaceConfig(**ws))).get_run(noted)
+    assert (
+        noted == linked and parent.data.tags["t2g.role"] == "pipeline" and parent.data.tags["t2g.verdict"] == "better"
+    )
+    assert parent.data.metrics["fact_error"] == 0.1 and parent.data.tags["mlflow.note.content"] == "the outcome"
+    assert runs.record_outcome(WorkspaceConfig(**ws), {"x": 1.0}, {}, "", None) is None
