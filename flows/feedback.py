@@ -119,20 +119,21 @@ def reannotate(
     (reward model, PPO, evaluation and its outcome; the annotations made here are reused).
     """
     from flows.stages import align_and_validate, reward_model
+    from t2g_core import datasets, inbox
     from t2g_core.stages.refs import ArtifactRef
     from t2g_core.stages.registry import settings_for
-    from tasks import annotate, data, inbox
+    from tasks import annotate, data
     from tasks.caching import cached
 
     ws, root, settings = config.workspace, config.workspace.root, settings_for("annotate", config)
     versions = []
     for file in inbox.pending_files(ws):
-        base = data.latest_feedback(ws)  # the version this file extends; another run that moves it first wins
+        base = datasets.latest_feedback(ws)  # the version this file extends; another run that moves it first wins
         feedback = cached(data.append_feedback, root)(ArtifactRef.of(file, "feedback"), base, ws)
-        todo = cached(annotate.unannotated, root)(feedback, data.latest_annotations(ws), ws)
+        todo = cached(annotate.unannotated, root)(feedback, datasets.latest_annotations(ws), ws)
         fresh = cached(annotate.annotate_task(settings), root)(todo, settings, ws)
-        annotations = cached(annotate.merge_annotations, root)(data.latest_annotations(ws), fresh, ws)
-        version = data.advance_versions(ws, feedback, annotations, based_on=base)
+        annotations = cached(annotate.merge_annotations, root)(datasets.latest_annotations(ws), fresh, ws)
+        version = datasets.advance_versions(ws, feedback, annotations, based_on=base)
         inbox.mark_processed(file, version, ws)
         versions.append({"file": file, "version": version, "feedback": feedback, "annotations": annotations})
     result: dict = {"processed": versions, "trigger_path": path}

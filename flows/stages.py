@@ -40,11 +40,12 @@ def _step(task, config: PipelineConfig, stage: str, forced: list[str] | None):
 def feedback(config: ServedConfig, forced: list[str] | None = None) -> ArtifactRef:
     """The feedback artifact: the demo data, the configured source, or the dataset's latest version."""
     from t2g_core.config.data import LATEST
+    from t2g_core.datasets import latest_version
     from t2g_core.stages.refs import SourceRef
     from tasks import data
 
     if config.data.source == LATEST:
-        return data.latest_version(config.workspace)
+        return latest_version(config.workspace)
     return _step(data.materialise_feedback, config, "feedback", forced)(
         SourceRef.of(config.data), settings_for("feedback", config), config.workspace
     )
@@ -66,8 +67,9 @@ def annotate(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | No
     first checks that every item has what the annotator needs (a reference, tests, a critique, an endpoint). With
     ``data.source: latest`` the annotations re-annotation made for that version are reused (unless refreshed)."""
     from t2g_core.config.data import LATEST
+    from t2g_core.datasets import annotations_covering
     from tasks.annotate import annotate_task
-    from tasks.data import annotations_covering, record_first_versions
+    from tasks.data import record_first_versions
 
     settings = settings_for("annotate", config)
     reuse = config.data.source == LATEST and "annotate" not in (forced or [])

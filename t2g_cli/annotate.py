@@ -57,6 +57,7 @@ def annotate(
     """Annotate every item; print counts per status, tokens and cost. The API key comes from the env var in config."""
     from t2g_core.config.stages import AnnotateSettings
     from t2g_core.stages import annotate as stage
+    from t2g_core.stages.labelling import TooManyFailures
     from t2g_env import api_key
 
     pcfg = pipeline_config(
@@ -78,7 +79,7 @@ def annotate(
     ctx = stage_context("annotate", pcfg.workspace.root, params, output, progress=not quiet)
     try:
         ref = stage.annotate(fb, settings, ctx, api_key=key, previous=prev, cache_dir=cache_dir)
-    except stage.TooManyFailures as exc:
+    except TooManyFailures as exc:
         _report(exc.ref, cfg)
         fail(str(exc), code=1)
     except ValueError as exc:

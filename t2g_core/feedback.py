@@ -243,3 +243,8 @@ def split_prompts(feedback: pd.DataFrame, holdout: HoldoutConfig) -> tuple[pd.Da
     if n_eval == 0:
         return shuffled, None
     return shuffled.iloc[n_eval:].reset_index(drop=True), shuffled.iloc[:n_eval].reset_index(drop=True)
+
+
+def sampled_from(frame: pd.DataFrame) -> pd.Series:
+    """The id of the feedback item each policy-sample row was sampled from."""
+    return frame["meta"].map(lambda m: json.loads(m)["sampled_from"])

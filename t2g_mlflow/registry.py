@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from t2g_mlflow.experiment import configure
-from t2g_mlflow.links import prefect_tags
 from t2g_mlflow.runs import flatten_params
 from t2g_mlflow.tags import (
     DIRECTION_TAG,
@@ -22,6 +21,7 @@ from t2g_mlflow.tags import (
     LOWER,
     METRIC_TAG,
     MODEL_TAG_PREFIX,
+    PREFECT_TAG_PREFIX,
     SOURCE_RUN_TAG,
     USES_TAG_PREFIX,
 )
@@ -43,7 +43,7 @@ def log_adapter_model(
     model_type: str = "peft-adapter",
 ) -> str:
     """Log a model folder (a PEFT adapter, or a span tagger's folder: ``model_type``) as an external LoggedModel of
-    the active run, register it and set ``alias``.
+    the active run (tagged with that run's Prefect ids), register it and set ``alias``.
 
     Returns the registered model version. Load it back with :func:`resolve_model_ref`
     (``models:/NAME@ALIAS``).
@@ -57,7 +57,7 @@ def log_adapter_model(
         name=registered_name,
         source_run_id=source_run,
         params=flatten_params(params or {}),
-        tags=prefect_tags(),
+        tags={k: v for k, v in active.data.tags.items() if k.startswith(PREFECT_TAG_PREFIX)} if active else {},
         model_type=model_type,
     )
     client = MlflowClient()

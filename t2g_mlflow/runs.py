@@ -2,8 +2,8 @@
 
 - The parent run is found again by the tag ``prefect.flow_run_id`` (the *root* flow run), so a Prefect retry of the
   same flow run reuses it instead of creating a duplicate. Stage runs are nested under it and tagged with the Prefect
-  flow-run and task-run ids (``links``).
-- Outside a Prefect flow a stage run is a top-level run.
+  flow-run and task-run ids, which the Prefect glue hands in (``tasks.links``: this package never imports Prefect).
+- Without those ids (outside a Prefect flow) a stage run is a top-level run.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from t2g_mlflow.datasets import log_dataset
 from t2g_mlflow.experiment import configure, file_lock, lock, run_url
-from t2g_mlflow.links import link_from_prefect, prefect_tags, root_flow_run
 from t2g_mlflow.tags import (
     ENDED_BY_TAG,
     FLOW_NAME_TAG,
@@ -28,6 +27,7 @@ from t2g_mlflow.tags import (
     PIPELINE_ROLE,
     PROCESS_TAG,
     ROLE_TAG,
+    ROOT_FLOW_RUN_TAG,
     STAGE_ROLE,
     STAGE_RUN_TAG_PREFIX,
     STAGE_TAG,
@@ -63,12 +63,10 @@ def _pipeline_filter(root_id: str) -> str:
 def pipeline_run_id(
     workspace_cfg: WorkspaceConfig, *, create: bool = True, root_id: str | None = None, flow_name: str | None = None
 ) -> str | None:
-    """The parent run of the (current) root Prefect flow run, found by tag (so retries reuse it) or created."""
+    """The parent run of the root Prefect flow run ``root_id`` (if any), found by tag (retries reuse it) or created."""
     from mlflow import MlflowClient
 
     exp_id = configure(workspace_cfg)
-    if root_id is None:
-        root_id, flow_name = root_flow_run()
     if root_id is None:
         return None
     client = MlflowClient()
@@ -171,9 +169,10 @@ def close_stale_stage_runs(parent_run_id: str, reason: str) -> list[str]:
 
 @contextlib.contextmanager
 def stage_run(
-    stage: str, params: Mapping[str, Any] | Any, workspace_cfg: WorkspaceConfig, *, system_metrics: bool = False
+    stage: str, params: Any, workspace_cfg: WorkspaceConfig, *, system_metrics: bool = False, tags: dict | None = None
 ) -> Iterator[mlflow.ActiveRun]:
-    """A nested MLflow run for one stage under the pipeline's parent run (top level outside a Prefect flow).
+    """A nested MLflow run for one stage under the parent run of the root flow run that the Prefect ``tags`` name
+    (``tasks.links`` hands them in; a top-level run without them).
 
     The run is active in the calling thread, so ``log_metrics`` / ``log_artifact`` / ``datasets.log_dataset`` log to
     it. An exception marks it FAILED and propagates. ``system_metrics``: MLflow samples CPU, memory, disk, network and
@@ -182,17 +181,17 @@ def stage_run(
     import mlflow
 
     exp_id = configure(workspace_cfg)
-    parent = pipeline_run_id(workspace_cfg)
-    tags = {ROLE_TAG: STAGE_ROLE, STAGE_TAG: stage, **prefect_tags()}
+    tags = dict(tags or {})
+    root = tags.get(ROOT_FLOW_RUN_TAG) or tags.get(FLOW_RUN_TAG)
+    parent = pipeline_run_id(workspace_cfg, root_id=root, flow_name=tags.get(FLOW_NAME_TAG))
     with mlflow.start_run(
         experiment_id=exp_id,
         run_name=stage,
         parent_run_id=parent,
-        tags=tags,
+        tags={ROLE_TAG: STAGE_ROLE, STAGE_TAG: stage, **tags},
         log_system_metrics=system_metrics or None,  # None: MLflow's own setting (MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING)
     ) as run:
         mlflow.log_params(flatten_params(params))
-        link_from_prefect(stage, run.info.run_id, exp_id, workspace_cfg)
         yield run
 
 
@@ -216,13 +215,13 @@ def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
         mlflow.log_artifact(str(path), artifact_path=artifact_path)
 
 
-def link_pipeline_outputs(outputs: Mapping[str, Any], workspace_cfg: WorkspaceConfig) -> str | None:
-    """Record on the pipeline's parent run every stage output it used, computed now or reused from the cache: the
-    run that produced it (tag ``t2g.stage_run.<stage>``), Parquet outputs as datasets (context ``pipeline``), all
-    references as ``pipeline.json``, and the evaluation and validation reports as artifacts."""
+def link_pipeline_outputs(outputs: Mapping[str, Any], workspace_cfg: WorkspaceConfig, root: str | None) -> str | None:
+    """Record on the parent run of the root flow run ``root`` every stage output it used, computed now or reused
+    from the cache: the run that produced it (tag ``t2g.stage_run.<stage>``), Parquet outputs as datasets (context
+    ``pipeline``), all references as ``pipeline.json``, and the evaluation and validation reports as artifacts."""
     from mlflow import MlflowClient
 
-    parent = pipeline_run_id(workspace_cfg, create=False)
+    parent = pipeline_run_id(workspace_cfg, create=False, root_id=root)
     if parent is None:
         return None
     client = MlflowClient()
@@ -247,16 +246,16 @@ def link_pipeline_outputs(outputs: Mapping[str, Any], workspace_cfg: WorkspaceCo
 
 
 def record_outcome(
-    workspace_cfg: WorkspaceConfig, metrics: Mapping[str, float], tags: Mapping[str, str], note: str
+    workspace_cfg: WorkspaceConfig, metrics: Mapping[str, float], tags: Mapping[str, str], note: str, root: str | None
 ) -> str | None:
-    """The outcome on the pipeline's parent run: headline metrics (comparable across pipeline runs in the runs
-    table), tags such as the verdict, and ``note`` as the run's description (markdown on its page)."""
+    """The outcome on the parent run of the root flow run ``root``: headline metrics (comparable across pipeline
+    runs in the runs table), tags such as the verdict, and ``note`` as the run's description (markdown on its page)."""
     import time
 
     from mlflow import MlflowClient
     from mlflow.entities import Metric, RunTag
 
-    parent = pipeline_run_id(workspace_cfg, create=False)
+    parent = pipeline_run_id(workspace_cfg, create=False, root_id=root)
     if parent is None:
         return None
     now = int(time.time() * 1000)

@@ -1,7 +1,7 @@
 """Every tag and dataset-context name the pipeline writes into MLflow and reads back, defined once.
 
-Written by ``runs``, ``datasets``, ``registry`` and ``links``; read by ``lineage`` (``t2g lineage``) and the command
-line's run summary. A name spelled anywhere else is a lineage that silently finds nothing.
+Written by ``runs``, ``datasets``, ``registry`` and ``tasks.links``; read by ``lineage`` (``t2g lineage``) and the
+command line's run summary. A name spelled anywhere else is a lineage that silently finds nothing.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ PROMOTED_TAG = "t2g.promoted"  # on the parent run: "champion" or "not promoted"
 POLICY_VERSION_TAG = "t2g.policy_version"  # on the parent run: the registered version of the trained policy
 SOURCE_RUN_TAG = "source_run_id"  # on a model version: the run that logged it
 
-# Prefect ids on MLflow runs and logged models
+# Prefect ids on MLflow runs and logged models (a logged model copies those of the run that logged it)
+PREFECT_TAG_PREFIX = "prefect."
 FLOW_RUN_TAG = "prefect.flow_run_id"  # root flow run on the parent; the stage's own flow run on stage runs
 FLOW_RUN_NAME_TAG = "prefect.flow_run_name"
 FLOW_NAME_TAG = "prefect.flow_name"

@@ -14,12 +14,12 @@ from prefect import task
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import EvaluateSettings
+from t2g_core.datasets import described
 from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef
 from t2g_env import api_key
 from t2g_mlflow.registry import describe_version, promote_if_better
 from t2g_mlflow.tags import VERDICT_TAG
 from tasks.caching import stage_task_options
-from tasks.data import described
 from tasks.ppo import POLICY_MODEL
 from tasks.stage import stage
 

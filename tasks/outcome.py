@@ -24,6 +24,7 @@ from t2g_core.evaluation.outcome import Outcome, outcome
 from t2g_core.stages.registry import ORDER, typed_outputs
 from t2g_mlflow import runs
 from t2g_mlflow.tags import POLICY_VERSION_TAG, PROMOTED_TAG, VERDICT_TAG
+from tasks.links import root_flow_run_id
 
 ARTIFACT_KEY = "text2grad-outcome"
 RM_HEADLINE = ("truth_poor_char_f1", "truth_recall_invented", "span_f1")  # the reward model's, when measured
@@ -55,10 +56,10 @@ def _stage_rows(flow_run_id: str) -> list[str]:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterType, FlowRunFilter, FlowRunFilterId
     from prefect.utilities.urls import url_for
 
-    from tasks.pipeline import _flow_run_tree
+    from tasks.pipeline import flow_run_tree
 
     with get_client(sync_client=True) as client:
-        tree = [i for i in _flow_run_tree(client, flow_run_id) if str(i) != str(flow_run_id)]
+        tree = [i for i in flow_run_tree(client, flow_run_id) if str(i) != str(flow_run_id)]
         if not tree:
             return []
         subflows = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=tree)))
@@ -137,7 +138,7 @@ def publish_outcome(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str:
     tags = {VERDICT_TAG: result.verdict, PROMOTED_TAG: "champion" if promoted else "not promoted"}
     if getattr(outputs.get("ppo"), "version", None):
         tags[POLICY_VERSION_TAG] = str(outputs["ppo"].version)
-    runs.record_outcome(workspace, metrics, tags, markdown)
+    runs.record_outcome(workspace, metrics, tags, markdown, root_flow_run_id())
     line = f"outcome: {result.headline()}; {promotion}"
     get_run_logger().info(line)
     return line

@@ -36,7 +36,7 @@ def _pipeline_config(flow_run) -> PipelineConfig:
     return with_preset(cfg, params.get("preset"))
 
 
-def _flow_run_tree(client, root_id) -> list:
+def flow_run_tree(client, root_id) -> list:
     """``root_id`` and every subflow run below it."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
@@ -67,7 +67,7 @@ def crash_stale_runs(flow_run_id, reason: str, *, root: bool = False) -> list[st
 
     closed: list[str] = []
     with get_client(sync_client=True) as client:
-        tree = _flow_run_tree(client, flow_run_id)
+        tree = flow_run_tree(client, flow_run_id)
         tasks = client.read_task_runs(
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=tree)),
             task_run_filter=TaskRunFilter(state=TaskRunFilterState(type=TaskRunFilterStateType(any_=list(ACTIVE)))),
@@ -195,5 +195,6 @@ def close_pipeline_run(flow, flow_run, state) -> None:
 def record_outputs(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str | None:
     """Link every stage output (cached or not) to the pipeline's MLflow parent run; returns the parent run id."""
     from t2g_core.stages.registry import typed_outputs
+    from tasks.links import root_flow_run_id
 
-    return runs.link_pipeline_outputs(typed_outputs(outputs), workspace)
+    return runs.link_pipeline_outputs(typed_outputs(outputs), workspace, root_flow_run_id())

@@ -14,10 +14,10 @@ from prefect import task
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import RewardModelSettings
+from t2g_core.datasets import described
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicySamplesRef, RewardModelRef, ValidationRef
 from t2g_mlflow.registry import describe_version, log_adapter_model, promote_if_better
 from tasks.caching import stage_task_options
-from tasks.data import described
 from tasks.stage import stage
 
 

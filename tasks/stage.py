@@ -17,9 +17,9 @@ from typing import Any
 from t2g_core.config import WorkspaceConfig
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.registry import SYSTEM_METRICS
-from t2g_mlflow.runs import stage_run
 from t2g_mlflow.tracker import MlflowTracker
 from tasks.caching import forced, task_key
+from tasks.links import in_prefect_run, stage_run
 from tasks.progress import PrefectProgress
 
 
@@ -27,13 +27,9 @@ def run_logger():
     """The Prefect run logger inside a run, else the ``text2grad`` logger."""
     import logging
 
-    from prefect.context import FlowRunContext, TaskRunContext
+    from prefect import get_run_logger
 
-    if TaskRunContext.get() is not None or FlowRunContext.get() is not None:
-        from prefect import get_run_logger
-
-        return get_run_logger()
-    return logging.getLogger("text2grad")
+    return get_run_logger() if in_prefect_run() else logging.getLogger("text2grad")
 
 
 def _running_task(fn: Any) -> tuple[Any, dict[str, Any] | None]:

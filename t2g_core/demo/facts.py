@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from t2g_core.demo.summarization import SLOTS, TEMPLATE, VOCAB
+from t2g_core.demo.slots import SLOTS, TEMPLATE, VOCAB
 
 NUMBER_WORDS = {
     "one": "1",

@@ -32,17 +32,9 @@ import random
 import re
 from dataclasses import dataclass, field
 
-SLOTS = ("name", "city", "count", "pet", "color", "job", "day", "food")
-VOCAB: dict[str, tuple[str, ...]] = {
-    "name": ("Ada", "Ben", "Cai", "Dora", "Eli", "Finn", "Gus", "Hana", "Ivo", "Jade", "Kim", "Lena"),
-    "city": ("Paris", "Quito", "Oslo", "Lima", "Rome", "Cairo", "Dakar", "Hanoi", "Perth", "Riga"),
-    "count": ("2", "3", "4", "5", "6", "7", "8", "9"),
-    "pet": ("dogs", "cats", "birds", "goats", "ducks", "rabbits", "horses", "mice"),
-    "color": ("gray", "black", "white", "brown", "red", "blue", "green", "yellow"),
-    "job": ("coach", "baker", "nurse", "pilot", "judge", "farmer", "tailor", "driver", "painter", "chef"),
-    "day": ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"),
-    "food": ("beans", "rice", "pasta", "soup", "bread", "tacos", "curry", "salad", "noodles", "cheese"),
-}
+from t2g_core.demo.facts import read_facts
+from t2g_core.demo.slots import SLOTS, TEMPLATE, VOCAB
+
 POST_SENTENCES = {
     "name": "I am named {}.",
     "city": "I live in {}.",
@@ -53,17 +45,6 @@ POST_SENTENCES = {
     "day": "I rest on {}.",
     "food": "I enjoy eating {}.",
 }
-# the summary template, one clause per slot in this order: (slot, text before the value, text after it)
-TEMPLATE = (
-    ("name", " named ", ""),
-    ("city", " lives in ", ""),
-    ("count", " with ", " pets"),
-    ("pet", ", all ", ""),
-    ("color", " colored ", ""),
-    ("job", ", works as a ", ""),
-    ("day", ", rests on ", ""),
-    ("food", " and enjoys eating ", ""),
-)
 OPENING = "A person"
 FLAW_TYPES = ("invented", "swapped", "omitted", "redundant")
 
@@ -214,12 +195,6 @@ def parse_summary(response: str) -> tuple[dict[str, tuple[str, int, int]], list[
     return claims, repeats
 
 
-def _reading(response: str, facts: dict[str, str]):
-    from t2g_core.demo.facts import read_facts  # it reads the template through this module's TEMPLATE
-
-    return read_facts(response, facts)
-
-
 def summary_spans(response: str, facts: dict[str, str]) -> list[dict]:
     """Gold spans of any response: right values positive, wrong values and repeated clauses negative (the values are
     read by :func:`t2g_core.demo.facts.read_facts`: the template's clauses, then free-text mentions)."""
@@ -229,7 +204,7 @@ def summary_spans(response: str, facts: dict[str, str]) -> list[dict]:
 def typed_spans(response: str, facts: dict[str, str]) -> list[dict]:
     """:func:`summary_spans` with each span's ``type``: ``correct``, ``invented`` (a value none of the post's facts),
     ``swapped`` (another slot's value) or ``redundant`` (a repeated clause): how reward models are scored per flaw."""
-    reading = _reading(response, facts)
+    reading = read_facts(response, facts)
     fact_values = {v.casefold() for v in facts.values()}
     spans = []
     for slot, mentions in reading.mentions.items():
@@ -275,7 +250,7 @@ def summary_errors(response: str, facts: dict[str, str]) -> SummaryScore:
     """Score ``response`` against the post's ``facts`` (see :class:`SummaryScore`), in the template or in free text
     (:func:`t2g_core.demo.facts.read_facts`): a fact is correct when only its value is stated, wrong when another
     value of its type is (the first such value is its claim), missing when it is not mentioned."""
-    reading = _reading(response, facts)
+    reading = read_facts(response, facts)
     verdicts: dict[str, str] = {}
     claims: dict[str, str | None] = {}
     invented = swapped = 0

@@ -1,7 +1,8 @@
 """One Prefect-free, MLflow-free function per pipeline stage: typed inputs and settings in, a typed reference out.
 
 Each stage (its name, settings, output and group) is a row of the stage table, ``t2g_core.stages.registry``; its
-function lives in the module of its name (``ppo.train``, ``evaluate.pipeline``, ...).
+function lives in the module of its name (``ppo.train``, ``evaluate.pipeline``, ...), which imports no other stage's
+module: what stages share sits beside them (``context``, ``refs``, ``io``, ``preflight``, ``labelling``, ``holdout``).
 
 ``annotate`` begins with ``preflight.check`` (do the rows carry what the annotator needs?), which ``t2g run`` also
 calls before anything starts; ``ppo`` begins with its reward-model gate (``ppo.gate_reward_model``).

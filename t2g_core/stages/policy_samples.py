@@ -12,12 +12,13 @@ the dataset's items (``t2g_core.stages.reward_model``). A finished run's outputs
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 
 from t2g_core.config.stages import PolicySamplesSettings
 from t2g_core.stages.context import StageContext
+from t2g_core.stages.holdout import training_rows
+from t2g_core.stages.labelling import label
+from t2g_core.stages.preflight import check
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicySamplesRef
 
 SAMPLE_ID = "{id}@policy.{k}"
@@ -25,8 +26,6 @@ SAMPLE_ID = "{id}@policy.{k}"
 
 def draw_prompts(feedback: ArtifactRef, settings: PolicySamplesSettings) -> pd.DataFrame:
     """``prompts`` training rows drawn at random by ``seed`` (all of them when there are fewer), in feedback order."""
-    from t2g_core.stages.warmup import training_rows
-
     rows = training_rows(feedback, settings)
     n = min(settings.policy_samples.prompts, len(rows))
     return rows.sample(n=n, random_state=settings.policy_samples.seed).sort_index().reset_index(drop=True)
@@ -72,11 +71,6 @@ def samples_frame(rows: pd.DataFrame, responses: list[list[str]]) -> pd.DataFram
     return responses_frame(entries, "policy samples")
 
 
-def sampled_from(frame: pd.DataFrame) -> pd.Series:
-    """The id of the feedback item each policy-sample row was sampled from."""
-    return frame["meta"].map(lambda m: json.loads(m)["sampled_from"])
-
-
 def sample(
     feedback: ArtifactRef,
     models: ModelsRef,
@@ -86,9 +80,6 @@ def sample(
     api_key: str | None = None,
 ) -> PolicySamplesRef:
     """Sample ``models.policy`` on training prompts; the annotator's labels of the responses (failures kept)."""
-    from t2g_core.stages.annotate import label
-    from t2g_core.stages.preflight import check
-
     done = [ctx.reusable(name) for name in ("policy_samples", "policy_sample_annotations")]
     if all(done):  # a finished run with the same key: sampling is the costly part (304 s on one core for SmolLM2)
         ctx.log(f"policy samples: {done[0].n_rows} responses of an earlier run with the same inputs reused")

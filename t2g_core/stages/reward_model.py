@@ -40,8 +40,8 @@ def add_samples(
     out, so the held-out figures stay on unseen prompts."""
     import pandas as pd
 
+    from t2g_core.feedback import sampled_from
     from t2g_core.reward_model.data import split_for_id
-    from t2g_core.stages.policy_samples import sampled_from
 
     items, labels = read(samples.feedback, "feedback"), read(samples.annotations, "annotations")
     keep = sampled_from(items).map(lambda i: split_for_id(i, settings.reward_model.val_fraction) == "train")

@@ -9,17 +9,10 @@ resumes from its last checkpoint; a finished one is reused (the folder is keyed 
 
 from __future__ import annotations
 
-from t2g_core.config.stages import PolicySamplesSettings, WarmupSettings
-from t2g_core.feedback import split_prompts
+from t2g_core.config.stages import WarmupSettings
 from t2g_core.stages.context import StageContext
-from t2g_core.stages.io import read
+from t2g_core.stages.holdout import training_rows
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, model_digest
-
-
-def training_rows(feedback: ArtifactRef, settings: WarmupSettings | PolicySamplesSettings):
-    """The feedback rows PPO trains on (the held-out ones removed by ``settings.holdout``'s split)."""
-    train, _held_out = split_prompts(read(feedback, "feedback"), settings.holdout)
-    return train
 
 
 def warm_up(feedback: ArtifactRef, models: ModelsRef, settings: WarmupSettings, ctx: StageContext) -> ModelsRef:

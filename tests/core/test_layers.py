@@ -231,3 +231,88 @@ def test_code_style_is_enforced():
     for args in (["check", "."], ["format", "--check", "."]):
         out = subprocess.run([str(ruff), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
+
+
+# ------------------------------------------------------------------------------------------- file-level import circles
+PROJECT = ("t2g_core", "t2g_mlflow", "t2g_env", "tasks", "flows", "t2g_cli", "deployments", "benchmarks")
+
+
+def module_files(root: Path = ROOT) -> dict[str, Path]:
+    """Module name -> file, for every file of the project's packages (the benchmarks, scripts run from their folder,
+    import ``testbed`` as a top-level package)."""
+    found = {}
+    for package in PROJECT:
+        base = root / "benchmarks" if package == "benchmarks" else root
+        for path in (root / package).rglob("*.py"):
+            parts = path.relative_to(base).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def project_imports(path: Path, files: dict[str, Path]) -> set[str]:
+    """The project's modules that the imports in ``path`` load, at any depth of the file: ``from a.b import c`` loads
+    ``a.b.c`` when that is a module, else ``a.b`` (the packages above a module are not counted). An import under
+    ``if TYPE_CHECKING:`` loads nothing: it names a type for annotations and never runs."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            subs = (f"{node.module}.{alias.name}" for alias in node.names)
+            found.update(sub if sub in files else node.module for sub in subs)
+    return found & files.keys()
+
+
+def module_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    files = module_files(root)
+    return {name: project_imports(path, files) - {name} for name, path in files.items()}
+
+
+def test_no_two_files_import_each_other_even_round_a_longer_circle():
+    """Two files that import each other (even inside a function) are one concern split in two, or a helper that
+    belongs below both: move the shared piece down."""
+    graph = module_graph()
+    assert {"tasks.outcome", "t2g_core.demo.facts", "testbed.tasks"} <= graph.keys()  # the walk found the files
+    assert _cycle(graph) == [], " -> ".join(_cycle(graph))
+
+
+def test_a_deferred_import_circle_is_found(tmp_path):
+    for name, text in {
+        "tasks/__init__.py": "",
+        "tasks/a.py": "def f():\n    from tasks import b\n",
+        "tasks/b.py": "from tasks.a import f\nimport numpy\n",
+        "tasks/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tasks.d import T\n",
+        "tasks/d.py": "import tasks.c\n",  # c names d's type for annotations only: no circle
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    for package in PROJECT:
+        (tmp_path / package).mkdir(exist_ok=True)
+    assert _cycle(module_graph(tmp_path)) == ["tasks.a", "tasks.b", "tasks.a"]
+
+
+def test_no_stage_imports_another_stage():
+    """A stage function's module imports no other stage's module: what two stages share lives in a shared module of
+    ``t2g_core.stages`` (``context``, ``refs``, ``io``, ``preflight``, ``labelling``, ``holdout``) or in the library
+    below."""
+    from t2g_core.stages.registry import ORDER
+
+    files = module_files()
+    stages = {f"t2g_core.stages.{name}" for name in ORDER}
+    assert stages <= files.keys(), sorted(stages - files.keys())  # each stage is the module of its name
+    offenders = sorted(
+        f"{stage} imports {other}"
+        for stage in stages
+        for other in project_imports(files[stage], files) & stages - {stage}
+    )
+    assert offenders == [], "move what they share to a shared module:\n" + "\n".join(offenders)

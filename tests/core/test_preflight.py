@@ -61,7 +61,7 @@ def test_a_few_rows_without_inputs_go_on_within_the_failure_rate_with_a_clear_st
 
 def test_a_stage_that_fails_too_many_items_says_why_once_per_status(tmp_path):
     from t2g_core.annotators import annotate
-    from t2g_core.stages.annotate import TooManyFailures, check_failure_rate
+    from t2g_core.stages.labelling import TooManyFailures, check_failure_rate
     from t2g_core.stages.refs import ArtifactRef
 
     demo = make_demo_feedback("summarization", 4, seed=0).assign(reference=None)

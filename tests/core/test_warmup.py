@@ -38,8 +38,8 @@ def _tokenizer(path):
 
 def test_pairs_are_the_training_prompts_references_never_the_held_out_ones(feedback, tiny_model_dir, tmp_path):
     from t2g_core.ppo.run import prepare_run
+    from t2g_core.stages.holdout import training_rows
     from t2g_core.stages.io import read
-    from t2g_core.stages.warmup import training_rows
 
     holdout = HoldoutConfig(eval_fraction=0.25, seed=3)
     rows = training_rows(feedback, WarmupSettings(warmup=FAST, holdout=holdout))
@@ -57,7 +57,7 @@ def test_pairs_are_the_training_prompts_references_never_the_held_out_ones(feedb
 
 
 def test_pairs_above_the_token_budget_are_left_out_not_cut(feedback, tiny_model_dir):
-    from t2g_core.stages.warmup import training_rows
+    from t2g_core.stages.holdout import training_rows
 
     rows = training_rows(feedback, WarmupSettings(warmup=FAST))
     tok = _tokenizer(tiny_model_dir)
@@ -88,7 +88,7 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def test_a_killed_warm_up_resumes_to_the_same_merged_policy(feedback, tiny_model_dir, tmp_path):
-    from t2g_core.stages.warmup import training_rows
+    from t2g_core.stages.holdout import training_rows
 
     torch.set_num_threads(1)
     pairs = warmup_pairs(training_rows(feedback, WarmupSettings(warmup=FAST)), _tokenizer(tiny_model_dir), FAST)
@@ -140,6 +140,7 @@ def test_the_warm_up_stage_returns_the_policy_ppo_starts_from_and_keeps_as_its_r
     from t2g_core.ppo.models import load_policy
     from t2g_core.stages import warmup
     from t2g_core.stages.evaluate import pipeline_policies
+    from t2g_core.stages.holdout import training_rows
     from t2g_core.stages.refs import PolicyRef
 
     torch.set_num_threads(1)
@@ -151,7 +152,7 @@ def test_the_warm_up_stage_returns_the_policy_ppo_starts_from_and_keeps_as_its_r
     assert Path(start.policy).name == "policy" and (Path(start.policy) / "config.json").is_file()
 
     tok = _tokenizer(start.policy)
-    pairs = warmup_pairs(warmup.training_rows(feedback, settings), tok, settings.warmup).pairs[:4]
+    pairs = warmup_pairs(training_rows(feedback, settings), tok, settings.warmup).pairs[:4]
     warmed = AutoModelForCausalLM.from_pretrained(start.policy).eval()
     before = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     gain = [_reference_logprob(warmed, tok, p, r) - _reference_logprob(before, tok, p, r) for p, r in pairs]

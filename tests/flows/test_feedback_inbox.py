@@ -40,8 +40,8 @@ def test_sensor_announces_each_new_content_once(tmp_path):
 @pytest.mark.slow
 def test_reannotate_appends_a_version_and_annotates_only_new_items(tmp_path):
     from flows.feedback import feedback_sensor, reannotate
+    from t2g_core.datasets import latest_annotations, latest_feedback
     from t2g_core.store import read_artifact
-    from tasks.data import latest_annotations, latest_feedback
 
     config = PipelineConfig.model_validate({"workspace": {"root": str(tmp_path)}})
     (tmp_path / "inbox").mkdir()
@@ -71,11 +71,11 @@ def test_reannotation_after_a_pipeline_run_extends_the_pipelines_annotations(tmp
     from flows.feedback import feedback_sensor, reannotate
     from flows.stages import annotate
     from t2g_core.config.stages import FeedbackSettings
+    from t2g_core.datasets import latest_annotations, latest_feedback
     from t2g_core.stages import feedback as feedback_stage
     from t2g_core.stages.context import StageContext
     from t2g_core.stages.refs import SourceRef
     from t2g_core.store import read_artifact
-    from tasks.data import latest_annotations, latest_feedback
 
     config = PipelineConfig.model_validate(
         {"workspace": {"root": str(tmp_path)}, "data": {"n_items": 12}, "checks": {"small_tagger_data": True}}
@@ -135,8 +135,8 @@ def test_the_inbox_watch_announces_only_when_a_new_file_has_settled(tmp_path, mo
 
 
 def test_latest_source_reads_the_dataset_pointer_and_its_covering_annotations(tmp_path):
+    from t2g_core.datasets import advance_versions, annotations_covering, latest_version
     from t2g_core.store import ArtifactStore, artifact_key
-    from tasks.data import advance_versions, annotations_covering, latest_version
 
     ws = PipelineConfig.model_validate({"workspace": {"root": str(tmp_path)}}).workspace
     with pytest.raises(FileNotFoundError, match="data.source=latest: the workspace .* has no feedback dataset version"):

@@ -35,20 +35,22 @@ def _feedback(n: int) -> pd.DataFrame:
 
 @task
 def make_feedback(ws: dict) -> dict:
-    from t2g_mlflow import datasets, runs
+    from t2g_mlflow import datasets
+    from tasks.links import stage_run
 
     cfg = WorkspaceConfig(**ws)
     ref = ArtifactStore(Path(cfg.root) / "artifacts").write(
         "feedback", artifact_key("feedback", {"n": 4}), _feedback(4), "feedback"
     )
-    with runs.stage_run("feedback", {"n": 4}, cfg):
+    with stage_run("feedback", {"n": 4}, cfg):
         datasets.log_output(ref, "feedback")
     return ref.to_dict()
 
 
 @task
 def annotate(feedback: dict, ws: dict) -> dict:
-    from t2g_mlflow import datasets, runs
+    from t2g_mlflow import datasets
+    from tasks.links import stage_run
 
     cfg = WorkspaceConfig(**ws)
     df = pd.DataFrame(
@@ -70,7 +72,7 @@ def annotate(feedback: dict, ws: dict) -> dict:
     ref = ArtifactStore(Path(cfg.root) / "artifacts").write(
         "annotations", artifact_key("ann", None, {"f": feedback["sha256"]}), df, "annotations"
     )
-    with runs.stage_run("annotate", {"annotator": "reference"}, cfg):
+    with stage_run("annotate", {"annotator": "reference"}, cfg):
         datasets.log_dataset(feedback, "feedback", "annotation")
         datasets.log_output(ref, "annotations")
     return ref.to_dict()
@@ -79,9 +81,10 @@ def annotate(feedback: dict, ws: dict) -> dict:
 @task
 def train(annotations: dict, ws: dict, adapter_dir: str) -> str:
     from t2g_mlflow import datasets, registry, runs, tracker
+    from tasks.links import stage_run
 
     cfg = WorkspaceConfig(**ws)
-    with runs.stage_run("reward_model", {"lr": 0.1}, cfg):
+    with stage_run("reward_model", {"lr": 0.1}, cfg):
         FAILS[cfg.root] = FAILS.get(cfg.root, 0) + 1
         if FAILS[cfg.root] == 1:
             raise RuntimeError("first attempt fails")
@@ -128,6 +131,8 @@ def test_parent_run_is_reused_on_retry_and_lineage_walks_back_to_feedback(tmp_pa
         r.data.tags["prefect.flow_run_id"] == flow_run_id and r.data.tags.get("prefect.task_run_id") for r in stages
     )
     assert client.get_metric_history(rm_runs[-1].info.run_id, "loss")[-1].value == 0.25
+    version = client.get_model_version_by_alias("t2g-test-rm", "champion")  # its logged model: the Prefect ids too
+    assert client.get_logged_model(version.source.removeprefix("models:/")).tags["prefect.flow_run_id"] == flow_run_id
 
     chain = lineage_chain("t2g-test-rm", "champion", tracking_uri(WorkspaceConfig(**ws)))
     text = "\n".join(line for _, line in chain)
@@ -175,8 +180,42 @@ def test_stage_runs_carry_no_placeholder_urls(tmp_path, monkeypatch):
     """Without a Prefect UI URL (ephemeral API) Prefect's flow-run URL is "None/flow-runs/...": not a tag."""
     from prefect import flow
 
-    from t2g_mlflow.links import prefect_tags
+    from tasks.links import prefect_tags
 
     monkeypatch.delenv("PREFECT_UI_URL", raising=False)
     tags = flow(name="tag-test")(prefect_tags)()
     assert tags["prefect.flow_run_id"] and not [v for v in tags.values() if v.startswith("None")]
+
+
+@flow(name="outcome-test")
+def outcome_flow(ws: dict) -> tuple[str | None, str | None]:
+    from t2g_mlflow import runs
+    from tasks.links import root_flow_run_id, stage_run
+
+    cfg = WorkspaceConfig(**ws)
+    with stage_run("feedback", {}, cfg):  # the first stage run creates the pipeline's parent run
+        pass
+    noted = runs.record_outcome(cfg, {"fact_error": 0.1}, {"t2g.verdict": "better"}, "the outcome", root_flow_run_id())
+    return noted, runs.link_pipeline_outputs({}, cfg, root_flow_run_id())
+
+
+def test_the_outcome_and_the_outputs_go_to_the_parent_run_of_the_root_flow_run(tmp_path, mlflow_template_db):
+    """The Prefect glue hands t2g_mlflow the root flow run (``tasks.links.root_flow_run_id``): the outcome and the
+    outputs' record land on the parent run the stage runs are nested under; outside a flow there is none."""
+    import shutil
+
+    import mlflow
+
+    from t2g_mlflow import runs
+    from t2g_mlflow.experiment import tracking_uri
+
+    (tmp_path / "ws").mkdir()
+    shutil.copy(mlflow_template_db, tmp_path / "ws" / "mlflow.db")
+    ws = {"root": str(tmp_path / "ws"), "mlflow_tracking_uri": f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}"}
+    noted, linked = outcome_flow(ws)
+    parent = mlflow.MlflowClient(tracking_uri(WorkspaceConfig(**ws))).get_run(noted)
+    assert (
+        noted == linked and parent.data.tags["t2g.role"] == "pipeline" and parent.data.tags["t2g.verdict"] == "better"
+    )
+    assert parent.data.metrics["fact_error"] == 0.1 and parent.data.tags["mlflow.note.content"] == "the outcome"
+    assert runs.record_outcome(WorkspaceConfig(**ws), {"x": 1.0}, {}, "", None) is None

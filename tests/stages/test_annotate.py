@@ -13,6 +13,7 @@ import pytest
 from t2g_core.config import AnnotateConfig
 from t2g_core.config.stages import AnnotateSettings
 from t2g_core.stages import annotate
+from t2g_core.stages.labelling import TooManyFailures
 from t2g_core.store import MANIFEST, read_artifact
 from t2g_core.testing import FakeOpenAIServer
 from t2g_core.workspace import Workspace
@@ -71,7 +72,7 @@ def test_too_many_failures_stop_the_stage_after_writing_every_row(demo_feedback,
     fb = demo_feedback(4)
     with FakeOpenAIServer(fault_rate=1.0, faults=("malformed",), seed=1) as server:
         settings = _llm(server.base_url, max_failure_rate=0.25)
-        with pytest.raises(annotate.TooManyFailures, match="4 of 4 items failed .*parse_error: 4") as exc:
+        with pytest.raises(TooManyFailures, match="4 of 4 items failed .*parse_error: 4") as exc:
             annotate.annotate(fb, settings, stage_ctx("annotate", feedback=fb, settings=settings))
     frame = read_artifact(exc.value.ref.path, "annotations")
     assert len(frame) == 4 and set(frame["status"]) == {"parse_error"}

@@ -11,6 +11,7 @@ import pytest
 
 from t2g_core.config import AnnotateConfig, HoldoutConfig, PolicySamplesConfig, RewardModelConfig
 from t2g_core.config.stages import PolicySamplesSettings, RewardModelSettings
+from t2g_core.feedback import sampled_from
 from t2g_core.reward_model.data import split_for_id
 from t2g_core.stages import policy_samples, reward_model
 from t2g_core.stages.io import read
@@ -44,7 +45,7 @@ def test_samples_come_from_training_prompts_only_each_labelled(sampled, tmp_path
     run = prepare_run(PPOSettings(holdout=HOLDOUT), tmp_path / "ppo", read(fb, "feedback"), models.policy)
     ppo_train = set(pd.read_parquet(run / "prompts.parquet")["id"])
     held_out = set(pd.read_parquet(run / "eval.parquet")["id"])
-    source = policy_samples.sampled_from(items)
+    source = sampled_from(items)
     assert set(source) == ppo_train and not set(source) & held_out  # all 18 training prompts (prompts=100), no other
     assert len(items) == 2 * len(ppo_train) and items["id"].is_unique  # per_prompt=2
     assert set(items["id"]) == {f"{i}@policy.{k}" for i in ppo_train for k in (0, 1)}
@@ -63,7 +64,7 @@ def test_the_same_settings_draw_the_same_samples_and_fewer_prompts_a_subset(samp
     assert read(again.feedback, "feedback").equals(read(ref.feedback, "feedback"))
     few = _settings(prompts=5, per_prompt=1)
     fewer = policy_samples.draw_prompts(fb, few)
-    assert len(fewer) == 5 and set(fewer["id"]) <= set(policy_samples.sampled_from(read(ref.feedback, "feedback")))
+    assert len(fewer) == 5 and set(fewer["id"]) <= set(sampled_from(read(ref.feedback, "feedback")))
     other = policy_samples.draw_prompts(fb, _settings(prompts=5, per_prompt=1, seed=1))
     assert set(other["id"]) != set(fewer["id"])  # the seed draws the prompts
 
@@ -111,7 +112,7 @@ def test_the_reward_model_trains_on_the_samples_of_its_training_prompts(sampled,
 
     rows = read(rm.rm_data, "rm_data").set_index("id")
     items = read(ref.feedback, "feedback")
-    source = dict(zip(items["id"], policy_samples.sampled_from(items), strict=True))
+    source = dict(zip(items["id"], sampled_from(items), strict=True))
     ok = set(read(ref.annotations, "annotations").query("status == 'ok'")["id"])
     used = {i for i in rows.index if i in source}
     expected = {i for i, s in source.items() if split_for_id(s, 0.3) == "train" and i in ok}

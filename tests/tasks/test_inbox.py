@@ -8,7 +8,8 @@ import hashlib
 
 def test_ledger_and_landed_copies_survive_another_writers_temp_files(tmp_path, run_task):
     from t2g_core.config import WorkspaceConfig
-    from tasks.inbox import LANDED_DIR, SEEN_FILE, scan_inbox
+    from t2g_core.inbox import LANDED_DIR, SEEN_FILE
+    from tasks.inbox import scan_inbox
 
     ws = WorkspaceConfig(root=str(tmp_path / "ws"))
     inbox = tmp_path / "ws" / "inbox"
@@ -42,7 +43,7 @@ def test_only_regular_files_are_taken_and_a_copy_keeps_the_source_private(tmp_pa
     import os
     import stat
 
-    from tasks.inbox import LANDED_DIR
+    from t2g_core.inbox import LANDED_DIR
 
     inbox, scan = _scan(tmp_path, run_task)
     inbox.mkdir(parents=True)

@@ -74,7 +74,7 @@ ADVANCE = """
     import sys, uuid
     from t2g_core.config import WorkspaceConfig
     from t2g_core.store import ArtifactRef
-    from tasks.data import advance_versions
+    from t2g_core.datasets import advance_versions
 
     ws = WorkspaceConfig(root=sys.argv[1])
     for i in range(int(sys.argv[2])):
@@ -87,7 +87,7 @@ ADVANCE = """
 
 def test_two_writers_of_the_dataset_versions_never_reuse_a_number_nor_disagree(tmp_path):
     from t2g_core.config import WorkspaceConfig
-    from tasks.data import latest_annotations, latest_feedback, version_of
+    from t2g_core.datasets import latest_annotations, latest_feedback, version_of
 
     procs = [_python(ADVANCE, str(tmp_path), "40") for _ in range(2)]
     outputs = [p.communicate(timeout=300) for p in procs]
@@ -101,8 +101,8 @@ def test_two_writers_of_the_dataset_versions_never_reuse_a_number_nor_disagree(t
 
 def test_a_run_whose_base_version_moved_is_not_recorded(tmp_path):
     from t2g_core.config import WorkspaceConfig
+    from t2g_core.datasets import DatasetsMoved, advance_versions, latest_feedback
     from t2g_core.store import ArtifactRef
-    from tasks.data import DatasetsMoved, advance_versions, latest_feedback
 
     ws = WorkspaceConfig(root=str(tmp_path))
 

@@ -1,13 +1,15 @@
-"""Prefect and MLflow pointing at each other: Prefect's ids as tags on MLflow runs, a link to the run in Prefect.
-
-Every function here is a no-op outside a Prefect run (``.fn()`` calls, the command line): the tags are then empty and
-no artifact is created.
-"""
+"""Prefect and MLflow pointing at each other: Prefect's ids as tags on MLflow runs (``t2g_mlflow`` is handed them
+here), a link to the run in Prefect. Outside a Prefect run (``.fn()``, the command line) the tags are empty, a stage
+run is a top-level run and no artifact is created."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import contextlib
+from collections.abc import Iterator
+from typing import Any
 
+from t2g_core.config import WorkspaceConfig
+from t2g_mlflow import runs
 from t2g_mlflow.experiment import run_url
 from t2g_mlflow.tags import (
     DEPLOYMENT_TAG,
@@ -19,9 +21,6 @@ from t2g_mlflow.tags import (
     TASK_RUN_NAME_TAG,
     TASK_RUN_TAG,
 )
-
-if TYPE_CHECKING:
-    from t2g_core.config import WorkspaceConfig
 
 
 def prefect_tags() -> dict[str, str]:
@@ -44,29 +43,38 @@ def prefect_tags() -> dict[str, str]:
     return tags
 
 
-def root_flow_run() -> tuple[str | None, str | None]:
-    """(id of the root Prefect flow run, its flow name); (None, None) outside Prefect."""
+def root_flow_run_id() -> str | None:
+    """The id of the root Prefect flow run (the pipeline's: its MLflow parent run is tagged with it); None outside."""
     from prefect.runtime import flow_run
 
     root = flow_run.root_flow_run_id or flow_run.id
-    return (str(root) if root else None), flow_run.flow_name
+    return str(root) if root else None
 
 
-def _in_prefect_run() -> bool:
+def in_prefect_run() -> bool:
     from prefect.context import FlowRunContext, TaskRunContext
 
     return FlowRunContext.get() is not None or TaskRunContext.get() is not None
 
 
-def link_from_prefect(stage: str, run_id: str, exp_id: str, workspace_cfg: WorkspaceConfig) -> None:
-    """A Prefect link artifact on the flow run pointing at the stage's MLflow run."""
-    if not _in_prefect_run():
-        return
+def link_from_prefect(stage: str, url: str) -> None:
+    """A Prefect link artifact on the flow run pointing at the stage's MLflow run (a markdown one for a local store)."""
     from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
-    url = run_url(run_id, exp_id, workspace_cfg)
     key = f"mlflow-{stage}".lower().replace("_", "-")
     if url.startswith("http"):
         create_link_artifact(key=key, link=url, link_text=f"MLflow run of {stage}")
     else:
         create_markdown_artifact(key=key, markdown=f"MLflow run of **{stage}**: `{url}`")
+
+
+@contextlib.contextmanager
+def stage_run(
+    stage: str, params: Any, workspace_cfg: WorkspaceConfig, *, system_metrics: bool = False
+) -> Iterator[Any]:
+    """:func:`t2g_mlflow.runs.stage_run` (the active MLflow run) with this Prefect run's ids, so nested under the
+    pipeline's parent run, and linked from the Prefect flow run."""
+    with runs.stage_run(stage, params, workspace_cfg, system_metrics=system_metrics, tags=prefect_tags()) as run:
+        if in_prefect_run():
+            link_from_prefect(stage, run_url(run.info.run_id, run.info.experiment_id, workspace_cfg))
+        yield run

@@ -1,0 +1,146 @@
+"""The versions of the feedback and annotations datasets that the inbox extends, in one pointer file.
+
+``<workspace>/artifacts/DATASETS.json`` names the current version of both datasets: ``{"version": N, "feedback":
+ArtifactRef, "annotations": ArtifactRef, "annotations_cover": sha256}``. Both references are replaced in one atomic
+write, under the file's one-writer lock (``t2g_core.locks``), so two writers never reuse a version number and the two
+references never disagree. The pipeline sets them when it creates the first version (:func:`record_first_versions`);
+re-annotation moves both (:func:`advance_versions`). (Workspaces of earlier versions kept two ``LATEST.json`` files;
+they are read when the pointer file is absent.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from t2g_core.config import WorkspaceConfig
+from t2g_core.locks import folder_lock
+from t2g_core.store import ArtifactRef, read_json, write_text_atomic
+from t2g_core.workspace import Workspace
+
+POINTER = "DATASETS.json"
+LEGACY = "LATEST.json"  # the per-dataset pointer of earlier workspaces
+
+
+class DatasetsMoved(RuntimeError):
+    """The datasets moved to another version while a run worked from the previous one; the run is not recorded."""
+
+
+def _pointer(workspace: WorkspaceConfig) -> Path:
+    return Workspace.at(workspace.root).artifacts / POINTER
+
+
+def _read_pointers(workspace: WorkspaceConfig) -> dict:
+    """The pointer file's content ({} when no version exists yet)."""
+    path = _pointer(workspace)
+    if path.exists():
+        return read_json(path)
+    legacy = {name: path.parent / name / LEGACY for name in ("feedback", "annotations")}
+    if not legacy["feedback"].exists():
+        return {}
+    feedback = read_json(legacy["feedback"])
+    annotations = read_json(legacy["annotations"]) if legacy["annotations"].exists() else None
+    cover = annotations.get("feedback_sha256") if annotations else None
+    return {
+        "version": feedback.get("version", 0),
+        "feedback": feedback,
+        "annotations": annotations,
+        "annotations_cover": cover,
+    }
+
+
+def _held(workspace: WorkspaceConfig):
+    """The pointer file's one-writer lock (writers wait their turn: an update takes milliseconds)."""
+    return folder_lock(_pointer(workspace), f"dataset versions (pid {os.getpid()})", wait_s=120)
+
+
+def latest(workspace: WorkspaceConfig, dataset: str) -> ArtifactRef | None:
+    """The current version of ``dataset`` (``feedback`` or ``annotations``), or None."""
+    entry = _read_pointers(workspace).get(dataset)
+    return ArtifactRef.model_validate(entry) if entry else None
+
+
+def latest_version(workspace: WorkspaceConfig) -> ArtifactRef:
+    """The feedback dataset's latest version (``data.source: latest``); a clear error when there is none yet."""
+    found = latest(workspace, "feedback")
+    if found is None:
+        raise FileNotFoundError(
+            f"data.source=latest: the workspace {workspace.root} has no feedback dataset version yet (a pipeline run "
+            "makes version 1; the inbox re-annotation appends the next ones)"
+        )
+    return found
+
+
+def annotations_covering(workspace: WorkspaceConfig, feedback: ArtifactRef) -> ArtifactRef | None:
+    """The latest annotations when they cover exactly ``feedback`` (what re-annotation left), else None."""
+    pointers = _read_pointers(workspace)
+    if not pointers.get("annotations") or pointers.get("annotations_cover") != feedback.sha256:
+        return None
+    return ArtifactRef.model_validate(pointers["annotations"])
+
+
+def latest_feedback(workspace: WorkspaceConfig) -> ArtifactRef | None:
+    return latest(workspace, "feedback")
+
+
+def latest_annotations(workspace: WorkspaceConfig) -> ArtifactRef | None:
+    return latest(workspace, "annotations")
+
+
+def described(workspace: WorkspaceConfig, feedback: ArtifactRef) -> str:
+    """``feedback version 2 (144 rows)`` when ``feedback`` is the dataset's current version, else its content hash."""
+    pointers = _read_pointers(workspace)
+    if pointers.get("feedback") and pointers["feedback"]["sha256"] == feedback.sha256:
+        return f"feedback version {pointers['version']} ({feedback.n_rows} rows)"
+    return f"feedback {feedback.sha256[:12]} ({feedback.n_rows} rows)"
+
+
+def version_of(workspace: WorkspaceConfig, dataset: str = "feedback") -> int:
+    """The current version number (both datasets share it)."""
+    return int(_read_pointers(workspace).get("version", 0))
+
+
+def _advance(workspace: WorkspaceConfig, feedback: ArtifactRef, annotations: ArtifactRef) -> int:
+    current = _read_pointers(workspace)
+    same = bool(current.get("feedback")) and current["feedback"]["sha256"] == feedback.sha256
+    version = int(current.get("version", 0)) + (0 if same else 1)
+    pointers = {
+        "version": version,
+        "feedback": feedback.to_dict(),
+        "annotations": annotations.to_dict(),
+        "annotations_cover": feedback.sha256,
+    }
+    write_text_atomic(_pointer(workspace), json.dumps(pointers, indent=2))
+    return version
+
+
+def advance_versions(
+    workspace: WorkspaceConfig,
+    feedback: ArtifactRef,
+    annotations: ArtifactRef,
+    based_on: ArtifactRef | None | bool = False,
+) -> int:
+    """Move both pointers to ``feedback`` and the ``annotations`` covering it; returns the version (a new number only
+    when the content changed). ``based_on``: the feedback version the run started from (None: no version); when the
+    datasets moved on meanwhile, :class:`DatasetsMoved` is raised and nothing is written (False: no such check)."""
+    with _held(workspace):
+        if based_on is not False:
+            now = latest(workspace, "feedback")
+            expected = None if based_on is None else based_on.sha256
+            if (now.sha256 if now else None) not in (expected, feedback.sha256):
+                raise DatasetsMoved(
+                    f"{_pointer(workspace)}: the feedback dataset moved to version {version_of(workspace)} while "
+                    "this run worked from the previous one; its files stay pending for the next run"
+                )
+        return _advance(workspace, feedback, annotations)
+
+
+def record_first_versions(workspace: WorkspaceConfig, feedback: ArtifactRef, annotations: ArtifactRef) -> int:
+    """The pipeline's annotated feedback becomes version 1 of both datasets when the workspace has none yet, and the
+    annotations pointer follows when it annotated the current feedback version; returns the feedback version."""
+    with _held(workspace):
+        current = latest_feedback(workspace)
+        if current is None or current.sha256 == feedback.sha256:
+            return _advance(workspace, feedback, annotations)
+        return version_of(workspace)

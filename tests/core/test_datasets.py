@@ -1,0 +1,70 @@
+"""The dataset versions (``t2g_core.datasets``) and the inbox's ledgers (``t2g_core.inbox``) are workspace state, read
+and written without Prefect; the files a workspace of an earlier version holds are read as they are."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+from t2g_core import datasets
+from t2g_core.config import WorkspaceConfig
+from t2g_core.inbox import LANDED_DIR, PROCESSED_FILE, SEEN_FILE, mark_processed, pending_files, scan
+from t2g_core.store import ArtifactRef
+
+
+def _ref(sha: str, schema: str = "feedback") -> ArtifactRef:
+    return ArtifactRef(path=f"/ws/artifacts/{schema}/{sha}", sha256=sha, n_rows=3, schema=schema, key=sha)
+
+
+def test_the_two_pointer_files_of_an_earlier_workspace_are_read_and_the_next_version_follows_them(tmp_path):
+    ws = WorkspaceConfig(root=str(tmp_path))
+    for name, sha, extra in (("feedback", "f4", {"version": 4}), ("annotations", "a4", {"feedback_sha256": "f4"})):
+        (tmp_path / "artifacts" / name).mkdir(parents=True)
+        (tmp_path / "artifacts" / name / "LATEST.json").write_text(json.dumps(_ref(sha, name).to_dict() | extra))
+    current = datasets.latest_feedback(ws)
+    assert datasets.version_of(ws) == 4 and current.sha256 == "f4" and datasets.latest_annotations(ws).sha256 == "a4"
+    assert datasets.annotations_covering(ws, current).sha256 == "a4"
+    assert datasets.described(ws, current) == "feedback version 4 (3 rows)"
+    assert datasets.advance_versions(ws, _ref("f5"), _ref("a5", "annotations"), based_on=current) == 5
+    assert json.loads((tmp_path / "artifacts" / "DATASETS.json").read_text())["version"] == 5
+
+
+def test_the_pointer_file_as_the_pipeline_writes_it_is_read(tmp_path):
+    ws = WorkspaceConfig(root=str(tmp_path))
+    (tmp_path / "artifacts").mkdir()
+    pointers = {
+        "version": 2,
+        "feedback": _ref("f2").to_dict(),
+        "annotations": _ref("a2", "annotations").to_dict(),
+        "annotations_cover": "f2",
+    }
+    (tmp_path / "artifacts" / "DATASETS.json").write_text(json.dumps(pointers, indent=2))
+    assert datasets.latest_version(ws) == _ref("f2") and datasets.annotations_covering(ws, _ref("f2")) is not None
+    assert datasets.record_first_versions(ws, _ref("other"), _ref("a-other", "annotations")) == 2  # not the first
+    assert datasets.record_first_versions(ws, _ref("f2"), _ref("a2b", "annotations")) == 2  # the same content
+    assert datasets.latest_annotations(ws).sha256 == "a2b"
+
+
+def test_the_inbox_ledgers_an_earlier_scan_left_are_kept(tmp_path):
+    ws = WorkspaceConfig(root=str(tmp_path / "ws"))
+    inbox, seen_line = tmp_path / "ws" / "inbox", b'{"id": "seen"}\n'
+    (inbox / LANDED_DIR).mkdir(parents=True)
+    (inbox / LANDED_DIR / "aaa.jsonl").write_text("{}\n")
+    (inbox / LANDED_DIR / "bbb.jsonl").write_text("{}\n")
+    os.utime(inbox / LANDED_DIR / "bbb.jsonl", (1, 1))  # the oldest: first in line
+    (inbox / PROCESSED_FILE).write_text(json.dumps({"aaa.jsonl": "feedback version 1"}))
+    (inbox / SEEN_FILE).write_text(json.dumps({hashlib.sha256(seen_line).hexdigest(): "/old/name.jsonl"}))
+    (inbox / "renamed.jsonl").write_bytes(seen_line)  # content seen before, under another name
+    (inbox / "new.jsonl").write_bytes(b'{"id": "new"}\n')
+    (inbox / "link.jsonl").symlink_to(inbox / "new.jsonl")
+    refused: list[str] = []
+    found = scan(str(inbox), ws, refused.append)
+    assert [f["source"] for f in found] == [str(inbox / "new.jsonl")]
+    assert len(refused) == 1 and "link.jsonl: a symbolic link" in refused[0]
+    assert pending_files(ws) == [str(inbox / LANDED_DIR / "bbb.jsonl"), found[0]["path"]]
+    mark_processed(found[0]["path"], 2, ws)
+    assert pending_files(ws) == [str(inbox / LANDED_DIR / "bbb.jsonl")]
+    ledger = json.loads((inbox / PROCESSED_FILE).read_text())
+    assert ledger == {"aaa.jsonl": "feedback version 1", os.path.basename(found[0]["path"]): "feedback version 2"}
+    assert len(json.loads((inbox / SEEN_FILE).read_text())) == 2
