@@ -37,6 +37,8 @@ README_LIMIT = 8 * 1024  # a first screen: what it is, the two commands, the sha
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 EXTERNAL = ("http://", "https://", "mailto:")
 SEPARATOR = re.compile(r"^\|(\s*:?-{3,}:?\s*\|)+$")
+HEADLINES = "## Headline figures"
+RESULTS = re.compile(r"\bdocs/results/[\w./-]+\.json\b")
 
 
 def _name(path: Path) -> str:
@@ -130,6 +132,37 @@ def _table_problems(path: Path) -> list[str]:
     return problems
 
 
+def _headline_rows(text: str) -> list[str]:
+    """The body rows of the first table under the README's headline heading (header and separator left out)."""
+    _, found, section = text.partition(HEADLINES + "\n")
+    rows = []
+    for line in section.splitlines() if found else []:
+        if line.startswith("#"):
+            break
+        if line.startswith("|"):
+            rows.append(line.rstrip())
+        elif rows:
+            break
+    return rows[2:]
+
+
+def _unbacked_headlines(path: Path) -> list[str]:
+    """Each headline row names at least one results file under docs/results/, and every file it names exists."""
+    rows = _headline_rows(path.read_text(encoding="utf-8"))
+    if not rows:
+        return [f"{_name(path)}: no table under {HEADLINES!r}"]
+    results = (path.parent / "docs" / "results").resolve()
+    problems = []
+    for row in rows:
+        named = dict.fromkeys(RESULTS.findall(row))
+        targets = {n: (path.parent / n).resolve() for n in named}
+        missing = [n for n, t in targets.items() if not (t.is_file() and t.is_relative_to(results))]
+        if not named:
+            problems.append(f"{_name(path)}: names no results file under docs/results/: {row[:100]!r}")
+        problems += [f"{_name(path)}: names {n}, no such file under docs/results/: {row[:100]!r}" for n in missing]
+    return problems
+
+
 def test_docs_recipes_and_design_docstrings_cite_nothing_outside_the_repository():
     offences = [o for path in DOC_FILES for o in _offences(path)]
     assert offences == [], "state the finding itself, or cite the arXiv id or public repository:\n" + "\n".join(
@@ -157,6 +190,11 @@ def test_readme_is_a_first_screen():
     assert size <= README_LIMIT, f"README.md is {size} bytes; move details to docs/ (limit {README_LIMIT})"
 
 
+def test_each_headline_figure_names_its_committed_results_file():
+    problems = _unbacked_headlines(ROOT / "README.md")
+    assert problems == [], "name the committed results file beside each headline figure:\n" + "\n".join(problems)
+
+
 def test_the_checks_find_what_they_look_for(tmp_path):
     """Each check fails on a document that breaks it, so a pass means something."""
     doc = tmp_path / "doc.md"
@@ -171,3 +209,18 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     ]
     assert [p.split(": ", 1)[1] for p in _table_problems(doc)] == ["3 cells, header has 2: '| 1 | 2 | 3 |'"]
     assert len(_offences(doc)) == 4  # shared/reference, /work/, reference/x.md, issue 7
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    for name in ("docs/results/a.json", "x.json"):
+        (tmp_path / name).write_text("{}", encoding="utf-8")
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        f"{HEADLINES}\n\n| what | measured |\n|---|---|\n| backed | 1 ([a.json](docs/results/a.json)) |\n"
+        "| bare | 2 |\n| gone | 3 (`docs/results/b.json`) |\n| out | 4 (`docs/results/../../x.json`) |\n\n"
+        "| other | table |\n|---|---|\n| not | a headline |\n",
+        encoding="utf-8",
+    )
+    assert [p.split(": ", 2)[1] for p in _unbacked_headlines(readme)] == [
+        "names no results file under docs/results/",
+        "names docs/results/b.json, no such file under docs/results/",
+        "names docs/results/../../x.json, no such file under docs/results/",
+    ]
