@@ -43,7 +43,6 @@ TINY = merged(
             "eval_every": 1,
             "log_every": 1,
             "save_every": 1,
-            "reward_model_gate": {"allow_weak": True},  # a 2-step reward model: the path is tested, not its quality
         },
     },
 )
@@ -304,7 +303,7 @@ def _stale_runs_closed_at_once(api: httpx.Client, flow_run_id: str) -> None:
         time.sleep(2)
     assert not left, f"left Running after the crash: {left}"
     states = {r["state_type"] for r in subflows.json()}
-    assert "CRASHED" in states, states  # train-policy, whose process died
+    assert "CRASHED" in states, states  # the ppo group, whose process died
 
 
 def _outcome_on_the_parent(api: httpx.Client, created: dict) -> None:
@@ -313,7 +312,7 @@ def _outcome_on_the_parent(api: httpx.Client, created: dict) -> None:
     outcome = [a for a in found if a.get("key") == "text2grad-outcome"]
     assert outcome, [a.get("key") for a in found]
     markdown = outcome[0]["data"]
-    assert "text2grad-policy version 1:" in markdown and "## Stage groups" in markdown and "train-policy" in markdown
+    assert "text2grad-policy version 1:" in markdown and "## Stage groups" in markdown and "| ppo |" in markdown
     assert "fact error (%, lower is better)" in markdown and "heatmaps/index.html" in markdown
     query = {"logs": {"flow_run_id": {"any_": [created["id"]]}}, "sort": "TIMESTAMP_DESC", "limit": 200}
 
