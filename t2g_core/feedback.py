@@ -23,8 +23,8 @@ OPTIONAL = ("critique", "reference", "tests", "entry_point", "meta")
 def _read_jsonl(path: Path) -> pd.DataFrame:
     rows, broken = [], []  # broken: (row, line, surrogate) of rows holding lone surrogates
     with open(path, "rb") as f:
-        for lineno, obj in _jsonl_records(path, enumerate(f, start=1)):
-            if found := surrogate_in(obj):
+        for lineno, obj, found in _jsonl_records(path, enumerate(f, start=1)):
+            if found:
                 broken.append((len(rows), lineno, found))
             rows.append(obj)
     if broken:
@@ -47,8 +47,9 @@ def _surrogate_error(path: Path, row: int, lineno: int, found: tuple, count: int
     )
 
 
-def _jsonl_records(path: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, dict]]:
-    """(line number, JSON object) of each non-blank numbered line, read as it streams by."""
+def _jsonl_records(path: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, dict, tuple | None]]:
+    """(line number, JSON object, its first lone surrogate or None) of each non-blank numbered line, read as it
+    streams by."""
     for lineno, line in lines:
         try:
             text = line.decode("utf-8")
@@ -58,11 +59,14 @@ def _jsonl_records(path: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[t
             continue
         try:
             obj = json.loads(text)
+            found = surrogate_in(obj)  # walks the value: as deep as the decoder went
         except json.JSONDecodeError as exc:
             raise SchemaError(str(path), f"line {lineno} is not valid JSON: {exc.msg} (column {exc.colno})") from exc
+        except RecursionError:
+            raise SchemaError(str(path), f"line {lineno} nests arrays or objects too deeply to read") from None
         if not isinstance(obj, dict):
             raise SchemaError(str(path), f"line {lineno} is not a JSON object")
-        yield lineno, obj
+        yield lineno, obj, found
 
 
 _CSV_OPTIONS = {"dtype": str, "keep_default_na": False, "na_values": [""], "encoding": "utf-8"}
@@ -121,7 +125,7 @@ def _meta_text(value: object, file: str, row: int) -> object:
         return value
     try:
         return json.dumps(value, allow_nan=False, default=_plain)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise SchemaError(file, f"cannot be stored as JSON: {exc}", column="meta", row=row) from None
 
 
@@ -207,11 +211,11 @@ def _pieces(p: Path, rows: int) -> Iterator[pd.DataFrame]:
         with open(p, "rb") as f:
             records, done = _jsonl_records(p, enumerate(f, start=1)), 0
             while piece := list(islice(records, rows)):
-                for row, (lineno, obj) in enumerate(piece, start=done):
-                    if found := surrogate_in(obj):
+                for row, (lineno, _, found) in enumerate(piece, start=done):
+                    if found:
                         raise _surrogate_error(p, row, lineno, found)
                 done += len(piece)
-                yield pd.DataFrame([obj for _, obj in piece])
+                yield pd.DataFrame([obj for _, obj, _ in piece])
     elif suffix == ".csv":
         with _csv_errors(p):
             yield from pd.read_csv(p, chunksize=rows, **_CSV_OPTIONS)
