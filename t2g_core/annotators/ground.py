@@ -22,9 +22,9 @@ What it cannot do, honestly: ground a complaint that neither quotes nor names it
 resolve pronouns, paraphrase or misspellings; tell irony from praise. Such items come back ``ok`` with fewer spans
 (or none), and ``reasoning`` lists what the critique named that the response does not contain. A critique longer than
 ``MAX_CRITIQUE_CHARS`` is not read: its item comes back ``refused``, saying so (the reading is linear in the critique,
-but each name it holds is searched for in the response). The LLM annotator in
-grounding mode (``annotate.annotator=llm``, ``annotate.mode=grounding``) reads critiques like a person and is the
-stronger option where an endpoint is available. Its quality on the demo's human-style critiques is measured by
+but each name it holds is searched for in the response). The LLM annotator in grounding mode
+(``annotate.annotator=llm``, ``annotate.mode=grounding``) reads critiques like a person and is the stronger option
+where an endpoint is available. Its quality on the demo's human-style critiques is measured by
 ``t2g_core.demo.critiques.grounding_quality`` (``tests/core/test_ground.py``).
 """
 
@@ -35,6 +35,7 @@ from typing import Any
 
 from t2g_core.spans import ParsedFeedback
 
+MAX_CRITIQUE_CHARS = 10_000  # far longer than a person's critique of one response
 NEGATIVE_CUES = frozenset(
     "wrong wrongly incorrect incorrectly not no isn't isnt aren't doesn't don't didn't never should shouldn't instead "
     "missing misses miss omits omitted omission forgets forgot forgotten invented invents made makes hallucinated "
@@ -45,7 +46,6 @@ POSITIVE_CUES = frozenset(
     "correct correctly right good accurate accurately well nice great fine faithful true ok okay perfect exact "
     "exactly matches agree agrees".split()
 )
-MAX_CRITIQUE_CHARS = 10_000  # far longer than a person's critique of one response
 REPEAT_CUES = frozenset("repeats repeated repeat redundant twice again duplicate duplicated".split())
 COMMON = (
     frozenset(
