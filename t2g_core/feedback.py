@@ -1,7 +1,8 @@
 """Load feedback from Parquet, JSONL, CSV or a Hugging Face ``datasets`` folder, validated like any artifact, and
 split it into the pipeline's training and held-out prompts (:func:`split_prompts`).
 
-Every problem is one :class:`SchemaError` naming the file, the row and the column. Text that is not valid Unicode
+Every problem is one :class:`SchemaError` naming the file, the row and the column; a JSONL line longer than
+:data:`MAX_LINE_BYTES` is one naming the line, read no further than that. Text that is not valid Unicode
 (a lone surrogate, which only JSON's ``\\ud800`` escapes can carry) is refused, not cleaned: the feedback is the
 data every later stage and its cache key trust, so it is fixed at its source, where the error points.
 """
@@ -13,6 +14,7 @@ import json
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from pathlib import Path
+from typing import BinaryIO
 
 import pandas as pd
 
@@ -20,13 +22,14 @@ from t2g_core.config.data import HoldoutConfig
 from t2g_core.schemas import FEEDBACK, NOT_UNICODE, SchemaError, surrogate_in, validate_frame
 
 OPTIONAL = ("critique", "reference", "tests", "entry_point", "meta")
+MAX_LINE_BYTES = 16 << 20  # one JSONL row, its newline included (a 1 GB line took 3.24 GB to refuse)
 
 
 def _read_jsonl(path: Path) -> pd.DataFrame:
     rows, broken = [], []  # broken: (row, line, surrogate) of rows holding lone surrogates
     with open(path, "rb") as f:
-        for lineno, obj in _jsonl_records(path, enumerate(f, start=1)):
-            if found := surrogate_in(obj):
+        for lineno, obj, found in _jsonl_records(path, f):
+            if found:
                 broken.append((len(rows), lineno, found))
             rows.append(obj)
     if broken:
@@ -49,9 +52,12 @@ def _surrogate_error(path: Path, row: int, lineno: int, found: tuple, count: int
     )
 
 
-def _jsonl_records(path: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, dict]]:
-    """(line number, JSON object) of each non-blank numbered line, read as it streams by."""
-    for lineno, line in lines:
+def _jsonl_records(path: Path, f: BinaryIO) -> Iterator[tuple[int, dict, tuple | None]]:
+    """(line number, JSON object, its first lone surrogate or None) of each non-blank line of ``f``, read as it
+    streams by; a line longer than ``MAX_LINE_BYTES`` is an error read no further than that."""
+    for lineno, line in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), start=1):
+        if len(line) > MAX_LINE_BYTES:
+            raise SchemaError(str(path), f"line {lineno} is longer than {MAX_LINE_BYTES:,} bytes, the limit of a row")
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -60,11 +66,14 @@ def _jsonl_records(path: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[t
             continue
         try:
             obj = json.loads(text)
+            found = surrogate_in(obj)  # walks the value: as deep as the decoder went
         except json.JSONDecodeError as exc:
             raise SchemaError(str(path), f"line {lineno} is not valid JSON: {exc.msg} (column {exc.colno})") from exc
+        except RecursionError:
+            raise SchemaError(str(path), f"line {lineno} nests arrays or objects too deeply to read") from None
         if not isinstance(obj, dict):
             raise SchemaError(str(path), f"line {lineno} is not a JSON object")
-        yield lineno, obj
+        yield lineno, obj, found
 
 
 _CSV_OPTIONS = {"dtype": str, "keep_default_na": False, "na_values": [""], "encoding": "utf-8"}
@@ -123,7 +132,7 @@ def _meta_text(value: object, file: str, row: int) -> object:
         return value
     try:
         return json.dumps(value, allow_nan=False, default=_plain)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise SchemaError(file, f"cannot be stored as JSON: {exc}", column="meta", row=row) from None
 
 
@@ -207,13 +216,13 @@ def _pieces(p: Path, rows: int) -> Iterator[pd.DataFrame]:
             raise SchemaError(str(p), f"cannot be read as Parquet: {' '.join(str(exc).split())[:200]}") from None
     elif suffix in (".jsonl", ".json"):
         with open(p, "rb") as f:
-            records, done = _jsonl_records(p, enumerate(f, start=1)), 0
+            records, done = _jsonl_records(p, f), 0
             while piece := list(islice(records, rows)):
-                for row, (lineno, obj) in enumerate(piece, start=done):
-                    if found := surrogate_in(obj):
+                for row, (lineno, _, found) in enumerate(piece, start=done):
+                    if found:
                         raise _surrogate_error(p, row, lineno, found)
                 done += len(piece)
-                yield pd.DataFrame([obj for _, obj in piece])
+                yield pd.DataFrame([obj for _, obj, _ in piece])
     elif suffix == ".csv":
         with _csv_errors(p):
             yield from pd.read_csv(p, chunksize=rows, **_CSV_OPTIONS)

@@ -219,6 +219,8 @@ def _check_string(col: Column, value: object) -> str | None:
             found = surrogate_in(json.loads(value, parse_constant=_refuse_constant))
         except json.JSONDecodeError as exc:
             return f"is not valid JSON ({exc.msg})"
+        except RecursionError:
+            return "is not valid JSON (nested too deeply)"
         except ValueError as exc:
             return str(exc)
         if found:

@@ -52,9 +52,10 @@ def feedback_rows(feedback_df: pd.DataFrame) -> list[dict[str, Any]]:
             row["meta"] = (
                 json.loads(meta) if isinstance(meta, str) and meta.strip() else (meta if isinstance(meta, dict) else {})
             )
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise ValueError(
-                f"feedback row {i} (id {row.get('id')!r}), column 'meta': invalid JSON ({exc.msg})"
+                f"feedback row {i} (id {row.get('id')!r}), column 'meta': invalid JSON "
+                f"({getattr(exc, 'msg', 'nested too deeply')})"
             ) from exc
         rows.append({k: (None if _isna(v) else v) for k, v in row.items()})
     return rows

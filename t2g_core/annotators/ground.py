@@ -20,9 +20,11 @@ This annotator reads it clause by clause:
 What it cannot do, honestly: ground a complaint that neither quotes nor names its words ("the location is made up",
 "it gets the pets wrong"); place an omission (nothing in the response to quote: the critique is kept, no span);
 resolve pronouns, paraphrase or misspellings; tell irony from praise. Such items come back ``ok`` with fewer spans
-(or none), and ``reasoning`` lists what the critique named that the response does not contain. The LLM annotator in
-grounding mode (``annotate.annotator=llm``, ``annotate.mode=grounding``) reads critiques like a person and is the
-stronger option where an endpoint is available. Its quality on the demo's human-style critiques is measured by
+(or none), and ``reasoning`` lists what the critique named that the response does not contain. A critique longer than
+``MAX_CRITIQUE_CHARS`` is not read: its item comes back ``refused``, saying so (the reading is linear in the critique,
+but each name it holds is searched for in the response). The LLM annotator in grounding mode
+(``annotate.annotator=llm``, ``annotate.mode=grounding``) reads critiques like a person and is the stronger option
+where an endpoint is available. Its quality on the demo's human-style critiques is measured by
 ``t2g_core.demo.critiques.grounding_quality`` (``tests/core/test_ground.py``).
 """
 
@@ -33,6 +35,7 @@ from typing import Any
 
 from t2g_core.spans import ParsedFeedback
 
+MAX_CRITIQUE_CHARS = 10_000  # far longer than a person's critique of one response
 NEGATIVE_CUES = frozenset(
     "wrong wrongly incorrect incorrectly not no isn't isnt aren't doesn't don't didn't never should shouldn't instead "
     "missing misses miss omits omitted omission forgets forgot forgotten invented invents made makes hallucinated "
@@ -56,18 +59,22 @@ COMMON = (
     | POSITIVE_CUES
 )
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
-_CLAUSE = re.compile(r",?\s+(?:but|whereas|while|although|though|however)\s+|;\s*|,\s+(?=(?:the|it|its|and)\b)", re.I)
+# Linear in any critique: a match starts only at the start of a whitespace run or a word (the lookbehinds), a curly
+# quote ends at the next opening one and a "where does X come from" name has at most 80 characters; else every
+# character of a long run, word or unclosed quote scans the rest of it again (quadratic).
+_CLAUSE = re.compile(
+    r",?(?<!\s)\s+(?:but|whereas|while|although|though|however)\s+|;\s*|,\s+(?=(?:the|it|its|and)\b)", re.I
+)
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?")
-_QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|‘([^’]+)’|`([^`]+)`|(?:^|(?<=[\s(\[:]))'([^']+?)'(?=[\s.,;:!?)\]]|$)")
+_QUOTED = re.compile(r"\"([^\"]+)\"|“([^“”]+)”|‘([^‘’]+)’|`([^`]+)`|(?:^|(?<=[\s(\[:]))'([^']+?)'(?=[\s.,;:!?)\]]|$)")
 _PAREN = re.compile(r"\(([^()]+)\)")
-_AFTER_COLON = re.compile(r":\s*([^:]+?)\s*[?!.]*$")
 _REPORTED = re.compile(
     r"\b(?:says|said|say|states|stated|writes|wrote|mentions|mentioned|claims|claimed|calls it|gives|lists|puts)"
     r"\s+(?:that\s+|the\s+|a\s+|an\s+|they\s+|it\s+|he\s+|she\s+)*([^\s,;:.!?]+(?:\s+[^\s,;:.!?]+){0,2})",
     re.I,
 )
-_WHERE_FROM = re.compile(r"\bwhere (?:does|did|do) (.+?) come from", re.I)
-_VERDICT = re.compile(r"([^\s,;:.!?()]+)\s+(?:is|are|was|were|isn't|aren't)\s+(?:not\s+)?\w+", re.I)
+_WHERE_FROM = re.compile(r"\bwhere (?:does|did|do) (.{1,80}?) come from", re.I)
+_VERDICT = re.compile(r"(?<![^\s,;:.!?()])([^\s,;:.!?()]+)\s+(?:is|are|was|were|isn't|aren't)\s+(?:not\s+)?\w+", re.I)
 
 
 def polarity(clause: str) -> str | None:
@@ -95,7 +102,9 @@ def named(clause: str) -> list[str]:
     """What the clause quotes or names (see the module docstring), most specific first; may hold non-response text.
     Quotes are kept as written; other names lose the common words at their edges ("they are a coach" -> "coach")."""
     quoted = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(clause)]
-    found = _PAREN.findall(clause) + _AFTER_COLON.findall(clause)
+    found = _PAREN.findall(clause)
+    if ":" in clause:  # the text after the last colon
+        found.append(clause.rpartition(":")[2].strip())
     for m in _REPORTED.finditer(clause):
         words = m.group(1).split()
         found += [
@@ -187,6 +196,13 @@ class GroundingCritic:
         if not isinstance(critique, str) or not critique.strip():
             return ParsedFeedback(
                 None, status="missing_input", error=f"item {row.get('id')!r} has no critique to ground"
+            )
+        if len(critique) > MAX_CRITIQUE_CHARS:
+            return ParsedFeedback(
+                None,
+                status="refused",
+                error=f"item {row.get('id')!r}: its critique has {len(critique):,} characters, more than the grounding "
+                f"annotator reads (MAX_CRITIQUE_CHARS, {MAX_CRITIQUE_CHARS:,})",
             )
         good, poor, absent = ground(row.get("response") or "", critique)
         note = f"named but not in the response: {', '.join(absent[:8])}" if absent else None

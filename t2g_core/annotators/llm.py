@@ -231,7 +231,8 @@ class LLMAnnotator:
             if self.cache is not None:
                 self.cache.put(key, answer)
             self._say(self.pacing.observe(float(answer.get("latency_s", 0.0)), time.perf_counter()))
-        return self._row(row, answer, cached=False), answer
+        # parsed in a worker thread: a hostile answer's parse (up to about a second) holds up no other request
+        return await asyncio.to_thread(self._row, row, answer, False), answer
 
     def _say(self, line: str | None) -> None:
         """One line about the endpoint, to the log and the run's statistics."""

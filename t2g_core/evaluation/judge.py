@@ -43,7 +43,10 @@ def parse_verdict(text: str) -> str:
     bare = _BARE.match(text or "")
     if bare:
         return bare.group(1).lower()
-    data = json_repair.loads(text or "")
+    try:
+        data = json_repair.loads(text or "")
+    except RecursionError:  # nested deeper than Python's stack: no verdict to read
+        data = None
     winner = str(data.get("winner", "")).strip().lower() if isinstance(data, dict) else ""
     winner = {"answer 1": "1", "answer 2": "2", "a": "1", "b": "2"}.get(winner, winner)
     if winner not in ("1", "2", "tie"):

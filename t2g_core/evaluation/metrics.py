@@ -95,8 +95,9 @@ def _meta(row: dict[str, Any]) -> dict[str, Any]:
     if isinstance(meta, str):
         try:
             meta = json.loads(meta)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"item {row.get('id')!r}, column 'meta': not valid JSON ({exc.msg})") from exc
+        except (json.JSONDecodeError, RecursionError) as exc:
+            msg = getattr(exc, "msg", "nested too deeply")
+            raise ValueError(f"item {row.get('id')!r}, column 'meta': not valid JSON ({msg})") from exc
     return meta if isinstance(meta, dict) else {}
 
 

@@ -54,15 +54,18 @@ def register(adapter: Adapter) -> Adapter:
 def _read_json_file(path: Path) -> list[dict[str, Any]]:
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".json" and text.lstrip().startswith("["):
+        return _loads(path, text)
+    return [_loads(path, line, lineno) for lineno, line in enumerate(text.splitlines(), start=1) if line.strip()]
+
+
+def _loads(path: Path, text: str, lineno: int = 1) -> Any:
+    """``text``, which starts on line ``lineno`` of ``path``, decoded; bad JSON is an IngestError naming the line."""
+    try:
         return json.loads(text)
-    records = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise IngestError(str(path), f"line {lineno} is not valid JSON: {exc.msg}") from exc
-    return records
+    except json.JSONDecodeError as exc:
+        raise IngestError(str(path), f"line {lineno + exc.lineno - 1} is not valid JSON: {exc.msg}") from exc
+    except RecursionError:  # deeper than Python's stack
+        raise IngestError(str(path), f"line {lineno} nests arrays or objects too deeply to read") from None
 
 
 def _split_file(folder: Path, split: str) -> Path | None:

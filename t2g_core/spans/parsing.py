@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from itertools import islice
+from typing import Any
 
 import json_repair
-
-if TYPE_CHECKING:
-    pass
-
 
 POSITIVE, NEGATIVE = "positive", "negative"
 DEFAULT_VALUES: dict[str, float] = {POSITIVE: 1.0, NEGATIVE: -1.0, "neutral": 0.0}
@@ -59,6 +56,10 @@ MISSING_KEYS = ("missing", "missing_content", "omissions", "omitted")
 _KNOWN_KEYS = frozenset(CRITIQUE_KEYS + GOOD_KEYS + POOR_KEYS + WORD_KEYS)
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
 _OBJECT_START = re.compile(r"\{\s*[\"'`]")
+_SPACE = re.compile(r"\s*")
+_DECODER = json.JSONDecoder()
+MAX_CANDIDATES = 64  # places decoded as the start of the span JSON (each decode reads at most the rest of the text)
+MAX_REPAIR_CHARS = 4_000  # the most text json_repair is given: its time grows as the square (hostile 4,000: ~1 s)
 
 
 def _norm_key(key: object) -> str:
@@ -103,26 +104,41 @@ def _known_dict(value: Any) -> dict[str, Any] | None:
     return None
 
 
-def _find_object(text: str) -> tuple[dict[str, Any] | None, int]:
+def _candidates(text: str) -> Iterator[tuple[int, int]]:
+    """(where to decode, where its source starts) of each candidate: fenced blocks first, then each ``{"``."""
+    for m in _FENCE.finditer(text):
+        yield _SPACE.match(text, m.start(1)).end(), m.start()
+    for m in _OBJECT_START.finditer(text):
+        yield m.start(), m.start()
+
+
+def _find_object(text: str) -> tuple[dict[str, Any] | None, int, str]:
     """Locate and decode the span-JSON object in ``text``: fenced blocks first, then each ``{"`` in order.
 
-    Returns (object, char index where its source starts) or (None, -1). json_repair fixes single quotes, trailing
-    commas, unescaped characters, truncation and trailing text.
+    Returns (object or None, char index where its source starts, why none was found or ""). Candidates are decoded
+    in place (no copy), at most ``MAX_CANDIDATES`` of them, so the work is linear in the text whatever it holds.
+    When none is valid JSON, json_repair (single quotes, trailing commas, unescaped characters, truncation, trailing
+    text) runs once, on the text from the first candidate that failed, and only when that is at most
+    ``MAX_REPAIR_CHARS`` long: json_repair's time grows with the square of its input on hostile text.
     """
-    starts: list[tuple[int, str]] = [(m.start(), m.group(1)) for m in _FENCE.finditer(text)]
-    starts += [(m.start(), text[m.start() :]) for m in _OBJECT_START.finditer(text)]
-    for pos, chunk in starts:
+    failed = None
+    for at, source in islice(_candidates(text), MAX_CANDIDATES):
         try:
-            value = json.loads(chunk)
-        except ValueError:
-            try:
-                value = json_repair.loads(chunk)
-            except Exception:  # noqa: BLE001 - a repair failure is just "not this candidate"
-                continue
-        obj = _known_dict(value)
-        if obj is not None:
-            return obj, pos
-    return None, -1
+            value, _ = _DECODER.raw_decode(text, at)
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
+            failed = failed or (at, source)
+            continue
+        if (obj := _known_dict(value)) is not None:
+            return obj, source, ""
+    if failed is None:
+        return None, -1, ""
+    at, source = failed
+    if len(text) - at > MAX_REPAIR_CHARS:
+        return None, -1, f" (not valid JSON from character {at}, and too long to repair: over {MAX_REPAIR_CHARS})"
+    try:
+        return _known_dict(json_repair.loads(text[at:])), source, ""
+    except Exception:  # noqa: BLE001 - a repair failure (RecursionError included) is just "no object"
+        return None, -1, ""
 
 
 def _clean_reasoning(text: str) -> str | None:
@@ -145,10 +161,10 @@ def _parse_span_json(text: str | None) -> ParsedFeedback:
     if text is None or not str(text).strip():
         return ParsedFeedback(None, status="parse_error", error="empty output", raw=text)
     text = str(text)
-    obj, pos = _find_object(text)
+    obj, pos, why = _find_object(text)
     if obj is None:
         return ParsedFeedback(
-            None, status="parse_error", error="no JSON object with critique/span keys found", raw=text
+            None, status="parse_error", error=f"no JSON object with critique/span keys found{why}", raw=text
         )
     has_good, good = _pick(obj, GOOD_KEYS)
     has_poor, poor = _pick(obj, POOR_KEYS)

@@ -55,3 +55,33 @@ def test_feedback_check_of_a_large_file_stays_in_the_memory_of_a_piece(tmp_path)
     size_mb = big.stat().st_size >> 20
     assert size_mb > 100
     assert peak(big) - peak(small) < size_mb / 2, (peak(big), peak(small), size_mb)
+
+
+def test_a_line_over_the_cap_is_refused_naming_it_without_being_read_whole(tmp_path, monkeypatch):
+    """A 50 MB row against a cap lowered to 1 MiB (t2g_core.feedback.MAX_LINE_BYTES; before: a 1 GB line was read,
+    decoded and parsed whole, 3.24 GB): one error naming the line, in the memory of the cap, not of the line."""
+    import tracemalloc
+
+    from typer.testing import CliRunner
+
+    from t2g_cli import app
+    from t2g_core import feedback
+
+    monkeypatch.setattr(feedback, "MAX_LINE_BYTES", 1 << 20, raising=False)
+    path = tmp_path / "long.jsonl"
+    with open(path, "wb") as f:
+        f.write(json.dumps(ROWS[1]).encode() + b'\n{"id": "x", "task": "qa", "response": "r", "prompt": "')
+        for _ in range(50):
+            f.write(b"p" * (1 << 20))
+        f.write(b'"}\n' + json.dumps(ROWS[2]).encode() + b"\n")
+    tracemalloc.start()
+    try:
+        result = CliRunner().invoke(app, ["feedback", "check", str(path)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.exit_code == 2, result.output
+    assert "long.jsonl: line 2 is longer than 1,048,576 bytes" in result.output and "Traceback" not in result.output
+    assert peak < 8 << 20, peak  # the line is 50 MiB
+    with pytest.raises(feedback.SchemaError, match="line 2 is longer than"):
+        feedback.load_feedback(path)

@@ -50,6 +50,12 @@ def test_cli_imports_into_the_hub_cache_and_loads_offline_by_id(tiny_gguf, hf_ho
     [
         ({"arch": "rwkv6"}, "architecture 'rwkv6' is not supported by transformers' GGUF loader"),
         ({"quant": "Q8_K"}, "tensor type Q8_K"),
+        ({"rename": {"token_embd.weight": "token_embd_x.weight"}}, "tensor 'token_embd_x.weight' is not one a llama"),
+        (
+            {"fields": {"llama.block_count": 10**6}},
+            "the header claims 1,000,000 blocks and the file holds tensors for 2",
+        ),
+        ({"fields": {"llama.context_length": [1, 2]}}, "bad.gguf: not a readable GGUF file"),
     ],
 )
 def test_an_unsupported_file_is_one_line_and_exit_2(tiny_model_dir, tmp_path, kwargs, message):

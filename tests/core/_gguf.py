@@ -42,10 +42,20 @@ def _add_tokenizer(writer, folder: Path) -> None:
     writer.add_chat_template(tok.chat_template)
 
 
-def write_tiny_gguf(folder: str | Path, path: str | Path, *, quant: str = "Q8_0", arch: str = "llama") -> Path:
+def write_tiny_gguf(
+    folder: str | Path,
+    path: str | Path,
+    *,
+    quant: str = "Q8_0",
+    arch: str = "llama",
+    rename: dict[str, str | None] | None = None,
+    fields: dict[str, object] | None = None,
+) -> Path:
     """``folder`` (a Llama checkpoint) as a GGUF file at ``path``: matrices in ``quant`` (``F32``, ``F16``, ``Q8_0``;
     any other type name is written as zero bytes of that type, for an unsupported-type file), norms in F32.
-    ``arch`` is the architecture the file claims."""
+    ``arch`` is the architecture the file claims. A hostile file: ``rename`` gives tensors other GGUF names (None
+    leaves one out); ``fields`` sets header fields over the true ones (``{"llama.block_count": 10**6}``: sizes the
+    file does not hold; a value of the wrong type: a malformed header)."""
     import gguf
     import torch
     from transformers import AutoConfig
@@ -68,6 +78,8 @@ def write_tiny_gguf(folder: str | Path, path: str | Path, *, quant: str = "Q8_0"
     writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     writer.add_vocab_size(cfg.vocab_size)
     _add_tokenizer(writer, folder)
+    for key, value in (fields or {}).items():
+        writer.add_key_value(key, value, _value_type(value), sub_type=gguf.GGUFValueType.INT32)
 
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, cfg.num_hidden_layers)
     qtype = gguf.GGMLQuantizationType[quant]
@@ -80,7 +92,9 @@ def write_tiny_gguf(folder: str | Path, path: str | Path, *, quant: str = "Q8_0"
             data = _permute(data, cfg.num_attention_heads)
         elif ".k_proj." in hf_name:
             data = _permute(data, cfg.num_key_value_heads)
-        name = f"{names.get_name(base)}.{suffix}"
+        name = (rename or {}).get(f"{names.get_name(base)}.{suffix}", f"{names.get_name(base)}.{suffix}")
+        if name is None:
+            continue
         if data.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:
             writer.add_tensor(name, data)
         elif qtype == gguf.GGMLQuantizationType.F16:
@@ -96,6 +110,14 @@ def write_tiny_gguf(folder: str | Path, path: str | Path, *, quant: str = "Q8_0"
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def _value_type(value: object):
+    from gguf import GGUFValueType
+
+    if isinstance(value, int):
+        return GGUFValueType.UINT32 if 0 <= value < 2**32 else GGUFValueType.INT64
+    return {str: GGUFValueType.STRING, float: GGUFValueType.FLOAT32, list: GGUFValueType.ARRAY}[type(value)]
 
 
 def wheel_with(path: Path, files: dict[str, bytes]) -> Path:

@@ -244,3 +244,27 @@ def test_cost_accounting(tmp_path):
     expected = f["prompt_tokens"].sum() / 1000 * 2.0 + f["completion_tokens"].sum() / 1000 * 10.0
     assert expected > 0
     assert run.stats["cost"] == pytest.approx(expected) and run.stats["cost_this_run"] == pytest.approx(expected)
+
+
+def test_a_slow_parse_holds_up_no_other_request(monkeypatch):
+    """Answers are parsed beside the event loop: while the first answer's parse is stuck, the other requests are
+    still sent, answered and parsed (on the loop, the stuck parse would stop them all; its wait would time out)."""
+    import threading
+
+    from t2g_core.annotators import llm
+
+    n, parsed, done, stuck = 6, [], threading.Event(), []
+    real = llm.parse_span_json
+
+    def parse(text):
+        parsed.append(text)
+        if len(parsed) == 1:
+            stuck.append(not done.wait(timeout=60))  # a guard only: it returns at once when the others get through
+        elif len(parsed) == n:
+            done.set()
+        return real(text)
+
+    monkeypatch.setattr(llm, "parse_span_json", parse)
+    with FakeOpenAIServer() as server:
+        frame = annotate_frame(feedback(n), cfg_for(server, concurrency=n, timeout_s=120), progress=False)
+    assert stuck == [False] and len(parsed) == n and set(frame["status"]) == {"ok"}

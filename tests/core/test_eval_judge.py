@@ -89,6 +89,17 @@ def test_parse_verdict_and_combine():
     )
 
 
+def test_a_reply_nested_deeper_than_the_stack_is_a_parse_error_of_its_item():
+    deep = '{"winner": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    with pytest.raises(ValueError, match="no winner"):
+        parse_verdict(deep)
+    with FakeOpenAIServer(
+        answer=lambda req: deep if "Rome" in req["messages"][-1]["content"] else fair_judge(req)
+    ) as s:
+        out = _judge(s).judge(PROMPTS, BASELINE, CANDIDATE)
+    assert [j.status for j in out] == ["ok", "ok", "parse_error"] and "no winner" in out[2].error
+
+
 def test_every_request_carries_max_tokens_and_failed_items_keep_error_and_replies():
     def script(req):
         if "Rome" in req["messages"][-1]["content"]:

@@ -102,6 +102,8 @@ def test_summarization_row_reads_meta_facts():
     assert 0.8 < out["rouge1"] < 1
     with pytest.raises(ValueError, match="sum-1.*meta"):
         summarization_metrics({**row, "meta": "{broken"})
+    with pytest.raises(ValueError, match=r"sum-1.*meta.*\(nested too deeply\)"):  # not a RecursionError
+        summarization_metrics({**row, "meta": "[" * 100_000})
 
 
 @pytest.mark.parametrize("missing", [None, float("nan"), "", "  "])

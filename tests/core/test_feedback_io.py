@@ -88,6 +88,32 @@ def test_broken_json_line(tmp_path):
         load_feedback(path)
 
 
+DEEP = "[" * 100_000 + "]" * 100_000  # nested deeper than Python's stack (the JSON decoder's RecursionError)
+
+
+def test_a_line_nested_deeper_than_the_stack_is_one_error_naming_the_line(tmp_path):
+    from t2g_core.feedback import iter_feedback
+
+    path = tmp_path / "deep.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n" + '{"id": "x", "meta": ' + DEEP + "}\n", encoding="utf-8")
+    for read in (load_feedback, lambda p: list(iter_feedback(p))):
+        with pytest.raises(SchemaError, match=r"deep.jsonl: line 2 nests arrays or objects too deeply to read"):
+            read(path)
+
+
+def test_meta_text_nested_deeper_than_the_stack_names_its_row(tmp_path):
+    from t2g_core.annotators import feedback_rows
+
+    path = tmp_path / "f.csv"
+    pd.DataFrame([{**ROWS[1], "meta": "{}"}, {**ROWS[1], "id": "b2", "meta": DEEP}]).to_csv(path, index=False)
+    with pytest.raises(SchemaError) as exc:
+        load_feedback(path)
+    assert (exc.value.row, exc.value.column) == (1, "meta") and "nested too deeply" in str(exc.value)
+    frame = pd.DataFrame([{**ROWS[1], "meta": DEEP}])  # a frame that skipped validation: the annotator says where
+    with pytest.raises(ValueError, match=r"feedback row 0 \(id 'b'\), column 'meta': invalid JSON \(nested too"):
+        feedback_rows(frame)
+
+
 def test_invalid_meta_json_in_csv(tmp_path):
     df = pd.DataFrame([{"id": "a", "task": "qa", "prompt": "p", "response": "r", "meta": "{oops"}])
     path = tmp_path / "f.csv"

@@ -88,6 +88,22 @@ def test_renamed_field_lists_the_expected_ones(tmp_path):
     assert "expected fields: id, post, generated_summary_for_feedback, feedback, ideal_human_summary" in str(err)
 
 
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("train.jsonl", '{"id": 1}\n{"id": ' + "[" * 100_000 + "}\n", "line 2 nests arrays or objects too deeply"),
+        ("train.json", '[{"id": 1},\n{"id": ' + "[" * 100_000 + "}]", "line 1 nests arrays or objects too deeply"),
+        ("train.json", '[{"id": 1},\n{"id": }]', "line 2 is not valid JSON: Expecting value"),
+    ],
+)
+def test_json_deeper_than_the_stack_or_broken_is_one_error_naming_the_line(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(IngestError, match=message) as exc:
+        ingest("slf5k", path=path)
+    assert str(path) in str(exc.value)
+
+
 def test_kodcode_renames_only_the_entry_point_itself():
     from t2g_core.ingest.code import _kodcode_check
 

