@@ -39,6 +39,7 @@ from testbed import ROOT, results_dir
 
 sys.path.insert(0, str(ROOT))
 
+from t2g_core.spans import align_feedback, labels_for_offsets, token_labels_batch
 from t2g_core.spans.locate import _collapse  # noqa: E402  (the matcher's own word-level normal form)
 
 FUNCTION_WORDS = (
@@ -232,8 +233,6 @@ def main() -> None:
     global CLOCK
     if args.wall or args.threads:
         CLOCK = time.perf_counter
-
-    from t2g_core.spans import align_feedback, labels_for_offsets, token_labels_batch
 
     texts, items = build_workload(args.n, args.seed)
     tok = train_tokenizer(texts)

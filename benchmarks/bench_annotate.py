@@ -43,7 +43,9 @@ from t2g_core.annotators import annotate
 from t2g_core.config.annotate import AnnotateConfig
 from t2g_core.critics import isolation
 from t2g_core.critics.code import CodeCritic
+from t2g_core.critics.reference import ReferenceCritic
 from t2g_core.critics.sandbox import SandboxLimits, run_cases
+from t2g_core.demo import make_demo_feedback
 from t2g_core.demo.code import load_problems, mutants
 
 
@@ -236,8 +238,6 @@ def sandbox_overhead(cases: int, repeats: int) -> dict:
 
 def reference_cost(sizes_kb: list[int]) -> list[dict]:
     """Reference-critic seconds per item for responses of growing length."""
-    from t2g_core.critics.reference import ReferenceCritic
-    from t2g_core.demo import make_demo_feedback
 
     row = make_demo_feedback("summarization", 1, seed=3).iloc[0].to_dict()
     row["meta"] = json.loads(row["meta"])

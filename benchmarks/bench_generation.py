@@ -25,6 +25,9 @@ from pathlib import Path
 
 from testbed import ROOT, results_dir
 
+from t2g_core.config.ppo import PPOConfig
+from t2g_core.policy_prompts import render_policy_prompt
+
 
 def build_model(folder: Path, args) -> Path:
     """A random Llama (vocabulary ``args.vocab``) with the project's BPE tokenizer, saved as an HF folder."""
@@ -87,9 +90,7 @@ def main() -> None:
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from t2g_core.config.ppo import PPOConfig
     from t2g_core.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
-    from t2g_core.policy_prompts import render_policy_prompt
     from t2g_core.ppo.generation import BACKENDS
 
     torch.set_num_threads(args.threads)

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from testbed import PPO_SMOKE_WORK, demo_policy, results_dir
 
+from t2g_core.config.ppo import PPOConfig
+
 BOUNDS = (0.01, 0.03, 0.1)
 
 
@@ -140,7 +142,6 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from t2g_core.config.ppo import PPOConfig
     from t2g_core.demo import make_demo_feedback
     from t2g_core.ppo import PPOTrainer
     from t2g_core.ppo.sources import oracle_source

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from testbed import ROOT, results_dir
 
+from t2g_core.config.ppo import PPOConfig
+
 
 def _status_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -105,7 +107,6 @@ def main() -> None:
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from t2g_core.config.ppo import PPOConfig
 
     args.chunk_tokens = args.chunk_tokens or PPOConfig().logprob_chunk_tokens
     args.dtype = args.dtype or ("bfloat16" if torch.cuda.is_available() else "float32")

@@ -51,6 +51,7 @@ from pathlib import Path
 
 from testbed import PPO_SMOKE_WORK, ROOT, TASKS, curves, results_dir, run_in_processes, write_results
 
+from t2g_core.config.ppo import PPOConfig
 from t2g_core.evaluation import sample_efficiency as se
 
 FIGURES = ROOT / "docs" / "figures"
@@ -102,7 +103,6 @@ def ws_name(index: int) -> str:
 
 
 def ppo_config(args, arm: str, tuned: dict, seed: int):
-    from t2g_core.config.ppo import PPOConfig
 
     fields = {
         "reward_source": "oracle",

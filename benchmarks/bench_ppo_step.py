@@ -31,11 +31,12 @@ from pathlib import Path
 
 from testbed import PPO_SMOKE_WORK, clock, demo_policy, peak_flops, results_dir
 
+from t2g_core.config.ppo import PPOConfig
+
 PHASES = ("rollout", "score", "span_labels", "forward", "rewards", "update")
 
 
 def ppo_config(args, **kw):
-    from t2g_core.config.ppo import PPOConfig
 
     fields = dict(
         reward_source="oracle",

@@ -36,6 +36,10 @@ from pathlib import Path
 
 from testbed import ROOT, SMOKE_TINY_MODELS, results_dir, stay_offline
 
+from t2g_core.codehash import code_digest
+from t2g_core.config import load_config
+from t2g_core.config import stages as settings
+
 stay_offline()
 sys.path.insert(0, str(ROOT))
 
@@ -89,7 +93,6 @@ class Stages:
 
     def context(self, name: str, stage: str, params: dict):
         """The stage's context: outputs under its key (its code, settings and inputs) in the work folder."""
-        from t2g_core.codehash import code_digest
         from t2g_core.stages.context import StageContext, stage_key
 
         key = stage_key(stage, code_digest(f"t2g_core.stages.{stage}"), params)
@@ -111,7 +114,6 @@ class Stages:
 def run_pipeline(cfg, stages: Stages, modes: tuple[str, ...] = ("span", "scalar")) -> dict:
     """Feedback -> models -> warm-up -> annotations -> reward model -> span PPO and scalar PPO (``modes``); their
     references."""
-    from t2g_core.config import stages as settings
     from t2g_core.stages import annotate, feedback, models, policy_samples, ppo, reward_model, warmup
     from t2g_core.stages.refs import SourceRef
 
@@ -245,8 +247,6 @@ def _means(evaluation: dict, policy: str) -> dict:
 def main() -> None:
     args = parse_args()
     import torch
-
-    from t2g_core.config import load_config
 
     torch.set_num_threads(args.threads)
     cfg = load_config(args.recipe, [f"workspace.root={args.work / 'ws'}", *args.overrides])

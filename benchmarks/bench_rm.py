@@ -37,6 +37,8 @@ from pathlib import Path
 
 from testbed import RM_SMOKE_ITEMS, RM_SMOKE_OVERRIDES, RM_SMOKE_WORK, ROOT, results_dir, stay_offline
 
+from t2g_core.config import AnnotateConfig, EvaluateConfig, load_config
+
 stay_offline()
 sys.path.insert(0, str(ROOT))
 RESULTS = results_dir()
@@ -70,7 +72,6 @@ KEYS = (
 
 def _annotated(fb):
     from t2g_core.annotators import annotate
-    from t2g_core.config import AnnotateConfig
 
     return annotate(fb, AnnotateConfig(annotator="reference"), progress=False).frame
 
@@ -117,7 +118,6 @@ def _baselines(items):
 
 def _policy_samples(policy: Path, fb, n: int):
     """(rows, EvalItems with typed truth) for one sampled summary per prompt of ``fb`` from the policy."""
-    from t2g_core.config import EvaluateConfig
     from t2g_core.evaluation.generate import generate
     from t2g_core.reward_model.evaluate import EvalItem, _truth_from_meta
     from t2g_core.spans import ParsedFeedback
@@ -175,7 +175,6 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from t2g_core.config import load_config
     from t2g_core.demo import make_demo_feedback
     from t2g_core.models.demo_build import ensure_demo_models
     from t2g_core.reward_model.evaluate import eval_items, score_predictions

@@ -59,7 +59,12 @@ from testbed import (
     write_results,
 )
 
+from t2g_core.config import load_config
+from t2g_core.demo import make_demo_feedback
 from t2g_core.evaluation import sample_efficiency as se
+from t2g_core.evaluation.diagnosis import poor_span_agreement
+from t2g_core.reward_model.data import build_rm_data
+from t2g_core.reward_model.train import train_rm
 
 stay_offline()
 FRACTIONS = (0.5, 0.25)
@@ -112,7 +117,6 @@ def sources(args) -> dict[str, Source]:
 
 
 def _pipeline(args, src: Source | None = None):
-    from t2g_core.config import load_config
 
     return load_config(None, [*(RM_SMOKE_OVERRIDES if args.smoke else []), *args.overrides, *(src.sets if src else [])])
 
@@ -126,11 +130,8 @@ def prepare(args, srcs: dict[str, Source]) -> dict[str, str]:
     from transformers import AutoTokenizer
 
     from t2g_core.annotators import annotate
-    from t2g_core.demo import make_demo_feedback
     from t2g_core.models.demo_build import ensure_demo_models
-    from t2g_core.reward_model.data import build_rm_data
     from t2g_core.reward_model.tagger_train import fit_tagger, tagger_examples
-    from t2g_core.reward_model.train import train_rm
 
     pipe, work = _pipeline(args), Path(args.workdir)
     given = dict(kv.split("=", 1) for kv in args.reward_models.split(",") if kv)
@@ -210,7 +211,6 @@ def reward_model_at(refreshed: list[dict], drift_steps: list[int]) -> dict[str, 
 
 def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out: Path) -> dict:
     """One (arm, seed) PPO run: warm-start and scheduled held-out evaluations, responses kept at the drift steps."""
-    from t2g_core.demo import make_demo_feedback
     from t2g_core.ppo.sources import summary_metrics
     from t2g_core.ppo.trainer import PPOTrainer
 
@@ -295,8 +295,6 @@ def oracle_shares(args, runs: list[dict], arms: list[str]) -> dict:
 def drift(args, runs: list[dict], arms: list[str], paths: dict) -> dict:
     """Per arm and drift step, the static tagger's poor spans against the oracle's on that arm's held-out responses
     (all seeds pooled)."""
-    from t2g_core.demo import make_demo_feedback
-    from t2g_core.evaluation.diagnosis import poor_span_agreement
     from t2g_core.ppo.rollout import row_dict
     from t2g_core.ppo.sources import oracle_source, reward_model_source
 
@@ -375,7 +373,6 @@ def main() -> None:
     args = parse_args()
     if args.specs:
         return run_specs(args)
-    from t2g_core.demo import make_demo_feedback
 
     srcs = sources(args)  # an arm that cannot run stops here, before any work
     arms = [f"{s}-{e}" for s in srcs for e in args.estimators.split(",")]

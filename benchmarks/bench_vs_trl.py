@@ -29,6 +29,9 @@ from pathlib import Path
 
 from testbed import PPO_SMOKE_WORK, clock, demo_policy, results_dir
 
+from t2g_core.config.ppo import PPOConfig
+from t2g_core.policy_prompts import render_policy_prompt
+
 DIFFERENCES = [
     "KL: TRL adds beta * KL(k3) to the loss; text2grad puts beta * KL(k1) into the per-token reward (the same "
     "reference forward either way)",
@@ -95,7 +98,6 @@ def text2grad_arms(args) -> dict[str, dict]:
 
 def make_trainers(args, model: str, prompts, workdir: Path) -> dict:
 
-    from t2g_core.config.ppo import PPOConfig
     from t2g_core.ppo import CriticSource, PPOTrainer
 
     trainers = {}
@@ -132,8 +134,6 @@ def trl_trainer(args, model: str, prompts, workdir: Path, callback):
     from peft import LoraConfig
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
-
-    from t2g_core.policy_prompts import render_policy_prompt
 
     tok = AutoTokenizer.from_pretrained(model)
     rendered = [render_policy_prompt(tok, row["task"], row["prompt"]) for _, row in prompts.iterrows()]

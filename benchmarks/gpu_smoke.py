@@ -28,6 +28,9 @@ from pathlib import Path
 
 from testbed import ROOT, results_dir
 
+from t2g_core.config.ppo import PPOConfig
+from t2g_core.policy_prompts import render_policy_prompt
+
 PEAK_BF16_TFLOPS = {  # dense, no sparsity; the first name found in torch.cuda.get_device_name() wins
     "H200": 989.4,
     "H100 PCIe": 756.0,
@@ -120,10 +123,8 @@ def main() -> None:
     if args.smoke:
         args.steps, args.batch_size, args.max_new_tokens, args.ppo_epochs, args.micro_batch_size = 2, 4, 8, 1, 2
         torch.set_num_threads(1)
-    from t2g_core.config.ppo import PPOConfig
     from t2g_core.demo import make_demo_feedback
     from t2g_core.models.loading import default_device, load_tokenizer, resolve_dtype
-    from t2g_core.policy_prompts import render_policy_prompt
     from t2g_core.ppo import CriticSource, train
 
     out_dir = results_dir(args.smoke)

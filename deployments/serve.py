@@ -32,7 +32,11 @@ import argparse
 from datetime import timedelta
 from pathlib import Path
 
+from t2g_cli import runtime
+from t2g_core.config import PipelineConfig, WorkspaceConfig
+from t2g_core.serving import ServePolicy
 from t2g_core.stages.registry import PLACEABLE
+from t2g_core.workspace import Workspace
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +45,6 @@ def form_defaults(workspace: str) -> dict:
     """The ``config`` parameter the text2grad deployment is registered with: only this workspace. Every other field
     shows the code's defaults in the UI form (the ones `t2g run` and `t2g demo` use), so a deployment registered
     before a config field was added or renamed still starts."""
-    from t2g_core.config import PipelineConfig
 
     root = str(Path(workspace).resolve())
     return {"workspace": PipelineConfig.model_validate({"workspace": {"root": root}}).workspace.model_dump(mode="json")}
@@ -49,8 +52,6 @@ def form_defaults(workspace: str) -> dict:
 
 def serve_policy(workspace: str, endpoints: list[str], key_envs: list[str]):
     """The policy the served flow runs check their parameters against (``t2g_core.serving``)."""
-    from t2g_core.serving import ServePolicy
-    from t2g_core.workspace import Workspace
 
     served = form_defaults(workspace)["workspace"]
     return ServePolicy(
@@ -140,9 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
 
-    from t2g_cli.runtime import prepare_environment
-
-    prepare_environment(args.workspace)
+    runtime.prepare_environment(args.workspace)
     policy = serve_policy(
         args.workspace,
         _listed(args.allow_endpoint, "T2G_ALLOWED_ENDPOINTS"),
@@ -160,7 +159,6 @@ def main(argv: list[str] | None = None) -> None:
     from prefect import serve
 
     from flows.feedback import watch_inbox
-    from t2g_core.config import WorkspaceConfig
 
     os.environ.update(policy.environment())  # the flow runs are this process's children: they inherit it
     print(f"serve-time policy: endpoints {list(policy.endpoints)}, key variables {list(policy.key_envs)}")

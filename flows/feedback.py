@@ -20,6 +20,7 @@ from typing import Literal
 from prefect import flow, get_run_logger
 
 from t2g_core.config import PipelineConfig, WorkspaceConfig
+from t2g_core.config.data import LATEST
 from t2g_env.serving import ServedConfig, ServedInbox, ServedWorkspace
 from tasks.pipeline import close_pipeline_run, close_stale_runs, open_pipeline_run
 
@@ -141,7 +142,6 @@ def reannotate(
         return result
     if then == "policy":
         from flows.text2grad import text2grad
-        from t2g_core.config.data import LATEST
 
         latest = config.model_copy(update={"data": config.data.model_copy(update={"source": LATEST})})
         result["pipeline"] = text2grad(config=latest)

@@ -12,6 +12,7 @@ from prefect.input import RunInput
 from pydantic import create_model
 
 from t2g_core.config import ValidateConfig
+from t2g_core.review import load_sample
 from t2g_core.review.models import VERDICT_FIELDS, ReviewSample, ReviewVerdicts, VerdictError, check_verdicts
 from t2g_core.stages.refs import ReviewSampleRef
 
@@ -70,8 +71,6 @@ def ui_review(
     """
     from prefect.artifacts import create_markdown_artifact
     from prefect.flow_runs import pause_flow_run
-
-    from t2g_core.review import load_sample
 
     s = load_sample(sample.sample) if isinstance(sample, ReviewSampleRef) else ReviewSample.model_validate(sample)
     c = cfg if isinstance(cfg, ValidateConfig) else ValidateConfig.model_validate(cfg)

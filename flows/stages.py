@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from prefect import flow
 
+import tasks.align
+import tasks.annotate
+import tasks.evaluate
+import tasks.policy_samples
+import tasks.ppo
+import tasks.reward_model
+import tasks.warmup
+from flows.review import ui_review
 from t2g_core.config import PipelineConfig
+from t2g_core.config.data import LATEST
+from t2g_core.datasets import annotations_covering, latest_version
 from t2g_core.stages.refs import (
     ArtifactRef,
     EvaluationRef,
@@ -16,11 +26,15 @@ from t2g_core.stages.refs import (
     PolicyRef,
     PolicySamplesRef,
     RewardModelRef,
+    SourceRef,
     ValidationRef,
 )
 from t2g_core.stages.registry import settings_for
 from t2g_env.serving import ServedConfig
+from tasks import data
+from tasks import validate as v
 from tasks.caching import cached
+from tasks.data import record_first_versions
 
 RESULTS = {"persist_result": True, "result_serializer": "json"}  # a deployment's result is read by the caller
 
@@ -39,10 +53,6 @@ def _step(task, config: PipelineConfig, stage: str, forced: list[str] | None):
 @flow(name="feedback", **RESULTS)
 def feedback(config: ServedConfig, forced: list[str] | None = None) -> ArtifactRef:
     """The feedback artifact: the demo data, the configured source, or the dataset's latest version."""
-    from t2g_core.config.data import LATEST
-    from t2g_core.datasets import latest_version
-    from t2g_core.stages.refs import SourceRef
-    from tasks import data
 
     if config.data.source == LATEST:
         return latest_version(config.workspace)
@@ -54,7 +64,6 @@ def feedback(config: ServedConfig, forced: list[str] | None = None) -> ArtifactR
 @flow(name="models", **RESULTS)
 def models(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ModelsRef:
     """The base models: built locally for the feedback's task (tiny), or the named ones."""
-    from tasks import data
 
     return _step(data.build_models, config, "models", forced)(
         feedback, settings_for("models", config), config.workspace
@@ -66,16 +75,14 @@ def annotate(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | No
     """Critiques and quoted good/poor spans for every feedback item; they become version 1 of the datasets. The stage
     first checks that every item has what the annotator needs (a reference, tests, a critique, an endpoint). With
     ``data.source: latest`` the annotations re-annotation made for that version are reused (unless refreshed)."""
-    from t2g_core.config.data import LATEST
-    from t2g_core.datasets import annotations_covering
-    from tasks.annotate import annotate_task
-    from tasks.data import record_first_versions
 
     settings = settings_for("annotate", config)
     reuse = config.data.source == LATEST and "annotate" not in (forced or [])
     annotations = annotations_covering(config.workspace, feedback) if reuse else None
     if annotations is None:
-        annotations = _step(annotate_task(settings), config, "annotate", forced)(feedback, settings, config.workspace)
+        annotations = _step(tasks.annotate.annotate_task(settings), config, "annotate", forced)(
+            feedback, settings, config.workspace
+        )
     record_first_versions(feedback, annotations, config.workspace)
     return annotations
 
@@ -89,12 +96,11 @@ def align_and_validate(
     forced: list[str] | None = None,
 ) -> tuple[ArtifactRef, ValidationRef]:
     """Quoted spans -> character offsets; a review sample, its verdicts, the gates (a failed gate fails the run)."""
-    from flows.review import ui_review
-    from tasks import validate as v
-    from tasks.align import align
 
     ws, settings = config.workspace, settings_for("validate", config)
-    spans = _step(align, config, "align", forced)(feedback, annotations, models, settings_for("align", config), ws)
+    spans = _step(tasks.align.align, config, "align", forced)(
+        feedback, annotations, models, settings_for("align", config), ws
+    )
     sample = verdicts = None
     if settings.validate_.review != "none":
         sample = _step(v.draw_review_sample, config, "validate", forced)(annotations, spans, feedback, settings, ws)
@@ -121,10 +127,9 @@ def reward_model(
 ) -> RewardModelRef:
     """The reward model on the validated annotations (and the policy's labelled samples, when drawn); registered in
     MLflow (candidate, maybe champion)."""
-    from tasks.reward_model import train_reward_model as train
 
     settings = settings_for("reward_model", config)
-    return _step(train, config, "reward_model", forced)(
+    return _step(tasks.reward_model.train_reward_model, config, "reward_model", forced)(
         feedback, annotations, spans, validation, models, settings, config.workspace, samples
     )
 
@@ -135,9 +140,10 @@ def warmup(
 ) -> ModelsRef:
     """The policy before PPO, supervised on the training prompts' references (``warmup``); PPO starts from it and
     keeps it as its KL reference."""
-    from tasks.warmup import warm_up
 
-    return _step(warm_up, config, "warmup", forced)(feedback, models, settings_for("warmup", config), config.workspace)
+    return _step(tasks.warmup.warm_up, config, "warmup", forced)(
+        feedback, models, settings_for("warmup", config), config.workspace
+    )
 
 
 @flow(name="policy_samples", **RESULTS)
@@ -146,10 +152,11 @@ def policy_samples(
 ) -> PolicySamplesRef:
     """The policy PPO starts from, sampled on training prompts, its responses labelled by the annotator
     (``policy_samples``): data for the reward model on the text it will score."""
-    from tasks.policy_samples import sample_task
 
     settings = settings_for("policy_samples", config)
-    return _step(sample_task(settings), config, "policy_samples", forced)(feedback, models, settings, config.workspace)
+    return _step(tasks.policy_samples.sample_task(settings), config, "policy_samples", forced)(
+        feedback, models, settings, config.workspace
+    )
 
 
 @flow(name="ppo", **RESULTS)
@@ -161,11 +168,10 @@ def ppo(
     forced: list[str] | None = None,
 ) -> PolicyRef:
     """PPO from the policy before PPO with the configured reward source; the adapter is registered in MLflow."""
-    from tasks.ppo import train_policy as train
 
     settings = settings_for("ppo", config)
     used = reward_model if settings.uses_reward_model else None  # the oracle and an endpoint need none
-    return _step(train, config, "ppo", forced)(feedback, models, used, settings, config.workspace)
+    return _step(tasks.ppo.train_policy, config, "ppo", forced)(feedback, models, used, settings, config.workspace)
 
 
 @flow(name="evaluate", **RESULTS)
@@ -177,8 +183,7 @@ def evaluate(
     forced: list[str] | None = None,
 ) -> EvaluationRef:
     """The policy before PPO against the PPO policy on held-out prompts, with paired bootstrap intervals."""
-    from tasks.evaluate import evaluate_policy
 
-    return _step(evaluate_policy, config, "evaluate", forced)(
+    return _step(tasks.evaluate.evaluate_policy, config, "evaluate", forced)(
         feedback, models, policy, settings_for("evaluate", config), config.workspace
     )

@@ -7,6 +7,8 @@ import pkgutil
 
 import typer
 
+from t2g_cli.runtime import quiet_libraries
+
 app = typer.Typer(
     name="t2g",
     help="text2grad: reinforcement learning from natural-language feedback (critiques -> span rewards -> token-level "
@@ -31,7 +33,6 @@ _register()
 
 
 def main() -> None:
-    from t2g_cli.runtime import quiet_libraries
 
     quiet_libraries()
     app()

@@ -11,8 +11,14 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from t2g_core.codehash import code_digest
 from t2g_core.config import ConfigFileError, PipelineConfig, load_config
+from t2g_core.config.hints import did_you_mean
+from t2g_core.disk import DiskFull, disk_full
+from t2g_core.progress import TqdmProgress, no_progress
 from t2g_core.schemas import SchemaError
+from t2g_core.stages.context import StageContext, stage_key
+from t2g_core.store import MANIFEST, ArtifactRef
 from t2g_core.tracking import NullTracker
 
 console = Console(stderr=False)
@@ -46,7 +52,6 @@ def recipe_hint(folder: Path = RECIPES) -> str:
 def one_line(exc: ValidationError, model: type | None = None) -> str:
     """Every problem of a pydantic validation error on one line: ``ppo.stepz: Extra inputs are not permitted``, with
     the closest field name of ``model`` when a key is unknown (``did you mean ppo.steps?``)."""
-    from t2g_core.config.hints import did_you_mean
 
     parts = []
     for e in exc.errors():
@@ -66,8 +71,6 @@ def guard(fn):
     """Turn SchemaError, and a full disk in any disguise (``t2g_core.disk``), into one clear line and a non-zero exit
     instead of a traceback."""
     import functools
-
-    from t2g_core.disk import DiskFull, disk_full
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -104,7 +107,6 @@ class EchoTracker(NullTracker):
 
 def BarProgress():  # noqa: N802 - the command line's progress sink
     """One bar per phase on stderr with the phase's metrics and the time left (``t2g_core.progress.TqdmProgress``)."""
-    from t2g_core.progress import TqdmProgress
 
     return TqdmProgress()
 
@@ -123,9 +125,6 @@ def join_processes():
 def stage_context(stage: str, workspace: Path | str, params: dict, out: Path | None = None, *, progress: bool = True):
     """The context a command runs stage ``stage`` in: its key from the stage's code and ``params``; outputs at
     ``out`` (a file or folder the user named) or key-addressed in ``workspace``; progress bars when ``progress``."""
-    from t2g_core.codehash import code_digest
-    from t2g_core.progress import no_progress
-    from t2g_core.stages.context import StageContext, stage_key
 
     key = stage_key(stage, code_digest(f"t2g_core.stages.{stage}"), params)
     bars = BarProgress() if progress else no_progress
@@ -137,7 +136,6 @@ def stage_context(stage: str, workspace: Path | str, params: dict, out: Path | N
 
 def artifact(path: Path, schema: str):
     """A reference to an artifact folder or data file named on the command line (exit 2 when it does not exist)."""
-    from t2g_core.store import ArtifactRef
 
     if not path.exists():
         fail(f"{path}: no such file or folder")
@@ -148,8 +146,6 @@ def read_extra(ref) -> dict:
     """What a stage recorded beside its output (statistics, metrics): the artifact's manifest, or the files
     ``<stem>.<name>.json`` beside a plain output file."""
     import json
-
-    from t2g_core.store import MANIFEST
 
     path = Path(ref.path)
     if (path / MANIFEST).is_file():

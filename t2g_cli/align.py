@@ -7,6 +7,9 @@ from pathlib import Path
 import typer
 
 from t2g_cli._common import ConfigOpt, SetOpt, artifact, echo, guard, pipeline_config, read_extra, stage_context
+from t2g_core.config.stages import AlignSettings
+from t2g_core.stages import align as stage
+from t2g_core.stages.io import read
 
 
 @guard
@@ -27,16 +30,11 @@ def align(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Locate every quoted span (exact -> normalised -> fuzzy), write the spans, print alignment metrics."""
-    from t2g_core.config.stages import AlignSettings
-    from t2g_core.stages import align as stage
-
     pcfg = pipeline_config(config, set_)
     settings = AlignSettings.from_pipeline(pcfg)
     fb, ann = artifact(feedback, "feedback"), artifact(annotations, "annotations")
     params = {"feedback": fb, "annotations": ann, "tokenizer": tokenizer, "settings": settings}
     ref = stage.align(fb, ann, tokenizer, settings, stage_context("align", pcfg.workspace.root, params, output))
-    from t2g_core.stages.io import read
-
     echo(f"spans: {ref.path} ({ref.n_rows} spans from {read(ref, 'spans')['id'].nunique()} items)")
     for key, value in read_extra(ref)["metrics"].items():
         echo(f"  {key:<24} {value:.4g}")

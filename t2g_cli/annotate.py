@@ -18,6 +18,10 @@ from t2g_cli._common import (
     read_extra,
     stage_context,
 )
+from t2g_core.config.stages import AnnotateSettings
+from t2g_core.stages import annotate as stage
+from t2g_core.stages.labelling import TooManyFailures
+from t2g_env import api_key
 
 
 def _overrides(annotator, base_url, model, concurrency, mode, only_failed) -> list[str]:
@@ -55,10 +59,6 @@ def annotate(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Annotate every item; print counts per status, tokens and cost. The API key comes from the env var in config."""
-    from t2g_core.config.stages import AnnotateSettings
-    from t2g_core.stages import annotate as stage
-    from t2g_core.stages.labelling import TooManyFailures
-    from t2g_env import api_key
 
     pcfg = pipeline_config(
         config, [*(set_ or []), *_overrides(annotator, base_url, model, concurrency, mode, only_failed)]

@@ -9,6 +9,9 @@ import typer
 import yaml
 
 from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, pipeline_config
+from t2g_core.config import PipelineConfig
+from t2g_core.config.stages import NOT_STAGE_INPUTS
+from t2g_core.stages.registry import STAGES
 
 config_app = typer.Typer(help="Show and check pipeline configuration.", no_args_is_help=True)
 
@@ -36,7 +39,6 @@ def show(
 @config_app.command("schema")
 def schema() -> None:
     """Print the JSON schema of PipelineConfig (what the Prefect UI renders as the run form)."""
-    from t2g_core.config import PipelineConfig
 
     echo(json.dumps(PipelineConfig.model_json_schema(by_alias=True), indent=2))
 
@@ -44,8 +46,6 @@ def schema() -> None:
 @config_app.command("stages")
 def stages() -> None:
     """Print which configuration sections each stage reads (its cache key); the others re-run nothing."""
-    from t2g_core.config.stages import NOT_STAGE_INPUTS
-    from t2g_core.stages.registry import STAGES
 
     for stage in STAGES:
         also = "".join(f" + {extra}" for extra in stage.settings.ALSO_READS)

@@ -9,6 +9,10 @@ from pathlib import Path
 import typer
 
 from t2g_cli._common import ConfigOpt, SetOpt, artifact, echo, fail, guard, pipeline_config, stage_context
+from t2g_core.config.stages import EvaluateSettings
+from t2g_core.stages.refs import PolicySet
+from t2g_env import api_key
+from t2g_mlflow.registry import resolve_model_ref
 
 eval_app = typer.Typer(
     help="Evaluate policies: task metrics, paired-bootstrap comparisons, reports.", no_args_is_help=True
@@ -28,8 +32,6 @@ def parse_model_refs(refs: list[str], workspace=None) -> dict[str, Path]:
         if name in out:
             fail(f"--model {ref!r}: the name {name!r} is used twice; write NAME=FOLDER to tell them apart")
         if path.startswith("models:/"):
-            from t2g_mlflow.registry import resolve_model_ref
-
             try:
                 path = str(resolve_model_ref(path, workspace))
             except Exception as exc:  # noqa: BLE001 - registry lookups fail in many ways; one clear line
@@ -76,12 +78,9 @@ def policy(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Generate with every policy on the same prompts, score them, compare with the baseline; print the table."""
-    from t2g_core.config.stages import EvaluateSettings
     from t2g_core.evaluation import EvalResults, comparison_table
     from t2g_core.evaluation.judge import judge_for
     from t2g_core.stages import evaluate
-    from t2g_core.stages.refs import PolicySet
-    from t2g_env import api_key
 
     key_env = [f"evaluate.judge_api_key_env={json.dumps(judge_api_key_env)}"] if judge_api_key_env else []
     pipeline = pipeline_config(config, [*(set_ or []), f"evaluate.task={task}", *key_env])

@@ -7,6 +7,11 @@ from pathlib import Path
 import typer
 
 from t2g_cli._common import echo, guard, stage_context
+from t2g_core.config import DataConfig
+from t2g_core.config.stages import FeedbackSettings
+from t2g_core.feedback import iter_feedback
+from t2g_core.stages import feedback
+from t2g_core.stages.refs import SourceRef
 
 feedback_app = typer.Typer(
     help="Check and import feedback (Parquet, JSONL, CSV or a datasets folder).", no_args_is_help=True
@@ -19,8 +24,6 @@ def check(path: Path = typer.Argument(..., help="Feedback file or folder.")) -> 
     """Validate a feedback file against the schema; prints one clear error naming file, row and column. The file is
     read in pieces: any size is checked in about the memory of one piece."""
     from collections import Counter
-
-    from t2g_core.feedback import iter_feedback
 
     counts: Counter = Counter()
     for piece in iter_feedback(path):
@@ -36,10 +39,6 @@ def import_(
     workspace: Path = typer.Option(Path("t2g-workspace"), help="Workspace folder."),
 ) -> None:
     """Validate feedback and store it as an immutable `feedback` artifact in the workspace; prints its path."""
-    from t2g_core.config import DataConfig
-    from t2g_core.config.stages import FeedbackSettings
-    from t2g_core.stages import feedback
-    from t2g_core.stages.refs import SourceRef
 
     settings = FeedbackSettings(data=DataConfig(source=str(path.resolve())))
     source = SourceRef.of(settings.data)

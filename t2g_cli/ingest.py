@@ -6,7 +6,12 @@ from pathlib import Path
 
 import typer
 
-from t2g_cli._common import echo, fail, guard, stage_context
+from t2g_cli._common import echo, fail, guard, one_line, stage_context
+from t2g_core.config import DataConfig
+from t2g_core.config.stages import FeedbackSettings
+from t2g_core.ingest.mapped import parse_columns
+from t2g_core.stages import feedback
+from t2g_core.stages.refs import SourceRef
 
 
 @guard
@@ -32,13 +37,6 @@ def ingest_cmd(
 ) -> None:
     """Convert a dataset to feedback rows (validated) and write them."""
     from pydantic import ValidationError
-
-    from t2g_cli._common import one_line
-    from t2g_core.config import DataConfig
-    from t2g_core.config.stages import FeedbackSettings
-    from t2g_core.ingest.mapped import parse_columns
-    from t2g_core.stages import feedback
-    from t2g_core.stages.refs import SourceRef
 
     if (adapter is None) == (dataset is None) or (dataset is not None) != (columns is not None):
         fail("name an adapter (t2g ingest slf5k ...) or a dataset with its columns (--dataset ID --columns ...)")

@@ -8,6 +8,10 @@ from pathlib import Path
 import typer
 
 from t2g_cli._common import ConfigOpt, SetOpt, artifact, echo, fail, guard, pipeline_config, stage_context
+from t2g_core.config.stages import FeedbackSettings, ModelsSettings
+from t2g_core.stages import feedback as feedback_stage
+from t2g_core.stages import models
+from t2g_core.stages.refs import SourceRef
 
 models_app = typer.Typer(
     help="Tiny local models built from the demo corpus; real models from GGUF files.", no_args_is_help=True
@@ -29,11 +33,6 @@ def build(
     import time
 
     import torch
-
-    from t2g_core.config.stages import FeedbackSettings, ModelsSettings
-    from t2g_core.stages import feedback as feedback_stage
-    from t2g_core.stages import models
-    from t2g_core.stages.refs import SourceRef
 
     cfg = pipeline_config(config, set_)
     torch.set_num_threads(threads)

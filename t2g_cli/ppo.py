@@ -7,6 +7,10 @@ from pathlib import Path
 import typer
 
 from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, join_processes, pipeline_config, stage_context
+from t2g_cli.warmup import prepared
+from t2g_core.config.stages import PPOSettings
+from t2g_core.stages import ppo
+from t2g_env import api_key
 
 ppo_app = typer.Typer(
     help="Span-reward PPO: token-level rewards from critiques (span), or the scalar / uniform / dense (word-level) "
@@ -31,11 +35,7 @@ def train_cmd(
     ),
 ) -> None:
     """Train a LoRA policy with PPO from the configured data, policy and reward source."""
-    from t2g_cli.warmup import prepared
-    from t2g_core.config.stages import PPOSettings
     from t2g_core.ppo.run import default_run_name
-    from t2g_core.stages import ppo
-    from t2g_env import api_key
 
     cfg = pipeline_config(config, set_)
     processes = join_processes()
@@ -60,8 +60,6 @@ def train_cmd(
 def resume_cmd(run_dir: Path = typer.Argument(..., help="A run folder written by `t2g ppo train`.")) -> None:
     """Continue a run from its latest checkpoint, exactly as if it had not stopped."""
     from t2g_core.ppo.run import read_settings
-    from t2g_core.stages import ppo
-    from t2g_env import api_key
 
     join_processes()
     try:

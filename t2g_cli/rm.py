@@ -20,6 +20,9 @@ from t2g_cli._common import (
     read_extra,
     stage_context,
 )
+from t2g_core.config.stages import RewardModelSettings
+from t2g_core.feedback import load_feedback
+from t2g_core.stages import reward_model as stage
 
 rm_app = typer.Typer(
     help="Reward model (reward_model.kind: tagger or generative): build-data, train, eval, score.", no_args_is_help=True
@@ -55,8 +58,6 @@ def build_data(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Rows (id, split, rm_prompt, rm_target) with the shared prompt builder and a deterministic split."""
-    from t2g_core.config.stages import RewardModelSettings
-    from t2g_core.stages import reward_model as stage
 
     pipe = pipeline_config(config, set_)
     settings = RewardModelSettings.from_pipeline(pipe)
@@ -88,8 +89,6 @@ def train(
 ) -> None:
     """Fine-tune the base on the train split (generative: loss on the target only; tagger: per-token labels);
     checkpoints every save_steps."""
-    from t2g_core.config.stages import RewardModelSettings
-    from t2g_core.stages import reward_model as stage
 
     pipe = pipeline_config(config, set_)
     settings = RewardModelSettings.from_pipeline(pipe)
@@ -124,9 +123,6 @@ def evaluate(
     """JSON-valid rate, span/token P/R/F1 vs gold, unmatched rate, ROUGE-L and tokens/s on held-out rows."""
     import tempfile
 
-    from t2g_core.config.stages import RewardModelSettings
-    from t2g_core.stages import reward_model as stage
-
     settings = RewardModelSettings.from_pipeline(pipeline_config(config, set_))
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -157,7 +153,6 @@ def score_cmd(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Critique and quote spans for every response; a failed parse is a status in the output, not an error."""
-    from t2g_core.feedback import load_feedback
     from t2g_core.models.loading import default_device, resolve_dtype
     from t2g_core.reward_model.scoring import load_scorer
 

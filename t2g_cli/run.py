@@ -7,7 +7,14 @@ from pathlib import Path
 
 import typer
 
+from t2g_cli import runtime
 from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config
+from t2g_cli.summary import summary_lines
+from t2g_core.stages.feedback import source_frame
+from t2g_core.stages.preflight import PreflightError, problems
+from t2g_core.stages.registry import settings_for
+from t2g_env import api_key
+from t2g_mlflow.lineage import lineage_chain
 
 RefreshOpt = typer.Option(
     None, "--refresh", "-r", help="Recompute this stage and everything after it even if cached (repeatable)."
@@ -28,17 +35,13 @@ def _with_workspace(overrides: list[str] | None, workspace: Path | None) -> list
 
 def _run_pipeline(config, refresh: list[str] | None) -> tuple[dict, dict]:
     """Run the text2grad flow in this process (against `make up`'s server if running, else an ephemeral API)."""
-    from t2g_cli.runtime import prepare_environment
-
-    where = prepare_environment(config.workspace.root, start_prefect=True)
+    where = runtime.prepare_environment(config.workspace.root, start_prefect=True)
     echo(f"Prefect: {where['prefect']}\nMLflow:  {where['mlflow']}")
     from flows.text2grad import text2grad
 
     state = text2grad(config=config, refresh=refresh or None, return_state=True)
     result = state.result(raise_on_failure=False)
     if not state.is_completed():
-        from t2g_core.stages.preflight import PreflightError
-
         if isinstance(result, PreflightError):
             fail(str(result))
         notes = "".join(f"\n{note}" for note in getattr(result, "__notes__", ()))  # e.g. which time limit stopped it
@@ -55,15 +58,10 @@ def _preflight(cfg) -> None:
     annotator (``t2g_core.stages.preflight``); one message and exit 2 when they do not fit. Demo data and dataset
     adapters are checked by the annotation stage itself, which runs before the model build."""
     from t2g_core.annotators import feedback_rows
-    from t2g_core.stages.preflight import problems
-    from t2g_core.stages.registry import settings_for
-    from t2g_env import api_key
 
     own_file = cfg.data.dataset is None and cfg.data.source != "demo"
     rows = []
     if own_file:
-        from t2g_core.stages.feedback import source_frame
-
         try:
             rows = feedback_rows(source_frame(cfg.data))
         except (FileNotFoundError, ValueError) as exc:
@@ -121,10 +119,7 @@ def lineage(
 ) -> None:
     """Walk back policy -> PPO run -> reward model -> RM data -> validated annotations -> feedback, from MLflow
     alone."""
-    from t2g_cli.runtime import prepare_environment
-
-    where = prepare_environment(workspace)
-    from t2g_mlflow.lineage import lineage_chain
+    where = runtime.prepare_environment(workspace)
 
     try:
         chain = lineage_chain(model, version, tracking_uri or where["mlflow"])
@@ -135,7 +130,6 @@ def lineage(
 
 
 def _print_summary(cfg, result: dict, where: dict, seconds: float) -> None:
-    from t2g_cli.summary import summary_lines
 
     for line in summary_lines(cfg, result, where, seconds):
         echo(line)

@@ -22,6 +22,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from t2g_core.locks import folder_lock
+
 SERVERS_FILE = "run/servers.json"
 TELEMETRY_OFF = {
     "DO_NOT_TRACK": "1",
@@ -90,7 +92,6 @@ def start_temporary_prefect(timeout_s: float = 180.0) -> str:
     Two commands starting at once in one workspace would both create and migrate the same new SQLite database (one
     of them then fails on "duplicate column"); the database's lock is held until this server answers, so the second
     start waits and finds the database migrated."""
-    from t2g_core.locks import folder_lock
 
     home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect")
     home.mkdir(parents=True, exist_ok=True)

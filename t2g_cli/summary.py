@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from t2g_core.stages.registry import ORDER
+from t2g_mlflow.experiment import run_page
+from t2g_mlflow.runs import find_pipeline_run
 
 # the reward model's, in its stage line (truth: demo data; json_valid: the generative kind)
 HEADLINE_METRICS = (
@@ -91,7 +93,6 @@ def _indexed(page: Path) -> bool:
 
 
 def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[str]:
-    from t2g_mlflow.runs import find_pipeline_run
 
     lines = [f"Pipeline finished in {seconds:.0f} s. Stage outputs:"]
     lines += [_stage_line(name, result[name]) for name in ORDER if result.get(name) is not None]
@@ -117,6 +118,5 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
 
 
 def _mlflow_page(run_id: str | None, tracking_uri: str, server: str | None = None) -> str:
-    from t2g_mlflow.experiment import run_page
 
     return run_page(run_id, tracking_uri, server)

@@ -11,6 +11,9 @@ from pathlib import Path
 import typer
 
 from t2g_cli._common import ConfigOpt, SetOpt, artifact, echo, fail, guard, pipeline_config, stage_context
+from t2g_core.config.stages import ValidateSettings
+from t2g_core.review import VerdictError, check_verdicts, load_sample, load_verdicts
+from t2g_core.stages import validate as stage
 
 review_app = typer.Typer(
     help="Offline human-alignment review: export an HTML page + JSONL sheet, import verdicts.", no_args_is_help=True
@@ -47,8 +50,6 @@ def _ui_verdicts(sample, settings):
 
 def _verdicts(mode: str, sample, inputs: tuple, settings, verdicts: Path | None):
     """Verdicts on ``sample`` from the chosen review, or None when the review is pending or skipped."""
-    from t2g_core.review import check_verdicts, load_sample, load_verdicts
-    from t2g_core.stages import validate as stage
 
     if mode == "auto":
         return stage.auto_review(sample, *inputs)
@@ -82,9 +83,6 @@ def validate(
     set_: list[str] = SetOpt,
 ) -> None:
     """Check annotations + spans against the gates, run the human-alignment review, write the report."""
-    from t2g_core.config.stages import ValidateSettings
-    from t2g_core.review import VerdictError
-    from t2g_core.stages import validate as stage
 
     cfg = pipeline_config(config, [*(set_ or []), *([f"validate.review={review}"] if review else [])])
     settings = ValidateSettings.from_pipeline(cfg)
@@ -153,8 +151,6 @@ def review_export(
     set_: list[str] = SetOpt,
 ) -> None:
     """Draw the stratified review sample and write the HTML review page and the JSONL sheet."""
-    from t2g_core.config.stages import ValidateSettings
-    from t2g_core.stages import validate as stage
 
     cfg = pipeline_config(config, set_)
     settings = ValidateSettings.from_pipeline(cfg)
@@ -176,7 +172,6 @@ def review_import(
     set_: list[str] = SetOpt,
 ) -> None:
     """Read verdicts back, compute human alignment (Wilson 95% interval per task) and apply the gate."""
-    from t2g_core.review import VerdictError, load_sample, load_verdicts
     from t2g_core.validation import compute_alignment
 
     cfg = pipeline_config(config, set_)

@@ -7,14 +7,14 @@ from pathlib import Path
 import typer
 
 from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config, stage_context
+from t2g_core.config.stages import FeedbackSettings, ModelsSettings, WarmupSettings
+from t2g_core.stages import feedback, models, warmup
+from t2g_core.stages.refs import SourceRef
 
 
 def prepared(cfg, *, warm_up: bool):
     """The feedback and the models of ``cfg`` (built once per key, like the pipeline's stages); with ``warm_up``, the
     models' policy is the warmed-up one (``warmup`` settings, keyed and reused like the pipeline's stage)."""
-    from t2g_core.config.stages import FeedbackSettings, ModelsSettings, WarmupSettings
-    from t2g_core.stages import feedback, models, warmup
-    from t2g_core.stages.refs import SourceRef
 
     ws = cfg.workspace.root
     source, data = SourceRef.of(cfg.data), FeedbackSettings.from_pipeline(cfg)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from t2g_core.policy_prompts import render_policy_prompt
 from t2g_core.progress import Progress, no_progress
 from t2g_core.sft import finished_meta, fit, log_callback, sft_trainer
 from t2g_core.tracking import NullTracker, Tracker
@@ -54,7 +55,6 @@ def warmup_pairs(train: pd.DataFrame, tokenizer, cfg) -> WarmupPairs:
     """The (rendered prompt, reference) pairs of the training rows ``train`` (feedback schema): rows without a
     reference are left out, so are pairs above ``cfg.max_length`` tokens (reference and EOS included) and repeated
     (prompt, reference) pairs; at most ``cfg.max_items`` rows are used (0 = all)."""
-    from t2g_core.policy_prompts import render_policy_prompt
 
     has_ref = train["reference"].notna() & (train["reference"].astype(str).str.strip() != "")
     rows = train[has_ref].drop_duplicates(subset=["prompt", "reference"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from t2g_mlflow.registry import LOGGED_MODEL_PREFIX, REGISTRY_PREFIX
+from t2g_mlflow.registry import CHAMPION, LOGGED_MODEL_PREFIX, REGISTRY_PREFIX
 from t2g_mlflow.tags import (
     DATA_CONTEXT_TAG,
     FLOW_RUN_TAG,
@@ -43,8 +43,6 @@ def _model_version(client, name: str, version: str):
 def what_exists(client, name: str) -> str:
     """What a user can ask for instead: the model's versions and aliases, or why there are none yet."""
     from mlflow.exceptions import MlflowException
-
-    from t2g_mlflow.registry import CHAMPION
 
     try:
         model = client.get_registered_model(name)

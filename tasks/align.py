@@ -6,6 +6,7 @@ from prefect import task
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import AlignSettings
+from t2g_core.stages import align as stage_fn
 from t2g_core.stages.refs import ArtifactRef, ModelsRef
 from tasks.caching import stage_task_options
 from tasks.stage import stage
@@ -20,8 +21,6 @@ def align(
     workspace: WorkspaceConfig,
 ) -> ArtifactRef:
     """The spans artifact (metrics in its manifest and in the stage's MLflow run)."""
-    from t2g_core.stages import align as stage_fn
-
     with stage(
         align, "align", workspace, feedback=feedback, annotations=annotations, models=models, settings=settings
     ) as ctx:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from t2g_core.codehash import function_digest
 from t2g_core.stages.context import stage_key
+from t2g_core.store import ArtifactRef
 
 if TYPE_CHECKING:
     from prefect import Task
@@ -57,7 +58,6 @@ def stage_cache_key(ctx: TaskRunContext, params: dict[str, Any]) -> str:
 def result_problem(value: Any, within: Path | None = None) -> str | None:
     """Why a cached result (a stage reference, a plain-dict artifact reference, or a tuple of them) cannot be
     reused, or None; only its files under ``within`` (the workspace) are checked."""
-    from t2g_core.store import ArtifactRef
 
     if hasattr(value, "problem"):
         return value.problem(within)

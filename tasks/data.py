@@ -7,6 +7,7 @@ from prefect import task
 from t2g_core import datasets
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import FeedbackSettings, ModelsSettings
+from t2g_core.stages import feedback, models
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, SourceRef
 from tasks.caching import stage_task_options
 from tasks.stage import stage
@@ -15,7 +16,6 @@ from tasks.stage import stage
 @task(name="feedback", **stage_task_options())
 def materialise_feedback(source: SourceRef, settings: FeedbackSettings, workspace: WorkspaceConfig) -> ArtifactRef:
     """Demo data, a dataset adapter or a user's file -> an immutable, validated ``feedback`` artifact."""
-    from t2g_core.stages import feedback
 
     with stage(materialise_feedback, "feedback", workspace, source=source, settings=settings) as ctx:
         return ctx.produced(feedback.materialise(source, settings, ctx))
@@ -24,7 +24,6 @@ def materialise_feedback(source: SourceRef, settings: FeedbackSettings, workspac
 @task(name="models", **stage_task_options())
 def build_models(feedback: ArtifactRef, settings: ModelsSettings, workspace: WorkspaceConfig) -> ModelsRef:
     """The tiny base and warm-started policy for the feedback's task (built once), or the named models."""
-    from t2g_core.stages import models
 
     with stage(build_models, "models", workspace, feedback=feedback, settings=settings) as ctx:
         return ctx.produced(models.build(feedback, settings, ctx))
@@ -33,7 +32,6 @@ def build_models(feedback: ArtifactRef, settings: ModelsSettings, workspace: Wor
 @task(name="append-feedback", **stage_task_options())
 def append_feedback(new_file: ArtifactRef, current: ArtifactRef | None, workspace: WorkspaceConfig) -> ArtifactRef:
     """The next version of the feedback dataset: ``current`` plus the items of ``new_file`` it lacks."""
-    from t2g_core.stages import feedback
 
     with stage(append_feedback, "append_feedback", workspace, new_file=new_file, current=current) as ctx:
         version, _delta = feedback.append(new_file, current, ctx)

@@ -21,10 +21,14 @@ from prefect import get_run_logger, task
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.evaluation.outcome import Outcome, outcome
+from t2g_core.evaluation.report import comparison_table
 from t2g_core.stages.registry import ORDER, typed_outputs
 from t2g_mlflow import runs
+from t2g_mlflow.registry import alias_version
 from t2g_mlflow.tags import POLICY_VERSION_TAG, PROMOTED_TAG, VERDICT_TAG
 from tasks.links import root_flow_run_id
+from tasks.pipeline import flow_run_tree
+from tasks.ppo import POLICY_MODEL
 
 ARTIFACT_KEY = "text2grad-outcome"
 RM_HEADLINE = ("truth_poor_char_f1", "truth_recall_invented", "span_f1")  # the reward model's, when measured
@@ -40,8 +44,6 @@ def _summary(outputs: dict[str, Any]) -> dict | None:
 
 def _promotion(policy: Any) -> tuple[str, bool]:
     """(``policy version 2: promoted to champion``, promoted) from the registry's champion alias."""
-    from t2g_mlflow.registry import alias_version
-    from tasks.ppo import POLICY_MODEL
 
     version = getattr(policy, "version", None)
     if not version:
@@ -55,8 +57,6 @@ def _stage_rows(flow_run_id: str) -> list[str]:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterType, FlowRunFilter, FlowRunFilterId
     from prefect.utilities.urls import url_for
-
-    from tasks.pipeline import flow_run_tree
 
     with get_client(sync_client=True) as client:
         tree = [i for i in flow_run_tree(client, flow_run_id) if str(i) != str(flow_run_id)]
@@ -103,7 +103,6 @@ def _where(outputs: dict[str, Any]) -> list[str]:
 
 
 def outcome_markdown(result: Outcome, promotion: str, outputs: dict, stage_rows: list[str], workspace) -> str:
-    from t2g_core.evaluation.report import comparison_table
 
     summary = _summary(outputs)
     md = [f"# {result.headline()}", "", f"**{promotion}**", ""]

@@ -19,16 +19,18 @@ from typing import Any
 from prefect import task
 
 from t2g_core.config import PipelineConfig, WorkspaceConfig
+from t2g_core.config.presets import with_preset
+from t2g_core.housekeeping import collect_stale_temporaries
 from t2g_core.locks import identity_alive, process_identity
 from t2g_env import serving
 from t2g_mlflow import runs
+from tasks.links import root_flow_run_id
 
 ACTIVE = ("RUNNING", "PENDING")
 
 
 def _pipeline_config(flow_run) -> PipelineConfig:
     """The configuration the flow run works with: its ``config`` parameter with its ``preset`` applied."""
-    from t2g_core.config.presets import with_preset
 
     params = flow_run.parameters or {}
     raw = params.get("config") or {}
@@ -147,8 +149,6 @@ def _close_dead_pipelines(workspace: WorkspaceConfig, flow_run_id: str, log) -> 
 def _collect_stale_temporaries(workspace: WorkspaceConfig, log) -> None:
     from pathlib import Path
 
-    from t2g_core.housekeeping import collect_stale_temporaries
-
     if Path(workspace.root).is_dir():
         removed = collect_stale_temporaries(workspace.root, workspace.stale_temp_hours)
         if removed:
@@ -195,6 +195,5 @@ def close_pipeline_run(flow, flow_run, state) -> None:
 def record_outputs(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str | None:
     """Link every stage output (cached or not) to the pipeline's MLflow parent run; returns the parent run id."""
     from t2g_core.stages.registry import typed_outputs
-    from tasks.links import root_flow_run_id
 
     return runs.link_pipeline_outputs(typed_outputs(outputs), workspace, root_flow_run_id())

@@ -11,6 +11,7 @@ from prefect import task
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import PolicySamplesSettings
+from t2g_core.stages import policy_samples
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicySamplesRef
 from t2g_env import api_key
 from tasks.caching import stage_task_options
@@ -21,7 +22,6 @@ def _sample(
     feedback: ArtifactRef, models: ModelsRef, settings: PolicySamplesSettings, workspace: WorkspaceConfig
 ) -> PolicySamplesRef:
     """The policy's responses to training prompts and the annotator's rows for them."""
-    from t2g_core.stages import policy_samples
 
     with stage(_sample, "policy_samples", workspace, feedback=feedback, models=models, settings=settings) as ctx:
         return ctx.produced(policy_samples.sample(feedback, models, settings, ctx, api_key=api_key(settings)))

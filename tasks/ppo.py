@@ -15,6 +15,7 @@ from prefect import task
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import PPOSettings
+from t2g_core.stages import ppo
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicyRef, RewardModelRef
 from t2g_env import api_key
 from t2g_mlflow.registry import log_adapter_model, log_model_input
@@ -33,7 +34,6 @@ def train_policy(
     workspace: WorkspaceConfig,
 ) -> PolicyRef:
     """PPO with the configured reward source; returns the adapter, run folder and registered version."""
-    from t2g_core.stages import ppo
 
     used_rm = reward_model if settings.uses_reward_model else None
     with stage(

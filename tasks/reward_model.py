@@ -15,6 +15,7 @@ from prefect import task
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import RewardModelSettings
 from t2g_core.datasets import described
+from t2g_core.stages import reward_model
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicySamplesRef, RewardModelRef, ValidationRef
 from t2g_mlflow.registry import describe_version, log_adapter_model, promote_if_better
 from tasks.caching import stage_task_options
@@ -34,7 +35,6 @@ def train_reward_model(
 ) -> RewardModelRef:
     """Train (on the policy's labelled ``samples`` too, when drawn), evaluate, register (alias ``candidate``) and maybe
     promote (alias ``champion``) the reward model."""
-    from t2g_core.stages import reward_model
 
     cfg = settings.reward_model
     with stage(

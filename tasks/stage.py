@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from t2g_core.config import WorkspaceConfig
+from t2g_core.disk import disk_full
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.registry import SYSTEM_METRICS
 from t2g_mlflow.tracker import MlflowTracker
@@ -59,7 +60,6 @@ def stage(fn: Any, name: str, workspace: WorkspaceConfig, **params: Any) -> Iter
     """Run one stage's work inside its MLflow run with its key-addressed context. A full disk, in whatever disguise
     it surfaces (a file write's ENOSPC, SQLite's "database or disk is full" behind SQLAlchemy's autoflush message),
     is raised as :class:`~t2g_core.disk.DiskFull` naming the workspace and its free space."""
-    from t2g_core.disk import disk_full
 
     try:
         with _stage(fn, name, workspace, **params) as ctx:

@@ -21,7 +21,9 @@ from prefect import task
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import ValidateSettings
+from t2g_core.review import load_sample, load_verdicts
 from t2g_core.review.models import check_verdicts
+from t2g_core.stages import validate
 from t2g_core.stages.refs import ArtifactRef, ReviewSampleRef, ValidationRef
 from t2g_core.stages.validate import ValidationGateError
 from tasks.caching import stage_task_options
@@ -45,7 +47,6 @@ def draw_review_sample(
     workspace: WorkspaceConfig,
 ) -> ReviewSampleRef:
     """Stratified, seeded review sample, saved as ``sample.json`` with its offline page and sheet."""
-    from t2g_core.stages import validate
 
     with stage(
         draw_review_sample,
@@ -64,7 +65,6 @@ def auto_review(
     sample: ReviewSampleRef, annotations: ArtifactRef, spans: ArtifactRef, feedback: ArtifactRef
 ) -> dict | None:
     """The programmatic reviewer: judge the sample against feedback meta.gold_spans (None without ground truth)."""
-    from t2g_core.stages import validate
 
     return validate.auto_review(sample, annotations, spans, feedback)
 
@@ -72,7 +72,6 @@ def auto_review(
 @task(name="import-verdicts", **stage_task_options())
 def import_verdicts(sample: ReviewSampleRef, verdicts_path: str) -> dict:
     """Offline review: the verdict file downloaded from the review page (or the filled JSONL sheet), checked."""
-    from t2g_core.review import load_sample, load_verdicts
 
     verdicts = load_verdicts(verdicts_path)
     check_verdicts(load_sample(sample.sample), verdicts, verdicts_path)
@@ -90,7 +89,6 @@ def validation_report(
     workspace: WorkspaceConfig,
 ) -> ValidationRef:
     """Checks + alignment -> report files -> Prefect and MLflow; raises ValidationGateError when a gate fails."""
-    from t2g_core.stages import validate
 
     with stage(
         validation_report,

@@ -10,6 +10,7 @@ from prefect import task
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import WarmupSettings
+from t2g_core.stages import warmup
 from t2g_core.stages.refs import ArtifactRef, ModelsRef
 from tasks.caching import stage_task_options
 from tasks.stage import stage
@@ -20,7 +21,6 @@ def warm_up(
     feedback: ArtifactRef, models: ModelsRef, settings: WarmupSettings, workspace: WorkspaceConfig
 ) -> ModelsRef:
     """The models with ``policy`` replaced by the warmed-up (merged) policy."""
-    from t2g_core.stages import warmup
 
     with stage(warm_up, "warmup", workspace, feedback=feedback, models=models, settings=settings) as ctx:
         return ctx.produced(warmup.warm_up(feedback, models, settings, ctx))

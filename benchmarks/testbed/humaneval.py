@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+from t2g_core.config.models import ModelsConfig
+from t2g_core.policy_prompts import render_policy_prompt
 from testbed.tasks import PPOTask, tiny_config
 
 CODE_MAX_CHARS = 80  # canonical solutions up to this long (43 HumanEval problems): 1-3 lines a tiny model can learn
@@ -121,11 +123,9 @@ class Code(PPOTask):
         import torch
         from transformers import AutoTokenizer
 
-        from t2g_core.config.models import ModelsConfig
         from t2g_core.demo.code import pick_mutant
         from t2g_core.models.demo_build import ensure_demo_models
         from t2g_core.models.tiny import warm_start
-        from t2g_core.policy_prompts import render_policy_prompt
 
         torch.set_num_threads(1)
         problems = self.train_problems + self.held_out

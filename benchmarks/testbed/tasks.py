@@ -9,6 +9,9 @@ import time
 from collections.abc import Container, Sequence
 from pathlib import Path
 
+from t2g_core.config.models import ModelsConfig
+from t2g_core.tracking import NullTracker
+
 
 def tiny_config(args, seed: int):
     from t2g_core.models.tiny import TinySpec
@@ -53,7 +56,6 @@ def train_evaluated(trainer, eval_df, metric: KeptResponses, eval_at: Sequence[i
     trained in ``eval_at`` (its ``eval/*`` metrics join that step's history row); ``trainer.fit`` runs the steps in
     between, so a step is the pipeline's own. Returns (warm-start evaluation, history, {steps trained: the kept
     responses} for the evaluations in ``keep_at``)."""
-    from t2g_core.tracking import NullTracker
 
     steps = trainer.cfg.steps
     if any(not 1 <= s <= steps for s in eval_at):
@@ -113,7 +115,6 @@ class Summarization(PPOTask):
         """The demo's warm-started policy (clean SFT, then facts wrong at p_halluc), built with model seed ``seed``."""
         import torch
 
-        from t2g_core.config.models import ModelsConfig
         from t2g_core.demo import make_demo_feedback
         from t2g_core.models.demo_build import ensure_demo_models
 

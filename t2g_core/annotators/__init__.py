@@ -19,8 +19,13 @@ from typing import Any
 import pandas as pd
 
 from t2g_core.annotators.cache import AnswerCache
+from t2g_core.annotators.ground import GroundingCritic
 from t2g_core.annotators.llm import LLMAnnotator, RunStats, feedback_row, item_cost
 from t2g_core.config.annotate import AnnotateConfig
+from t2g_core.critics.code import CodeCritic
+from t2g_core.critics.isolation import IsolationUnavailable, resolve
+from t2g_core.critics.reference import ReferenceCritic
+from t2g_core.critics.sandbox import sandbox_workers
 from t2g_core.schemas import ANNOTATIONS, STATUSES, validate_frame
 from t2g_core.spans import ParsedFeedback
 
@@ -107,10 +112,6 @@ def make_annotator(
     if cfg.annotator == "llm":
         return LLMAnnotator(cfg, api_key=api_key, cache=cache, log=log)
     if cfg.annotator == "code":
-        from t2g_core.critics.code import CodeCritic
-        from t2g_core.critics.isolation import IsolationUnavailable, resolve
-        from t2g_core.critics.sandbox import sandbox_workers
-
         try:  # refuse before the first item rather than fail every one
             backend = resolve(cfg.sandbox_isolation).backend
         except IsolationUnavailable as exc:
@@ -119,10 +120,7 @@ def make_annotator(
         annotator.isolation = backend
         return annotator
     if cfg.annotator == "ground":
-        from t2g_core.annotators.ground import GroundingCritic
-
         return CriticAnnotator("ground", GroundingCritic(), workers=1)
-    from t2g_core.critics.reference import ReferenceCritic
 
     return CriticAnnotator("reference", ReferenceCritic(), workers=1)
 

@@ -28,7 +28,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from t2g_core.critics.sandbox import CaseResult, SandboxLimits, SandboxRun, run_cases, sandbox_workers
+from t2g_core.critics.mutation import line_scores, variants
+from t2g_core.critics.sandbox import CaseResult, SandboxLimits, SandboxRun, run_cases, run_variants, sandbox_workers
 from t2g_core.critics.testcases import TestCase, split_check
 from t2g_core.spans import ParsedFeedback
 
@@ -225,9 +226,6 @@ class CodeCritic:
         self, program: Program, results: list[CaseResult], ranked: list[int], row: dict[str, Any], cases: list[TestCase]
     ) -> dict[int, int]:
         from dataclasses import replace
-
-        from t2g_core.critics.mutation import line_scores, variants
-        from t2g_core.critics.sandbox import run_variants
 
         found = variants(program.source, ranked[:MUTATED_LINES], MAX_VARIANTS)
         if not found:

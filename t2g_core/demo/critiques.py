@@ -16,6 +16,7 @@ import random
 
 import pandas as pd
 
+from t2g_core.alignment import micro_prf, span_prf
 from t2g_core.demo import demo_id
 from t2g_core.demo import summarization as S
 from t2g_core.schemas import FEEDBACK, validate_frame
@@ -110,7 +111,6 @@ def grounding_quality(feedback: pd.DataFrame, annotations: pd.DataFrame) -> dict
     - ``recall_{invented,swapped,redundant}``: the character recall of each flaw type;
     - ``good_span_precision``: quoted good spans that are correct values (IoU >= 0.5).
     """
-    from t2g_core.alignment import micro_prf, span_prf
     from t2g_core.spans import align_feedback
 
     by_id = annotations.set_index("id")

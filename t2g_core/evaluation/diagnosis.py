@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from t2g_core.alignment import micro_prf, span_prf
 from t2g_core.config.align import AlignConfig
+from t2g_core.demo.summarization import summary_errors
 from t2g_core.spans import NEGATIVE, ParsedFeedback, align_feedback
 
 VERDICTS = ("correct", "invented", "swapped", "missing")
@@ -21,7 +22,6 @@ VERDICTS = ("correct", "invented", "swapped", "missing")
 
 def fact_verdicts(response: str, facts: dict[str, str]) -> tuple[dict[str, str], int]:
     """Per slot ``correct`` / ``invented`` / ``swapped`` / ``missing``, and the number of repeated clauses."""
-    from t2g_core.demo.summarization import summary_errors
 
     score = summary_errors(response, facts)
     values = {v.strip().casefold() for v in facts.values()}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from t2g_core.config.evaluate import EvaluateConfig
+from t2g_core.policy_prompts import render_policy_prompt
 
 if TYPE_CHECKING:
     import torch
@@ -71,21 +72,6 @@ def load_policy(ref: str | Path, device: str = "cpu", dtype: torch.dtype | None 
     return model.eval(), tokenizer
 
 
-def render_prompt(tokenizer, task: str, prompt: str) -> str:
-    """The policy's input text: the shared renderer when installed, else the tokenizer's chat template."""
-    try:
-        from t2g_core.policy_prompts import render_policy_prompt
-    except ImportError:
-        render_policy_prompt = None
-    if render_policy_prompt is not None:
-        return render_policy_prompt(tokenizer, task, prompt)
-    if tokenizer.chat_template:
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-        )
-    return prompt
-
-
 def _generate_kwargs(cfg: EvaluateConfig, tokenizer) -> dict[str, Any]:
     sampling = cfg.sampling
     kwargs: dict[str, Any] = {
@@ -128,7 +114,7 @@ def generate_with(model, tokenizer, task: str, prompts: Sequence[str], cfg: Eval
     device = next(model.parameters()).device
     out: list[list[str]] = []
     for b, start in enumerate(range(0, len(prompts), cfg.batch_size)):
-        texts = [render_prompt(tokenizer, task, p) for p in prompts[start : start + cfg.batch_size]]
+        texts = [render_policy_prompt(tokenizer, task, p) for p in prompts[start : start + cfg.batch_size]]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         _check_length(enc["attention_mask"], cfg.sampling.max_new_tokens, model, start)
         torch.manual_seed(cfg.seed + b)

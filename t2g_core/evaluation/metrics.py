@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from t2g_core.critics.reference import ReferenceCritic
+from t2g_core.demo.summarization import summary_errors
 from t2g_core.evaluation.execution import TestOutcome, run_humaneval
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
@@ -104,11 +106,7 @@ def _meta(row: dict[str, Any]) -> dict[str, Any]:
 def fact_metrics(response: str, facts: dict[str, str]) -> dict[str, float]:
     """Demo summaries: fact precision / recall, invented-entity rate and task error from the demo's own scorer
     (``t2g_core.demo.summarization.summary_errors``: the template's clauses, then free-text mentions of each fact).
-    Empty when not installed."""
-    try:
-        from t2g_core.demo.summarization import summary_errors
-    except ImportError:
-        return {}
+    """
     score = summary_errors(response, facts)
     return {
         "fact_precision": float(score.precision),
@@ -188,11 +186,7 @@ def code_metrics(
 
 
 def default_qa_critic() -> Any | None:
-    """The annotation stage's ReferenceCritic when it is installed, else None (the score column is then absent)."""
-    try:
-        from t2g_core.critics.reference import ReferenceCritic
-    except ImportError:
-        return None
+    """The annotation stage's ReferenceCritic."""
     return ReferenceCritic()
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.evaluation.bootstrap import paired_bootstrap
+from t2g_core.evaluation.generate import generate_samples, generation_settings
 from t2g_core.evaluation.metrics import TASK_METRICS, corpus_bleu, pass_at_k, task_metrics
 from t2g_core.evaluation.reward import REWARD_METRICS, add_reward_scores
 from t2g_core.store import BrokenFile, owned, parquet_problem, read_json, write_frame_atomic, write_text_atomic
@@ -237,7 +238,6 @@ def evaluate_policies(
     ``reward_scorer`` (a reward model's scorer) adds ``rm_reward`` and ``rm_poor_spans`` to every response
     (:mod:`t2g_core.evaluation.reward`): both measure the policies without references.
     """
-    from t2g_core.evaluation.generate import generate_samples, generation_settings
 
     if not policies:
         raise ValueError("evaluate_policies: give at least one policy")

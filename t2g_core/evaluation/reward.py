@@ -20,13 +20,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from t2g_core.spans import NEGATIVE, POSITIVE, align_feedback
+
 REWARD_METRICS = ("rm_reward", "rm_poor_spans")
 
 
 def span_reward(response: str, feedback: Any) -> dict[str, float]:
     """``rm_reward`` and ``rm_poor_spans`` of one response from the reward model's ParsedFeedback (its spans located
     in the response; spans it quotes that are not there do not count)."""
-    from t2g_core.spans import NEGATIVE, POSITIVE, align_feedback
 
     if not feedback.ok:
         return dict.fromkeys(REWARD_METRICS, float("nan"))

@@ -25,6 +25,7 @@ import pandas as pd
 
 from t2g_core.config.models import ModelsConfig
 from t2g_core.models.tiny import SIZES, TinySpec, WarmStartResult, build_tiny_model, train_tokenizer, warm_start
+from t2g_core.policy_prompts import render_policy_prompt
 from t2g_core.progress import Progress, as_progress
 from t2g_core.training import publish_folder, staging_folder, writer_token
 
@@ -164,7 +165,6 @@ def _train_policy(root: Path, tokenizer, task: str, feedback_df: pd.DataFrame, c
     quickly; (2) for summarization, targets with each fact wrong at ``cfg.p_halluc``, so the policy keeps the template
     and the lookup but states wrong values often enough for PPO to have errors to remove. Each phase writes its own
     folder (``policy-clean``, then ``policy``), so an interrupted phase restarts from a folder it never changed."""
-    from t2g_core.policy_prompts import render_policy_prompt
 
     def rendered(pairs):
         return [(render_policy_prompt(tokenizer, task, p), r) for p, r in pairs]

@@ -47,10 +47,16 @@ from t2g_core.config.align import AlignConfig
 from t2g_core.config.annotate import AnnotateConfig
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.config.reward_model import RewardModelConfig
+from t2g_core.feedback import responses_frame
+from t2g_core.policy_prompts import render_policy_prompt
 from t2g_core.ppo.scoring import label_responses
 from t2g_core.progress import Progress, no_progress
+from t2g_core.reward_model.data import annotation_missing
+from t2g_core.reward_model.evaluate import EvalItem, score_predictions
+from t2g_core.reward_model.tagger import TaggerScorer
+from t2g_core.reward_model.tagger_train import TaggerExample, refine_tagger, tagger_examples
 from t2g_core.schemas import ANNOTATIONS, FEEDBACK, RM_DATA, validate_frame
-from t2g_core.spans import ParsedFeedback
+from t2g_core.spans import ParsedFeedback, align_feedback
 from t2g_core.store import write_parquet
 from t2g_core.training import epoch_permutation
 
@@ -96,7 +102,6 @@ def choose(confidence: Sequence[float | None], budget: int, uncertain_share: flo
 
 def feedback_frame(rows: list[dict], texts: list[str], step: int, picked: list[int]) -> pd.DataFrame:
     """The chosen rollouts as feedback items (schema FEEDBACK), ids unique per step and sample."""
-    from t2g_core.feedback import responses_frame
 
     chosen = ((rows[b], f"{rows[b]['id']}@{step}.{b}", texts[b], rows[b].get("meta")) for b in picked)
     return responses_frame(chosen, f"critique loop, step {step}")
@@ -104,7 +109,6 @@ def feedback_frame(rows: list[dict], texts: list[str], step: int, picked: list[i
 
 def annotation_feedback(annotations: pd.DataFrame) -> list[ParsedFeedback]:
     """The annotator's rows as feedback (quotes, critique, missing items and where each belonged)."""
-    from t2g_core.reward_model.data import annotation_missing
 
     out = []
     for a in annotations.itertuples(index=False):
@@ -133,7 +137,6 @@ def agreement(
 ) -> dict[str, float]:
     """How far the reward model agrees with the annotator on the same responses: span F1 (both labels, and poor
     spans), omission recall and precision, and the mean task reward (labels plus omissions) each gives."""
-    from t2g_core.reward_model.evaluate import EvalItem, score_predictions
 
     pairs = enumerate(zip(decoded, annotator_feedback, strict=True))
     items = [EvalItem(str(i), "", text, gold) for i, ((text, _), gold) in pairs]
@@ -192,7 +195,6 @@ class CritiqueLoop:
 
     def check_source(self, source) -> None:
         """Refresh needs a tagger to fine-tune; auditing works with any reward source."""
-        from t2g_core.reward_model.tagger import TaggerScorer
 
         if self.cfg.refresh_steps and not isinstance(source, TaggerScorer):
             raise ValueError(
@@ -203,7 +205,6 @@ class CritiqueLoop:
 
     def reward_source(self):
         """The scorer of the current refreshed reward model (None before the first refresh)."""
-        from t2g_core.reward_model.tagger import TaggerScorer
 
         return TaggerScorer(self.state.tagger, self.rm_cfg, dtype=self.dtype) if self.state.tagger else None
 
@@ -312,7 +313,6 @@ class CritiqueLoop:
     def refresh(self, source, step: int):
         """Step 5: fine-tune the current tagger (``source``) on every label gathered so far plus the replay; returns
         the refreshed scorer (``source`` itself when nothing was gathered) and the refresh's metrics."""
-        from t2g_core.reward_model.tagger_train import refine_tagger
 
         gathered = self.gathered_examples(source.tokenizer)
         if not gathered:
@@ -341,10 +341,6 @@ class CritiqueLoop:
     def gathered_examples(self, tokenizer) -> list:
         """Every ok label of the rounds so far as tagger examples (the policy prompt, the response, the annotator's
         aligned spans and missing anchors)."""
-        from t2g_core.policy_prompts import render_policy_prompt
-        from t2g_core.reward_model.data import annotation_missing
-        from t2g_core.reward_model.tagger_train import TaggerExample
-        from t2g_core.spans import align_feedback
 
         out = []
         for r in range(self.state.rounds + 1):
@@ -364,7 +360,6 @@ class CritiqueLoop:
 
     def replay(self, tokenizer, n_labels: int) -> list:
         """``replay_ratio * n_labels`` examples of the reward model's own training data (drawn anew each round)."""
-        from t2g_core.reward_model.tagger_train import tagger_examples
 
         rm_file, fb_file = self.dir / REPLAY_RM_DATA, self.dir / REPLAY_FEEDBACK
         if not rm_file.exists() or not self.cfg.replay_ratio:

@@ -34,6 +34,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from t2g_core.models.loading import dtype_name, split_revision
 from t2g_core.ppo.sampling import sample_responses, sample_seed
 
 
@@ -134,7 +135,6 @@ def vllm_dtype(dtype: torch.dtype) -> str:
     replaced: vLLM would load the checkpoint's own dtype and sample from weights the trainer does not have."""
     if dtype in VLLM_DTYPES:
         return VLLM_DTYPES[dtype]
-    from t2g_core.models.loading import dtype_name
 
     raise ValueError(
         f"ppo.generation_backend=vllm cannot sample in models.dtype={dtype_name(dtype)}: vLLM's LoRA kernels take "
@@ -172,7 +172,6 @@ class VllmBackend:
                 "ppo.generation_backend=vllm needs vLLM: pip install 'text2grad[vllm]' (GPU machines only; see "
                 "docs/gpu.md), or use generation_backend=hf"
             ) from None
-        from t2g_core.models.loading import split_revision
 
         name, revision = split_revision(model_ref)
         self.cfg, self.tok = cfg, tokenizer

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from t2g_core.config.ppo import PPOConfig
+from t2g_core.policy_prompts import render_policy_prompt
 from t2g_core.ppo.sampling import response_mask_after_eos, sample_seed
 from t2g_core.training import epoch_permutation
 
@@ -59,7 +60,6 @@ def row_dict(row: pd.Series) -> dict:
 
 
 def _render(tokenizer, rows: list[dict]) -> list[str]:
-    from t2g_core.policy_prompts import render_policy_prompt
 
     return [render_policy_prompt(tokenizer, row["task"], row["prompt"]) for row in rows]
 

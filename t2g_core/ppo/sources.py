@@ -15,20 +15,23 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from t2g_core.critics.code import CodeCritic
+from t2g_core.critics.reference import ReferenceCritic
+from t2g_core.demo.summarization import summary_errors
 from t2g_core.ppo.scoring import CriticSource, RewardSource
+from t2g_core.reward_model.endpoint import EndpointScorer
+from t2g_core.reward_model.scoring import load_scorer
 
 if TYPE_CHECKING:
     import torch
 
 
 def _reference_critic():
-    from t2g_core.critics.reference import ReferenceCritic
 
     return ReferenceCritic()
 
 
 def _code_critic():
-    from t2g_core.critics.code import CodeCritic
 
     return CodeCritic()
 
@@ -54,13 +57,11 @@ def reward_model_source(path: str | Path | None, rm_cfg=None, dtype: torch.dtype
             f"reward_source=reward_model needs a trained reward model; {path} does not exist (set "
             f"ppo.reward_model_path)"
         )
-    from t2g_core.reward_model.scoring import load_scorer
 
     return load_scorer(path, rm_cfg, dtype=dtype)
 
 
 def endpoint_source(rm_cfg, api_key: str | None, cache_dir: str | Path | None) -> RewardSource:
-    from t2g_core.reward_model.endpoint import EndpointScorer
 
     return EndpointScorer(rm_cfg, api_key=api_key, cache_dir=cache_dir)
 
@@ -90,7 +91,6 @@ def make_reward_source(
 def summary_metrics(rows: list[dict], responses: list[str]) -> dict[str, list[float]]:
     """error (1 - correct/K), imprecision (1 - correct/stated, 1 when nothing is stated) and invented_rate per
     sample."""
-    from t2g_core.demo.summarization import summary_errors
 
     out: dict[str, list[float]] = {"error": [], "imprecision": [], "invented_rate": []}
     for row, text in zip(rows, responses, strict=True):

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
+from t2g_core.policy_prompts import render_policy_prompt
 from t2g_core.reward_model.prompts import TRUNCATION_MARK, build_rm_target, count_tokens, render_rm_prompt
-from t2g_core.spans import ParsedFeedback, parse_span_json
+from t2g_core.spans import ParsedFeedback, align_feedback, parse_span_json
 
 
 def split_for_id(item_id: str, val_fraction: float) -> str:
@@ -81,7 +82,6 @@ def _spans_from_artifact(spans_df: pd.DataFrame, item_id: str, response: str) ->
 
 
 def _spans_by_alignment(response: str, good: list[str], poor: list[str], align_cfg) -> tuple[list[GoldSpan], int]:
-    from t2g_core.spans import align_feedback
 
     located, unmatched = [], 0
     for s in align_feedback(response, (list(good), list(poor)), align_cfg):
@@ -127,7 +127,6 @@ def _generative_row(item, critique, spans: list[GoldSpan], tokenizer, cfg, stats
 
 def _tagger_row(item, critique, spans: list[GoldSpan], tokenizer, cfg, stats: RMDataStats, missing=()):
     """(policy prompt, span JSON with the located spans and omissions), or None when the response is over budget."""
-    from t2g_core.policy_prompts import render_policy_prompt
 
     if count_tokens(tokenizer, item.response) > cfg.max_target_tokens:
         return None

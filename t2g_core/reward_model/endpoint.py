@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from t2g_core.config.annotate import AnnotateConfig
+from t2g_core.reward_model.prompts import rm_messages
 from t2g_core.spans import ParsedFeedback
 
 
@@ -38,7 +39,6 @@ def annotate_config(endpoint) -> AnnotateConfig:
 
 
 def _rm_prompt(row: dict) -> list[dict[str, str]]:
-    from t2g_core.reward_model.prompts import rm_messages
 
     return rm_messages(row["task"], row["prompt"], row["response"])
 

@@ -34,7 +34,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from t2g_core.alignment import micro_prf, span_prf, token_prf
+from t2g_core.demo.summarization import typed_spans
 from t2g_core.reward_model.data import parse_rm_target
+from t2g_core.reward_model.scoring import generate_texts, load_reward_model, parse_generation
 from t2g_core.spans import ParsedFeedback, align_feedback, anchor_token, token_labels
 from t2g_core.store import write_frame_atomic, write_text_atomic
 
@@ -116,8 +118,6 @@ def _truth_from_meta(meta: object, response: str | None = None) -> list[tuple] |
         return None
     obj = json.loads(meta) if isinstance(meta, str) else meta
     if isinstance(obj, dict) and isinstance(obj.get("facts"), dict) and response is not None:
-        from t2g_core.demo.summarization import typed_spans
-
         return [(s["start"], s["end"], s["label"], s["type"]) for s in typed_spans(response, obj["facts"])]
     spans = obj.get("gold_spans") if isinstance(obj, dict) else None
     if spans is None:
@@ -299,8 +299,6 @@ def score_predictions(
 
 def evaluate_rm(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_cfg=None) -> RMEvalReport:
     """Generate for each held-out item (its stored rm_prompt, i.e. the shared builder) and score the output."""
-    from t2g_core.reward_model.scoring import generate_texts, parse_generation
-
     if cfg.eval_max_items:
         items = list(items)[: cfg.eval_max_items]
     if not items:
@@ -387,7 +385,6 @@ def evaluate_model(
         model, tokenizer = load_tagger(model_dir, device=device, dtype=dtype)
         items = eval_items(rm_df, feedback_df, None, split=split)
         return evaluate_tagger(model, tokenizer, items, cfg, align_cfg=align_cfg)
-    from t2g_core.reward_model.scoring import load_reward_model
 
     model, tokenizer = load_reward_model(model_dir, base_model=base_model, device=device, dtype=dtype)
     items = eval_items(rm_df, feedback_df, tokenizer.eos_token, split=split)

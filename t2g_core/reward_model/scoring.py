@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from t2g_core.config.reward_model import RewardModelConfig
+from t2g_core.reward_model.grounded import GroundedSpansProcessor, TokenIndex
 from t2g_core.reward_model.prompts import build_rm_prompt
 from t2g_core.spans import ParsedFeedback, parse_span_json
 
@@ -110,8 +112,6 @@ def _generate_batch(
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     processors = LogitsProcessorList()
     if grounded is not None:
-        from t2g_core.reward_model.grounded import GroundedSpansProcessor
-
         processors.append(GroundedSpansProcessor(grounded[0], grounded[1], enc["input_ids"].shape[1]))
     with torch.inference_mode():
         out = model.generate(**enc, generation_config=gen_cfg, logits_processor=processors)  # (B, T_in + T_new)
@@ -139,8 +139,6 @@ def generate_texts(
     gen_cfg = _generation_config(model, tokenizer, cfg)
     index = None
     if responses is not None and cfg.grounded_decoding:
-        from t2g_core.reward_model.grounded import TokenIndex
-
         index = TokenIndex(tokenizer)
     lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in prompt_texts]
     order = sorted(range(len(prompt_texts)), key=lambda i: -lengths[i])  # similar lengths share a batch: less padding
@@ -189,7 +187,6 @@ class RewardModelScorer:
         device: str | None = None,
         dtype: torch.dtype | None = None,
     ):
-        from t2g_core.config.reward_model import RewardModelConfig
 
         self.cfg = cfg or RewardModelConfig()
         self.model, self.tokenizer = load_reward_model(

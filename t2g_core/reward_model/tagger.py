@@ -41,6 +41,9 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from t2g_core.config.reward_model import RewardModelConfig
+from t2g_core.models.loading import embeddings_trained, load_causal_lm, load_tokenizer, weights_dtype
+from t2g_core.policy_prompts import render_policy_prompt
 from t2g_core.rl.logprobs import position_ids_from_mask
 from t2g_core.sft import lora_config
 from t2g_core.spans import NEGATIVE, POSITIVE, AlignedSpan, ParsedFeedback, anchor_token, labels_for_offsets
@@ -266,7 +269,6 @@ def prediction_feedback(response: str, encoded: Encoded, pred: TokenPrediction) 
 def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> tuple[SpanTagger, object]:
     """A fresh tagger on ``base`` (a folder or Hub id; LoRA-wrapped when ``cfg.finetune == "lora"``), initialised
     from ``cfg.seed``."""
-    from t2g_core.models.loading import load_causal_lm, load_tokenizer
 
     tokenizer = load_tokenizer(base, padding_side=None)  # a folder or Hub id; the shared pad-token policy
     lm = load_causal_lm(base, dtype=dtype, tokenizer=tokenizer, place=False)
@@ -287,8 +289,6 @@ def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> t
 def save_tagger(model: SpanTagger, tokenizer, out: Path, meta: dict) -> Path:
     """Write the tagger folder (see the module docstring)."""
     from safetensors.torch import save_file
-
-    from t2g_core.models.loading import embeddings_trained
 
     out.mkdir(parents=True, exist_ok=True)
     folder = LM_FOLDERS.get(meta.get("finetune", "full"))
@@ -324,8 +324,6 @@ def load_tagger(
     ``trainable`` keeps it a trainable adapter (and a full model's weights trainable) so training can continue, in
     train mode, with the heads in float32."""
     from safetensors.torch import load_file
-
-    from t2g_core.models.loading import load_causal_lm, load_tokenizer, weights_dtype
 
     path = Path(path)
     meta = tagger_meta(path)
@@ -425,14 +423,12 @@ class TaggerScorer:
     probabilities behind them."""
 
     def __init__(self, path: str | Path, cfg=None, *, device: str | None = None, dtype: torch.dtype | None = None):
-        from t2g_core.config.reward_model import RewardModelConfig
 
         self.cfg = cfg or RewardModelConfig()
         self.path = Path(path)
         self.model, self.tokenizer = load_tagger(path, device=device, dtype=dtype)
 
     def encode(self, task: str, prompt: str, response: str) -> Encoded:
-        from t2g_core.policy_prompts import render_policy_prompt
 
         prompt_text = render_policy_prompt(self.tokenizer, task, prompt)
         return encode_pair(

@@ -27,7 +27,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from t2g_core.models.loading import weights_dtype
 from t2g_core.progress import Progress, no_progress
+from t2g_core.reward_model.data import parse_rm_target
 from t2g_core.reward_model.tagger import (
     GOOD,
     IGNORE,
@@ -37,8 +39,10 @@ from t2g_core.reward_model.tagger import (
     SpanTagger,
     build_tagger,
     encode_pair,
+    load_tagger,
     omission_counts,
     save_tagger,
+    tagger_meta,
     token_classes,
 )
 from t2g_core.sft import TRAIN_META, RMTrainResult, finished_run
@@ -148,7 +152,6 @@ def _prune(ckpt_dir: Path, keep: int) -> None:
 
 def tagger_examples(rm_df, feedback_df, split: str = "train") -> list[TaggerExample]:
     """(policy prompt, response, located spans, missing anchors) for the ``split`` rows of tagger ``rm_data``."""
-    from t2g_core.reward_model.data import parse_rm_target
 
     responses = dict(zip(feedback_df["id"], feedback_df["response"], strict=True))
     out = []
@@ -284,7 +287,6 @@ def fit_tagger(
     Checkpoints go to ``<out_dir>/checkpoints/step-N`` every ``save_steps``; a re-run resumes from the last one and
     reproduces the uninterrupted run. Returns an :class:`~t2g_core.sft.RMTrainResult`.
     """
-    from t2g_core.models.loading import weights_dtype
 
     out_dir, ckpt_dir = Path(out_dir), Path(out_dir) / "checkpoints"
     done = finished_run(out_dir, cfg, folder="tagger") if resume else None
@@ -357,8 +359,6 @@ def refine_tagger(
     The data order and LoRA dropout are keyed by ``seed`` alone, inside a forked random state: the caller's random
     state is untouched (PPO's resume depends on it), and the same call gives the same weights.
     """
-    from t2g_core.models.loading import weights_dtype
-    from t2g_core.reward_model.tagger import load_tagger, tagger_meta
 
     out_dir = Path(out_dir)
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from t2g_core.config.align import AlignConfig
 from t2g_core.spans.locate import AlignedSpan, align_feedback
 from t2g_core.spans.parsing import ParsedFeedback
 
@@ -43,7 +44,6 @@ def align_frame(
     """
     import pandas as pd
 
-    from t2g_core.config.align import AlignConfig
     from t2g_core.schemas import SPANS, SchemaError
 
     cfg = cfg or AlignConfig()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from t2g_core.alignment import alignment_stats
 from t2g_core.config.stages import AlignSettings
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
@@ -13,7 +14,6 @@ def align(
 ) -> ArtifactRef:
     """The spans artifact and its metrics (unmatched rate, match-type mix, and the labelled fraction of the tokens of
     ``tokenizer`` (the policy's) when given)."""
-    from t2g_core.alignment import alignment_stats
     from t2g_core.spans import align_frame
 
     cfg = settings.align

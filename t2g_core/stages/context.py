@@ -22,8 +22,10 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from t2g_core.locks import folder_lock
 from t2g_core.progress import Progress, no_progress
-from t2g_core.store import ArtifactRef, ArtifactStore, write_parquet
+from t2g_core.schemas import SCHEMAS, validate_frame
+from t2g_core.store import ArtifactRef, ArtifactStore, content_sha256, sha256_file, write_parquet, write_text_atomic
 from t2g_core.tracking import NullTracker, Tracker
 from t2g_core.workspace import Workspace
 
@@ -94,8 +96,6 @@ class PathSink:
 def write_file(df: pd.DataFrame, path: Path, schema: str, extra: Mapping[str, Any] | None = None) -> ArtifactRef:
     """``df`` as one file (Parquet validated and written atomically; JSONL or CSV after validation), plus each
     mapping in ``extra`` beside it as ``<stem>.<name>.json`` (``spans.metrics.json``, ``annotations.stats.json``)."""
-    from t2g_core.schemas import SCHEMAS, validate_frame
-    from t2g_core.store import content_sha256, sha256_file, write_text_atomic
 
     if path.suffix == ".parquet":
         write_parquet(df, path, schema)
@@ -187,6 +187,5 @@ def first_process() -> bool:
 
 def one_writer(folder: Path, owner: str):
     """The one-writer lock of ``folder`` (``t2g_core.locks``), held by the first process of a distributed launch."""
-    from t2g_core.locks import folder_lock
 
     return folder_lock(folder, owner) if first_process() else contextlib.nullcontext()

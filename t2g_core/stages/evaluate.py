@@ -11,12 +11,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from t2g_core.config import RewardModelConfig
 from t2g_core.config.stages import EvaluateSettings
+from t2g_core.evaluation import EvalResults, evaluate_policies, write_report
 from t2g_core.evaluation.outcome import outcome
+from t2g_core.evaluation.report import load_history
 from t2g_core.feedback import split_prompts
+from t2g_core.reward_model.scoring import load_scorer
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef, PolicySet
+from t2g_core.store import BrokenFile
 
 
 def pipeline_policies(
@@ -77,8 +82,6 @@ def _evaluate(
     frame, task, out: Path, data, policies: PolicySet, settings, ctx: StageContext, *, judge, device, reward_model
 ):
     """The stage's work in its folder ``out`` (held by this run)."""
-    from t2g_core.evaluation import evaluate_policies, write_report
-    from t2g_core.evaluation.report import load_history
     from t2g_core.models.loading import resolve_dtype
 
     ctx.tracker.log_input(data, "feedback", "eval")
@@ -88,8 +91,6 @@ def _evaluate(
         dtype = resolve_dtype(settings.models.dtype, device)
         scorer = None
         if reward_model is not None and settings.evaluate.reward_model_score:
-            from t2g_core.reward_model.scoring import load_scorer
-
             scorer = load_scorer(reward_model[0], reward_model[1], device=device, dtype=dtype)
         results = evaluate_policies(
             policies.models,
@@ -119,8 +120,6 @@ def _evaluate(
 
 def reusable_results(out: Path, ctx: StageContext):
     """The complete results an earlier run left in ``out``, or None; broken ones are recomputed, with a log line."""
-    from t2g_core.evaluation import EvalResults
-    from t2g_core.store import BrokenFile
 
     if not (out / "summary.json").exists() and not (out / "items.parquet").exists():
         return None
@@ -160,7 +159,6 @@ def policy_reward_model(policy: PolicyRef) -> tuple[str, object] | None:
         return None
     if not Path(path).exists():
         return None
-    from t2g_core.config import RewardModelConfig
 
     return str(path), RewardModelConfig.model_validate(config.get("reward_model") or {})
 

@@ -9,6 +9,10 @@ import pandas as pd
 
 from t2g_core.config.data import DataConfig
 from t2g_core.config.stages import FeedbackSettings
+from t2g_core.demo import make_demo_feedback
+from t2g_core.feedback import load_feedback
+from t2g_core.ingest import ingest
+from t2g_core.ingest.mapped import mapped_feedback
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, SourceRef
@@ -17,19 +21,12 @@ from t2g_core.stages.refs import ArtifactRef, SourceRef
 def source_frame(data: DataConfig) -> pd.DataFrame:
     """The feedback rows ``data`` names: a public dataset, the built-in demo data, or a feedback file."""
     if data.columns is not None:
-        from t2g_core.ingest.mapped import mapped_feedback
-
         return mapped_feedback(data.dataset, data.columns, task=data.task, split=data.split, limit=data.limit)
     if data.dataset is not None:
-        from t2g_core.ingest import ingest
-
         path = None if data.source in ("hub", "demo") else data.source
         return ingest(data.dataset, path, split=data.split, limit=data.limit)
     if data.source == "demo":
-        from t2g_core.demo import make_demo_feedback
-
         return make_demo_feedback(data.task, data.n_items, data.seed)
-    from t2g_core.feedback import load_feedback
 
     df = load_feedback(data.source)
     return df.head(data.limit).reset_index(drop=True) if data.limit is not None else df

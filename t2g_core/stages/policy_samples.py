@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from t2g_core.config.evaluate import EvaluateConfig
+from t2g_core.config.sampling import Sampling
 from t2g_core.config.stages import PolicySamplesSettings
+from t2g_core.feedback import responses_frame
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.holdout import training_rows
 from t2g_core.stages.labelling import label
@@ -34,8 +37,6 @@ def draw_prompts(feedback: ArtifactRef, settings: PolicySamplesSettings) -> pd.D
 def sample_responses(policy: str, rows: pd.DataFrame, settings: PolicySamplesSettings, ctx: StageContext):
     """``per_prompt`` responses per row (a list per row, in row order), one model load, progress per batch; each
     row's prompt is rendered for its own task."""
-    from t2g_core.config.evaluate import EvaluateConfig
-    from t2g_core.config.sampling import Sampling
     from t2g_core.evaluation.generate import generate_with, load_policy
     from t2g_core.models.loading import default_device, resolve_dtype
 
@@ -61,7 +62,6 @@ def sample_responses(policy: str, rows: pd.DataFrame, settings: PolicySamplesSet
 def samples_frame(rows: pd.DataFrame, responses: list[list[str]]) -> pd.DataFrame:
     """The responses as feedback rows (schema FEEDBACK): the item's prompt, reference and tests, a new id, no critique,
     ``meta`` naming the item sampled from (the item's own meta describes the item's response, not this one)."""
-    from t2g_core.feedback import responses_frame
 
     entries = (
         (row, SAMPLE_ID.format(id=row["id"], k=k), text, {"sampled_from": row["id"], "sample": k})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from t2g_core.config.stages import PPOSettings
-from t2g_core.stages.context import StageContext
+from t2g_core.stages.context import StageContext, one_writer
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicyRef, RewardModelRef, folder_digest
 
@@ -139,7 +139,6 @@ def run_reward_stats(history: list[dict]) -> dict[str, float]:
 def resume(run_dir: str | Path, ctx: StageContext, *, api_key: str | None = None) -> PolicyRef:
     """Continue the run in ``run_dir`` from its latest checkpoint, exactly as if it had not stopped."""
     from t2g_core.ppo.run import read_settings, run_from_dir
-    from t2g_core.stages.context import one_writer
 
     with one_writer(Path(run_dir), ctx.run_id or f"t2g ppo resume {run_dir}"):
         result = run_from_dir(run_dir, resume=True, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)

@@ -16,6 +16,8 @@ import math
 from pathlib import Path
 
 from t2g_core.config.stages import RewardModelSettings
+from t2g_core.feedback import sampled_from
+from t2g_core.reward_model.train import train_rm
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import (
@@ -40,7 +42,6 @@ def add_samples(
     out, so the held-out figures stay on unseen prompts."""
     import pandas as pd
 
-    from t2g_core.feedback import sampled_from
     from t2g_core.reward_model.data import split_for_id
 
     items, labels = read(samples.feedback, "feedback"), read(samples.annotations, "annotations")
@@ -146,7 +147,6 @@ def _fit(rm_data, base, settings: RewardModelSettings, ctx: StageContext, feedba
             dtype=weights_dtype(settings),
             on_progress=ctx.on_progress,
         )
-    from t2g_core.reward_model.train import train_rm
 
     return train_rm(
         cfg,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from t2g_core.config.stages import ValidateSettings
+from t2g_core.review import ReviewVerdicts, export_review, load_sample
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, ReviewSampleRef, ValidationRef
@@ -36,7 +37,6 @@ def draw_sample(
     ctx: StageContext,
 ) -> ReviewSampleRef:
     """The stratified, seeded review sample, written with its offline review page and sheet."""
-    from t2g_core.review import export_review
     from t2g_core.validation import review_sample
 
     sample = review_sample(batch(annotations, spans, feedback), settings.validate_)
@@ -54,7 +54,6 @@ def auto_review(
     sample: ReviewSampleRef, annotations: ArtifactRef, spans: ArtifactRef, feedback: ArtifactRef
 ) -> dict | None:
     """The programmatic reviewer: verdicts against feedback ``meta.gold_spans`` (None without ground truth)."""
-    from t2g_core.review import load_sample
     from t2g_core.validation import gold_by_id, ground_truth_review
 
     b = batch(annotations, spans, feedback)
@@ -79,7 +78,6 @@ def check(
     ``pass``, ``pending`` (review expected, verdicts not in yet) or ``fail`` (the caller stops the run)."""
     from dataclasses import replace
 
-    from t2g_core.review import ReviewVerdicts, load_sample
     from t2g_core.validation import check_batch, with_review, write_report
 
     cfg = settings.validate_

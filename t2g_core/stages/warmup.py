@@ -13,12 +13,12 @@ from t2g_core.config.stages import WarmupSettings
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.holdout import training_rows
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, model_digest
+from t2g_core.warmup import train_warmup, warmup_pairs
 
 
 def warm_up(feedback: ArtifactRef, models: ModelsRef, settings: WarmupSettings, ctx: StageContext) -> ModelsRef:
     """LoRA SFT of ``models.policy`` on the training prompts' references, merged; ``models`` with that policy."""
     from t2g_core.models.loading import load_tokenizer, resolve_dtype
-    from t2g_core.warmup import train_warmup, warmup_pairs
 
     cfg = settings.warmup
     pairs = warmup_pairs(training_rows(feedback, settings), load_tokenizer(models.policy, padding_side=None), cfg)

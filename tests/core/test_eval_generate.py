@@ -10,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from t2g_core.config.evaluate import EvaluateConfig  # noqa: E402
-from t2g_core.evaluation.generate import generate, generate_samples, generation_settings, load_policy, render_prompt  # noqa: E402
+from t2g_core.evaluation.generate import generate, generate_samples, generation_settings, load_policy  # noqa: E402
+from t2g_core.policy_prompts import render_policy_prompt as render_prompt  # noqa: E402
 
 CHAT = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
