@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -107,7 +108,7 @@ def metric_bars(summary: Mapping[str, Any], path: Path) -> Path:
     comps = {(c["policy"], c["metric"]): c for c in summary.get("comparisons", [])}
     cols = min(4, len(metrics)) or 1
     rows = math.ceil(len(metrics) / cols) or 1
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False, layout="constrained")
     for ax, m in zip(axes.flat, metrics, strict=False):
         scale = 100.0 if is_percent(m) else 1.0  # rates in %, as the comparison table shows them
         means = [scale * summary["policies"][p]["metrics"].get(m, float("nan")) for p in policies]
@@ -129,7 +130,7 @@ def metric_bars(summary: Mapping[str, Any], path: Path) -> Path:
             color=["#999999" if p == baseline else "#3b75af" for p in policies],
         )
         ax.set_xticks(range(len(policies)), policies, rotation=30, ha="right", fontsize=8)
-        ax.set_title(title(m), fontsize=8, wrap=True)
+        _panel_title(ax, m)
     for ax in list(axes.flat)[len(metrics) :]:
         ax.axis("off")
     fig.suptitle(
@@ -137,7 +138,6 @@ def metric_bars(summary: Mapping[str, Any], path: Path) -> Path:
         f"difference from {baseline}",
         fontsize=9,
     )
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -162,15 +162,32 @@ def load_history(path: str | Path) -> pd.DataFrame:
 
 
 CURVE_PRIORITY = ("eval/task_", "task/", "reward/total_mean", "kl/mean", "eval/", "reward/")
+AFTER_UPDATE = "eval/"  # PPO evaluates the held-out prompts after a step's update; a step's other metrics are of its
+# rollouts (drawn before the update) or of the update itself
+UPDATES_AXIS = "PPO updates done"
+TITLE_CHARS = 34  # characters per title line that fit a panel about 3.3 inches wide at 8 points
 
 
 def _curve_rank(metric: str) -> int:
     return next((i for i, prefix in enumerate(CURVE_PRIORITY) if metric.startswith(prefix)), len(CURVE_PRIORITY))
 
 
+def _panel_title(ax, metric: str) -> None:
+    """The metric in words, wrapped to the panel's width (matplotlib's own ``wrap`` wraps at the figure's edge, so a
+    long title ran into its neighbour's)."""
+    ax.set_title(textwrap.fill(title(metric), TITLE_CHARS), fontsize=8)
+
+
+def updates_done(metric: str, steps: pd.Series) -> pd.Series:
+    """The policy's PPO updates when ``metric`` was measured at each step: s for a step's rollouts, s + 1 for the
+    held-out evaluation after its update."""
+    return steps + 1 if metric.startswith(AFTER_UPDATE) else steps
+
+
 def learning_curves(histories: Mapping[str, pd.DataFrame], path: Path, max_panels: int = 8) -> Path | None:
-    """One panel per metric of the runs, task and reward metrics first (up to ``max_panels``), one line per run.
-    Metrics recorded only on some steps (periodic evals) are drawn through the steps that have them."""
+    """One panel per metric of the runs, task and reward metrics first (up to ``max_panels``), one line per run, over
+    the updates the policy had when measured (:func:`updates_done`). Metrics recorded only on some steps (periodic
+    evals) are drawn through the steps that have them."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -183,24 +200,28 @@ def learning_curves(histories: Mapping[str, pd.DataFrame], path: Path, max_panel
         return None
     cols = min(4, len(metrics))
     rows = math.ceil(len(metrics) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows), squeeze=False, layout="constrained")
     for ax, m in zip(axes.flat, metrics, strict=False):
         scale = 100.0 if is_percent(m) else 1.0
         for name, df in numeric.items():
             if m in df.columns:
                 have = df[m].notna()
-                ys = scale * df.loc[have, m]
-                ax.plot(df.loc[have, "step"], ys, marker="." if have.sum() < 20 else None, label=name)
-        ax.set_title(title(m), fontsize=8, wrap=True)
-        ax.set_xlabel("PPO step", fontsize=8)
+                xs, ys = updates_done(m, df.loc[have, "step"]), scale * df.loc[have, m]
+                ax.plot(xs, ys, marker="." if have.sum() < 20 else None, label=name)
+        _panel_title(ax, m)
+        ax.set_xlabel(UPDATES_AXIS, fontsize=8)
     for ax in list(axes.flat)[len(metrics) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
+
+CURVES_NOTE = (
+    f"Curves over the policy's {UPDATES_AXIS}: a step's rollouts (training curves) are drawn before its update, "
+    "its held-out evaluation after it."
+)
 
 REWARD_LABELS = {
     "source": "reward source",
@@ -248,7 +269,7 @@ def write_report(
         curves = learning_curves(histories, out / "learning_curves.png")
         if curves is not None:
             files["learning_curves_png"] = curves
-            md += ["", "![learning curves](learning_curves.png)"]
+            md += ["", "![learning curves](learning_curves.png)", "", CURVES_NOTE]
     if reward:
         md += ["", "## The reward PPO learnt from", "", reward_table(reward)]
     settings = {p: e.get("settings", {}) for p, e in results.summary["policies"].items()}
