@@ -230,7 +230,10 @@ class PPOTrainer:
         self.records += records
         if self.rank == 0 and self.cfg.heatmap_samples:
             path = write_heatmap(
-                self.run_dir / "heatmaps" / f"step-{step:06d}.html", step, samples[: self.cfg.heatmap_samples]
+                self.run_dir / "heatmaps" / f"step-{step:06d}.html",
+                step,
+                samples[: self.cfg.heatmap_samples],
+                reader=self.cfg.reward_source,
             )
             self.heatmaps.append(path)
 
