@@ -102,7 +102,6 @@ def promote_if_better(
     exists). ``eligible=False`` records a version that may not be promoted (its evaluation verdict was not "better").
     """
     from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
 
     client = MlflowClient()
     tag = metric_tag(metric)
@@ -110,11 +109,8 @@ def promote_if_better(
     client.set_model_version_tag(name, version, DIRECTION_TAG, LOWER if lower_is_better else HIGHER)
     if value is None or not eligible:
         return False
-    try:
-        champion = client.get_model_version_by_alias(name, CHAMPION)
-        best = _score(champion.tags, tag)
-    except MlflowException:
-        champion, best = None, -math.inf
+    champion = _aliased(name, CHAMPION)
+    best = _score(champion.tags, tag) if champion is not None else -math.inf
     if champion is None or _score({tag: str(value), DIRECTION_TAG: LOWER if lower_is_better else HIGHER}, tag) > best:
         client.set_registered_model_alias(name, CHAMPION, version)
         return True
@@ -128,15 +124,30 @@ def _score(tags: Mapping[str, str], tag: str) -> float:
     return -value if tags.get(DIRECTION_TAG) == LOWER and math.isfinite(value) else value
 
 
-def alias_version(name: str, alias: str) -> str | None:
-    """The version ``alias`` points at, or None (no such model or alias)."""
+def _aliased(name: str, alias: str):
+    """The model version ``alias`` points at, or None (no such model or alias)."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
     try:
-        return str(MlflowClient().get_model_version_by_alias(name, alias).version)
+        return MlflowClient().get_model_version_by_alias(name, alias)
     except MlflowException:
         return None
+
+
+def alias_version(name: str, alias: str) -> str | None:
+    """The version ``alias`` points at, or None (no such model or alias)."""
+    found = _aliased(name, alias)
+    return str(found.version) if found is not None else None
+
+
+def champion_metric(name: str, metric: str) -> tuple[str, float | None] | None:
+    """(version, ``metric`` as measured on it) of the champion, or None when there is none."""
+    found = _aliased(name, CHAMPION)
+    if found is None:
+        return None
+    value = _as_float(found.tags.get(metric_tag(metric)))
+    return str(found.version), value if math.isfinite(value) else None
 
 
 def _as_float(text: str | None) -> float:

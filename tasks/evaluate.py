@@ -15,9 +15,11 @@ from prefect import task
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import EvaluateSettings
 from t2g_core.datasets import described
+from t2g_core.evaluation.outcome import Outcome, outcome
+from t2g_core.evaluation.titles import words
 from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef
 from t2g_env import api_key
-from t2g_mlflow.registry import describe_version, promote_if_better
+from t2g_mlflow.registry import champion_metric, describe_version, promote_if_better
 from t2g_mlflow.tags import VERDICT_TAG
 from tasks.caching import stage_task_options
 from tasks.ppo import POLICY_MODEL
@@ -50,8 +52,6 @@ def promote_policy(
     carries its metric as measured, the metric's direction, the verdict and a description in words."""
     import json
 
-    from t2g_core.evaluation.outcome import outcome
-
     result = outcome(json.loads(Path(ref.summary).read_text(encoding="utf-8")))
     metric = result.metric or "score"
     promoted = promote_if_better(
@@ -62,7 +62,7 @@ def promote_policy(
         lower_is_better=result.lower_is_better,
         eligible=result.eligible,
     )
-    said = "promoted to champion" if promoted else f"not promoted ({metric}: {result.verdict})"
+    said = "promoted to champion" if promoted else not_promoted(result)
     parts = [f"Policy after {policy.steps} PPO steps" if policy else "PPO policy", f"evaluated on {ref.task}"]
     if data:
         parts.append(f"learnt from {data}")
@@ -76,6 +76,20 @@ def promote_policy(
     )
     log(f"policy version {version}: {said}; {result.headline()}")
     return promoted
+
+
+def not_promoted(result: Outcome) -> str:
+    """Why a policy version stayed out: its verdict against the policy before PPO, or the champion it did not beat
+    (its version and metric)."""
+    metric = result.metric or "score"
+    held = champion_metric(POLICY_MODEL, metric) if result.eligible and result.after is not None else None
+    if held is None:
+        return f"not promoted ({metric}: {result.verdict} against the policy before PPO)"
+    version, value = held
+    return (
+        f"not promoted: the champion, version {version}, has {words(metric)} {result.shown(value)} against this "
+        f"version's {result.shown(result.after)} ({metric}: {result.verdict} against the policy before PPO)"
+    )
 
 
 def publish(ref: EvaluationRef) -> None:

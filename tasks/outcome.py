@@ -43,13 +43,16 @@ def _summary(outputs: dict[str, Any]) -> dict | None:
 
 
 def _promotion(policy: Any) -> tuple[str, bool]:
-    """(``policy version 2: promoted to champion``, promoted) from the registry's champion alias."""
+    """(``policy version 2: promoted to champion``, promoted) from the registry's champion alias (a version left out
+    names the champion it did not beat)."""
 
     version = getattr(policy, "version", None)
     if not version:
         return "the policy was not registered", False
-    promoted = alias_version(POLICY_MODEL, "champion") == str(version)
-    return f"{POLICY_MODEL} version {version}: {'promoted to champion' if promoted else 'not promoted'}", promoted
+    champion = alias_version(POLICY_MODEL, "champion")
+    promoted = champion == str(version)
+    said = "promoted to champion" if promoted else f"not promoted (the champion is version {champion})"
+    return f"{POLICY_MODEL} version {version}: {said if champion else 'not promoted (no champion yet)'}", promoted
 
 
 def _stage_rows(flow_run_id: str) -> list[str]:

@@ -44,7 +44,8 @@ class Outcome:
         """The policy may become the champion: the verdict on the primary metric is "better"."""
         return self.verdict == "better"
 
-    def _value(self, value: float | None) -> str:
+    def shown(self, value: float | None) -> str:
+        """A value of the metric as the headline shows it (a rate in %)."""
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return "–"
         return f"{100 * value:.1f}%" if self.metric and is_percent(self.metric) else f"{value:.3g}"
@@ -53,7 +54,7 @@ class Outcome:
         """``fact error (%, lower is better): 38.4% -> 4.6%, better (95% CI of the difference [-36.9, -30.7])``."""
         if self.metric is None:
             return f"{self.task}: not evaluated"
-        text = f"{title(self.metric)}: {self._value(self.before)} -> {self._value(self.after)}, {self.verdict}"
+        text = f"{title(self.metric)}: {self.shown(self.before)} -> {self.shown(self.after)}, {self.verdict}"
         if self.low is not None and self.high is not None:
             scale, unit = (100.0, " points") if is_percent(self.metric) else (1.0, "")
             level = round(100 * self.confidence)

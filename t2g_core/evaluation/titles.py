@@ -69,6 +69,11 @@ def is_percent(metric: str) -> bool:
     return _words(metric)[1] == PERCENT
 
 
+def words(metric: str) -> str:
+    """``fact error``: the metric in words alone."""
+    return _words(metric)[0]
+
+
 def title(metric: str) -> str:
     """``fact error (%, lower is better)``: the metric in words, its unit and the better direction."""
     words, unit, better = _words(metric)

@@ -4,6 +4,7 @@ before PPO must be "better" on the task's primary metric, and its score must bea
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 from t2g_core.stages.evaluate import promotion
 
@@ -37,6 +38,7 @@ def test_champion_moves_only_to_a_better_evaluated_policy(workspace_cfg, tmp_pat
     from t2g_core.stages.refs import EvaluationRef
     from t2g_mlflow import experiment, registry, runs
     from tasks.evaluate import promote_policy
+    from tasks.outcome import _promotion
     from tasks.ppo import POLICY_MODEL
 
     adapter = tmp_path / "adapter"
@@ -59,4 +61,7 @@ def test_champion_moves_only_to_a_better_evaluated_policy(workspace_cfg, tmp_pat
     assert third.tags["t2g.metric.direction"] == "lower_is_better" and third.tags["t2g.verdict"] == "better"
     second = client.get_model_version(POLICY_MODEL, "2")
     assert second.tags["t2g.metric.fact_error"] == "0.05" and second.tags["t2g.verdict"] == "no clear difference"
-    assert "Not promoted (fact_error: no clear difference)" in second.description
+    assert "Not promoted (fact_error: no clear difference against the policy before PPO)" in second.description
+    fourth = client.get_model_version(POLICY_MODEL, "4").description  # better than its start, not the champion
+    assert "Not promoted: the champion, version 3, has fact error 10.0% against this version's 30.0%" in fourth
+    assert _promotion(SimpleNamespace(version="4"))[0].endswith("not promoted (the champion is version 3)")  # outcome
