@@ -26,7 +26,7 @@ SHOWN = {  # the fields of each stage's reference worth a line
     "warmup": ("policy",),
     "validate": ("status", "report"),
     "reward_model": ("kind", "model_dir", "version", "champion", "global_step"),
-    "ppo": ("adapter_dir", "steps", "version", "reward_model_version"),
+    "ppo": ("adapter_dir", "steps", "version", "reward_model_version", "refreshed_reward_model_version"),
     "evaluate": ("path", "n_rows", "task"),
 }
 

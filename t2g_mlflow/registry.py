@@ -41,9 +41,11 @@ def log_adapter_model(
     metrics: Mapping[str, float] | None = None,
     alias: str | None = "candidate",
     model_type: str = "peft-adapter",
+    metrics_by_step: Mapping[int, Mapping[str, float]] | None = None,
 ) -> str:
     """Log a model folder (a PEFT adapter, or a span tagger's folder: ``model_type``) as an external LoggedModel of
-    the active run (tagged with that run's Prefect ids), register it and set ``alias``.
+    the active run (tagged with that run's Prefect ids), with its ``metrics`` (and ``metrics_by_step``: step ->
+    metrics), register it and set ``alias``.
 
     Returns the registered model version. Load it back with :func:`resolve_model_ref`
     (``models:/NAME@ALIAS``).
@@ -62,9 +64,10 @@ def log_adapter_model(
     )
     client = MlflowClient()
     client.log_model_artifacts(lm.model_id, str(adapter_dir))
-    for key, value in (metrics or {}).items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            mlflow.log_metric(key, float(value), model_id=lm.model_id)
+    for step, values in [(0, metrics or {}), *(metrics_by_step or {}).items()]:
+        for key, value in values.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                mlflow.log_metric(key, float(value), step=step, model_id=lm.model_id)
     mv = mlflow.register_model(
         f"{REGISTRY_PREFIX}{lm.model_id}", registered_name, tags={SOURCE_RUN_TAG: source_run or ""}
     )

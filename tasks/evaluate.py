@@ -66,8 +66,8 @@ def promote_policy(
     parts = [f"Policy after {policy.steps} PPO steps" if policy else "PPO policy", f"evaluated on {ref.task}"]
     if data:
         parts.append(f"learnt from {data}")
-    if policy is not None and policy.reward_model_version:
-        parts.append(f"trained against reward model version {policy.reward_model_version}")
+    if policy is not None and (policy.reward_model_version or policy.refreshed_reward_model_version):
+        parts.append(reward_models_used(policy))
     describe_version(
         POLICY_MODEL,
         version,
@@ -76,6 +76,17 @@ def promote_policy(
     )
     log(f"policy version {version}: {said}; {result.headline()}")
     return promoted
+
+
+def reward_models_used(policy: PolicyRef) -> str:
+    """The registered reward model PPO started from and, when the critique loop refreshed it, the one it ended on."""
+    text = f"trained against reward model version {policy.reward_model_version or '(not registered)'}"
+    if policy.refreshed_reward_model_version:
+        text += (
+            f", refreshed {len(policy.reward_models)} times by the critique loop into version "
+            f"{policy.refreshed_reward_model_version}, which gave PPO's last rewards"
+        )
+    return text
 
 
 def not_promoted(result: Outcome) -> str:

@@ -3,10 +3,10 @@
 The run folder is keyed by the stage key; a re-run after a crash resumes from the run's own latest checkpoint
 (training is not retried by Prefect, it continues, and the log says from which step); ``--refresh ppo`` starts it
 afresh. The adapter is registered as ``text2grad-policy`` (alias ``candidate``) with the reward-model version it was
-trained against, so ``t2g lineage`` walks back from the policy; evaluation may promote it to ``champion``. Each
-reward model the critique loop refreshed is registered as a version of the reward model (alias ``refreshed`` on the
-last), logged by this PPO run, with the audit that triggered it; the alarm shows as the run's ``ppo-critique-loop``
-progress artifact.
+trained against, so ``t2g lineage`` walks back from the policy; evaluation may promote it to ``champion``. The reward
+model the critique loop refreshed last, the one PPO's last rewards came from, is registered once per run as a version
+of the reward model (alias ``refreshed``), logged by this PPO run, with every round's audit as its metrics; the alarm
+shows as the run's ``ppo-critique-loop`` progress artifact.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from t2g_core.config.stages import PPOSettings
 from t2g_core.stages import ppo
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicyRef, RewardModelRef
 from t2g_env import api_key
-from t2g_mlflow.registry import log_adapter_model, log_model_input
+from t2g_mlflow.registry import describe_version, log_adapter_model, log_model_input
 from tasks.caching import stage_task_options
 from tasks.stage import stage
 
@@ -43,20 +43,42 @@ def train_policy(
         rm_version = used_rm.version if settings.uses_trained_reward_model and used_rm is not None else None
         if rm_version:
             log_model_input(settings.reward_model.registered_name, rm_version)
-        refreshed = [register_refreshed(m, settings, rm_version) for m in ref.reward_models]
+        refreshed = register_refreshed(ref, settings, rm_version)
         version = log_adapter_model(
             ref.adapter_dir, POLICY_MODEL, params=settings, metrics=ref.metrics, alias="candidate"
         )
         ctx.log(f"policy adapter registered as {POLICY_MODEL} version {version}")
-        update = {"version": version, "reward_model_version": rm_version, "reward_models": refreshed}
+        update = {"version": version, "reward_model_version": rm_version, "refreshed_reward_model_version": refreshed}
         return ctx.produced(ref.model_copy(update=update))
 
 
-def register_refreshed(model: dict, settings: PPOSettings, started_from: str | None) -> dict:
-    """Register one reward model the critique loop refreshed (a version of the reward model, logged by this run)."""
-    name = settings.reward_model.registered_name
-    params = {"critique_loop_round": model["round"], "ppo_step": model["step"], "refreshed_from_version": started_from}
+def register_refreshed(ref: PolicyRef, settings: PPOSettings, started_from: str | None) -> str | None:
+    """Register the reward model the critique loop refreshed last (PPO's last rewards came from it) as one version of
+    the reward model, logged by this run, with each round's audit (the reward model it replaced against the annotator,
+    on the policy's rollouts) as ``critique_loop/*`` metrics at the round's PPO step, and a description in words.
+    One version per run, not per round: a round's reward model scores a few steps and is never used again (each is
+    kept in the run folder, ``critique_loop/round-NNN/tagger``). None when nothing was refreshed."""
+    if not ref.reward_models:
+        return None
+    name, last = settings.reward_model.registered_name, ref.reward_models[-1]
+    rounds = {m["step"]: {f"critique_loop/{k}": v for k, v in m["metrics"].items()} for m in ref.reward_models}
+    params = {"critique_loop_rounds": len(ref.reward_models), "refreshed_from_version": started_from}
     version = log_adapter_model(
-        model["folder"], name, params, model["metrics"], alias="refreshed", model_type="span-tagger"
+        last["folder"], name, params, alias="refreshed", model_type="span-tagger", metrics_by_step=rounds
     )
-    return {**model, "version": version}
+    start = f"version {started_from}" if started_from else settings.ppo.reward_model_path or "its trained reward model"
+    describe_version(name, version, refreshed_description(ref, start))
+    return version
+
+
+def refreshed_description(ref: PolicyRef, start: str) -> str:
+    """The refreshed reward model in words: where it started, how often it was refreshed, its last round's audit."""
+    last = ref.reward_models[-1]
+    audit = {k: last["metrics"].get(k, float("nan")) for k in ("annotated", "f1", "poor_f1")}
+    return (
+        f"Reward model refreshed {len(ref.reward_models)} times by the critique loop from {start} during a PPO run "
+        f"of {ref.steps} steps ({ref.run_dir}); PPO's last rewards came from it. The last audit, after step "
+        f"{last['step']}, of the reward model it replaced against the annotator on {audit['annotated']:.0f} of the "
+        f"policy's rollouts: span F1 {audit['f1']:.2f}, poor-span F1 {audit['poor_f1']:.2f}. Each round's audit is "
+        "a metric of this model (critique_loop/*) at the round's PPO step."
+    )

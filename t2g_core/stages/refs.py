@@ -224,12 +224,14 @@ class PolicyRef(Ref):
     rollouts_path: str | None = None
     metrics: dict[str, float] = {}
     version: str | None = None
-    reward_model_version: str | None = None
+    reward_model_version: str | None = None  # the registered reward model PPO started from
+    refreshed_reward_model_version: str | None = (
+        None  # the critique loop's last refresh, registered: PPO's last rewards
+    )
     # what PPO's reward came from: source (and reward-model kind), the reward model's held-out quality, the share of
     # a PPO step spent scoring, the share of the rollouts' quotes that matched no text
     reward: dict[str, float | str] = {}
-    # reward models the critique loop refreshed: folder, round, step, the audit metrics of that round, and (once a
-    # tracking layer registered it) version
+    # reward models the critique loop refreshed: folder, round, step, the audit metrics of that round
     reward_models: list[dict] = []
 
     def fingerprint(self) -> dict[str, str]:

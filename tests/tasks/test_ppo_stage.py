@@ -58,9 +58,9 @@ def test_ppo_reads_holdout_and_align_and_registers_the_policy(tiny_model_dir, wo
 def test_each_reward_model_the_critique_loop_refreshed_is_registered_with_its_audit(
     tiny_model_dir, workspace_cfg, run_task, tmp_path
 ):
-    """With ``ppo.critique_loop`` on, the PPO task registers every refreshed tagger as a version of the reward model,
-    logged by the PPO run (alias ``refreshed`` on the last), with the ``critic_loop`` metrics of its round; the
-    reward model's training rows it replays are in the run folder."""
+    """With ``ppo.critique_loop`` on, the PPO task registers the last refreshed tagger (PPO's last rewards) as one
+    version of the reward model, logged by the PPO run (alias ``refreshed``), with each round's audit; the reward
+    model's training rows it replays are in the run folder, and each audited step has its audit page."""
     import mlflow
 
     from t2g_core.config import AnnotateConfig, PPOConfig
@@ -79,9 +79,11 @@ def test_each_reward_model_the_critique_loop_refreshed_is_registered_with_its_au
     out = run_task(train_policy, _feedback(workspace_cfg), models, rm, settings, workspace_cfg)
 
     assert [(m["round"], m["step"]) for m in out.reward_models] == [(0, 0), (1, 1)]
-    client, name = mlflow.MlflowClient(), settings.reward_model.registered_name
     for m in out.reward_models:
-        assert client.get_model_version(name, m["version"]).run_id == out.run_id
         assert m["metrics"]["annotated"] == 2.0 and "f1" in m["metrics"] and "refresh_loss" in m["metrics"]
-    assert str(client.get_model_version_by_alias(name, "refreshed").version) == out.reward_models[-1]["version"]
+    client, name = mlflow.MlflowClient(), settings.reward_model.registered_name
+    refreshed = client.get_model_version(name, out.refreshed_reward_model_version)
+    assert refreshed.run_id == out.run_id and "refreshed 2 times" in refreshed.description
+    assert str(client.get_model_version_by_alias(name, "refreshed").version) == out.refreshed_reward_model_version
     assert (Path(out.run_dir) / "critique_loop" / "replay_rm_data.parquet").exists()
+    assert (Path(out.run_dir) / "heatmaps" / "audit-step-000000.html").exists()

@@ -65,3 +65,34 @@ def test_champion_moves_only_to_a_better_evaluated_policy(workspace_cfg, tmp_pat
     fourth = client.get_model_version(POLICY_MODEL, "4").description  # better than its start, not the champion
     assert "Not promoted: the champion, version 3, has fact error 10.0% against this version's 30.0%" in fourth
     assert _promotion(SimpleNamespace(version="4"))[0].endswith("not promoted (the champion is version 3)")  # outcome
+
+
+def test_the_policy_names_the_reward_model_ppo_started_from_and_the_one_it_ended_on(workspace_cfg, tmp_path):
+    """Before: "trained against reward model version 1" while PPO's last rewards came from the critique loop's
+    refresh, version 9."""
+    from mlflow import MlflowClient
+
+    from t2g_core.stages.refs import EvaluationRef, PolicyRef
+    from t2g_mlflow import registry, runs
+    from tasks.evaluate import promote_policy
+    from tasks.ppo import POLICY_MODEL
+
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
+    with runs.stage_run("ppo", {}, workspace_cfg):
+        version = registry.log_adapter_model(tmp_path / "adapter", POLICY_MODEL, alias="candidate")
+    (tmp_path / "summary.json").write_text(json.dumps(_summary("better", 0.1)))
+    ref = EvaluationRef(
+        path=str(tmp_path), summary=str(tmp_path / "summary.json"), report="r", n_rows=1, task="summarization"
+    )
+    refreshed = [{"round": r, "step": 5 * r, "folder": "f", "metrics": {}} for r in range(8)]
+    policy = PolicyRef(
+        adapter_dir="a", run_dir="r", digest="d", steps=40, history_path="h", reward_models=refreshed,
+        reward_model_version="1", refreshed_reward_model_version="9",
+    )  # fmt: skip
+    promote_policy(ref, version, lambda _m: None, policy)
+    description = MlflowClient().get_model_version(POLICY_MODEL, version).description
+    assert (
+        "trained against reward model version 1, refreshed 8 times by the critique loop into version 9" in description
+    )
+    assert "PPO's last rewards" in description

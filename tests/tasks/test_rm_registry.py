@@ -164,3 +164,43 @@ def test_reward_model_task_builds_trains_evaluates_and_registers(tiny_model_dir,
     assert second.version == "2" and second.champion is False
     assert str(client.get_model_version_by_alias(TASK_NAME, "candidate").version) == "2"
     assert str(client.get_model_version_by_alias(TASK_NAME, "champion").version) == "1"
+
+
+def test_the_reward_model_ppo_ended_on_is_registered_once_with_every_rounds_audit(workspace_cfg, tmp_path):
+    """The critique loop's last refreshed reward model is one version (alias ``refreshed``), logged by the PPO run,
+    with a description in words and each round's audit as a metric at its PPO step. Before: one version per round
+    (2-9 in a demo run), with neither description nor metrics on the version."""
+    from mlflow import MlflowClient
+
+    from t2g_core.config.stages import PPOSettings
+    from t2g_core.stages.refs import PolicyRef
+    from t2g_mlflow import runs
+    from tasks.ppo import register_refreshed
+
+    (tmp_path / "tagger").mkdir()
+    (tmp_path / "tagger" / "config.json").write_text("{}")
+    audits = [(0, 0.5), (5, 0.7), (10, 0.9)]
+    rounds = [
+        {
+            "round": r,
+            "step": s,
+            "folder": str(tmp_path / "tagger"),
+            "metrics": {"f1": f1, "poor_f1": f1, "annotated": 16.0},
+        }
+        for r, (s, f1) in enumerate(audits)
+    ]
+    policy = PolicyRef(
+        adapter_dir="a", run_dir=str(tmp_path), digest="d", steps=12, history_path="h", reward_models=rounds
+    )
+    settings = PPOSettings()
+    with runs.stage_run("ppo", {}, workspace_cfg) as run:
+        version = register_refreshed(policy, settings, "1")
+    client, name = MlflowClient(), settings.reward_model.registered_name
+    assert [v.version for v in client.search_model_versions(f"name = '{name}'")] == [int(version)]
+    mv = client.get_model_version(name, version)
+    assert mv.run_id == run.info.run_id and str(client.get_model_version_by_alias(name, "refreshed").version) == version
+    assert "refreshed 3 times by the critique loop from version 1" in mv.description
+    assert "PPO's last rewards" in mv.description and "poor-span F1 0.90" in mv.description
+    model = client.get_logged_model(mv.source.removeprefix("models:/"))
+    f1 = sorted((m.step, m.value) for m in model.metrics if m.key == "critique_loop/f1")
+    assert f1 == audits
