@@ -15,8 +15,11 @@ from prefect import task
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import EvaluateSettings
 from t2g_core.datasets import described
+from t2g_core.evaluation import EvalResults, comparison_table
+from t2g_core.evaluation.judge import judge_for
 from t2g_core.evaluation.outcome import Outcome, outcome
 from t2g_core.evaluation.titles import words
+from t2g_core.stages import evaluate
 from t2g_core.stages.refs import ArtifactRef, EvaluationRef, ModelsRef, PolicyRef
 from t2g_env import api_key
 from t2g_mlflow.registry import champion_metric, describe_version, promote_if_better
@@ -31,9 +34,6 @@ def evaluate_policy(
     feedback: ArtifactRef, models: ModelsRef, policy: PolicyRef, settings: EvaluateSettings, workspace: WorkspaceConfig
 ) -> EvaluationRef:
     """Baseline = the policy before PPO; returns the results folder, summary and report."""
-    from t2g_core.evaluation.judge import judge_for
-    from t2g_core.stages import evaluate
-
     with stage(
         evaluate_policy, "evaluate", workspace, feedback=feedback, models=models, policy=policy, settings=settings
     ) as ctx:
@@ -107,8 +107,6 @@ def publish(ref: EvaluationRef) -> None:
     """The comparison table as a Prefect markdown artifact (when running inside Prefect)."""
     from prefect.artifacts import create_markdown_artifact
     from prefect.context import TaskRunContext
-
-    from t2g_core.evaluation import EvalResults, comparison_table
 
     if TaskRunContext.get() is not None:
         table = comparison_table(EvalResults.load(ref.path))
