@@ -132,6 +132,7 @@ def _start_temporary_prefect(timeout_s: float) -> str:
             raise RuntimeError(f"the temporary Prefect server did not start (exit code {proc.poll()})")
         time.sleep(0.2)
     os.environ["PREFECT_API_URL"] = url
+    os.environ["PREFECT_UI_URL"] = ""  # it serves no UI and ends with this process: no page to link (tasks.links)
     return url
 
 

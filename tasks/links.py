@@ -36,11 +36,28 @@ def prefect_tags() -> dict[str, str]:
         DEPLOYMENT_TAG: deployment.name,
         TASK_RUN_TAG: task_run.id,
         TASK_RUN_NAME_TAG: task_run.name,
-        FLOW_RUN_URL_TAG: flow_run.ui_url,
+        FLOW_RUN_URL_TAG: flow_run_url(flow_run.id) if flow_run.id else None,
     }.items():
-        if value and not (name == FLOW_RUN_URL_TAG and not str(value).startswith("http")):
-            tags[name] = str(value)  # without PREFECT_UI_URL (ephemeral API) Prefect's URL is "None/flow-runs/..."
+        if value:
+            tags[name] = str(value)
     return tags
+
+
+def prefect_ui_url() -> str | None:
+    """The Prefect UI that keeps this run's pages (a persistent server's: `make up`, a deployment's), or None: an
+    ephemeral API has no UI, and the temporary API server of `t2g run` has none either and ends with the command
+    (``t2g_cli.runtime`` sets ``PREFECT_UI_URL`` empty for it)."""
+    from prefect.settings import PREFECT_UI_URL
+
+    url = PREFECT_UI_URL.value()
+    return url if url and url.startswith("http") else None
+
+
+def flow_run_url(flow_run_id: Any) -> str | None:
+    """The flow run's page in the Prefect UI that keeps it, or None (:func:`prefect_ui_url`)."""
+    from prefect.utilities.urls import url_for
+
+    return url_for("flow-run", obj_id=flow_run_id) if prefect_ui_url() else None
 
 
 def root_flow_run_id() -> str | None:

@@ -26,11 +26,15 @@ from t2g_core.stages.registry import ORDER, typed_outputs
 from t2g_mlflow import runs
 from t2g_mlflow.registry import alias_version
 from t2g_mlflow.tags import POLICY_VERSION_TAG, PROMOTED_TAG, VERDICT_TAG
-from tasks.links import root_flow_run_id
+from tasks.links import flow_run_url, prefect_ui_url, root_flow_run_id
 from tasks.pipeline import flow_run_tree
 from tasks.ppo import POLICY_MODEL
 
 ARTIFACT_KEY = "text2grad-outcome"
+NO_PREFECT_UI = (
+    "The Prefect runs are named by id: this run used a temporary Prefect API server, which has no UI and ended with "
+    "the command (`make up` starts a persistent one whose UI keeps them)."
+)
 RM_HEADLINE = ("truth_poor_char_f1", "truth_recall_invented", "span_f1")  # the reward model's, when measured
 
 
@@ -59,7 +63,6 @@ def _stage_rows(flow_run_id: str) -> list[str]:
     """``| group | run | state | progress |`` for every subflow run of ``flow_run_id``, in start order."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterType, FlowRunFilter, FlowRunFilterId
-    from prefect.utilities.urls import url_for
 
     with get_client(sync_client=True) as client:
         tree = [i for i in flow_run_tree(client, flow_run_id) if str(i) != str(flow_run_id)]
@@ -73,7 +76,7 @@ def _stage_rows(flow_run_id: str) -> list[str]:
         names = {f.id: f.name for f in client.read_flows()}
     rows = []
     for fr in sorted(subflows, key=lambda r: r.start_time or r.created):
-        url = url_for("flow-run", obj_id=fr.id)
+        url = flow_run_url(fr.id)
         run = f"[{fr.name}]({url})" if url else f"`{fr.id}`"
         notes = "; ".join(a.description or "" for a in progress if a.flow_run_id == fr.id and a.description)
         rows.append(f"| {names.get(fr.flow_id, '?')} | {run} | {fr.state_name} | {notes or '–'} |")
@@ -114,7 +117,8 @@ def outcome_markdown(result: Outcome, promotion: str, outputs: dict, stage_rows:
     if shown:
         md += [f"Reward model (held-out): {', '.join(shown)}.", ""]
     if stage_rows:
-        md += ["## Stage groups", "", "| flow | Prefect run | state | progress |", "|---|---|---|---|", *stage_rows, ""]
+        md += ["## Stage groups", "", *([] if prefect_ui_url() else [NO_PREFECT_UI, ""])]
+        md += ["| flow | Prefect run | state | progress |", "|---|---|---|---|", *stage_rows, ""]
     md += ["## Stage outputs", "", "| output | what | MLflow run |", "|---|---|---|"]
     md += [*_output_rows(outputs, workspace), ""]
     if summary is not None:

@@ -219,3 +219,53 @@ def test_the_outcome_and_the_outputs_go_to_the_parent_run_of_the_root_flow_run(t
     )
     assert parent.data.metrics["fact_error"] == 0.1 and parent.data.tags["mlflow.note.content"] == "the outcome"
     assert runs.record_outcome(WorkspaceConfig(**ws), {"x": 1.0}, {}, "", None) is None
+
+
+@flow(name="stage-group-test")
+def stage_group() -> None:
+    return None
+
+
+@flow(name="links-test")
+def links_flow() -> str:
+    from prefect.runtime import flow_run
+
+    stage_group()
+    return str(flow_run.id)
+
+
+@pytest.mark.parametrize("ui", ["http://prefect.example:4200", ""])
+def test_the_outcome_links_prefect_runs_only_on_a_server_that_keeps_them(ui, monkeypatch):
+    """The temporary Prefect API server of `t2g run` has no UI and ends with the command: the outcome says so instead
+    of linking its runs (before: links to its port, dead once the command ended); a persistent server's UI is linked,
+    and the stage runs' Prefect URL tag follows the same rule."""
+    from prefect.settings import PREFECT_UI_URL, temporary_settings
+
+    from tasks.links import prefect_tags
+    from tasks.outcome import _stage_rows, outcome, outcome_markdown
+
+    with temporary_settings({PREFECT_UI_URL: ui}):
+        rows = _stage_rows(links_flow())
+        md = outcome_markdown(outcome(None), "promotion", {}, rows, WorkspaceConfig(root="ws"))
+        tags = flow(name="tag-test")(prefect_tags)()
+    assert len(rows) == 1 and ("stage-group-test" in rows[0])
+    if ui:
+        assert f"]({ui}/runs/flow-run/" in rows[0] and "temporary" not in md
+        assert tags["prefect.flow_run_url"].startswith(f"{ui}/runs/flow-run/")
+    else:
+        assert "http" not in md and "temporary Prefect API server" in md and "prefect.flow_run_url" not in tags
+
+
+def test_the_temporary_prefect_server_says_it_has_no_ui(monkeypatch):
+    """`t2g run` without a server starts a temporary one (no UI, gone with the command) and says so to Prefect."""
+    import os
+
+    from t2g_cli import runtime
+
+    for name in ("PREFECT_API_URL", "PREFECT_UI_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(runtime.subprocess, "Popen", lambda *a, **k: type("P", (), {"poll": lambda self: None})())
+    monkeypatch.setattr(runtime, "healthy", lambda *a, **k: True)
+    monkeypatch.setattr(runtime.atexit, "register", lambda *a: None)
+    url = runtime._start_temporary_prefect(1.0)
+    assert os.environ["PREFECT_API_URL"] == url and os.environ["PREFECT_UI_URL"] == ""
