@@ -7,7 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from t2g_core.config import WorkspaceConfig
+from t2g_core.datasets import dataset_name
 from t2g_core.stages.registry import ORDER
+from t2g_core.store import ArtifactRef
 from t2g_mlflow.experiment import run_page
 from t2g_mlflow.runs import find_pipeline_run
 
@@ -31,12 +34,12 @@ SHOWN = {  # the fields of each stage's reference worth a line
 }
 
 
-def _stage_line(name: str, ref: Any) -> str:
+def _stage_line(name: str, ref: Any, workspace: WorkspaceConfig | None = None) -> str:
     value = ref.model_dump(mode="json", by_alias=True) if hasattr(ref, "model_dump") else ref
     if not isinstance(value, dict):
         return f"  {name:<14} {value}"
     if "n_rows" in value and "sha256" in value:
-        return f"  {name:<14} {value['n_rows']} rows  {value['path']}"
+        return f"  {name:<14} {dataset_name(workspace, ArtifactRef.model_validate(value))}  {value['path']}"
     if name == "policy_samples":
         return f"  {name:<14} {value['feedback']['n_rows']} responses  {value['feedback']['path']}"
     fields = SHOWN.get(name, tuple(k for k, v in value.items() if not isinstance(v, (dict, list))))
@@ -95,7 +98,7 @@ def _indexed(page: Path) -> bool:
 def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[str]:
 
     lines = [f"Pipeline finished in {seconds:.0f} s. Stage outputs:"]
-    lines += [_stage_line(name, result[name]) for name in ORDER if result.get(name) is not None]
+    lines += [_stage_line(name, result[name], cfg.workspace) for name in ORDER if result.get(name) is not None]
     lines += ["", *learnt_lines(result.get("evaluate")), "", "Where to look:"]
     plots = plot_lines(result)
     if plots:

@@ -1,7 +1,9 @@
 """The versions of the feedback and annotations datasets that the inbox extends, in one pointer file.
 
 ``<workspace>/artifacts/DATASETS.json`` names the current version of both datasets: ``{"version": N, "feedback":
-ArtifactRef, "annotations": ArtifactRef, "annotations_cover": sha256}``. Both references are replaced in one atomic
+ArtifactRef, "annotations": ArtifactRef, "annotations_cover": sha256}``, the first feedback version (``"first"``: what
+the tiny models are built from) and the number every version got (``"versions": {sha256: N}``: a version keeps its
+one name, :func:`dataset_name`, after the pointer moves on). Both references are replaced in one atomic
 write, under the file's one-writer lock (``t2g_core.locks``), so two writers never reuse a version number and the two
 references never disagree. The pipeline sets them when it creates the first version (:func:`record_first_versions`);
 re-annotation moves both (:func:`advance_versions`). (Workspaces of earlier versions kept two ``LATEST.json`` files;
@@ -88,12 +90,22 @@ def latest_annotations(workspace: WorkspaceConfig) -> ArtifactRef | None:
     return latest(workspace, "annotations")
 
 
-def described(workspace: WorkspaceConfig, feedback: ArtifactRef) -> str:
-    """``feedback version 2 (144 rows)`` when ``feedback`` is the dataset's current version, else its content hash."""
-    pointers = _read_pointers(workspace)
-    if pointers.get("feedback") and pointers["feedback"]["sha256"] == feedback.sha256:
-        return f"feedback version {pointers['version']} ({feedback.n_rows} rows)"
-    return f"feedback {feedback.sha256[:12]} ({feedback.n_rows} rows)"
+def dataset_name(workspace: WorkspaceConfig | None, ref: ArtifactRef) -> str:
+    """The one name of a dataset version wherever it is shown (model descriptions, MLflow run descriptions, the run's
+    outcome and summary): ``feedback version 2 (144 rows, sha256 9bbf535400c3)``; content that is no version of the
+    workspace's datasets (or shown without a workspace) has no number (``spans (130 rows, sha256 …)``)."""
+    pointers = _read_pointers(workspace) if workspace is not None else {}
+    versions = pointers.get("versions", {}) | {
+        pointers[name]["sha256"]: pointers["version"] for name in ("feedback", "annotations") if pointers.get(name)
+    }  # the current versions also for a workspace of an earlier version, which kept no numbers
+    number = f" version {versions[ref.sha256]}" if ref.sha256 in versions else ""
+    return f"{ref.schema_name}{number} ({ref.n_rows} rows, sha256 {ref.sha256[:12]})"
+
+
+def first_version(workspace: WorkspaceConfig) -> ArtifactRef | None:
+    """The feedback dataset's first version (None: none recorded, or a workspace of an earlier version)."""
+    first = _read_pointers(workspace).get("first")
+    return ArtifactRef.model_validate(first) if first else None
 
 
 def version_of(workspace: WorkspaceConfig, dataset: str = "feedback") -> int:
@@ -110,6 +122,8 @@ def _advance(workspace: WorkspaceConfig, feedback: ArtifactRef, annotations: Art
         "feedback": feedback.to_dict(),
         "annotations": annotations.to_dict(),
         "annotations_cover": feedback.sha256,
+        "first": current.get("first") or (feedback.to_dict() if version == 1 else None),
+        "versions": current.get("versions", {}) | {feedback.sha256: version, annotations.sha256: version},
     }
     write_text_atomic(_pointer(workspace), json.dumps(pointers, indent=2))
     return version

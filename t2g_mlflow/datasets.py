@@ -26,6 +26,7 @@ from t2g_mlflow.tags import (
 )
 
 if TYPE_CHECKING:
+    from t2g_core.config import WorkspaceConfig
     from t2g_core.store import ArtifactRef
 
 DIGEST_LEN = 32  # MLflow caps dataset digests at 36 chars: the first 32 hex chars of the sha256
@@ -37,16 +38,25 @@ def _as_ref(ref: ArtifactRef | Mapping[str, Any]) -> ArtifactRef:
     return ref if isinstance(ref, ArtifactRef) else ArtifactRef.model_validate(dict(ref))
 
 
-def log_dataset(ref: ArtifactRef | Mapping[str, Any], name: str, context: str, run_id: str | None = None) -> None:
+def log_dataset(
+    ref: ArtifactRef | Mapping[str, Any],
+    name: str,
+    context: str,
+    run_id: str | None = None,
+    workspace: WorkspaceConfig | None = None,
+) -> None:
     """Log an artifact's Parquet as an MLflow dataset input of ``run_id`` (default: the active run): source = its
     path, digest = its content sha256, tag ``t2g.producer_run_id`` = the run that produced it (when known).
 
     ``context``: "annotation" | "training" | "eval" for inputs; "output" records what the stage produced
-    (also set as the run tag ``t2g.output.<name>``), which is what ``t2g lineage`` follows.
+    (also set as the run tag ``t2g.output.<name>``), which is what ``t2g lineage`` follows. The consumer run's
+    description names an input by its version in ``workspace`` (:func:`note_producer`).
     """
     import mlflow
     import pandas as pd
     from mlflow.entities import DatasetInput, InputTag
+
+    from t2g_core.datasets import dataset_name
 
     ref = _as_ref(ref)
     run_id = run_id or mlflow.active_run().info.run_id
@@ -72,12 +82,13 @@ def log_dataset(ref: ArtifactRef | Mapping[str, Any], name: str, context: str, r
     if context == OUTPUT_CONTEXT:
         client.set_tag(run_id, f"{OUTPUT_TAG_PREFIX}{name}", ref.sha256)
     elif PRODUCER_TAG in tags:
-        note_producer(client, run_id, name, ref, tags[PRODUCER_TAG])
+        note_producer(client, run_id, name, dataset_name(workspace, ref), tags[PRODUCER_TAG])
 
 
-def note_producer(client, run_id: str, name: str, ref: ArtifactRef, producer: str) -> None:
-    """A line in the consumer run's description (markdown on its page) linking the dataset to the run that produced
-    it, so the MLflow UI reaches the producer from the consumer in one click."""
+def note_producer(client, run_id: str, name: str, shown: str, producer: str) -> None:
+    """A line in the consumer run's description (markdown on its page) linking the dataset, ``shown`` by its one name
+    (``feedback version 1 (1024 rows, sha256 …)``), to the run that produced it, so the MLflow UI reaches the producer
+    from the consumer in one click."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -85,10 +96,7 @@ def note_producer(client, run_id: str, name: str, ref: ArtifactRef, producer: st
     except MlflowException:
         return
     link = f"#/experiments/{made_by.info.experiment_id}/runs/{producer}"
-    line = (
-        f"- input **{name}** ({ref.n_rows} rows, sha256 `{ref.sha256[:12]}`) produced by run "
-        f"[{made_by.info.run_name or producer[:8]}]({link})"
-    )
+    line = f"- input **{name}**: {shown}, produced by run [{made_by.info.run_name or producer[:8]}]({link})"
     note = client.get_run(run_id).data.tags.get(NOTE_TAG, "")
     if line not in note:
         client.set_tag(run_id, NOTE_TAG, f"{note}\n{line}" if note else f"Inputs:\n\n{line}")

@@ -15,13 +15,15 @@ from t2g_mlflow.runs import PARAM_MAX
 from t2g_mlflow.tags import OUTPUT_CONTEXT
 
 if TYPE_CHECKING:
+    from t2g_core.config import WorkspaceConfig
     from t2g_core.store import ArtifactRef
 
 
 class MlflowTracker:
-    """Metrics, files, params and datasets into the MLflow run ``run_id`` (default: the active run)."""
+    """Metrics, files, params and datasets into the MLflow run ``run_id`` (default: the active run); datasets are named
+    by their version in ``workspace`` (``t2g_core.datasets.dataset_name``)."""
 
-    def __init__(self, run_id: str | None = None):
+    def __init__(self, run_id: str | None = None, workspace: WorkspaceConfig | None = None):
         import mlflow
 
         if run_id is None:
@@ -29,7 +31,7 @@ class MlflowTracker:
             if active is None:
                 raise RuntimeError("MlflowTracker() needs an active MLflow run (use it inside stage_run) or a run_id")
             run_id = active.info.run_id
-        self.run_id = run_id
+        self.run_id, self.workspace = run_id, workspace
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         import time
@@ -57,7 +59,7 @@ class MlflowTracker:
 
     def log_input(self, ref: ArtifactRef, name: str, context: str) -> None:
         """A dataset the stage read (tagged with the run that produced it, when known)."""
-        log_dataset(ref, name, context, run_id=self.run_id)
+        log_dataset(ref, name, context, run_id=self.run_id, workspace=self.workspace)
 
     def log_output(self, ref: ArtifactRef, name: str) -> None:
         log_dataset(ref, name, OUTPUT_CONTEXT, run_id=self.run_id)

@@ -14,7 +14,7 @@ from prefect import task
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import EvaluateSettings
-from t2g_core.datasets import described
+from t2g_core.datasets import dataset_name
 from t2g_core.evaluation import EvalResults, comparison_table
 from t2g_core.evaluation.judge import judge_for
 from t2g_core.evaluation.outcome import Outcome, outcome
@@ -40,7 +40,7 @@ def evaluate_policy(
         judge = judge_for(settings.evaluate, api_key(settings))
         ref = ctx.produced(evaluate.pipeline(feedback, models, policy, settings, ctx, judge=judge))
         if policy.version:
-            promote_policy(ref, policy.version, ctx.log, policy, described(workspace, feedback))
+            promote_policy(ref, policy.version, ctx.log, policy, dataset_name(workspace, feedback))
     publish(ref)
     return ref
 

@@ -20,9 +20,11 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from t2g_core.config import WorkspaceConfig
+from t2g_core.datasets import dataset_name
 from t2g_core.evaluation.outcome import Outcome, outcome
 from t2g_core.evaluation.report import comparison_table
 from t2g_core.stages.registry import ORDER, typed_outputs
+from t2g_core.store import ArtifactRef
 from t2g_mlflow import runs
 from t2g_mlflow.registry import alias_version
 from t2g_mlflow.tags import POLICY_VERSION_TAG, PROMOTED_TAG, VERDICT_TAG
@@ -89,7 +91,7 @@ def _output_rows(outputs: dict[str, Any], workspace: WorkspaceConfig) -> list[st
         ref = outputs.get(name)
         if ref is None:
             continue
-        what = f"{ref.n_rows} rows" if hasattr(ref, "n_rows") and hasattr(ref, "sha256") else ""
+        what = dataset_name(workspace, ref) if isinstance(ref, ArtifactRef) else ""
         what = what or ", ".join(
             f"{k} {getattr(ref, k)}" for k in ("status", "kind", "version", "steps") if getattr(ref, k, None)
         )

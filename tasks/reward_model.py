@@ -14,7 +14,7 @@ from prefect import task
 
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.stages import RewardModelSettings
-from t2g_core.datasets import described
+from t2g_core.datasets import dataset_name
 from t2g_core.stages import reward_model
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicySamplesRef, RewardModelRef, ValidationRef
 from t2g_mlflow.registry import describe_version, log_adapter_model, promote_if_better
@@ -60,7 +60,7 @@ def train_reward_model(
         describe_version(
             cfg.registered_name,
             version,
-            f"Reward model ({ref.kind}) trained on {described(workspace, feedback)}; held-out {cfg.promote_metric} "
+            f"Reward model ({ref.kind}) trained on {dataset_name(workspace, feedback)}; held-out {cfg.promote_metric} "
             f"{value:.3f} (higher is better); "
             + ("champion." if champion else "not champion (an earlier version scores higher)."),
         )

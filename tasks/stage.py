@@ -81,7 +81,7 @@ def _stage(fn: Any, name: str, workspace: WorkspaceConfig, **params: Any) -> Ite
             workspace.root,
             key,
             force=forced(),
-            tracker=MlflowTracker(run.info.run_id),
+            tracker=MlflowTracker(run.info.run_id, workspace),
             log=log.info,
             on_progress=PrefectProgress(name, log.info),
             run_id=run.info.run_id,

@@ -34,7 +34,19 @@ def test_policy_line_shows_the_reward_it_learnt_from():
 def test_other_stage_lines_are_one_line():
     ref = PolicyRef(adapter_dir="/p", run_dir="/r", digest="d", steps=40, history_path="/r/history.json")
     assert _stage_line("ppo", ref).splitlines() == ["  ppo            adapter_dir=/p, steps=40"]
-    assert _stage_line("feedback", DATA) == "  feedback       3 rows  /a"
+
+
+def test_a_dataset_line_names_the_version_as_everywhere_else(tmp_path):
+    """Before: "feedback 3 rows /a", beside "feedback version 1 (3 rows)" in the model descriptions and a hash in the
+    MLflow run descriptions."""
+    from t2g_core import datasets
+    from t2g_core.config import WorkspaceConfig
+
+    ws = WorkspaceConfig(root=str(tmp_path))
+    feedback = DATA.model_copy(update={"schema_name": "feedback"})
+    datasets.record_first_versions(ws, feedback, DATA.model_copy(update={"sha256": "1" * 64}))
+    assert _stage_line("feedback", feedback, ws) == f"  feedback       {datasets.dataset_name(ws, feedback)}  /a"
+    assert datasets.dataset_name(ws, feedback) == "feedback version 1 (3 rows, sha256 000000000000)"
 
 
 def test_the_policy_samples_line_counts_the_responses():

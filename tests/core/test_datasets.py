@@ -25,7 +25,7 @@ def test_the_two_pointer_files_of_an_earlier_workspace_are_read_and_the_next_ver
     current = datasets.latest_feedback(ws)
     assert datasets.version_of(ws) == 4 and current.sha256 == "f4" and datasets.latest_annotations(ws).sha256 == "a4"
     assert datasets.annotations_covering(ws, current).sha256 == "a4"
-    assert datasets.described(ws, current) == "feedback version 4 (3 rows)"
+    assert datasets.dataset_name(ws, current) == "feedback version 4 (3 rows, sha256 f4)"
     assert datasets.advance_versions(ws, _ref("f5"), _ref("a5", "annotations"), based_on=current) == 5
     assert json.loads((tmp_path / "artifacts" / "DATASETS.json").read_text())["version"] == 5
 
@@ -44,6 +44,20 @@ def test_the_pointer_file_as_the_pipeline_writes_it_is_read(tmp_path):
     assert datasets.record_first_versions(ws, _ref("other"), _ref("a-other", "annotations")) == 2  # not the first
     assert datasets.record_first_versions(ws, _ref("f2"), _ref("a2b", "annotations")) == 2  # the same content
     assert datasets.latest_annotations(ws).sha256 == "a2b"
+
+
+def test_a_dataset_version_keeps_its_one_name_and_the_first_version_stays_known(tmp_path):
+    """Before: a version was "feedback version 1 (1024 rows)" while current and "feedback 9bbf535400c3 (1024 rows)"
+    once the inbox moved the pointer on (the MLflow run descriptions named it a third way)."""
+    ws = WorkspaceConfig(root=str(tmp_path))
+    first, annotations = _ref("f1"), _ref("a1", "annotations")
+    assert datasets.record_first_versions(ws, first, annotations) == 1
+    assert datasets.advance_versions(ws, _ref("f2"), _ref("a2", "annotations"), based_on=first) == 2
+    assert datasets.dataset_name(ws, first) == "feedback version 1 (3 rows, sha256 f1)"
+    assert datasets.dataset_name(ws, annotations) == "annotations version 1 (3 rows, sha256 a1)"
+    assert datasets.dataset_name(ws, _ref("f2")) == "feedback version 2 (3 rows, sha256 f2)"
+    assert datasets.dataset_name(ws, _ref("s9", "spans")) == "spans (3 rows, sha256 s9)"  # no version of a dataset
+    assert datasets.first_version(ws) == first
 
 
 def test_the_inbox_ledgers_an_earlier_scan_left_are_kept(tmp_path):

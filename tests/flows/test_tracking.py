@@ -269,3 +269,27 @@ def test_the_temporary_prefect_server_says_it_has_no_ui(monkeypatch):
     monkeypatch.setattr(runtime.atexit, "register", lambda *a: None)
     url = runtime._start_temporary_prefect(1.0)
     assert os.environ["PREFECT_API_URL"] == url and os.environ["PREFECT_UI_URL"] == ""
+
+
+def test_a_stage_run_names_its_input_dataset_as_everywhere_else(tmp_path, mlflow_template_db):
+    """The consumer run's description names a dataset version as the model descriptions and the run summary do
+    (before: "input feedback (3 rows, sha256 …)" beside "feedback version 1 (3 rows)")."""
+    import shutil
+
+    import mlflow
+
+    from t2g_core import datasets as versions
+    from t2g_mlflow import datasets, runs
+    from t2g_mlflow.tracker import MlflowTracker
+
+    (tmp_path / "ws").mkdir()
+    shutil.copy(mlflow_template_db, tmp_path / "ws" / "mlflow.db")
+    ws = WorkspaceConfig(root=str(tmp_path / "ws"), mlflow_tracking_uri=f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}")
+    ref = ArtifactStore(Path(ws.root) / "artifacts").write("feedback", "k", _feedback(3), "feedback")
+    versions.record_first_versions(ws, ref, ref)
+    with runs.stage_run("feedback", {}, ws) as producer:
+        datasets.log_output(ref, "feedback")
+    with runs.stage_run("annotate", {}, ws) as consumer:
+        MlflowTracker(workspace=ws).log_input(ref.model_copy(update={"run_id": producer.info.run_id}), "feedback", "x")
+    note = mlflow.MlflowClient().get_run(consumer.info.run_id).data.tags["mlflow.note.content"]
+    assert f"feedback version 1 (3 rows, sha256 {ref.sha256[:12]})" in note and "produced by run [feedback]" in note
