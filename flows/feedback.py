@@ -147,7 +147,7 @@ def reannotate(
         result["pipeline"] = text2grad(config=latest)
         return result
     feedback, annotations = versions[-1]["feedback"], versions[-1]["annotations"]
-    models = cached(data.build_models, root)(feedback, settings_for("models", config), ws)
+    models = cached(data.build_models, root)(datasets.models_feedback(ws, feedback), settings_for("models", config), ws)
     spans, validation = align_and_validate(config, feedback, models, annotations)
     result.update(align=spans, validate=validation)
     if then == "reward_model":

@@ -18,7 +18,7 @@ import tasks.warmup
 from flows.review import ui_review
 from t2g_core.config import PipelineConfig
 from t2g_core.config.data import LATEST
-from t2g_core.datasets import annotations_covering, latest_version
+from t2g_core.datasets import annotations_covering, latest_version, models_feedback
 from t2g_core.stages.refs import (
     ArtifactRef,
     EvaluationRef,
@@ -63,10 +63,11 @@ def feedback(config: ServedConfig, forced: list[str] | None = None) -> ArtifactR
 
 @flow(name="models", **RESULTS)
 def models(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ModelsRef:
-    """The base models: built locally for the feedback's task (tiny), or the named ones."""
+    """The base models: built locally for the feedback's task (tiny; for any version of the feedback dataset, from
+    its first version, so new feedback reuses them), or the named ones."""
 
     return _step(data.build_models, config, "models", forced)(
-        feedback, settings_for("models", config), config.workspace
+        models_feedback(config.workspace, feedback), settings_for("models", config), config.workspace
     )
 
 

@@ -94,18 +94,31 @@ def dataset_name(workspace: WorkspaceConfig | None, ref: ArtifactRef) -> str:
     """The one name of a dataset version wherever it is shown (model descriptions, MLflow run descriptions, the run's
     outcome and summary): ``feedback version 2 (144 rows, sha256 9bbf535400c3)``; content that is no version of the
     workspace's datasets (or shown without a workspace) has no number (``spans (130 rows, sha256 …)``)."""
-    pointers = _read_pointers(workspace) if workspace is not None else {}
-    versions = pointers.get("versions", {}) | {
-        pointers[name]["sha256"]: pointers["version"] for name in ("feedback", "annotations") if pointers.get(name)
-    }  # the current versions also for a workspace of an earlier version, which kept no numbers
+    versions = _numbers(_read_pointers(workspace)) if workspace is not None else {}
     number = f" version {versions[ref.sha256]}" if ref.sha256 in versions else ""
     return f"{ref.schema_name}{number} ({ref.n_rows} rows, sha256 {ref.sha256[:12]})"
+
+
+def _numbers(pointers: dict) -> dict[str, int]:
+    """sha256 -> version number of every recorded version (the current ones also for a workspace of an earlier
+    version, which kept no numbers)."""
+    current = {pointers[n]["sha256"]: pointers["version"] for n in ("feedback", "annotations") if pointers.get(n)}
+    return pointers.get("versions", {}) | current
 
 
 def first_version(workspace: WorkspaceConfig) -> ArtifactRef | None:
     """The feedback dataset's first version (None: none recorded, or a workspace of an earlier version)."""
     first = _read_pointers(workspace).get("first")
     return ArtifactRef.model_validate(first) if first else None
+
+
+def models_feedback(workspace: WorkspaceConfig, feedback: ArtifactRef) -> ArtifactRef:
+    """The feedback the tiny models are built from: the dataset's first version when ``feedback`` is one of its
+    versions, else ``feedback``. A version only adds items and the byte-level tokenizer encodes any new text, so a new
+    inbox batch reuses the models, and the policy before PPO (the evaluation's baseline) stays the same."""
+    pointers = _read_pointers(workspace)
+    first = pointers.get("first")
+    return ArtifactRef.model_validate(first) if first and feedback.sha256 in _numbers(pointers) else feedback
 
 
 def version_of(workspace: WorkspaceConfig, dataset: str = "feedback") -> int:
