@@ -444,7 +444,7 @@ def _reannotation_continues_to_a_policy(api: httpx.Client, ws: Path, info: dict)
     assert pointers["version"] == 3 and pointers["feedback"]["n_rows"] == 24 + 3 + 3
     client = mlflow.MlflowClient(info["mlflow"])
     second = client.get_model_version("text2grad-policy", "2")
-    assert "feedback version 3 (30 rows)" in second.description
+    assert "feedback version 3 (30 rows, sha256 " in second.description
     exp = client.get_experiment_by_name("text2grad")
     open_runs = client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")
     assert [r.info.run_name for r in open_runs] == []
