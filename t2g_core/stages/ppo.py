@@ -84,16 +84,19 @@ def reward_model_metrics(settings: PPOSettings, reward_model: RewardModelRef | N
 
 
 def reward_model_shortfalls(metrics: dict[str, float], gate) -> list[str]:
-    """Each held-out metric below its floor, as 'metric = value < ppo.reward_model_gate.floor'. With ground truth
-    (demo data) the poor-span F1 and each flaw type's recall count; without, agreement with the annotator."""
-    if "truth_poor_char_f1" in metrics:
+    """Each held-out metric below its floor, as 'metric = value < ppo.reward_model_gate.floor'. On the policy's own
+    text when the reward model was tested on it (``policy_*``: held-out policy samples), else on the dataset's
+    items; with ground truth (demo data) the poor-span F1 and each flaw type's recall count, without it the
+    agreement with the annotator."""
+    prefix = "policy_" if any(k.startswith("policy_") for k in metrics) else ""
+    if f"{prefix}truth_poor_char_f1" in metrics:
         floors = {"truth_poor_char_f1": "min_poor_f1"} | {f"truth_recall_{f}": "min_flaw_recall" for f in FLAWS}
     else:
         floors = {"span_f1": "min_agreement_f1"}
     return [
-        f"{metric} = {metrics[metric]:.3f} < ppo.reward_model_gate.{floor} {getattr(gate, floor):g}"
+        f"{prefix}{metric} = {metrics[prefix + metric]:.3f} < ppo.reward_model_gate.{floor} {getattr(gate, floor):g}"
         for metric, floor in floors.items()
-        if metric in metrics and metrics[metric] < getattr(gate, floor)
+        if prefix + metric in metrics and metrics[prefix + metric] < getattr(gate, floor)
     ]
 
 
