@@ -125,10 +125,11 @@ def reannotate(
     from t2g_core.stages.registry import settings_for
     from tasks import annotate, data
     from tasks.caching import cached
+    from tasks.inbox import pending_feedback
 
     ws, root, settings = config.workspace, config.workspace.root, settings_for("annotate", config)
     versions = []
-    for file in inbox.pending_files(ws):
+    for file in pending_feedback(ws):
         base = datasets.latest_feedback(ws)  # the version this file extends; another run that moves it first wins
         feedback = cached(data.append_feedback, root)(ArtifactRef.of(file, "feedback"), base, ws)
         todo = cached(annotate.unannotated, root)(feedback, datasets.latest_annotations(ws), ws)

@@ -32,9 +32,9 @@ def test_sensor_announces_each_new_content_once(tmp_path):
     _write_feedback(tmp_path / "inbox" / "b.jsonl", ["b0"], seed=6)
     second = feedback_sensor(ws)
     assert len(second) == 1 and second != first
-    seen = json.loads((tmp_path / "inbox" / ".seen.json").read_text())
+    seen = json.loads((tmp_path / "artifacts" / "inbox" / "seen.json").read_text())
     assert set(seen) == {*first, *second}
-    assert len(list((tmp_path / "inbox" / ".landed").iterdir())) == 2
+    assert len(list((tmp_path / "artifacts" / "inbox" / "landed").iterdir())) == 2
 
 
 @pytest.mark.slow

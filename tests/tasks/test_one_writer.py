@@ -169,7 +169,7 @@ def test_stale_temporaries_of_killed_writers_are_collected(tmp_path):
         tmp_path / "reports" / ".summary.json.tmp-7-ab12cd",
     ]
     live = tmp_path / "artifacts" / "feedback" / ".k2.tmp-13-abcdef"
-    kept = [tmp_path / "artifacts" / "feedback" / "k3" / "data.parquet", tmp_path / "inbox" / ".seen.json"]
+    kept = [tmp_path / "artifacts" / "feedback" / "k3" / "data.parquet", tmp_path / "artifacts" / "inbox" / "seen.json"]
     for path in [*stale, live, *kept]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.mkdir() if path.name.startswith(".k") or ".step-" in path.name else path.write_text("x")
