@@ -115,7 +115,8 @@ def reannotate(
     """Append every pending inbox file to the feedback dataset and annotate the items not annotated yet.
 
     ``path`` is the file named by the triggering event (informational: all pending files are processed, which is
-    what makes debouncing safe). ``then`` continues on the whole latest version of the dataset: to validation, to
+    what makes debouncing safe; one the feedback reader refuses is recorded as rejected with its reason and logged,
+    and the others go on). ``then`` continues on the whole latest version of the dataset: to validation, to
     validation and a reward-model refresh, or (``policy``) to a whole ``text2grad`` run with ``data.source: latest``
     (reward model, PPO, evaluation and its outcome; the annotations made here are reused).
     """

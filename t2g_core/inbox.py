@@ -12,8 +12,8 @@ The workspace's inbox keeps its state in ``<workspace>/artifacts/inbox/``, a fol
 files into (it used to be hidden names inside the drop folder, where anyone who may drop a file may also plant a
 symlink or a FIFO under those names): the landed copies in ``landed/`` and two ledgers, each written under its
 one-writer lock, ``seen.json`` (content hash -> the name it came in as: :func:`scan` takes a file once) and
-``processed.json`` (landed name -> the feedback version it became: :func:`pending_files` are the others). A ledger
-is read only from this user's own regular file (:func:`open_own`). An earlier workspace's
+``processed.json`` (landed name -> the feedback version it became, or ``rejected: <reason>``: :func:`pending_files`
+are the others). A ledger is read only from this user's own regular file (:func:`open_own`). An earlier workspace's
 ``.seen.json``, ``.processed.json`` and ``.landed/`` in the drop folder are taken over once, read the same way.
 The workspace's drop folder is sticky (:meth:`Workspace.at`): whoever may drop a file may not delete another's.
 """
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from t2g_core.config import WorkspaceConfig
+from t2g_core.feedback import load_feedback
 from t2g_core.locks import folder_lock
 from t2g_core.store import BrokenFile, write_text_atomic
 from t2g_core.workspace import Workspace
@@ -320,11 +321,26 @@ def _sources(inbox: str) -> Iterator[tuple[str, LocalSource | RemoteSource]]:
 
 
 def pending_files(workspace: WorkspaceConfig, warn: Callable[[str], None]) -> list[str]:
-    """Landed inbox files not yet appended to the feedback dataset, oldest first."""
+    """Landed inbox files not yet appended to the feedback dataset, oldest first. A file the feedback reader refuses
+    (its error names the line and the cause) is recorded as ``rejected: <reason>`` and ``warn`` hears it: it never
+    blocks the files behind it."""
     state = _state(workspace, warn)
     done = _read_ledger(state / PROCESSED_FILE)
     files = [p for p in (state / LANDED_DIR).glob("*") if p.is_file() and not p.name.startswith(".")]
-    return [str(p) for p in sorted(files, key=lambda p: p.stat().st_mtime) if p.name not in done]
+    pending = sorted((p for p in files if p.name not in done), key=lambda p: p.stat().st_mtime)
+    return [str(p) for p in pending if _readable(p, state, warn)]
+
+
+def _readable(path: Path, state: Path, warn: Callable[[str], None]) -> bool:
+    try:
+        load_feedback(path)  # what appending it reads
+        return True
+    except ValueError as exc:
+        source = next((n for sha, n in _read_ledger(state / SEEN_FILE).items() if path.stem == sha[:32]), path.name)
+        with _editing(state / PROCESSED_FILE) as ledger:
+            ledger[path.name] = f"rejected: {exc}"
+        warn(f"inbox file {source} rejected (the other files go on): {exc}")
+        return False
 
 
 def mark_processed(path: str, version: int, workspace: WorkspaceConfig) -> None:

@@ -19,8 +19,8 @@ def scan_inbox(inbox: str, workspace: WorkspaceConfig) -> list[dict]:
 
 @task(name="pending-feedback")
 def pending_feedback(workspace: WorkspaceConfig) -> list[str]:
-    """The landed inbox files to append, oldest first (:func:`t2g_core.inbox.pending_files`); what the inbox's take-over
-    of an earlier version's ledgers refuses is logged."""
+    """The landed inbox files to append, oldest first (:func:`t2g_core.inbox.pending_files`); one the feedback reader
+    refuses is recorded as rejected, its reason logged, and does not hold up the others."""
     return pending_files(workspace, _warn)
 
 

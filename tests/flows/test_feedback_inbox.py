@@ -65,6 +65,29 @@ def test_reannotate_appends_a_version_and_annotates_only_new_items(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_rejected_inbox_file_is_set_aside_with_its_reason_and_the_files_behind_it_land(tmp_path):
+    """A JSONL line nested 100,000 deep is refused by the feedback reader: that file is recorded as rejected with the
+    reason and the good file behind it is appended and annotated in the same run, which completes (before: every later
+    run failed on it, and the good file was never processed)."""
+    from flows.feedback import feedback_sensor, reannotate
+    from t2g_core.datasets import latest_annotations
+    from t2g_core.store import read_artifact
+
+    config = PipelineConfig.model_validate({"workspace": {"root": str(tmp_path)}})
+    (tmp_path / "inbox").mkdir()
+    (tmp_path / "inbox" / "a-deep.jsonl").write_text('{"id": "d", "meta": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    _write_feedback(tmp_path / "inbox" / "b-good.jsonl", ["g0", "g1"])
+    assert len(feedback_sensor(config.workspace)) == 2
+    out = reannotate(config)
+    assert [v["version"] for v in out["processed"]] == [1]
+    assert sorted(read_artifact(latest_annotations(config.workspace).path, "annotations")["id"]) == ["g0", "g1"]
+    ledger = json.loads((tmp_path / "artifacts" / "inbox" / "processed.json").read_text())
+    rejected = [status for status in ledger.values() if status.startswith("rejected: ")]
+    assert len(rejected) == 1 and "line 1 nests arrays or objects too deeply to read" in rejected[0]
+    assert reannotate(config)["processed"] == []  # and it blocks no later run
+
+
+@pytest.mark.slow
 def test_reannotation_after_a_pipeline_run_extends_the_pipelines_annotations(tmp_path):
     """The pipeline's annotated feedback is version 1 of both datasets, so the first inbox file extends *them*
     (before: the pipeline set no annotations pointer and the merged annotations held only the new items)."""
