@@ -193,3 +193,20 @@ def test_a_lock_file_replaced_by_a_link_or_a_fifo_is_refused_and_its_target_unto
         with pytest.raises(ValueError, match="not a plain lock file"), folder_lock(target, "run-A"):
             pass
         assert victim.read_text() == "keep me"
+
+
+def test_what_people_dropped_in_the_inbox_is_never_collected_as_a_temporary(tmp_path):
+    """A file planted in the drop folder under a temporary's name belongs to whoever dropped it (before: a run's
+    housekeeping deleted it)."""
+    import os
+
+    from t2g_core.housekeeping import collect_stale_temporaries
+
+    dropped = tmp_path / "inbox" / ".someones.jsonl.tmp"
+    ours = tmp_path / "artifacts" / ".feedback.parquet.tmp-1-a"
+    for path in (dropped, ours):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+        os.utime(path, (1, 1))
+    assert collect_stale_temporaries(tmp_path, older_than_hours=2) == [ours]
+    assert dropped.exists()
