@@ -146,7 +146,12 @@ class PPOConfig(StageConfig):
     critique_loop: CritiqueLoopConfig = Field(
         default_factory=CritiqueLoopConfig, description="Audit and refresh the reward model on the policy's rollouts."
     )
-    heatmap_samples: int = Field(4, ge=0, description="Samples shown in the token-reward heatmap per logging step.")
+    heatmap_samples: int = Field(
+        4,
+        ge=0,
+        description="Samples shown in the token-reward heatmap per logging step (besides those the critique loop "
+        "audited).",
+    )
     seed: int = Field(0, description="Seed of data order, LoRA init, minibatches and each sample's stream.")
 
     @property

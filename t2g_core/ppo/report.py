@@ -1,10 +1,9 @@
 """What a person looks at: the rollouts table (schema ROLLOUTS) and HTML token-reward heatmaps.
 
 A step's heatmap shows each sampled token coloured by the task reward it received (green = good span, red = poor
-span, intensity = magnitude) with the critique beside it: the reading of PPO's reward source (``ppo.reward_source``),
-which is not the annotator's and can be wrong. Where the critique loop audited a step's rollouts
-(``critique_loop/round-NNN``: the rollouts it chose and the annotator's labels), an audit page shows each of them read
-twice, by the reward model (as the rollouts table recorded it) and by the annotator, so the two can be compared.
+span, intensity = magnitude) with the critique beside it, and says whose reading that is: PPO's reward source
+(``ppo.reward_source``), which is not the annotator's and can be wrong, or, for a rollout the critique loop audited,
+the annotator, whose labels became its reward; such a rollout also shows the reward model's reading it replaced.
 """
 
 from __future__ import annotations
@@ -19,11 +18,11 @@ from torch import Tensor
 from t2g_core.ppo.rollout import Rollout
 from t2g_core.ppo.scoring import ScoredResponse
 from t2g_core.schemas import ROLLOUTS
-from t2g_core.spans import NEGATIVE, align_feedback
+from t2g_core.spans import NEGATIVE, ParsedFeedback, align_feedback
 from t2g_core.store import write_parquet
 
 READERS = {"reward_model": "reward model", "endpoint": "reward endpoint", "oracle": "oracle critic"}
-INDEX, STEP_PAGE, AUDIT_PAGE = "index.html", "step-{step:06d}.html", "audit-step-{step:06d}.html"
+INDEX = "index.html"
 STYLE = (
     "<style>body{font-family:sans-serif}td{vertical-align:top;padding:6px;border-bottom:1px solid #ddd}"
     ".p{color:#666;font-size:12px;max-width:28em}.w{font-weight:bold;white-space:nowrap}"
@@ -71,11 +70,34 @@ def _rollout_rows(prompt: str, readings: list[tuple[str, str, str]]) -> str:
     return head + "".join(f"<tr>{c}</tr>" for c in cells[1:])
 
 
-def _write_page(path: Path, title: str, intro: str, rows: list[str]) -> Path:
+def _readings(sample: dict, who: str) -> list[tuple[str, str, str]]:
+    """The reading PPO's reward came from (tokens coloured by that reward) and, when the critique loop replaced the
+    reward source's reading with the annotator's, the replaced one (its quoted spans coloured)."""
+    used = _tokens_html(sample["text"], sample["offsets"], sample["rewards"])
+    replaced = sample.get("replaced")
+    if replaced is None:
+        return [(who, used, _critique(sample))]
+    spans = _spans_html(sample["text"], replaced["good_spans"], replaced["poor_spans"])
+    return [("annotator (critique loop)", used, _critique(sample)), (f"{who} (replaced)", spans, _critique(replaced))]
+
+
+def write_heatmap(path: Path, step: int, samples: list[dict], reader: str = "reward_model", first: int = 4) -> Path:
+    """The ``first`` samples and every other one the critique loop relabelled; ``samples``: dicts with prompt, text,
+    offsets, rewards (task reward per sampled token), critique, status and, when relabelled, ``replaced`` (the reward
+    source's critique, good_spans, poor_spans); ``reader``: PPO's reward source."""
+    who = READERS.get(reader, reader)
+    shown = [s for i, s in enumerate(samples) if i < first or s.get("replaced") is not None]
+    intro = (
+        f"Each token is coloured by the task reward PPO gave it: green positive (good span), red negative (poor "
+        f"span); hover a token for its value. The 'read by' column says whose reading that reward is: the {who} "
+        "(PPO's reward source, not the annotator), or the annotator where the critique loop audited the rollout, "
+        f"shown above the {who}'s reading it replaced."
+    )
     page = (
-        f"<!doctype html><meta charset=utf-8><title>{title}</title>{STYLE}<h2>{title[0].upper()}{title[1:]}</h2>"
-        f"<p>{intro}</p><table><tr><th>prompt</th><th>read by</th><th>response</th><th>critique</th></tr>"
-        + "".join(rows)
+        f"<!doctype html><meta charset=utf-8><title>token rewards, step {step}</title>{STYLE}"
+        f"<h2>Token rewards at step {step}</h2><p>{intro}</p>"
+        "<table><tr><th>prompt</th><th>read by</th><th>response</th><th>critique</th></tr>"
+        + "".join(_rollout_rows(s["prompt"], _readings(s, who)) for s in shown)
         + "</table>"
     )
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,92 +105,20 @@ def _write_page(path: Path, title: str, intro: str, rows: list[str]) -> Path:
     return path
 
 
-def write_heatmap(path: Path, step: int, samples: list[dict], reader: str = "reward_model") -> Path:
-    """``samples``: dicts with prompt, text, offsets, rewards (task reward per sampled token), critique, status;
-    ``reader``: PPO's reward source, whose reading the page shows."""
-    who = READERS.get(reader, reader)
-    rows = [
-        _rollout_rows(s["prompt"], [(who, _tokens_html(s["text"], s["offsets"], s["rewards"]), _critique(s))])
-        for s in samples
-    ]
-    intro = (
-        f"Each token is coloured by the task reward the {who} gave it (PPO's reward source at this step, not the "
-        "annotator): green positive (good span), red negative (poor span). Hover a token for its value. Where the "
-        "critique loop audited a step, the index links the annotator's reading beside the reward model's."
-    )
-    return _write_page(path, f"token rewards at step {step}", intro, rows)
-
-
-def write_audit_pages(loop_dir: Path, rollouts_path: Path, folder: Path) -> list[Path]:
-    """``folder/audit-step-<s>.html`` for each round of the critique loop in ``loop_dir``: every rollout it audited
-    after step s, read by the reward model (its row of the rollouts table, which keeps the steps ``ppo.log_every``
-    names) and by the annotator (the round's labels)."""
-    rollouts = Path(rollouts_path)
-    recorded = pd.read_parquet(rollouts) if rollouts.is_file() else pd.DataFrame(columns=ROLLOUTS.names)
-    pages = []
-    for round_dir in sorted(Path(loop_dir).glob("round-*")):
-        labels_file = round_dir / "annotations.parquet"
-        items = pd.read_parquet(round_dir / "feedback.parquet") if labels_file.is_file() else pd.DataFrame()
-        if items.empty:
-            continue
-        labels = pd.read_parquet(labels_file).set_index("id")
-        step = _audited(items["id"].iloc[0])[1]
-        rows = [_audit_rows(item, labels.loc[item["id"]].to_dict(), recorded) for item in items.to_dict("records")]
-        intro = (
-            f"The rollouts the critique loop audited after step {step}, each read twice: by the reward model PPO "
-            "scored them with, and by the annotator (the labels the loop checks and refreshes the reward model on)."
-        )
-        pages.append(_write_page(folder / AUDIT_PAGE.format(step=step), f"audit after step {step}", intro, rows))
-    return pages
-
-
-def _audited(item_id: str) -> tuple[str, int]:
-    """(row id, step) of an audited rollout's id ``<row id>@<step>.<sample>``."""
-    row_id, _, where = item_id.rpartition("@")
-    return row_id, int(where.split(".")[0])
-
-
-def _audit_rows(item: dict, label: dict, recorded: pd.DataFrame) -> str:
-    text, (row_id, step) = item["response"], _audited(item["id"])
-    same = recorded[(recorded["step"] == step) & (recorded["id"] == row_id) & (recorded["response"] == text)]
-    model = same.iloc[0].to_dict() if len(same) else None
-    readings = [
-        ("reward model", _spans_html(text, model["good_spans"], model["poor_spans"]), _critique(model))
-        if model
-        else (
-            "reward model",
-            html.escape(text),
-            "not recorded (the rollouts table keeps the steps ppo.log_every names)",
-        ),
-        (
-            f"annotator ({label['annotator']})",
-            _spans_html(text, label["good_spans"], label["poor_spans"]),
-            _critique(label),
-        ),
-    ]
-    return _rollout_rows(item["prompt"], readings)
-
-
 def write_heatmap_index(folder: Path) -> Path | None:
-    """``folder/index.html``: one page linking every step's heatmap in ``folder`` and, beside it, the critique loop's
-    audit of that step (None when there is no page)."""
-    steps = sorted({int(p.stem.rpartition("-")[2]) for p in folder.glob("*step-*.html")}) if folder.is_dir() else []
-    if not steps:
+    """``folder/index.html``: one page linking every step's heatmap in ``folder`` (None when there is none)."""
+    pages = sorted(folder.glob("step-*.html")) if folder.is_dir() else []
+    if not pages:
         return None
-    items = []
-    for step in steps:
-        pages = [
-            (STEP_PAGE.format(step=step), f"step {step}", "PPO's reward source"),
-            (AUDIT_PAGE.format(step=step), f"audit after step {step}", "the reward model beside the annotator"),
-        ]
-        links = [f'<a href="{name}">{text}</a>: {what}' for name, text, what in pages if (folder / name).exists()]
-        items.append(f"<li>{' · '.join(links)}</li>")
+    links = "".join(
+        f'<li><a href="{html.escape(p.name)}">step {int(p.stem.removeprefix("step-"))}</a></li>' for p in pages
+    )
     page = (
         "<!doctype html><meta charset=utf-8><title>token-reward heatmaps</title>"
         "<style>body{font-family:sans-serif}li{margin:4px 0}</style><h2>Token-reward heatmaps by PPO step</h2>"
-        "<p>Each step's page shows sampled responses with every token coloured by the task reward PPO's reward "
-        "source gave it: green for a good span, red for a poor one. An audit page shows the rollouts the critique "
-        "loop chose, read by the reward model and by the annotator.</p><ul>" + "".join(items) + "</ul>"
+        "<p>Each page shows sampled responses with every token coloured by the task reward it received: green for "
+        "a good span, red for a poor one, and whose reading that reward is (PPO's reward source, or the annotator "
+        "where the critique loop audited the rollout, beside the reading it replaced).</p><ul>" + links + "</ul>"
     )
     index = folder / INDEX
     index.write_text(page, encoding="utf-8")
@@ -183,10 +133,18 @@ def write_rollouts(path: Path, records: list[dict]) -> Path:
 
 
 def rollout_records(
-    step: int, ro: Rollout, scored: list[ScoredResponse], task: Tensor, terminal: Tensor, kl: Tensor, rewards: Tensor
+    step: int,
+    ro: Rollout,
+    scored: list[ScoredResponse],
+    task: Tensor,
+    terminal: Tensor,
+    kl: Tensor,
+    rewards: Tensor,
+    read: list[ParsedFeedback] | None = None,
 ) -> tuple[list[dict], list[dict]]:
     """One step's samples as ROLLOUTS rows (the reward PPO saw per token, KL included) and as heatmap samples (the
-    task reward per sampled token, the terminal reward on the last one)."""
+    task reward per sampled token, the terminal reward on the last one; ``replaced``: the reward source's reading
+    ``read`` of a rollout whose feedback a step hook replaced)."""
     records, samples = [], []
     for b, s in enumerate(scored):
         n = len(s.labels)
@@ -219,6 +177,13 @@ def rollout_records(
                 "critique": fb.critique,
                 "status": fb.status,
                 "error": fb.error,
+                "replaced": _reading(read[b]) if read is not None and read[b] is not fb else None,
             }
         )
     return records, samples
+
+
+def _reading(fb: ParsedFeedback) -> dict:
+    """A reading of a response as the heatmap shows it."""
+    good, poor = list(fb.good_spans), list(fb.poor_spans)
+    return {"critique": fb.critique, "good_spans": good, "poor_spans": poor, "status": fb.status, "error": fb.error}

@@ -189,9 +189,9 @@ class PPOTrainer:
         with timer.phase("span_labels"):
             decoded = decode(ro, tok)
         with timer.phase("score"):  # 2. score (a due hook may relabel some rollouts, e.g. with an annotator's labels)
-            feedback = critique(ro, decoded, self.reward_source)
+            read = feedback = critique(ro, decoded, self.reward_source)  # read: the source's own, for the heatmap
             if self.hook is not None and self.hook.due(step):
-                feedback = self.hook.relabel(step, Batch(ro.rows, decoded, feedback), self.view())
+                feedback = self.hook.relabel(step, Batch(ro.rows, decoded, read), self.view())
         with timer.phase("span_labels"):  # 3a. labels on the sampled ids
             scored = label_responses(decoded, feedback, self.align_cfg, words=cfg.reward_mode in WORD_LABEL_MODES)
         self.failed_errors = [fb.error for fb in feedback if not fb.ok]
@@ -217,24 +217,20 @@ class PPOTrainer:
         metrics |= timer.metrics() | {"kl/beta": self.kl_ctl.value}
         self.kl_ctl.update(metrics["kl/mean"], cfg.batch_size)  # 8. adapt beta
         if step % cfg.log_every == 0 or step == cfg.steps - 1:
-            self.record(step, ro, scored, task, terminal, kl, rewards)
+            self.record(step, ro, scored, task, terminal, kl, rewards, read)
         return metrics
 
     # ---- artifacts ----------------------------------------------------------------------------------------
     def record(
-        self, step: int, ro: Rollout, scored, task: Tensor, terminal: Tensor, kl: Tensor, rewards: Tensor
+        self, step: int, ro: Rollout, scored, task: Tensor, terminal: Tensor, kl: Tensor, rewards: Tensor, read: list
     ) -> None:
-        """Keep the step's samples for the rollouts table; rank 0 writes a heatmap of the first few."""
-        records, samples = rollout_records(step, ro, scored, task, terminal, kl, rewards)
+        """Keep the step's samples for the rollouts table; rank 0 writes a heatmap of the first few (and of those a
+        hook relabelled: ``read`` is the reward source's own feedback)."""
+        records, samples = rollout_records(step, ro, scored, task, terminal, kl, rewards, read)
         self.records += records
         if self.rank == 0 and self.cfg.heatmap_samples:
-            path = write_heatmap(
-                self.run_dir / "heatmaps" / f"step-{step:06d}.html",
-                step,
-                samples[: self.cfg.heatmap_samples],
-                reader=self.cfg.reward_source,
-            )
-            self.heatmaps.append(path)
+            page = self.run_dir / "heatmaps" / f"step-{step:06d}.html"
+            self.heatmaps.append(write_heatmap(page, step, samples, self.cfg.reward_source, self.cfg.heatmap_samples))
 
     # ---- checkpoints --------------------------------------------------------------------------------------
     def save(self) -> Path:

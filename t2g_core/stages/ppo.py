@@ -157,16 +157,14 @@ def resume(run_dir: str | Path, ctx: StageContext, *, api_key: str | None = None
 
 
 def _finish(result, ctx: StageContext, reward: dict[str, float | str]) -> PolicyRef:
-    from t2g_core.critique_loop import LOOP_DIR
-    from t2g_core.ppo.report import write_audit_pages, write_heatmap_index
+    from t2g_core.ppo.report import write_heatmap_index
 
     run_dir = Path(result.run_dir)
     ctx.tracker.log_artifact(run_dir / "history.json")
-    write_audit_pages(run_dir / LOOP_DIR, run_dir / "rollouts.parquet", run_dir / "heatmaps")
     index = write_heatmap_index(run_dir / "heatmaps")
     if index is not None:  # the steps' pages were logged as they were written; those of a run before a resume too
         logged = {Path(p).name for p in result.heatmaps}
-        for page in [index, *(p for p in sorted(index.parent.glob("*step-*.html")) if p.name not in logged)]:
+        for page in [index, *(p for p in sorted(index.parent.glob("step-*.html")) if p.name not in logged)]:
             ctx.tracker.log_artifact(page, "heatmaps")
     final = {k: float(v) for k, v in (result.history[-1] if result.history else {}).items() if k != "step"}
     rollouts = str(result.rollouts_path) if result.rollouts_path else None

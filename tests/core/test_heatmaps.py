@@ -1,44 +1,31 @@
-"""The token-reward heatmaps say whose reading each row is: a step's page shows PPO's reward source; where the
-critique loop audited a step, a page shows the reward model's reading beside the annotator's (the browser's view:
-tests/browser/test_heatmap_page.py)."""
+"""The token-reward heatmaps say whose reading each row is: PPO's reward source, or the annotator where the critique
+loop audited the rollout (its labels became the reward), shown above the reward model's reading it replaced (the
+browser's view: tests/browser/test_heatmap_page.py)."""
 
 from __future__ import annotations
 
 import re
 
-from t2g_core.ppo.report import write_audit_pages, write_heatmap, write_heatmap_index
-from tests.core._audited_run import RESPONSE, audited_run
-
-SAMPLE = {"prompt": "post", "text": "Ada lives in Rome.", "offsets": [(0, 3), (3, 9)], "rewards": [0.0, 1.0],
-          "critique": "Correct.", "status": "ok", "error": None}  # fmt: skip
+from t2g_core.ppo.report import write_heatmap
+from tests.core._heatmap_samples import AUDITED, PLAIN
 
 
-def _cells(page: str, cls: str) -> list[str]:
-    return re.findall(rf"<td class={cls}>(.*?)</td>", page)
+def _who(page: str) -> list[str]:
+    return re.findall(r"<td class=w>(.*?)</td>", page)
 
 
-def test_a_step_page_names_the_reader_of_every_row(tmp_path):
-    """Before: a 'critique' column, no word on whose it was (the reward model's, at step 0 wrong)."""
-    page = write_heatmap(tmp_path / "step-000000.html", 0, [SAMPLE, SAMPLE], reader="reward_model").read_text()
-    assert _cells(page, "w") == ["reward model", "reward model"]
+def test_a_step_page_names_the_reader_of_every_row_and_shows_both_readings_of_an_audited_rollout(tmp_path):
+    """Before: a 'critique' column, no word on whose it was (at step 0 the reward model's, calling Rome supported)."""
+    page = write_heatmap(tmp_path / "step-000000.html", 0, [PLAIN, AUDITED], "reward_model").read_text()
+    assert _who(page) == ["reward model", "annotator (critique loop)", "reward model (replaced)"]
     assert "read by</th>" in page and "not the annotator" in page
+    replaced = page.split("reward model (replaced)")[1]
+    assert re.search(r'<span style="background:rgba\(46,160,67[^"]*">Rome</span>', replaced)  # its quote, in green
+    assert "Correct." in replaced and "The post says Paris, not Rome." in page
 
 
-def test_an_audited_step_shows_the_reward_model_beside_the_annotator(tmp_path):
-    run = audited_run(tmp_path / "run")
-    (page,) = write_audit_pages(run / "critique_loop", run / "rollouts.parquet", run / "heatmaps")
-    html = page.read_text()
-    assert page.name == "audit-step-000000.html"
-    assert _cells(html, "w") == ["reward model", "annotator (reference)"]  # the audited rollout only, read twice
-    good, poor = re.findall(r'<span style="background:([^"]+)">Rome</span>', html)
-    assert good.startswith("rgba(46,160,67") and poor.startswith("rgba(215,58,73")  # supported, then wrong
-    assert "The post says Paris, not Rome." in html and html.count(RESPONSE.removesuffix("Rome.")) == 2
-    index = write_heatmap_index(run / "heatmaps").read_text()
-    assert 'href="audit-step-000000.html"' in index
-
-
-def test_an_audited_step_the_rollouts_table_skipped_says_so(tmp_path):
-    run = audited_run(tmp_path / "run")
-    (run / "rollouts.parquet").unlink()  # ppo.log_every kept no rollouts of this step
-    (page,) = write_audit_pages(run / "critique_loop", run / "rollouts.parquet", run / "heatmaps")
-    assert "not recorded" in page.read_text()
+def test_a_page_shows_its_first_samples_and_every_audited_one(tmp_path):
+    page = write_heatmap(
+        tmp_path / "step-000005.html", 5, [PLAIN, PLAIN, AUDITED, PLAIN], "oracle", first=1
+    ).read_text()
+    assert _who(page) == ["oracle critic", "annotator (critique loop)", "oracle critic (replaced)"]

@@ -60,7 +60,8 @@ def test_each_reward_model_the_critique_loop_refreshed_is_registered_with_its_au
 ):
     """With ``ppo.critique_loop`` on, the PPO task registers the last refreshed tagger (PPO's last rewards) as one
     version of the reward model, logged by the PPO run (alias ``refreshed``), with each round's audit; the reward
-    model's training rows it replays are in the run folder, and each audited step has its audit page."""
+    model's training rows it replays are in the run folder, and a step's heatmap shows its audited rollouts read
+    twice."""
     import mlflow
 
     from t2g_core.config import AnnotateConfig, PPOConfig
@@ -86,4 +87,5 @@ def test_each_reward_model_the_critique_loop_refreshed_is_registered_with_its_au
     assert refreshed.run_id == out.run_id and "refreshed 2 times" in refreshed.description
     assert str(client.get_model_version_by_alias(name, "refreshed").version) == out.refreshed_reward_model_version
     assert (Path(out.run_dir) / "critique_loop" / "replay_rm_data.parquet").exists()
-    assert (Path(out.run_dir) / "heatmaps" / "audit-step-000000.html").exists()
+    page = (Path(out.run_dir) / "heatmaps" / "step-000000.html").read_text()  # both readings of an audited rollout
+    assert page.count("annotator (critique loop)") == page.count("reward model (replaced)") == 2
