@@ -71,14 +71,22 @@ def register_refreshed(ref: PolicyRef, settings: PPOSettings, started_from: str 
     return version
 
 
+AUDIT_WORDS = {  # the last round's figures a refreshed reward model's description gives, in words
+    "f1": "span F1 against the annotator {:.2f}",
+    "poor_f1": "poor-span F1 {:.2f}",
+    "gap": "reward paid beyond the annotator's on the panel {:+.2f}",
+    "gap_start": "at the warm start {:+.2f}",
+}
+
+
 def refreshed_description(ref: PolicyRef, start: str) -> str:
-    """The refreshed reward model in words: where it started, how often it was refreshed, its last round's audit."""
+    """The refreshed reward model in words: where it started, how often it was refreshed, its last round's audit (of
+    the reward model it replaced)."""
     last = ref.reward_models[-1]
-    audit = {k: last["metrics"].get(k, float("nan")) for k in ("annotated", "f1", "poor_f1")}
+    audit = [words.format(last["metrics"][k]) for k, words in AUDIT_WORDS.items() if k in last["metrics"]]
     return (
         f"Reward model refreshed {len(ref.reward_models)} times by the critique loop from {start} during a PPO run "
-        f"of {ref.steps} steps ({ref.run_dir}); PPO's last rewards came from it. The last audit, after step "
-        f"{last['step']}, of the reward model it replaced against the annotator on {audit['annotated']:.0f} of the "
-        f"policy's rollouts: span F1 {audit['f1']:.2f}, poor-span F1 {audit['poor_f1']:.2f}. Each round's audit is "
-        "a metric of this model (critique_loop/*) at the round's PPO step."
+        f"of {ref.steps} steps ({ref.run_dir}); PPO's last rewards came from it. The last round's audit, after step "
+        f"{last['step']}, of the reward model it replaced: {', '.join(audit) or 'nothing could be annotated'}. Each "
+        "round's figures are metrics of this model (critique_loop/*) at the round's PPO step."
     )

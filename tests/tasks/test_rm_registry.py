@@ -200,7 +200,7 @@ def test_the_reward_model_ppo_ended_on_is_registered_once_with_every_rounds_audi
     mv = client.get_model_version(name, version)
     assert mv.run_id == run.info.run_id and str(client.get_model_version_by_alias(name, "refreshed").version) == version
     assert "refreshed 3 times by the critique loop from version 1" in mv.description
-    assert "PPO's last rewards" in mv.description and "poor-span F1 0.90" in mv.description
+    assert "PPO's last rewards" in mv.description and "poor-span F1 0.90" in mv.description, mv.description
     model = client.get_logged_model(mv.source.removeprefix("models:/"))
     f1 = sorted((m.step, m.value) for m in model.metrics if m.key == "critique_loop/f1")
     assert f1 == audits
