@@ -19,9 +19,16 @@ from typing import Literal
 
 from prefect import flow, get_run_logger
 
+from t2g_core import datasets, inbox
 from t2g_core.config import PipelineConfig, WorkspaceConfig
 from t2g_core.config.data import LATEST
+from t2g_core.stages.refs import ArtifactRef
+from t2g_core.stages.registry import settings_for
+from t2g_core.workspace import Workspace
 from t2g_env.serving import ServedConfig, ServedInbox, ServedWorkspace
+from tasks import annotate, data
+from tasks.caching import cached
+from tasks.inbox import pending_feedback, scan_inbox
 from tasks.pipeline import close_pipeline_run, close_stale_runs, open_pipeline_run
 
 EVENT = "text2grad.feedback.landed"
@@ -31,9 +38,6 @@ RESOURCE_PREFIX = "text2grad.feedback."
 def announce(workspace: WorkspaceConfig, inbox: str | None = None, scan: Callable | None = None) -> list[dict]:
     """Copy the inbox's unseen files into the workspace and emit one event per file; returns them."""
     from prefect.events import emit_event
-
-    from t2g_core.workspace import Workspace
-    from tasks.inbox import scan_inbox
 
     folder = inbox or str(Workspace.at(workspace.root).inbox)
     new_files = (scan or scan_inbox.fn)(folder, workspace)
@@ -54,7 +58,6 @@ def announce(workspace: WorkspaceConfig, inbox: str | None = None, scan: Callabl
 @flow(name="feedback-sensor")
 def feedback_sensor(workspace: ServedWorkspace = WorkspaceConfig(), inbox: ServedInbox = None) -> list[str]:  # noqa: B008
     """Emit one event per new feedback file in the inbox (default ``<workspace>/inbox``); returns their hashes."""
-    from tasks.inbox import scan_inbox
 
     new_files = announce(workspace, inbox, scan=scan_inbox)
     get_run_logger().info("%d new feedback file(s) in %s", len(new_files), inbox or "the workspace inbox")
@@ -83,7 +86,6 @@ def watch_inbox(
 ) -> None:
     """Until ``stop`` is set: announce the inbox's new files once its listing changed and then held still for one
     interval (a file still being written is not hashed half-way). Creates no flow run while nothing arrives."""
-    from t2g_core.workspace import Workspace
 
     folder = inbox or str(Workspace.at(workspace.root).inbox)
     seen, settled = None, None
@@ -121,12 +123,6 @@ def reannotate(
     (reward model, PPO, evaluation and its outcome; the annotations made here are reused).
     """
     from flows.stages import align_and_validate, reward_model
-    from t2g_core import datasets, inbox
-    from t2g_core.stages.refs import ArtifactRef
-    from t2g_core.stages.registry import settings_for
-    from tasks import annotate, data
-    from tasks.caching import cached
-    from tasks.inbox import pending_feedback
 
     ws, root, settings = config.workspace, config.workspace.root, settings_for("annotate", config)
     versions = []

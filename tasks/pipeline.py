@@ -22,6 +22,7 @@ from t2g_core.config import PipelineConfig, WorkspaceConfig
 from t2g_core.config.presets import with_preset
 from t2g_core.housekeeping import collect_stale_temporaries
 from t2g_core.locks import identity_alive, process_identity
+from t2g_core.stages.registry import typed_outputs
 from t2g_env import serving
 from t2g_mlflow import runs
 from tasks.links import root_flow_run_id
@@ -194,6 +195,5 @@ def close_pipeline_run(flow, flow_run, state) -> None:
 @task(name="record-outputs", timeout_seconds=600)
 def record_outputs(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str | None:
     """Link every stage output (cached or not) to the pipeline's MLflow parent run; returns the parent run id."""
-    from t2g_core.stages.registry import typed_outputs
 
     return runs.link_pipeline_outputs(typed_outputs(outputs), workspace, root_flow_run_id())

@@ -39,7 +39,7 @@ def test_the_form_offers_presets_and_groups_fields_by_stage(tmp_path):
         browser = Browser(chromium, tmp_path / "profile", timeout=90)
         try:
             browser.open(f"{url}/deployments/deployment/{deployment}/run", tmp_path)
-            browser.wait_for("document.body.innerText.includes('9 · Evaluate')")
+            browser.wait_for("document.body.innerText.includes('11 · Evaluate')")
             labels = browser.eval(
                 "Array.from(document.querySelectorAll('.schema-form-property'))"
                 ".map(e => e.querySelector('label, span')?.innerText || '')"

@@ -15,8 +15,7 @@ def test_t2g_rm_score_loads_the_reward_model_in_the_configured_dtype(tiny_model_
     from t2g_core.schemas import FEEDBACK
     from t2g_core.store import write_parquet
 
-    loads = _Loads()
-    monkeypatch.setattr("t2g_core.models.loading.load_causal_lm", loads)
+    loads = _Loads().install(monkeypatch)
     write_parquet(make_demo_feedback("summarization", 2), tmp_path / "fb.parquet", FEEDBACK)
     sets = ["models.dtype=bfloat16", "reward_model.max_new_tokens=8", f"workspace.root={tmp_path / 'ws'}"]
     args = ["rm", "score", str(tmp_path / "fb.parquet"), "-m", str(tiny_model_dir), "-o", str(tmp_path / "out.jsonl")]

@@ -6,6 +6,7 @@ import sys
 
 import torch
 
+import t2g_core.reward_model.tagger  # noqa: F401  (imports the name at its top: loaded before install() looks)
 from t2g_core.models.loading import load_causal_lm
 
 
@@ -21,6 +22,16 @@ class _Loads:
         loaded = {p.dtype for p in model.parameters() if p.is_floating_point()}
         self.calls.append((f"{frame.f_globals['__name__']}.{frame.f_code.co_name}", kwargs.get("dtype"), loaded))
         return model
+
+    def install(self, monkeypatch) -> _Loads:
+        """Stand in for ``load_causal_lm`` in every loaded module that holds it, however the module imported it."""
+        for module in list(sys.modules.values()):
+            if (
+                module is not sys.modules[__name__]
+                and getattr(module, "__dict__", {}).get("load_causal_lm") is load_causal_lm
+            ):
+                monkeypatch.setattr(module, "load_causal_lm", self)
+        return self
 
     def callers(self) -> set[str]:
         return {caller for caller, _, _ in self.calls}

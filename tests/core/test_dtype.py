@@ -115,8 +115,7 @@ def test_models_dtype_reaches_every_model_of_every_stage_as_one_torch_dtype(tiny
     from t2g_core.workspace import Workspace
 
     torch.set_num_threads(1)
-    loads = _Loads()
-    monkeypatch.setattr("t2g_core.models.loading.load_causal_lm", loads)
+    loads = _Loads().install(monkeypatch)
     models_cfg = ModelsConfig(dtype="bfloat16")
     store = Workspace.at(tmp_path).store
     fb, ann = _demo_feedback_and_annotations(12)
