@@ -11,6 +11,9 @@ for key, value in {
     "HF_HUB_OFFLINE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    # MLflow 3's server starts a GenAI job runner (eight huey consumer processes, each importing mlflow) unless told
+    # not to; nothing here runs MLflow jobs, and it was more than half the CPU of an e2e test's server start-up
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
 }.items():
     os.environ.setdefault(key, value)
 
