@@ -45,7 +45,9 @@ sys.path.insert(0, str(ROOT))
 
 RECIPE = ROOT / "recipes" / "summarization-smollm2.yaml"
 SMOKE = [  # tiny demo models and a few steps of everything: the script's path, not its figures
-    "holdout.eval_fraction=0.004",  # 4 of the recipe's 1000 items
+    "data.n_items=100",  # the frozen tagger scores every item once: 1000 were half the smoke run
+    "checks.small_tagger_data=true",
+    "holdout.eval_fraction=0.04",  # 4 held-out items
     "models.policy=tiny",
     "models.reward_model_base=tiny",
     *SMOKE_TINY_MODELS,
@@ -235,8 +237,8 @@ def parse_args():
     ap.add_argument("--work", type=Path, default=None, help="Work folder (default: <results>/bench_real_model_work).")
     ap.add_argument("--smoke", action="store_true", help="The tiny demo models and a few steps (the test suite).")
     args = ap.parse_args()
-    if args.smoke:
-        args.overrides = [*SMOKE, *args.overrides]
+    if args.smoke:  # one thread: the suite runs it beside another test, and a second one only contends for a core
+        args.overrides, args.threads = [*SMOKE, *args.overrides], 1
     args.work = args.work or results_dir(args.smoke) / "bench_real_model_work"
     return args
 

@@ -162,8 +162,9 @@ def parse_args():
     ap.add_argument("--work", type=Path, default=RESULTS / "bench_rm_work")
     ap.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     args = ap.parse_args()
-    if args.smoke:  # each kind once, a handful of items
+    if args.smoke:  # each kind once, a handful of items, one thread (the suite runs it beside another test)
         args.items, args.eval_items, args.policy_samples, args.variants = RM_SMOKE_ITEMS, 4, 2, "tagger,generative"
+        args.threads = 1
         args.work, args.overrides = RM_SMOKE_WORK, [*RM_SMOKE_OVERRIDES, *args.overrides]
     if args.base:
         args.overrides = [f"models.policy={args.base}", f"models.reward_model_base={args.base}", *args.overrides]

@@ -363,6 +363,7 @@ def parse_args() -> argparse.Namespace:
     if args.smoke and not args.specs:
         args.seeds, args.steps, args.n_eval, args.drift_steps = 1, 2, 4, "0,2"
         args.workdir, args.runs_per_process = str(results_dir(smoke=True) / "bench_rm_ppo_work"), 100
+        args.threads = 1  # the suite runs it beside another test: a second thread only contends for a core
         args.overrides = ["ppo.batch_size=4", "ppo.minibatches=1", "ppo.sampling.max_new_tokens=8", *args.overrides]
         shutil.rmtree(Path(args.workdir) / "runs", ignore_errors=True)
     args.drift_steps = [int(x) for x in str(args.drift_steps).split(",") if x != ""]

@@ -11,6 +11,9 @@ for key, value in {
     "HF_HUB_OFFLINE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    # MLflow 3's server starts a GenAI job runner (eight huey consumer processes, each importing mlflow) unless told
+    # not to; nothing here runs MLflow jobs, and it was more than half the CPU of an e2e test's server start-up
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
 }.items():
     os.environ.setdefault(key, value)
 
@@ -54,6 +57,22 @@ def pytest_collection_modifyitems(config, items):
         # xdist hands tests out in collection order (every worker collects the same order): the long ones first, so
         # the many short ones fill the gaps at the end instead of one long test running alone on one worker.
         items.sort(key=lambda item: not _tiered(item))
+        if config.getvalue("loadgroup"):
+            _name_the_xdist_groups(items)
+
+
+def _name_the_xdist_groups(items) -> None:
+    """``--dist loadgroup`` sends the tests whose node id ends in ``@group`` to one worker. pytest-xdist 3.8 appends
+    it by assigning ``item._nodeid``, which pytest 9 no longer reads (the id is ``item._id``): every group was
+    silently spread over the workers. Append it where pytest reads it, unless xdist already did."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        groups = sorted(
+            {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+        )
+        if groups and "@" not in item.nodeid and hasattr(item, "_id"):
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
 
 
 def pytest_runtest_logreport(report):

@@ -34,6 +34,8 @@ NO_ATTEMPT = {
     "kills its parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef add(a, b):\n    return a + b\n",
 }
 MODES = ("span", "scalar", "uniform", "dense")
+# with the sandbox tests (see tests/core/test_sandbox_bounds.py), on one worker: `scored` runs the sandboxes once
+pytestmark = pytest.mark.xdist_group("sandbox")
 
 
 def _row(i: int) -> dict:

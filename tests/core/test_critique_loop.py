@@ -222,6 +222,10 @@ def _ppo(**loop) -> PPOConfig:
     )
 
 
+# the module's tests share a worker: the tagger below is trained once, not once per worker
+pytestmark = pytest.mark.xdist_group("critique-loop-tagger")
+
+
 @pytest.fixture(scope="module")
 def tagger(tiny_model_dir, tmp_path_factory):
     return demo_tagger(tiny_model_dir, tmp_path_factory.mktemp("tagger"), steps=40)  # labels good values

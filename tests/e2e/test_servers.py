@@ -27,25 +27,17 @@ import pytest
 from t2g_core.config.presets import PRESETS, merged
 from tests.e2e._listener import Listener
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
+# one set of servers for the module's tests (start-up and shutdown cost about 20 s each time), so they share a worker
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500), pytest.mark.xdist_group("e2e-servers")]
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 POOL = "t2g-e2e-pool"
 
-# the tiny preset, with PPO long enough to be killed mid-run and a page per step
-TINY = merged(
-    PRESETS["tiny"],
-    {
-        "data": {"seed": 3},
-        "ppo": {
-            "steps": 12,
-            "eval_every": 1,
-            "log_every": 1,
-            "save_every": 1,
-        },
-    },
-)
+# the tiny preset as shipped
+TINY_PRESET = merged(PRESETS["tiny"], {"data": {"seed": 3}})
+# with PPO long enough to be killed mid-run and a page per step
+TINY = merged(TINY_PRESET, {"ppo": {"steps": 12, "eval_every": 1, "log_every": 1, "save_every": 1}})
 
 
 def _free_port() -> int:
@@ -62,14 +54,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@pytest.fixture
-def servers(tmp_path):
-    ws = tmp_path / "ws"
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    ws = tmp_path_factory.mktemp("e2e") / "ws"
     env = {
         **os.environ,
         "PREFECT_PORT": str(_free_port()),
         "MLFLOW_PORT": str(_free_port()),
-        "SENSOR_INTERVAL": "15",
+        "SENSOR_INTERVAL": "2",  # a file is announced two listings after it lands
         "DEBOUNCE_SECONDS": "2",
         "PREFECT_RUNNER_POLL_FREQUENCY": "2",
         "VENV_BIN": str(Path(sys.executable).parent),
@@ -101,6 +93,7 @@ def worker(servers):
         "PREFECT_API_URL": info["prefect_api"],
         "MLFLOW_TRACKING_URI": info["mlflow"],
         "PREFECT_API_AUTH_STRING": info["auth"],
+        "PREFECT_WORKER_QUERY_SECONDS": "2",  # as the serve process's PREFECT_RUNNER_POLL_FREQUENCY (default 10)
     }
     bin_dir = Path(sys.executable).parent
     for cmd in (
@@ -193,7 +186,7 @@ def _wait_flow_run(api: httpx.Client, run_id: str, timeout: float) -> dict:
         run = api.get(f"/flow_runs/{run_id}").json()
         if run["state_type"] in TERMINAL:
             return run
-        time.sleep(2)
+        time.sleep(0.5)
     raise AssertionError(f"flow run {run_id} not finished after {timeout} s: {run['state_name']}")
 
 
@@ -300,7 +293,7 @@ def _stale_runs_closed_at_once(api: httpx.Client, flow_run_id: str) -> None:
         left = [r["name"] for r in subflows.json() if r["state_type"] == "RUNNING"] + [t["name"] for t in tasks.json()]
         if not left:
             break
-        time.sleep(2)
+        time.sleep(0.5)
     assert not left, f"left Running after the crash: {left}"
     states = {r["state_type"] for r in subflows.json()}
     assert "CRASHED" in states, states  # the ppo group, whose process died
@@ -322,7 +315,7 @@ def _outcome_on_the_parent(api: httpx.Client, created: dict) -> None:
 
     deadline = time.monotonic() + 60  # the run's logs reach the API from a background shipper, a little after it ends
     while not outcome_logged() and time.monotonic() < deadline:
-        time.sleep(1)
+        time.sleep(0.5)
     assert outcome_logged()
 
 
@@ -335,7 +328,7 @@ def _reannotation(api: httpx.Client, ws: Path) -> None:
     new.to_json(ws / "inbox" / "batch-1.jsonl", orient="records", lines=True)
     deadline = time.monotonic() + 150
     while time.monotonic() < deadline and not _runs_of(api, "reannotate"):
-        time.sleep(2)
+        time.sleep(0.5)
     reruns = _runs_of(api, "reannotate")
     assert reruns, "no reannotate run was started by the feedback event"
     assert reruns[0]["parameters"]["path"].endswith(".jsonl")
@@ -427,7 +420,7 @@ def _reannotation_continues_to_a_policy(api: httpx.Client, ws: Path, info: dict)
     from t2g_core.demo import make_demo_feedback
 
     dep = api.get("/deployments/name/reannotate/reannotate").json()
-    parameters = {"config": {**dep["parameters"]["config"], **TINY}, "then": "policy"}
+    parameters = {"config": {**dep["parameters"]["config"], **TINY_PRESET}, "then": "policy"}
     assert api.patch(f"/deployments/{dep['id']}", json={"parameters": parameters}).status_code < 300
     before = {r["id"] for r in _runs_of(api, "reannotate")}
     new = make_demo_feedback("summarization", 3, seed=123)
@@ -435,7 +428,7 @@ def _reannotation_continues_to_a_policy(api: httpx.Client, ws: Path, info: dict)
     new.to_json(ws / "inbox" / "batch-2.jsonl", orient="records", lines=True)
     deadline = time.monotonic() + 150
     while time.monotonic() < deadline and not [r for r in _runs_of(api, "reannotate") if r["id"] not in before]:
-        time.sleep(2)
+        time.sleep(0.5)
     started = [r for r in _runs_of(api, "reannotate") if r["id"] not in before]
     assert started, "no reannotate run was started by the second file"
     done = _wait_flow_run(api, started[0]["id"], 900)

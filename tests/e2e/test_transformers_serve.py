@@ -36,7 +36,8 @@ from t2g_core.ppo.sources import make_reward_source
 from t2g_core.reward_model.endpoint import EndpointScorer
 from tests.core.test_annotate_llm import feedback
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# one server for the module: its tests share a worker (each start-up loads the model server, about 10 s)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.xdist_group("transformers-serve")]
 
 IGNORED = re.compile(
     r"^the endpoint ignored response_format: (\d+) of \1 answers were not JSON; asking for JSON in the prompt instead$"

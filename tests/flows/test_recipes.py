@@ -39,15 +39,33 @@ def test_the_smollm2_recipe_warms_up_and_trains_a_frozen_tagger_on_the_untouched
     assert (cfg.ppo.reward_mode, cfg.ppo.reward_source, cfg.ppo.value_model) == ("span", "reward_model", "head")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", [f"{n}-tiny" for n in FULL])
-def test_tiny_recipe_runs_end_to_end(name, tmp_path, monkeypatch, prefect_harness):
+@pytest.fixture(scope="module")
+def recipe_run(tmp_path_factory, prefect_harness):
+    """``recipe_run(name)``: (config, outputs) of the tiny recipe's pipeline, run once per module from a folder that is
+    not the repository root (the recipe's data path is relative to the recipe): the refresh test starts from the run
+    the end-to-end test checked instead of training the same pipeline again."""
     from flows.text2grad import text2grad
 
-    monkeypatch.chdir(tmp_path)  # not the repository root: the recipe's data path is relative to the recipe
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    cfg = load_config(ROOT / "recipes" / f"{name}.yaml", [f"workspace.root={tmp_path / 'ws'}"])
-    out = text2grad(config=cfg)
+    runs = {}
+
+    def run(name: str):
+        if name not in runs:
+            folder = tmp_path_factory.mktemp(name)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.chdir(folder)
+                mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+                cfg = load_config(ROOT / "recipes" / f"{name}.yaml", [f"workspace.root={folder / 'ws'}"])
+                runs[name] = cfg, text2grad(config=cfg)
+        return runs[name]
+
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("recipe-runs")  # on the worker that holds the module's runs
+@pytest.mark.parametrize("name", [f"{n}-tiny" for n in FULL])
+def test_tiny_recipe_runs_end_to_end(name, recipe_run):
+    cfg, out = recipe_run(name)
     feedback = read_artifact(out["feedback"].path, "feedback")
     assert len(feedback) >= 24 and set(feedback["task"]) == {cfg.data.task}
     annotations = read_artifact(out["annotate"].path, "annotations")
@@ -60,14 +78,14 @@ def test_tiny_recipe_runs_end_to_end(name, tmp_path, monkeypatch, prefect_harnes
 
 
 @pytest.mark.slow
-def test_refresh_recomputes_ppo_and_evaluation_but_not_the_reward_model(tmp_path, monkeypatch, prefect_harness):
+@pytest.mark.xdist_group("recipe-runs")
+def test_refresh_recomputes_ppo_and_evaluation_but_not_the_reward_model(recipe_run, tmp_path, monkeypatch):
     """``--refresh ppo`` must train again (not resume the finished run folder) and evaluate again; upstream stays."""
     from flows.text2grad import text2grad
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    cfg = load_config(ROOT / "recipes" / "qa-ultrafeedback-tiny.yaml", [f"workspace.root={tmp_path / 'ws'}"])
-    out = text2grad(config=cfg)
+    cfg, out = recipe_run("qa-ultrafeedback-tiny")
     folders = {
         "ppo": Path(out["ppo"].run_dir),
         "evaluate": Path(out["evaluate"].path),
