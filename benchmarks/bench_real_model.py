@@ -210,10 +210,11 @@ def steps_to_target(history_path: str, target: float) -> dict:
     history = json.loads(Path(history_path).read_text(encoding="utf-8"))
     curve = [(int(h["step"]) + 1, float(h["eval/task_error"])) for h in history if "eval/task_error" in h]
     reached = next((step for step, err in curve if err <= target), None)
-    rounds = [  # the critique loop's audits: agreement with the annotator, rewards, alarm, rollback
-        {"step": int(h["step"]) + 1} | {k.removeprefix("critic_loop/"): v for k, v in h.items() if "critic_loop/" in k}
+    loop = "critique_loop/"
+    rounds = [  # the critique loop's audits: agreement with the annotator, the panel's gap test, rollback
+        {"step": int(h["step"]) + 1} | {k.removeprefix(loop): v for k, v in h.items() if loop in k}
         for h in history
-        if "critic_loop/round" in h
+        if f"{loop}round" in h
     ]
     return {
         "eval_error_by_step": curve,

@@ -158,7 +158,7 @@ def prepare(args, srcs: dict[str, Source]) -> dict[str, str]:
         print(f"reward model {kind}: {res.adapter_dir} ({time.perf_counter() - t0:.0f} s)", flush=True)
         out[kind] = str(res.adapter_dir)
     if "refreshed" in srcs:  # what a refresh replays: the tagger's own training rows
-        from t2g_core.ppo.critique_loop import LOOP_DIR, write_replay
+        from t2g_core.critique_loop import LOOP_DIR, write_replay
 
         cfg = pipe.reward_model.model_copy(update=TAGGER)
         rm_df, _ = build_rm_data(fb, ann, AutoTokenizer.from_pretrained(str(models.policy)), cfg, align_cfg=pipe.align)
@@ -186,16 +186,18 @@ def reward_source(name: str, src: Source, pipe, paths: dict, seed: int):
     return NoisyCritic(source, src.flip, seed) if src.flip else source
 
 
-def critique_loop(cfg, pipe, paths: dict, out: Path):
+def critique_loop(cfg, pipe, paths: dict, out: Path, prompts):
     """The refreshed arm's loop (a fresh one in ``out``): the reference annotator audits the tagger on the arm's
     rollouts, and each refresh replays the tagger's training rows."""
-    from t2g_core.ppo.critique_loop import LOOP_DIR, CritiqueLoop
+    from t2g_core.critique_loop import LOOP_DIR, CritiqueLoop
+    from t2g_core.ppo.rollout import row_dict
 
     shutil.rmtree(out / LOOP_DIR, ignore_errors=True)
     shutil.copytree(paths["replay"], out / LOOP_DIR)
     annotate_cfg = pipe.annotate.model_copy(update={"annotator": "reference"})
     rm_cfg = pipe.reward_model.model_copy(update=TAGGER)
-    return CritiqueLoop(cfg, annotate_cfg, rm_cfg, pipe.align, out, paths["tagger"])
+    rows = [row_dict(r) for _, r in prompts.iterrows()]
+    return CritiqueLoop(cfg, annotate_cfg, rm_cfg, pipe.align, out, paths["tagger"], rows)
 
 
 def reward_model_at(refreshed: list[dict], drift_steps: list[int]) -> dict[str, str]:
@@ -223,7 +225,7 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
     eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
     metric = KeptResponses(summary_metrics)
     source = reward_source(name, src, pipe, paths, seed)
-    loop = critique_loop(cfg, pipe, paths, out) if src.needs == "critique_loop" else None  # the refreshed arm's alone
+    loop = critique_loop(cfg, pipe, paths, out, prompts) if src.needs == "critique_loop" else None  # refreshed arm
     trainer = PPOTrainer(
         cfg,
         paths["policy"],
@@ -232,7 +234,7 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
         reward_source=source,
         align_cfg=pipe.align,
         task_metric=metric,
-        critique_loop=loop,
+        hook=loop,
     )
     t0 = time.perf_counter()
     keep = {*args.drift_steps, args.steps}

@@ -6,6 +6,7 @@
 # <workspace>/run/prefect-auth, mode 0600; the UI asks for it once) and answers cross-origin requests only from its
 # own UI. Runs may use only the endpoints in T2G_ALLOWED_ENDPOINTS and the key variables in T2G_ALLOWED_KEY_ENVS.
 set -euo pipefail
+umask 077  # all it and its servers write is private to this user; the inbox has its own mode (docs/operations.md)
 
 WS=$(realpath -m "${1:-t2g-workspace}")
 BIN=${VENV_BIN:-$(pwd)/.venv/bin}
@@ -32,7 +33,7 @@ if [[ -n "${PREFECT_AUTH_STRING:-}" ]]; then AUTH=$PREFECT_AUTH_STRING
 elif [[ -s "$AUTH_FILE" ]]; then AUTH=$(cat "$AUTH_FILE")
 else AUTH="t2g:$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"; fi
 [[ "$AUTH" == *:* ]] || { echo "PREFECT_AUTH_STRING must look like user:password" >&2; exit 1; }
-(umask 077 && printf '%s' "$AUTH" >"$AUTH_FILE.$$" && mv "$AUTH_FILE.$$" "$AUTH_FILE" &&
+(printf '%s' "$AUTH" >"$AUTH_FILE.$$" && mv "$AUTH_FILE.$$" "$AUTH_FILE" &&
   printf 'user = "%s"\n' "$AUTH" >"$RUN/curl-auth")  # curl reads it from a file: never on a command line
 
 export DO_NOT_TRACK=1 PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT=false

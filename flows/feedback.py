@@ -115,7 +115,8 @@ def reannotate(
     """Append every pending inbox file to the feedback dataset and annotate the items not annotated yet.
 
     ``path`` is the file named by the triggering event (informational: all pending files are processed, which is
-    what makes debouncing safe). ``then`` continues on the whole latest version of the dataset: to validation, to
+    what makes debouncing safe; one the feedback reader refuses is recorded as rejected with its reason and logged,
+    and the others go on). ``then`` continues on the whole latest version of the dataset: to validation, to
     validation and a reward-model refresh, or (``policy``) to a whole ``text2grad`` run with ``data.source: latest``
     (reward model, PPO, evaluation and its outcome; the annotations made here are reused).
     """
@@ -125,10 +126,11 @@ def reannotate(
     from t2g_core.stages.registry import settings_for
     from tasks import annotate, data
     from tasks.caching import cached
+    from tasks.inbox import pending_feedback
 
     ws, root, settings = config.workspace, config.workspace.root, settings_for("annotate", config)
     versions = []
-    for file in inbox.pending_files(ws):
+    for file in pending_feedback(ws):
         base = datasets.latest_feedback(ws)  # the version this file extends; another run that moves it first wins
         feedback = cached(data.append_feedback, root)(ArtifactRef.of(file, "feedback"), base, ws)
         todo = cached(annotate.unannotated, root)(feedback, datasets.latest_annotations(ws), ws)

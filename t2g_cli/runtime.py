@@ -164,7 +164,10 @@ def prepare_environment(workspace_root: str | Path, *, start_prefect: bool = Fal
     """Set Prefect/MLflow environment for a run in this workspace; returns what was chosen (for printing).
 
     ``start_prefect`` starts the temporary Prefect server when no server is configured or running (``t2g run``).
+    What this process and its servers write from here on (the workspace, databases, artifacts, results) is private to
+    this user (umask 077); the inbox that others may drop files into keeps a mode of its own (docs/operations.md).
     """
+    os.umask(0o077)
     quiet_libraries()
     root = Path(workspace_root).resolve()
     root.mkdir(parents=True, exist_ok=True)

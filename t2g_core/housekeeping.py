@@ -5,7 +5,8 @@ when complete (``.<name>.tmp-<pid>-<random>``; a broken artifact or a replaced c
 ``.<name>.broken-...`` / ``.<name>.old-...``). A writer that
 is killed leaves its temporary behind, and no later writer reuses the name, so :func:`collect_stale_temporaries`
 removes those older than a few hours at the start of a run (``workspace.stale_temp_hours``): a live writer's
-temporary is minutes old, a killed one's is never touched again.
+temporary is minutes old, a killed one's is never touched again. The inbox's drop folder is not walked: what lies
+there is the people's who dropped it, not a writer's of this workspace.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import shutil
 import time
 from pathlib import Path
 
+from t2g_core.workspace import Workspace
+
 # .<name>.tmp-<writer> / .<name>.broken-<writer>, and the fixed `.<name>.tmp` staging names of earlier versions
 TEMPORARY = re.compile(r"^\..+\.(tmp|broken|old)(-[\w.-]+)?$")
 
@@ -24,7 +27,9 @@ def stale_temporaries(root: str | Path, older_than_s: float, now: float | None =
     """Temporary files and folders under ``root`` last modified more than ``older_than_s`` seconds ago."""
     now = time.time() if now is None else now
     found: list[Path] = []
+    drop_folder = Workspace(Path(root)).inbox
     for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if Path(folder) / d != drop_folder]
         for name in [*dirs, *files]:
             path = Path(folder) / name
             if not TEMPORARY.match(name):

@@ -8,9 +8,14 @@ descriptor, so it cannot be swapped in between: :func:`open_regular`), at most `
 bits (a private 0600 file stays private; 0600 when the source has none, e.g. an object store), then renamed into place
 under its content hash. What is refused raises :class:`Refused` with the reason.
 
-The workspace's inbox keeps two ledgers, each written under its one-writer lock: ``.seen.json`` (content hash -> the
-name it came in as: :func:`scan` takes a file once, into ``.landed/``) and ``.processed.json`` (landed name -> the
-feedback version it became: :func:`pending_files` are the others, :func:`mark_processed` adds one).
+The workspace's inbox keeps its state in ``<workspace>/artifacts/inbox/``, a folder of this user's that no one drops
+files into (it used to be hidden names inside the drop folder, where anyone who may drop a file may also plant a
+symlink or a FIFO under those names): the landed copies in ``landed/`` and two ledgers, each written under its
+one-writer lock, ``seen.json`` (content hash -> the name it came in as: :func:`scan` takes a file once) and
+``processed.json`` (landed name -> the feedback version it became, or ``rejected: <reason>``: :func:`pending_files`
+are the others). A ledger is read only from this user's own regular file (:func:`open_own`). An earlier workspace's
+``.seen.json``, ``.processed.json`` and ``.landed/`` in the drop folder are taken over once, read the same way.
+The workspace's drop folder is sticky (:meth:`Workspace.at`): whoever may drop a file may not delete another's.
 """
 
 from __future__ import annotations
@@ -26,13 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from t2g_core.config import WorkspaceConfig
+from t2g_core.feedback import load_feedback
 from t2g_core.locks import folder_lock
-from t2g_core.store import read_json, write_text_atomic
+from t2g_core.store import BrokenFile, write_text_atomic
 from t2g_core.workspace import Workspace
 
 CHUNK = 1 << 20
 FEEDBACK_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
-LANDED_DIR, SEEN_FILE, PROCESSED_FILE = ".landed", ".seen.json", ".processed.json"
+LANDED_DIR, SEEN_FILE, PROCESSED_FILE = "landed", "seen.json", "processed.json"  # in artifacts/inbox (once: .<name>)
+LEDGER_MAX_BYTES = 64 << 20
 PRIVATE = 0o600
 KINDS = {
     stat.S_IFLNK: "a symbolic link",
@@ -59,20 +66,30 @@ def _kind(mode: int) -> str:
     return KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
-def open_regular(path: str | Path, max_bytes: int) -> tuple[int, os.stat_result]:
-    """A read-only descriptor of ``path`` and its status, or :class:`Refused` when it is not a regular file of at
-    most ``max_bytes`` (nothing is opened for a symlink, FIFO or device)."""
-    before = os.lstat(path)
+def open_regular(path: str | Path, max_bytes: int, dir_fd: int | None = None) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of ``path`` (in the folder ``dir_fd`` when given) and its status, or :class:`Refused`
+    when it is not a regular file of at most ``max_bytes`` (nothing is opened for a symlink, FIFO or device)."""
+    before = os.lstat(path, dir_fd=dir_fd)
     if not stat.S_ISREG(before.st_mode):
         raise Refused(f"{path}: {_kind(before.st_mode)}, not a regular file; not taken")
     if before.st_size > max_bytes:
         raise Refused(f"{path}: {before.st_size} bytes, larger than the inbox's cap of {max_bytes} bytes; not taken")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     after = os.fstat(fd)
     if not stat.S_ISREG(after.st_mode) or (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
         os.close(fd)
         raise Refused(f"{path}: replaced while it was being opened; not taken")
     return fd, after
+
+
+def open_own(path: str | Path, max_bytes: int, dir_fd: int | None = None) -> tuple[int, os.stat_result]:
+    """:func:`open_regular` for a file only this user should have written: :class:`Refused` as well when another
+    user owns it or it has a second name (a hard link to a file kept elsewhere)."""
+    fd, st = open_regular(path, max_bytes, dir_fd)
+    if st.st_uid != os.geteuid() or st.st_nlink != 1:
+        os.close(fd)
+        raise Refused(f"{path}: owned by uid {st.st_uid}, {st.st_nlink} name(s): not this user's own file; not read")
+    return fd, st
 
 
 def _descriptor_chunks(fd: int) -> Iterator[bytes]:
@@ -121,22 +138,49 @@ def chunks_digest(chunks: Iterable[bytes], max_bytes: int, name: str) -> str:
     return digest.hexdigest()
 
 
-def inbox_names(root: str | Path, skip_dirs: tuple[str, ...] = ()) -> Iterator[Path]:
-    """Every name under ``root`` (symlinked folders are not followed), hidden names and ``skip_dirs`` left out."""
+def inbox_names(root: str | Path) -> Iterator[Path]:
+    """Every name under ``root`` (symlinked folders are not followed), hidden names left out."""
     for folder, dirs, files in os.walk(root, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in skip_dirs)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
             if not name.startswith("."):
                 yield Path(folder) / name
 
 
 # --------------------------------------------------------------------------------------------- the workspace's inbox
-def _inbox(workspace: WorkspaceConfig) -> Path:
-    return Workspace.at(workspace.root).inbox
+def _state(workspace: WorkspaceConfig, warn: Callable[[str], None]) -> Path:
+    """``<workspace>/artifacts/inbox``, made on first use with what an earlier version kept in the drop folder
+    (:func:`_take_over`), in a temporary renamed into place: it is there whole or not at all."""
+    ws = Workspace.at(workspace.root)
+    state = ws.artifacts / "inbox"
+    if state.is_dir():
+        return state
+    with folder_lock(state, f"the feedback inbox (pid {os.getpid()})", wait_s=120):
+        if not state.is_dir():
+            staging = state.with_name(f".inbox.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            staging.mkdir()
+            _take_over(ws.inbox, staging, int(workspace.inbox_max_mb * (1 << 20)), warn)
+            staging.rename(state)
+    return state
 
 
-def _ledger(path: Path) -> dict[str, str]:
-    return read_json(path) if path.exists() else {}
+def _read_ledger(path: Path) -> dict[str, str]:
+    """A ledger's entries ({} when there is none yet), read only from this user's own regular file
+    (:func:`open_own`): never through a symlink, from a FIFO that would block the reader, or from a planted file."""
+    try:
+        fd, _ = open_own(path, LEDGER_MAX_BYTES)
+    except FileNotFoundError:
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    try:
+        return json.loads(data)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise BrokenFile(f"{path}: not valid JSON ({exc})") from None
+
+
+def _write_ledger(path: Path, entries: dict[str, str]) -> None:
+    write_text_atomic(path, json.dumps(entries, indent=2, sort_keys=True))
 
 
 @contextlib.contextmanager
@@ -144,20 +188,64 @@ def _editing(ledger: Path) -> Iterator[dict[str, str]]:
     """The ledger's entries, written back when the block ends, under its one-writer lock: two scans (or two runs
     marking files) take turns."""
     with folder_lock(ledger, f"the feedback inbox (pid {os.getpid()})", wait_s=120):
-        entries = _ledger(ledger)
+        entries = _read_ledger(ledger)
         yield entries
-        write_text_atomic(ledger, json.dumps(entries, indent=2, sort_keys=True))
+        _write_ledger(ledger, entries)
+
+
+def _take_over(drop: Path, state: Path, max_bytes: int, warn: Callable[[str], None]) -> None:
+    """Copy an earlier version's ``.seen.json``, ``.processed.json`` and ``.landed/`` from the drop folder into
+    ``state``. Anyone who may drop a file may have put something else under those names, so only this user's own
+    regular files are read, the folder opened without following a symlink; what is refused stays and ``warn`` hears
+    why. The old names are never read again."""
+    for name in (SEEN_FILE, PROCESSED_FILE):
+        try:
+            entries = _read_ledger(drop / f".{name}")
+        except (OSError, ValueError) as exc:
+            warn(f"{exc} (an earlier inbox ledger, not taken over)")
+            continue
+        _write_ledger(state / name, entries)
+    _take_over_landed(drop / f".{LANDED_DIR}", state / LANDED_DIR, max_bytes, warn)
+
+
+def _take_over_landed(old: Path, landed: Path, max_bytes: int, warn: Callable[[str], None]) -> None:
+    try:
+        folder = os.open(old, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    except OSError as exc:  # ELOOP, ENOTDIR
+        warn(f"{old}: not a folder ({exc.strerror}); earlier landed files, not taken over")
+        return
+    try:
+        if os.fstat(folder).st_uid != os.geteuid():
+            warn(f"{old}: not this user's own folder; earlier landed files, not taken over")
+            return
+        for name in sorted(n for n in os.listdir(folder) if not n.startswith(".")):
+            try:
+                fd, st = open_own(name, max_bytes, dir_fd=folder)
+            except (OSError, ValueError) as exc:
+                warn(f"{old}/{exc} (an earlier landed file, not taken over)")
+                continue
+            try:
+                mode = stat.S_IMODE(st.st_mode) & 0o777
+                copy = copy_hashed(_descriptor_chunks(fd), landed, Path(name).suffix, mode, max_bytes, name)
+            finally:
+                os.close(fd)
+            os.replace(copy.path, landed / name)  # the name the processed-ledger knows it by
+            os.utime(landed / name, ns=(st.st_atime_ns, st.st_mtime_ns))  # its place in the queue: oldest first
+    finally:
+        os.close(folder)
 
 
 def scan(inbox: str, workspace: WorkspaceConfig, warn: Callable[[str], None]) -> list[dict]:
     """Take every new feedback file in ``inbox`` (a folder or an fsspec URL) into the workspace.
 
     Returns ``[{"sha256", "path" (immutable local copy), "source"}]`` for files whose content was never seen; the
-    seen-ledger ``<workspace>/inbox/.seen.json`` (content hash -> original path) has it, so renaming or re-sending a
-    file does not take it twice. A file that is not a regular file, or is larger than ``workspace.inbox_max_mb``, is
-    left where it is and ``warn`` hears why.
+    seen-ledger (content hash -> original path) has it, so renaming or re-sending a file does not take it twice. A
+    file that is not a regular file, is larger than ``workspace.inbox_max_mb`` or cannot be read is left where it
+    is and ``warn`` hears why.
     """
-    folder = _inbox(workspace)
+    folder = _state(workspace, warn)
     max_bytes = int(workspace.inbox_max_mb * (1 << 20))
     new: list[dict] = []
     with _editing(folder / SEEN_FILE) as seen:
@@ -167,8 +255,8 @@ def scan(inbox: str, workspace: WorkspaceConfig, warn: Callable[[str], None]) ->
                 if sha in seen:
                     continue
                 landed = source.land(folder / LANDED_DIR, max_bytes)
-            except Refused as exc:
-                warn(str(exc))
+            except (Refused, OSError) as exc:  # OSError: e.g. another user's file this one may not read
+                warn(f"{exc} (left for a later scan)" if isinstance(exc, OSError) else str(exc))
                 continue
             seen[landed.sha256] = name
             new.append({"sha256": landed.sha256, "path": str(landed.path), "source": name})
@@ -225,21 +313,40 @@ def _sources(inbox: str) -> Iterator[tuple[str, LocalSource | RemoteSource]]:
 
     fs, root = fsspec.core.url_to_fs(inbox)
     local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
-    names = (str(p) for p in inbox_names(root, skip_dirs=(LANDED_DIR,))) if local else sorted(fs.find(root))
+    names = (str(p) for p in inbox_names(root)) if local else sorted(fs.find(root))
     for name in names:
-        if Path(name).name.startswith(".") or f"/{LANDED_DIR}/" in name or not name.endswith(FEEDBACK_SUFFIXES):
+        if Path(name).name.startswith(".") or not name.endswith(FEEDBACK_SUFFIXES):
             continue
         yield name, LocalSource(Path(name)) if local else RemoteSource(fs, name)
 
 
-def pending_files(workspace: WorkspaceConfig) -> list[str]:
-    """Landed inbox files not yet appended to the feedback dataset, oldest first."""
-    folder = _inbox(workspace)
-    done = _ledger(folder / PROCESSED_FILE)
-    files = [p for p in (folder / LANDED_DIR).glob("*") if p.is_file() and not p.name.startswith(".")]
-    return [str(p) for p in sorted(files, key=lambda p: p.stat().st_mtime) if p.name not in done]
+def pending_files(workspace: WorkspaceConfig, warn: Callable[[str], None]) -> list[str]:
+    """Landed inbox files not yet appended to the feedback dataset, oldest first. A file the feedback reader refuses
+    (its error names the line and the cause) is recorded as ``rejected: <reason>`` and ``warn`` hears it: it never
+    blocks the files behind it."""
+    state = _state(workspace, warn)
+    done = _read_ledger(state / PROCESSED_FILE)
+    files = [p for p in (state / LANDED_DIR).glob("*") if p.is_file() and not p.name.startswith(".")]
+    pending = sorted((p for p in files if p.name not in done), key=lambda p: p.stat().st_mtime)
+    return [str(p) for p in pending if _readable(p, state, warn)]
+
+
+def _readable(path: Path, state: Path, warn: Callable[[str], None]) -> bool:
+    try:
+        load_feedback(path)  # what appending it reads
+        return True
+    except ValueError as exc:
+        source = next((n for sha, n in _read_ledger(state / SEEN_FILE).items() if path.stem == sha[:32]), path.name)
+        with _editing(state / PROCESSED_FILE) as ledger:
+            ledger[path.name] = f"rejected: {exc}"
+        warn(f"inbox file {source} rejected (the other files go on): {exc}")
+        return False
 
 
 def mark_processed(path: str, version: int, workspace: WorkspaceConfig) -> None:
-    with _editing(_inbox(workspace) / PROCESSED_FILE) as ledger:
+    with _editing(_state(workspace, _unheard) / PROCESSED_FILE) as ledger:
         ledger[Path(path).name] = f"feedback version {version}"
+
+
+def _unheard(_message: str) -> None:
+    """Nothing to hear: a file is marked after :func:`pending_files` made the inbox's folder."""

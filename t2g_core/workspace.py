@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +19,9 @@ class Workspace:
         ws = cls(Path(root).resolve())
         for sub in (ws.artifacts, ws.models, ws.checkpoints, ws.reports, ws.inbox):
             sub.mkdir(parents=True, exist_ok=True)
+        inbox = ws.inbox.stat()
+        if not inbox.st_mode & stat.S_ISVTX and inbox.st_uid == os.geteuid():
+            ws.inbox.chmod(inbox.st_mode | stat.S_ISVTX)  # a drop box: whoever may drop a file may not delete another's
         return ws
 
     @property
@@ -37,6 +42,8 @@ class Workspace:
 
     @property
     def inbox(self) -> Path:
+        """The drop folder for new feedback files (sticky; who may drop files is its mode's choice, 0700 as made under
+        ``t2g run``'s umask: docs/operations.md); the inbox's own state is in ``artifacts/inbox``."""
         return self.root / "inbox"
 
     @property

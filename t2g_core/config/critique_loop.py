@@ -1,5 +1,5 @@
 """The on-policy critique loop of PPO: audit the reward model against the annotator on the policy's own rollouts, raise
-the over-optimisation alarm, and refresh the reward model on the new labels (``t2g_core.ppo.critique_loop``;
+the over-optimisation alarm, and refresh the reward model on the new labels (``t2g_core.critique_loop``;
 ``docs/ppo.md`` has the rules and the measurements behind the defaults)."""
 
 from __future__ import annotations
@@ -10,10 +10,18 @@ from pydantic import Field, model_validator
 
 from t2g_core.config.base import StageConfig, refuse_renamed
 
-RENAMED = {
-    "alarm_gain_check": "alarm_gain_margin (null: the floors alone decide)",
-    "alarm_gain_noise": "alarm_gain_margin",
-}
+GAP_TEST = "`the paired gap test on the panel (alarm_false_rate); the agreement is logged, not a floor`"
+RENAMED = dict.fromkeys(
+    (
+        "alarm_gain_check",
+        "alarm_gain_noise",
+        "alarm_gain_margin",
+        "alarm_f1_floor",
+        "alarm_spans",
+        "alarm_omission_floor",
+    ),
+    GAP_TEST,
+)
 
 
 class CritiqueLoopConfig(StageConfig):
@@ -22,7 +30,7 @@ class CritiqueLoopConfig(StageConfig):
         description="auto = on where it runs offline (the trained tagger, a reference or code critic); true = on; "
         "false = off.",
     )
-    every: int = Field(5, ge=1, description="A round after every this many PPO steps (on the last step's rollouts).")
+    every: int = Field(5, ge=1, description="A round after every this many PPO steps (on that step's rollouts).")
     first: int | None = Field(
         1, ge=1, description="The first round after this many steps, then every `every` (null: after `every`)."
     )
@@ -30,25 +38,18 @@ class CritiqueLoopConfig(StageConfig):
     uncertain_share: float = Field(
         0.5, ge=0, le=1, description="Share of the budget given to the rollouts the reward model is least sure about."
     )
-    alarm_f1_floor: float = Field(
-        0.5, ge=0, le=1, description="The alarm fires when the reward model's span F1 against the annotator is below."
+    panel: int = Field(
+        16,
+        ge=2,
+        description="Training prompts the alarm samples every round with the same random streams (no refresh).",
     )
-    alarm_spans: Literal["poor", "all"] = Field(
-        "poor", description="Which span F1 the floor reads: of the poor spans, or of all spans."
-    )
-    alarm_omission_floor: float | None = Field(
-        None, ge=0, le=1, description="Also fire when the omission recall is below this (null: not checked)."
-    )
-    alarm_gain_margin: float | None = Field(
-        0.0,
-        ge=0,
-        description="Fire only when the annotator's reward falls this many standard errors below the bar (null: "
-        "floors only).",
+    alarm_false_rate: float = Field(
+        0.05, gt=0, lt=1, description="Chance of any false alarm in a run where nothing changes (the gap test's alpha)."
     )
     on_alarm: Literal["rollback", "stop", "continue"] = Field(
         "rollback",
-        description="rollback = restore the last passing round's policy and go on; stop = restore it and end; "
-        "continue = only refresh.",
+        description="rollback = restore the certified policy the annotator rated best; stop = restore it and end; "
+        "continue = go on.",
     )
     refresh_steps: int = Field(
         20, ge=0, description="Optimizer steps of each refresh of the tagger (0 = audit only, never refresh)."

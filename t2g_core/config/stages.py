@@ -130,9 +130,13 @@ class PPOSettings(StageSettings):
         default_factory=ModelsConfig, description="The weights dtype the policy and the reward model load in."
     )
     annotate: AnnotateConfig = Field(
-        default_factory=AnnotateConfig,
-        description="The annotator the critique loop sends rollouts to (ppo.critique_loop).",
+        default_factory=AnnotateConfig, description="The annotator the critique loop sends rollouts to."
     )
+
+    def fingerprint(self) -> dict:
+        """What PPO's cache key holds of these settings: all of them, but the annotator's only while the critique
+        loop is on (otherwise no annotation setting re-runs PPO)."""
+        return self.model_dump(mode="json", by_alias=True, exclude=None if self.critique_loop()[0] else {"annotate"})
 
     @model_validator(mode="after")
     def _one_key(self) -> PPOSettings:
@@ -151,24 +155,32 @@ class PPOSettings(StageSettings):
         """The critique loop calls the LLM annotator (an outside service with a key)."""
         return self.critique_loop()[0] and self.annotate.annotator == "llm"
 
-    def critique_loop(self) -> tuple[bool, str]:
-        """Whether PPO runs the critique loop (``ppo.critique_loop.enabled``), and why: true and false as given;
-         ``auto`` where it runs offline and can refresh (PPO scores with the tagger the pipeline trained, the annotator
-        labels new responses without an outside service; a multi-process run goes without it)."""
-        enabled = self.ppo.critique_loop.enabled
-        if enabled != "auto":
-            return enabled, "ppo.critique_loop.enabled=" + str(enabled).lower()
+    def critique_loop(self, processes: int = 1) -> tuple[bool, str]:
+        """Whether PPO runs the critique loop, and why: decided here alone (the PPO stage, its cache key and the
+        loop ask). It needs the reward model the pipeline trained and one process; ``auto`` also wants it offline
+        and refreshable (a tagger, audited by the reference or code critic)."""
+        enabled, loop = self.ppo.critique_loop.enabled, "ppo.critique_loop.enabled="
+        if enabled is False:
+            return False, loop + "false"
+        if enabled is True and processes > 1:
+            raise ValueError(f"{loop}true runs in one process; turn it off for this {processes}-process run")
         why_not = [
             (not self.uses_trained_reward_model, "PPO does not score with the reward model the pipeline trained"),
-            (self.reward_model.kind != "tagger", f"reward_model.kind={self.reward_model.kind} cannot be refreshed"),
-            (
-                self.annotate.annotator not in OFFLINE_LABELLERS,
-                f"annotate.annotator={self.annotate.annotator} "
-                "(auto uses only the reference and code critics; set ppo.critique_loop.enabled=true to call an LLM)",
-            ),
+            (processes > 1, f"{processes} processes (the loop runs in one)"),
         ]
+        if enabled == "auto":
+            annotator = self.annotate.annotator
+            why_not += [
+                (self.reward_model.kind != "tagger", f"reward_model.kind={self.reward_model.kind} cannot be refreshed"),
+                (
+                    annotator not in OFFLINE_LABELLERS,
+                    f"annotate.annotator={annotator} (auto uses only the reference and code critics; set "
+                    f"{loop}true to call an LLM)",
+                ),
+            ]
         reasons = [why for off, why in why_not if off]
-        return not reasons, "auto: " + ("; ".join(reasons) or "the trained tagger, audited by the annotator offline")
+        on = "the trained tagger, audited by the annotator offline" if enabled == "auto" else loop + "true"
+        return not reasons, ("auto: " if enabled == "auto" else "") + ("; ".join(reasons) or on)
 
     @property
     def uses_reward_model(self) -> bool:

@@ -45,12 +45,15 @@ def labels_tensor(scored: list[ScoredResponse], shape: tuple[int, int]) -> Tenso
     return out
 
 
-def missing_tensor(scored: list[ScoredResponse], shape: tuple[int, int]) -> Tensor:  # -> (B, T) items per token
-    """How many missing items each sampled token is the anchor of."""
+def missing_tensor(scored: list[ScoredResponse], shape: tuple[int, int], placed: bool) -> Tensor:  # -> (B, T)
+    """How many missing items each sampled token is the anchor of; ``placed``: only the items the critic gave a place
+    (those it gave none sit on the last token, where they are taken off again)."""
     out = torch.zeros(shape, dtype=torch.float32)
     for b, s in enumerate(scored):
         for k in s.missing_tokens:
             out[b, min(k, shape[1] - 1)] += 1.0
+        if placed and s.unanchored:
+            out[b, min(max(len(s.labels) - 1, 0), shape[1] - 1)] -= float(s.unanchored)
     return out
 
 
@@ -59,14 +62,21 @@ def place_task_rewards(scored: list[ScoredResponse], ro: Rollout, cfg: PPOConfig
 
     s_t places d_t = delta_t + o_t (token labels plus omission labels, see :func:`t2g_core.rl.omission_labels`); a
     critic's verdict scales the labels to unit sums and joins the terminal, and a degenerate response gets
-    ``degenerate_reward`` alone (the order in :mod:`t2g_core.rl.rewards`).
+    ``degenerate_reward`` alone (the order in :mod:`t2g_core.rl.rewards`). Where rewards are placed on tokens (span,
+    dense), an omission the critic gave no place (or every omission, ``omission_placement=end``) joins the terminal
+    instead, so every estimator credits it to the whole response (on the last token a span estimator would give it
+    only to the tokens after the last span).
     """
     mask = ro.response_mask
     fbs = [s.feedback for s in scored]
     labels = labels_tensor(scored, tuple(mask.shape))
-    omitted = omission_labels(
-        missing_tensor(scored, tuple(mask.shape)), mask, cfg.omission_penalty, cfg.omission_placement
-    )
+    per_token = cfg.reward_mode in HYBRID_MODES
+    placed = missing_tensor(scored, tuple(mask.shape), placed=per_token)
+    if per_token and cfg.omission_placement == "end":
+        placed = torch.zeros_like(placed)
+    total = torch.tensor([float(len(s.missing_tokens)) for s in scored])
+    omitted = omission_labels(placed, mask, cfg.omission_penalty, "anchor")
+    unplaced = -cfg.omission_penalty * (total - placed.sum(dim=1))  # (B,) the terminal's share of the omissions
     failed = torch.tensor([not fb.ok for fb in fbs])
     has_verdict = torch.tensor([fb.ok and fb.outcome is not None for fb in fbs])
     verdict = torch.tensor([float(fb.outcome) if fb.ok and fb.outcome is not None else 0.0 for fb in fbs])
@@ -77,7 +87,9 @@ def place_task_rewards(scored: list[ScoredResponse], ro: Rollout, cfg: PPOConfig
     labels, signal = labels * keep[:, None], (labels + omitted) * keep[:, None]
     task = task_rewards(cfg.reward_mode, signal, mask, cfg.span_coef)
     hybrid = cfg.terminal_coef if cfg.reward_mode in HYBRID_MODES else 0.0  # scalar/uniform: already the reward
-    terminal = hybrid * cfg.span_coef * (signal * mask).sum(dim=1) + cfg.outcome_coef * verdict * keep
+    unplaced = unplaced * keep
+    terminal = (1 + hybrid) * cfg.span_coef * unplaced + hybrid * cfg.span_coef * (signal * mask).sum(dim=1)
+    terminal = terminal + cfg.outcome_coef * verdict * keep
     terminal = torch.where(failed, torch.full_like(terminal, cfg.parse_failure_reward), terminal)
     if cfg.missing_eos_penalty is not None:
         terminal = torch.where(no_eos & ~failed, torch.full_like(terminal, cfg.missing_eos_penalty), terminal)

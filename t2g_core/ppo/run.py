@@ -1,14 +1,15 @@
 """A PPO run folder: everything needed to start, inspect and resume a run from the command line or a task.
 
 ``<run_dir>/run.json`` records the settings PPO reads (``ppo``, ``holdout``, ``align``, ``reward_model``, ``models``
-and ``annotate`` sections), the policy folder and the reward-model path; ``prompts.parquet`` and ``eval.parquet``
-(feedback schema) hold the exact prompts; with the critique loop on, ``critique_loop/`` holds the reward model's
-training rows it replays. ``t2g ppo resume RUN_DIR`` needs nothing else.
+and, with the critique loop on, ``annotate`` sections), the policy folder and the reward-model path;
+``prompts.parquet`` and ``eval.parquet`` (feedback schema) hold the exact prompts; with the critique loop on,
+``critique_loop/`` holds the reward model's training rows it replays. ``t2g ppo resume RUN_DIR`` needs nothing else.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -16,8 +17,8 @@ import pandas as pd
 from t2g_core.config.stages import PPOSettings
 from t2g_core.feedback import split_prompts
 from t2g_core.models.loading import default_device, resolve_dtype
-from t2g_core.ppo.critique_loop import CritiqueLoop, write_replay
 from t2g_core.ppo.distributed import barrier, rank_and_world
+from t2g_core.ppo.hooks import StepHook
 from t2g_core.ppo.sources import make_reward_source, task_metric_for
 from t2g_core.ppo.trainer import PPOResult, train
 from t2g_core.progress import Progress, no_progress
@@ -39,14 +40,10 @@ def prepare_run(
     feedback: pd.DataFrame,
     policy_dir: str | Path,
     reward_model_path: str | Path | None = None,
-    replay: tuple[pd.DataFrame, pd.DataFrame] | None = None,
 ) -> Path:
-    """Write run.json and the prompt split into ``run_dir`` (rank 0; others wait); ``replay`` = (rm_data, feedback)
-    the reward model was trained on, which the critique loop replays when it refreshes it."""
+    """Write run.json and the prompt split into ``run_dir`` (rank 0; others wait)."""
     run_dir = Path(run_dir)
     if rank_and_world()[0] == 0:
-        if replay is not None and cfg.critique_loop()[0]:
-            write_replay(run_dir, *replay)
         run_dir.mkdir(parents=True, exist_ok=True)
         train_df, eval_df = split_prompts(feedback, cfg.holdout)
         write_parquet(train_df, run_dir / "prompts.parquet", FEEDBACK)
@@ -69,10 +66,11 @@ def run_from_dir(
     tracker: Tracker | None = None,
     api_key: str | None = None,
     progress: Progress = no_progress,
+    hook: Callable[..., StepHook] | None = None,
 ) -> PPOResult:
-    """Train (or resume) the run described by ``run_dir/run.json``; ``api_key`` serves an HTTP reward source or the
-    critique loop's LLM annotator (it is never stored; the answers are cached in ``run_dir/answers`` and
-    ``run_dir/critique_loop/cache``)."""
+    """Train (or resume) the run described by ``run_dir/run.json``; ``api_key`` serves an HTTP reward source (it is
+    never stored; the answers are cached in ``run_dir/answers``). ``hook(settings, run_dir, reward_model_path,
+    prompts, reward_source, dtype)`` builds the step hook the run is watched by (the critique loop)."""
     run_dir = Path(run_dir)
     spec_file = run_dir / RUN_FILE
     if not spec_file.exists():
@@ -92,18 +90,8 @@ def run_from_dir(
         cache_dir=run_dir / "answers",
         dtype=dtype,
     )
-    loop = None
-    if cfg.critique_loop()[0]:
-        loop = CritiqueLoop(
-            cfg.ppo,
-            cfg.annotate,
-            cfg.reward_model,
-            cfg.align,
-            run_dir,
-            spec.get("reward_model_path"),
-            api_key=api_key if cfg.uses_annotator_key else None,
-            dtype=dtype,
-        )
+    path = spec.get("reward_model_path")
+    made = hook(cfg, run_dir, path, prompts, source, dtype) if hook is not None else None
     return train(
         cfg.ppo,
         spec["policy_dir"],
@@ -117,7 +105,7 @@ def run_from_dir(
         task_metric=task_metric_for(task, prompts),
         dtype=dtype,
         progress=progress,
-        critique_loop=loop,
+        hook=made,
     )
 
 

@@ -7,7 +7,7 @@ ids are never re-encoded (re-encoding a decoded text can give other ids). A fail
 status and error, and is counted. With ``words=True`` (the paper's dense ablation) the critic's word-level labels
 are placed instead of its spans. Each item the critique reports missing is anchored on a sampled token: the one
 holding (or first after) the char offset where the content belonged, or the last token (EOS) when the critic gives
-no place.
+no place (``ScoredResponse.unanchored`` counts those: span placement gives them to the terminal reward).
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ class ScoredResponse:
     n_spans: int
     n_unmatched: int
     missing_tokens: list[int] = field(default_factory=list)  # sampled-id index where each missing item belonged
+    unanchored: int = 0  # how many of them the critic gave no place (anchored on the last token)
 
 
 def decode_responses(
@@ -156,5 +157,7 @@ def label_responses(
         else:
             labels, aligned = span_labels(text, offsets, fb, cfg)
         unmatched = sum(1 for s in aligned if s.start is None)
-        scored.append(ScoredResponse(text, offsets, labels, fb, len(aligned), unmatched, missing_tokens(offsets, fb)))
+        anchors = missing_tokens(offsets, fb)
+        unanchored = len(fb.missing) - sum(a is not None for a in fb.missing_at[: len(fb.missing)])
+        scored.append(ScoredResponse(text, offsets, labels, fb, len(aligned), unmatched, anchors, unanchored))
     return scored

@@ -9,7 +9,8 @@ Per response token t (mask m_t true up to and including EOS):
 
 One module per part of the step: :mod:`.rollout` (1), :mod:`.rewards` (2, 3), :mod:`.experience` (4-6),
 :mod:`.update` (7, with the KL early stop) and :mod:`.optimizer` (each model's AdamW, clip, schedule and revert);
-this module holds the loop: the models, the step in its numbered order, metrics, checkpoints and evaluation.
+this module holds the loop: the models, the step in order, metrics, checkpoints, evaluation and the step hook
+(:mod:`.hooks`).
 
 Actor and critic have their own optimizer, gradient clip and learning-rate schedule; the first
 ``critic_warmup_steps`` steps train the critic alone; critic-free estimators (rloo, grpo) train no critic and draw
@@ -41,7 +42,6 @@ from torch import Tensor
 from t2g_core.config.align import AlignConfig
 from t2g_core.config.ppo import WORD_LABEL_MODES, PPOConfig
 from t2g_core.ppo import checkpoint as ckpt
-from t2g_core.ppo.critique_loop import Batch, CritiqueLoop
 from t2g_core.ppo.distributed import Runtime, barrier, global_sum, shared_token, to_device
 from t2g_core.ppo.experience import (
     Experience,
@@ -52,6 +52,7 @@ from t2g_core.ppo.experience import (
 )
 from t2g_core.ppo.failures import check_reward_source
 from t2g_core.ppo.generation import make_backend, stream_seed
+from t2g_core.ppo.hooks import Batch, Decision, Decoded, StepHook, View
 from t2g_core.ppo.metrics import StepTimer, TaskMetric, critic_metrics, progress_metrics, step_metrics, task_metrics
 from t2g_core.ppo.models import load_policy
 from t2g_core.ppo.optimizer import Optimizer, lr_factor
@@ -66,6 +67,7 @@ from t2g_core.store import write_text_atomic
 from t2g_core.tracking import NullTracker, Tracker
 
 EVAL_STEP_KEY = 10**9  # eval samples use fixed streams, the same at every evaluation
+HOOK_STEP_KEY = EVAL_STEP_KEY + 1  # and a hook's samples others, the same at every call
 
 
 @dataclass
@@ -93,18 +95,14 @@ class PPOTrainer:
         align_cfg: AlignConfig | None = None,
         task_metric: TaskMetric | None = None,
         dtype: torch.dtype | None = None,
-        critique_loop: CritiqueLoop | None = None,
+        hook: StepHook | None = None,
     ):
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.runtime = Runtime()
         self.rank, self.world = self.runtime.rank, self.runtime.world
-        self.loop, self.last_batch = critique_loop, None
-        if critique_loop is not None and self.world > 1:
-            if cfg.critique_loop.enabled is True:
-                raise ValueError("ppo.critique_loop runs in one process; turn it off for a multi-process run")
-            self.loop = critique_loop = None  # auto: a multi-process run goes without it
-        if critique_loop is not None:
-            critique_loop.check_source(reward_source)
+        self.hook = hook
+        if hook is not None and self.world > 1:
+            raise ValueError("a step hook (the critique loop) runs in one process; turn it off for a multi-process run")
         if cfg.batch_size % cfg.minibatches:
             raise ValueError(f"batch_size {cfg.batch_size} must divide by minibatches {cfg.minibatches}")
         if len(prompts_df) == 0:
@@ -190,11 +188,12 @@ class PPOTrainer:
             ro = rollout(self.generate, tok, rows, global_index, cfg, step)
         with timer.phase("span_labels"):
             decoded = decode(ro, tok)
-        with timer.phase("score"):  # 2. score
+        with timer.phase("score"):  # 2. score (a due hook may relabel some rollouts, e.g. with an annotator's labels)
             feedback = critique(ro, decoded, self.reward_source)
+            if self.hook is not None and self.hook.due(step):
+                feedback = self.hook.relabel(step, Batch(ro.rows, decoded, feedback), self.view())
         with timer.phase("span_labels"):  # 3a. labels on the sampled ids
             scored = label_responses(decoded, feedback, self.align_cfg, words=cfg.reward_mode in WORD_LABEL_MODES)
-        self.last_batch = Batch(ro.rows, decoded, feedback)  # what a critique-loop round audits
         self.failed_errors = [fb.error for fb in feedback if not fb.ok]
         first = None
         if reuses_first_forward(cfg) and not self.runtime.fsdp:  # the update's only forward doubles as the old pass
@@ -252,7 +251,7 @@ class PPOTrainer:
             "history": self.history,
             "records": self.records,
             "config": self.cfg.model_dump(mode="json"),
-            "critique_loop": self.loop.state_dict() if self.loop is not None else None,
+            "hook": self.hook.state_dict() if self.hook is not None else None,
         }
         return ckpt.save_checkpoint(
             self.run_dir,
@@ -271,9 +270,8 @@ class PPOTrainer:
             return False
         state = self.restore_weights(path)
         self.history, self.records, self.next_step = state["history"], state["records"], int(state["step"])
-        if self.loop is not None:
-            self.loop.load_state_dict(state.get("critique_loop"))
-            self.reward_source = self.loop.reward_source() or self.reward_source
+        if self.hook is not None:
+            self.reward_source = self.hook.load_state_dict(state.get("hook")) or self.reward_source
         return True
 
     def restore_weights(self, path: Path) -> dict:
@@ -319,39 +317,53 @@ class PPOTrainer:
         cfg = self.cfg
         last = cfg.steps if stop_after is None else min(cfg.steps, self.next_step + stop_after)
         self.write_loaded()
-        if self.loop is not None and self.loop.state.passed is None and self.loop.cfg.on_alarm != "continue":
-            self.loop.will_pass(ckpt.checkpoint_folder(self.run_dir, self.next_step))  # the warm start passes
-            self.save()
+        if self.hook is not None and self._after(self.hook.start(self.view()), tracker).get("save"):
+            self.save()  # the warm start, certified by the hook
         for step in range(self.next_step, last):
-            if self.loop is not None and self.loop.state.stopped:
+            if self.hook is not None and self.hook.stopped:
                 break
             metrics = self.step(step)
             if eval_df is not None and (step % cfg.eval_every == 0 or step == cfg.steps - 1):
                 metrics |= self.evaluate(eval_df)
             self.next_step = step + 1
-            audited = self.audit(step, tracker, progress)
-            metrics |= audited
+            due = self.hook is not None and self.hook.due(step)
+            decided = self._after(self.hook.after_step(step, self.view()), tracker) if due else {}
+            metrics |= decided.get("metrics", {})
             self.history.append({"step": step, **metrics})
             if self.rank == 0:
                 tracker.log_metrics(metrics, step=step)
                 progress("ppo", self.next_step, cfg.steps, progress_metrics(metrics))
             if step % cfg.log_every == 0 or step == cfg.steps - 1:
                 self.write_rollouts(tracker)
-            stopped = self.loop is not None and self.loop.state.stopped
             check_reward_source(self.history, cfg, self.failed_errors)  # every process: the same global rates
-            if self.next_step % cfg.save_every == 0 or self.next_step == last or audited or stopped:
+            if self.next_step % cfg.save_every == 0 or self.next_step == last or due:
                 self.save()
         return self.result()
 
-    def audit(self, step: int, tracker: Tracker, progress: Progress) -> dict[str, float]:
-        """A critique-loop round after ``step`` when one is due (its metrics; {} otherwise). A round that passes
-        names the checkpoint written after it as the one an alarm restores."""
-        if self.loop is None or not self.loop.due(step):
-            return {}
-        metrics = self.loop.round(self, step, self.last_batch, tracker=tracker, progress=progress)
-        if not metrics["critic_loop/alarm"]:
-            self.loop.will_pass(ckpt.checkpoint_folder(self.run_dir, self.next_step))
-        return metrics
+    # ---- the hook ------------------------------------------------------------------------------------------
+    def view(self) -> View:
+        return View(
+            self.bundle.tokenizer,
+            self.reward_source,
+            self.sample,
+            lambda step: ckpt.checkpoint_folder(self.run_dir, step).name,
+        )
+
+    def sample(self, rows: list[dict]) -> Decoded:
+        """The current policy's responses to ``rows``, from fixed streams (the same ones at every call)."""
+        self.backend.sync(self.bundle.policy)
+        ro = rollout(self.generate, self.bundle.tokenizer, rows, list(range(len(rows))), self.cfg, HOOK_STEP_KEY)
+        return decode(ro, self.bundle.tokenizer)
+
+    def _after(self, decision: Decision, tracker: Tracker) -> dict:
+        """Carry out a hook's decision: restore a checkpoint, score with a new reward source, log its files."""
+        if decision.restore is not None:
+            self.restore_weights(self.run_dir / "checkpoints" / decision.restore)
+        if decision.reward_source is not None:
+            self.reward_source = decision.reward_source
+        for path, folder in decision.artifacts:
+            tracker.log_artifact(path, folder)
+        return {"metrics": decision.metrics, "save": decision.save or decision.stop}
 
     def replay_history(self, tracker: Tracker) -> None:
         """Log the restored steps' metrics again (rank 0): a resumed run's tracking run then holds every step, not
@@ -373,13 +385,9 @@ class PPOTrainer:
         """``models.json``: what this run loaded (name, revision, cached commit, dtype, pad token) and on what."""
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            info = {
-                "policy": self.bundle.loaded,
-                "device": str(self.runtime.device),
-                "processes": self.world,
-                "distributed": self.runtime.accelerator.distributed_type.name,
-                "generation_backend": self.cfg.generation_backend,
-            }
+            info = {"policy": self.bundle.loaded, "device": str(self.runtime.device), "processes": self.world}
+            info |= {"distributed": self.runtime.accelerator.distributed_type.name}
+            info |= {"generation_backend": self.cfg.generation_backend}
             write_text_atomic(self.run_dir / "models.json", json.dumps(info, indent=2))
 
     def result(self) -> PPOResult:
@@ -390,7 +398,7 @@ class PPOTrainer:
                 write_text_atomic(self.run_dir / "history.json", json.dumps(self.history, indent=1))
         barrier()
         rollouts = self.run_dir / "rollouts.parquet"
-        refreshed = list(self.loop.state.refreshed) if self.loop is not None else []
+        refreshed = self.hook.refreshed() if self.hook is not None else []
         return PPOResult(
             self.run_dir,
             adapter,
@@ -417,12 +425,12 @@ def train(
     stop_after: int | None = None,
     dtype: torch.dtype | None = None,
     progress: Progress = no_progress,
-    critique_loop: CritiqueLoop | None = None,
+    hook: StepHook | None = None,
 ) -> PPOResult:
     """Train a LoRA policy with span-reward PPO; ``resume=True`` continues from ``out_dir``'s latest checkpoint.
     ``policy_dir`` is a folder or a Hub id (``@revision``); the base loads in ``dtype`` (``models.dtype`` as the
-    stage resolved it; None: the ``auto`` rule for the device). ``critique_loop`` audits and refreshes the reward
-    model on the policy's rollouts (:mod:`t2g_core.ppo.critique_loop`)."""
+    stage resolved it; None: the ``auto`` rule for the device). ``hook`` watches the run (the critique loop, which
+    audits and refreshes the reward model on the policy's rollouts: :mod:`t2g_core.critique_loop`)."""
     trainer = PPOTrainer(
         cfg,
         policy_dir,
@@ -432,7 +440,7 @@ def train(
         align_cfg=align_cfg,
         task_metric=task_metric,
         dtype=dtype,
-        critique_loop=critique_loop,
+        hook=hook,
     )
     if resume and not trainer.restore():
         raise FileNotFoundError(f"{out_dir}: no checkpoint to resume from (expected checkpoints/latest)")

@@ -12,6 +12,8 @@ the dataset's items (``t2g_core.stages.reward_model``). A finished run's outputs
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from t2g_core.config.evaluate import EvaluateConfig
@@ -61,10 +63,15 @@ def sample_responses(policy: str, rows: pd.DataFrame, settings: PolicySamplesSet
 
 def samples_frame(rows: pd.DataFrame, responses: list[list[str]]) -> pd.DataFrame:
     """The responses as feedback rows (schema FEEDBACK): the item's prompt, reference and tests, a new id, no critique,
-    ``meta`` naming the item sampled from (the item's own meta describes the item's response, not this one)."""
+    ``meta`` naming the item sampled from and, where the item has them, the true facts of its prompt (demo data: the
+    ground truth any response is measured against; the item's other meta describes the item's response, not this)."""
+
+    def meta(row: dict, k: int) -> dict:
+        facts = (json.loads(row["meta"]) if isinstance(row.get("meta"), str) else row.get("meta") or {}).get("facts")
+        return {"sampled_from": row["id"], "sample": k} | ({"facts": facts} if facts else {})
 
     entries = (
-        (row, SAMPLE_ID.format(id=row["id"], k=k), text, {"sampled_from": row["id"], "sample": k})
+        (row, SAMPLE_ID.format(id=row["id"], k=k), text, meta(row, k))
         for row, texts in zip(rows.to_dict("records"), responses, strict=True)
         for k, text in enumerate(texts)
     )

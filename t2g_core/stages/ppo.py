@@ -33,31 +33,34 @@ def train(
 ) -> PolicyRef:
     """Train (or resume) PPO; the adapter is in ``adapter_dir``, the held-out prompts in ``run_dir/eval.parquet``.
     ``api_key`` (handed in by the caller, never stored) serves ``reward_source=endpoint``."""
+    from t2g_core.critique_loop import loop_factory, write_replay
     from t2g_core.ppo.checkpoint import latest_checkpoint
+    from t2g_core.ppo.distributed import rank_and_world
     from t2g_core.ppo.run import prepare_run, run_from_dir
 
     if settings.uses_reward_model and reward_model_path(settings, reward_model) is None:
         raise ValueError("ppo.reward_source=reward_model needs a trained reward model (or ppo.reward_model_path)")
     if settings.uses_reward_model:
         gate_reward_model(settings, reward_model, ctx.log)
+    loop_on, why = settings.critique_loop(rank_and_world()[1])  # decided here, once
+    if settings.uses_reward_model:  # a learned reward: say whether it is audited on the policy's rollouts
+        ctx.log(f"critique loop {'on' if loop_on else 'off'} ({why})")
     with ctx.own_folder("checkpoints/ppo", fresh=True) as run_dir:
         latest = latest_checkpoint(run_dir) if run_dir.exists() else None
         if latest is None:
             fb = read(feedback, "feedback")
-            loop_on, why = settings.critique_loop()
-            if settings.uses_reward_model:  # a learned reward: say whether it is audited on the policy's rollouts
-                ctx.log(f"critique loop {'on' if loop_on else 'off'} ({why})")
-            loop_on = loop_on and settings.uses_trained_reward_model
-            replay = None
             if loop_on and reward_model is not None:  # the items the reward model trained on (its own samples too)
                 trained_on = read(reward_model.feedback, "feedback") if reward_model.feedback is not None else fb
-                replay = (read(reward_model.rm_data, "rm_data"), trained_on)
-            prepare_run(settings, run_dir, fb, models.policy, reward_model_path(settings, reward_model), replay)
+                write_replay(run_dir, read(reward_model.rm_data, "rm_data"), trained_on)
+            prepare_run(settings, run_dir, fb, models.policy, reward_model_path(settings, reward_model))
         else:
             ctx.log(f"PPO resumes from {latest.name} of {settings.ppo.steps} steps ({run_dir})")
         ctx.tracker.log_input(feedback, "feedback", "training")
+        hook = loop_factory(api_key=api_key, progress=ctx.on_progress) if loop_on else None
         resumed = latest is not None
-        result = run_from_dir(run_dir, resume=resumed, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
+        result = run_from_dir(
+            run_dir, resume=resumed, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress, hook=hook
+        )
         return _finish(result, ctx, reward_facts(settings, reward_model))
 
 
@@ -81,16 +84,19 @@ def reward_model_metrics(settings: PPOSettings, reward_model: RewardModelRef | N
 
 
 def reward_model_shortfalls(metrics: dict[str, float], gate) -> list[str]:
-    """Each held-out metric below its floor, as 'metric = value < ppo.reward_model_gate.floor'. With ground truth
-    (demo data) the poor-span F1 and each flaw type's recall count; without, agreement with the annotator."""
-    if "truth_poor_char_f1" in metrics:
+    """Each held-out metric below its floor, as 'metric = value < ppo.reward_model_gate.floor'. On the policy's own
+    text when the reward model was tested on it (``policy_*``: held-out policy samples), else on the dataset's
+    items; with ground truth (demo data) the poor-span F1 and each flaw type's recall count, without it the
+    agreement with the annotator."""
+    prefix = "policy_" if any(k.startswith("policy_") for k in metrics) else ""
+    if f"{prefix}truth_poor_char_f1" in metrics:
         floors = {"truth_poor_char_f1": "min_poor_f1"} | {f"truth_recall_{f}": "min_flaw_recall" for f in FLAWS}
     else:
         floors = {"span_f1": "min_agreement_f1"}
     return [
-        f"{metric} = {metrics[metric]:.3f} < ppo.reward_model_gate.{floor} {getattr(gate, floor):g}"
+        f"{prefix}{metric} = {metrics[prefix + metric]:.3f} < ppo.reward_model_gate.{floor} {getattr(gate, floor):g}"
         for metric, floor in floors.items()
-        if metric in metrics and metrics[metric] < getattr(gate, floor)
+        if prefix + metric in metrics and metrics[prefix + metric] < getattr(gate, floor)
     ]
 
 
@@ -140,11 +146,16 @@ def run_reward_stats(history: list[dict]) -> dict[str, float]:
 
 def resume(run_dir: str | Path, ctx: StageContext, *, api_key: str | None = None) -> PolicyRef:
     """Continue the run in ``run_dir`` from its latest checkpoint, exactly as if it had not stopped."""
+    from t2g_core.critique_loop import loop_factory
     from t2g_core.ppo.run import read_settings, run_from_dir
 
+    settings = read_settings(run_dir)
+    hook = loop_factory(api_key=api_key, progress=ctx.on_progress) if settings.critique_loop()[0] else None
     with one_writer(Path(run_dir), ctx.run_id or f"t2g ppo resume {run_dir}"):
-        result = run_from_dir(run_dir, resume=True, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress)
-        return _finish(result, ctx, {"source": read_settings(run_dir).ppo.reward_source})
+        result = run_from_dir(
+            run_dir, resume=True, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress, hook=hook
+        )
+        return _finish(result, ctx, {"source": settings.ppo.reward_source})
 
 
 def _finish(result, ctx: StageContext, reward: dict[str, float | str]) -> PolicyRef:
@@ -173,8 +184,9 @@ def _finish(result, ctx: StageContext, reward: dict[str, float | str]) -> Policy
 
 
 def refreshed_model(refreshed: dict, history: list[dict]) -> dict:
-    """A reward model the critique loop refreshed: its folder, round, step, and the agreement with the annotator
-    measured on the rollouts it was refreshed on (``critic_loop/*`` of that step)."""
+    """A reward model the critique loop refreshed: its folder, round, step, and the audit of that round
+    (``critique_loop/*`` of that step)."""
     row = next((h for h in history if h.get("step") == refreshed["step"]), {})
-    audit = {k.removeprefix("critic_loop/"): float(v) for k, v in row.items() if k.startswith("critic_loop/")}
+    prefix = "critique_loop/"
+    audit = {k.removeprefix(prefix): float(v) for k, v in row.items() if k.startswith(prefix)}
     return {**refreshed, "metrics": audit}

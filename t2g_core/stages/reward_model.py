@@ -36,20 +36,20 @@ def add_samples(
     samples: PolicySamplesRef,
     settings: RewardModelSettings,
     ctx: StageContext,
-) -> tuple[ArtifactRef, ArtifactRef, set[str]]:
+) -> tuple[ArtifactRef, ArtifactRef, set[str], set[str]]:
     """The dataset's items and annotations with the policy's samples added (``rm_feedback``, ``rm_annotations``),
-    and the ids of the samples, which train only. A sample of a prompt in the reward model's validation split is left
-    out, so the held-out figures stay on unseen prompts."""
+    and the ids of the samples that train and of those held out: a sample of a prompt in the reward model's
+    validation split is held out (split ``test``), so the figures on the policy's own text are on unseen prompts."""
     import pandas as pd
 
     from t2g_core.reward_model.data import split_for_id
 
     items, labels = read(samples.feedback, "feedback"), read(samples.annotations, "annotations")
-    keep = sampled_from(items).map(lambda i: split_for_id(i, settings.reward_model.val_fraction) == "train")
-    items = items[keep.to_numpy()]
-    labels = labels[labels["id"].isin(set(items["id"]))]
-    left_out = int((~keep).sum())
-    ctx.log(f"policy samples: {len(items)} train the reward model ({left_out} of validation prompts left out)")
+    trains = sampled_from(items).map(lambda i: split_for_id(i, settings.reward_model.val_fraction) == "train")
+    held_out = set(items.loc[~trains.to_numpy(), "id"])
+    ctx.log(
+        f"policy samples: {int(trains.sum())} train the reward model, {len(held_out)} of validation prompts test it"
+    )
     ctx.tracker.log_input(samples.annotations, "policy_sample_annotations", "training")
     both = [
         ctx.out.artifact(name, pd.concat([read(ref, schema), extra], ignore_index=True), schema)
@@ -58,7 +58,7 @@ def add_samples(
             ("rm_annotations", annotations, labels, "annotations"),
         )
     ]
-    return both[0], both[1], set(items["id"])
+    return both[0], both[1], set(items["id"]) - held_out, held_out
 
 
 def build_data(
@@ -70,9 +70,10 @@ def build_data(
     ctx: StageContext,
     *,
     train_only: set[str] = frozenset(),
+    held_out: set[str] = frozenset(),
 ) -> ArtifactRef:
     """``rm_data`` rows (prompt rendered with ``base``'s tokenizer, critique + span JSON target, split by id; the ids
-    in ``train_only`` always train)."""
+    in ``train_only`` always train, those in ``held_out`` are the ``test`` split)."""
     from t2g_core.models.loading import load_tokenizer
     from t2g_core.reward_model.data import build_rm_data
 
@@ -85,10 +86,11 @@ def build_data(
         spans_df=spans_df,
         align_cfg=settings.align,
     )
-    if train_only:
+    if train_only or held_out:
         df.loc[df["id"].isin(train_only), "split"] = "train"
+        df.loc[df["id"].isin(held_out), "split"] = "test"
         stats.n_train = int((df["split"] == "train").sum())
-        stats.n_validation = len(df) - stats.n_train
+        stats.n_validation = int((df["split"] == "validation").sum())
     if stats.n_train == 0:  # say why, rather than letting the trainer fail on an empty split
         raise ValueError(
             f"rm_data: no training rows from {stats.n_items} items ({stats.as_metrics()}); "
@@ -100,6 +102,35 @@ def build_data(
     ctx.tracker.log_input(ref, "rm_data", "training")
     ctx.tracker.log_metrics({f"rm_data.{k}": v for k, v in stats.as_metrics().items()})
     return ref
+
+
+def _finite(metrics: dict) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def policy_text_gap(model_dir, feedback_df, annotations: ArtifactRef, ids: set[str], settings) -> dict[str, float]:
+    """On the held-out policy samples ``ids``: the mean task reward the reward model gives and the annotator gives,
+    under PPO's labelling rules (omission penalty 1), and their gap (``reward_gap``: what it pays beyond the
+    annotator, the over-optimisation signature), with the agreement on the same responses."""
+    from t2g_core.critique_loop.audit import agreement, annotation_feedback
+    from t2g_core.ppo.rollout import row_dict
+    from t2g_core.reward_model.scoring import load_scorer
+
+    labels = read(annotations, "annotations")
+    labels = labels[labels["id"].isin(ids) & (labels["status"] == "ok")].sort_values("id").reset_index(drop=True)
+    items = feedback_df.set_index("id").loc[labels["id"]].reset_index()
+    rows = [row_dict(r) for _, r in items.iterrows()]
+    scorer = load_scorer(model_dir, settings.reward_model, dtype=weights_dtype(settings))
+    offsets = scorer.tokenizer([r["response"] for r in rows], add_special_tokens=False, return_offsets_mapping=True)
+    decoded = [
+        (r["response"], [tuple(o) for o in offs]) for r, offs in zip(rows, offsets["offset_mapping"], strict=True)
+    ]
+    found = agreement(
+        decoded, scorer.critique_batch(rows), annotation_feedback(labels), scorer.tokenizer, settings.align, 1.0
+    )
+    return {k: found[k] for k in ("rm_reward", "annotator_reward")} | {
+        "reward_gap": found["rm_reward"] - found["annotator_reward"]
+    }
 
 
 def weights_dtype(settings: RewardModelSettings):
@@ -200,13 +231,18 @@ def train(
     if validation is not None and validation.status == "fail":
         raise ValueError(f"validation failed ({validation.report}): the reward model is not trained on this batch")
     base = start_model(models, settings)
-    train_only: set[str] = set()
+    train_only, held_out = set(), set()
     if samples is not None:
-        feedback, annotations, train_only = add_samples(feedback, annotations, samples, settings, ctx)
-    data = build_data(feedback, annotations, spans, base, settings, ctx, train_only=train_only)
+        feedback, annotations, train_only, held_out = add_samples(feedback, annotations, samples, settings, ctx)
+    data = build_data(feedback, annotations, spans, base, settings, ctx, train_only=train_only, held_out=held_out)
     result = fit(data, base, settings, ctx, feedback)
-    report, paths = evaluate(result.adapter_dir, data, feedback, settings, Path(result.adapter_dir).parent / "eval")
-    metrics = {k: float(v) for k, v in report.metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+    folder = Path(result.adapter_dir).parent
+    report, paths = evaluate(result.adapter_dir, data, feedback, settings, folder / "eval")
+    metrics = _finite(report.metrics)
+    if held_out:  # the reward model on the policy's own text, beside the dataset's figures
+        policy, _ = evaluate(result.adapter_dir, data, feedback, settings, folder / "eval-policy", split="test")
+        gap = policy_text_gap(result.adapter_dir, read(feedback, "feedback"), annotations, held_out, settings)
+        metrics |= {f"policy_{k}": v for k, v in (_finite(policy.metrics) | gap).items()}
     ctx.tracker.log_metrics(
         {f"rm_eval.{k}": v for k, v in metrics.items()} | {"rm_train.seconds": result.train_seconds}
     )

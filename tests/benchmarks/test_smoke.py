@@ -110,6 +110,6 @@ def test_rm_ppo_refreshed_arm_refreshes_the_tagger_during_ppo(results):
     assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     runs = [json.loads(p.read_text()) for p in (results / "smoke" / "bench_rm_ppo_work" / "runs").rglob("run.json")]
     (run,) = [r for r in runs if r["arm"] == "refreshed-gae"]
-    assert [h["critic_loop/round"] for h in run["history"]] == [0.0, 1.0]
-    assert all(h["critic_loop/annotated"] == 4.0 for h in run["history"])
+    assert [h["critique_loop/round"] for h in run["history"]] == [0.0, 1.0]
+    assert all(h["critique_loop/annotated"] == 4.0 for h in run["history"])
     assert list(run["reward_model_at"]) == ["2"] and "round-001" in run["reward_model_at"]["2"]

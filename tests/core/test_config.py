@@ -89,12 +89,12 @@ def test_every_field_description_is_one_short_line():
         (
             "ppo.critique_loop.alarm_gain_noise=2",
             "ppo.critique_loop.alarm_gain_noise",
-            "ppo.critique_loop.alarm_gain_margin",
+            "the paired gap test",
         ),
         (
             "ppo.critique_loop.alarm_gain_check=false",
             "ppo.critique_loop.alarm_gain_check",
-            "ppo.critique_loop.alarm_gain_margin",
+            "alarm_false_rate",
         ),
         ("models.tiny.hidden_size=32", "models.tiny", "the name of a size (demo, mini or smoke)"),
     ],

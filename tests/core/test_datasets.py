@@ -46,25 +46,36 @@ def test_the_pointer_file_as_the_pipeline_writes_it_is_read(tmp_path):
     assert datasets.latest_annotations(ws).sha256 == "a2b"
 
 
-def test_the_inbox_ledgers_an_earlier_scan_left_are_kept(tmp_path):
+def _line(item: str) -> bytes:
+    return json.dumps({"id": item, "task": "qa", "prompt": "p", "response": "r"}).encode() + b"\n"
+
+
+def test_the_inbox_ledgers_an_earlier_scan_left_are_taken_over_once(tmp_path):
+    """An earlier version kept them in the drop folder (``.seen.json``, ``.processed.json``, ``.landed/``): they move
+    to ``artifacts/inbox`` on first use, names, order and modes kept; the old names are never read again."""
     ws = WorkspaceConfig(root=str(tmp_path / "ws"))
-    inbox, seen_line = tmp_path / "ws" / "inbox", b'{"id": "seen"}\n'
-    (inbox / LANDED_DIR).mkdir(parents=True)
-    (inbox / LANDED_DIR / "aaa.jsonl").write_text("{}\n")
-    (inbox / LANDED_DIR / "bbb.jsonl").write_text("{}\n")
-    os.utime(inbox / LANDED_DIR / "bbb.jsonl", (1, 1))  # the oldest: first in line
-    (inbox / PROCESSED_FILE).write_text(json.dumps({"aaa.jsonl": "feedback version 1"}))
-    (inbox / SEEN_FILE).write_text(json.dumps({hashlib.sha256(seen_line).hexdigest(): "/old/name.jsonl"}))
+    inbox, seen_line = tmp_path / "ws" / "inbox", _line("seen")
+    state = tmp_path / "ws" / "artifacts" / "inbox"
+    (inbox / f".{LANDED_DIR}").mkdir(parents=True)
+    for name in ("aaa.jsonl", "bbb.jsonl"):
+        (inbox / f".{LANDED_DIR}" / name).write_bytes(_line(name))
+    (inbox / f".{LANDED_DIR}" / "bbb.jsonl").chmod(0o640)
+    os.utime(inbox / f".{LANDED_DIR}" / "bbb.jsonl", (1, 1))  # the oldest: first in line
+    (inbox / f".{PROCESSED_FILE}").write_text(json.dumps({"aaa.jsonl": "feedback version 1"}))
+    (inbox / f".{SEEN_FILE}").write_text(json.dumps({hashlib.sha256(seen_line).hexdigest(): "/old/name.jsonl"}))
     (inbox / "renamed.jsonl").write_bytes(seen_line)  # content seen before, under another name
-    (inbox / "new.jsonl").write_bytes(b'{"id": "new"}\n')
+    (inbox / "new.jsonl").write_bytes(_line("new"))
     (inbox / "link.jsonl").symlink_to(inbox / "new.jsonl")
     refused: list[str] = []
     found = scan(str(inbox), ws, refused.append)
     assert [f["source"] for f in found] == [str(inbox / "new.jsonl")]
     assert len(refused) == 1 and "link.jsonl: a symbolic link" in refused[0]
-    assert pending_files(ws) == [str(inbox / LANDED_DIR / "bbb.jsonl"), found[0]["path"]]
+    assert pending_files(ws, refused.append) == [str(state / LANDED_DIR / "bbb.jsonl"), found[0]["path"]]
+    assert (state / LANDED_DIR / "bbb.jsonl").stat().st_mode & 0o777 == 0o640
+    (inbox / f".{PROCESSED_FILE}").unlink()
+    os.mkfifo(inbox / f".{PROCESSED_FILE}")  # planted after the take-over: never opened
     mark_processed(found[0]["path"], 2, ws)
-    assert pending_files(ws) == [str(inbox / LANDED_DIR / "bbb.jsonl")]
-    ledger = json.loads((inbox / PROCESSED_FILE).read_text())
+    assert pending_files(ws, refused.append) == [str(state / LANDED_DIR / "bbb.jsonl")]
+    ledger = json.loads((state / PROCESSED_FILE).read_text())
     assert ledger == {"aaa.jsonl": "feedback version 1", os.path.basename(found[0]["path"]): "feedback version 2"}
-    assert len(json.loads((inbox / SEEN_FILE).read_text())) == 2
+    assert len(json.loads((state / SEEN_FILE).read_text())) == 2 and len(refused) == 1

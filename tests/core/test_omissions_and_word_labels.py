@@ -151,8 +151,8 @@ def test_omission_penalty_lands_where_the_content_belonged_or_at_the_end(tok):
     task, _, labels = place_task_rewards(scored, ro, _cfg(omission_penalty=1.0))
     assert float(task[0, stop]) == -6.0 and float(labels.sum()) == 2.0  # six facts missing, two stated right
     assert float(task[0].sum()) == -4.0
-    task, _, _ = place_task_rewards(scored, ro, _cfg(omission_placement="end", omission_penalty=0.5))
-    assert float(task[0, eos]) == -3.0 and float(task[0, stop]) == 0.0
+    task, terminal, _ = place_task_rewards(scored, ro, _cfg(omission_placement="end", omission_penalty=0.5))
+    assert float(terminal[0]) == -3.0 and float(task[0, stop]) == 0.0  # at the end: the terminal's, every token's
     task, _, _ = place_task_rewards(scored, ro, _cfg(omission_penalty=0.0))
     assert float(task[0].sum()) == 2.0  # the old reward: omitting six facts cost nothing
     scalar, _, _ = place_task_rewards(scored, ro, _cfg(reward_mode="scalar"))
@@ -184,3 +184,39 @@ def test_dense_mode_needs_a_source_that_labels_words(tok):
 
     with pytest.raises(ValueError, match="word-level labels"):
         scored_rollout(tok, ["A person named Gus."], words=True, critic=SpansOnly())
+
+
+@pytest.mark.parametrize("estimator", ["gae", "span_local", "span_bootstrap", "rloo", "grpo"])
+def test_an_omission_the_critic_gives_no_place_reaches_every_token_under_every_estimator(tok, estimator):
+    """Before, such an omission sat on the last token as a token reward: span_local credited it only to the tokens
+    after the last span (A(omit) - A(no omit) was 0 on the tokens before it)."""
+    from t2g_core.ppo.scoring import label_responses
+    from t2g_core.rl import assemble_rewards, estimate_advantages
+
+    response = "A person named Gus lives in Lima, a tailor."
+    ro = text_rollout(tok, [response, response], [dict(ROW, id=f"r{i}") for i in range(2)])
+    decoded = [(response, list(map(tuple, tok(response, return_offsets_mapping=True)["offset_mapping"]))) + ()] * 2
+    decoded = [(t, [*o, (len(t), len(t))]) for t, o in decoded]  # the EOS, zero-width
+    plain = ParsedFeedback("Lima is wrong.", ["Gus"], ["Lima"])
+    omits = ParsedFeedback("Lima is wrong; the food is left out.", ["Gus"], ["Lima"], missing=("the food",))
+
+    def advantages(first):
+        scored = label_responses(decoded, [first, plain], None)
+        cfg = _cfg(batch_size=2, group_size=2, advantage_estimator=estimator)
+        task, terminal, _ = place_task_rewards(scored, ro, cfg)
+        rewards = assemble_rewards(task, torch.zeros_like(task), ro.response_mask, 0.0, terminal)
+        values = torch.zeros_like(task)
+        return estimate_advantages(
+            estimator,
+            rewards,
+            values,
+            ro.response_mask,
+            task=task,
+            terminal=terminal,
+            group=ro.group,
+            gamma=1.0,
+            lam=0.95,
+        )[0]
+
+    difference = (advantages(omits) - advantages(plain))[0][ro.response_mask[0]]
+    assert (difference < 0).all(), difference.tolist()

@@ -91,3 +91,13 @@ def test_the_ppo_stage_refuses_before_it_prepares_a_run(tmp_path):
         ppo.train(feedback, models, _rm(NO_INVENTED, tmp_path), _settings(), ctx)
     assert not (tmp_path / "ws" / "checkpoints" / "ppo" / "ppo-key").exists()
     assert PipelineConfig().ppo.reward_model_gate.allow_weak is False
+
+
+def test_the_gate_reads_the_policy_text_figures_when_the_reward_model_was_tested_on_them(tmp_path):
+    """A reward model that is fine on the dataset's items but misses the policy's own errors (SmolLM2's tagger: F1
+    0.94-0.99 on items, 0.0-0.47 on the policy's rollouts) no longer passes on its dataset figures."""
+    on_policy = DEMO_TAGGER | {f"policy_{k}": v for k, v in NO_INVENTED.items()}
+    with pytest.raises(ppo.WeakRewardModel, match=r"policy_truth_recall_invented = 0.000"):
+        ppo.gate_reward_model(_settings(), _rm(on_policy, tmp_path), print)
+    fine = DEMO_TAGGER | {f"policy_{k}": v for k, v in DEMO_TAGGER.items()}
+    ppo.gate_reward_model(_settings(), _rm(fine, tmp_path), print)

@@ -32,9 +32,9 @@ def test_sensor_announces_each_new_content_once(tmp_path):
     _write_feedback(tmp_path / "inbox" / "b.jsonl", ["b0"], seed=6)
     second = feedback_sensor(ws)
     assert len(second) == 1 and second != first
-    seen = json.loads((tmp_path / "inbox" / ".seen.json").read_text())
+    seen = json.loads((tmp_path / "artifacts" / "inbox" / "seen.json").read_text())
     assert set(seen) == {*first, *second}
-    assert len(list((tmp_path / "inbox" / ".landed").iterdir())) == 2
+    assert len(list((tmp_path / "artifacts" / "inbox" / "landed").iterdir())) == 2
 
 
 @pytest.mark.slow
@@ -62,6 +62,29 @@ def test_reannotate_appends_a_version_and_annotates_only_new_items(tmp_path):
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("text2grad").experiment_id])
     assert runs and [r.info.run_name for r in runs if r.info.status == "RUNNING"] == []  # every run it opened is closed
+
+
+@pytest.mark.slow
+def test_a_rejected_inbox_file_is_set_aside_with_its_reason_and_the_files_behind_it_land(tmp_path):
+    """A JSONL line nested 100,000 deep is refused by the feedback reader: that file is recorded as rejected with the
+    reason and the good file behind it is appended and annotated in the same run, which completes (before: every later
+    run failed on it, and the good file was never processed)."""
+    from flows.feedback import feedback_sensor, reannotate
+    from t2g_core.datasets import latest_annotations
+    from t2g_core.store import read_artifact
+
+    config = PipelineConfig.model_validate({"workspace": {"root": str(tmp_path)}})
+    (tmp_path / "inbox").mkdir()
+    (tmp_path / "inbox" / "a-deep.jsonl").write_text('{"id": "d", "meta": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    _write_feedback(tmp_path / "inbox" / "b-good.jsonl", ["g0", "g1"])
+    assert len(feedback_sensor(config.workspace)) == 2
+    out = reannotate(config)
+    assert [v["version"] for v in out["processed"]] == [1]
+    assert sorted(read_artifact(latest_annotations(config.workspace).path, "annotations")["id"]) == ["g0", "g1"]
+    ledger = json.loads((tmp_path / "artifacts" / "inbox" / "processed.json").read_text())
+    rejected = [status for status in ledger.values() if status.startswith("rejected: ")]
+    assert len(rejected) == 1 and "line 1 nests arrays or objects too deeply to read" in rejected[0]
+    assert reannotate(config)["processed"] == []  # and it blocks no later run
 
 
 @pytest.mark.slow

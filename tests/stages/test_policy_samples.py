@@ -116,11 +116,17 @@ def test_the_reward_model_trains_on_the_samples_of_its_training_prompts(sampled,
     ok = set(read(ref.annotations, "annotations").query("status == 'ok'")["id"])
     used = {i for i in rows.index if i in source}
     expected = {i for i, s in source.items() if split_for_id(s, 0.3) == "train" and i in ok}
-    assert used == expected and expected and len(expected) < len(source)  # validation prompts' samples left out
-    assert set(rows.loc[list(used), "split"]) == {"train"}
+    held = {i for i, s in source.items() if split_for_id(s, 0.3) != "train" and i in ok}
+    assert used == expected | held and expected and held
+    assert set(rows.loc[list(expected), "split"]) == {"train"}
+    assert set(rows.loc[list(held), "split"]) == {"test"}  # validation prompts' samples: the policy-text test
     dataset = rows[~rows.index.isin(list(source))]
     assert set(dataset["split"]) == {"train", "validation"}  # the dataset's items keep their split
     trained_on = read(rm.feedback, "feedback")
-    assert set(rows.index) <= set(trained_on["id"]) and len(trained_on) == 24 + len(
-        [i for i, s in source.items() if split_for_id(s, 0.3) == "train"]
+    assert set(rows.index) <= set(trained_on["id"]) and len(trained_on) == 24 + len(source)
+    # measured on the policy's held-out text beside the dataset's items (before: the samples only trained it)
+    for name in ("span_f1", "truth_poor_char_f1", "omission_recall", "rm_reward", "annotator_reward", "reward_gap"):
+        assert f"policy_{name}" in rm.metrics, name
+    assert rm.metrics["policy_reward_gap"] == pytest.approx(
+        rm.metrics["policy_rm_reward"] - rm.metrics["policy_annotator_reward"]
     )

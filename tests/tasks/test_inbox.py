@@ -12,17 +12,18 @@ def test_ledger_and_landed_copies_survive_another_writers_temp_files(tmp_path, r
     from tasks.inbox import scan_inbox
 
     ws = WorkspaceConfig(root=str(tmp_path / "ws"))
-    inbox = tmp_path / "ws" / "inbox"
-    (inbox / LANDED_DIR).mkdir(parents=True)
+    inbox, state = tmp_path / "ws" / "inbox", tmp_path / "ws" / "artifacts" / "inbox"
+    inbox.mkdir(parents=True)
+    (state / LANDED_DIR).mkdir(parents=True)
     data = b'{"id": "a", "task": "qa", "prompt": "p", "response": "r"}\n'
     (inbox / "new.jsonl").write_bytes(data)
     sha = hashlib.sha256(data).hexdigest()
-    (inbox / LANDED_DIR / f".{sha[:32]}.jsonl.tmp").mkdir()  # another writer's temp files, in the old fixed names
-    (inbox / f"{SEEN_FILE}.tmp").mkdir()
+    (state / LANDED_DIR / f".{sha[:32]}.jsonl.tmp").mkdir()  # another writer's temp files, in the old fixed names
+    (state / f"{SEEN_FILE}.tmp").mkdir()
     found = run_task(scan_inbox, str(inbox), ws)
     assert [f["sha256"] for f in found] == [sha]
-    assert (inbox / LANDED_DIR / f"{sha[:32]}.jsonl").read_bytes() == data
-    assert sha in (inbox / SEEN_FILE).read_text()
+    assert (state / LANDED_DIR / f"{sha[:32]}.jsonl").read_bytes() == data
+    assert sha in (state / SEEN_FILE).read_text()
 
 
 LINE = b'{"id": "a", "task": "qa", "prompt": "p", "response": "r"}\n'
@@ -59,7 +60,7 @@ def test_only_regular_files_are_taken_and_a_copy_keeps_the_source_private(tmp_pa
     mine.chmod(0o600)
     found = scan()
     assert [f["source"] for f in found] == [str(mine)]
-    landed = list((inbox / LANDED_DIR).iterdir())
+    landed = list((tmp_path / "ws" / "artifacts" / "inbox" / LANDED_DIR).iterdir())
     assert len(landed) == 1 and landed[0].read_bytes() == LINE
     assert stat.S_IMODE(landed[0].stat().st_mode) == 0o600
     assert scan() == []  # seen: not announced twice, and the refused names are still refused

@@ -169,7 +169,7 @@ def test_stale_temporaries_of_killed_writers_are_collected(tmp_path):
         tmp_path / "reports" / ".summary.json.tmp-7-ab12cd",
     ]
     live = tmp_path / "artifacts" / "feedback" / ".k2.tmp-13-abcdef"
-    kept = [tmp_path / "artifacts" / "feedback" / "k3" / "data.parquet", tmp_path / "inbox" / ".seen.json"]
+    kept = [tmp_path / "artifacts" / "feedback" / "k3" / "data.parquet", tmp_path / "artifacts" / "inbox" / "seen.json"]
     for path in [*stale, live, *kept]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.mkdir() if path.name.startswith(".k") or ".step-" in path.name else path.write_text("x")
@@ -178,3 +178,35 @@ def test_stale_temporaries_of_killed_writers_are_collected(tmp_path):
     os.utime(live, (fresh, fresh))
     assert collect_stale_temporaries(tmp_path, older_than_hours=2) == sorted(stale)
     assert not any(p.exists() for p in stale) and live.exists() and all(p.exists() for p in kept)
+
+
+def test_a_lock_file_replaced_by_a_link_or_a_fifo_is_refused_and_its_target_untouched(tmp_path):
+    """Before: the lock was opened through a symlink (or a second hard link) and its target truncated and overwritten
+    with the holder's record; a FIFO in its place was opened too."""
+    from t2g_core.locks import folder_lock, lock_path
+
+    victim = tmp_path / "victim.txt"
+    for plant in (lambda p: p.symlink_to(victim), lambda p: os.link(victim, p), os.mkfifo):
+        victim.write_text("keep me")
+        target = tmp_path / f"folder-{len(list(tmp_path.iterdir()))}"
+        plant(lock_path(target))
+        with pytest.raises(ValueError, match="not a plain lock file"), folder_lock(target, "run-A"):
+            pass
+        assert victim.read_text() == "keep me"
+
+
+def test_what_people_dropped_in_the_inbox_is_never_collected_as_a_temporary(tmp_path):
+    """A file planted in the drop folder under a temporary's name belongs to whoever dropped it (before: a run's
+    housekeeping deleted it)."""
+    import os
+
+    from t2g_core.housekeeping import collect_stale_temporaries
+
+    dropped = tmp_path / "inbox" / ".someones.jsonl.tmp"
+    ours = tmp_path / "artifacts" / ".feedback.parquet.tmp-1-a"
+    for path in (dropped, ours):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+        os.utime(path, (1, 1))
+    assert collect_stale_temporaries(tmp_path, older_than_hours=2) == [ours]
+    assert dropped.exists()

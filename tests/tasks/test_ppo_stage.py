@@ -59,7 +59,7 @@ def test_each_reward_model_the_critique_loop_refreshed_is_registered_with_its_au
     tiny_model_dir, workspace_cfg, run_task, tmp_path
 ):
     """With ``ppo.critique_loop`` on, the PPO task registers every refreshed tagger as a version of the reward model,
-    logged by the PPO run (alias ``refreshed`` on the last), with the ``critic_loop`` metrics of its round; the
+    logged by the PPO run (alias ``refreshed`` on the last), with the ``critique_loop`` metrics of its round; the
     reward model's training rows it replays are in the run folder."""
     import mlflow
 
