@@ -41,7 +41,8 @@ def text2grad(
     Args:
         preset: Size of the run, applied to every setting below left at its default: tiny (every stage in a few
             minutes, figures meaningless), small (half the demo's PPO steps and evaluation prompts), full (the
-            defaults: the demo the README measures).
+            defaults: the demo the README measures). A setting set to its default counts as left: the preset's
+            value wins there (`t2g run --preset tiny --set ppo.steps=40` keeps the 40).
         config: Every stage's settings, in the order the stages run.
         refresh: Stages to recompute even when cached (and everything after them).
     """

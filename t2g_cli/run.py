@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+import traceback
 from pathlib import Path
 
 import typer
@@ -10,6 +12,8 @@ import typer
 from t2g_cli import runtime
 from t2g_cli._common import ConfigOpt, SetOpt, echo, fail, guard, pipeline_config
 from t2g_cli.summary import summary_lines
+from t2g_core.disk import out_of_space
+from t2g_core.stages.context import GateFailed
 from t2g_core.stages.feedback import source_frame
 from t2g_core.stages.preflight import PreflightError, problems
 from t2g_core.stages.registry import settings_for
@@ -34,23 +38,39 @@ def _with_workspace(overrides: list[str] | None, workspace: Path | None) -> list
 
 
 def _run_pipeline(config, refresh: list[str] | None) -> tuple[dict, dict]:
-    """Run the text2grad flow in this process (against `make up`'s server if running, else an ephemeral API)."""
+    """Run the text2grad flow in this process (against `make up`'s server if running, else an ephemeral API); a
+    failure ends the command with one line (:func:`_failed`), its tracebacks in the run log."""
     where = runtime.prepare_environment(config.workspace.root, start_prefect=True)
     echo(f"Prefect: {where['prefect']}\nMLflow:  {where['mlflow']}")
     from flows.text2grad import text2grad
 
-    state = text2grad(config=config, refresh=refresh or None, return_state=True)
+    with runtime.run_log(config.workspace.root) as log:
+        try:
+            state = text2grad(config=config, refresh=refresh or None, return_state=True)
+        except Exception as exc:  # noqa: BLE001 - the engine itself failed (its API server could not write)
+            with contextlib.suppress(OSError), log.open("a", encoding="utf-8") as out:  # a full disk keeps it
+                traceback.print_exception(exc, file=out)
+            _failed("failed", exc, config.workspace.root, log)
     result = state.result(raise_on_failure=False)
     if not state.is_completed():
-        if isinstance(result, PreflightError):
-            fail(str(result))
-        notes = "".join(f"\n{note}" for note in getattr(result, "__notes__", ()))  # e.g. which time limit stopped it
-        fail(
-            f"pipeline {state.name}: {result}{notes}\nFix the cause and run the same command again: completed stages "
-            f"are reused.",
-            code=1,
-        )
+        _failed(state.name, result, config.workspace.root, log)
     return result, {**where, "flow_run_id": str(state.state_details.flow_run_id)}
+
+
+def _failed(state: str, error: BaseException, workspace: str, log: Path) -> None:
+    """Exit with one line: the cause once, and what to do. A gate stops the same command the same way, so its line
+    ends with the setting to change; a full disk names the workspace and its free space."""
+    if isinstance(error, PreflightError):
+        fail(str(error))
+    full = out_of_space(error, workspace)
+    if full is not None:
+        fail(full.strerror, code=1)
+    notes = "".join(f" {note}" for note in getattr(error, "__notes__", ()))  # e.g. which time limit stopped it
+    if isinstance(error, GateFailed):
+        advice = "The same command stops here again: change the setting named above (or the data), then run again"
+    else:
+        advice = f"Fix the cause and run the same command again (Prefect's log with tracebacks: {log})"
+    fail(f"pipeline {state}: {error}{notes} {advice}; completed stages are reused.", code=1)
 
 
 def _preflight(cfg) -> None:

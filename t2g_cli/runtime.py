@@ -6,25 +6,36 @@ Called by the CLI *before* prefect or mlflow is imported (Prefect reads its sett
   when those servers answer their health checks, and ``PREFECT_API_AUTH_STRING`` from the auth file it names;
   otherwise a temporary Prefect API server (the one Prefect itself would start for an ephemeral run) that dies with
   this process, even on ``kill -9``, and MLflow uses ``sqlite:///<workspace>/mlflow.db``.
+
+While ``t2g run`` runs the pipeline (:func:`run_log`), Prefect's log also goes to ``<workspace>/run/t2g-run.log``,
+tracebacks included, and the console leaves out what a failed task or flow run logs (its traceback, its error lines,
+its final state): the command ends with one ``error:`` line instead, and Prefect's API keeps the rest for the UI.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import json
+import logging
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from t2g_core.locks import folder_lock
 
 SERVERS_FILE = "run/servers.json"
+RUN_LOG = "run/t2g-run.log"
+RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
+FAILED_STATE = re.compile(r"Finished in state (?!Completed|Cached)")
 TELEMETRY_OFF = {
     "DO_NOT_TRACK": "1",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -122,14 +133,18 @@ def _start_temporary_prefect(timeout_s: float) -> str:
         "--lifespan",
         "on",
     ]
-    proc = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)  # noqa: PLW1509
+    log = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect") / "server.log"
+    with open(log, "ab") as out:  # its errors (a database that cannot grow) are its own, not the command's output
+        proc = subprocess.Popen(  # noqa: PLW1509
+            command, env=env, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL, stdout=out, stderr=out
+        )
     atexit.register(_stop, proc)
     url = f"http://127.0.0.1:{port}/api"
     deadline = time.monotonic() + timeout_s
     while not healthy(f"{url}/health", timeout=1.0):
         if proc.poll() is not None or time.monotonic() > deadline:
             _stop(proc)
-            raise RuntimeError(f"the temporary Prefect server did not start (exit code {proc.poll()})")
+            raise RuntimeError(f"the temporary Prefect server did not start (exit code {proc.poll()}; see {log})")
         time.sleep(0.2)
     os.environ["PREFECT_API_URL"] = url
     os.environ["PREFECT_UI_URL"] = ""  # it serves no UI and ends with this process: no page to link (tasks.links)
@@ -180,3 +195,41 @@ def prepare_environment(workspace_root: str | Path, *, start_prefect: bool = Fal
         "prefect_ui": (servers or {}).get("prefect_ui", ""),
         "mlflow": os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}",
     }
+
+
+def _shown(record: logging.LogRecord) -> bool:
+    """Whether the console shows ``record``: not what a failed task or flow run logs (its traceback, its error lines,
+    "Finished in state Failed(...)"), each of which repeats the cause the command's ``error:`` line says once."""
+    if not record.name.startswith(RUN_LOGGERS):
+        return True
+    return record.levelno < logging.ERROR and not record.exc_info and not FAILED_STATE.match(record.getMessage())
+
+
+@contextlib.contextmanager
+def run_log(workspace_root: str | Path) -> Iterator[Path]:
+    """While the pipeline runs in this process: Prefect's log appended to ``<workspace>/run/t2g-run.log`` (tracebacks
+    included), failures kept off the console (:func:`_shown`), and a log that cannot be written (a full disk) never
+    printed about. Yields the log file's path."""
+    from prefect.logging.handlers import APILogWorker, PrefectConsoleHandler
+
+    path = Path(workspace_root).resolve() / RUN_LOG
+    root = logging.getLogger()
+    consoles = [h for h in root.handlers if isinstance(h, PrefectConsoleHandler)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    file = logging.FileHandler(path, encoding="utf-8")
+    file.setFormatter(consoles[0].formatter if consoles else logging.Formatter("%(asctime)s | %(name)s - %(message)s"))
+    raising, logging.raiseExceptions = logging.raiseExceptions, False
+    root.addHandler(file)
+    for console in consoles:
+        console.addFilter(_shown)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(Exception):  # the logs still on their way to the API, while its errors stay unsaid
+            APILogWorker.drain_all(timeout=5)
+        for console in consoles:
+            console.removeFilter(_shown)
+        root.removeHandler(file)
+        with contextlib.suppress(OSError):  # what is left to write on a full disk
+            file.close()
+        logging.raiseExceptions = raising

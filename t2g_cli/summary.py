@@ -96,8 +96,11 @@ def _indexed(page: Path) -> bool:
 
 
 def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[str]:
+    """What a finished run prints. Its first line gives the time and torch's thread count: the figures and the
+    trained weights depend on it (``OMP_NUM_THREADS``)."""
+    import torch  # loaded already by the stages this process ran
 
-    lines = [f"Pipeline finished in {seconds:.0f} s. Stage outputs:"]
+    lines = [f"Pipeline finished in {seconds:.0f} s with {torch.get_num_threads()} torch threads. Stage outputs:"]
     lines += [_stage_line(name, result[name], cfg.workspace) for name in ORDER if result.get(name) is not None]
     lines += ["", *learnt_lines(result.get("evaluate")), "", "Where to look:"]
     plots = plot_lines(result)

@@ -4,7 +4,9 @@ A full disk surfaces in many disguises: ``OSError: [Errno 28] No space left on d
 quota's ``EDQUOT``, or, from the MLflow and Prefect SQLite stores, ``sqlite3.OperationalError: database or disk is
 full`` wrapped by SQLAlchemy in a message about "autoflush" that names neither the disk nor the folder.
 :func:`disk_full` looks through an exception's chain for any of them and returns a :class:`DiskFull` that names
-the folder, its free space and what to do; the stage adapters raise it in place of the disguise.
+the folder, its free space and what to do; the stage adapters raise it in place of the disguise. Some failures hide
+the disk altogether (a server's HTTP 500 because its database could not grow): :func:`out_of_space` also names a
+disk that is all but full as the likely cause of any failure.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 SQLITE_FULL = "database or disk is full"
+ALL_BUT_FULL = 16 << 20  # bytes free under which a failure that names no disk is taken for a full disk
 
 
 class DiskFull(OSError):
@@ -57,7 +60,21 @@ def disk_full(exc: BaseException, folder: str | Path) -> DiskFull | None:
     """A :class:`DiskFull` naming ``folder`` when ``exc`` is a full disk in disguise, else None."""
     if isinstance(exc, DiskFull) or not is_disk_full(exc):
         return None
+    return _said(exc, folder, free_bytes(folder))
+
+
+def out_of_space(exc: BaseException, folder: str | Path) -> DiskFull | None:
+    """``exc`` itself when it is a :class:`DiskFull`, else :func:`disk_full`, else a :class:`DiskFull` naming
+    ``folder`` when its disk has under ``ALL_BUT_FULL`` bytes free (whatever ``exc`` says), else None."""
+    if isinstance(exc, DiskFull):
+        return exc
     free = free_bytes(folder)
+    if is_disk_full(exc) or (free is not None and free < ALL_BUT_FULL):
+        return _said(exc, folder, free)
+    return None
+
+
+def _said(exc: BaseException, folder: str | Path, free: int | None) -> DiskFull:
     left = f"{free / (1 << 20):.1f} MiB free" if free is not None else "free space unknown"
     first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
     return DiskFull(

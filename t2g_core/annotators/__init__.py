@@ -18,8 +18,8 @@ from typing import Any
 
 import pandas as pd
 
+from t2g_core.annotators import ground
 from t2g_core.annotators.cache import AnswerCache
-from t2g_core.annotators.ground import GroundingCritic
 from t2g_core.annotators.llm import LLMAnnotator, RunStats, feedback_row, item_cost
 from t2g_core.config.annotate import AnnotateConfig
 from t2g_core.critics.code import CodeCritic
@@ -120,7 +120,7 @@ def make_annotator(
         annotator.isolation = backend
         return annotator
     if cfg.annotator == "ground":
-        return CriticAnnotator("ground", GroundingCritic(), workers=1)
+        return CriticAnnotator(ground.NAME, ground.GroundingCritic(), workers=1)
 
     return CriticAnnotator("reference", ReferenceCritic(), workers=1)
 

@@ -10,19 +10,21 @@ This annotator reads it clause by clause:
    (whole words, case-insensitive); "the post says Paris" names nothing when the response never says Paris.
 2. **Which way it points**: a clause with a complaint word ("wrong", "not", "should", "instead", "missing",
    "made up", "repeats", a question mark, ...) makes its spans poor; one with only praise words ("correct",
-   "right", "good", "accurate", ...) good. A clause with neither takes the polarity of the next clause of its sentence
-   that has one, else the previous one, else poor (a critique names what is wrong far more often than what is right:
-   "It says Berlin but the post says Paris").
+   "right", "good", "accurate", ...) or a negated complaint ("nothing missing", "no errors", "not wrong") good. A
+   clause with neither takes the polarity of the next clause of its sentence that has one, else the previous one,
+   else poor (a critique names what is wrong far more often than what is right: "It says Berlin but the post says
+   Paris").
 3. **Where exactly**: a span occurring more than once is widened by neighbouring words until it occurs once, so the
    alignment finds the occurrence meant; with a repetition cue ("repeats", "twice", "again", "redundant") the last
    occurrence's clause is taken instead (the repeat, not the first mention). Poor wins over good on the same words.
 
 What it cannot do, honestly: ground a complaint that neither quotes nor names its words ("the location is made up",
 "it gets the pets wrong"); place an omission (nothing in the response to quote: the critique is kept, no span);
-resolve pronouns, paraphrase or misspellings; tell irony from praise. Such items come back ``ok`` with fewer spans
-(or none), and ``reasoning`` lists what the critique named that the response does not contain. A critique longer than
-``MAX_CRITIQUE_CHARS`` is not read: its item comes back ``refused``, saying so (the reading is linear in the critique,
-but each name it holds is searched for in the response). The LLM annotator in grounding mode
+resolve pronouns, paraphrase or misspellings; tell irony from praise; find a good span in praise that names no words
+("Correct.", "Good, nothing missing."), which is how people mostly praise. Such items come back ``ok`` with fewer
+spans (or none), and ``reasoning`` lists what the critique named that the response does not contain. A critique
+longer than ``MAX_CRITIQUE_CHARS`` is not read: its item comes back ``refused``, saying so (the reading is linear in
+the critique, but each name it holds is searched for in the response). The LLM annotator in grounding mode
 (``annotate.annotator=llm``, ``annotate.mode=grounding``) reads critiques like a person and is the stronger option
 where an endpoint is available. Its quality on the demo's human-style critiques is measured by
 ``t2g_core.demo.critiques.grounding_quality`` (``tests/core/test_ground.py``).
@@ -35,6 +37,7 @@ from typing import Any
 
 from t2g_core.spans import ParsedFeedback
 
+NAME = "ground"  # its annotations' ``annotator``
 MAX_CRITIQUE_CHARS = 10_000  # far longer than a person's critique of one response
 NEGATIVE_CUES = frozenset(
     "wrong wrongly incorrect incorrectly not no isn't isnt aren't doesn't don't didn't never should shouldn't instead "
@@ -42,6 +45,7 @@ NEGATIVE_CUES = frozenset(
     "hallucinates hallucination error errors mistake mistaken off bad poor inaccurate false repeats repeated repeat "
     "redundant twice again confuses confused swapped mixed except unsupported nowhere where".split()
 )
+NEGATORS = frozenset("no not nothing never without isn't isnt aren't wasn't doesn't don't didn't".split())
 POSITIVE_CUES = frozenset(
     "correct correctly right good accurate accurately well nice great fine faithful true ok okay perfect exact "
     "exactly matches agree agrees".split()
@@ -78,11 +82,20 @@ _VERDICT = re.compile(r"(?<![^\s,;:.!?()])([^\s,;:.!?()]+)\s+(?:is|are|was|were|
 
 
 def polarity(clause: str) -> str | None:
-    """``negative`` (a complaint word or a question mark), ``positive`` (praise words only) or None (neither)."""
-    words = {w.lower().replace("’", "'") for w in _WORD.findall(clause)}
-    if words & NEGATIVE_CUES or "?" in clause:
+    """``negative`` (a complaint word or a question mark), ``positive`` (praise words, or a complaint word right after
+    a negator: "nothing missing", "no errors", "not wrong") or None (neither)."""
+    words = [w.lower().replace("’", "'") for w in _WORD.findall(clause)]
+    negated = {i for i in range(1, len(words)) if words[i - 1] in NEGATORS and words[i] in NEGATIVE_CUES}
+    plain = {w for i, w in enumerate(words) if i not in negated and i + 1 not in negated}
+    if plain & NEGATIVE_CUES or "?" in clause:
         return "negative"
-    return "positive" if words & POSITIVE_CUES else None
+    return "positive" if plain & POSITIVE_CUES or negated else None
+
+
+def praise_only(critique: str) -> bool:
+    """Whether every clause of ``critique`` praises ("Correct.", "Good, nothing missing."): it names nothing wrong."""
+    read = clauses(critique)
+    return bool(read) and all(label == "positive" for _, label in read)
 
 
 def clauses(critique: str) -> list[tuple[str, str]]:

@@ -7,8 +7,11 @@
 - ``full``: the embedded defaults, the demo the README measures.
 
 ``t2g run --preset NAME`` applies the preset first, then the ``-c`` file, then ``--set`` overrides
-(:func:`t2g_core.config.load_config`). The Prefect form's ``preset`` applies it to every field the form left at its
-default (:func:`with_preset`): a field changed in the form keeps its value.
+(:func:`t2g_core.config.load_config`): a value given in either wins, the default value too. The Prefect form's
+``preset`` applies it to every field the form left at its default (:func:`with_preset`): a field changed in the form
+keeps its value. The form posts every field, values only, so it cannot tell a default left alone from the same value
+typed in; there a default under a preset takes the preset's value (``t2g run --preset NAME --set FIELD=DEFAULT`` keeps
+it).
 """
 
 from __future__ import annotations

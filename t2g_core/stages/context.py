@@ -189,3 +189,8 @@ def one_writer(folder: Path, owner: str):
     """The one-writer lock of ``folder`` (``t2g_core.locks``), held by the first process of a distributed launch."""
 
     return folder_lock(folder, owner) if first_process() else contextlib.nullcontext()
+
+
+class GateFailed(Exception):
+    """A stage stopped at a quality gate. The message names the setting that relaxes the gate and the likely cause;
+    the same command stops the same way until that setting or the data changes."""

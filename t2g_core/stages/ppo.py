@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from t2g_core.config.stages import PPOSettings
-from t2g_core.stages.context import StageContext, one_writer
+from t2g_core.stages.context import GateFailed, StageContext, one_writer
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicyRef, RewardModelRef, folder_digest
 
@@ -64,7 +64,7 @@ def train(
         return _finish(result, ctx, reward_facts(settings, reward_model))
 
 
-class WeakRewardModel(ValueError):
+class WeakRewardModel(GateFailed, ValueError):
     """The reward model is below a quality floor of ``ppo.reward_model_gate`` on held-out items."""
 
 
@@ -112,10 +112,12 @@ def gate_reward_model(settings: PPOSettings, reward_model: RewardModelRef | None
     if not short:
         return
     where = f" (report: {reward_model.report})" if reward_model is not None and reward_model.report else ""
+    steps = f" ({reward_model.global_step} steps)" if reward_model is not None and reward_model.global_step else ""
     message = (
-        f"the reward model is below its quality floor on held-out items: {'; '.join(short)}{where}. PPO would learn "
-        "from rewards that miss or misplace these errors. Train it on more items or for longer (reward_model.epochs), "
-        "or set ppo.reward_model_gate.allow_weak=true to train PPO on it anyway."
+        f"the reward model is below its quality floor on held-out items: {'; '.join(short)}{where}. Likely cause: it "
+        f"trained too briefly{steps} or on too few items. PPO would learn from rewards that miss or misplace these "
+        "errors. Train it on more items or for longer (reward_model.epochs, reward_model.max_steps), or set "
+        "ppo.reward_model_gate.allow_weak=true to train PPO on it anyway."
     )
     if not gate.allow_weak:
         raise WeakRewardModel(f"PPO does not start: {message}")

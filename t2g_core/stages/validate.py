@@ -7,13 +7,14 @@ from pathlib import Path
 
 from t2g_core.config.stages import ValidateSettings
 from t2g_core.review import ReviewVerdicts, export_review, load_sample
-from t2g_core.stages.context import StageContext
+from t2g_core.stages.context import GateFailed, StageContext
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import ArtifactRef, ReviewSampleRef, ValidationRef
 
 
-class ValidationGateError(RuntimeError):
-    """The batch failed a validation gate; the message lists every failed gate and where the report is."""
+class ValidationGateError(GateFailed, RuntimeError):
+    """The batch failed a validation gate; the message, one line, gives every failed gate with its setting and likely
+    cause, and where the report is."""
 
 
 def batch(annotations: ArtifactRef, spans: ArtifactRef, feedback: ArtifactRef | None, tokenizer: str | None = None):
@@ -109,4 +110,4 @@ def gate(ref: ValidationRef) -> None:
     import json
 
     failures = json.loads(Path(ref.json_path).read_text(encoding="utf-8")).get("failures", [])
-    raise ValidationGateError(f"validation failed ({ref.report}):\n" + "\n".join(f"- {f}" for f in failures))
+    raise ValidationGateError(f"validation failed: {' | '.join(failures)} (report: {ref.report})")

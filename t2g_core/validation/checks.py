@@ -6,13 +6,21 @@ a crash) and, when it fails, the worst items that made it fail. Checks:
 - ``n_items``               annotations in the batch                        >= min_items
 - ``failure_rate``          annotations whose status is not ``ok``          <= max_parse_failure_rate
 - ``unmatched_rate``        spans whose quote was not found in the response <= max_unmatched_rate (paper: < 2.5%)
-- ``no_span_rate``          ok items that quote no span                     <= max_no_span_rate
+- ``no_span_rate``          ok items that quote no span (of those whose     <= max_no_span_rate
+                            critique finds fault)
 - ``minority_label_frac``   min(positive, negative) / all spans             >= min_minority_label_frac
+                            (``ground``: negative / all spans, see below)
 - ``labelled_token_frac``   response tokens inside a matched span           within [min, max] (needs feedback)
 - ``span_f1``               span F1 against meta.gold_spans (alignment.span_prf, IoU >= 0.5), >= min_span_f1 when set
 
 Tokens for ``labelled_token_frac`` are words and punctuation marks (regex ``\\w+|[^\\w\\s]``) by default, or the
 tokens of a fast Hugging Face tokenizer given to ``make_batch`` (what the policy and reward model see).
+
+Each check names the setting that bounds it and, when it fails, its likely cause (:data:`GATES`). The gates judge
+what the data can show: a critique that only praises ("Correct.") has nothing wrong to quote, so it does not count
+as an item with no span; the grounding annotator (``annotate.annotator=ground``) finds a good span only where a
+critique quotes the word it praises, which people seldom do, so on its batches only the poor side of the label
+balance is judged: critiques that only name what is wrong are normal data.
 """
 
 from __future__ import annotations
@@ -24,9 +32,42 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from t2g_core.alignment import micro_prf
+from t2g_core.annotators.ground import NAME as GROUND
+from t2g_core.annotators.ground import praise_only
 from t2g_core.config.validate import ValidateConfig
 from t2g_core.validation.batch import Batch, TokenOffsets, word_offsets
 from t2g_core.validation.gold import item_gold_prf
+
+# each gate: the setting that bounds it, and its likely cause when it fails (a check may say a sharper one)
+GATES: dict[str, tuple[str, str]] = {
+    "n_items": ("validate.min_items", "the feedback holds fewer items (data.n_items, data.limit or the file)"),
+    "failure_rate": (
+        "validate.max_parse_failure_rate",
+        "the annotator failed on these items: their status and error say why",
+    ),
+    "unmatched_rate": (
+        "validate.max_unmatched_rate",
+        "the annotator quoted words the response does not contain (a paraphrase, a typo)",
+    ),
+    "no_span_rate": (
+        "validate.max_no_span_rate",
+        'critiques that find fault but name no words of the response ("The job is wrong.")',
+    ),
+    "minority_label_frac": ("validate.min_minority_label_frac", "one label is far rarer than the other"),
+    "labelled_token_frac": (
+        "validate.min_labelled_token_frac / validate.max_labelled_token_frac",
+        "spans that cover too little of the responses (critiques that name few words) or nearly all of them",
+    ),
+    "span_f1": ("validate.min_span_f1", "spans that disagree with the ground truth (feedback meta.gold_spans)"),
+    "failing_groups": (
+        "validate.gate_breakdowns",
+        "one annotator or task fails a check on its own (the report's breakdowns name it)",
+    ),
+    "human_alignment": (
+        "validate.min_alignment",
+        "the review disagrees with the annotator's spans or critiques (the review page shows where)",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -38,6 +79,15 @@ class CheckResult:
     status: str = "pass"  # pass | fail | skipped
     detail: str = ""
     worst: list[dict] = field(default_factory=list)
+    cause: str = ""  # its likely cause when it fails (default: GATES)
+
+    @property
+    def setting(self) -> str:
+        return GATES[self.name][0]
+
+    @property
+    def likely_cause(self) -> str:
+        return self.cause or GATES[self.name][1]
 
     @property
     def failed(self) -> bool:
@@ -55,13 +105,20 @@ class CheckResult:
 
 
 def judge(
-    name: str, value: float, lo: float | None, hi: float | None, detail: str, worst: list[dict] | None = None
+    name: str,
+    value: float,
+    lo: float | None,
+    hi: float | None,
+    detail: str,
+    worst: list[dict] | None = None,
+    cause: str = "",
 ) -> CheckResult:
     """Compare ``value`` with its bounds; NaN (nothing to measure) is ``skipped``."""
     if value is None or math.isnan(value):
         return CheckResult(name, float("nan"), lo, hi, "skipped", detail)
     bad = (lo is not None and value < lo) or (hi is not None and value > hi)
-    return CheckResult(name, float(value), lo, hi, "fail" if bad else "pass", detail, list(worst or []) if bad else [])
+    kept = list(worst or []) if bad else []
+    return CheckResult(name, float(value), lo, hi, "fail" if bad else "pass", detail, kept, cause)
 
 
 def _rate(num: int, den: int) -> float:
@@ -109,29 +166,42 @@ def check_unmatched_rate(b: Batch, cfg: ValidateConfig) -> CheckResult:
 
 def check_no_span_rate(b: Batch, cfg: ValidateConfig) -> CheckResult:
     ok = b.items[b.items["status"] == "ok"]
-    empty = ok[ok["n_quoted"] == 0]
+    # a critique that only praises ("Correct.") has nothing wrong to quote: not an item the annotator failed to place
+    praise = ok["critique"].map(lambda c: isinstance(c, str) and praise_only(c)).astype(bool) & (ok["n_quoted"] == 0)
+    judged = ok[~praise]
+    empty = judged[judged["n_quoted"] == 0]
     worst = [{"id": r.id, "annotator": r.annotator, "critique": str(r.critique or "")[:80]} for r in empty.itertuples()]
-    detail = f"{len(empty)} of {len(ok)} ok items quote no span"
-    return judge(
-        "no_span_rate", _rate(len(empty), len(ok)), None, cfg.max_no_span_rate, detail, worst[: cfg.worst_items]
+    detail = f"{len(empty)} of {len(judged)} ok items quote no span" + (
+        f" ({int(praise.sum())} more only praise)" if praise.any() else ""
     )
+    return judge(
+        "no_span_rate", _rate(len(empty), len(judged)), None, cfg.max_no_span_rate, detail, worst[: cfg.worst_items]
+    )
+
+
+RARE_LABEL = {  # the likely cause of too few spans of one label
+    "positive": "the annotator marks little as good (critiques that praise without quoting, or one that only finds "
+    "fault)",
+    "negative": "the annotator marks little as wrong (responses nearly all right, or critiques that find fault "
+    "without naming the words)",
+}
 
 
 def check_label_balance(b: Batch, cfg: ValidateConfig) -> CheckResult:
     counts = b.spans["label"].value_counts()
     pos, neg = int(counts.get("positive", 0)), int(counts.get("negative", 0))
-    majority = "positive" if pos >= neg else "negative"
-    per_item = b.spans[b.spans["label"] == majority].groupby("id").size().sort_values(ascending=False, kind="stable")
-    worst = [{"id": i, f"{majority}_spans": int(n)} for i, n in per_item.items()]
     detail = f"{pos} positive, {neg} negative spans"
-    return judge(
-        "minority_label_frac",
-        _rate(min(pos, neg), pos + neg),
-        cfg.min_minority_label_frac,
-        None,
-        detail,
-        worst[: cfg.worst_items],
-    )
+    rare = "negative" if pos >= neg else "positive"
+    value = _rate(min(pos, neg), pos + neg)
+    if len(b.items) and set(b.items["annotator"]) == {GROUND}:  # a good span only where a critique quotes its praise
+        rare, value = "negative", _rate(neg, pos + neg)
+        detail += "; annotate.annotator=ground: the negative share is judged" + (
+            "" if pos else ", as no critique quotes a word it praises"
+        )
+    majority = "positive" if rare == "negative" else "negative"
+    per_item = b.spans[b.spans["label"] == majority].groupby("id").size().sort_values(ascending=False, kind="stable")
+    worst = [{"id": i, f"{majority}_spans": int(n)} for i, n in per_item.items()][: cfg.worst_items]
+    return judge("minority_label_frac", value, cfg.min_minority_label_frac, None, detail, worst, RARE_LABEL[rare])
 
 
 def labelled_tokens(response: str, spans: pd.DataFrame, token_offsets: TokenOffsets = word_offsets) -> tuple[int, int]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from t2g_core.validation.checks import CheckResult
+from t2g_core.validation.checks import GATES, CheckResult
 from t2g_core.validation.human import AlignmentResult, gate_value
 
 COUNT_CHECKS = ("n_items", "failing_groups")  # counts, not fractions: in the table, not on the 0-1 chart
@@ -30,15 +30,21 @@ class ValidationReport:
 
     @property
     def failures(self) -> list[str]:
-        """One line per failed gate, e.g. ``unmatched_rate 0.31 (must be <= 0.05)``."""
-        out = [f"{c.name} {c.value:.4g} (must be {c.threshold_text}): {c.detail}" for c in self.failed_checks]
+        """One line per failed gate with its setting and likely cause, e.g. ``unmatched_rate 0.31 (must be <= 0.05:
+        validate.max_unmatched_rate): 31 of 100 spans unmatched; likely cause: ...``."""
+        out = [
+            f"{c.name} {c.value:.4g} (must be {c.threshold_text}: {c.setting}): {c.detail}; likely cause: "
+            f"{c.likely_cause}"
+            for c in self.failed_checks
+        ]
         if self.alignment is not None:
             al = self.alignment
             values = {a.group: gate_value(a, al.gate_on) for a in [*al.per_task, al.overall]}
+            setting, cause = GATES["human_alignment"]
             for group in al.failed_groups:
                 out.append(
                     f"human_alignment[{group}] {values.get(group, float('nan')):.3f} ({al.gate_on}) below "
-                    f"{al.threshold:g}"
+                    f"{al.threshold:g} ({setting}); likely cause: {cause}"
                 )
         return out
 

@@ -71,6 +71,17 @@ def test_presets_apply_before_the_file_and_the_overrides(tmp_path):
     assert with_preset(PipelineConfig(), "small").ppo.steps == 20
 
 
+def test_a_value_given_on_the_command_line_wins_over_the_preset_even_when_it_is_the_default(tmp_path):
+    """`t2g run --preset tiny --set ppo.steps=40` (the same configuration as `t2g config show`) trains 40 steps, the
+    default, not the preset's 4; so does a -c file that says 40."""
+    shown = runner.invoke(app, ["config", "show", "--preset", "tiny", "--set", "ppo.steps=40", "--section", "ppo"])
+    assert shown.exit_code == 0 and yaml.safe_load(shown.output)["steps"] == 40
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("ppo:\n  steps: 40\n")
+    from_file = runner.invoke(app, ["config", "show", "--preset", "tiny", "-c", str(recipe), "--section", "ppo"])
+    assert yaml.safe_load(from_file.output)["steps"] == 40 and yaml.safe_load(from_file.output)["batch_size"] == 4
+
+
 def test_plot_titles_are_words_with_units_and_direction():
     from t2g_core.evaluation.titles import is_percent, title
 

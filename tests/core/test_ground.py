@@ -30,6 +30,9 @@ RESPONSE = (
         ("'Also, rests on Sunday' is redundant.", [], ["Also, rests on Sunday"]),
         ("The job is wrong.", [], []),  # names no words: honestly nothing
         ("It leaves out the food (rice).", [], []),
+        ("Nothing wrong with Cai, nothing missing.", ["Cai"], []),  # a negated complaint is praise
+        ("No errors about Berlin.", ["Berlin"], []),
+        ("The city is not Berlin.", [], ["Berlin"]),  # "not" before no complaint word: a complaint
     ],
 )
 def test_a_critique_is_grounded_on_the_words_it_quotes_or_names(critique, good, poor):

@@ -32,6 +32,7 @@ def _rm(metrics: dict, tmp_path) -> RewardModelRef:
         digest="d",
         metrics=metrics,
         report=str(tmp_path / "rm" / "eval" / "report.md"),
+        global_step=3,
     )
 
 
@@ -53,6 +54,7 @@ def test_a_tagger_that_never_catches_an_invented_value_is_refused_with_the_metri
     assert "truth_recall_invented = 0.000 < ppo.reward_model_gate.min_flaw_recall 0.25" in message
     assert "truth_poor_char_f1" not in message and "report.md" in message
     assert "ppo.reward_model_gate.allow_weak=true" in message
+    assert "Likely cause: it trained too briefly (3 steps) or on too few items" in message
 
 
 def test_allow_weak_trains_anyway_and_says_so(tmp_path):

@@ -165,3 +165,53 @@ def test_labelled_tokens_can_count_a_tokenizers_tokens():
     sub = _check(check_batch(make_batch(s.annotations, s.spans, s.feedback, tokenizer=bpe), CFG), "labelled_token_frac")
     n_tokens = sum(len(bpe(r, add_special_tokens=False)["input_ids"]) for r in s.feedback["response"])
     assert f"of {n_tokens} response tokens of" in sub.detail and sub.value != pytest.approx(words.value)
+
+
+def _ground_report(feedback: pd.DataFrame):
+    from t2g_core.annotators import annotate_frame
+    from t2g_core.config import AlignConfig, AnnotateConfig
+    from t2g_core.spans import align_frame
+
+    annotations = annotate_frame(feedback, AnnotateConfig(annotator="ground"), progress=False)
+    return check_batch(make_batch(annotations, align_frame(feedback, annotations, AlignConfig()), feedback), CFG)
+
+
+def test_human_critiques_that_only_name_what_is_wrong_pass_the_gates_with_ground():
+    """``ground`` finds a good span only where a critique quotes the word it praises; critiques that praise without
+    quoting ("Correct.", "Good, nothing missing.") give none: only the negative share of the spans is judged, and a
+    critique that only praises is not an item the annotator failed to place."""
+    from tests.core._human_critiques import PRAISE_ONLY, complaints_only
+
+    feedback = complaints_only(30)
+    report = _ground_report(feedback)
+    balance = _check(report, "minority_label_frac")
+    assert report.status == "pass", report.failures
+    assert balance.detail.startswith("0 positive") and "no critique quotes a word it praises" in balance.detail
+    mostly_right = feedback.assign(
+        critique=[PRAISE_ONLY[i % 2] if i < 18 else c for i, c in enumerate(feedback.critique)]
+    )
+    no_span = _check(_ground_report(mostly_right), "no_span_rate")
+    assert not no_span.failed and "more only praise" in no_span.detail, no_span
+
+
+def test_a_ground_batch_still_fails_when_its_critiques_name_no_fault():
+    from tests.core._human_critiques import complaints_only
+
+    feedback = complaints_only(30)
+    praised = feedback.assign(critique=[f"The {r.response.split()[2]} is right." for r in feedback.itertuples()])
+    report = _ground_report(praised)
+    balance = _check(report, "minority_label_frac")
+    assert balance.failed and balance.value == 0.0, balance
+    (line,) = [f for f in report.failures if f.startswith("minority_label_frac")]
+    assert "validate.min_minority_label_frac" in line and "likely cause: the annotator marks little as wrong" in line
+
+
+def test_every_failed_gate_names_its_setting_and_likely_cause():
+    from t2g_core.validation.checks import GATES
+
+    _, _, clean = _report()
+    assert {c.name for c in clean.checks} | {"human_alignment"} == set(GATES)
+    for defect, gate in ((dict(unmatched=0.3), "unmatched_rate"), (dict(failed=0.3), "failure_rate")):
+        _, _, report = _report(**defect)
+        (line,) = [f for f in report.failures if f.startswith(gate)]
+        assert f": {GATES[gate][0]}): " in line and f"likely cause: {GATES[gate][1]}" in line, line

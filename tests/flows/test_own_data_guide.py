@@ -1,9 +1,10 @@
 """docs/own-data.md runs as written: every ``t2g`` command of its ``bash`` blocks, in order, in one folder, on tiny
 models; a command marked ``# exits 2`` must fail with exactly the message of the ``text`` block after it.
 
-The test brings what a user brings (``raw.jsonl``, a GGUF file ``my-model.gguf`` of a tiny model) and adds
-:data:`TINY` to every ``t2g run`` so the pipeline finishes in minutes; at that size the reward model cannot reach the
-quality floors, so :data:`TINY` also lets PPO train on it (``ppo.reward_model_gate.allow_weak``).
+The test brings what a user brings: ``raw.jsonl``, 30 human critiques that only name what is wrong (praise quotes no
+words: "Correct.", "Good, nothing missing."), and a GGUF file ``my-model.gguf`` of a tiny model. The guide's first
+small run (``--preset tiny``, ``annotate.annotator=ground``) takes that file to a trained, evaluated policy as
+written; to the run that names the user's model the test adds ``--preset tiny``, the preset as shipped.
 """
 
 from __future__ import annotations
@@ -20,23 +21,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "own-data.md"
-TINY = [
-    "reward_model.epochs=1",
-    "reward_model.batch_size=8",
-    "ppo.reward_model_gate.allow_weak=true",
-    "ppo.steps=2",
-    "ppo.batch_size=8",
-    "ppo.minibatches=1",
-    "ppo.ppo_epochs=1",
-    "ppo.sampling.max_new_tokens=16",
-    "ppo.eval_every=2",
-    "ppo.log_every=1",
-    "ppo.save_every=1",
-    "evaluate.max_prompts=8",
-    "evaluate.batch_size=8",
-    "evaluate.sampling.max_new_tokens=16",
-    "evaluate.bootstrap_samples=200",
-]
 
 
 def guide_commands(text: str) -> list[tuple[list[str], int, str | None]]:
@@ -62,21 +46,22 @@ def test_the_guide_has_the_commands_it_promises():
         "t2g data demo",
         "t2g feedback check",
         "t2g run -w",
+        "t2g run -w",
         "t2g models import-gguf",
         "t2g run -w",
         "t2g lineage candidate",
     ]
+    first_run = guide_commands(GUIDE.read_text(encoding="utf-8"))[4][0]
+    assert "--preset" in first_run and "annotate.annotator=ground" in first_run  # the first small command
 
 
 def _inputs(folder: Path, tiny_model_dir: Path) -> None:
-    """What a user brings: a raw file with their own column names, and a model as a GGUF file."""
+    """What a user brings: a raw file of critiques with their own column names, and a model as a GGUF file."""
     from tests.core._gguf import write_tiny_gguf
+    from tests.core._human_critiques import complaints_only
 
-    rows = [
-        {"question": f"Post {i}: I live in Quito.", "answer": "Lives in Lima.", "comment": "wrong city (Lima)"}
-        for i in range(3)
-    ]
-    (folder / "raw.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    raw = complaints_only(30).rename(columns={"prompt": "question", "response": "answer", "critique": "comment"})
+    raw[["question", "answer", "comment"]].to_json(folder / "raw.jsonl", orient="records", lines=True)
     write_tiny_gguf(tiny_model_dir, folder / "my-model.gguf", quant="Q8_0")
 
 
@@ -95,7 +80,7 @@ def test_every_command_of_the_guide_runs_on_tiny_models(tmp_path, tiny_model_dir
     }
     t2g = str(Path(sys.executable).parent / "t2g")
     for argv, code, message in guide_commands(GUIDE.read_text(encoding="utf-8")):
-        extra = [arg for o in TINY for arg in ("--set", o)] if argv[1] == "run" else []
+        extra = ["--preset", "tiny"] if argv[1] == "run" and "--preset" not in argv and code == 0 else []
         proc = subprocess.run(
             [t2g, *argv[1:], *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500
         )
@@ -105,13 +90,20 @@ def test_every_command_of_the_guide_runs_on_tiny_models(tmp_path, tiny_model_dir
             assert " ".join(message.split()) in " ".join(output.split()), output[-3000:]
             assert output.count("error:") == 1 and not (tmp_path / "ws" / "models").exists()
 
+    # the first small run: human critiques that only name what is wrong, to a trained and evaluated policy
+    assert list(tmp_path.glob("first/checkpoints/ppo/*/adapter/adapter_config.json"))
+    assert list(tmp_path.glob("first/reports/evaluate/*/summary.json"))
+    from t2g_core.store import read_artifact
+
+    (first,) = tmp_path.glob("first/artifacts/annotations/annotate-*")
+    spans = read_artifact(first, "annotations")
+    assert spans["good_spans"].map(len).sum() == 0 and spans["poor_spans"].map(len).sum() > 0
+
     (summary,) = tmp_path.glob("ws/reports/evaluate/*/summary.json")
     metrics = json.loads(summary.read_text())["policies"]["ppo"]["metrics"]
     assert {"rm_reward", "rm_poor_spans"} <= set(metrics) and "rouge1" not in metrics  # judged without references
     (run,) = tmp_path.glob("ws/checkpoints/ppo/*/models.json")
     assert json.loads(run.read_text())["policy"]["name"] == "me/my-model"  # the user's model, by its id
-    from t2g_core.store import read_artifact
-
     (annotations,) = tmp_path.glob("ws/artifacts/annotations/annotate-*")
     frame = read_artifact(annotations, "annotations")
     assert set(frame["annotator"]) == {"ground"} and frame["poor_spans"].map(len).sum() > 0

@@ -27,6 +27,19 @@ def test_full_recipes_validate_completely(name):
     assert cfg.models.dtype == "bfloat16" and cfg.ppo.learning_rate == 1e-6  # bf16 weights: bf16 reward-model autocast
 
 
+def test_every_shipped_recipe_and_preset_is_checked_as_shipped():
+    """The recipes are each validated above (the full ones: no GPU or Hub here) or run end to end below (the tiny
+    ones); the presets: tiny runs end to end in tests/cli/test_run_tiny.py, small and full validate as shipped."""
+    from t2g_core.config.presets import PRESETS
+
+    shipped = {path.stem for path in (ROOT / "recipes").glob("*.yaml")}
+    assert shipped == {*FULL, *(f"{name}-tiny" for name in FULL), "summarization-smollm2"}
+    assert set(PRESETS) == {"tiny", "small", "full"}
+    small = load_config(None, [], "small")
+    assert (small.ppo.steps, small.evaluate.max_prompts, small.data.n_items) == (20, 64, load_config().data.n_items)
+    assert load_config(None, [], "full") == load_config()
+
+
 def test_the_smollm2_recipe_warms_up_and_trains_a_frozen_tagger_on_the_untouched_model():
     cfg = load_config(ROOT / "recipes" / "summarization-smollm2.yaml")
     assert cfg.models.policy == cfg.models.reward_model_base == "HuggingFaceTB/SmolLM2-135M-Instruct"

@@ -84,32 +84,49 @@ PROBE = """
 """
 
 
+def on_a_tmpfs(folder: Path, megabytes: int, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """``argv`` run with a ``megabytes`` MB tmpfs mounted on ``folder`` (in its own mount namespace); skips the test
+    when this machine cannot mount one."""
+    mount = f'mount -t tmpfs -o size={megabytes}m none {folder} || exit 97; exec "$@"'
+    done = subprocess.run(
+        ["unshare", "-m", "-r", "sh", "-c", mount, "sh", *argv], capture_output=True, text=True, **kwargs
+    )
+    if done.returncode == 97 or done.stderr.startswith("unshare:"):
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr[-300:]}")
+    return done
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (user and mount namespaces)")
 def test_a_full_tmpfs_is_reported_as_a_full_disk(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
-    mount = f"mount -t tmpfs -o size=3m none {ws}"
-    probe = subprocess.run(
-        [
-            "unshare",
-            "-m",
-            "-r",
-            "sh",
-            "-c",
-            f'{mount} && exec "$0" -c "$1" "$2"',
-            sys.executable,
-            textwrap.dedent(PROBE),
-            str(ws),
-        ],
+    probe = on_a_tmpfs(
+        ws,
+        3,
+        [sys.executable, "-c", textwrap.dedent(PROBE), str(ws)],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
         timeout=300,
     )
-    if "mount" in probe.stderr and "RAISED" not in probe.stdout:
-        pytest.skip(f"cannot mount a tmpfs here: {probe.stderr[-300:]}")
     raised = next((line for line in probe.stdout.splitlines() if line.startswith("RAISED")), probe.stderr[-2000:])
     assert raised.startswith("RAISED DiskFull [Errno 28] disk full: no space left on the device under"), raised
     assert "autoflush" not in raised.split("The error was:")[0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (user and mount namespaces)")
+def test_a_full_disk_ends_t2g_run_with_one_error_line_naming_the_workspace(tmp_path):
+    """`t2g run` on a 6 MB disk: Prefect's server answers 500 (its database cannot grow) and the run ends with one
+    line naming the workspace and its free space (before: 1,520 lines of tracebacks and no error line)."""
+    t2g = str(Path(sys.executable).parent / "t2g")
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "PREFECT_HOME")}
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    done = on_a_tmpfs(mnt, 6, [t2g, "run", "-w", str(mnt / "ws"), "--preset", "tiny"], env=env, timeout=500)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1 and "Traceback" not in output, output[-6000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith(f"error: disk full: no space left on the device under {mnt / 'ws'} ("), last
+    assert "MiB free" in last
