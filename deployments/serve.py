@@ -176,6 +176,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"deployment {name} on work pool {args.pool}")
         for variable, value in policy.environment().items():
             print(f"start the workers of {args.pool} with: export {variable}='{value}'")
+        auth = Path(policy.workspace_root) / "run" / "mlflow-auth"
+        print(f"and MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD set to the user:password in {auth} (make up)")
         return
     import threading
 
