@@ -2,6 +2,7 @@
 
     python deployments/serve.py --workspace t2g-workspace [--sensor-interval 60] [--cron "0 3 * * *"] [--debounce 30]
         [--allow-endpoint http://127.0.0.1:8000/v1 ...] [--allow-key-env OPENAI_API_KEY ...]
+        [--allow-input-root /data/feedback ...] [--allow-hub-ids]
     python deployments/serve.py --workspace t2g-workspace --pool t2g-gpu   # stage flows on a work pool, then exit
 
 Serving (no work pool or worker needed on one machine):
@@ -16,7 +17,10 @@ What a run may set is fixed here (``t2g_core.serving.ServePolicy``, handed to th
 read by ``t2g_env.serving``): endpoint URLs only from ``--allow-endpoint``, key variables only from ``--allow-key-env``
 (both repeatable, or comma-separated in ``T2G_ALLOWED_ENDPOINTS`` / ``T2G_ALLOWED_KEY_ENVS``), this workspace, its
 MLflow tracking URI and its inbox; ``annotate.sandbox_isolation=none`` only with ``T2G_ALLOW_UNSANDBOXED=1`` in
-this process's environment. A run that sets anything else fails before it sends a request, naming the field.
+this process's environment. Input files and model folders only from the workspace's inbox, artifacts, models and
+checkpoints and the folders ``--allow-input-root`` names (``T2G_ALLOWED_INPUT_ROOTS``), Hugging Face ids only with
+``--allow-hub-ids`` (``T2G_ALLOW_HUB_IDS=1``). A run that sets anything else fails before it reads a file or sends a
+request, naming the field.
 
 ``--pool P`` instead registers the placeable stage-group flows (``t2g_core.stages.registry.PLACEABLE``: ``annotate``,
 ``align_and_validate``, ``warmup``, ``policy_samples``, ``reward_model``, ``ppo``, ``evaluate``) as deployments named
@@ -29,6 +33,7 @@ The same deployments for a work pool (process, docker or kubernetes) are in ``de
 from __future__ import annotations
 
 import argparse
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -50,7 +55,16 @@ def form_defaults(workspace: str) -> dict:
     return {"workspace": PipelineConfig.model_validate({"workspace": {"root": root}}).workspace.model_dump(mode="json")}
 
 
-def serve_policy(workspace: str, endpoints: list[str], key_envs: list[str]):
+def default_input_roots(workspace_root: str) -> tuple[str, ...]:
+    """The workspace's inbox and its data and model folders: not its ``run/`` folder (the servers' credentials), its
+    databases or caches."""
+    ws = Workspace.at(workspace_root)
+    return tuple(str(p) for p in (ws.inbox, ws.artifacts, ws.models, ws.checkpoints))
+
+
+def serve_policy(
+    workspace: str, endpoints: list[str], key_envs: list[str], input_roots: list[str] = (), hub_ids: bool = False
+):
     """The policy the served flow runs check their parameters against (``t2g_core.serving``)."""
 
     served = form_defaults(workspace)["workspace"]
@@ -60,13 +74,13 @@ def serve_policy(workspace: str, endpoints: list[str], key_envs: list[str]):
         inbox=str(Workspace.at(served["root"]).inbox),
         endpoints=tuple(endpoints),
         key_envs=tuple(key_envs),
+        input_roots=default_input_roots(served["root"]) + tuple(str(Path(r).resolve()) for r in input_roots),
+        hub_ids=hub_ids,
     )
 
 
 def _listed(values: list[str] | None, variable: str) -> list[str]:
     """Repeated option values plus the comma-separated entries of environment variable ``variable``."""
-    import os
-
     from_env = [v.strip() for v in os.environ.get(variable, "").split(",") if v.strip()]
     return [*(values or []), *from_env]
 
@@ -139,6 +153,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--allow-key-env", action="append", help="A key variable runs may read (repeat; T2G_ALLOWED_KEY_ENVS)."
     )
+    parser.add_argument(
+        "--allow-input-root",
+        action="append",
+        help="A folder runs may read inputs from (repeat; T2G_ALLOWED_INPUT_ROOTS).",
+    )
+    parser.add_argument(
+        "--allow-hub-ids", action="store_true", help="Runs may name Hugging Face ids (or T2G_ALLOW_HUB_IDS=1)."
+    )
     args = parser.parse_args(argv)
 
     runtime.prepare_environment(args.workspace)
@@ -146,14 +168,17 @@ def main(argv: list[str] | None = None) -> None:
         args.workspace,
         _listed(args.allow_endpoint, "T2G_ALLOWED_ENDPOINTS"),
         _listed(args.allow_key_env, "T2G_ALLOWED_KEY_ENVS"),
+        _listed(args.allow_input_root, "T2G_ALLOWED_INPUT_ROOTS"),
+        args.allow_hub_ids or os.environ.get("T2G_ALLOW_HUB_IDS") == "1",
     )
     if args.pool:
         for name in deploy_stage_flows(args.pool, args.workspace, groups=args.groups.split(",")):
             print(f"deployment {name} on work pool {args.pool}")
         for variable, value in policy.environment().items():
             print(f"start the workers of {args.pool} with: export {variable}='{value}'")
+        auth = Path(policy.workspace_root) / "run" / "mlflow-auth"
+        print(f"and MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD set to the user:password in {auth} (make up)")
         return
-    import os
     import threading
 
     from prefect import serve
@@ -161,7 +186,10 @@ def main(argv: list[str] | None = None) -> None:
     from flows.feedback import watch_inbox
 
     os.environ.update(policy.environment())  # the flow runs are this process's children: they inherit it
-    print(f"serve-time policy: endpoints {list(policy.endpoints)}, key variables {list(policy.key_envs)}")
+    print(
+        f"serve-time policy: endpoints {list(policy.endpoints)}, key variables {list(policy.key_envs)}, input folders "
+        f"{list(policy.input_roots)}, Hugging Face ids {'allowed' if policy.hub_ids else 'refused'}"
+    )
     deployments = build_deployments(args.workspace, cron=args.cron, debounce=args.debounce)
     workspace = WorkspaceConfig(**form_defaults(args.workspace)["workspace"])
     threading.Thread(

@@ -5,6 +5,8 @@
 # The Prefect API asks for an auth string (PREFECT_AUTH_STRING, "user:password", else a random one kept in
 # <workspace>/run/prefect-auth, mode 0600; the UI asks for it once) and answers cross-origin requests only from its
 # own UI. Runs may use only the endpoints in T2G_ALLOWED_ENDPOINTS and the key variables in T2G_ALLOWED_KEY_ENVS.
+# The MLflow server asks for HTTP Basic credentials (its basic-auth app): user t2g and a random password kept in
+# <workspace>/run/mlflow-auth ("user:password", mode 0600); the serve process and `t2g run` read them from there.
 set -euo pipefail
 umask 077  # all it and its servers write is private to this user; the inbox has its own mode (docs/operations.md)
 
@@ -44,6 +46,17 @@ export PREFECT_RESULTS_LOCAL_STORAGE_PATH="$WS/prefect-results"
 MLFLOW_BACKEND="${MLFLOW_BACKEND_STORE_URI:-sqlite:///$WS/mlflow.db}"
 MLFLOW_ARTIFACTS="${MLFLOW_ARTIFACTS_DESTINATION:-$WS/mlartifacts}"
 
+MLFLOW_AUTH_FILE="$RUN/mlflow-auth"  # created once, kept: the admin user is created with it on the first start
+[[ -s "$MLFLOW_AUTH_FILE" ]] || (printf 't2g:%s' "$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')" \
+  >"$MLFLOW_AUTH_FILE.$$" && mv "$MLFLOW_AUTH_FILE.$$" "$MLFLOW_AUTH_FILE")
+MLFLOW_AUTH=$(cat "$MLFLOW_AUTH_FILE")
+cat >"$RUN/mlflow-auth.ini" <<INI
+[mlflow]
+default_permission = NO_PERMISSIONS
+database_uri = sqlite:///$WS/mlflow-auth.db
+admin_username = ${MLFLOW_AUTH%%:*}
+authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+INI
 # Create and migrate the MLflow database once, before a server worker and clients touch it (first-creation race).
 "$BIN/python" -c "import sys, mlflow; mlflow.MlflowClient(sys.argv[1]).search_experiments()" "$MLFLOW_BACKEND" >/dev/null 2>&1
 
@@ -55,8 +68,10 @@ start() {  # name, command...: own session (process group), so down.sh can stop 
 UI_ORIGINS="http://127.0.0.1:$PREFECT_PORT,http://localhost:$PREFECT_PORT"
 PREFECT_SERVER_API_AUTH_STRING="$AUTH" PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS="$UI_ORIGINS" \
   start prefect-server "$BIN/prefect" server start --host 127.0.0.1 --port "$PREFECT_PORT" --analytics-off
-start mlflow-server "$BIN/mlflow" server --backend-store-uri "$MLFLOW_BACKEND" --artifacts-destination "$MLFLOW_ARTIFACTS" \
-  --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1
+MLFLOW_AUTH_CONFIG_PATH="$RUN/mlflow-auth.ini" MLFLOW_AUTH_ADMIN_PASSWORD="${MLFLOW_AUTH#*:}" \
+  MLFLOW_FLASK_SERVER_SECRET_KEY="$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')" \
+  start mlflow-server "$BIN/mlflow" server --app-name basic-auth --backend-store-uri "$MLFLOW_BACKEND" \
+  --artifacts-destination "$MLFLOW_ARTIFACTS" --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1
 
 wait_health() {  # url, name, seconds, curl options...
   local url=$1 name=$2 seconds=$3; shift 3
@@ -73,6 +88,7 @@ wait_health "http://127.0.0.1:$MLFLOW_PORT/health" mlflow-server 180 || stop_all
 
 export PREFECT_API_URL="http://127.0.0.1:$PREFECT_PORT/api"
 export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"
+export MLFLOW_TRACKING_USERNAME="${MLFLOW_AUTH%%:*}" MLFLOW_TRACKING_PASSWORD="${MLFLOW_AUTH#*:}"
 export PREFECT_API_AUTH_STRING="$AUTH"
 export PREFECT_RUNNER_POLL_FREQUENCY="${PREFECT_RUNNER_POLL_FREQUENCY:-5}"
 start serve "$BIN/python" "$(cd "$(dirname "$0")" && pwd)/serve.py" --workspace "$WS" --sensor-interval "${SENSOR_INTERVAL:-60}" \
@@ -83,10 +99,10 @@ wait_health "$PREFECT_API_URL/deployments/name/reannotate/reannotate" serve 240 
 
 cat >"$RUN/servers.json" <<JSON
 {"prefect_api": "$PREFECT_API_URL", "prefect_ui": "http://127.0.0.1:$PREFECT_PORT", "mlflow": "$MLFLOW_TRACKING_URI",
- "workspace": "$WS", "prefect_auth_file": "$AUTH_FILE"}
+ "workspace": "$WS", "prefect_auth_file": "$AUTH_FILE", "mlflow_auth_file": "$MLFLOW_AUTH_FILE"}
 JSON
 echo "Prefect UI: http://127.0.0.1:$PREFECT_PORT   (deployments: text2grad, feedback-sensor, reannotate)"
 echo "            it asks for the auth string in $AUTH_FILE"
-echo "MLflow UI:  http://127.0.0.1:$MLFLOW_PORT"
+echo "MLflow UI:  http://127.0.0.1:$MLFLOW_PORT   (user and password: $MLFLOW_AUTH_FILE)"
 echo "Inbox:      $WS/inbox   (drop feedback files here; re-annotation follows)"
 echo "Logs/PIDs:  $RUN        stop with: make down WORKSPACE=$WS"

@@ -30,7 +30,7 @@ from t2g_core.stages.refs import (
     ValidationRef,
 )
 from t2g_core.stages.registry import settings_for
-from t2g_env.serving import ServedConfig
+from t2g_env.serving import ServedConfig, ServedRef
 from tasks import data
 from tasks import validate as v
 from tasks.caching import cached
@@ -62,7 +62,7 @@ def feedback(config: ServedConfig, forced: list[str] | None = None) -> ArtifactR
 
 
 @flow(name="models", **RESULTS)
-def models(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ModelsRef:
+def models(config: ServedConfig, feedback: ServedRef[ArtifactRef], forced: list[str] | None = None) -> ModelsRef:
     """The base models: built locally for the feedback's task (tiny; for any version of the feedback dataset, from
     its first version, so new feedback reuses them), or the named ones."""
 
@@ -72,7 +72,7 @@ def models(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | None
 
 
 @flow(name="annotate", **RESULTS)
-def annotate(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | None = None) -> ArtifactRef:
+def annotate(config: ServedConfig, feedback: ServedRef[ArtifactRef], forced: list[str] | None = None) -> ArtifactRef:
     """Critiques and quoted good/poor spans for every feedback item; they become version 1 of the datasets. The stage
     first checks that every item has what the annotator needs (a reference, tests, a critique, an endpoint). With
     ``data.source: latest`` the annotations re-annotation made for that version are reused (unless refreshed)."""
@@ -91,9 +91,9 @@ def annotate(config: ServedConfig, feedback: ArtifactRef, forced: list[str] | No
 @flow(name="align_and_validate", **RESULTS)
 def align_and_validate(
     config: ServedConfig,
-    feedback: ArtifactRef,
-    models: ModelsRef,
-    annotations: ArtifactRef,
+    feedback: ServedRef[ArtifactRef],
+    models: ServedRef[ModelsRef],
+    annotations: ServedRef[ArtifactRef],
     forced: list[str] | None = None,
 ) -> tuple[ArtifactRef, ValidationRef]:
     """Quoted spans -> character offsets; a review sample, its verdicts, the gates (a failed gate fails the run)."""
@@ -118,12 +118,12 @@ def align_and_validate(
 @flow(name="reward_model", **RESULTS)
 def reward_model(
     config: ServedConfig,
-    feedback: ArtifactRef,
-    models: ModelsRef,
-    annotations: ArtifactRef,
-    spans: ArtifactRef,
-    validation: ValidationRef,
-    samples: PolicySamplesRef | None = None,
+    feedback: ServedRef[ArtifactRef],
+    models: ServedRef[ModelsRef],
+    annotations: ServedRef[ArtifactRef],
+    spans: ServedRef[ArtifactRef],
+    validation: ServedRef[ValidationRef],
+    samples: ServedRef[PolicySamplesRef | None] = None,
     forced: list[str] | None = None,
 ) -> RewardModelRef:
     """The reward model on the validated annotations (and the policy's labelled samples, when drawn); registered in
@@ -137,7 +137,10 @@ def reward_model(
 
 @flow(name="warmup", **RESULTS)
 def warmup(
-    config: ServedConfig, feedback: ArtifactRef, models: ModelsRef, forced: list[str] | None = None
+    config: ServedConfig,
+    feedback: ServedRef[ArtifactRef],
+    models: ServedRef[ModelsRef],
+    forced: list[str] | None = None,
 ) -> ModelsRef:
     """The policy before PPO, supervised on the training prompts' references (``warmup``); PPO starts from it and
     keeps it as its KL reference."""
@@ -149,7 +152,10 @@ def warmup(
 
 @flow(name="policy_samples", **RESULTS)
 def policy_samples(
-    config: ServedConfig, feedback: ArtifactRef, models: ModelsRef, forced: list[str] | None = None
+    config: ServedConfig,
+    feedback: ServedRef[ArtifactRef],
+    models: ServedRef[ModelsRef],
+    forced: list[str] | None = None,
 ) -> PolicySamplesRef:
     """The policy PPO starts from, sampled on training prompts, its responses labelled by the annotator
     (``policy_samples``): data for the reward model on the text it will score."""
@@ -163,9 +169,9 @@ def policy_samples(
 @flow(name="ppo", **RESULTS)
 def ppo(
     config: ServedConfig,
-    feedback: ArtifactRef,
-    models: ModelsRef,
-    reward_model: RewardModelRef | None,
+    feedback: ServedRef[ArtifactRef],
+    models: ServedRef[ModelsRef],
+    reward_model: ServedRef[RewardModelRef | None],
     forced: list[str] | None = None,
 ) -> PolicyRef:
     """PPO from the policy before PPO with the configured reward source; the adapter is registered in MLflow."""
@@ -178,9 +184,9 @@ def ppo(
 @flow(name="evaluate", **RESULTS)
 def evaluate(
     config: ServedConfig,
-    feedback: ArtifactRef,
-    models: ModelsRef,
-    policy: PolicyRef,
+    feedback: ServedRef[ArtifactRef],
+    models: ServedRef[ModelsRef],
+    policy: ServedRef[PolicyRef],
     forced: list[str] | None = None,
 ) -> EvaluationRef:
     """The policy before PPO against the PPO policy on held-out prompts, with paired bootstrap intervals."""

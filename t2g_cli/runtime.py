@@ -3,7 +3,8 @@
 Called by the CLI *before* prefect or mlflow is imported (Prefect reads its settings at import time):
 - ``PREFECT_HOME`` = ``<workspace>/prefect`` (API database, logs, default result storage),
 - ``PREFECT_API_URL`` / ``MLFLOW_TRACKING_URI`` from ``<workspace>/run/servers.json`` (written by ``deployments/up.sh``)
-  when those servers answer their health checks, and ``PREFECT_API_AUTH_STRING`` from the auth file it names;
+  when those servers answer their health checks, ``PREFECT_API_AUTH_STRING`` and ``MLFLOW_TRACKING_USERNAME`` /
+  ``MLFLOW_TRACKING_PASSWORD`` from the credential files it names;
   otherwise a temporary Prefect API server (the one Prefect itself would start for an ephemeral run) that dies with
   this process, even on ``kill -9``, and MLflow uses ``sqlite:///<workspace>/mlflow.db``.
 
@@ -184,6 +185,10 @@ def prepare_environment(workspace_root: str | Path, *, start_prefect: bool = Fal
         auth_file = Path(servers.get("prefect_auth_file") or root / "run" / "prefect-auth")
         if auth_file.is_file() and "PREFECT_API_AUTH_STRING" not in os.environ:
             os.environ["PREFECT_API_AUTH_STRING"] = auth_file.read_text(encoding="utf-8").strip()
+        mlflow_auth = Path(servers.get("mlflow_auth_file") or root / "run" / "mlflow-auth")
+        if mlflow_auth.is_file() and "MLFLOW_TRACKING_PASSWORD" not in os.environ:
+            user, _, password = mlflow_auth.read_text(encoding="utf-8").strip().partition(":")
+            os.environ.update(MLFLOW_TRACKING_USERNAME=user, MLFLOW_TRACKING_PASSWORD=password)
     prefect = os.environ.get("PREFECT_API_URL")
     if prefect is None and start_prefect:
         prefect = (

@@ -19,7 +19,7 @@ from pathlib import Path
 from t2g_core.config import WorkspaceConfig
 from t2g_core.locks import folder_lock
 from t2g_core.store import ArtifactRef, read_json, write_text_atomic
-from t2g_core.workspace import Workspace
+from t2g_core.workspace import Workspace, relocated
 
 POINTER = "DATASETS.json"
 LEGACY = "LATEST.json"  # the per-dataset pointer of earlier workspaces
@@ -34,10 +34,10 @@ def _pointer(workspace: WorkspaceConfig) -> Path:
 
 
 def _read_pointers(workspace: WorkspaceConfig) -> dict:
-    """The pointer file's content ({} when no version exists yet)."""
+    """The pointer file's content ({} when no version exists yet), its paths where the workspace is now."""
     path = _pointer(workspace)
     if path.exists():
-        return read_json(path)
+        return relocated(read_json(path), workspace.root)
     legacy = {name: path.parent / name / LEGACY for name in ("feedback", "annotations")}
     if not legacy["feedback"].exists():
         return {}

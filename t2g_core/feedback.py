@@ -140,7 +140,7 @@ def _plain(value: object) -> object:
     """numpy arrays and scalars (how Parquet and datasets hand back nested values) as lists and numbers."""
     if hasattr(value, "tolist"):
         return value.tolist()
-    raise TypeError(f"{type(value).__name__} {value!r:.40} is not JSON")
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _id_text(value: object) -> object:
@@ -187,7 +187,7 @@ def iter_feedback(path: str | Path, rows: int = 10_000) -> Iterator[pd.DataFrame
         yield load_feedback(p)
         return
     p = p / "data.parquet" if p.is_dir() else p
-    ids: set[str] = set()
+    ids: dict[str, int] = {}  # id -> the row that holds it first
     offset = 0
     for chunk in _pieces(p, rows):
         try:
@@ -198,8 +198,9 @@ def iter_feedback(path: str | Path, rows: int = 10_000) -> Iterator[pd.DataFrame
             ) from None
         again = next((i for i, v in enumerate(df["id"]) if v in ids), None)
         if again is not None:
-            raise SchemaError(str(p), f"duplicate id {df['id'].iloc[again]!r}", column="id", row=offset + again)
-        ids.update(df["id"])
+            first = ids[df["id"].iloc[again]]
+            raise SchemaError(str(p), f"duplicate id: the same as row {first}", column="id", row=offset + again)
+        ids.update((v, offset + i) for i, v in enumerate(df["id"]))
         offset += len(df)
         yield df
 

@@ -207,13 +207,13 @@ def _is_missing(value: object) -> bool:
 
 def _check_string(col: Column, value: object) -> str | None:
     if not isinstance(value, str):
-        return f"expected text, got {type(value).__name__} {value!r:.40}"
+        return f"expected text, got {type(value).__name__}"
     if (at := lone_surrogate(value)) is not None:
         return f"holds a lone surrogate U+{ord(value[at]):04X} at character {at}: {NOT_UNICODE}"
     if col.non_empty and not value.strip():
         return "is an empty string"
     if col.choices is not None and value not in col.choices:
-        return f"{value!r:.40} is not one of {', '.join(col.choices)}"
+        return f"is not one of {', '.join(col.choices)}"
     if col.json:
         try:
             found = surrogate_in(json.loads(value, parse_constant=_refuse_constant))
@@ -246,17 +246,17 @@ def _check_integer(col: Column, value: object) -> str | None:
         and value.dtype.kind in "iu"
     )
     if isinstance(value, bool) or not integral:
-        return f"expected an integer, got {value!r:.40}"
+        return f"expected an integer, got {type(value).__name__}"
     return None
 
 
 def _check_float(col: Column, value: object) -> str | None:
     if isinstance(value, (bool, str, bytes)):
-        return f"expected a number, got {value!r:.40}"
+        return f"expected a number, got {type(value).__name__}"
     try:
         number = float(value)  # ints, floats and numpy scalars
     except (TypeError, ValueError):
-        return f"expected a number, got {value!r:.40}"
+        return f"expected a number, got {type(value).__name__}"
     if not math.isfinite(number):
         return f"expected a finite number, got {number}"
     return None
@@ -327,8 +327,11 @@ def validate_frame(df: pd.DataFrame, schema: ArtifactSchema, file: str) -> pd.Da
         dup = df.duplicated(subset=list(schema.unique), keep="first")
         if dup.any():
             row = int(dup.to_numpy().nonzero()[0][0])
-            first = df[list(schema.unique)].iloc[row].tolist()
-            raise SchemaError(file, f"duplicate {'/'.join(schema.unique)} {first!r}", column=schema.unique[0], row=row)
+            keys = list(df[list(schema.unique)].itertuples(index=False))
+            first = keys.index(keys[row])
+            raise SchemaError(
+                file, f"duplicate {'/'.join(schema.unique)}: the same as row {first}", schema.unique[0], row
+            )
     return df[schema.names].reset_index(drop=True)
 
 

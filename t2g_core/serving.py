@@ -8,13 +8,22 @@ are served (``deployments/serve.py``), not by a run:
   one of ``endpoints``;
 - the variable each stage that calls a service reads its key from is one of ``key_envs``;
 - ``workspace.root`` and ``workspace.mlflow_tracking_uri`` are the served ones, and the inbox the served one;
-- ``annotate.sandbox_isolation=none`` needs ``allow_unsandboxed``, an opt-in of the process that runs the flow.
+- ``annotate.sandbox_isolation=none`` needs ``allow_unsandboxed``, an opt-in of the process that runs the flow;
+- every input path setting (the fields marked :func:`~t2g_core.config.base.recipe_path`: ``data.source``,
+  ``data.dataset``, ``models.policy``, ``models.reward_model_base``, ``ppo.reward_model_path``) resolves, symlinks
+  followed, under one of ``input_roots``; a Hugging Face id (``ORG/NAME[@REV]``, read through the local cache) needs
+  ``hub_ids``;
+- every file or folder a stage reference names (the parameters of a stage-group flow run as a deployment on a work
+  pool) resolves under the workspace or an input root.
 
 :func:`violations` lists what a run's settings break, each message naming the field; the adapters refuse such a run
 before it sends any request (``t2g_env.serving``).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 
@@ -41,6 +50,10 @@ class ServePolicy(StageConfig):
     inbox: str = Field(description="The inbox folder the feedback sensor watches (absolute).")
     endpoints: tuple[str, ...] = Field((), description="Endpoint base URLs a run may send requests (and keys) to.")
     key_envs: tuple[str, ...] = Field((), description="Environment variables a run may read an API key from.")
+    input_roots: tuple[str, ...] = Field(
+        (), description="Folders (absolute, resolved) a run may read input files and model folders from."
+    )
+    hub_ids: bool = Field(False, description="A run may name Hugging Face model and dataset ids (ORG/NAME[@REV]).")
     allow_unsandboxed: bool = Field(
         False, description="annotate.sandbox_isolation=none is allowed (set by the serving process's environment)."
     )
@@ -48,6 +61,58 @@ class ServePolicy(StageConfig):
     def environment(self) -> dict[str, str]:
         """The environment entry that makes this the policy of a process and of the flow runs it starts."""
         return {POLICY_VARIABLE: self.model_dump_json(exclude={"allow_unsandboxed"})}
+
+
+def input_fields(model: type[StageConfig] = PipelineConfig, prefix: str = "") -> dict[str, tuple[str, ...]]:
+    """The settings that name an input file or folder (as ``--set`` spells them) -> their values that are no path."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name, field in model.model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if isinstance(field.annotation, type) and issubclass(field.annotation, StageConfig):
+            out |= input_fields(field.annotation, f"{prefix}{name}.")
+        elif "recipe_path" in extra:
+            out[f"{prefix}{name}"] = tuple(extra["recipe_path"])
+    return out
+
+
+INPUT_FIELDS = input_fields()
+
+
+def under(path: str | Path, roots: tuple[str, ...]) -> bool:
+    """Whether ``path``, resolved (symlinks followed, ``..`` removed), lies under one of ``roots``."""
+    resolved = Path(path).resolve()
+    return any(resolved.is_relative_to(Path(root).resolve()) for root in roots)
+
+
+def input_violation(name: str, value: str, roots: tuple[str, ...], policy: ServePolicy) -> str | None:
+    """Why a run may not read ``value`` (a file or folder, or a Hugging Face id) named by ``name``; None when it may."""
+    from t2g_core.models.loading import is_hub_id  # the package t2g_core.models loads torch
+
+    if is_hub_id(value):
+        if policy.hub_ids:
+            return None
+        return f"{name}: {value!r} is a Hugging Face id; served runs may name one only with --allow-hub-ids"
+    if under(value, roots):
+        return None
+    return f"{name}: {value!r} is not under a folder runs may read at serve time ({list(roots)})"
+
+
+def input_violations(config: PipelineConfig, policy: ServePolicy) -> list[str]:
+    out = []
+    for name, keywords in INPUT_FIELDS.items():
+        value = _field(config, name)
+        if name == "data.dataset" and config.data.columns is None:
+            continue  # the name of a dataset adapter (its files are data.source)
+        if value is not None and value not in keywords:
+            out.append(input_violation(name, value, policy.input_roots, policy))
+    return [problem for problem in out if problem]
+
+
+def reference_violations(ref: Any, policy: ServePolicy) -> list[str]:
+    """What files or folders a stage reference (``ref.paths()``) names outside the workspace and the input roots."""
+    roots = (policy.workspace_root, *(r for r in policy.input_roots if not under(r, (policy.workspace_root,))))
+    found = (input_violation(type(ref).__name__, path, roots, policy) for path in ref.paths())
+    return [problem for problem in found if problem]
 
 
 def _field(config: PipelineConfig, dotted: str):
@@ -103,4 +168,4 @@ def violations(config: PipelineConfig, policy: ServePolicy) -> list[str]:
             "annotate.sandbox_isolation: 'none' runs untrusted code without isolation; only the serving process's "
             "environment can allow it"
         )
-    return out
+    return out + input_violations(config, policy)

@@ -61,6 +61,10 @@ class ArtifactRef(BaseModel):
     def fingerprint(self) -> dict[str, str]:
         return {"sha256": self.content_sha256 or self.sha256}
 
+    def paths(self) -> tuple[str, ...]:
+        """The files and folders this reference names (what a stage that takes it reads)."""
+        return (self.path,)
+
     def problem(self, within: Path | None = None) -> str | None:
         """Why this artifact cannot be reused (files missing or unreadable), or None when it can; with ``within``,
         only files under that folder are checked (see :func:`owned`)."""

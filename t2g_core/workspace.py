@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
 
 from t2g_core.store import ArtifactStore
 
@@ -65,3 +69,48 @@ class Workspace:
     @property
     def store(self) -> ArtifactStore:
         return ArtifactStore(self.artifacts)
+
+
+def relocated(value: Any, root: str | Path) -> Any:
+    """``value`` (a stage reference, or dicts and lists of them) with the paths it names under a workspace folder that
+    is gone rewritten under ``root``, where that workspace is now; ``value`` itself when nothing moved.
+
+    References are stored with absolute paths (cached results, the dataset pointer file); after the workspace folder
+    is moved, the old folder is the shallowest ancestor of a missing path whose remainder exists under ``root``.
+    """
+    root = Path(root).resolve()
+    old = next((found for text in _strings(value) if (found := _old_root(Path(text), root)) is not None), None)
+    return value if old is None else _rebased(value, old, root)
+
+
+def _old_root(path: Path, root: Path) -> Path | None:
+    if not path.is_absolute() or path.is_relative_to(root) or path.exists():
+        return None
+    return next((a for a in reversed(path.parents) if (root / path.relative_to(a)).exists()), None)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _strings(getattr(value, name))
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def _rebased(value: Any, old: Path, root: Path) -> Any:
+    if isinstance(value, str):
+        path = Path(value)
+        return str(root / path.relative_to(old)) if path.is_absolute() and path.is_relative_to(old) else value
+    if isinstance(value, BaseModel):
+        return value.model_copy(update={n: _rebased(getattr(value, n), old, root) for n in type(value).model_fields})
+    if isinstance(value, dict):
+        return {key: _rebased(item, old, root) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_rebased(item, old, root) for item in value)
+    return value

@@ -5,17 +5,18 @@ before it serves; the flow runs it starts inherit it, and no flow-run parameter 
 A worker of a work pool gets the same variable from whoever starts it. ``T2G_ALLOW_UNSANDBOXED=1`` in that
 environment is the only way to allow ``annotate.sandbox_isolation=none``.
 
-The flows annotate their parameters with :data:`ServedConfig` (and the sensor's with :data:`ServedWorkspace` /
-:data:`ServedInbox`): Prefect validates a run's parameters before the run does anything, so a run that breaks the
-policy fails at once, its message naming each field, before any request is sent. Without a policy (``t2g run``,
-tests) nothing is restricted: the settings are the user's own.
+The flows annotate their parameters with :data:`ServedConfig` (the stage-group flows their references with
+:data:`ServedRef`, the sensor's with :data:`ServedWorkspace` / :data:`ServedInbox`): Prefect validates a run's
+parameters before the run does anything, so a run that breaks the policy fails at once, its message naming each
+field, before any file is read or request sent. Without a policy (``t2g run``, tests) nothing is restricted: the
+settings are the user's own.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from pydantic import AfterValidator
 
@@ -25,9 +26,12 @@ from t2g_core.serving import (
     UNSANDBOXED_VARIABLE,
     ServePolicy,
     inbox_violations,
+    reference_violations,
     violations,
     workspace_violations,
 )
+
+R = TypeVar("R")
 
 
 class PolicyError(ValueError):
@@ -70,6 +74,15 @@ def check_inbox(inbox: str | None) -> str | None:
     return inbox
 
 
+def check_reference(ref: R) -> R:
+    """A stage reference (or None) unchanged, or :class:`PolicyError` when it names a file outside the workspace and
+    the input roots (a stage-group flow run as a deployment receives its references from whoever calls it)."""
+    policy = serve_policy()
+    if policy is not None and ref is not None:
+        _refuse(reference_violations(ref, policy))
+    return ref
+
+
 def allowed(config: PipelineConfig) -> bool:
     """Whether this process may run ``config`` (the flow hooks skip their bookkeeping for a refused run)."""
     policy = serve_policy()
@@ -79,3 +92,4 @@ def allowed(config: PipelineConfig) -> bool:
 ServedConfig = Annotated[PipelineConfig, AfterValidator(check_config)]
 ServedWorkspace = Annotated[WorkspaceConfig, AfterValidator(check_workspace)]
 ServedInbox = Annotated[str | None, AfterValidator(check_inbox)]
+ServedRef = Annotated[R, AfterValidator(check_reference)]  # ServedRef[ArtifactRef]

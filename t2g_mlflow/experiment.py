@@ -5,12 +5,15 @@
   concurrent use (two processes migrating the same new file race), and the experiment gets an explicit artifact
   location under the workspace (``<workspace>/mlartifacts``), and the kind "machine learning" (``MODEL_TRAINING``), so
   its page in the MLflow UI opens on runs and models, not on the GenAI overview.
+- The experiment is pinned: its id and artifact location as first seen are kept in the workspace, and one that
+  another has since taken the name of is refused (:func:`pin`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -26,6 +29,8 @@ if TYPE_CHECKING:
 # one on its GenAI overview: traces and token cost)
 MODEL_TRAINING = "custom_model_development"
 UI_VIEW = "machine_learning"  # the UI's "Model training" view
+PINS = "mlflow-experiments.json"  # <workspace>/: each experiment's id and artifact location as first seen
+SERVER_STORE = "mlflow-artifacts:"  # an artifact location in the tracking server's own store (--artifacts-destination)
 
 lock = threading.RLock()  # one thread of this process at a time creates the experiment or the parent run
 
@@ -68,7 +73,8 @@ def file_lock(path: Path) -> Iterator[None]:
 
 
 def configure(workspace_cfg: WorkspaceConfig) -> str:
-    """Point MLflow at the workspace's tracking store, create it and the experiment once; returns the experiment id."""
+    """Point MLflow at the workspace's tracking store, create it and the experiment once; returns the experiment id
+    (:class:`ForeignExperiment` when the experiment is not the one this workspace logs to, :func:`pin`)."""
     import mlflow
 
     uri = tracking_uri(workspace_cfg)
@@ -78,12 +84,55 @@ def configure(workspace_cfg: WorkspaceConfig) -> str:
         exp = mlflow.get_experiment_by_name(workspace_cfg.mlflow_experiment)  # first call creates + migrates the DB
         if exp is None:
             location = None if uri.startswith("http") else (root / "mlartifacts").as_uri()
-            return mlflow.create_experiment(
+            created = mlflow.create_experiment(
                 workspace_cfg.mlflow_experiment, artifact_location=location, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING}
             )
-        if EXPERIMENT_KIND_TAG not in exp.tags:
+            exp = mlflow.get_experiment(created)
+        elif EXPERIMENT_KIND_TAG not in exp.tags:
             mlflow.MlflowClient().set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+        pin(exp, root, server=uri.startswith("http"))
         return exp.experiment_id
+
+
+class ForeignExperiment(RuntimeError):
+    """The experiment of the workspace's name is not the one this workspace logs to; the message says what to do."""
+
+
+def pin(exp, root: Path, *, server: bool) -> None:
+    """Check that ``exp`` is the experiment this workspace logs to: its id and artifact location as first seen are kept
+    in ``<workspace>/mlflow-experiments.json``. Whoever reaches a tracking server can rename the experiment and create
+    another under its name with an artifact location of their choosing (where the next run would write its reports):
+    that one has another id, and is refused. An experiment first seen on a server must keep its artifacts in the
+    server's own store (``mlflow-artifacts:``) or in this workspace."""
+    from t2g_core.store import read_json, write_text_atomic  # t2g_core.store loads pandas
+
+    path = root / PINS
+    pins = read_json(path) if path.exists() else {}
+    seen = {"id": exp.experiment_id, "artifact_location": exp.artifact_location}
+    known = pins.get(exp.name)
+    if known == seen:
+        return
+    location = exp.artifact_location or ""
+    if known is None and (not server or location.startswith(SERVER_STORE) or _under(location, root)):
+        write_text_atomic(path, json.dumps({**pins, exp.name: seen}, indent=2))
+        return
+    expected = (
+        f"id {known['id']}, artifact location {known['artifact_location']}"
+        if known
+        else f"artifacts in the server's store or in {root}"
+    )
+    raise ForeignExperiment(
+        f"MLflow experiment {exp.name!r} (id {exp.experiment_id}, artifact location {location}) is not the one this "
+        f"workspace logs to ({expected}): someone may have renamed it and created another under its name. Set "
+        "workspace.mlflow_experiment to a new name, or rename them back."
+    )
+
+
+def _under(location: str, root: Path) -> bool:
+    from urllib.parse import urlparse
+
+    parsed = urlparse(location)
+    return parsed.scheme in ("", "file") and Path(parsed.path).resolve().is_relative_to(root)
 
 
 def page_url(server: str, experiment_id: str, run_id: str | None = None) -> str:

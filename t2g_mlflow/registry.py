@@ -6,13 +6,16 @@ Adapters are logged as MLflow-3 external LoggedModels (the folder as artifacts),
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from t2g_core.locks import folder_lock
 from t2g_mlflow.experiment import configure
 from t2g_mlflow.runs import flatten_params
 from t2g_mlflow.tags import (
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
 CHAMPION = "champion"
 REGISTRY_PREFIX = "models:/"
 LOGGED_MODEL_PREFIX = "models:/m-"  # a version's source when it was registered from a LoggedModel
+LEDGER = "registered.json"  # <workspace>/models/: the score this workspace measured for each version it registered
 
 
 def log_adapter_model(
@@ -98,13 +102,28 @@ def metric_tag(metric: str) -> str:
 
 
 def promote_if_better(
-    name: str, version: str, metric: str, value: float | None, *, lower_is_better: bool = False, eligible: bool = True
+    name: str,
+    version: str,
+    metric: str,
+    value: float | None,
+    workspace: WorkspaceConfig,
+    *,
+    lower_is_better: bool = False,
+    eligible: bool = True,
 ) -> bool:
     """Tag the version with its metric as measured (``t2g.metric.<metric>``) and its direction
     (``t2g.metric.direction``); move alias ``champion`` to it when it is ``eligible`` and beats the champion (or none
     exists). ``eligible=False`` records a version that may not be promoted (its evaluation verdict was not "better").
+
+    The champion's score is the one this workspace's pipeline measured, kept in ``<workspace>/models/registered.json``
+    with the version's source (its logged model), never a tag: tags and aliases are anyone's to set who reaches the
+    tracking server, so a forged tag cannot block promotion, and a champion this workspace did not register counts as
+    none.
     """
     from mlflow import MlflowClient
+
+    from t2g_core.store import read_json, write_text_atomic  # t2g_core.store and .workspace load pandas
+    from t2g_core.workspace import Workspace
 
     client = MlflowClient()
     tag = metric_tag(metric)
@@ -112,19 +131,30 @@ def promote_if_better(
     client.set_model_version_tag(name, version, DIRECTION_TAG, LOWER if lower_is_better else HIGHER)
     if value is None or not eligible:
         return False
+    ledger = Workspace.at(workspace.root).models / LEDGER
+    with folder_lock(ledger, f"model registry scores (pid {os.getpid()})", wait_s=120):
+        scores = read_json(ledger) if ledger.exists() else {}
+        mine = scores.setdefault(name, {})
+        score = -value if lower_is_better else value
+        best = _champion_score(name, mine, tag)
+        promoted = best is None or score > best
+        mine[str(version)] = {"source": client.get_model_version(name, version).source, "metric": tag, "score": score}
+        write_text_atomic(ledger, json.dumps(scores, indent=2))
+        if promoted:
+            client.set_registered_model_alias(name, CHAMPION, version)
+    return promoted
+
+
+def _champion_score(name: str, mine: Mapping[str, dict], tag: str) -> float | None:
+    """The champion's score (higher is better) as this workspace measured it; None when there is no champion, or it is
+    a version this workspace did not register or scored on another metric."""
     champion = _aliased(name, CHAMPION)
-    best = _score(champion.tags, tag) if champion is not None else -math.inf
-    if champion is None or _score({tag: str(value), DIRECTION_TAG: LOWER if lower_is_better else HIGHER}, tag) > best:
-        client.set_registered_model_alias(name, CHAMPION, version)
-        return True
-    return False
-
-
-def _score(tags: Mapping[str, str], tag: str) -> float:
-    """The version's metric oriented so that higher is better (a version tagged without a direction holds the
-    oriented score itself)."""
-    value = _as_float(tags.get(tag))
-    return -value if tags.get(DIRECTION_TAG) == LOWER and math.isfinite(value) else value
+    if champion is None:
+        return None
+    entry = mine.get(str(champion.version))
+    if entry is None or entry["source"] != champion.source or entry["metric"] != tag:
+        return None
+    return entry["score"]
 
 
 def _aliased(name: str, alias: str):

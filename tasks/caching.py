@@ -15,7 +15,9 @@ is refused by Prefect), so deleting the workspace drops its cache too.
 A cached result is a reference to files, and is reused only while they are intact: before Prefect looks the key up,
 :func:`drop_broken_record` asks the stored reference for its ``problem()`` (a deleted report folder, a summary cut
 short, a 4-byte Parquet file) and, when it has one, expires the record with a log line, so the stage runs again
-instead of being reported ``Cached``.
+instead of being reported ``Cached``. A record written before the workspace folder was moved names files in the old
+folder: it is rewritten with their new place first (``t2g_core.workspace.relocated``), so a moved workspace still
+reuses its cache.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from t2g_core.codehash import function_digest
 from t2g_core.stages.context import stage_key
 from t2g_core.store import ArtifactRef
+from t2g_core.workspace import relocated
 
 if TYPE_CHECKING:
     from prefect import Task
@@ -69,14 +72,19 @@ def result_problem(value: Any, within: Path | None = None) -> str | None:
 
 
 def drop_broken_record(ctx: TaskRunContext, key: str) -> None:
-    """Expire the cached record of ``key`` when the files its result names are missing or broken (logged)."""
+    """Expire the cached record of ``key`` when the files its result names are missing or broken (logged); a record
+    written before the workspace folder moved is rewritten with its paths in the folder's new place."""
     store = getattr(ctx, "result_store", None)
     if store is None or not store.exists(key):
         return
     basepath = getattr(store.result_storage, "basepath", None)  # <workspace>/prefect-results
     within = Path(basepath).expanduser().parent if basepath else None
     try:
-        problem = result_problem(store.read(key).result, within)
+        record = store.read(key)
+        value = record.result if within is None else relocated(record.result, within)
+        if value is not record.result:
+            store.write(obj=value, key=key, expiration=record.metadata.expiration)
+        problem = result_problem(value, within)
     except Exception as exc:  # noqa: BLE001 - a record that cannot be read back is not a cache hit either
         problem = f"its record cannot be read ({type(exc).__name__}: {exc})"
     if problem is None:

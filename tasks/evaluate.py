@@ -40,13 +40,18 @@ def evaluate_policy(
         judge = judge_for(settings.evaluate, api_key(settings))
         ref = ctx.produced(evaluate.pipeline(feedback, models, policy, settings, ctx, judge=judge))
         if policy.version:
-            promote_policy(ref, policy.version, ctx.log, policy, dataset_name(workspace, feedback))
+            promote_policy(ref, policy.version, workspace, ctx.log, policy, dataset_name(workspace, feedback))
     publish(ref)
     return ref
 
 
 def promote_policy(
-    ref: EvaluationRef, version: str, log, policy: PolicyRef | None = None, data: str | None = None
+    ref: EvaluationRef,
+    version: str,
+    workspace: WorkspaceConfig,
+    log,
+    policy: PolicyRef | None = None,
+    data: str | None = None,
 ) -> bool:
     """``champion`` moves to this policy version when its evaluation says so (see the module docstring); the version
     carries its metric as measured, the metric's direction, the verdict and a description in words."""
@@ -59,6 +64,7 @@ def promote_policy(
         version,
         metric,
         result.after,
+        workspace,
         lower_is_better=result.lower_is_better,
         eligible=result.eligible,
     )

@@ -56,7 +56,7 @@ def train_reward_model(
             ref.model_dir, cfg.registered_name, params, ref.metrics, alias="candidate", model_type=kind
         )
         value = ref.metrics.get(cfg.promote_metric, -math.inf)
-        champion = promote_if_better(cfg.registered_name, version, cfg.promote_metric, value)
+        champion = promote_if_better(cfg.registered_name, version, cfg.promote_metric, value, workspace)
         describe_version(
             cfg.registered_name,
             version,

@@ -48,6 +48,10 @@ class Ref(BaseModel):
     def fingerprint(self) -> Any:
         raise NotImplementedError
 
+    def paths(self) -> tuple[str, ...]:
+        """The files and folders (or Hugging Face ids, for models) this reference names: what a stage reads."""
+        return ()
+
     def problem(self, within: Path | None = None) -> str | None:
         """Why the files this reference names cannot be reused, or None when they can; with ``within``, only its
         files under that folder (the workspace) are checked."""
@@ -129,6 +133,9 @@ class ModelsRef(Ref):
     def fingerprint(self) -> dict[str, str]:
         return {"base": self.base_digest, "policy": self.policy_digest}
 
+    def paths(self) -> tuple[str, ...]:
+        return self.base, self.policy
+
     def problem(self, within: Path | None = None) -> str | None:
         return first_problem(
             model_folder_problem(self.base, self.base_digest, within),
@@ -157,6 +164,9 @@ class ReviewSampleRef(Ref):
     def fingerprint(self) -> dict[str, str]:
         return {"sample": sha256_file(self.sample)}
 
+    def paths(self) -> tuple[str, ...]:
+        return tuple(p for p in (self.sample, self.page, self.sheet) if p)
+
     def problem(self, within: Path | None = None) -> str | None:
         return json_problem(self.sample, within)
 
@@ -172,6 +182,9 @@ class ValidationRef(Ref):
     def fingerprint(self) -> dict[str, str]:
         return {"status": self.status, "report": sha256_file(self.json_path)}
 
+    def paths(self) -> tuple[str, ...]:
+        return self.report, self.chart, self.json_path
+
     def problem(self, within: Path | None = None) -> str | None:
         return first_problem(json_problem(self.json_path, within), file_problem(self.report, within))
 
@@ -184,6 +197,9 @@ class PolicySamplesRef(Ref):
 
     def fingerprint(self) -> dict[str, Any]:
         return {"feedback": self.feedback.fingerprint(), "annotations": self.annotations.fingerprint()}
+
+    def paths(self) -> tuple[str, ...]:
+        return self.feedback.paths() + self.annotations.paths()
 
     def problem(self, within: Path | None = None) -> str | None:
         return first_problem(self.feedback.problem(within), self.annotations.problem(within))
@@ -208,6 +224,10 @@ class RewardModelRef(Ref):
 
     def fingerprint(self) -> dict[str, str]:
         return {"reward_model": self.digest}
+
+    def paths(self) -> tuple[str, ...]:
+        own = tuple(p for p in (self.model_dir, self.base, self.report) if p)
+        return own + self.rm_data.paths() + (self.feedback.paths() if self.feedback else ())
 
     def problem(self, within: Path | None = None) -> str | None:
         return model_folder_problem(self.model_dir, self.digest, within)
@@ -239,6 +259,10 @@ class PolicyRef(Ref):
         held_out = sha256_file(eval_file) if eval_file.is_file() else "none"
         return {"policy": self.digest, "held_out": held_out}
 
+    def paths(self) -> tuple[str, ...]:
+        folders = tuple(str(m["folder"]) for m in self.reward_models if m.get("folder"))
+        return tuple(p for p in (self.adapter_dir, self.run_dir, self.history_path, self.rollouts_path) if p) + folders
+
     def problem(self, within: Path | None = None) -> str | None:
         adapter = Path(self.adapter_dir)
         return first_problem(
@@ -260,6 +284,9 @@ class EvaluationRef(Ref):
 
     def fingerprint(self) -> dict[str, str]:
         return {"summary": sha256_file(self.summary)}
+
+    def paths(self) -> tuple[str, ...]:
+        return self.path, self.summary, self.report
 
     def problem(self, within: Path | None = None) -> str | None:
         from t2g_core.evaluation.results import results_problem

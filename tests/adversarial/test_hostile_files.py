@@ -87,3 +87,24 @@ def test_a_missing_config_file_and_bad_overrides(tmp_path):
     _one_line_exit_2(runner.invoke(app, ["run", "-c", str(tmp_path / "nope.yaml")]), "no such configuration file")
     _one_line_exit_2(runner.invoke(app, ["config", "show", "--set", "ppo.steps=[1"]), "not valid YAML")
     _one_line_exit_2(runner.invoke(app, ["config", "show", "--set", "ppo.steps"]), "key.path=value")
+
+
+CANARY = "hunter2-canary"
+
+
+@pytest.mark.parametrize(
+    ("column", "rows", "named"),
+    [
+        ("id", [{**ROW, "id": CANARY}, {**ROW, "id": CANARY}], "row 1, column 'id': duplicate id: the same as row 0"),
+        ("task", [{**ROW, "id": "a", "task": CANARY}], "row 0, column 'task': is not one of"),
+        ("id", [{**ROW, "id": {"password": CANARY}}], "row 0, column 'id': expected text, got dict"),
+    ],
+)
+def test_a_refusal_names_the_row_and_column_never_the_value(tmp_path, column, rows, named):
+    """A file's cells stay out of error messages (a served run's message is read by whoever reaches the API); the file,
+    row and column say where to look."""
+    path = tmp_path / "fb.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = runner.invoke(app, ["feedback", "check", str(path)])
+    _one_line_exit_2(result, named)
+    assert CANARY not in result.output

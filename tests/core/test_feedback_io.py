@@ -176,7 +176,10 @@ def test_feedback_is_checked_in_pieces_with_rows_counted_from_the_start(tmp_path
     rows, path = _many(25), tmp_path / f"f.{fmt}"
     _write(path, rows, fmt)
     assert [len(piece) for piece in iter_feedback(path, rows=10)] == [10, 10, 5]
-    for row, column, value, named in ((21, "id", "i2", "duplicate id 'i2'"), (23, "task", "poetry", "poetry")):
+    for row, column, value, named in (
+        (21, "id", "i2", "duplicate id: the same as row 2"),
+        (23, "task", "poetry", "is not one of"),
+    ):
         bad = [dict(r) for r in rows]
         bad[row][column] = value  # in another piece than the row it repeats (2)
         _write(path, bad, fmt)

@@ -15,9 +15,6 @@ import base64
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,105 +23,23 @@ import pytest
 
 from t2g_core.config.presets import PRESETS, merged
 from tests.e2e._listener import Listener
+from tests.e2e.conftest import POOL
 
 # one set of servers for the module's tests (start-up and shutdown cost about 20 s each time), so they share a worker
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500), pytest.mark.xdist_group("e2e-servers")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.timeout(1500),
+    pytest.mark.xdist_group("e2e-servers"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-POOL = "t2g-e2e-pool"
 
 # the tiny preset as shipped
 TINY_PRESET = merged(PRESETS["tiny"], {"data": {"seed": 3}})
 # with PPO long enough to be killed mid-run and a page per step
 TINY = merged(TINY_PRESET, {"ppo": {"steps": 12, "eval_every": 1, "log_every": 1, "save_every": 1}})
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory):
-    ws = tmp_path_factory.mktemp("e2e") / "ws"
-    env = {
-        **os.environ,
-        "PREFECT_PORT": str(_free_port()),
-        "MLFLOW_PORT": str(_free_port()),
-        "SENSOR_INTERVAL": "2",  # a file is announced two listings after it lands
-        "DEBOUNCE_SECONDS": "2",
-        "PREFECT_RUNNER_POLL_FREQUENCY": "2",
-        "VENV_BIN": str(Path(sys.executable).parent),
-        "SOME_SECRET_VAR": "s3cret-database-password",  # what the exfiltration request asks the serve process for
-    }
-    for key in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "PREFECT_HOME", "PREFECT_SERVER_DATABASE_CONNECTION_URL"):
-        env.pop(key, None)
-    up = subprocess.run(
-        ["bash", "deployments/up.sh", str(ws)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
-    pids = {p.stem: int(p.read_text()) for p in (ws / "run").glob("*.pid")}
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        info = json.loads((ws / "run" / "servers.json").read_text())
-        info["auth"] = Path(info["prefect_auth_file"]).read_text()
-        yield ws, info
-    finally:
-        subprocess.run(["bash", "deployments/down.sh", str(ws)], cwd=ROOT, env=env, timeout=120)
-        time.sleep(1)
-        assert [n for n, pid in pids.items() if _alive(pid)] == [], "down.sh left processes running"
-
-
-@pytest.fixture
-def worker(servers):
-    """A process work pool with the stage flows deployed on it (``deployments/serve.py --pool``) and a worker."""
-    ws, info = servers
-    env = {
-        **os.environ,
-        "PREFECT_API_URL": info["prefect_api"],
-        "MLFLOW_TRACKING_URI": info["mlflow"],
-        "PREFECT_API_AUTH_STRING": info["auth"],
-        "PREFECT_WORKER_QUERY_SECONDS": "2",  # as the serve process's PREFECT_RUNNER_POLL_FREQUENCY (default 10)
-    }
-    bin_dir = Path(sys.executable).parent
-    for cmd in (
-        [str(bin_dir / "prefect"), "work-pool", "create", POOL, "--type", "process"],
-        [sys.executable, "deployments/serve.py", "--workspace", str(ws), "--pool", POOL, "--groups", "evaluate"],
-    ):
-        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    # the worker serves under the policy serve.py printed for it: the placed stage flow checks its parameters too
-    policy = next(line for line in done.stdout.splitlines() if "export T2G_SERVE_POLICY=" in line)
-    env["T2G_SERVE_POLICY"] = policy.split("export T2G_SERVE_POLICY=", 1)[1].strip("'")
-    log = open(ws / "run" / "worker.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [str(bin_dir / "prefect"), "worker", "start", "--pool", POOL, "--type", "process"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        yield ws, info
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGTERM, signal.SIGKILL):
-            if proc.poll() is None:
-                os.killpg(proc.pid, sig)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    pass
-        log.close()
 
 
 def _flow_run_process(flow_run_id: str) -> int | None:
@@ -213,12 +128,20 @@ def _api(info: dict, auth: bool = True) -> httpx.Client:
     return httpx.Client(base_url=info["prefect_api"], timeout=30, headers=headers)
 
 
-def test_the_deployment_api_refuses_the_exfiltration_request(servers):
+def test_the_deployment_api_refuses_the_exfiltration_request(servers, tmp_path):
     """An unauthenticated create_flow_run of text2grad with an LLM annotator pointed at a local listener and a key
     variable of the serve process's environment: 401; with the auth string the run fails on its parameters, naming
-    the field, and the listener never hears from the serve process."""
+    the field, and the listener never hears from the serve process. A run that maps the columns of a private file of
+    the serving user fails on its parameters too, without the file's content; the MLflow server answers 401 without
+    its credentials."""
     ws, info = servers
     assert oct(Path(info["prefect_auth_file"]).stat().st_mode & 0o777) == "0o600"
+    assert oct(Path(info["mlflow_auth_file"]).stat().st_mode & 0o777) == "0o600"
+    search = "/api/2.0/mlflow/experiments/search?max_results=5"
+    assert httpx.get(info["mlflow"] + search, timeout=30).status_code == 401
+    assert httpx.get(info["mlflow"] + search, auth=("t2g", "guess"), timeout=30).status_code == 401
+    user, _, password = Path(info["mlflow_auth_file"]).read_text().partition(":")
+    assert httpx.get(info["mlflow"] + search, auth=(user, password), timeout=30).status_code == 200
     listener = Listener()
     try:
         api, anonymous = _api(info), _api(info, auth=False)
@@ -240,6 +163,19 @@ def test_the_deployment_api_refuses_the_exfiltration_request(servers):
         assert "annotate.base_url" in message and "annotate.api_key_env" in message, message
         time.sleep(2)
         assert listener.received == [], listener.received
+
+        secret = tmp_path / "private.json"
+        secret.write_text('{"user": "alice", "password": "hunter2-canary"}\n')
+        secret.chmod(0o600)
+        columns = {"id": "password", "prompt": "user", "response": "user"}
+        data = {"source": "hub", "dataset": str(secret), "columns": columns}
+        run = _wait_flow_run(
+            api, _create_flow_run(api, dep["id"], {"config": {**parameters["config"], "data": data}})["id"], 180
+        )
+        message = run["state"].get("message") or ""
+        assert run["state_type"] == "FAILED" and "data.dataset" in message, _why(run, ws)
+        assert "hunter2" not in message + (ws / "run" / "serve.log").read_text(errors="replace")
+        assert not list((ws / "artifacts").glob("feedback/*"))
     finally:
         listener.close()
 

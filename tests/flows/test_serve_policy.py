@@ -1,5 +1,7 @@
 """A deployment run cannot set what the serve-time policy fixes: endpoint URLs and key variables outside the allow-list,
-another workspace or inbox, or unsandboxed code without the environment's opt-in. Prefect validates a flow run's
+another workspace or inbox, unsandboxed code without the environment's opt-in, an input file or model folder outside
+the folders runs may read (symlinks followed), a Hugging Face id unless allowed, or a stage reference outside the
+workspace. Prefect validates a flow run's
 parameters before the run does anything; the served flows' parameter types carry the check, so the refusal names the
 field and happens before any request. Without a policy (``t2g run``) nothing is restricted.
 
@@ -15,9 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ALLOWED = "http://127.0.0.1:8000/v1"
 
 
-@pytest.fixture
-def served(tmp_path, monkeypatch):
-    """This process serves ``tmp_path/ws`` with one allowed endpoint and key variable (as deployments/serve.py sets)."""
+def _serve_script(monkeypatch):
     import importlib.util
     import sys
 
@@ -25,11 +25,16 @@ def served(tmp_path, monkeypatch):
     serve = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "serve_script", serve)
     spec.loader.exec_module(serve)
+    return serve
+
+
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+    """This process serves ``tmp_path/ws`` with one allowed endpoint and key variable (as deployments/serve.py sets)."""
+    serve = _serve_script(monkeypatch)
     monkeypatch.delenv("T2G_ALLOW_UNSANDBOXED", raising=False)
     ws = tmp_path / "ws"
-    policy = serve.serve_policy(str(ws), [ALLOWED], ["T2G_TEST_KEY"])
-    for name, value in policy.environment().items():
-        monkeypatch.setenv(name, value)
+    _serve_under(monkeypatch, serve.serve_policy(str(ws), [ALLOWED], ["T2G_TEST_KEY"]))
     return serve.form_defaults(str(ws))
 
 
@@ -107,6 +112,110 @@ def test_without_a_policy_nothing_is_restricted(monkeypatch):
     monkeypatch.delenv("T2G_SERVE_POLICY", raising=False)
     llm = {"annotator": "llm", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "ANY", "sandbox_isolation": "none"}
     text2grad.validate_parameters({"config": {"annotate": llm}})
+
+
+@pytest.fixture
+def secret(tmp_path) -> Path:
+    """A private file of the serving user outside the workspace (what the exfiltration request read)."""
+    path = tmp_path / "private" / "secret.json"
+    path.parent.mkdir()
+    path.write_text('{"user": "alice", "password": "hunter2-canary"}\n')
+    path.chmod(0o600)
+    return path
+
+
+def test_the_file_exfiltration_request_is_refused_naming_the_field(served, secret):
+    from flows.text2grad import text2grad
+
+    data = {
+        "source": "hub",
+        "dataset": str(secret),
+        "columns": {"id": "password", "prompt": "user", "response": "user"},
+    }
+    message = _refusal(text2grad, config=_config(served, data=data))
+    assert f"data.dataset: '{secret}' is not under a folder runs may read at serve time" in message
+    assert "hunter2" not in message
+
+
+INPUTS = {  # each input path setting, as a section of the config naming ``path``
+    "data.source": lambda path: {"data": {"source": path}},
+    "data.dataset": lambda path: {
+        "data": {"source": "hub", "dataset": path, "columns": {"prompt": "q", "response": "a"}}
+    },
+    "models.policy": lambda path: {"models": {"policy": path}},
+    "models.reward_model_base": lambda path: {"models": {"reward_model_base": path}},
+    "ppo.reward_model_path": lambda path: {"ppo": {"reward_model_path": path}},
+}
+
+
+@pytest.mark.parametrize("field", INPUTS)
+def test_each_input_path_is_read_only_under_the_input_roots(served, secret, tmp_path, field):
+    from flows.text2grad import text2grad
+
+    assert f"{field}: '{secret.parent}'" in _refusal(
+        text2grad, config=_config(served, **INPUTS[field](str(secret.parent)))
+    )
+    inside = tmp_path / "ws" / "inbox" / "mine"
+    inside.mkdir()
+    text2grad.validate_parameters({"config": _config(served, **INPUTS[field](str(inside)))})
+    link = tmp_path / "ws" / "inbox" / "link"  # inside a root, pointing outside: resolved, refused
+    link.symlink_to(secret.parent)
+    assert f"{field}: '{link}'" in _refusal(text2grad, config=_config(served, **INPUTS[field](str(link))))
+    traversal = f"{tmp_path}/ws/inbox/../../private"
+    assert f"{field}: '{traversal}'" in _refusal(text2grad, config=_config(served, **INPUTS[field](traversal)))
+
+
+def test_the_workspace_credentials_and_databases_are_not_inputs(served, tmp_path):
+    from flows.text2grad import text2grad
+
+    auth = tmp_path / "ws" / "run" / "prefect-auth"
+    auth.parent.mkdir(parents=True)
+    auth.write_text("t2g:0123456789abcdef")
+    for path in (auth, tmp_path / "ws" / "mlflow.db", tmp_path / "ws"):
+        assert "data.source" in _refusal(text2grad, config=_config(served, data={"source": str(path)}))
+
+
+def _serve_under(monkeypatch, policy) -> None:
+    for name, value in policy.environment().items():
+        monkeypatch.setenv(name, value)
+
+
+def test_extra_input_roots_and_hub_ids_only_when_served_so(tmp_path, monkeypatch, secret):
+    from flows.text2grad import text2grad
+
+    serve = _serve_script(monkeypatch)
+    form = serve.form_defaults(str(tmp_path / "ws"))
+    hub = _config(form, models={"policy": "HuggingFaceTB/SmolLM2-135M@main"})
+    mine = _config(form, data={"source": str(secret)})
+    _serve_under(monkeypatch, serve.serve_policy(str(tmp_path / "ws"), [], []))
+    assert "models.policy: 'HuggingFaceTB/SmolLM2-135M@main' is a Hugging Face id" in _refusal(text2grad, config=hub)
+    assert "data.source" in _refusal(text2grad, config=mine)
+    _serve_under(monkeypatch, serve.serve_policy(str(tmp_path / "ws"), [], [], [str(secret.parent)], hub_ids=True))
+    text2grad.validate_parameters({"config": hub})
+    text2grad.validate_parameters({"config": mine})
+
+
+def test_a_stage_flow_refuses_a_reference_outside_the_workspace(served, secret, tmp_path):
+    """A stage-group flow deployed on a work pool takes references from whoever starts it: each file they name must
+    lie under the workspace (or an input root)."""
+    from flows.stages import annotate, evaluate
+
+    foreign = {"path": str(secret), "sha256": "0", "n_rows": 1, "schema": "feedback", "key": "k"}
+    message = _refusal(annotate, config=served, feedback=foreign)
+    assert f"ArtifactRef: '{secret}' is not under a folder runs may read" in message
+    models = {"base": str(tmp_path / "ws" / "models" / "b"), "policy": str(secret.parent), "base_digest": "0"}
+    policy = {"adapter_dir": "/etc", "run_dir": str(tmp_path / "ws" / "checkpoints"), "digest": "0", "steps": 1}
+    message = _refusal(
+        evaluate,
+        config=served,
+        feedback={**foreign, "path": str(tmp_path / "ws" / "artifacts" / "feedback" / "k")},
+        models={**models, "policy_digest": "0"},
+        policy={**policy, "history_path": str(tmp_path / "ws" / "checkpoints" / "h.json")},
+    )
+    assert f"ModelsRef: '{secret.parent}'" in message and "PolicyRef: '/etc'" in message
+    assert "ArtifactRef:" not in message and "h.json" not in message
+    inside = {**foreign, "path": str(tmp_path / "ws" / "artifacts" / "feedback" / "k")}
+    annotate.validate_parameters({"config": served, "feedback": inside})
 
 
 def test_the_annotate_task_reads_no_secret_block():

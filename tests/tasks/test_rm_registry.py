@@ -93,7 +93,7 @@ def test_register_promote_and_load_by_alias_from_a_fresh_process(tiny_model_dir,
                 adapter, NAME, {"base_model": str(tiny_model_dir)}, {"span_f1": f1}, alias="candidate"
             )
             versions.append(version)
-            promoted.append(registry.promote_if_better(NAME, version, "span_f1", f1))
+            promoted.append(registry.promote_if_better(NAME, version, "span_f1", f1, ws))
             if len(versions) == 2:
                 client = MlflowClient()
                 assert str(client.get_model_version_by_alias(NAME, "champion").version) == versions[0]
