@@ -10,7 +10,12 @@ sources, ``--estimators`` the estimators (every pair runs):
   rollouts during PPO by the on-policy critique loop (``ppo.critique_loop``, turned on for this arm alone; its other
   settings, such as ``every`` and ``budget``, are passed with ``--refresh-set``): the reference annotator (the
   oracle's labels) audits the tagger on the arm's rollouts and the tagger is refreshed on them plus a replay of its
-  own training rows;
+  own training rows; two controls of it: ``matched``, the label-matched static tagger, trained on the dataset's items
+  plus as many labels as the loop gathers (``--matched-labels``, default the loop's ``budget`` x its planned rounds),
+  the annotator's labels on warm-start samples of PPO's prompts (drawn and sampled per seed, as the policy-samples
+  stage samples), so "on-policy labels help" is told apart from "more labels help"; ``refreshed_noisy``, the
+  refreshed arm whose loop's annotator flips 20% of its span labels and reports no omissions
+  (``testbed.noisy_annotator``), every figure still measured against the ground truth;
 - estimators (``ESTIMATORS``): ``gae``, ``span_local``.
 
 From one warm-started demo policy (the demo's own, or ``--policy``), each reward model is trained once, then PPO runs
@@ -22,20 +27,28 @@ then every ``--eval-every``:
 - the **share of the oracle's gain** (the oracle arm with the same estimator): mean(warm-start error - error) over
   the oracle's, with its 95% interval, at the step where the oracle's mean curve first reaches 0.25x its warm-start
   error (and, for reference, at the last step);
+- the **controls** (``CONTRASTS``, pairs of arms with the same estimator): the difference of the two arms' shares of
+  the oracle's gain at its 0.25x step and of their final errors, with 95% intervals;
 - the **drift curve**: the held-out responses after each of ``--drift-steps`` (0 / 20 / 40) steps, scored by the
   static tagger and by the oracle: span and character F1 of the tagger's poor spans against the oracle's (the
   refreshed arm records ``reward_model_at`` {steps: folder} and is scored by the reward model it had then);
 - the plateau diagnosis (facts still invented / swapped / missing) and the share of a PPO step spent scoring.
 
-Writes ``bench_rm_ppo.json`` (every run) and ``bench_rm_ppo.summary.json`` in the results folder, with the figure
-beside them; ``--publish`` copies the summary to docs/results/.
+The seed is the unit of every interval: every arm runs seeds 0.. from the one warm start, so the k-th seed's runs of
+two arms are a pair, and an interval comparing arms resamples seeds, the pairs together.
+
+Writes ``NAME.json`` (every run) and ``NAME.summary.json`` in the results folder (``--name``, default
+``bench_rm_ppo``), with the figure beside them; ``--publish`` copies the summary to docs/results/NAME.json.
 
     .venv/bin/python benchmarks/bench_rm_ppo.py --arms oracle,tagger,noisy --estimators gae,span_local --publish
+    .venv/bin/python benchmarks/bench_rm_ppo.py --arms oracle,tagger,refreshed,matched,refreshed_noisy \
+        --estimators gae --refresh-set ppo.critique_loop.every=5 --name bench_rm_ppo_controls --publish
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -45,6 +58,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
 from testbed import (
     RM_SMOKE_OVERRIDES,
     RM_SMOKE_WORK,
@@ -60,11 +74,15 @@ from testbed import (
 )
 
 from t2g_core.config import load_config
+from t2g_core.config.stages import PolicySamplesSettings
 from t2g_core.demo import make_demo_feedback
 from t2g_core.evaluation import sample_efficiency as se
+from t2g_core.evaluation.bootstrap import paired_bootstrap
 from t2g_core.evaluation.diagnosis import poor_span_agreement
 from t2g_core.reward_model.data import build_rm_data
 from t2g_core.reward_model.train import train_rm
+from t2g_core.stages.context import StageContext
+from t2g_core.stages.policy_samples import sample_responses, samples_frame
 
 stay_offline()
 FRACTIONS = (0.5, 0.25)
@@ -78,6 +96,8 @@ class Source:
     flip: float = 0.0  # share of span labels flipped, omissions dropped (testbed.NoisyCritic)
     needs: str | None = None  # a PPOConfig section the arm turns on (its settings come from --refresh-set)
     sets: list[str] = field(default_factory=list)  # pipeline overrides of this arm alone
+    annotator_flip: float = 0.0  # the same noise on the critique loop's annotator (testbed.noisy_annotator)
+    matched: bool = False  # the tagger also trained on --matched-labels labelled warm-start samples, one per seed
 
 
 SOURCES = {
@@ -86,9 +106,14 @@ SOURCES = {
     "generative": Source("reward_model", {"kind": "generative"}),
     "noisy": Source("oracle", flip=0.2),
     "refreshed": Source("reward_model", TAGGER, needs="critique_loop"),
+    "matched": Source("reward_model", TAGGER, matched=True),
+    "refreshed_noisy": Source("reward_model", TAGGER, needs="critique_loop", annotator_flip=0.2),
 }
+CONTRASTS = (("refreshed", "matched"), ("refreshed", "tagger"), ("matched", "tagger"), ("refreshed_noisy", "refreshed"))
 ESTIMATORS = {"gae": {"advantage_estimator": "gae"}, "span_local": {"advantage_estimator": "span_local"}}
 SUMMARY_SETTINGS = ("seeds", "steps", "arms", "estimators", "n_eval", "overrides", "refresh_set", "policy")
+SUMMARY_SETTINGS += ("matched_labels",)
+ARM_EXTRA = ("score_share", "final_error", "seconds_per_run")  # per arm, beside curves.arm_row
 
 
 def split_arm(arm: str) -> tuple[str, str]:
@@ -106,8 +131,7 @@ def sources(args) -> dict[str, Source]:
         if src.needs:
             if not any(s.startswith(f"ppo.{src.needs}") for s in args.refresh_set):
                 raise SystemExit(f"arm {name}: pass its loop settings with --refresh-set ppo.{src.needs}...=VALUE")
-            sets = [f"ppo.{src.needs}.enabled=true", *args.refresh_set]
-            src = Source(src.reward_source, src.reward_model, src.flip, src.needs, sets)
+            src = dataclasses.replace(src, sets=[f"ppo.{src.needs}.enabled=true", *args.refresh_set])
             try:  # a loop setting PPOConfig refuses (a budget over the batch) stops here, before any work
                 _pipeline(args, src)
             except ValueError as exc:
@@ -123,15 +147,13 @@ def _pipeline(args, src: Source | None = None):
 
 def prepare(args, srcs: dict[str, Source]) -> dict[str, str]:
     """The demo's warm-started policy and a reward model of each kind the sources need (``--reward-models`` reuses
-    trained ones), keyed ``policy`` and by kind; the tagger is always trained (the drift curve is scored by it)."""
+    trained ones), keyed ``policy`` and by kind, the label-matched taggers by ``matched<seed>``; the tagger is always
+    trained (the drift curve is scored by it)."""
     import torch
 
     torch.set_num_threads(args.threads)
-    from transformers import AutoTokenizer
-
     from t2g_core.annotators import annotate
     from t2g_core.models.demo_build import ensure_demo_models
-    from t2g_core.reward_model.tagger_train import fit_tagger, tagger_examples
 
     pipe, work = _pipeline(args), Path(args.workdir)
     given = dict(kv.split("=", 1) for kv in args.reward_models.split(",") if kv)
@@ -144,20 +166,18 @@ def prepare(args, srcs: dict[str, Source]) -> dict[str, str]:
     out = {"policy": str(models.policy)}
     kinds = {TAGGER["kind"]: TAGGER} | {s.reward_model["kind"]: s.reward_model for s in srcs.values() if s.reward_model}
     for kind, settings in kinds.items():
-        if kind in given:
-            out[kind] = given[kind]
-            continue
-        cfg = pipe.reward_model.model_copy(update=settings)
-        start = models.policy if cfg.init_from == "policy" else models.base
-        rm_df, _ = build_rm_data(fb, ann, AutoTokenizer.from_pretrained(str(start)), cfg, align_cfg=pipe.align)
-        t0 = time.perf_counter()
-        if cfg.kind == "tagger":
-            res = fit_tagger(cfg, start, tagger_examples(rm_df, fb), work / f"rm-{kind}", overlap=pipe.align.overlap)
-        else:
-            res = train_rm(cfg, start, rm_df, work / f"rm-{kind}", progress=False)
-        print(f"reward model {kind}: {res.adapter_dir} ({time.perf_counter() - t0:.0f} s)", flush=True)
-        out[kind] = str(res.adapter_dir)
-    if "refreshed" in srcs:  # what a refresh replays: the tagger's own training rows
+        start = models.policy if pipe.reward_model.model_copy(update=settings).init_from == "policy" else models.base
+        out[kind] = given.get(kind) or fit_reward_model(pipe, settings, start, fb, ann, work / f"rm-{kind}")
+    if any(s.matched for s in srcs.values()):
+        for seed in range(args.seeds):
+            samples, labels = warm_start_labels(args, pipe, str(models.policy), seed)
+            key = hashlib.sha256(json.dumps([args.matched_labels, seed, out["policy"], args.overrides]).encode())
+            folder = work / f"rm-matched-{key.hexdigest()[:10]}"
+            both = pd.concat([fb, samples], ignore_index=True), pd.concat([ann, labels], ignore_index=True)
+            out[f"matched{seed}"] = fit_reward_model(pipe, TAGGER, models.policy, *both, folder, set(samples["id"]))
+    if any(s.needs == "critique_loop" for s in srcs.values()):  # what a refresh replays: the tagger's own training rows
+        from transformers import AutoTokenizer
+
         from t2g_core.critique_loop import LOOP_DIR, write_replay
 
         cfg = pipe.reward_model.model_copy(update=TAGGER)
@@ -165,6 +185,55 @@ def prepare(args, srcs: dict[str, Source]) -> dict[str, str]:
         write_replay(work / "replay", rm_df, fb)
         out["replay"] = str(work / "replay" / LOOP_DIR)
     return out
+
+
+def fit_reward_model(pipe, settings: dict, start, fb, ann, folder: Path, train_ids: set[str] = frozenset()) -> str:
+    """A reward model (``settings`` over ``reward_model``'s) trained on the items ``fb`` labelled ``ann`` as the
+    pipeline trains it, the items ``train_ids`` in its training split whatever their id; its folder."""
+    from transformers import AutoTokenizer
+
+    from t2g_core.reward_model.tagger_train import fit_tagger, tagger_examples
+
+    cfg = pipe.reward_model.model_copy(update=settings)
+    rm_df, _ = build_rm_data(fb, ann, AutoTokenizer.from_pretrained(str(start)), cfg, align_cfg=pipe.align)
+    rm_df.loc[rm_df["id"].isin(train_ids), "split"] = "train"
+    t0 = time.perf_counter()
+    if cfg.kind == "tagger":
+        res = fit_tagger(cfg, start, tagger_examples(rm_df, fb), folder, overlap=pipe.align.overlap)
+    else:
+        res = train_rm(cfg, start, rm_df, folder, progress=False)
+    print(f"reward model {folder.name}: {res.adapter_dir} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return str(res.adapter_dir)
+
+
+def ppo_prompts(args):
+    """The prompts PPO trains on (the held-out ones are another seed's)."""
+    return make_demo_feedback("summarization", 32 if args.smoke else 768, seed=1)
+
+
+def matched_labels(args) -> int:
+    """How many labels the refreshed arm's loop gathers for a refresh in a run: ``budget`` x its planned rounds."""
+    loop = _pipeline(args, Source("", sets=args.refresh_set)).ppo.critique_loop
+    return loop.budget * loop.rounds(args.steps)
+
+
+def warm_start_labels(args, pipe, policy: str, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``--matched-labels`` of PPO's prompts drawn by ``seed``, one response each sampled from the warm start as the
+    policy-samples stage samples them (PPO's sampling, the seed), as feedback rows, and the reference annotator's
+    labels of them."""
+    from t2g_core.annotators import annotate
+
+    prompts = ppo_prompts(args)
+    if args.matched_labels > len(prompts):
+        raise SystemExit(f"--matched-labels {args.matched_labels}: more than the {len(prompts)} PPO prompts")
+    rows = prompts.sample(n=args.matched_labels, random_state=seed).sort_index().reset_index(drop=True)
+    settings = PolicySamplesSettings.from_pipeline(pipe)
+    own = {"prompts": args.matched_labels, "per_prompt": 1, "seed": seed}
+    settings = settings.model_copy(update={"policy_samples": settings.policy_samples.model_copy(update=own)})
+    ctx = StageContext.at_path(args.workdir, "matched", Path(args.workdir) / "matched")
+    samples = samples_frame(rows, sample_responses(policy, rows, settings, ctx))
+    labels = annotate(samples, pipe.annotate.model_copy(update={"annotator": "reference"}), progress=False).frame
+    return samples, labels
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -181,14 +250,17 @@ def reward_source(name: str, src: Source, pipe, paths: dict, seed: int):
     from t2g_core.ppo.sources import make_reward_source
 
     rm_cfg = pipe.reward_model.model_copy(update=src.reward_model or {})
-    kind = (src.reward_model or {}).get("kind")
-    source = make_reward_source(src.reward_source, "summarization", reward_model_path=paths.get(kind), rm_cfg=rm_cfg)
+    path = paths[f"matched{seed}"] if src.matched else paths.get((src.reward_model or {}).get("kind"))
+    source = make_reward_source(src.reward_source, "summarization", reward_model_path=path, rm_cfg=rm_cfg)
     return NoisyCritic(source, src.flip, seed) if src.flip else source
 
 
-def critique_loop(cfg, pipe, paths: dict, out: Path, prompts):
-    """The refreshed arm's loop (a fresh one in ``out``): the reference annotator audits the tagger on the arm's
-    rollouts, and each refresh replays the tagger's training rows."""
+def critique_loop(cfg, pipe, paths: dict, out: Path, prompts, flip: float = 0.0):
+    """The refreshed arm's loop (a fresh one in ``out``): the reference annotator (``flip`` of its span labels
+    flipped, no omissions, when ``flip``) audits the tagger on the arm's rollouts, and each refresh replays the
+    tagger's training rows."""
+    from testbed.noisy_annotator import NoisyAnnotatorLoop
+
     from t2g_core.critique_loop import LOOP_DIR, CritiqueLoop
     from t2g_core.ppo.rollout import row_dict
 
@@ -197,7 +269,8 @@ def critique_loop(cfg, pipe, paths: dict, out: Path, prompts):
     annotate_cfg = pipe.annotate.model_copy(update={"annotator": "reference"})
     rm_cfg = pipe.reward_model.model_copy(update=TAGGER)
     rows = [row_dict(r) for _, r in prompts.iterrows()]
-    return CritiqueLoop(cfg, annotate_cfg, rm_cfg, pipe.align, out, paths["tagger"], rows)
+    args = (cfg, annotate_cfg, rm_cfg, pipe.align, out, paths["tagger"], rows)
+    return NoisyAnnotatorLoop(*args, flip=flip) if flip else CritiqueLoop(*args)
 
 
 def reward_model_at(refreshed: list[dict], drift_steps: list[int]) -> dict[str, str]:
@@ -221,11 +294,11 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
     pipe = _pipeline(args, src)
     update = {"steps": args.steps, "seed": seed, "reward_source": src.reward_source} | ESTIMATORS[estimator]
     cfg = type(pipe.ppo).model_validate(pipe.ppo.model_dump() | update)
-    prompts = make_demo_feedback("summarization", 32 if args.smoke else 768, seed=1)
+    prompts = ppo_prompts(args)
     eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
     metric = KeptResponses(summary_metrics)
     source = reward_source(name, src, pipe, paths, seed)
-    loop = critique_loop(cfg, pipe, paths, out, prompts) if src.needs == "critique_loop" else None  # refreshed arm
+    loop = critique_loop(cfg, pipe, paths, out, prompts, src.annotator_flip) if src.needs == "critique_loop" else None
     trainer = PPOTrainer(
         cfg,
         paths["policy"],
@@ -243,6 +316,8 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
     record = {"arm": arm, "seed": seed, "seconds": time.perf_counter() - t0, "warm_eval": warm, "history": history}
     if loop is not None:
         record["reward_model_at"] = reward_model_at(loop.state.refreshed, args.drift_steps)
+    if src.matched:  # the drift curve scores its responses with the tagger PPO scored them with
+        record["reward_model_at"] = {str(s): paths[f"matched{seed}"] for s in args.drift_steps}
     return record | {"responses": kept}
 
 
@@ -278,19 +353,52 @@ def summarise(args, runs: list[dict], arms: list[str], batch_size: int) -> dict:
     return table
 
 
+def paired(runs: list[dict], *arms: str) -> list[list]:
+    """Each arm's curves on the seeds all ``arms`` ran, in seed order: the k-th curves of the arms are a pair (the
+    same seed from the same warm start)."""
+    by_seed = [{r["seed"]: curves.curve(r) for r in runs if r["arm"] == arm} for arm in arms]
+    seeds = sorted(set.intersection(*(set(b) for b in by_seed)))
+    return [[b[s] for s in seeds] for b in by_seed]
+
+
 def oracle_shares(args, runs: list[dict], arms: list[str]) -> dict:
     """Per arm (not the oracle), the share of the same estimator's oracle arm's gain at the step its mean curve first
-    reaches 0.25x, and at the last step."""
+    reaches 0.25x, and at the last step, paired by seed."""
     out = {}
     for arm in arms:
         name, estimator = split_arm(arm)
         oracle = f"oracle-{estimator}"
         if name == "oracle" or oracle not in arms:
             continue
-        mine, ref = curves.arm_curves(runs, arm), curves.arm_curves(runs, oracle)
+        mine, ref = paired(runs, arm, oracle)
         step = se.first_reached(ref, 0.25)
-        at = se.share_of_gain(mine, ref, step) if step is not None else {"step": None, "note": "never reached 0.25x"}
-        out[arm] = {"oracle": oracle, "at_oracle_0.25": at, "at_last_step": se.share_of_gain(mine, ref, args.steps)}
+        at = {"step": None, "note": "never reached 0.25x"}
+        if step is not None:
+            at = se.share_of_gain(mine, ref, step, paired=True)
+        last = se.share_of_gain(mine, ref, args.steps, paired=True)
+        out[arm] = {"oracle": oracle, "at_oracle_0.25": at, "at_last_step": last}
+    return out
+
+
+def contrasts(args, runs: list[dict], arms: list[str]) -> dict:
+    """Per pair ``a``, ``b`` of ``CONTRASTS`` run with one estimator, paired by seed: a's final error minus b's (below
+    0: a ends lower) and, when the oracle ran, a's share of the oracle's gain at its 0.25x step minus b's, each with a
+    95% interval resampling seeds, and the per-seed differences."""
+    out = {}
+    for (a, b), estimator in ((c, e) for c in CONTRASTS for e in args.estimators.split(",")):
+        a, b, oracle = f"{a}-{estimator}", f"{b}-{estimator}", f"oracle-{estimator}"
+        if a not in arms or b not in arms:
+            continue
+        mine, other = paired(runs, a, b)
+        finals = [[c[-1][1] for c in side] for side in (other, mine)]
+        boot = paired_bootstrap(*finals, n=4000)
+        per_seed = [x - y for x, y in zip(finals[1], finals[0], strict=True)]
+        row = {"seeds": len(mine), "final_error": {"difference": boot.diff, "ci95": [boot.low, boot.high]}}
+        row["final_error"]["per_seed"] = per_seed
+        if oracle in arms and (step := se.first_reached(paired(runs, oracle)[0], 0.25)) is not None:
+            mine, other, ref = paired(runs, a, b, oracle)
+            row["share_at_oracle_0.25"] = se.share_difference(mine, other, ref, step)
+        out[f"{a} - {b}"] = row
     return out
 
 
@@ -320,19 +428,38 @@ def drift(args, runs: list[dict], arms: list[str], paths: dict) -> dict:
     return out
 
 
-def print_report(table: dict, shares: dict, drifts: dict) -> None:
+def print_report(table: dict, shares: dict, drifts: dict, controls: dict) -> None:
     curves.print_arms(table, FRACTIONS, label=lambda arm, a: f"scoring {100 * a['score_share']:4.1f}% of a step")
+    for arm, a in table.items():
+        lo, hi = a["final_error_ci95"]
+        print(f"{arm:20s} final error {a['final_error_mean']:.4f} [{lo:.4f}, {hi:.4f}], {_spread(a['final_error'])}")
     for arm, s in shares.items():
         at, last = s["at_oracle_0.25"], s["at_last_step"]
         head = "oracle never reached 0.25x" if at["step"] is None else _share(at)
         print(f"{arm:20s} share of {s['oracle']}'s gain: {head}; at the last step {_share(last)}")
+    for pair, c in controls.items():
+        f = c["final_error"]
+        line = (
+            f"final error {f['difference']:+.4f} [{f['ci95'][0]:+.4f}, {f['ci95'][1]:+.4f}] ({_spread(f['per_seed'])})"
+        )
+        if d := c.get("share_at_oracle_0.25"):
+            line += f"; share at step {d['step']} {100 * d['difference']:+.1f} [{100 * d['ci95'][0]:+.1f}, "
+            line += f"{100 * d['ci95'][1]:+.1f}] points"
+        print(f"{pair:40s} ({c['seeds']} seeds, paired) {line}")
     for arm, by_step in drifts.items():
         f1 = ", ".join(f"step {k}: {v['span_f1']:.3f} of {v['reference_spans']}" for k, v in by_step.items())
         print(f"{arm:20s} tagger vs oracle, poor-span F1 (oracle spans): {f1}")
 
 
 def _share(s: dict) -> str:
-    return f"{100 * s['share']:.0f}% [{100 * s['ci95'][0]:.0f}, {100 * s['ci95'][1]:.0f}] at step {s['step']}"
+    per_seed = [100 * g / r if r else float("nan") for g, r in zip(s["gains"], s["reference_gains"], strict=True)]
+    head = f"{100 * s['share']:.0f}% [{100 * s['ci95'][0]:.0f}, {100 * s['ci95'][1]:.0f}] at step {s['step']}"
+    return f"{head} (per seed {_spread(per_seed, '.0f')})"
+
+
+def _spread(values: list[float], fmt: str = ".4f") -> str:
+    """Median and range of all runs."""
+    return f"median {statistics.median(values):{fmt}}, range {min(values):{fmt}}..{max(values):{fmt}}"
 
 
 def parse_args() -> argparse.Namespace:
@@ -350,7 +477,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--runs-per-process", type=int, default=1, help="Runs one worker process does one after another.")
     p.add_argument("--threads", type=int, default=2, help="Threads while building models and reward models.")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="PipelineConfig override.")
-    p.add_argument("--refresh-set", action="append", default=[], help="Override of the refreshed arm alone.")
+    p.add_argument("--refresh-set", action="append", default=[], help="Override of the refreshed arms alone.")
+    p.add_argument(
+        "--matched-labels", type=int, default=None, help="Warm-start labels of the matched arm (default: the loop's)."
+    )
+    p.add_argument("--name", default="bench_rm_ppo", help="Stem of the results and figure names.")
     p.add_argument("--workdir", default=str(results_dir() / "bench_rm_ppo_work"))
     p.add_argument("--policy", default=None, help="A warm-started policy folder (e.g. the demo's) instead of building.")
     p.add_argument("--base", default=None, help="Its base folder (a generative reward model starts there).")
@@ -378,6 +509,8 @@ def main() -> None:
         return run_specs(args)
 
     srcs = sources(args)  # an arm that cannot run stops here, before any work
+    if any(s.matched for s in srcs.values()) and args.matched_labels is None:
+        args.matched_labels = matched_labels(args)
     arms = [f"{s}-{e}" for s in srcs for e in args.estimators.split(",")]
     unknown = [e for e in args.estimators.split(",") if e not in ESTIMATORS]
     if unknown:
@@ -401,17 +534,18 @@ def main() -> None:
     )
     table = summarise(args, runs, arms, _pipeline(args).ppo.batch_size)
     shares, drifts = oracle_shares(args, runs, arms), drift(args, runs, arms, paths)
+    controls = contrasts(args, runs, arms)
     eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
     diagnosis = curves.diagnose(lambda kept: fact_profile(eval_df, kept), runs, arms, args.steps)
-    figure = results_dir(args.smoke) / "bench_rm_ppo.png"
+    figure = results_dir(args.smoke) / f"{args.name}.png"
     title = "PPO on each reward source (the oracle: the ideal-critic upper bound), mean and 95% band"
     curves.plot_curves(runs, arms, figure, title, "held-out error (1 - correct facts / 8)", FRACTIONS)
     config = {k: v for k, v in vars(args).items() if k not in ("paths", "specs")}
     result = {"benchmark": "bench_rm_ppo", "config": config, "reward_models": paths, "eval_steps": eval_steps(args)}
-    result |= {"arms": table, "oracle_shares": shares, "drift": drifts, "diagnosis": diagnosis}
-    summary = {k: result[k] for k in ("benchmark", "eval_steps", "oracle_shares", "drift")} | {
+    result |= {"arms": table, "oracle_shares": shares, "controls": controls, "drift": drifts, "diagnosis": diagnosis}
+    summary = {k: result[k] for k in ("benchmark", "eval_steps", "oracle_shares", "controls", "drift")} | {
         "settings": {k: config[k] for k in SUMMARY_SETTINGS},
-        "arms": {a: curves.arm_row(t, FRACTIONS) | {"score_share": t["score_share"]} for a, t in table.items()},
+        "arms": {a: curves.arm_row(t, FRACTIONS) | {k: t[k] for k in ARM_EXTRA} for a, t in table.items()},
         "diagnosis": {arm: curves.short_diagnosis(d) for arm, d in diagnosis.items()},
         "mean_curves": curves.mean_curves(runs, arms),
     }
@@ -419,8 +553,8 @@ def main() -> None:
         "wall_seconds": time.perf_counter() - t0,
         "curves": {f"{r['arm']}|seed{r['seed']}": curves.curve(r) for r in runs},
     }
-    path = write_results("bench_rm_ppo", result, summary, smoke=args.smoke, publish=args.publish)
-    print_report(table, shares, drifts)
+    path = write_results(args.name, result, summary, smoke=args.smoke, publish=args.publish)
+    print_report(table, shares, drifts, controls)
     curves.print_diagnosis(diagnosis)
     print(f"-> {path}\nfigure: {figure}")
     return None

@@ -25,14 +25,19 @@ class NoisyCritic:
         return [self.noisy(row, fb) for row, fb in zip(rows, self.source.critique_batch(rows), strict=True)]
 
     def noisy(self, row: dict, fb):
-        if not fb.ok:
-            return fb
-        key = hashlib.sha256(f"{self.seed}\0{row['id']}\0{row['response']}".encode()).digest()
-        rng = random.Random(key)
-        good, poor = [], []
-        for text in fb.good_spans:
-            (poor if rng.random() < self.flip else good).append(text)
-        for text in fb.poor_spans:
-            (good if rng.random() < self.flip else poor).append(text)
-        located = tuple((a, b, FLIPPED[lab] if rng.random() < self.flip else lab) for a, b, lab in fb.located)
-        return dataclasses.replace(fb, good_spans=good, poor_spans=poor, located=located, missing=(), missing_at=())
+        return add_noise(fb, self.flip, f"{self.seed}\0{row['id']}\0{row['response']}")
+
+
+def add_noise(fb, flip: float, key: str):
+    """``fb`` with each span's label flipped (good <-> poor) with probability ``flip`` and no omissions, the flips
+    drawn from ``key`` (the same key, the same flips); a failed critique as it is."""
+    if not fb.ok:
+        return fb
+    rng = random.Random(hashlib.sha256(key.encode()).digest())
+    good, poor = [], []
+    for text in fb.good_spans:
+        (poor if rng.random() < flip else good).append(text)
+    for text in fb.poor_spans:
+        (good if rng.random() < flip else poor).append(text)
+    located = tuple((a, b, FLIPPED[lab] if rng.random() < flip else lab) for a, b, lab in fb.located)
+    return dataclasses.replace(fb, good_spans=good, poor_spans=poor, located=located, missing=(), missing_at=())

@@ -61,6 +61,11 @@ class CritiqueLoopConfig(StageConfig):
         1.0, ge=0, description="Examples of the reward model's own training data replayed per gathered label."
     )
 
+    def rounds(self, steps: int) -> int:
+        """Rounds a run of ``steps`` PPO steps plans: after step ``first`` (or ``every``), then every ``every``."""
+        first = self.first or self.every
+        return 0 if steps < first else 1 + (steps - first) // self.every
+
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:

@@ -110,8 +110,7 @@ class CritiqueLoop:
 
     @property
     def rounds_planned(self) -> int:
-        first = self.cfg.first or self.cfg.every
-        return 0 if self.ppo_cfg.steps < first else 1 + (self.ppo_cfg.steps - first) // self.cfg.every
+        return self.cfg.rounds(self.ppo_cfg.steps)
 
     def check_source(self, source) -> None:
         """Refresh needs a tagger to fine-tune; auditing works with any reward source."""

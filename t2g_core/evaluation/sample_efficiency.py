@@ -17,7 +17,9 @@ no better than its warm start (``e_last >= e_0``). Its **plateau** is the mean o
 
 The **share of a reference arm's gain** (the learned reward model against the oracle critic) is measured at one step
 ``s*``: the first evaluation at which the reference arm's mean curve is at or below ``f`` times its mean warm-start
-error. Per run the gain is ``e_0 - e(s*)``; the share is mean(arm gains) / mean(reference gains).
+error. Per run the gain is ``e_0 - e(s*)``; the share is mean(arm gains) / mean(reference gains). Where the arms'
+runs are paired by seed (the same seed and warm start in each arm), the interval resamples seeds, the pairs together,
+and the difference of two arms' shares is (mean(gains_a - gains_b)) / mean(reference gains) over the same seeds.
 
 Intervals are 95% percentile bootstraps of the mean (4000 resamples, ``bootstrap.resampled_means``). The ratio of two
 arms' means resamples the arms independently, numerator first, from one generator. With several independently built
@@ -114,6 +116,15 @@ def ratio_ci(num: Sequence[float], den: Sequence[float], n: int = 4000, seed: in
     ra = resampled_means(np.asarray(num, dtype=float), n, rng)  # (n,)
     rb = resampled_means(np.asarray(den, dtype=float), n, rng)
     r = ra / rb
+    return float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
+
+
+def paired_ratio_ci(num: Sequence[float], den: Sequence[float], n: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of mean(num) / mean(den), the pairs (num_i, den_i) resampled together: runs
+    of two arms paired by seed (same seed, same warm start), the seed the unit resampled."""
+    pairs = np.column_stack([np.asarray(num, dtype=float), np.asarray(den, dtype=float)])  # (runs, 2)
+    means = resampled_means(pairs, n, np.random.default_rng(seed))  # (n, 2)
+    r = means[:, 0] / means[:, 1]
     return float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
 
 
@@ -241,14 +252,35 @@ def error_at(curve: Curve, step: int) -> float:
     return found[0]
 
 
-def share_of_gain(arm: Sequence[Curve], reference: Sequence[Curve], step: int) -> dict:
+def gains_at(curves: Sequence[Curve], step: int) -> list[float]:
+    """Each run's gain at ``step``: its warm-start error minus its error there."""
+    return [c[0][1] - error_at(c, step) for c in curves]
+
+
+def share_of_gain(arm: Sequence[Curve], reference: Sequence[Curve], step: int, *, paired: bool = False) -> dict:
     """The arm's mean gain (warm-start error minus the error at ``step``) over the reference arm's, with its 95%
-    interval (the two arms' runs resampled independently) and the per-run gains; NaN when the reference gained
-    nothing (no share of nothing)."""
-    gains = [c[0][1] - error_at(c, step) for c in arm]
-    ref = [c[0][1] - error_at(c, step) for c in reference]
+    interval and the per-run gains; NaN when the reference gained nothing (no share of nothing). ``paired``: the k-th
+    runs of the two arms share a seed and warm start, and the interval resamples seeds (:func:`paired_ratio_ci`);
+    otherwise the two arms' runs are resampled independently."""
+    gains, ref = gains_at(arm, step), gains_at(reference, step)
     if statistics.fmean(ref) == 0:
         share, ci = float("nan"), (float("nan"), float("nan"))
     else:
-        share, ci = statistics.fmean(gains) / statistics.fmean(ref), ratio_ci(gains, ref)
-    return {"step": step, "share": share, "ci95": ci, "gains": gains, "reference_gains": ref}
+        share = statistics.fmean(gains) / statistics.fmean(ref)
+        ci = paired_ratio_ci(gains, ref) if paired else ratio_ci(gains, ref)
+    return {"step": step, "share": share, "ci95": ci, "paired": paired, "gains": gains, "reference_gains": ref}
+
+
+def share_difference(arm: Sequence[Curve], other: Sequence[Curve], reference: Sequence[Curve], step: int) -> dict:
+    """The arm's share of the reference's gain at ``step`` minus the other arm's: (mean gain of ``arm`` - mean gain of
+    ``other``) / the reference's mean gain, the k-th runs of the three arms sharing a seed, with its 95% interval
+    resampling seeds."""
+    diffs = [a - b for a, b in zip(gains_at(arm, step), gains_at(other, step), strict=True)]
+    ref = gains_at(reference, step)
+    if len(ref) != len(diffs):
+        raise ValueError(f"share_difference pairs runs by seed: {len(diffs)} pairs but {len(ref)} reference runs")
+    return {
+        "step": step,
+        "difference": statistics.fmean(diffs) / statistics.fmean(ref),
+        "ci95": paired_ratio_ci(diffs, ref),
+    }

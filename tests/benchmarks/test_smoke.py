@@ -98,18 +98,36 @@ def test_rm_ppo_refreshed_arm_stops_with_a_reason_without_its_loop_settings():
 
 
 @pytest.mark.slow
-def test_rm_ppo_refreshed_arm_refreshes_the_tagger_during_ppo(results):
+def test_rm_ppo_refreshed_arm_and_its_controls_at_smoke_size(results):
     """At smoke size the refreshed arm runs the critique loop after each step: a round per step in its history, and
-    the drift step after the first refresh is scored by the refreshed tagger, not the static one."""
+    the drift step after the first refresh is scored by the refreshed tagger, not the static one. Its controls run
+    beside it: the label-matched tagger, trained once per seed on the loop's number of labels (budget 4 x 2 rounds)
+    of warm-start samples, scores that arm and its drift curve; the loop with the noisy annotator writes labels
+    without omissions; the summary holds their differences, paired by seed."""
     import json
 
+    import pandas as pd
+
     loop = ["ppo.critique_loop.every=1", "ppo.critique_loop.budget=4", "ppo.critique_loop.refresh_steps=2"]
-    flags = ["--smoke", "--arms", "refreshed", "--estimators", "gae", *(x for s in loop for x in ("--refresh-set", s))]
+    arms = ["--arms", "refreshed,matched,refreshed_noisy", "--estimators", "gae"]
+    flags = ["--smoke", *arms, *(x for s in loop for x in ("--refresh-set", s))]
     env = {"TOKENIZERS_PARALLELISM": "false", "T2G_BENCH_RESULTS": str(results)}
     proc = _rm_ppo(*flags, env=env, timeout=600)
     assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
-    runs = [json.loads(p.read_text()) for p in (results / "smoke" / "bench_rm_ppo_work" / "runs").rglob("run.json")]
-    (run,) = [r for r in runs if r["arm"] == "refreshed-gae"]
+    work = results / "smoke" / "bench_rm_ppo_work"
+    runs = {r["arm"]: r for r in (json.loads(p.read_text()) for p in (work / "runs").rglob("run.json"))}
+    run = runs["refreshed-gae"]
     assert [h["critique_loop/round"] for h in run["history"]] == [0.0, 1.0]
     assert all(h["critique_loop/annotated"] == 4.0 for h in run["history"])
     assert list(run["reward_model_at"]) == ["2"] and "round-001" in run["reward_model_at"]["2"]
+    summary = json.loads((results / "smoke" / "bench_rm_ppo.summary.json").read_text())
+    assert summary["settings"]["matched_labels"] == 8
+    (matched,) = {runs["matched-gae"]["reward_model_at"][k] for k in ("0", "2")}
+    assert "rm-matched-" in matched
+    noisy = pd.read_parquet(
+        next((work / "runs").glob("*/refreshed_noisy-gae-seed0/critique_loop/round-000")) / "annotations.parquet"
+    )
+    assert all(len(m) == 0 for m in noisy["missing"])
+    control = summary["controls"]["refreshed-gae - matched-gae"]
+    assert control["seeds"] == 1 and len(control["final_error"]["per_seed"]) == 1
+    assert "refreshed_noisy-gae - refreshed-gae" in summary["controls"]

@@ -99,3 +99,30 @@ def test_compact_json_puts_lists_of_values_on_one_line_and_reads_back_the_same(t
     text = testbed.compact_json(obj)
     assert json.loads(text) == obj
     assert '"a": [1, 2.5, null, "x, y"]' in text and "[1, 2]" in text
+
+
+def test_the_noisy_annotator_loop_returns_and_writes_the_noisy_labels(testbed, tmp_path):
+    """The loop's annotator made imperfect: what it returns (a reward, the alarm's labels) and what it writes (what a
+    refresh trains on) both have the labels flipped and no omissions; the clean answers stay in the cache."""
+    import pandas as pd
+
+    from t2g_core.config import AlignConfig, AnnotateConfig, PPOConfig
+    from t2g_core.critique_loop import CritiqueLoop
+    from t2g_core.demo import make_demo_feedback
+    from t2g_core.ppo.rollout import row_dict
+    from tests.core._taggers import tagger_cfg
+
+    noisy_loop = importlib.import_module("testbed.noisy_annotator").NoisyAnnotatorLoop
+    rows = [row_dict(r) for _, r in make_demo_feedback("summarization", 6, seed=0).iterrows()]
+    decoded = [(row["response"], []) for row in rows]
+    cfg = PPOConfig(steps=4, batch_size=4, seed=3, critique_loop={"enabled": True, "budget": 2})
+    args = (cfg, AnnotateConfig(annotator="reference"), tagger_cfg(), AlignConfig())
+    clean = CritiqueLoop(*args, tmp_path / "clean", None, rows)._annotate(rows, decoded, "0", tmp_path / "c")
+    loop = noisy_loop(*args, tmp_path / "noisy", None, rows, flip=1.0)
+    noisy = loop._annotate(rows, decoded, "0", tmp_path / "n")
+    assert any(fb.missing for fb in clean) and any(fb.poor_spans for fb in clean)
+    assert [(fb.good_spans, fb.poor_spans) for fb in noisy] == [(fb.poor_spans, fb.good_spans) for fb in clean]
+    assert all(fb.missing == () for fb in noisy)
+    written = pd.read_parquet(tmp_path / "n" / "annotations.parquet")
+    assert [list(x) for x in written["poor_spans"]] == [fb.poor_spans for fb in noisy]
+    assert all(len(m) == 0 for m in written["missing"])

@@ -19,10 +19,12 @@ from t2g_core.evaluation.sample_efficiency import (
     first_reached,
     headline_target,
     mean_curve,
+    paired_ratio_ci,
     plateau,
     rank_key,
     ratio_ci,
     relapsed,
+    share_difference,
     share_of_gain,
     steps_ratio,
     steps_to,
@@ -154,6 +156,21 @@ def test_ratio_ci_resamples_the_two_arms_independently_numerator_first():
     ]
     assert (low, high) == pytest.approx(_loop_percentiles(boot), rel=1e-12)
     assert low < np.mean(num) / np.mean(den) < high
+
+
+def test_paired_ratio_ci_resamples_seeds_the_pairs_together():
+    num, den = [2.0, 4.0, 9.0, 7.0], [6.0, 8.0, 9.0, 12.0]
+    low, high = paired_ratio_ci(num, den, n=3000, seed=5)
+
+    idx = np.random.default_rng(5).integers(0, len(num), size=(3000, len(num)))
+    boot = [sum(num[i] for i in row) / sum(den[i] for i in row) for row in idx]  # one seed draw for both arms
+    assert (low, high) == pytest.approx(_loop_percentiles(boot), rel=1e-12)
+    assert low < np.mean(num) / np.mean(den) < high
+    # runs that move together across seeds: pairing removes the between-seed spread the independent interval keeps
+    together = [1.0, 2.0, 3.0, 4.0]
+    assert paired_ratio_ci(together, [2 * x for x in together]) == (0.5, 0.5)
+    low, high = ratio_ci(together, [2 * x for x in together])
+    assert low < 0.45 and high > 0.55
 
 
 def test_ratio_of_constant_arms_is_exact():
@@ -301,6 +318,22 @@ def test_share_of_gain_at_the_reference_step_by_hand():
     assert out["ci95"] == ratio_ci(out["gains"], out["reference_gains"])
     low, high = out["ci95"]
     assert 0.3 / 0.8 <= low < out["share"] < high <= 0.6 / 0.5  # inside the extremes a resample can reach
+
+
+def test_share_of_gain_paired_by_seed_and_the_difference_of_two_shares_by_hand():
+    tagger = TAGGER[:2]  # the first two runs share seeds 0 and 1 with the oracle's
+    out = share_of_gain(tagger, ORACLE, step=3, paired=True)
+    assert out["share"] == pytest.approx((0.6 + 0.3) / (0.8 + 0.5)) and out["paired"]
+    assert out["ci95"] == paired_ratio_ci(out["gains"], out["reference_gains"])
+    better = [[(0, 0.9), (3, 0.2)], [(0, 0.7), (3, 0.2)]]  # gains 0.7, 0.5
+    diff = share_difference(better, tagger, ORACLE, step=3)
+    # (mean(0.7 - 0.6, 0.5 - 0.3)) / mean(0.8, 0.5) = 0.15 / 0.65
+    assert diff["difference"] == pytest.approx(0.15 / 0.65) and diff["step"] == 3
+    diffs = [(0.9 - 0.2) - (0.9 - 0.3), (0.7 - 0.2) - (0.7 - 0.4)]
+    assert diff["ci95"] == paired_ratio_ci(diffs, [0.9 - 0.1, 0.7 - 0.2])
+    assert diff["ci95"][0] > 0  # every seed gained more with the better arm
+    with pytest.raises(ValueError, match="pairs runs by seed"):
+        share_difference(better, tagger, ORACLE[:1], step=3)
 
 
 def test_share_of_gain_needs_an_evaluation_at_the_step():
