@@ -19,7 +19,7 @@ class SelfDistillation(StageConfig):
         "off", description="add = the SD term beside the span rewards; replace = instead of spans, omissions, verdicts."
     )
     weight: float = Field(
-        1.0, ge=0, description="w in r_t += w * g_t, g_t the clipped teacher-minus-student log-prob of the token."
+        1.0, ge=0, description="w in r_t += w * g_t, g_t the teacher-minus-student log-prob of token t."
     )
     teacher: Literal["policy", "reference", "ema"] = Field(
         "policy", description="Who reads the critique: the rollout policy, the frozen reference, or the policy's EMA."
@@ -33,8 +33,9 @@ class SelfDistillation(StageConfig):
     top_k: int = Field(
         0, ge=0, description="0 = sampled-token credit; k = the reverse KL on the student's top k tokens and a tail."
     )
-    clip: float = Field(
-        1.0, gt=0, description="|d_t| is clipped at this (nats); on a judged token d_t keeps its label's sign."
+    clip: float = Field(1.0, gt=0, description="The teacher-minus-student log-prob g_t is clipped at this (nats).")
+    judge: bool = Field(
+        True, description="On a token the critic labelled, g_t may not oppose its label (false: as is)."
     )
     template: str = Field(
         TEMPLATE, description="Appended to the teacher's user turn; {critique} becomes the rollout's critique."

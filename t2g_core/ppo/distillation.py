@@ -158,7 +158,7 @@ def distillation_rewards(
     if teaching is None:
         return rewards, None, {}
     sd, m = teaching.cfg, mask.float()
-    judged = judged_credit(teaching.ratio, labels, mask, sd.clip)
+    judged = judged_credit(teaching.ratio, labels, mask, sd.clip, sd.judge)
     reward, own = credit_parts(judged, teaching.kl, mask, sd.clip)
     moved = ((judged - teaching.ratio).abs() > 1e-9).float() * m
     n, tokens, ratio, credit, critiqued, changed = global_sum(

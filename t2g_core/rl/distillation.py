@@ -6,9 +6,9 @@ teacher (the prompt and the critique), the log-ratio of a candidate v at positio
 
     l_t(v) = log q_t(v) - log p_t(v)
 
-**sampled** (``top_k`` 0): the credit of the sampled token is d_t = l_t(y_t), SDPO's token-level advantage. As a
-reward, sum_t d_t is a one-sample estimate of -KL(pi_theta || pi_T) over the sequence, as the k1 KL penalty is of the
-KL to the reference; E[d_t | s_t] = -KL(p_t || q_t) <= 0.
+**sampled** (``top_k`` 0): the credit of the sampled token is l_t(y_t), SDPO's token-level advantage. As a reward,
+sum_t l_t(y_t) is a one-sample estimate of -KL(pi_theta || pi_T) over the sequence, as the k1 KL penalty is of the KL
+to the reference; E[l_t(y_t) | s_t] = -KL(p_t || q_t) <= 0.
 
 **top-k** (``top_k`` k): on the student's k most likely tokens K_t plus one tail bucket holding the rest of each
 model's mass (the distributions stay whole, so k = V is exact), the reverse KL
@@ -25,10 +25,13 @@ Deliberate deviation from the paper: SDPO's logit-level loss trains every candid
 sum_v p(v) grad log p(v) l(v). PPO trains only through the sampled tokens' ratio, so here the top-k distributions
 enter as the baseline KL_t and the state reward, never as a loss on unsampled logits.
 
-**Judged and clipped**: the credit g_t = clip(l_t(y_t), -c, c), then min(g_t, 0) on a token the critic labelled poor
-and max(g_t, 0) on one it labelled good: the teacher never reverses the critic's judgement of a token it judged, and
-never moves any token by more than c. The reward is r_t += w g_t (sampled) or r_t += w max(-KL_t, -c) with
-w (g_t - max(-KL_t, -c)) on token t's advantage (top-k).
+**Clipped and judged**: the credit g_t = clip(l_t(y_t), -c, c), then (``judge``) min(g_t, 0) on a token the critic
+labelled poor and max(g_t, 0) on one it labelled good: the teacher never moves a token by more than c, nor reverses
+the critic's judgement of a token it judged (an adversarial critique cannot pay for what the critic calls poor). The
+judge only removes credit that contradicts a label, never adds any; but on a teacher that does not read the critique
+it turns noise into a weak copy of the labels, which is why it can be switched off to measure the teacher alone.
+The reward is r_t += w g_t (sampled), or r_t += w max(-KL_t, -c) with w (g_t - max(-KL_t, -c)) on token t's
+advantage (top-k).
 """
 
 from __future__ import annotations
@@ -62,12 +65,15 @@ def topk_credit(
     return torch.where(in_top, sampled, lq_tail - lp_tail), kl
 
 
-def judged_credit(credit: Tensor, labels: Tensor, mask: Tensor, clip: float) -> Tensor:  # (B, T) x3 -> (B, T)
-    """g_t: ``credit`` clipped to [-clip, clip], at most 0 on tokens labelled poor (< 0), at least 0 on tokens
-    labelled good (> 0), 0 on padding."""
+def judged_credit(
+    credit: Tensor, labels: Tensor, mask: Tensor, clip: float, judge: bool = True
+) -> Tensor:  # (B, T) x3 -> (B, T)
+    """g_t: ``credit`` clipped to [-clip, clip]; with ``judge``, at most 0 on tokens labelled poor (< 0) and at least
+    0 on tokens labelled good (> 0); 0 on padding."""
     g = credit.clamp(-clip, clip)
-    g = torch.where(labels < 0, g.clamp(max=0.0), g)
-    g = torch.where(labels > 0, g.clamp(min=0.0), g)
+    if judge:
+        g = torch.where(labels < 0, g.clamp(max=0.0), g)
+        g = torch.where(labels > 0, g.clamp(min=0.0), g)
     return g * mask.to(g.dtype)
 
 

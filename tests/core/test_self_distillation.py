@@ -85,6 +85,8 @@ def test_judged_credit_clips_and_keeps_the_sign_of_a_judged_token():
         g = min(g, 0.0) if lab < 0 else max(g, 0.0) if lab > 0 else g
         want.append(g if m else 0.0)
     assert got[0].tolist() == pytest.approx(want)
+    raw = judged_credit(credit, labels, mask, clip=1.0, judge=False)  # the teacher alone: clipped, never judged
+    assert raw[0].tolist() == pytest.approx([max(-1.0, min(1.0, c)) for c in credit[0, :6].tolist()] + [0.0])
 
 
 def test_credit_parts_sum_to_the_judged_credit_and_sampled_credit_is_all_reward():
