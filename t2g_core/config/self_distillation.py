@@ -30,6 +30,10 @@ class SelfDistillation(StageConfig):
         le=1,
         description="teacher=ema: each step the EMA adapter moves this share of the way to the policy's.",
     )
+    placement: Literal["reward", "advantage"] = Field(
+        "reward",
+        description="reward = per-token rewards every estimator credits; advantage = token t's advantage only.",
+    )
     top_k: int = Field(
         0, ge=0, description="0 = sampled-token credit; k = the reverse KL on the student's top k tokens and a tail."
     )

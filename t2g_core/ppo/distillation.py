@@ -159,7 +159,7 @@ def distillation_rewards(
         return rewards, None, {}
     sd, m = teaching.cfg, mask.float()
     judged = judged_credit(teaching.ratio, labels, mask, sd.clip, sd.judge)
-    reward, own = credit_parts(judged, teaching.kl, mask, sd.clip)
+    reward, own = credit_parts(judged, teaching.kl, mask, sd.clip, sd.placement)
     moved = ((judged - teaching.ratio).abs() > 1e-9).float() * m
     n, tokens, ratio, credit, critiqued, changed = global_sum(
         [

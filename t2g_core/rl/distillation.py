@@ -32,6 +32,12 @@ judge only removes credit that contradicts a label, never adds any; but on a tea
 it turns noise into a weak copy of the labels, which is why it can be switched off to measure the teacher alone.
 The reward is r_t += w g_t (sampled), or r_t += w max(-KL_t, -c) with w (g_t - max(-KL_t, -c)) on token t's
 advantage (top-k).
+
+**Placement** (``placement``): as rewards (above), the credit reaches the tokens before t through the estimator's
+return, and its sum, an estimate of -KL(pi_theta || pi_T) over the sequence, is smaller for shorter responses
+wherever the teacher differs from the student at all: with nothing else to pay for length (``mode: replace``, no
+omission rewards) it teaches the policy to stop. ``advantage`` is SDPO's own credit: A_t += w g_t on token t alone
+(top-k: w (g_t - max(-KL_t, -c)), the state part being a baseline there), which no return and no other token sees.
 """
 
 from __future__ import annotations
@@ -78,11 +84,14 @@ def judged_credit(
 
 
 def credit_parts(
-    judged: Tensor, kl: Tensor | None, mask: Tensor, clip: float
+    judged: Tensor, kl: Tensor | None, mask: Tensor, clip: float, placement: str = "reward"
 ) -> tuple[Tensor, Tensor]:  # (B, T), (B, T) or None, (B, T) -> reward (B, T), own (B, T)
-    """The judged credit as (a per-token reward, an own-token advantage term): sampled credit (``kl`` None) is all
-    reward; top-k credit is the state reward max(-KL_t, -clip) and the rest of g_t on token t's advantage."""
-    if kl is None:
-        return judged, torch.zeros_like(judged)
-    state = (-kl).clamp(min=-clip) * mask.to(judged.dtype)
+    """The judged credit as (a per-token reward, an own-token advantage term). As rewards: sampled credit (``kl``
+    None) is all reward; top-k credit is the state reward max(-KL_t, -clip) and the rest of g_t on token t's
+    advantage. As advantages: no reward; sampled, g_t; top-k, g_t less the state part (a baseline)."""
+    state = judged if kl is None else (-kl).clamp(min=-clip) * mask.to(judged.dtype)
+    if placement == "advantage":
+        return torch.zeros_like(judged), judged if kl is None else judged - state
+    if placement != "reward":
+        raise ValueError(f"unknown placement {placement!r}; expected 'reward' or 'advantage'")
     return state, judged - state

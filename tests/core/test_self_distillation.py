@@ -96,6 +96,11 @@ def test_credit_parts_sum_to_the_judged_credit_and_sampled_credit_is_all_reward(
     assert reward[0].tolist() == pytest.approx([-0.3, -1.0, 0.0]) and torch.allclose(reward + own, judged)
     reward, own = credit_parts(judged, None, mask, clip=1.0)
     assert torch.equal(reward, judged) and not own.any()
+    # SDPO's placement: token t's advantage alone, the top-k state part dropped as a baseline
+    reward, own = credit_parts(judged, None, mask, clip=1.0, placement="advantage")
+    assert not reward.any() and torch.equal(own, judged)
+    reward, own = credit_parts(judged, kl, mask, clip=1.0, placement="advantage")
+    assert not reward.any() and own[0].tolist() == pytest.approx([0.7, 0.0, 0.2])
 
 
 # ------------------------------------------------------------------------------------- critiques and prompts
