@@ -12,6 +12,7 @@ from t2g_core.config.base import StageConfig, recipe_path, refuse_renamed
 from t2g_core.config.critique_loop import CritiqueLoopConfig
 from t2g_core.config.lora import LoRA
 from t2g_core.config.sampling import Sampling
+from t2g_core.config.self_distillation import SelfDistillation
 
 HYBRID_MODES = ("span", "dense")  # reward modes where a terminal scalar adds information (terminal_coef)
 WORD_LABEL_MODES = ("dense",)  # reward modes whose labels are the critic's word-level scores
@@ -145,6 +146,9 @@ class PPOConfig(StageConfig):
     )
     critique_loop: CritiqueLoopConfig = Field(
         default_factory=CritiqueLoopConfig, description="Audit and refresh the reward model on the policy's rollouts."
+    )
+    self_distillation: SelfDistillation = Field(
+        default_factory=SelfDistillation, description="Token credit from a teacher that reads each rollout's critique."
     )
     heatmap_samples: int = Field(
         4,

@@ -99,9 +99,11 @@ def advantages_and_returns(
     terminal: Tensor,
     group: Tensor | None,
     cfg: PPOConfig,
-) -> tuple[Tensor, Tensor]:  # (B, T) x4, (B,), (B,) -> (B, T) x2
+    own: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:  # (B, T) x4, (B,), (B,), (B, T) -> (B, T) x2
     """The configured estimator's advantages, whitened over the global batch, and the critic's returns; ``task`` is
-    s_t (segment ends), ``terminal`` the sequence-level part of ``rewards`` (the span estimators credit it apart)."""
+    s_t (segment ends), ``terminal`` the sequence-level part of ``rewards`` (the span estimators credit it apart),
+    ``own`` a term of each token's own advantage that no other token and no return sees (top-k self-distillation)."""
     advantages, returns = estimate_advantages(
         cfg.advantage_estimator,
         rewards,
@@ -114,4 +116,6 @@ def advantages_and_returns(
         lam=cfg.lam,
         grpo_std_floor=cfg.grpo_std_floor,
     )
+    if own is not None:
+        advantages = advantages + own * mask.to(advantages.dtype)
     return masked_whiten(advantages, mask, reduce=all_reduce_sum), returns

@@ -37,7 +37,8 @@ from t2g_core.rl.logprobs import (
     selective_logprobs_and_entropy,
 )
 
-POLICY_ADAPTER, CRITIC_ADAPTER = "default", "critic"  # peft adapter names: the policy's and the LoRA critic's
+# peft adapter names: the policy's, the LoRA critic's, and the self-distillation teacher's (an EMA of the policy's)
+POLICY_ADAPTER, CRITIC_ADAPTER, TEACHER_ADAPTER = "default", "critic", "teacher"
 
 
 def disable_dropout(model: nn.Module) -> None:
@@ -123,7 +124,8 @@ class ActorCritic(nn.Module):
         """The base causal LM with the LoRA layers injected (what ``policy.generate`` runs)."""
         return self.policy.get_base_model()
 
-    def _logits_head(self):
+    def logits_head(self):
+        """Hidden states (N, d) to logits (N, V): the LM head, and a final soft cap where the model has one."""
         lm = self.causal_lm
         head, cap = lm.get_output_embeddings(), getattr(lm.config.get_text_config(), "final_logit_softcapping", None)
         if not cap:
@@ -149,11 +151,9 @@ class ActorCritic(nn.Module):
         input_ids = torch.cat([query_ids, response_ids], dim=1)
         attn = torch.cat([query_mask.long(), response_mask.long()], dim=1)
         lq = query_ids.shape[1]
-        adapter = self.policy.disable_adapter() if reference else contextlib.nullcontext()
-        flags = adapter_flags_kept(self.policy) if reference and self.value.adapter else contextlib.nullcontext()
-        with flags, adapter:
+        with self._adapter(reference):
             hidden = self._decoder_hidden(input_ids, attn)[:, lq - 1 : -1]  # (B, T, d)
-            head = self._logits_head()
+            head = self.logits_head()
             if with_entropy:
                 logprobs, *extra = selective_logprobs_and_entropy(
                     hidden, head, response_ids, sampling, self.chunk_tokens
@@ -169,6 +169,29 @@ class ActorCritic(nn.Module):
             with active_adapter(self.policy, self.value.adapter):
                 hidden = self._decoder_hidden(input_ids, attn)[:, lq - 1 : -1]
         return (logprobs, self.value(hidden), *extra)
+
+    def response_hidden(
+        self,
+        query_ids: Tensor,
+        query_mask: Tensor,
+        response_ids: Tensor,
+        response_mask: Tensor,
+        reference: bool = False,
+    ) -> Tensor:  # (B, Lq), (B, Lq), (B, T), (B, T) -> (B, T, d)
+        """The last hidden states before each response token, the policy's (its active adapter) or the reference's."""
+        input_ids = torch.cat([query_ids, response_ids], dim=1)
+        attn = torch.cat([query_mask.long(), response_mask.long()], dim=1)
+        with self._adapter(reference):
+            return self._decoder_hidden(input_ids, attn)[:, query_ids.shape[1] - 1 : -1]
+
+    @contextlib.contextmanager
+    def _adapter(self, reference: bool):
+        """The reference (every adapter off, their trainable flags kept) or the policy as it is."""
+        if not reference:
+            yield
+            return
+        with adapter_flags_kept(self.policy), self.policy.disable_adapter():
+            yield
 
     def _decoder_hidden(self, input_ids: Tensor, attn: Tensor) -> Tensor:  # (B, L) -> (B, L, d)
         """The last hidden states of the policy's decoder stack (the LM without its head), with the active adapter."""
@@ -203,19 +226,20 @@ class PolicyBundle:
         policy_params = [p for n, p in mine if not _is_critic_adapter(n)]
         return policy_params, critic + [p for p in self.value.parameters() if p.requires_grad]
 
-    def critic_adapter_state(self) -> dict | None:
-        """A LoRA critic's adapter weights (for a checkpoint; None for the other critics)."""
-        if self.value.adapter is None:
+    def adapter_state(self, name: str) -> dict | None:
+        """The weights of adapter ``name`` beside the policy's (a LoRA critic's, an EMA teacher's), for a
+        checkpoint; None when the run has none."""
+        if name not in self.policy.peft_config:
             return None
         from peft import get_peft_model_state_dict
 
-        return get_peft_model_state_dict(self.policy, adapter_name=self.value.adapter)
+        return get_peft_model_state_dict(self.policy, adapter_name=name)
 
-    def load_critic_adapter_state(self, state: dict | None) -> None:
-        if self.value.adapter is not None:
+    def load_adapter_state(self, name: str, state: dict | None) -> None:
+        if name in self.policy.peft_config and state is not None:
             from peft import set_peft_model_state_dict
 
-            set_peft_model_state_dict(self.policy, state, adapter_name=self.value.adapter)
+            set_peft_model_state_dict(self.policy, state, adapter_name=name)
 
     def save_policy_adapter(self, folder: Path) -> None:
         """The policy's adapter alone, in peft's format (a LoRA critic's adapter stays out)."""
@@ -224,6 +248,20 @@ class PolicyBundle:
 
 def _is_critic_adapter(name: str) -> bool:
     return f".{CRITIC_ADAPTER}." in name
+
+
+def adapter_pairs(policy: nn.Module, source: str, target: str) -> list[tuple[Tensor, Tensor]]:
+    """(target weight, source weight) of every LoRA matrix that adapters ``source`` and ``target`` both have."""
+    params = dict(policy.named_parameters())
+    pairs = ((n.replace(f".{source}.", f".{target}."), p) for n, p in params.items() if f".{source}." in n)
+    return [(params[t], p) for t, p in pairs if t in params]
+
+
+@torch.no_grad()
+def ema_adapter(policy: nn.Module, rate: float) -> None:
+    """The teacher adapter moved ``rate`` of the way towards the policy's, matrix by matrix (A and B apart)."""
+    for teacher, weight in adapter_pairs(policy, POLICY_ADAPTER, TEACHER_ADAPTER):
+        teacher.lerp_(weight.to(teacher.dtype), rate)
 
 
 def load_policy(
@@ -236,9 +274,12 @@ def load_policy(
     device=None,
     chunk_tokens: int = 1024,
     gradient_checkpointing: bool = False,
+    teacher_adapter: bool = False,
 ) -> PolicyBundle:
     """Load the base (a folder or Hub id, in ``dtype``: the resolved ``models.dtype``; None: the ``auto`` rule), wrap
-    it with a fresh LoRA adapter, build the value model (a separate backbone in the same ``dtype``)."""
+    it with a fresh LoRA adapter, build the value model (a separate backbone in the same ``dtype``); with
+    ``teacher_adapter`` also a frozen copy of the policy's adapter, ``teacher`` (the EMA teacher: :func:`ema_adapter`).
+    """
     from peft import LoraConfig, get_peft_model
 
     from t2g_core.models.loading import describe, load_causal_lm, load_tokenizer, split_revision, weights_dtype
@@ -274,6 +315,12 @@ def load_policy(
         for n, p in policy.named_parameters():
             if _is_critic_adapter(n):
                 p.requires_grad_(True)
+        disable_dropout(policy)
+    if teacher_adapter:  # added frozen and inactive; starts as the policy's adapter, so as the reference (B = 0)
+        policy.add_adapter(TEACHER_ADAPTER, lora_config())
+        with torch.no_grad():
+            for teacher, weight in adapter_pairs(policy, POLICY_ADAPTER, TEACHER_ADAPTER):
+                teacher.copy_(weight)
         disable_dropout(policy)
     value = ValueModel(hidden, backbone, adapter).to(base.device)
     value.head.float()

@@ -65,8 +65,11 @@ def place_task_rewards(scored: list[ScoredResponse], ro: Rollout, cfg: PPOConfig
     ``degenerate_reward`` alone (the order in :mod:`t2g_core.rl.rewards`). Where rewards are placed on tokens (span,
     dense), an omission the critic gave no place (or every omission, ``omission_placement=end``) joins the terminal
     instead, so every estimator credits it to the whole response (on the last token a span estimator would give it
-    only to the tokens after the last span).
+    only to the tokens after the last span). With ``self_distillation.mode: replace`` the labels, omissions and
+    verdict weigh 0: failed, EOS-less and degenerate responses keep their fallback rewards.
     """
+    if cfg.self_distillation.mode == "replace":
+        cfg = cfg.model_copy(update={"span_coef": 0.0, "outcome_coef": 0.0})
     mask = ro.response_mask
     fbs = [s.feedback for s in scored]
     labels = labels_tensor(scored, tuple(mask.shape))

@@ -4,13 +4,14 @@ Per response token t (mask m_t true up to and including EOS):
 
     d_t = delta_t + o_t                                     span (or word) labels plus omission labels
     r_t = m_t (s_t - beta KL_t) + [t = last] terminal      s_t = d_t placed by the reward mode (t2g_core.rl.rewards)
+          (+ w g_t: self-distillation, a teacher that read the rollout's critique, t2g_core.rl.distillation; off)
     A, R = estimator(r, V, s)  (gae by default);  A <- whiten(A) over valid tokens of the *global* batch
     actor:  L_clip(pi)          critic: vf_coef * L_clip(V)    token means over each global minibatch
 
-One module per part of the step: :mod:`.rollout` (1), :mod:`.rewards` (2, 3), :mod:`.experience` (4-6),
-:mod:`.update` (7, with the KL early stop) and :mod:`.optimizer` (each model's AdamW, clip, schedule and revert);
-this module holds the loop: the models, the step in order, metrics, checkpoints, evaluation and the step hook
-(:mod:`.hooks`).
+One module per part of the step: :mod:`.rollout` (1), :mod:`.rewards` (2, 3), :mod:`.distillation` (the teacher's
+pass, between 3 and 4, when self-distillation is on), :mod:`.experience` (4-6), :mod:`.update` (7, with the KL early
+stop) and :mod:`.optimizer` (each model's AdamW, clip, schedule and revert); this module holds the loop: the models,
+the step in order, metrics, checkpoints, evaluation and the step hook (:mod:`.hooks`).
 
 Actor and critic have their own optimizer, gradient clip and learning-rate schedule; the first
 ``critic_warmup_steps`` steps train the critic alone; critic-free estimators (rloo, grpo) train no critic and draw
@@ -42,6 +43,7 @@ from torch import Tensor
 from t2g_core.config.align import AlignConfig
 from t2g_core.config.ppo import WORD_LABEL_MODES, PPOConfig
 from t2g_core.ppo import checkpoint as ckpt
+from t2g_core.ppo.distillation import Teacher, distillation_rewards
 from t2g_core.ppo.distributed import Runtime, barrier, global_sum, shared_token, to_device
 from t2g_core.ppo.experience import (
     Experience,
@@ -54,7 +56,7 @@ from t2g_core.ppo.failures import check_reward_source
 from t2g_core.ppo.generation import make_backend, stream_seed
 from t2g_core.ppo.hooks import Batch, Decision, Decoded, StepHook, View
 from t2g_core.ppo.metrics import StepTimer, TaskMetric, critic_metrics, progress_metrics, step_metrics, task_metrics
-from t2g_core.ppo.models import load_policy
+from t2g_core.ppo.models import CRITIC_ADAPTER, TEACHER_ADAPTER, load_policy
 from t2g_core.ppo.optimizer import Optimizer, lr_factor
 from t2g_core.ppo.report import rollout_records, write_heatmap, write_rollouts
 from t2g_core.ppo.rewards import critique, decode, labels_tensor, place_task_rewards, score
@@ -123,7 +125,9 @@ class PPOTrainer:
             device=self.runtime.device,
             chunk_tokens=cfg.logprob_chunk_tokens,
             gradient_checkpointing=cfg.gradient_checkpointing,
+            teacher_adapter=cfg.self_distillation.on and cfg.self_distillation.teacher == "ema",
         )
+        self.teacher = Teacher(cfg, self.bundle.tokenizer) if cfg.self_distillation.on else None
         if not uses_critic(cfg):
             self.bundle.value.requires_grad_(False)  # critic-free: nothing trains the value head
         policy_params, value_params = self.bundle.trainable_parameters()
@@ -201,12 +205,17 @@ class PPOTrainer:
                 first = first_forward(self.runtime, self.model, ro, cfg, step)
         with timer.phase("forward"), self.runtime.gathered(self.model) as model:  # what 4. and 5. read
             old_logprobs, ref_logprobs, values, entropy = old_ref_values(model, ro, cfg, self.runtime.device, first)
+        teaching = None
+        if self.teacher is not None:  # the teacher reads each rollout's critique (self-distillation)
+            with timer.phase("teacher"), self.runtime.gathered(self.model, writeback=True) as model:
+                teaching = self.teacher.read(model, ro, scored, old_logprobs, self.runtime.device)
         with timer.phase("rewards"):
             task, terminal, labels = place_task_rewards(scored, ro, cfg)  # 3b. place span (and omission) rewards
             kl = per_token_kl(old_logprobs, ref_logprobs, ro.response_mask, cfg.kl_estimator)  # 4. KL
             rewards = assemble_rewards(task, kl, ro.response_mask, self.kl_ctl.value, terminal)
+            rewards, own, sd_metrics = distillation_rewards(teaching, rewards, labels, ro.response_mask)
             advantages, returns = advantages_and_returns(  # 5. advantages (GAE or another estimator), 6. whiten
-                rewards, values, ro.response_mask, task, terminal, ro.group, cfg
+                rewards, values, ro.response_mask, task, terminal, ro.group, cfg, own
             )
         with timer.phase("update"):  # 7. update
             exp = Experience(old_logprobs, values, advantages, returns)
@@ -214,7 +223,7 @@ class PPOTrainer:
         metrics |= step_metrics(ro, scored, labels, kl, rewards)
         metrics |= task_metrics(self.task_metric, ro.rows, [s.text for s in scored], "task/")
         metrics |= critic_metrics(ro, entropy, values, returns, critic=uses_critic(cfg))
-        metrics |= timer.metrics() | {"kl/beta": self.kl_ctl.value}
+        metrics |= timer.metrics() | sd_metrics | {"kl/beta": self.kl_ctl.value}
         self.kl_ctl.update(metrics["kl/mean"], cfg.batch_size)  # 8. adapt beta
         if step % cfg.log_every == 0 or step == cfg.steps - 1:
             self.record(step, ro, scored, task, terminal, kl, rewards, read)
@@ -243,7 +252,8 @@ class PPOTrainer:
         state = {
             "step": self.next_step,
             "value": self.bundle.value.state_dict(),
-            "critic_adapter": self.bundle.critic_adapter_state(),
+            "critic_adapter": self.bundle.adapter_state(CRITIC_ADAPTER),
+            "teacher_adapter": self.bundle.adapter_state(TEACHER_ADAPTER),
             "actor_optimizer": actor_state,
             "critic_optimizer": critic_state,
             "kl": self.kl_ctl.state_dict(),
@@ -279,7 +289,8 @@ class PPOTrainer:
         with self.runtime.gathered(self.model, writeback=True):
             state = ckpt.load_checkpoint(path, policy=self.bundle.policy, rank=self.rank)
             self.bundle.value.load_state_dict(state["value"])
-            self.bundle.load_critic_adapter_state(state.get("critic_adapter"))
+            for name in (CRITIC_ADAPTER, TEACHER_ADAPTER):
+                self.bundle.load_adapter_state(name, state.get(f"{name}_adapter"))
         self.actor.load_state_dict(self.runtime, self.model, state["actor_optimizer"])
         if self.critic is not None:
             self.critic.load_state_dict(self.runtime, self.model, state["critic_optimizer"])

@@ -26,6 +26,7 @@ def test_every_benchmark_is_covered():
         "bench_ppo_sample_efficiency.py",
         "bench_vs_trl.py",
         "bench_kl_stop.py",
+        "bench_self_distillation.py",
     } <= set(SCRIPTS)
 
 

@@ -1,0 +1,176 @@
+"""Self-distillation credit in a PPO step (``ppo.self_distillation``; the math, and why the top-k credit is a reward
+and an own-token term, in :mod:`t2g_core.rl.distillation`): each rollout's critique, the teacher's prompt, the
+teacher pass, the credit as rewards, and the EMA teacher.
+
+**The critique** of a rollout is that of the feedback the step scores it with, after the step hook's relabelling: the
+oracle critic's text, the generative reward model's, an endpoint's, the annotator's on the rollouts the critique loop
+audited; the span tagger writes none and its feedback carries one rendered from its spans (``critique_from_spans``),
+and so does any feedback with spans but no text here. A rollout whose critique failed gets no credit. No rollout is
+annotated for self-distillation alone: the critique is the one the reward already paid for.
+
+**The teacher's prompt** is the policy's own chat messages (:func:`t2g_core.policy_prompts.policy_messages`) with
+``template`` appended to the user turn, ``{critique}`` replaced by the critique (at most ``MAX_CRITIQUE_CHARS``),
+rendered with the tokenizer's chat template; the response is the rollout's sampled ids, unchanged.
+
+**The teacher** (``teacher``): ``policy`` is the rollout policy itself, ``reference`` the base with the adapter
+disabled, ``ema`` a third LoRA adapter (``teacher``, frozen, never in an optimizer) moved after every step towards the
+policy's, matrix by matrix: a rank-r copy of the adapter, no second copy of the base. Its A and B are averaged apart,
+so its update B_T A_T is not the average of the policy's B A (the same as TRL's LoRA EMA); it starts as the policy's
+adapter, that is as the reference. Every teacher pass runs without gradients.
+
+**The student never sees the critique**: the rollout, its old log-probs, the reference's and the KL all come from the
+rollout's own prompt ids before this pass and apart from it; the credit only joins the rewards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from t2g_core.config.ppo import PPOConfig
+from t2g_core.config.self_distillation import CRITIQUE, SelfDistillation
+from t2g_core.policy_prompts import policy_messages
+from t2g_core.ppo.distributed import global_sum, to_device
+from t2g_core.ppo.models import TEACHER_ADAPTER, active_adapter, ema_adapter, forward_in_micro_batches
+from t2g_core.ppo.rollout import Rollout
+from t2g_core.ppo.scoring import ScoredResponse
+from t2g_core.reward_model.tagger import critique_from_spans
+from t2g_core.rl.distillation import credit_parts, judged_credit, sampled_credit, topk_credit
+from t2g_core.spans import NEGATIVE, POSITIVE, ParsedFeedback
+
+MAX_CRITIQUE_CHARS = 2000  # a longer critique is cut: no reward source can grow the teacher's prompt without bound
+
+
+def critique_text(text: str, fb: ParsedFeedback) -> str | None:
+    """The critique the teacher reads for response ``text``: the feedback's own, else one rendered from its spans and
+    missing items, else None (a failed critique, or one that says nothing)."""
+    if not fb.ok:
+        return None
+    if fb.critique and fb.critique.strip():
+        return fb.critique.strip()[:MAX_CRITIQUE_CHARS]
+    spans = list(fb.located) or [
+        (at, at + len(q), label)
+        for label, quotes in ((POSITIVE, fb.good_spans), (NEGATIVE, fb.poor_spans))
+        for q in quotes
+        if q and (at := text.find(q)) >= 0
+    ]
+    if not spans and not fb.missing:
+        return None
+    return critique_from_spans(text, sorted(spans), fb.missing)[:MAX_CRITIQUE_CHARS]
+
+
+def teacher_prompt(tokenizer, row: dict, critique: str, template: str) -> str:
+    """The policy's prompt for ``row`` with ``template`` (the critique in it) appended to its user turn, rendered
+    with the chat template and ending with the assistant's generation prompt (tokenize without special tokens)."""
+    messages = policy_messages(row["task"], row["prompt"])
+    last = messages[-1]
+    messages[-1] = {**last, "content": last["content"] + template.replace(CRITIQUE, critique)}
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+@dataclass
+class Teaching:
+    """What the teacher said of one step's rollouts, (B, T) on the CPU: l_t(y_t) and, with top-k credit, KL_t."""
+
+    ratio: Tensor
+    kl: Tensor | None
+    critiqued: Tensor  # (B,) bool: the rollouts that had a critique (the others get no credit)
+    cfg: SelfDistillation
+
+
+class Teacher:
+    """The teacher of one PPO run: reads each rollout's critique (:meth:`read`)."""
+
+    def __init__(self, cfg: PPOConfig, tokenizer):
+        self.cfg, self.sd, self.tok = cfg, cfg.self_distillation, tokenizer
+
+    def context(self, model):
+        """The teacher's adapter (EMA), or the model as it is (policy; the reference disables the adapter)."""
+        return active_adapter(model.policy, TEACHER_ADAPTER) if self.sd.teacher == "ema" else contextlib.nullcontext()
+
+    @torch.no_grad()
+    def read(self, model, ro: Rollout, scored: list[ScoredResponse], logprobs: Tensor, device) -> Teaching:
+        """The teacher pass over the rollouts that have a critique (``logprobs``: the student's old log-probs); an
+        EMA teacher first moves ``ema_rate`` of the way towards the policy, which the last update left (at step 0
+        it is the policy's copy: the same), so after step s it averages the policies of steps 0..s. ``model``: the
+        plain module, its weights gathered and kept (FSDP)."""
+        if self.sd.teacher == "ema":
+            ema_adapter(model.policy, self.sd.ema_rate)
+        critiques = [critique_text(s.text, s.feedback) for s in scored]
+        rows = [b for b, c in enumerate(critiques) if c]
+        critiqued = torch.tensor([c is not None for c in critiques], dtype=torch.bool)
+        ratio, kl = torch.zeros_like(logprobs), (torch.zeros_like(logprobs) if self.sd.top_k else None)
+        if not rows:
+            return Teaching(ratio, kl, critiqued, self.sd)
+        idx = torch.tensor(rows)
+        texts = [teacher_prompt(self.tok, ro.rows[b], critiques[b], self.sd.template) for b in rows]
+        enc = self.tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
+        teacher_query = (enc["input_ids"], enc["attention_mask"].bool())
+        response = (ro.response_ids[idx], ro.response_mask[idx])
+        if not self.sd.top_k:
+            with self.context(model):
+                teacher, _ = forward_in_micro_batches(
+                    model,
+                    *to_device(device, *teacher_query, *response),
+                    self.cfg.sampling,
+                    micro_batch_size=self.cfg.micro_batch_size,
+                    reference=self.sd.teacher == "reference",
+                    with_values=False,
+                )
+            ratio[idx] = sampled_credit(teacher.cpu().float(), logprobs[idx], response[1])
+            return Teaching(ratio, kl, critiqued, self.sd)
+        student_query = (ro.query_ids[idx], ro.query_mask[idx])
+        ratio[idx], kl[idx] = self._topk(model, student_query, teacher_query, response, device)
+        return Teaching(ratio, kl, critiqued, self.sd)
+
+    def _topk(self, model, student_query, teacher_query, response, device) -> tuple[Tensor, Tensor]:
+        """l_t(y_t) and KL_t on the student's top-k support, ``micro_batch_size`` rows and ``logprob_chunk_tokens``
+        positions at a time (one chunk of each model's logits exists at once)."""
+        n, size = response[0].shape[0], self.cfg.micro_batch_size or response[0].shape[0]
+        own, kl = [], []
+        for i in range(0, n, size):
+            rows = slice(i, i + size)
+            ids, mask = to_device(device, *(t[rows] for t in response))
+            student = model.response_hidden(*to_device(device, *(t[rows] for t in student_query)), ids, mask)
+            with self.context(model):
+                teacher = model.response_hidden(
+                    *to_device(device, *(t[rows] for t in teacher_query)), ids, mask, self.sd.teacher == "reference"
+                )
+            flat = [h.reshape(-1, h.shape[-1]) for h in (student, teacher)]
+            head, chunk, parts = model.logits_head(), self.cfg.logprob_chunk_tokens, []
+            for j in range(0, flat[0].shape[0], chunk):
+                args = (head(flat[0][j : j + chunk]), head(flat[1][j : j + chunk]), ids.reshape(-1)[j : j + chunk])
+                parts.append(topk_credit(*args, self.sd.top_k, self.cfg.sampling.temperature))
+            m = mask.float()
+            own.append((torch.cat([p[0] for p in parts]).reshape(ids.shape) * m).cpu())
+            kl.append((torch.cat([p[1] for p in parts]).reshape(ids.shape) * m).cpu())
+        return torch.cat(own), torch.cat(kl)
+
+
+def distillation_rewards(
+    teaching: Teaching | None, rewards: Tensor, labels: Tensor, mask: Tensor
+) -> tuple[Tensor, Tensor | None, dict[str, float]]:  # (B, T) x3 -> rewards (B, T), own (B, T) or None, metrics
+    """r_t + w * (the judged credit's reward part), and w * its own-token part (added to token t's advantage); the
+    metrics: the raw log-ratio and the credit per token, the share of rollouts critiqued, of tokens the judge moved."""
+    if teaching is None:
+        return rewards, None, {}
+    sd, m = teaching.cfg, mask.float()
+    judged = judged_credit(teaching.ratio, labels, mask, sd.clip, sd.judge)
+    reward, own = credit_parts(judged, teaching.kl, mask, sd.clip, sd.placement)
+    moved = ((judged - teaching.ratio).abs() > 1e-9).float() * m
+    n, tokens, ratio, credit, critiqued, changed = global_sum(
+        [
+            float(len(m)),
+            float(m.sum()),
+            float((teaching.ratio * m).sum()),
+            float(((reward + own) * m).sum()) * sd.weight,
+            float(teaching.critiqued.sum()),
+            float(moved.sum()),
+        ]
+    )
+    tokens = max(tokens, 1.0)
+    metrics = {"sd/ratio": ratio / tokens, "sd/credit": credit / tokens, "sd/critiqued": critiqued / max(n, 1.0)}
+    return rewards + sd.weight * reward, sd.weight * own, metrics | {"sd/judged": changed / tokens}
