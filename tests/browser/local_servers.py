@@ -69,7 +69,8 @@ def mlflow_server(db: Path) -> Iterator[str]:
     port = free_port()
     env = {**os.environ, **QUIET}
     command = [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{db}", "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--default-artifact-root", (db.parent / "artifacts").as_uri()]
-    command += ["--workers", "1"]  # as deployments/up.sh: the default, four, imports mlflow four times on start-up
+    # as deployments/up.sh: the server keeps the artifacts (mlflow-artifacts:, what a pinned experiment expects) and
+    # runs one worker (the default, four, imports mlflow four times on start-up)
+    command += ["--port", str(port), "--artifacts-destination", str(db.parent / "artifacts"), "--workers", "1"]
     with _process(command, env, f"http://127.0.0.1:{port}/health", db.parent / "mlflow.log"):
         yield f"http://127.0.0.1:{port}"

@@ -375,5 +375,9 @@ def _reannotation_continues_to_a_policy(api: httpx.Client, ws: Path, info: dict)
     second = client.get_model_version("text2grad-policy", "2")
     assert "feedback version 3 (30 rows, sha256 " in second.description
     exp = client.get_experiment_by_name("text2grad")
-    open_runs = client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")
+    deadline = time.monotonic() + 30  # the parent run is closed by the flow's on_completion hook, after Completed
+    while (open_runs := client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.5)
     assert [r.info.run_name for r in open_runs] == []
