@@ -22,7 +22,6 @@ VERDICTS = ("correct", "invented", "swapped", "missing")
 
 def fact_verdicts(response: str, facts: dict[str, str]) -> tuple[dict[str, str], int]:
     """Per slot ``correct`` / ``invented`` / ``swapped`` / ``missing``, and the number of repeated clauses."""
-
     score = summary_errors(response, facts)
     values = {v.strip().casefold() for v in facts.values()}
     out = {}

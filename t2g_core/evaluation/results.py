@@ -238,7 +238,6 @@ def evaluate_policies(
     ``reward_scorer`` (a reward model's scorer) adds ``rm_reward`` and ``rm_poor_spans`` to every response
     (:mod:`t2g_core.evaluation.reward`): both measure the policies without references.
     """
-
     if not policies:
         raise ValueError("evaluate_policies: give at least one policy")
     generator = generator or (lambda ref, t, p, c: generate_samples(ref, t, p, c, device=device, dtype=dtype))

@@ -28,7 +28,6 @@ REWARD_METRICS = ("rm_reward", "rm_poor_spans")
 def span_reward(response: str, feedback: Any) -> dict[str, float]:
     """``rm_reward`` and ``rm_poor_spans`` of one response from the reward model's ParsedFeedback (its spans located
     in the response; spans it quotes that are not there do not count)."""
-
     if not feedback.ok:
         return dict.fromkeys(REWARD_METRICS, float("nan"))
     located = [s for s in align_feedback(response, feedback) if s.start is not None]

@@ -96,7 +96,6 @@ class PathSink:
 def write_file(df: pd.DataFrame, path: Path, schema: str, extra: Mapping[str, Any] | None = None) -> ArtifactRef:
     """``df`` as one file (Parquet validated and written atomically; JSONL or CSV after validation), plus each
     mapping in ``extra`` beside it as ``<stem>.<name>.json`` (``spans.metrics.json``, ``annotations.stats.json``)."""
-
     if path.suffix == ".parquet":
         write_parquet(df, path, schema)
     else:
@@ -187,7 +186,6 @@ def first_process() -> bool:
 
 def one_writer(folder: Path, owner: str):
     """The one-writer lock of ``folder`` (``t2g_core.locks``), held by the first process of a distributed launch."""
-
     return folder_lock(folder, owner) if first_process() else contextlib.nullcontext()
 
 

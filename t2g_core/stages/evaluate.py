@@ -120,7 +120,6 @@ def _evaluate(
 
 def reusable_results(out: Path, ctx: StageContext):
     """The complete results an earlier run left in ``out``, or None; broken ones are recomputed, with a log line."""
-
     if not (out / "summary.json").exists() and not (out / "items.parquet").exists():
         return None
     try:
