@@ -1,10 +1,9 @@
 """Load feedback from Parquet, JSONL, CSV or a Hugging Face ``datasets`` folder, validated like any artifact, and
 split it into the pipeline's training and held-out prompts (:func:`split_prompts`).
 
-Every problem is one :class:`SchemaError` naming the file, the row and the column; a JSONL line longer than
-:data:`MAX_LINE_BYTES` is one naming the line, read no further than that. Text that is not valid Unicode
-(a lone surrogate, which only JSON's ``\\ud800`` escapes can carry) is refused, not cleaned: the feedback is the
-data every later stage and its cache key trust, so it is fixed at its source, where the error points.
+Every problem is one :class:`SchemaError` naming the file, row and column; a JSONL line over :data:`MAX_LINE_BYTES`
+is read no further. Text that is not valid Unicode (a lone surrogate) is refused, not cleaned: every later stage and
+cache key trusts the feedback, so it is fixed at its source.
 """
 
 from __future__ import annotations

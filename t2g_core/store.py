@@ -1,14 +1,10 @@
 """Immutable, key-addressed Parquet artifacts with atomic writes.
 
-Layout: ``<root>/<stage>/<key>/`` holding ``data.parquet`` (plus any extra files a stage adds) and
-``manifest.json``, which is written last: a folder without a manifest is not an artifact. A folder is
-written under a temporary name and renamed into place, so a crash never leaves a readable partial artifact.
-The key hashes the stage name, its config and the content hashes of its inputs (never a run id), so a
-re-run with the same inputs finds its output already complete. An artifact's content hash leaves out the columns
-its schema declares volatile (timings such as ``latency_s``): a run that only took longer is the same input to the
-next stage (``ArtifactRef.content_sha256``; without volatile columns it is the data file's hash). What a later run
-reuses is checked first (:meth:`ArtifactRef.problem`, :func:`read_json`): a folder whose manifest or data is missing
-or broken is not complete, and is written again rather than reused.
+Layout: ``<root>/<stage>/<key>/`` holding ``data.parquet`` (and any extra files) and ``manifest.json``, written last:
+a folder without a manifest is not an artifact. A folder is written under a temporary name and renamed into place.
+The key hashes the stage, its config and its inputs' content hashes (never a run id). The content hash leaves out the
+columns the schema declares volatile (timings), so a run that only took longer is the same input downstream. What a
+later run reuses is checked first (:meth:`ArtifactRef.problem`, :func:`read_json`); a broken one is written again.
 """
 
 from __future__ import annotations

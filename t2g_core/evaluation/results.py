@@ -1,11 +1,9 @@
 """Evaluate policies on the same held-out prompts, aggregate per item, compare each with a baseline.
 
-Results are a folder: ``items.parquet`` (one row per policy, item and sample: policy, id, sample, prompt, response,
-status, error and one column per metric) and ``summary.json`` (task, baseline, per-policy settings and means,
-paired-bootstrap comparisons against the baseline, judge win rates). The summary is always recomputable from the
-items, which is how ``t2g eval report`` merges several result folders. Both files are written atomically, the items
-first and the summary last (its presence says the results are complete); :meth:`EvalResults.load` checks both and
-names the file that is broken.
+Results are a folder: ``items.parquet`` (one row per policy, item and sample, one column per metric) and
+``summary.json`` (settings, means, paired-bootstrap comparisons, judge win rates), always recomputable from the items
+(how ``t2g eval report`` merges folders). The summary is written last, so its presence says the results are complete;
+:meth:`EvalResults.load` names the file that is broken.
 """
 
 from __future__ import annotations

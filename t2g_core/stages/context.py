@@ -1,12 +1,9 @@
 """What a stage function gets besides its inputs and settings: where to write, its key, how to report.
 
-The **stage key** hashes the stage's code (``t2g_core.codehash``), its settings and the fingerprints of its inputs.
-It names every output the stage writes (artifact folders, run folders, reports), so a change to any of the three
-writes new outputs instead of returning stale ones, and the same inputs find their finished outputs again. The
-Prefect cache key of the stage's task is the same hash, computed from the same parameters.
-
-Outputs go through a sink: :class:`KeyedSink` writes key-addressed folders in a workspace (the pipeline), while
-:class:`PathSink` writes where a command-line user asked (``-o FILE.parquet`` or a folder).
+The **stage key** hashes the stage's code (``t2g_core.codehash``), its settings and its inputs' fingerprints, and
+names every output, so a change to any of them writes new outputs and the same inputs find theirs again; the
+stage's Prefect cache key is the same hash. Outputs go through a sink: :class:`KeyedSink` (key-addressed folders in
+a workspace) or :class:`PathSink` (where a command-line user asked).
 """
 
 from __future__ import annotations

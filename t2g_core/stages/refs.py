@@ -1,11 +1,8 @@
 """Typed references between stages: what a stage returns and the next one takes.
 
-Each reference is small, frozen and JSON-serialisable (Prefect persists them as task results and passes them to
-deployments on other work pools), names where its output lives, and has a ``fingerprint()``: the content identity
-that goes into the cache key of the stages that consume it (never a path or a run id). ``run_id`` names the tracking
-run that produced the output, for lineage; it is not part of the fingerprint. ``problem()`` says why the files a
-reference names cannot be reused (missing, cut short, unreadable), so a cached reference is checked before a later
-run trusts it.
+Each reference is small, frozen, JSON-serialisable (Prefect persists and passes them), names where its output lives,
+and has a ``fingerprint()``: the content identity in its consumers' cache keys (never a path or a run id; ``run_id``
+is lineage only). ``problem()`` says why the files it names cannot be reused, so a cached reference is checked first.
 """
 
 from __future__ import annotations
