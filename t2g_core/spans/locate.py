@@ -5,6 +5,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -126,20 +127,16 @@ class _Response:
     """A response with its normalised form computed once, on first need."""
 
     text: str
-    _squeezed: tuple[str, Sequence[int]] | None = None
 
-    @property
+    @cached_property
     def squeezed(self) -> tuple[str, Sequence[int]]:
-        if self._squeezed is None:
-            self._squeezed = squeeze(self.text)
-        return self._squeezed
+        return squeeze(self.text)
 
 
 def _occurrences(haystack: str, needle: str) -> Iterable[int]:
-    pos = haystack.find(needle)
-    while pos >= 0:
+    pos = -1
+    while (pos := haystack.find(needle, pos + 1)) >= 0:
         yield pos
-        pos = haystack.find(needle, pos + 1)
 
 
 def _choose(candidates: list[tuple[int, int]], claimed: set[tuple[int, int]], response: str, context: str | None):

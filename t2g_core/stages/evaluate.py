@@ -6,6 +6,7 @@ policy before PPO (the baseline) against the PPO policy, on the prompts PPO held
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -147,8 +148,6 @@ def pipeline(
 def policy_reward_model(policy: PolicyRef) -> tuple[str, object] | None:
     """The reward model a PPO run scored with (its folder and config, from the run's ``run.json``), or None when it
     used another reward source or the folder is gone."""
-    import json
-
     spec_file = Path(policy.run_dir) / "run.json"
     if not spec_file.is_file():
         return None
@@ -158,7 +157,6 @@ def policy_reward_model(policy: PolicyRef) -> tuple[str, object] | None:
         return None
     if not Path(path).exists():
         return None
-
     return str(path), RewardModelConfig.model_validate(config.get("reward_model") or {})
 
 
