@@ -21,6 +21,7 @@ from t2g_core.config.data import HoldoutConfig
 from t2g_core.schemas import FEEDBACK, NOT_UNICODE, SchemaError, surrogate_in, validate_frame
 
 OPTIONAL = ("critique", "reference", "tests", "entry_point", "meta")
+FORMATS = ".parquet, .jsonl, .csv or a datasets folder"
 MAX_LINE_BYTES = 16 << 20  # one JSONL row, its newline included (a 1 GB line took 3.24 GB to refuse)
 
 
@@ -169,9 +170,7 @@ def load_feedback(path: str | Path) -> pd.DataFrame:
     elif suffix == ".csv":
         df = _read_csv(p)
     else:
-        raise SchemaError(
-            str(p), f"unsupported feedback format {suffix!r}: use .parquet, .jsonl, .csv or a datasets folder"
-        )
+        raise SchemaError(str(p), f"unsupported feedback format {suffix!r}: use {FORMATS}")
     return validate_frame(_normalise(df, str(p)), FEEDBACK, str(p))
 
 
@@ -227,9 +226,7 @@ def _pieces(p: Path, rows: int) -> Iterator[pd.DataFrame]:
         with _csv_errors(p):
             yield from pd.read_csv(p, chunksize=rows, **_CSV_OPTIONS)
     else:
-        raise SchemaError(
-            str(p), f"unsupported feedback format {suffix!r}: use .parquet, .jsonl, .csv or a datasets folder"
-        )
+        raise SchemaError(str(p), f"unsupported feedback format {suffix!r}: use {FORMATS}")
 
 
 def responses_frame(entries: Iterable[tuple[dict, str, str, object]], where: str) -> pd.DataFrame:

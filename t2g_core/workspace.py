@@ -51,20 +51,8 @@ class Workspace:
         return self.root / "inbox"
 
     @property
-    def prefect_home(self) -> Path:
-        return self.root / "prefect"
-
-    @property
     def mlflow_db(self) -> Path:
         return self.root / "mlflow.db"
-
-    @property
-    def mlflow_uri(self) -> str:
-        return f"sqlite:///{self.mlflow_db}"
-
-    @property
-    def mlflow_artifacts(self) -> Path:
-        return self.root / "mlartifacts"
 
     @property
     def store(self) -> ArtifactStore:
