@@ -190,9 +190,8 @@ def _editing(ledger: Path) -> Iterator[dict[str, str]]:
 
 def _take_over(drop: Path, state: Path, max_bytes: int, warn: Callable[[str], None]) -> None:
     """Copy an earlier version's ``.seen.json``, ``.processed.json`` and ``.landed/`` from the drop folder into
-    ``state``. Anyone who may drop a file may have put something else under those names, so only this user's own
-    regular files are read, the folder opened without following a symlink; what is refused stays and ``warn`` hears
-    why. The old names are never read again."""
+    ``state``: only this user's own regular files, the folder opened without following a symlink (anyone who may drop a
+    file may have planted those names); what is refused stays and ``warn`` hears why."""
     for name in (SEEN_FILE, PROCESSED_FILE):
         try:
             entries = _read_ledger(drop / f".{name}")

@@ -60,12 +60,9 @@ class Workspace:
 
 
 def relocated(value: Any, root: str | Path) -> Any:
-    """``value`` (a stage reference, or dicts and lists of them) with the paths it names under a workspace folder that
-    is gone rewritten under ``root``, where that workspace is now; ``value`` itself when nothing moved.
-
-    References are stored with absolute paths (cached results, the dataset pointer file); after the workspace folder
-    is moved, the old folder is the shallowest ancestor of a missing path whose remainder exists under ``root``.
-    """
+    """``value`` (a stage reference, or dicts and lists of them) with its paths under a moved workspace folder rewritten
+    under ``root``; ``value`` itself when nothing moved. The old folder is the shallowest ancestor of a missing path
+    whose remainder exists under ``root``."""
     root = Path(root).resolve()
     old = next((found for text in _strings(value) if (found := _old_root(Path(text), root)) is not None), None)
     return value if old is None else _rebased(value, old, root)

@@ -350,12 +350,9 @@ class LLMAnnotator:
     def annotate(
         self, rows: list[dict[str, Any]], refresh_ids: Iterable[str] = (), progress: bool = True
     ) -> list[dict[str, Any]]:
-        """Synchronous entry point; works whether or not an event loop is already running in this thread.
-
-        Every prompt is rendered before the first request, so a missing prompt file fails at once instead of after
-        part of the spend; an item that cannot be asked (a grounding item without a human critique) is its own
-        ``parse_error``, sent nowhere.
-        """
+        """Synchronous entry point, with or without a running event loop. Every prompt is rendered before the first
+        request (a missing prompt file fails before any spend); an item that cannot be asked is its own
+        ``parse_error``."""
         coro = self.annotate_async(rows, refresh_ids, progress)
         try:
             asyncio.get_running_loop()

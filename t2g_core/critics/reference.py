@@ -212,10 +212,8 @@ class ReferenceCritic:
 
     def _judge_pieces(self, pieces, expected, said, matched, keys, source, found, text) -> list[tuple[str, str]]:  # noqa: PLR0913
         """Poor spans for the response pieces of one non-matching block; returns the expected facts left unsaid.
-
-        ``said`` = content words read so far; ``matched`` = content words of every matching passage of the response,
-        so a value repeated *before* its matching mention ("named Gus Gus") is redundant too.
-        """
+        ``matched`` holds every matching passage's words, so a value repeated *before* its matching mention is
+        redundant."""
         for piece in pieces:
             core = _trim(piece)
             text_lows = [t.low for t in core if t.content]

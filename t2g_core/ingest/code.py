@@ -28,12 +28,8 @@ class _CallCandidate(ast.NodeTransformer):
 
 
 def _kodcode_check(test_source: str, entry: str) -> tuple[str, list[str]]:
-    """Pytest functions -> one ``check(candidate)``: their bodies inlined in order, ``entry(...)`` ->
-    ``candidate(...)``.
-
-    Inlined asserts let the code critic run and blame each case on its own. Tests that take pytest fixtures
-    (arguments) cannot run without pytest and are skipped; their names are returned.
-    """
+    """Pytest functions -> one ``check(candidate)``, bodies inlined in order with ``entry(...)`` -> ``candidate(...)``,
+    so the code critic blames each case on its own. Tests taking fixtures are skipped; their names are returned."""
     tree = _CallCandidate(entry).visit(ast.parse(test_source))
     body: list[str] = []
     skipped: list[str] = []

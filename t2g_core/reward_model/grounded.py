@@ -80,10 +80,8 @@ def _escape(esc: bytes) -> tuple[bool, bytes | None]:
 class Grounding:
     """The automaton for one response: ``step(state, byte)`` is the next state, or None when the byte is not allowed.
 
-    A quote may close only when the aligner can place it: whole characters, not blank, and with an occurrence left
-    that the answer's earlier quotes have not claimed (the aligner gives each quote its own occurrence). States from
-    which no closable quote can be reached are refused too (:meth:`viable`), so decoding never reaches a dead end.
-    """
+    A quote may close only where the aligner can place it (whole characters, not blank, an occurrence not claimed by an
+    earlier quote); states from which no closable quote is reachable are refused too (:meth:`viable`): no dead ends."""
 
     def __init__(self, response: str):
         self.text, self.response = response, response.encode("utf-8")

@@ -137,11 +137,8 @@ class Encoded:
 def encode_pair(
     tokenizer, prompt_text: str, response: str, max_prompt_tokens: int, max_response_tokens: int
 ) -> Encoded:
-    """Ids of the rendered prompt followed by the response (tokenized on its own, so its offsets index it).
-
-    Over budget, the prompt keeps its *last* ``max_prompt_tokens`` tokens (its end, with the assistant header, is what
-    the response follows) and the response its first ``max_response_tokens`` (later tokens are not scored).
-    """
+    """Ids of the rendered prompt followed by the response (tokenized on its own, so its offsets index it). Over
+    budget the prompt keeps its *last* tokens (the assistant header) and the response its first."""
     p_ids = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
     enc = tokenizer(response, add_special_tokens=False, return_offsets_mapping=True)
     r_ids, offsets = enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]]
@@ -300,10 +297,8 @@ def tagger_meta(path: str | Path) -> dict:
 def load_tagger(
     path: str | Path, *, device: str | None = None, dtype: torch.dtype | None = None, trainable: bool = False
 ):
-    """(SpanTagger, tokenizer) from a tagger folder, language model and heads in ``dtype`` (the resolved
-    ``models.dtype``; None: the ``auto`` rule for ``device``). For scoring (eval mode) a LoRA adapter is merged;
-    ``trainable`` keeps it a trainable adapter (and a full model's weights trainable) so training can continue, in
-    train mode, with the heads in float32."""
+    """(SpanTagger, tokenizer) from a tagger folder in ``dtype`` (None: the ``auto`` rule). For scoring a LoRA adapter
+    is merged; ``trainable`` keeps it (and a full model) trainable, in train mode, heads in float32."""
     from safetensors.torch import load_file
 
     path = Path(path)

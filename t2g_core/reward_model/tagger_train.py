@@ -267,12 +267,9 @@ def fit_tagger(
     dtype: torch.dtype | None = None,
     on_progress: Progress = no_progress,
 ):
-    """Train a tagger on (prompt text, response, located spans) examples into ``<out_dir>/tagger``; the base loads
-    in ``dtype`` (the resolved ``models.dtype``; None: the ``auto`` rule) and trains as loaded, the head in float32.
-
-    Checkpoints go to ``<out_dir>/checkpoints/step-N`` every ``save_steps``; a re-run resumes from the last one and
-    reproduces the uninterrupted run. Returns an :class:`~t2g_core.sft.RMTrainResult`.
-    """
+    """Train a tagger on (prompt text, response, located spans) examples into ``<out_dir>/tagger``, the base in
+    ``dtype`` (None: the ``auto`` rule), the heads in float32. Checkpoints every ``save_steps``; a re-run resumes and
+    reproduces the uninterrupted run. Returns an :class:`~t2g_core.sft.RMTrainResult`."""
     out_dir, ckpt_dir = Path(out_dir), Path(out_dir) / "checkpoints"
     done = finished_run(out_dir, cfg, folder="tagger") if resume else None
     if done is not None:
@@ -337,13 +334,10 @@ def refine_tagger(
     overlap: str = "poor_wins",
     dtype: torch.dtype | None = None,
 ) -> RefineResult:
-    """Continue training the tagger in ``tagger_dir`` on ``examples`` for ``steps`` optimizer steps (its LoRA adapter
-    and heads, or every weight of a fully fine-tuned one; ``cfg.batch_size`` examples a step at ``learning_rate``,
-    default ``cfg.learning_rate``) and write the result to ``out_dir`` as a tagger folder of the same layout.
-
-    The data order and LoRA dropout are keyed by ``seed`` alone, inside a forked random state: the caller's random
-    state is untouched (PPO's resume depends on it), and the same call gives the same weights.
-    """
+    """Continue training the tagger in ``tagger_dir`` on ``examples`` for ``steps`` optimizer steps (at
+    ``learning_rate``, default ``cfg.learning_rate``) and write it to ``out_dir`` as a tagger folder. Data order and
+    LoRA dropout are keyed by ``seed`` in a forked random state: the caller's is untouched (PPO's resume depends on
+    it)."""
     out_dir = Path(out_dir)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.perf_counter()

@@ -109,11 +109,8 @@ def train_rm(
     dtype: torch.dtype | None = None,
     on_progress: Progress = no_progress,
 ) -> RMTrainResult:
-    """Fine-tune a LoRA adapter on ``rm_df`` (rm_data rows), the base in ``dtype`` (the resolved ``models.dtype``;
-    None: the ``auto`` rule); resume from ``<out>/checkpoints`` if a run was killed.
-
-    With ``resume``, a finished run in ``out_dir`` with the same config is returned as is (nothing is retrained).
-    """
+    """Fine-tune on ``rm_df`` (rm_data rows), the base in ``dtype`` (None: the ``auto`` rule); resume from
+    ``<out>/checkpoints`` after a kill. With ``resume``, a finished run with the same config is returned as is."""
     out_dir = Path(out_dir)
     done = finished_run(out_dir, cfg) if resume else None
     if done is not None:

@@ -163,10 +163,9 @@ class StageContext:
 
     @contextlib.contextmanager
     def own_folder(self, area: str, *, fresh: bool = False) -> Iterator[Path]:
-        """``out.folder(area)`` (emptied first when ``fresh`` and the stage is forced) while this stage is its one
-        writer: a second run that reaches the same folder (the same key) fails at once with
-        :class:`~t2g_core.locks.Busy`, naming the run that holds it. The processes of one distributed launch are one
-        writer: the first holds the lock for all of them."""
+        """``out.folder(area)`` (emptied first when ``fresh`` and forced) while this stage is its one writer: a second
+        run of the same key fails at once with :class:`~t2g_core.locks.Busy`; a distributed launch's first process
+        holds it."""
         folder = self.out.folder(area)
         with one_writer(folder, self.run_id or f"{self.key} (command line)"):
             yield self.fresh_folder(area) if fresh else folder

@@ -63,10 +63,8 @@ def evaluate(
     device: str | None = None,
     reward_model: tuple[str, object] | None = None,
 ) -> EvaluationRef:
-    """Results (``items.parquet``, ``summary.json``) and the report (table, plots) in ``<reports/evaluate>/<key>``;
-    results already there are reused unless the stage is forced. Every policy loads in ``models.dtype``, resolved
-    once for ``device``. ``reward_model`` (its folder and its ``RewardModelConfig``) scores every response when
-    ``evaluate.reward_model_score`` (:mod:`t2g_core.evaluation.reward`)."""
+    """Results and report in ``<reports/evaluate>/<key>`` (reused unless forced), every policy in ``models.dtype``;
+    ``reward_model`` (folder, config) scores every response when ``evaluate.reward_model_score``."""
     frame = read(data, "feedback")
     if policies.held_out is not None:
         frame = frame[frame["id"].isin(set(policies.held_out))].reset_index(drop=True)
