@@ -141,12 +141,8 @@ class ModelsRef(Ref):
 
     @classmethod
     def of(cls, base: str | Path, policy: str | Path) -> ModelsRef:
-        return cls(
-            base=str(base),
-            policy=str(policy),
-            base_digest=model_digest(str(base)),
-            policy_digest=model_digest(str(policy)),
-        )
+        base, policy = str(base), str(policy)
+        return cls(base=base, policy=policy, base_digest=model_digest(base), policy_digest=model_digest(policy))
 
 
 class ReviewSampleRef(Ref):
@@ -242,9 +238,8 @@ class PolicyRef(Ref):
     metrics: dict[str, float] = {}
     version: str | None = None
     reward_model_version: str | None = None  # the registered reward model PPO started from
-    refreshed_reward_model_version: str | None = (
-        None  # the critique loop's last refresh, registered: PPO's last rewards
-    )
+    # the critique loop's last refresh, registered: PPO's last rewards
+    refreshed_reward_model_version: str | None = None
     # what PPO's reward came from: source (and reward-model kind), the reward model's held-out quality, the share of
     # a PPO step spent scoring, the share of the rollouts' quotes that matched no text
     reward: dict[str, float | str] = {}
