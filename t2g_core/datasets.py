@@ -1,13 +1,11 @@
 """The versions of the feedback and annotations datasets that the inbox extends, in one pointer file.
 
-``<workspace>/artifacts/DATASETS.json`` names the current version of both datasets: ``{"version": N, "feedback":
-ArtifactRef, "annotations": ArtifactRef, "annotations_cover": sha256}``, the first feedback version (``"first"``: what
-the tiny models are built from) and the number every version got (``"versions": {sha256: N}``: a version keeps its
-one name, :func:`dataset_name`, after the pointer moves on). Both references are replaced in one atomic
-write, under the file's one-writer lock (``t2g_core.locks``), so two writers never reuse a version number and the two
-references never disagree. The pipeline sets them when it creates the first version (:func:`record_first_versions`);
-re-annotation moves both (:func:`advance_versions`). (Workspaces of earlier versions kept two ``LATEST.json`` files;
-they are read when the pointer file is absent.)
+``<workspace>/artifacts/DATASETS.json``: ``{"version": N, "feedback": ArtifactRef, "annotations": ArtifactRef,
+"annotations_cover": sha256}``, the first feedback version (``"first"``) and the number every version got
+(``"versions": {sha256: N}``, so a version keeps its name, :func:`dataset_name`). Both references are replaced in one
+atomic write under the file's one-writer lock, so no version number is reused and the two never disagree. Set by
+:func:`record_first_versions`, moved by :func:`advance_versions`. (Older workspaces' two ``LATEST.json`` files are
+read when the pointer file is absent.)
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Load feedback from Parquet, JSONL, CSV or a Hugging Face ``datasets`` folder, validated like any artifact, and
 split it into the pipeline's training and held-out prompts (:func:`split_prompts`).
 
-Every problem is one :class:`SchemaError` naming the file, the row and the column; a JSONL line longer than
-:data:`MAX_LINE_BYTES` is one naming the line, read no further than that. Text that is not valid Unicode
-(a lone surrogate, which only JSON's ``\\ud800`` escapes can carry) is refused, not cleaned: the feedback is the
-data every later stage and its cache key trust, so it is fixed at its source, where the error points.
+Every problem is one :class:`SchemaError` naming the file, row and column; a JSONL line over :data:`MAX_LINE_BYTES`
+is read no further. Text that is not valid Unicode (a lone surrogate) is refused, not cleaned: every later stage and
+cache key trusts the feedback, so it is fixed at its source.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from t2g_core.config.data import HoldoutConfig
 from t2g_core.schemas import FEEDBACK, NOT_UNICODE, SchemaError, surrogate_in, validate_frame
 
 OPTIONAL = ("critique", "reference", "tests", "entry_point", "meta")
+FORMATS = ".parquet, .jsonl, .csv or a datasets folder"
 MAX_LINE_BYTES = 16 << 20  # one JSONL row, its newline included (a 1 GB line took 3.24 GB to refuse)
 
 
@@ -170,9 +170,7 @@ def load_feedback(path: str | Path) -> pd.DataFrame:
     elif suffix == ".csv":
         df = _read_csv(p)
     else:
-        raise SchemaError(
-            str(p), f"unsupported feedback format {suffix!r}: use .parquet, .jsonl, .csv or a datasets folder"
-        )
+        raise SchemaError(str(p), f"unsupported feedback format {suffix!r}: use {FORMATS}")
     return validate_frame(_normalise(df, str(p)), FEEDBACK, str(p))
 
 
@@ -228,9 +226,7 @@ def _pieces(p: Path, rows: int) -> Iterator[pd.DataFrame]:
         with _csv_errors(p):
             yield from pd.read_csv(p, chunksize=rows, **_CSV_OPTIONS)
     else:
-        raise SchemaError(
-            str(p), f"unsupported feedback format {suffix!r}: use .parquet, .jsonl, .csv or a datasets folder"
-        )
+        raise SchemaError(str(p), f"unsupported feedback format {suffix!r}: use {FORMATS}")
 
 
 def responses_frame(entries: Iterable[tuple[dict, str, str, object]], where: str) -> pd.DataFrame:

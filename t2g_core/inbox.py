@@ -1,21 +1,16 @@
 """The feedback inbox: files anyone may drop in, taken into the workspace once each, and the ledgers that say so.
 
-An inbox is written by others, so a name in it may be a symlink to a private file or to ``/dev/zero``, a FIFO that
-blocks whoever opens it, a device, or a file of any size. A local file is taken only when it is a regular file
-(checked with ``lstat`` before opening, opened with ``O_NOFOLLOW | O_NONBLOCK``, and checked again on the open
-descriptor, so it cannot be swapped in between: :func:`open_regular`), at most ``max_bytes`` long; it is copied in
-1 MiB chunks while hashing it (never the whole file in memory) into a hidden temporary, with the source's permission
-bits (a private 0600 file stays private; 0600 when the source has none, e.g. an object store), then renamed into place
-under its content hash. What is refused raises :class:`Refused` with the reason.
+An inbox is written by others, so a name in it may be a symlink, a FIFO, a device, or a file of any size. A local
+file is taken only when it is a regular file (``lstat`` before opening, ``O_NOFOLLOW | O_NONBLOCK``, checked again on
+the descriptor: :func:`open_regular`) of at most ``max_bytes``; it is copied in chunks while hashing into a hidden
+temporary with the source's permission bits (0600 when it has none), then renamed under its content hash. What is
+refused raises :class:`Refused` with the reason.
 
-The workspace's inbox keeps its state in ``<workspace>/artifacts/inbox/``, a folder of this user's that no one drops
-files into (it used to be hidden names inside the drop folder, where anyone who may drop a file may also plant a
-symlink or a FIFO under those names): the landed copies in ``landed/`` and two ledgers, each written under its
-one-writer lock, ``seen.json`` (content hash -> the name it came in as: :func:`scan` takes a file once) and
-``processed.json`` (landed name -> the feedback version it became, or ``rejected: <reason>``: :func:`pending_files`
-are the others). A ledger is read only from this user's own regular file (:func:`open_own`). An earlier workspace's
-``.seen.json``, ``.processed.json`` and ``.landed/`` in the drop folder are taken over once, read the same way.
-The workspace's drop folder is sticky (:meth:`Workspace.at`): whoever may drop a file may not delete another's.
+State lives in ``<workspace>/artifacts/inbox/``, a folder no one drops files into: ``landed/`` copies and two
+ledgers, each under its one-writer lock: ``seen.json`` (content hash -> name: :func:`scan` takes a file once) and
+``processed.json`` (landed name -> feedback version or ``rejected: <reason>``; :func:`pending_files` are the others).
+A ledger is read only from this user's own regular file (:func:`open_own`). An earlier workspace's hidden ledgers in
+the drop folder are taken over once, read the same way. The drop folder is sticky (:meth:`Workspace.at`).
 """
 
 from __future__ import annotations
@@ -195,9 +190,8 @@ def _editing(ledger: Path) -> Iterator[dict[str, str]]:
 
 def _take_over(drop: Path, state: Path, max_bytes: int, warn: Callable[[str], None]) -> None:
     """Copy an earlier version's ``.seen.json``, ``.processed.json`` and ``.landed/`` from the drop folder into
-    ``state``. Anyone who may drop a file may have put something else under those names, so only this user's own
-    regular files are read, the folder opened without following a symlink; what is refused stays and ``warn`` hears
-    why. The old names are never read again."""
+    ``state``: only this user's own regular files, the folder opened without following a symlink (anyone who may drop a
+    file may have planted those names); what is refused stays and ``warn`` hears why."""
     for name in (SEEN_FILE, PROCESSED_FILE):
         try:
             entries = _read_ledger(drop / f".{name}")

@@ -1,23 +1,17 @@
 """What a run started through a deployment may set: the serve-time policy and the check of a run's settings.
 
-A deployment's parameters come from whoever can reach the Prefect API, so the settings that decide where a key is
-sent, which key, where outputs go and whether untrusted code runs without isolation are fixed when the deployments
-are served (``deployments/serve.py``), not by a run:
+Whoever reaches the Prefect API sets a deployment's parameters, so where a key is sent, which key, where outputs go
+and whether untrusted code runs unisolated are fixed when the deployments are served (``deployments/serve.py``):
 
-- every endpoint URL (``annotate.base_url``, ``reward_model.endpoint.base_url``, ``evaluate.judge_base_url``) is
-  one of ``endpoints``;
-- the variable each stage that calls a service reads its key from is one of ``key_envs``;
-- ``workspace.root`` and ``workspace.mlflow_tracking_uri`` are the served ones, and the inbox the served one;
-- ``annotate.sandbox_isolation=none`` needs ``allow_unsandboxed``, an opt-in of the process that runs the flow;
-- every input path setting (the fields marked :func:`~t2g_core.config.base.recipe_path`: ``data.source``,
-  ``data.dataset``, ``models.policy``, ``models.reward_model_base``, ``ppo.reward_model_path``) resolves, symlinks
-  followed, under one of ``input_roots``; a Hugging Face id (``ORG/NAME[@REV]``, read through the local cache) needs
-  ``hub_ids``;
-- every file or folder a stage reference names (the parameters of a stage-group flow run as a deployment on a work
-  pool) resolves under the workspace or an input root.
+- every endpoint URL is one of ``endpoints``; every key variable one of ``key_envs``;
+- ``workspace.root``, ``workspace.mlflow_tracking_uri`` and the inbox are the served ones;
+- ``annotate.sandbox_isolation=none`` needs ``allow_unsandboxed``, an opt-in of the process running the flow;
+- every input path setting (:func:`~t2g_core.config.base.recipe_path` fields) resolves, symlinks followed, under one
+  of ``input_roots``; a Hub id (``ORG/NAME[@REV]``) needs ``hub_ids``;
+- every file or folder a stage reference names resolves under the workspace or an input root.
 
-:func:`violations` lists what a run's settings break, each message naming the field; the adapters refuse such a run
-before it sends any request (``t2g_env.serving``).
+:func:`violations` lists what a run's settings break, each naming the field; the adapters refuse such a run before it
+sends any request (``t2g_env.serving``).
 """
 
 from __future__ import annotations

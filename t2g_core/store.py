@@ -1,14 +1,10 @@
 """Immutable, key-addressed Parquet artifacts with atomic writes.
 
-Layout: ``<root>/<stage>/<key>/`` holding ``data.parquet`` (plus any extra files a stage adds) and
-``manifest.json``, which is written last: a folder without a manifest is not an artifact. A folder is
-written under a temporary name and renamed into place, so a crash never leaves a readable partial artifact.
-The key hashes the stage name, its config and the content hashes of its inputs (never a run id), so a
-re-run with the same inputs finds its output already complete. An artifact's content hash leaves out the columns
-its schema declares volatile (timings such as ``latency_s``): a run that only took longer is the same input to the
-next stage (``ArtifactRef.content_sha256``; without volatile columns it is the data file's hash). What a later run
-reuses is checked first (:meth:`ArtifactRef.problem`, :func:`read_json`): a folder whose manifest or data is missing
-or broken is not complete, and is written again rather than reused.
+Layout: ``<root>/<stage>/<key>/`` holding ``data.parquet`` (and any extra files) and ``manifest.json``, written last:
+a folder without a manifest is not an artifact. A folder is written under a temporary name and renamed into place.
+The key hashes the stage, its config and its inputs' content hashes (never a run id). The content hash leaves out the
+columns the schema declares volatile (timings), so a run that only took longer is the same input downstream. What a
+later run reuses is checked first (:meth:`ArtifactRef.problem`, :func:`read_json`); a broken one is written again.
 """
 
 from __future__ import annotations
@@ -289,60 +285,43 @@ def read_manifest(artifact: str | Path | ArtifactRef) -> dict[str, Any]:
     return read_json(path / MANIFEST)
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Replace ``path`` with ``text`` at once: readers see the old or the new content, never a part (temp + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(path, text.encode("utf-8"))
-
-
-def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` at once (temp file + fsync + rename; the temp file never outlives a failure)."""
+def _replace_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
+    """Replace ``path`` at once with what ``write(tmp)`` writes: readers see the old or the new content, never a part
+    (temp file, fsync so the bytes are on disk before the name points at them, rename; the temp never outlives a
+    failure)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Replace ``path`` with ``text`` at once (:func:`_replace_atomic`)."""
+    _replace_atomic(path, lambda tmp: tmp.write_bytes(text.encode("utf-8")))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` at once (:func:`_replace_atomic`)."""
+    _replace_atomic(path, lambda tmp: tmp.write_bytes(data))
 
 
 def write_frame_atomic(df: pd.DataFrame, path: str | Path) -> Path:
-    """``df`` (no declared schema) as Parquet at ``path``, atomically: temp file, fsync, rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:6]}")
-    try:
-        df.to_parquet(tmp, index=False)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    """``df`` (no declared schema) as Parquet at ``path``, atomically."""
+    return _replace_atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
 
 
 def write_parquet(df: pd.DataFrame, path: str | Path, schema: str | ArtifactSchema) -> Path:
-    """Validate ``df`` and write it to ``path`` atomically (temp file, fsync, rename)."""
+    """Validate ``df`` and write it to ``path`` atomically."""
     sch = SCHEMAS[schema] if isinstance(schema, str) else schema
-    path = Path(path)
-    df = validate_frame(df, sch, str(path))
-    table = to_arrow(df, sch)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:6]}")
-    try:
-        pq.write_table(table, tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    table = to_arrow(validate_frame(df, sch, str(path)), sch)
+    return _replace_atomic(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def read_artifact(path: str | Path | ArtifactRef, schema: str | ArtifactSchema) -> pd.DataFrame:

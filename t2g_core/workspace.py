@@ -51,20 +51,8 @@ class Workspace:
         return self.root / "inbox"
 
     @property
-    def prefect_home(self) -> Path:
-        return self.root / "prefect"
-
-    @property
     def mlflow_db(self) -> Path:
         return self.root / "mlflow.db"
-
-    @property
-    def mlflow_uri(self) -> str:
-        return f"sqlite:///{self.mlflow_db}"
-
-    @property
-    def mlflow_artifacts(self) -> Path:
-        return self.root / "mlartifacts"
 
     @property
     def store(self) -> ArtifactStore:
@@ -72,12 +60,9 @@ class Workspace:
 
 
 def relocated(value: Any, root: str | Path) -> Any:
-    """``value`` (a stage reference, or dicts and lists of them) with the paths it names under a workspace folder that
-    is gone rewritten under ``root``, where that workspace is now; ``value`` itself when nothing moved.
-
-    References are stored with absolute paths (cached results, the dataset pointer file); after the workspace folder
-    is moved, the old folder is the shallowest ancestor of a missing path whose remainder exists under ``root``.
-    """
+    """``value`` (a stage reference, or dicts and lists of them) with its paths under a moved workspace folder rewritten
+    under ``root``; ``value`` itself when nothing moved. The old folder is the shallowest ancestor of a missing path
+    whose remainder exists under ``root``."""
     root = Path(root).resolve()
     old = next((found for text in _strings(value) if (found := _old_root(Path(text), root)) is not None), None)
     return value if old is None else _rebased(value, old, root)

@@ -95,15 +95,8 @@ class CriticAnnotator:
         from tqdm.auto import tqdm
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            return list(
-                tqdm(
-                    pool.map(self._one, rows),
-                    total=len(rows),
-                    desc=f"annotate ({self.name})",
-                    unit="item",
-                    disable=not progress,
-                )
-            )
+            done = pool.map(self._one, rows)
+            return list(tqdm(done, total=len(rows), desc=f"annotate ({self.name})", unit="item", disable=not progress))
 
 
 def make_annotator(
@@ -121,7 +114,6 @@ def make_annotator(
         return annotator
     if cfg.annotator == "ground":
         return CriticAnnotator(ground.NAME, ground.GroundingCritic(), workers=1)
-
     return CriticAnnotator("reference", ReferenceCritic(), workers=1)
 
 
@@ -131,8 +123,7 @@ def check_tasks(rows: list[dict[str, Any]], annotator: str) -> None:
         if tasks and row["task"] not in tasks:
             raise ValueError(
                 f"feedback row {i} (id {row['id']!r}), column 'task': the {annotator} critic handles "
-                f"{'/'.join(tasks)}, "
-                f"not {row['task']!r}; use --annotator llm or split the feedback by task"
+                f"{'/'.join(tasks)}, not {row['task']!r}; use --annotator llm or split the feedback by task"
             )
 
 

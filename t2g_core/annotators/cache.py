@@ -1,16 +1,12 @@
 """Content-addressed answer cache: every answer is committed to a SQLite database the moment it arrives.
 
-The key hashes (model, prompt version, rendered messages, sampling parameters), so a re-run on the same data makes
-no request for an item already answered, new items cost only their own requests, and a killed run loses no
-completed answer: each ``put`` is its own transaction, so an answer is either wholly in the database or absent.
-Only answers that came back from the endpoint are stored (including refusals and unparseable text, which cost
-money); transport failures are not.
+The key hashes (model, prompt version, rendered messages, sampling parameters), so a re-run makes no request for an
+item already answered, and a killed run loses no completed answer (each ``put`` is its own transaction). Only answers
+that came back are stored (refusals and unparseable text cost money too); transport failures are not.
 
-Why SQLite (``<root>/answers.sqlite3``, write-ahead log): a commit appends to one file, about 20 us here, where a
-new file per answer costs about 1 ms of kernel time on this machine's disk, which at 32 requests in flight was
-more than the HTTP client itself. Several processes may share a cache (SQLite's locking, a 30 s busy timeout).
-Answer files of the earlier one-file-per-key layout (``<root>/<key[:2]>/<key>.json``) are imported once, when the
-database is created.
+Why SQLite (``<root>/answers.sqlite3``, WAL): a commit costs about 20 us, where a file per answer cost about 1 ms of
+kernel time, more than the HTTP client at 32 requests in flight. Several processes may share a cache (30 s busy
+timeout). Files of the earlier layout (``<root>/<key[:2]>/<key>.json``) are imported once, when the database is made.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """What an endpoint really does, judged from its answers: does it honour ``response_format``, and how many requests
 does it run at once.
 
-**Structured output.** A server that does structured output constrains decoding to the schema, so every answer to a
-request carrying ``response_format`` opens a JSON object. Some OpenAI-compatible servers accept the field and ignore
-it (``transformers serve`` answers prose with HTTP 200 and only logs "Ignoring unsupported fields").
-:class:`SchemaCheck` watches the answers to requests that carried the schema; when most of the last ``window`` of
-them (or of all the run has, when it has fewer) are not JSON, the endpoint is taken to ignore the field. The
-annotator then says so in one line and asks for JSON in the prompt instead (:func:`with_json_instruction`),
-re-asking the items that got prose.
+**Structured output.** Some OpenAI-compatible servers accept ``response_format`` and ignore it (``transformers
+serve`` answers prose with HTTP 200). :class:`SchemaCheck` watches the answers to requests that carried the schema;
+when most of the last ``window`` are not JSON, the annotator says so in one line, asks for JSON in the prompt instead
+(:func:`with_json_instruction`) and re-asks the items that got prose.
 
-**Servers that queue.** A server that answers one request at a time (``transformers serve``, a single-worker app)
-makes the k-th of the requests sent together wait k answers: the first answers come back one service time apart
-(latencies about d + t, d + 2t, d + 3t, d the client's and network's share) where a server running them side by side
-answers all at about d + t. :class:`Pacing` reads that from the first three answers and, when keeping every slot busy
-would queue requests for more than half the per-request timeout, lowers the requests in flight to one, so the queue
-stops growing and requests stop timing out.
+**Servers that queue.** A server that answers one request at a time makes the k-th of the requests sent together
+wait k answers (latencies about d + t, d + 2t, d + 3t, where a parallel server answers all at about d + t).
+:class:`Pacing` reads that from the first three answers and, when keeping every slot busy would queue requests for
+more than half the per-request timeout, lowers the requests in flight to one.
 """
 
 from __future__ import annotations

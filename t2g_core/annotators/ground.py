@@ -1,33 +1,23 @@
 """Grounding annotator: tie a human critique to the words of the response it quotes or names, offline, no model.
 
-A critique that names its spans ("It says Berlin but the post says Paris", "wrong city (Berlin)", "the pet count is
-off: 4?", "'Also, rests on Sunday' is redundant", "the name Cai is right") already says where the reward belongs.
-This annotator reads it clause by clause:
+A critique that names its spans ("It says Berlin but the post says Paris", "wrong city (Berlin)", "'Also, rests on
+Sunday' is redundant") already says where the reward belongs. Clause by clause:
 
-1. **What a clause names**: quoted text ("...", '...', “...”, `...`), text in parentheses or after a colon, the words
-   after a reporting verb ("says X", "mentions X", "writes X", "calls it X"), the word before a verdict ("X is
-   wrong", "X is right"), and every number or capitalised name. Each is kept only when it occurs in the response
-   (whole words, case-insensitive); "the post says Paris" names nothing when the response never says Paris.
-2. **Which way it points**: a clause with a complaint word ("wrong", "not", "should", "instead", "missing",
-   "made up", "repeats", a question mark, ...) makes its spans poor; one with only praise words ("correct",
-   "right", "good", "accurate", ...) or a negated complaint ("nothing missing", "no errors", "not wrong") good. A
-   clause with neither takes the polarity of the next clause of its sentence that has one, else the previous one,
-   else poor (a critique names what is wrong far more often than what is right: "It says Berlin but the post says
-   Paris").
-3. **Where exactly**: a span occurring more than once is widened by neighbouring words until it occurs once, so the
-   alignment finds the occurrence meant; with a repetition cue ("repeats", "twice", "again", "redundant") the last
-   occurrence's clause is taken instead (the repeat, not the first mention). Poor wins over good on the same words.
+1. **What a clause names**: quoted text, text in parentheses or after a colon, the words after a reporting verb
+   ("says X"), the word before a verdict ("X is wrong"), and every number or capitalised name; each kept only when
+   it occurs in the response (whole words, case-insensitive).
+2. **Which way it points**: a complaint word ("wrong", "not", "should", "missing", a question mark, ...) makes its
+   spans poor; only praise words, or a negated complaint ("nothing missing"), good. A clause with neither takes the
+   polarity of the next clause of its sentence that has one, else the previous, else poor (critiques name what is
+   wrong far more often than what is right).
+3. **Where exactly**: a span occurring more than once is widened until it occurs once; with a repetition cue
+   ("repeats", "twice", "redundant") the last occurrence is taken. Poor wins over good on the same words.
 
-What it cannot do, honestly: ground a complaint that neither quotes nor names its words ("the location is made up",
-"it gets the pets wrong"); place an omission (nothing in the response to quote: the critique is kept, no span);
-resolve pronouns, paraphrase or misspellings; tell irony from praise; find a good span in praise that names no words
-("Correct.", "Good, nothing missing."), which is how people mostly praise. Such items come back ``ok`` with fewer
-spans (or none), and ``reasoning`` lists what the critique named that the response does not contain. A critique
-longer than ``MAX_CRITIQUE_CHARS`` is not read: its item comes back ``refused``, saying so (the reading is linear in
-the critique, but each name it holds is searched for in the response). The LLM annotator in grounding mode
-(``annotate.annotator=llm``, ``annotate.mode=grounding``) reads critiques like a person and is the stronger option
-where an endpoint is available. Its quality on the demo's human-style critiques is measured by
-``t2g_core.demo.critiques.grounding_quality`` (``tests/core/test_ground.py``).
+It cannot ground a complaint that neither quotes nor names its words, place an omission, resolve pronouns or
+paraphrase, or find a good span in praise that names no words ("Correct."): such items come back ``ok`` with fewer
+spans, and ``reasoning`` lists what the critique named that the response lacks. A critique longer than
+``MAX_CRITIQUE_CHARS`` comes back ``refused``. The LLM annotator in grounding mode is the stronger option where an
+endpoint is available; quality on the demo's critiques: ``t2g_core.demo.critiques.grounding_quality``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """LLM annotator: critique + quoted spans from any OpenAI-compatible endpoint, concurrent, cached, fault tolerant.
 
-- Concurrency: ``cfg.concurrency`` worker coroutines share one ``AsyncOpenAI`` client, over the SDK's aiohttp
-transport by
-  default (``http_backend``): at 32 requests in flight the client's CPU per request, not the network, sets the pace.
-  An answer is committed to the cache (one SQLite append, ~20 us) before its row is built.
-- Retries: the ``openai`` client's own machinery (``max_retries``): it retries 408/409/429/5xx, connection errors
-  and timeouts with exponential backoff (0.5 s doubling, capped at 8 s) and 0-25 % jitter, and waits exactly the
-  server's ``Retry-After`` / ``retry-after-ms`` when given (up to 120 s). ``timeout`` is per request.
-- Structured output: ``response_format={"type": "json_schema", ...}`` unless the endpoint rejects it (HTTP 400/422
-  naming ``response_format``), after which the run falls back to plain text parsed by ``spans.parse_span_json``; or
-  ignores it (most answers are not JSON, ``endpoint_checks.SchemaCheck``), after which the run says so in one line,
-  asks for JSON in the prompt and re-asks the items that got prose. Each cached answer records how it was asked
-  (``format``: json_schema, plain or prompted_json), and a re-asked item's answer replaces its prose in the cache.
-- Pacing: a server that answers one request at a time is recognised from the first answers' latencies and the
-  requests in flight lowered to one when the queue would eat the timeout (``endpoint_checks.Pacing``).
-- Every answer that comes back is written to the :class:`AnswerCache` at once; failures are never cached.
-- Every item ends with a status: ok, parse_error (unparseable, truncated or not valid Unicode; or an item that
-  cannot be asked, such as a grounding item without a human critique), api_error, timeout, refused. Whatever one
-  item raises becomes its status: nothing one item or its answer does stops the run.
+- Concurrency: ``cfg.concurrency`` workers share one ``AsyncOpenAI`` client (aiohttp transport by default: at 32
+  requests in flight the client's CPU, not the network, sets the pace).
+- Retries: the ``openai`` client's own (``max_retries``): 408/409/429/5xx, connection errors and timeouts, with
+  backoff and jitter, honouring ``Retry-After``. ``timeout`` is per request.
+- Structured output: ``response_format`` json_schema unless the endpoint rejects it (HTTP 400/422; then plain text)
+  or ignores it (``endpoint_checks.SchemaCheck``; then JSON is asked for in the prompt and the prose items re-asked).
+  Each cached answer records how it was asked (``format``).
+- Pacing: a server that answers one request at a time gets one request in flight (``endpoint_checks.Pacing``).
+- Every answer is committed to the :class:`AnswerCache` before its row is built; failures are never cached.
+- Every item ends with a status (ok, parse_error, api_error, timeout, refused): nothing one item does stops the run.
 The API key is only handed to the client; it is never logged, stored or put into an error message.
 """
 
@@ -358,12 +350,9 @@ class LLMAnnotator:
     def annotate(
         self, rows: list[dict[str, Any]], refresh_ids: Iterable[str] = (), progress: bool = True
     ) -> list[dict[str, Any]]:
-        """Synchronous entry point; works whether or not an event loop is already running in this thread.
-
-        Every prompt is rendered before the first request, so a missing prompt file fails at once instead of after
-        part of the spend; an item that cannot be asked (a grounding item without a human critique) is its own
-        ``parse_error``, sent nowhere.
-        """
+        """Synchronous entry point, with or without a running event loop. Every prompt is rendered before the first
+        request (a missing prompt file fails before any spend); an item that cannot be asked is its own
+        ``parse_error``."""
         coro = self.annotate_async(rows, refresh_ids, progress)
         try:
             asyncio.get_running_loop()

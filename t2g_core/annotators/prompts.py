@@ -1,8 +1,7 @@
 """Versioned annotation prompts: ``prompts/<task>.<version>.txt`` (or ``grounding.<version>.txt``).
 
-A prompt file has a ``### system`` and a ``### user`` section; ``$prompt``, ``$response``, ``$critique`` and
-``$tests_block`` are filled with :class:`string.Template` (so JSON braces need no escaping). The version is part of
-the answer-cache key, so editing a prompt means adding ``v2`` files, never changing ``v1`` in place.
+A ``### system`` and a ``### user`` section, filled with :class:`string.Template` (JSON braces need no escaping). The
+version is part of the answer-cache key: editing a prompt means adding ``v2`` files, never changing ``v1``.
 """
 
 from __future__ import annotations

@@ -1,31 +1,24 @@
 """Code critic: run the response against the item's tests in the sandbox and localise the failure (no LLM).
 
-Each assertion of ``check(candidate)`` is its own case (:mod:`t2g_core.critics.testcases`). From the results:
+Each assertion of ``check(candidate)`` is its own case (:mod:`t2g_core.critics.testcases`). The critique names the
+failing cases (expected vs actual, the exception, timeouts) or says all pass. Poor spans are the response lines that
+raised (or were running at a timeout) and, for assertion failures, the lines most suspicious by Ochiai fault
+localisation over per-case line coverage, ``ef(s) / sqrt(nf * (ef(s) + ep(s)))`` (ties to the later line). Code that
+passes every case gets no poor spans. A span is the line's text, extended upward until it occurs once in the response.
 
-- the critique names the failing cases (expected vs actual, the exception, timeouts) or says all pass;
-- poor spans are the response lines that raised (innermost program frame of the exception, or the line running
-  when a case timed out) and, for assertion failures, the lines most suspicious by Ochiai spectrum-based fault
-  localisation over per-case line coverage: ``ochiai(s) = ef(s) / sqrt(nf * (ef(s) + ep(s)))`` with ``ef``/``ep``
-  the failing/passing cases that executed line ``s`` and ``nf`` all failing cases; ties go to the later line
-  (nearer the result);
-- code that passes every case gets no poor spans (and no good spans: passing tests do not single out lines).
-
-A span is the line's text without indentation, extended upward by whole lines until it occurs once in the
-response, so that alignment places it on the right line.
-
-Omissions: a response with no code, no function to test, or only a stub (``pass``, ``...``, ``raise
-NotImplementedError``, a bare ``return``) lists "an implementation of <entry point>" in ``missing`` (its reward goes
-at the end: there is no line where it belonged). Word labels (``word_scores``, the paper's dense ablation, in the
-reference KodCode convention): every code word +1, words on a blamed line -1.
+A response with no code, no function to test, or only a stub lists "an implementation of <entry point>" in
+``missing`` (at the end). Word labels (``word_scores``, KodCode convention): every code word +1, blamed lines -1.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 
 from t2g_core.critics.mutation import line_scores, variants
@@ -54,12 +47,8 @@ def build_program(prompt: str, response: str, entry_point: str | None) -> Progra
     function."""
     fenced = _FENCE.search(response)
     code_start, code = (fenced.start(1), fenced.group(1)) if fenced else (0, response)
-    defines_entry = False
-    try:
-        defines_entry = any(isinstance(n, ast.FunctionDef) and n.name == entry_point for n in ast.parse(code).body)
-    except SyntaxError:
-        pass
-    if defines_entry:
+    tree = _tree(code)
+    if tree is not None and any(isinstance(n, ast.FunctionDef) and n.name == entry_point for n in tree.body):
         prefix = _prompt_prelude(prompt, entry_point)
     else:
         prefix = prompt if prompt.endswith("\n") or not prompt else prompt + "\n"
@@ -178,8 +167,6 @@ class CodeCritic:
     def critique_batch(self, rows: list[dict[str, Any]], workers: int = 2) -> list[ParsedFeedback]:
         """The reward-source protocol: one ParsedFeedback per row, in order (sandboxes run ``workers`` at a time, at
         most one per core)."""
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max_workers=sandbox_workers(workers)) as pool:
             return list(pool.map(self.critique, rows))
 
@@ -225,8 +212,6 @@ class CodeCritic:
     def _mutation_scores(
         self, program: Program, results: list[CaseResult], ranked: list[int], row: dict[str, Any], cases: list[TestCase]
     ) -> dict[int, int]:
-        from dataclasses import replace
-
         found = variants(program.source, ranked[:MUTATED_LINES], MAX_VARIANTS)
         if not found:
             return {}
@@ -245,23 +230,26 @@ class CodeCritic:
 def none_returns(program: Program, results: list[CaseResult]) -> list[int]:
     """Code lines holding ``return None`` / ``return`` that failing cases ran, when those cases got None back."""
     got_none = [r for r in results if r.outcome == "fail" and (r.message or "").startswith("got None,")]
-    if not got_none:
-        return []
-    try:
-        tree = ast.parse(program.source)
-    except SyntaxError:
+    tree = _tree(program.source) if got_none else None
+    if tree is None:
         return []
     covered = set().union(*(r.covered for r in got_none))
-    returns = {
-        n.lineno
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Return)
-        and (n.value is None or (isinstance(n.value, ast.Constant) and n.value.value is None))
-    }
+    returns = {n.lineno for n in ast.walk(tree) if isinstance(n, ast.Return) and _returns_none(n)}
     return sorted(line - program.line_offset for line in returns & covered if line > program.line_offset)
 
 
 PASSTHROUGH = (ast.Pass, ast.Break, ast.Continue)
+
+
+def _tree(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
+
+
+def _returns_none(node: ast.Return) -> bool:
+    return node.value is None or (isinstance(node.value, ast.Constant) and node.value.value is None)
 
 
 def _is_passthrough(node: ast.AST) -> bool:
@@ -283,9 +271,8 @@ def _is_passthrough(node: ast.AST) -> bool:
 
 def passthrough_lines(program: Program) -> set[int]:
     """Code lines holding only pass-through statements: on an Ochiai tie they rank below lines that compute."""
-    try:
-        tree = ast.parse(program.source)
-    except SyntaxError:
+    tree = _tree(program.source)
+    if tree is None:
         return set()
     return {
         node.lineno - program.line_offset
@@ -300,7 +287,7 @@ def _is_stub_statement(node: ast.stmt) -> bool:
     if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):  # docstring, ``...``
         return isinstance(node.value.value, str) or node.value.value is Ellipsis
     if isinstance(node, ast.Return):
-        return node.value is None or (isinstance(node.value, ast.Constant) and node.value.value is None)
+        return _returns_none(node)
     if isinstance(node, ast.Raise) and node.exc is not None:
         exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
         return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
@@ -309,11 +296,8 @@ def _is_stub_statement(node: ast.stmt) -> bool:
 
 def is_stub(program: Program, entry_point: str | None) -> bool:
     """The entry-point function holds nothing but a docstring, pass, ..., a bare return or NotImplementedError."""
-    try:
-        tree = ast.parse(program.source)
-    except SyntaxError:
-        return False
-    funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entry_point]
+    tree = _tree(program.source)
+    funcs = [n for n in (tree.body if tree else []) if isinstance(n, ast.FunctionDef) and n.name == entry_point]
     return bool(funcs) and all(_is_stub_statement(node) for node in funcs[-1].body)
 
 
@@ -341,8 +325,6 @@ def _first_message(run: SandboxRun) -> str:
 
 
 def _raw_report(run: SandboxRun) -> str:
-    import json
-
     return json.dumps(
         {
             "isolation": run.isolation,

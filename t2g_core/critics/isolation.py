@@ -1,22 +1,16 @@
 """Isolation backends: how a sandbox process is wrapped so it cannot reach the machine it runs on.
 
-- ``bwrap`` (bubblewrap; works as a normal user through user namespaces, and as root): the process sees only the
-  interpreter's files and the system folders, read-only, an empty ``/tmp`` and its own work folder; no network;
-  its own PID namespace (no other process, not its parent); a cleared environment; every capability dropped; it
-  dies with its parent.
-- ``unshare`` (util-linux; as a normal user, user namespaces): the same namespaces; the filesystem keeps only the
-  system folders and the interpreter's, every other top-level folder (homes, ``/tmp``, ``/var``, ``/opt``, the
-  project and its workspace) and ``/dev/shm`` is an empty read-only tmpfs; the kernel kills the namespace with its
-  parent; as root the interpreter also drops to a throwaway uid.
-- ``none``: the same user and machine, only the in-process audit hook and rlimits. Used only when asked for by name.
+- ``bwrap`` (bubblewrap, user namespaces or root): only the interpreter's files and the system folders, read-only,
+  an empty ``/tmp`` and its own work folder; no network; its own PID namespace; a cleared environment; every
+  capability dropped; it dies with its parent.
+- ``unshare`` (util-linux, user namespaces): the same namespaces; every top-level folder but the system's and the
+  interpreter's (homes, ``/tmp``, ``/var``, ``/opt``, the project) and ``/dev/shm`` is an empty read-only tmpfs; the
+  kernel kills the namespace with its parent; as root the interpreter drops to a throwaway uid.
+- ``none``: the same user and machine, only the audit hook and rlimits. Used only when asked for by name.
 
-``auto`` picks the first backend that works here (``bwrap``, then ``unshare``) and refuses to run untrusted code when
-none does. The sandbox's work directory is private to it (a tmpfs), never a folder of the host.
-
-Scratch space is memory: a tmpfs is not counted by RLIMIT_AS, so every writable tmpfs a sandbox sees is sized
-(``scratch_mb``: ``/tmp`` and the work folder), and every other one is read-only (bubblewrap's new root and
-``/dev``; the empty folders and ``/dev/shm`` that ``unshare`` mounts). A program filling its scratch folder gets
-``ENOSPC``, not the host's memory.
+``auto`` picks the first backend that works (``bwrap``, then ``unshare``) and refuses to run untrusted code when none
+does. The work directory is a private tmpfs. A tmpfs is not counted by RLIMIT_AS, so every writable one is sized
+(``scratch_mb``) and every other one is read-only: a program filling its scratch gets ``ENOSPC``, not host memory.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Mutation-based fault localisation: a line is to blame when a small change to it makes failing tests pass.
 
-For the lines the failing test cases executed (most suspicious first), each mutable node gets the standard
-mutation operators of mutation-based fault localisation (Metallaxis / MUSE): relational operator replacement
-(``<`` -> ``<=``, ``>``, ``>=``, ``==``, ``!=``), arithmetic replacement (``+`` <-> ``-``, ``*`` <-> ``//``,
-also in augmented assignments), boolean ``and`` <-> ``or``, and integer constants ``c`` -> ``c + 1`` / ``c - 1``.
-Every variant is the program with just that node's source text replaced, so all else stays byte for byte. The
-variants run against the same tests in one sandbox session; a line scores the largest number of failing cases one
-of its variants fixes, less the passing cases that variant breaks.
+For the lines the failing cases executed (most suspicious first), each mutable node gets the standard operators
+(Metallaxis / MUSE): relational replacement, ``+`` <-> ``-``, ``*`` <-> ``//`` (also augmented), ``and`` <-> ``or``,
+integer ``c`` -> ``c +/- 1``; a variant replaces just that node's source text. The variants run in one sandbox
+session; a line scores the most failing cases one of its variants fixes, less the passing cases it breaks.
 """
 
 from __future__ import annotations

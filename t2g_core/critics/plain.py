@@ -1,10 +1,9 @@
 """Plain values across the sandbox boundary: the only thing untrusted code can send back is data.
 
-``encode`` turns a value built from exactly these types into JSON: ``None``, ``bool``, ``int``, ``float``, ``str``,
-``bytes``, ``complex``, ``list``, ``tuple``, ``set``, ``frozenset`` and ``dict``. Subclasses are refused (an ``int``
-subclass whose ``__eq__`` always says True is not an int), as is anything too deep or too large, so a returned object
-can never run code on the side that compares it. ``decode`` rebuilds the same plain types. Self-contained (standard
-library only): the sandbox scripts carry a copy of this module's source.
+``encode`` turns a value of exactly ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, ``complex``, ``list``,
+``tuple``, ``set``, ``frozenset`` and ``dict`` into JSON; subclasses (an ``int`` whose ``__eq__`` always says True)
+and anything too deep or large are refused, so a returned object never runs code where it is compared. ``decode``
+rebuilds them. Standard library only: the sandbox scripts carry a copy of this source.
 """
 
 import base64

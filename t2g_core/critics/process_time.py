@@ -1,20 +1,15 @@
 """How much time a sandboxed process used itself, whatever else the machine was doing.
 
-A verdict must not depend on how busy the machine is. The wall time of a call mixes three things: the time the
-process ran on a CPU, the time it waited of its own accord (``sleep``, a blocking read), and the time it waited in
-the run queue for a CPU that other processes held (the machine's load, not the program's doing). The kernel keeps
-the first and the last per task: ``/proc/<pid>/stat`` (user + system CPU time of all its threads, in clock ticks)
-and ``/proc/<pid>/schedstat`` (the main thread's run-queue delay, in ns). So
+A verdict must not depend on how busy the machine is. The kernel keeps, per task, the CPU time
+(``/proc/<pid>/stat``, all threads) and the run-queue delay (``/proc/<pid>/schedstat``, main thread), so
 
     own_time = max(cpu_time, wall_time - run_queue_delay)          (over one call, as differences)
 
-is what the call would have taken on an idle machine: a process that sleeps or loops spends its own time, one that
-waits for a CPU does not (its threads' CPU time still counts, so busy threads cannot hide behind the main thread's
-queueing). The sandbox times every call on it; wall time is only a safety net for a machine too loaded to judge.
+is what the call would have taken on an idle machine: sleeping or looping spends own time, waiting for a CPU does
+not (and busy threads cannot hide behind the main thread's queueing). Wall time is only a safety net.
 
-The sandboxed interpreter runs under a wrapper (``bwrap``, ``unshare`` and ``sh``), in its own PID namespace: it is
-found here as the descendant of the wrapper's host PID whose command name is the interpreter's. When it cannot be
-found (``/proc`` unreadable, the process already gone) the clock falls back to wall time.
+The interpreter runs under a wrapper (``bwrap``, ``unshare``, ``sh``) in its own PID namespace: it is found as the
+descendant of the wrapper's host PID named like the interpreter; when it cannot be found the clock uses wall time.
 """
 
 from __future__ import annotations

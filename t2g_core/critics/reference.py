@@ -3,31 +3,18 @@
 Key facts are ``meta.facts`` values (demo summarization), ``meta.answer`` (demo QA), else the numbers and
 capitalised entities of the reference (for QA, those not already in the question).
 
-A free-text summary of an item with ``meta.facts`` (one that neither opens like the demo's template nor keeps every
-value in a template clause) is read fact by fact (:func:`t2g_core.demo.facts.read_facts`): each of the post's values
-it states is a good span, a foreign value of a fact's type a poor span ("says 'Lima' where the post says 'Quito'
-(city)"), a repeated clause a poor span, a number or name found nowhere in the source an invented poor span, and a
-fact it never mentions is missing (``missing_at`` = the end of the response). Any other response is aligned with the
-reference word by word (``difflib.SequenceMatcher``); then
+A free-text summary of an item with ``meta.facts`` is read fact by fact (:func:`t2g_core.demo.facts.read_facts`).
+Any other response is aligned with the reference word by word (``difflib.SequenceMatcher``); then a key fact in a
+matching block is a **good span**; a clause replacing reference words that hold a key fact **contradicts** it, a
+clause with a value found nowhere in the source is **invented**, and one whose content words were all said before is
+**redundant**: all **poor spans**, and the critique says what the source says; a key fact with no counterpart is an
+**omission**, listed in ``missing`` with ``missing_at`` where it belonged, so an omission-aware reward can charge the
+token that skipped it. Every word also gets a label (``word_scores``, the paper's dense ablation): +1 in a passage
+matching the reference, -1 in a poor span, 0 otherwise.
 
-- a key fact inside a matching block is reported correctly: a **good span** on its words in the response;
-- a response clause that replaces reference words holding a key fact **contradicts** it: a **poor span**, and the
-  critique says what the source says ("says 'Gus' where the post says 'Sunday' (day)");
-- a response clause holding a number / entity / fact value found nowhere in the source (prompt + reference) is
-  **invented**; a clause whose content words were all said before is **redundant**: both poor spans;
-- a key fact with no counterpart in the response is an **omission**: named in the critique and listed in
-  ``missing``, with ``missing_at`` = where it belonged (the char offset of the first response word after the gap,
-  or the end of the response), so an omission-aware reward can charge the token that skipped it.
-
-Besides spans, every word of the response gets a label (``word_scores``, the paper's dense ablation): +1 inside a
-passage that matches the reference (template words included), -1 inside a poor span, 0 otherwise; punctuation is
-not scored.
-
-Spans are quoted exactly from the response and extended by neighbouring words until they occur once in it. A
-response with many errors gets at most ``MAX_SPANS`` quoted spans of each kind (the first ones) and ``MAX_NOTES``
-sentences of critique: the cost stays linear in the response's length (a 30 KB response takes milliseconds, a
-megabyte well under seconds: ``benchmarks/bench_annotate.py``), whatever a policy writes. Pure Python, about a
-millisecond per ordinary item, so PPO can call it on every rollout.
+Spans are quoted exactly and widened by neighbouring words until they occur once. At most ``MAX_SPANS`` spans of each
+kind and ``MAX_NOTES`` critique sentences, so the cost stays linear in the response (``benchmarks/bench_annotate.py``):
+about a millisecond per ordinary item, so PPO can call it on every rollout.
 """
 
 from __future__ import annotations
@@ -135,7 +122,7 @@ def _pieces(toks: list[Tok]) -> list[list[Tok]]:
         else:
             cur.append(t)
     out.append(cur)
-    return [[t for t in p] for p in out if any(t.content for t in p)]
+    return [p for p in out if any(t.content for t in p)]
 
 
 def _trim(piece: list[Tok]) -> list[Tok]:
@@ -225,10 +212,8 @@ class ReferenceCritic:
 
     def _judge_pieces(self, pieces, expected, said, matched, keys, source, found, text) -> list[tuple[str, str]]:  # noqa: PLR0913
         """Poor spans for the response pieces of one non-matching block; returns the expected facts left unsaid.
-
-        ``said`` = content words read so far; ``matched`` = content words of every matching passage of the response,
-        so a value repeated *before* its matching mention ("named Gus Gus") is redundant too.
-        """
+        ``matched`` holds every matching passage's words, so a value repeated *before* its matching mention is
+        redundant."""
         for piece in pieces:
             core = _trim(piece)
             text_lows = [t.low for t in core if t.content]
@@ -288,12 +273,8 @@ def template_like(reading, response: str) -> bool:
 
 def misread_template(reading, found: Findings) -> bool:
     """Whether the clause-by-clause comparison reports a fact left out whose value the response states (and no other
-    value of it): then the fact reading is used instead.
-
-    The comparison aligns the response with the reference in order, so a response that opens like the template but
-    reorders, rewords or interleaves its clauses (as a briefly fine-tuned model writes: "A person named Ivo, who is
-    named Ivo, enjoys eating rice. They are all white, ... live in Perth, and are all goats.") reads as leaving out
-    facts it states; template summaries never meet this (their critique is unchanged)."""
+    value of it): then the fact reading is used instead. The comparison follows the reference's order, so a response
+    that opens like the template but reorders or rewords its clauses reads as leaving out facts it states."""
     stated = {_describe((slot, value)) for slot, value in reading.facts.items() if reading.status(slot) == "present"}
     return bool(stated & set(found.omitted))
 

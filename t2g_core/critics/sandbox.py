@@ -1,22 +1,16 @@
 """Run untrusted code against test cases so that nothing the code does can forge a result.
 
-Two sandboxed processes, each wrapped by an isolation backend (:mod:`t2g_core.critics.isolation`):
+Two sandboxed processes, each wrapped by an isolation backend (:mod:`t2g_core.critics.isolation`): the **candidate**
+(:mod:`.sandbox_candidate`) runs the untrusted program and answers calls to its entry point with plain data
+(:mod:`.plain`); the **judge** (:mod:`.sandbox_judge`) runs the trusted tests against a proxy whose calls this process
+relays to the candidate, so comparisons, the entry point's resolution and verdicts happen where untrusted code never
+runs, and only the judge's channel carries verdicts.
 
-- the **candidate** (:mod:`t2g_core.critics.sandbox_candidate`) runs the untrusted program and answers calls to
-  its entry point with plain data (:mod:`t2g_core.critics.plain`), never anything else;
-- the **judge** (:mod:`t2g_core.critics.sandbox_judge`) runs the trusted tests; its ``candidate`` is a proxy whose
-  calls this process relays to the candidate, so the comparisons, the entry point's resolution and each case's
-  verdict happen in a process untrusted code never runs in, and only the judge's channel carries verdicts.
-
-This parent relays calls with a limit per call on the candidate's own time, not the wall clock (the candidate's CPU
-timer reports the line that was running; a loop that swallows it, or a program that sleeps, is killed here: see
-:mod:`t2g_core.critics.sandbox_process`), restarts a candidate that died or hung for the next case, and blames
-every failure the candidate causes on the candidate: an exception, a timeout, a crash, ``os._exit``, a missing entry
-point, a value that is not plain data or too large. Outcomes: ``pass``, ``fail`` (an assertion did not hold),
-``error``, ``timeout``, ``killed``, ``syntax_error`` (all of them the candidate's), ``judge_error`` (the tests could
-not run) and ``sandbox_error`` (the machine was too loaded to judge: the wall-clock safety net); the last two are
-not the candidate's fault. Limits (rlimits, sized scratch mounts) apply to both processes; both die with this one.
-Sandboxes running at once are capped by the cores this process may use (:func:`sandbox_workers`).
+This parent limits each call on the candidate's own time, not the wall clock (:mod:`.sandbox_process`), restarts a
+candidate that died or hung, and blames every failure the candidate causes on it. Outcomes: ``pass``, ``fail``,
+``error``, ``timeout``, ``killed``, ``syntax_error`` (the candidate's), ``judge_error`` (the tests could not run) and
+``sandbox_error`` (too loaded to judge: the wall-clock safety net). Limits (rlimits, sized scratch mounts) apply to
+both processes; both die with this one. Sandboxes at once are capped by this process's cores (:func:`sandbox_workers`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
 """The candidate side of the sandbox: runs the untrusted program and answers calls to its entry point with data.
 
-Started (inside the isolation layer) as ``python -I -c <plain.py + this file>``; it holds no test, no expected value
-and no result channel of the judge. Protocol on a private copy of stdin/stdout (user code's own stdin is /dev/null,
-its prints go to a file in the work directory), one JSON object per line:
+Started inside the isolation layer as ``python -I -c <plain.py + this file>``; it holds no test, expected value or
+result channel. Protocol on a private copy of stdin/stdout (user code's stdin is /dev/null, its prints go to a
+file), one JSON object per line: first the job (``program``, ``entry_point``, ``timeout_s``, ``max_bytes``,
+``preload``, ``workdir``, ``uid``/``gid`` as root), answered ``{"ready": true}`` or ``{"syntax_error", "line"}``;
+then ``{"op": "load", "program"}`` (a variant), ``{"op": "reset"}`` (a new case) and ``{"op": "call", "args",
+"kwargs"}``: the entry point resolved *now* and called, answered ``{"value"}`` (plain data, size-capped) or
+``{"error", "kind", "line"}``, with the lines it executed.
 
-- first line in: the job (``program``, ``entry_point``, ``timeout_s``, ``max_bytes``, ``preload``, ``workdir``, and
-  ``uid``/``gid`` when started as root); first line out: ``{"ready": true}`` or ``{"syntax_error", "line"}``;
-- ``{"op": "load", "program"}``: another program from now on (a variant, for fault localisation); same answer;
-- ``{"op": "reset"}``: the program is executed afresh (a new case); answer ``{"ok": true}`` or an error;
-- ``{"op": "call", "args", "kwargs"}`` (plain values): the entry point is resolved *now* and called; answer
-  ``{"value"}`` (plain data, size-capped) or ``{"error", "kind", "line"}``, with the program lines it executed.
-
-An audit hook (PEP 578) refusing process creation, ctypes, sockets and writes outside the work directory is a
-second layer behind the OS isolation, not the boundary: the boundary is that nothing here decides a result.
+An audit hook (PEP 578: no process creation, ctypes, sockets or writes outside the work directory) is a second layer
+behind the OS isolation, not the boundary: the boundary is that nothing here decides a result.
 """
 
 import os

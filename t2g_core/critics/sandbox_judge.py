@@ -1,13 +1,10 @@
 """The judge side of the sandbox: runs the trusted tests, calling the candidate only through data.
 
-Started (inside the isolation layer) as ``python -I -c <plain.py + this file>``. For each case it executes the
-trusted prelude (the prompt: helpers the tests may use) and the case's test code in a fresh namespace, then calls
-``check(candidate)`` where ``candidate`` is a proxy: its arguments leave as plain values, the candidate process
-computes the call, and what comes back is plain data rebuilt here, or a failure raised here. So every comparison,
-the entry point's resolution and the verdict happen in this process, which untrusted code never runs in.
-
-Protocol (one JSON object per line): in: the job (``prelude``, ``cases``), then one reply per call; out:
-``{"case_start": i}``, ``{"call", "args", "kwargs"}`` and ``{"case": i, "outcome", "message"}``.
+Started inside the isolation layer as ``python -I -c <plain.py + this file>``. Per case it runs the trusted prelude
+and test code in a fresh namespace, then ``check(candidate)`` with a proxy: arguments leave as plain values, the
+candidate process computes the call, and plain data (or a failure) is rebuilt here, so every comparison and verdict
+happens where untrusted code never runs. Protocol (JSON lines): in: the job (``prelude``, ``cases``), then one reply
+per call; out: ``{"case_start": i}``, ``{"call", "args", "kwargs"}`` and ``{"case": i, "outcome", "message"}``.
 """
 
 import builtins

@@ -1,10 +1,8 @@
 """One sandboxed interpreter speaking JSON lines on stdin/stdout: its limits, its clock and its end.
 
-Limits are rlimits set between fork and exec (address space, file size, open files, processes, a CPU-time backstop)
-and the isolation backend's sized scratch mounts. Every wait for a message is timed on the process's own time
-(:mod:`t2g_core.critics.process_time`: CPU time, or wall time it did not spend waiting for a CPU), so a verdict does
-not depend on the machine's load; wall time is only a safety net (``wall_factor`` times the limit) that reports the
-machine as too loaded to judge, a sandbox problem and never the program's timeout.
+Limits are rlimits set between fork and exec and the isolation backend's sized scratch mounts. Every wait is timed on
+the process's own time (:mod:`t2g_core.critics.process_time`), so a verdict does not depend on the machine's load;
+wall time (``wall_factor`` times the limit) is only a safety net that reports the machine too loaded to judge.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Split test code into separate cases, one assertion statement each (ast), so one failure hides no other.
 
-HumanEval-style tests define ``check(candidate)``. Each top-level statement of its body that contains an
-``assert`` becomes one case; statements without one (imports, helper variables) are a prelude kept in front of
-every later case. Assertions of the form ``a == b`` are rewritten to ``__t2g_eq(a, b, left_is_actual)`` so a
-failure reports what came out and what was expected. Tests without ``check`` are one case run as a whole.
+Each top-level statement of ``check(candidate)`` holding an ``assert`` is one case; the others (imports, helpers) are
+a prelude kept before every later case. ``a == b`` asserts become ``__t2g_eq(a, b, left_is_actual)`` so a failure
+reports actual and expected. Tests without ``check`` are one case.
 """
 
 from __future__ import annotations

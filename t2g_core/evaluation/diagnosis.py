@@ -1,11 +1,9 @@
 """What a trained policy still gets wrong, and how far a reward model's verdicts drift from a reference critic's.
 
-- :func:`fact_error_profile`: on demo summaries (each response with its post's ``facts``), per slot and in total, the
-  share of responses whose value is ``correct``, ``invented`` (a value none of the post's facts), ``swapped`` (another
-  slot's value of the post) or ``missing``, and the mean number of repeated clauses: which facts set an error floor.
-- :func:`poor_span_agreement`: a reward model's poor spans against a reference critic's on the same responses: span
-  precision / recall / F1 (same label, IoU >= 0.5, one-to-one; :func:`t2g_core.alignment.span_prf`) and character
-  F1, micro-averaged over responses. A critique that failed counts as no spans.
+- :func:`fact_error_profile`: on demo summaries, per slot and in total, the share of responses whose value is
+  ``correct``, ``invented``, ``swapped`` or ``missing``, and the mean number of repeated clauses.
+- :func:`poor_span_agreement`: a reward model's poor spans against a reference critic's: span P/R/F1 (IoU >= 0.5)
+  and character F1, micro-averaged. A critique that failed counts as no spans.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ VERDICTS = ("correct", "invented", "swapped", "missing")
 
 def fact_verdicts(response: str, facts: dict[str, str]) -> tuple[dict[str, str], int]:
     """Per slot ``correct`` / ``invented`` / ``swapped`` / ``missing``, and the number of repeated clauses."""
-
     score = summary_errors(response, facts)
     values = {v.strip().casefold() for v in facts.values()}
     out = {}

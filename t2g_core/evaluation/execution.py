@@ -1,9 +1,8 @@
 """Run one HumanEval-format sample (prompt + completion, then ``check(entry_point)``) in the annotation stage's sandbox.
 
-The program is assembled by :func:`t2g_core.critics.code.build_program` (a body completing the prompt, or a full
-function definition, fenced or not) and run by :func:`t2g_core.critics.sandbox.run_cases` with the whole test
-module as one case: a sample passes only when every assertion holds. Timeouts and crashes count as failures
-(as in HumanEval); a sandbox that could not start is reported as ``sandbox_error``.
+The program is :func:`t2g_core.critics.code.build_program`'s, run by :func:`t2g_core.critics.sandbox.run_cases` with
+the whole test module as one case: it passes only when every assertion holds. Timeouts and crashes are failures (as
+in HumanEval); a sandbox that could not start is ``sandbox_error``.
 """
 
 from __future__ import annotations

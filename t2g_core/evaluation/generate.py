@@ -1,13 +1,9 @@
 """Batched, left-padded generation for evaluation, from a model folder or a PEFT adapter folder.
 
-A policy reference is a Hugging Face model id (``org/name``, optionally ``@revision``, resolved through the local
-Hugging Face cache), a full causal-LM folder, or a PEFT adapter folder whose ``adapter_config.json`` names its base
-(``base_model_name_or_path``: an id, or a folder absolute or relative to the adapter folder). Weights load in
-``models.dtype``; tokenizers get the shared pad-token policy (``t2g_core.models.loading``).
-Prompts are rendered with ``t2g_core.policy_prompts.render_policy_prompt`` (the same text PPO's rollouts see).
-Each batch reseeds torch with ``seed + batch index``, so a run is reproducible for a given batch size. Sampling
-(``do_sample``) applies ``temperature``, then ``top_k``, then ``top_p`` (transformers' warper order, the distribution
-PPO's rollouts draw from with the same ``ppo`` settings).
+A policy reference is a Hub id (``org/name[@revision]``, through the local cache), a causal-LM folder, or a PEFT
+adapter folder whose ``adapter_config.json`` names its base. Prompts are rendered as PPO's rollouts see them
+(``render_policy_prompt``). Each batch reseeds torch with ``seed + batch index``, so a run is reproducible for a
+given batch size; sampling applies ``temperature``, ``top_k``, ``top_p`` in transformers' order, as PPO's rollouts.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Pairwise LLM judge behind any OpenAI-compatible endpoint, with position bias controlled.
 
-Each item is judged twice: (baseline first, candidate second) and (candidate first, baseline second). Each order
-gives the candidate 1 (win), 0.5 (tie) or 0 (loss); the item's score is the mean of both orders, and its outcome is
-a win above 0.5, a loss below, a tie at exactly 0.5. A judge that always prefers the first answer therefore produces
-ties, not wins. Win rate = (wins + ties / 2) / judged items. An item whose request or reply fails is kept with a
-status (``api_error`` / ``parse_error``), its error (the server's own words for an HTTP error) and the judge's
-replies, and left out of the rate; when no item was judged there is no rate: the summary says "not judged".
-Requests carry ``max_tokens`` (a verdict is one sentence and a word), so a judge that rambles is cut short.
+Each item is judged in both orders; each gives the candidate 1 (win), 0.5 (tie) or 0 (loss), and the item's score
+is their mean, so a judge that always prefers the first answer produces ties, not wins. Win rate = (wins + ties / 2)
+/ judged items. An item whose request or reply fails keeps its status, error and replies and is left out of the rate
+(none judged: "not judged"). Requests carry ``max_tokens``, so a judge that rambles is cut short.
 """
 
 from __future__ import annotations

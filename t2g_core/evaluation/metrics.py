@@ -1,16 +1,10 @@
-"""Per-item task metrics for policy responses.
+"""Per-item task metrics for policy responses (per item, so two policies compare item by item).
 
-Every metric is computed per item so that two policies can be compared item by item (paired bootstrap):
-
-- summarization: ROUGE-1/2/L F1 (``rouge-score``, stemmed) and sentence BLEU (``sacrebleu``) when the item has a
-  reference, length in words and characters; on demo items (``meta.facts`` present) fact precision / recall, the
-  invented-entity rate and the task error, from the demo's scorer (``t2g_core.demo.summarization.summary_errors``),
-  which reads the template and free text alike.
-- code: each sample is run against its HumanEval-format tests in a sandboxed subprocess; ``passed`` is 0/1 per
-  sample and pass@k is computed per item with the unbiased estimator of Chen et al. (2021):
-  ``pass@k = 1 - C(n - c, k) / C(n, k)`` for n samples of which c pass.
-- qa: token F1 and exact match against the reference (SQuAD-style normalisation) and, when the reference critic is
-  available, its span score ``good / (good + poor)``.
+- summarization: ROUGE-1/2/L F1 and sentence BLEU against a reference, length; on demo items (``meta.facts``) fact
+  precision / recall, the invented-entity rate and the task error from the demo's scorer.
+- code: each sample is run against its HumanEval-format tests in the sandbox; pass@k per item by the unbiased
+  estimator of Chen et al. (2021): ``1 - C(n - c, k) / C(n, k)``.
+- qa: token F1 and exact match (SQuAD normalisation) and, when available, the reference critic's span score.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The outcome of a pipeline run in a few words and figures: the task's primary metric before and after PPO, the
-verdict of the paired bootstrap, and whether the policy was promoted.
-
-One reading of the evaluation summary for every place that shows the outcome: the command line, the Prefect flow
-run's summary artifact and log, the MLflow parent run's metrics and tags, the registered version's description.
+"""The outcome of a pipeline run in a few words and figures: the primary metric before and after PPO, the
+paired-bootstrap verdict, and whether the policy was promoted; one reading for the command line, the Prefect
+summary, MLflow and the registered version's description.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Which policies a pipeline evaluates: the policy before PPO (the baseline) and every PPO-trained adapter.
 
-The pipeline hands the evaluation stage the demo/base model folders (``{"base": ..., "policy": ...}``) and the PPO
-stage's reference, which names an adapter folder (``adapter_dir``, ``adapter`` or ``path``) or several arms
-(``arms: {name: reference}``, e.g. span and scalar). A reference may carry its metric history (``history``: a list of
-dicts or a file) or a ``run_dir`` holding ``history.json``, which becomes a learning curve in the report, and
-``eval.parquet``, the prompts PPO held out from training, which are the ones evaluated.
+The evaluation stage gets the base model folders (``{"base": ..., "policy": ...}``) and the PPO stage's reference,
+which names an adapter folder (``adapter_dir``, ``adapter`` or ``path``) or several arms (``arms: {name: reference}``).
+A reference may carry a metric history (``history``, or ``run_dir/history.json``: the report's learning curve) and
+``run_dir/eval.parquet``, the held-out prompts that are evaluated.
 """
 
 from __future__ import annotations

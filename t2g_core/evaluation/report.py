@@ -16,19 +16,8 @@ from t2g_core.evaluation.titles import is_percent, title
 from t2g_core.store import read_json, write_text_atomic
 
 PERCENT_METRICS = frozenset(
-    {
-        "rouge1",
-        "rouge2",
-        "rougeL",
-        "fact_precision",
-        "fact_recall",
-        "invented_entity_rate",
-        "fact_error",
-        "token_f1",
-        "exact_match",
-        "reference_score",
-        "judge_score",
-    }
+    "rouge1 rouge2 rougeL fact_precision fact_recall invented_entity_rate fact_error token_f1 exact_match "
+    "reference_score judge_score".split()
 )
 
 
@@ -122,22 +111,14 @@ def metric_bars(summary: Mapping[str, Any], path: Path) -> Path:
             ]
             for i, p in enumerate(policies)
         ]
-        ax.bar(
-            range(len(policies)),
-            means,
-            yerr=list(zip(*err, strict=True)),
-            capsize=4,
-            color=["#999999" if p == baseline else "#3b75af" for p in policies],
-        )
+        colors = ["#999999" if p == baseline else "#3b75af" for p in policies]
+        ax.bar(range(len(policies)), means, yerr=list(zip(*err, strict=True)), capsize=4, color=colors)
         ax.set_xticks(range(len(policies)), policies, rotation=30, ha="right", fontsize=8)
         _panel_title(ax, m)
     for ax in list(axes.flat)[len(metrics) :]:
         ax.axis("off")
-    fig.suptitle(
-        f"{summary['task']}: means; error bars = {round(100 * summary.get('confidence', 0.95))}% CI of the "
-        f"difference from {baseline}",
-        fontsize=9,
-    )
+    level = round(100 * summary.get("confidence", 0.95))
+    fig.suptitle(f"{summary['task']}: means; error bars = {level}% CI of the difference from {baseline}", fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

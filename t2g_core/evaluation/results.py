@@ -1,11 +1,9 @@
 """Evaluate policies on the same held-out prompts, aggregate per item, compare each with a baseline.
 
-Results are a folder: ``items.parquet`` (one row per policy, item and sample: policy, id, sample, prompt, response,
-status, error and one column per metric) and ``summary.json`` (task, baseline, per-policy settings and means,
-paired-bootstrap comparisons against the baseline, judge win rates). The summary is always recomputable from the
-items, which is how ``t2g eval report`` merges several result folders. Both files are written atomically, the items
-first and the summary last (its presence says the results are complete); :meth:`EvalResults.load` checks both and
-names the file that is broken.
+Results are a folder: ``items.parquet`` (one row per policy, item and sample, one column per metric) and
+``summary.json`` (settings, means, paired-bootstrap comparisons, judge win rates), always recomputable from the items
+(how ``t2g eval report`` merges folders). The summary is written last, so its presence says the results are complete;
+:meth:`EvalResults.load` names the file that is broken.
 """
 
 from __future__ import annotations
@@ -76,9 +74,7 @@ def results_problem(path: str | Path, within: Path | None = None) -> str | None:
 
 
 def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    return str(value)
+    return value.item() if isinstance(value, np.generic) else str(value)
 
 
 def metric_columns(items: pd.DataFrame, task: str) -> list[str]:
@@ -92,17 +88,12 @@ def item_scores(items: pd.DataFrame, task: str, pass_k: Sequence[int] = (1,)) ->
     """Per (policy, id) scores: sample means, or pass@k for code. Index (policy, id), one column per metric."""
     groups = items.groupby(["policy", "id"], sort=False)
     if task == "code":
-        n = groups["passed"].count()
-        c = groups["passed"].sum()
-        passed = pd.DataFrame(
-            {
-                f"pass@{k}": [
-                    pass_at_k(int(ni), int(ci), k) if ni >= k else np.nan for ni, ci in zip(n, c, strict=True)
-                ]
-                for k in pass_k
-            },
-            index=n.index,
-        )
+        n, c = groups["passed"].count(), groups["passed"].sum()
+        at_k = {
+            f"pass@{k}": [pass_at_k(int(a), int(b), k) if a >= k else np.nan for a, b in zip(n, c, strict=True)]
+            for k in pass_k
+        }
+        passed = pd.DataFrame(at_k, index=n.index)
         scored = [m for m in REWARD_METRICS if m in items.columns and items[m].notna().any()]
         return passed.join(groups[scored].mean()) if scored else passed
     return groups[metric_columns(items, task)].mean()
@@ -231,14 +222,9 @@ def evaluate_policies(
     dtype: torch.dtype | None = None,
     **metric_kwargs: Any,
 ) -> EvalResults:
-    """Generate with every policy on the same held-out prompts, score them and compare with the baseline (first policy).
-    Every policy loads in ``dtype`` (the resolved ``models.dtype``, a ``torch.dtype``; None: the ``auto`` rule).
-
-    ``judge`` (a PairwiseJudge) adds a per-item ``judge_score`` for every non-baseline policy (first sample each);
-    ``reward_scorer`` (a reward model's scorer) adds ``rm_reward`` and ``rm_poor_spans`` to every response
-    (:mod:`t2g_core.evaluation.reward`): both measure the policies without references.
-    """
-
+    """Generate with every policy (in ``dtype``) on the same held-out prompts, score them and compare with the
+    baseline (the first policy). ``judge`` adds a per-item ``judge_score`` for every other policy; ``reward_scorer``
+    adds ``rm_reward`` and ``rm_poor_spans`` (:mod:`t2g_core.evaluation.reward`): both need no references."""
     if not policies:
         raise ValueError("evaluate_policies: give at least one policy")
     generator = generator or (lambda ref, t, p, c: generate_samples(ref, t, p, c, device=device, dtype=dtype))

@@ -1,15 +1,9 @@
 """Reference-free evaluation: every held-out response scored by the reward model the policy learnt from.
 
-Feedback without references (a user's own critiques) has no gold answer to compare with, and the policies can still
-be compared on the same held-out prompts, item by item, by what the trained reward model finds in each response:
-
-- ``rm_poor_spans``: the poor spans it locates (errors it sees; lower is better);
-- ``rm_reward``: good spans minus poor spans, the span reward of one response at one label unit per span.
-
-Both are per-item numbers, so the paired bootstrap of :func:`t2g_core.evaluation.results.compare` gives each one an
-interval against the policy before PPO. A policy trained on this reward model can learn to please it without being
-better (reward hacking), so a judge's win rate (``evaluate.judge_base_url``) or references are the stronger evidence
-where they exist; a response the reward model fails to score is NaN, left out of the means, never a zero.
+Feedback without references has no gold answer, but the policies can still be compared item by item by what the
+trained reward model finds: ``rm_poor_spans`` (lower is better) and ``rm_reward`` (good minus poor spans). Both get a
+paired-bootstrap interval against the policy before PPO. A policy can learn to please its reward model without being
+better, so a judge or references are stronger evidence where they exist; an unscored response is NaN, never zero.
 """
 
 from __future__ import annotations
@@ -28,7 +22,6 @@ REWARD_METRICS = ("rm_reward", "rm_poor_spans")
 def span_reward(response: str, feedback: Any) -> dict[str, float]:
     """``rm_reward`` and ``rm_poor_spans`` of one response from the reward model's ParsedFeedback (its spans located
     in the response; spans it quotes that are not there do not count)."""
-
     if not feedback.ok:
         return dict.fromkeys(REWARD_METRICS, float("nan"))
     located = [s for s in align_feedback(response, feedback) if s.start is not None]

@@ -27,9 +27,8 @@ class Adapter:
     required: tuple[str, ...]  # fields every record must have
     convert: Callable[[dict[str, Any], int], list[dict[str, Any]]]  # (record, row index) -> feedback rows
     description: str
-    load_hub: Callable[[str], Iterable[dict[str, Any]]] | None = (
-        None  # how to read the published data when no path is given
-    )
+    # how to read the published data when no path is given
+    load_hub: Callable[[str], Iterable[dict[str, Any]]] | None = None
 
     def check(self, record: dict[str, Any], row: int, file: str) -> None:
         missing = [f for f in self.required if f not in record]

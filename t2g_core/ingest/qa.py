@@ -1,10 +1,8 @@
 """UltraFeedback, binarized (HuggingFaceH4/ultrafeedback_binarized): one row per chosen and per rejected response.
 
-Mapping: ``prompt`` -> prompt; the last assistant message of ``chosen`` / ``rejected`` -> response (two rows, ids
-``uf-<prompt_id>-chosen`` / ``-rejected``); ``score_chosen`` / ``score_rejected``, ``prompt_id`` and which side the
-row is
--> meta. No critique: the LLM annotator writes it. Reference: the chosen response (the preferred answer, a silver
-reference that the offline reference critic can compare the rejected one with).
+``prompt`` -> prompt; the last assistant message of ``chosen`` / ``rejected`` -> response (ids
+``uf-<prompt_id>-chosen`` / ``-rejected``); scores, ``prompt_id`` and the side -> meta. No critique (the LLM annotator
+writes it); reference: the chosen response, a silver reference for the offline reference critic.
 """
 
 from __future__ import annotations

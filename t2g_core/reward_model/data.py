@@ -1,23 +1,14 @@
 """Reward-model training data: ``rm_data`` rows (id, split, rm_prompt, rm_target) from feedback + annotations.
 
-The two reward-model kinds read the same rows differently:
+- ``generative``: ``rm_prompt`` is the RM prompt (:func:`build_rm_prompt`) and ``rm_target`` the critique and the
+  quoted spans as JSON, then EOS;
+- ``tagger``: ``rm_prompt`` is the policy's prompt, which the response follows, and ``rm_target`` the same JSON plus
+  ``"located"`` ``[start, end, label]`` character spans (its token labels) and the ``"missing"`` items with their
+  ``"missing_at"`` offsets (its omission labels). A response over ``max_target_tokens`` is skipped and counted.
 
-- ``generative``: ``rm_prompt`` is the RM prompt (:func:`build_rm_prompt`: instructions, the prompt and the response)
-  and ``rm_target`` the text to generate (the critique and the quoted spans as JSON, then EOS);
-- ``tagger``: ``rm_prompt`` is the policy's prompt (:func:`render_policy_prompt`), which the response follows, and
-  ``rm_target`` the same JSON plus ``"located"``: the ``[start, end, label]`` character spans of the response that
-  become its token labels (no EOS), and the annotator's ``"missing"`` items with ``"missing_at"``, the char offset
-  where each belonged (the end of the response when the annotator gives no place), which become the tagger's
-  omission labels. A response longer than ``max_target_tokens`` tokens is skipped and counted.
-
-- One row per item id: the first annotation with status ``ok`` (in annotation order) is used; items whose
-  annotations all failed are skipped and counted.
-- The prompt comes from :func:`build_rm_prompt` (the same builder evaluation and scoring use).
-- Target spans are the *aligned* quotes: each annotated span is located in the response (from the ``spans``
-  artifact when given, else with :func:`t2g_core.spans.align_feedback`) and replaced by the exact response text
-  it matched, so the RM learns to quote verbatim. Unmatched spans and spans cut off by prompt truncation are
-  dropped and counted, never silently kept.
-- The split is a pure function of the id (a hash), so it does not change when items are added or reordered.
+Per item id the first ``ok`` annotation is used. Target spans are the *aligned* quotes (the exact response text each
+span matched), so the RM learns to quote verbatim; unmatched or truncated spans are dropped and counted. The split is
+a hash of the id, so it does not change when items are added or reordered.
 """
 
 from __future__ import annotations
@@ -69,34 +60,19 @@ class GoldSpan:
     end: int
 
 
-def _spans_from_artifact(spans_df: pd.DataFrame, item_id: str, response: str) -> tuple[list[GoldSpan], int]:
-    rows = spans_df[spans_df["id"] == item_id].sort_values("span_index")
-    located, unmatched = [], 0
-    for r in rows.itertuples(index=False):
-        if r.match == "unmatched" or pd.isna(r.start) or pd.isna(r.end):
-            unmatched += 1
-            continue
-        start, end = int(r.start), int(r.end)
-        located.append(GoldSpan(response[start:end], r.label, start, end))
-    return located, unmatched
-
-
-def _spans_by_alignment(response: str, good: list[str], poor: list[str], align_cfg) -> tuple[list[GoldSpan], int]:
-
-    located, unmatched = [], 0
-    for s in align_feedback(response, (list(good), list(poor)), align_cfg):
-        if s.start is None or s.end is None or s.match == "unmatched":
-            unmatched += 1
-            continue
-        located.append(GoldSpan(response[s.start : s.end], s.label, s.start, s.end))
-    return located, unmatched
-
-
 def locate_gold_spans(response: str, good: list[str], poor: list[str], *, spans_df=None, item_id=None, align_cfg=None):
-    """Annotated spans located in ``response`` (exact response text + offsets), and the number left unmatched."""
+    """Annotated spans located in ``response`` (exact response text + offsets), and the number left unmatched: from
+    the ``spans`` artifact when it has the item, else by alignment."""
     if spans_df is not None and item_id is not None and (spans_df["id"] == item_id).any():
-        return _spans_from_artifact(spans_df, item_id, response)
-    return _spans_by_alignment(response, good, poor, align_cfg)
+        found = list(spans_df[spans_df["id"] == item_id].sort_values("span_index").itertuples(index=False))
+    else:
+        found = align_feedback(response, (list(good), list(poor)), align_cfg)
+    located = [
+        GoldSpan(response[int(s.start) : int(s.end)], s.label, int(s.start), int(s.end))
+        for s in found
+        if s.match != "unmatched" and not pd.isna(s.start) and not pd.isna(s.end)
+    ]
+    return located, len(found) - len(located)
 
 
 def _dedupe(texts: list[str]) -> list[str]:
@@ -127,7 +103,6 @@ def _generative_row(item, critique, spans: list[GoldSpan], tokenizer, cfg, stats
 
 def _tagger_row(item, critique, spans: list[GoldSpan], tokenizer, cfg, stats: RMDataStats, missing=()):
     """(policy prompt, span JSON with the located spans and omissions), or None when the response is over budget."""
-
     if count_tokens(tokenizer, item.response) > cfg.max_target_tokens:
         return None
     stats.n_spans_kept += len(spans)
@@ -227,15 +202,7 @@ def build_rm_data(
             stats.n_target_too_long += 1
             stats.skipped_ids.append(item.id)
             continue
-        shown_prompt, target = row
-        rows.append(
-            {
-                "id": item.id,
-                "split": split_for_id(item.id, cfg.val_fraction),
-                "rm_prompt": shown_prompt,
-                "rm_target": target,
-            }
-        )
+        rows.append((item.id, split_for_id(item.id, cfg.val_fraction), *row))  # row: (rm_prompt, rm_target)
     df = pd.DataFrame(rows, columns=["id", "split", "rm_prompt", "rm_target"])
     stats.n_rows = len(df)
     stats.n_train = int((df["split"] == "train").sum())

@@ -1,11 +1,9 @@
 """A reward model served over HTTP: rollouts scored by any OpenAI-compatible server.
 
-Two uses, one path: the trained generative adapter served by vLLM (``endpoint.prompt=reward_model``: the server is
-sent the reward model's own prompt, ``prompts.rm_messages``, and applies the same chat template training used), or a
-strong LLM as an online critic (``endpoint.prompt=annotator``: the annotation stage's critique prompt). Either way the
-request goes through the LLM annotator's machinery (``t2g_core.annotators.llm``): concurrency, the answer cache,
-retries, statuses, redaction and parsing, so a failed request is a status on its rollout (PPO gives it
-``ppo.parse_failure_reward``), never a failed step.
+``endpoint.prompt=reward_model``: the trained generative adapter (e.g. on vLLM), sent its own prompt
+(``prompts.rm_messages``); ``endpoint.prompt=annotator``: a strong LLM as an online critic, sent the annotation
+stage's critique prompt. Either way the request goes through the LLM annotator (``t2g_core.annotators.llm``), so a
+failed request is a status on its rollout (``ppo.parse_failure_reward``), never a failed step.
 """
 
 from __future__ import annotations
@@ -39,7 +37,6 @@ def annotate_config(endpoint) -> AnnotateConfig:
 
 
 def _rm_prompt(row: dict) -> list[dict[str, str]]:
-
     return rm_messages(row["task"], row["prompt"], row["response"])
 
 

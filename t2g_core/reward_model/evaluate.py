@@ -2,23 +2,15 @@
 
 Metrics (micro-averaged over items):
 
-- ``json_valid_rate``: the generation is, as is, one JSON object with list-of-string ``good_spans``/``poor_spans``
-  (strict ``json.loads``); ``parse_ok_rate``: it parses through :func:`t2g_core.spans.parse_span_json`, which also
-  repairs near-JSON (the rate PPO sees);
-- ``span_*`` / ``span_{positive,negative}_*``: span-level P/R/F1 of the generated spans against the gold annotation
-  spans, both located in the response (IoU >= 0.5, same label, one-to-one; :func:`t2g_core.alignment.span_prf`);
-- ``token_*``: token-level P/R/F1 of the signed token labels (:func:`t2g_core.alignment.token_prf`);
-- ``unmatched_span_rate``: generated spans that cannot be found in the response;
-- ``rouge_l``: ROUGE-L F of the generated critique against the gold critique (0 when nothing parsed);
-- ``gen_tokens_per_s``: generated tokens per second over the whole evaluation;
-- ``truth_span_*``: with demo data (``meta.gold_spans`` offsets), the same span metrics against the ground truth;
-- ``truth_poor_char_{precision,recall,f1}``: micro character P/R/F1 of the predicted poor spans against the ground
-  truth's negative spans, and ``truth_recall_{invented,swapped,redundant}`` the character recall of each flaw type
-  (demo summaries): a model that never catches an invented value can still score a high F1 on redundant clauses,
-  which are most of the poor characters;
-- ``omission_{precision,recall,f1}``: the reported omissions against the gold ones (the annotator's ``missing``
-  items), matched one to one on the token each is anchored at (:func:`omission_matches`), beside the span F1;
-- ``score_ms_per_item``: wall time per scored response.
+- ``json_valid_rate``: the generation is strictly one span-JSON object; ``parse_ok_rate``: it parses through
+  :func:`t2g_core.spans.parse_span_json`, which repairs near-JSON (the rate PPO sees);
+- ``span_*`` / ``span_{positive,negative}_*``: span P/R/F1 against the gold spans (IoU >= 0.5, same label, one to
+  one); ``token_*``: token P/R/F1 of the signed token labels; ``unmatched_span_rate``: spans not found in the response;
+- ``rouge_l``: ROUGE-L F against the gold critique; ``gen_tokens_per_s``, ``score_ms_per_item``: speed;
+- ``truth_span_*``, ``truth_poor_char_*``, ``truth_recall_{invented,swapped,redundant}`` (demo data): against the
+  ground truth, per flaw type, since a model that never catches an invented value can still score a high F1 on
+  redundant clauses;
+- ``omission_{precision,recall,f1}``: reported omissions against the gold ones, matched on their anchor token.
 
 Any other source of predictions (a baseline, an LLM annotator) can be scored with :func:`score_predictions`.
 """
@@ -68,23 +60,9 @@ class RMEvalReport:
         lines = ["# Reward model evaluation", "", "| metric | value |", "|---|---|"]
         lines += [f"| {k} | {v:.4g} |" for k, v in sorted(self.metrics.items())]
         for ex in self.examples:
-            lines += [
-                "",
-                f"## {ex['id']} ({ex['status']})",
-                "",
-                "Response:",
-                "```",
-                ex["response"],
-                "```",
-                "Gold:",
-                "```",
-                ex["gold"],
-                "```",
-                "Generated:",
-                "```",
-                ex["generated"],
-                "```",
-            ]
+            lines += ["", f"## {ex['id']} ({ex['status']})", ""]
+            for title, key in (("Response", "response"), ("Gold", "gold"), ("Generated", "generated")):
+                lines += [f"{title}:", "```", ex[key], "```"]
         return "\n".join(lines) + "\n"
 
 
@@ -175,6 +153,18 @@ def _chars(spans, label: str = "negative") -> set[int]:
     return {c for s in spans if s[2] == label for c in range(s[0], s[1])}
 
 
+def _prf(tp: int, n_pred: int, n_true: int) -> tuple[float | None, float | None, float | None]:
+    """Micro precision, recall and F1 from counts (all None when there is nothing predicted or true)."""
+    if not n_pred and not n_true:
+        return None, None, None
+    p, r = (tp / n_pred if n_pred else 0.0), (tp / n_true if n_true else 0.0)
+    return p, r, 2 * p * r / (p + r) if p + r else 0.0
+
+
+def _named(name: str, p, r, f1) -> dict[str, float]:
+    return {f"{name}_precision": p, f"{name}_recall": r, f"{name}_f1": f1}
+
+
 class _Totals:
     """Per-item results accumulated for micro-averaging."""
 
@@ -190,12 +180,8 @@ class _Totals:
         self.omissions = [a + b for a, b in zip(self.omissions, counts, strict=True)]
 
     def omission_metrics(self) -> dict[str, float]:
-        tp, n_pred, n_gold = self.omissions
-        if not n_pred and not n_gold:
-            return {}
-        p, r = (tp / n_pred if n_pred else 0.0), (tp / n_gold if n_gold else 0.0)
-        f1 = 2 * p * r / (p + r) if p + r else 0.0
-        return {"omission_precision": p, "omission_recall": r, "omission_f1": f1, "omission_gold": float(n_gold)}
+        p, r, f1 = _prf(*self.omissions)
+        return {} if p is None else {**_named("omission", p, r, f1), "omission_gold": float(self.omissions[2])}
 
     def add_truth_chars(self, pred, truth) -> None:
         predicted, true = _chars(pred), _chars(truth)
@@ -208,14 +194,12 @@ class _Totals:
                 self.by_type[span[3]][1] += len(chars)
 
     def truth_char_metrics(self) -> dict[str, float]:
-        tp, n_pred, n_true = self.poor_chars
-        if not n_true and not n_pred:
+        p, r, f1 = _prf(*self.poor_chars)
+        if p is None:
             return {}
-        p, r = (tp / n_pred if n_pred else 0.0), (tp / n_true if n_true else 0.0)
-        out = {"truth_poor_char_precision": p, "truth_poor_char_recall": r}
-        out["truth_poor_char_f1"] = 2 * p * r / (p + r) if p + r else 0.0
-        out.update({f"truth_recall_{t}": hit / n for t, (hit, n) in self.by_type.items() if n})
-        return out
+        return _named("truth_poor_char", p, r, f1) | {
+            f"truth_recall_{t}": hit / n for t, (hit, n) in self.by_type.items() if n
+        }
 
     def add_spans(self, bucket: dict, pred, gold, threshold: float) -> dict:
         out = span_prf(pred, gold, iou_threshold=threshold)
@@ -239,10 +223,7 @@ class _Totals:
                 if not results:
                     continue
                 agg = micro_prf(results)
-                name = prefix if lab == "all" else f"{prefix}_{lab}"
-                m.update(
-                    {f"{name}_precision": agg["precision"], f"{name}_recall": agg["recall"], f"{name}_f1": agg["f1"]}
-                )
+                m |= _named(prefix if lab == "all" else f"{prefix}_{lab}", agg["precision"], agg["recall"], agg["f1"])
         return m | self.truth_char_metrics() | self.omission_metrics()
 
 
@@ -315,16 +296,7 @@ def evaluate_rm(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_cfg=N
     metrics["gen_tokens_per_s"] = gen.tokens_per_second
     metrics["gen_seconds"] = gen.seconds
     metrics["score_ms_per_item"] = metrics_time
-    examples = [
-        {
-            "id": it.id,
-            "status": p.status,
-            "response": it.response,
-            "gold": _gold_json(it.gold),
-            "generated": t,
-        }
-        for it, p, t in list(zip(items, preds, gen.texts, strict=True))[: cfg.eval_examples]
-    ]
+    examples = [_example(it, p, t) for it, p, t in list(zip(items, preds, gen.texts, strict=True))[: cfg.eval_examples]]
     return RMEvalReport(metrics, rows, examples)
 
 
@@ -346,17 +318,18 @@ def evaluate_tagger(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_c
     seconds = time.perf_counter() - t0
     metrics, rows = score_predictions(items, preds, tokenizer, align_cfg=align_cfg)
     metrics["score_ms_per_item"] = 1000 * seconds / len(items)
-    examples = [
-        {
-            "id": it.id,
-            "status": p.status,
-            "response": it.response,
-            "gold": _gold_json(it.gold),
-            "generated": _gold_json(p),
-        }
-        for it, p in list(zip(items, preds, strict=True))[: cfg.eval_examples]
-    ]
+    examples = [_example(it, p, _gold_json(p)) for it, p in list(zip(items, preds, strict=True))[: cfg.eval_examples]]
     return RMEvalReport(metrics, rows, examples)
+
+
+def _example(item: EvalItem, pred: ParsedFeedback, generated: str) -> dict:
+    return {
+        "id": item.id,
+        "status": pred.status,
+        "response": item.response,
+        "gold": _gold_json(item.gold),
+        "generated": generated,
+    }
 
 
 def _gold_json(fb: ParsedFeedback) -> str:

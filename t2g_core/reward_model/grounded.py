@@ -80,10 +80,8 @@ def _escape(esc: bytes) -> tuple[bool, bytes | None]:
 class Grounding:
     """The automaton for one response: ``step(state, byte)`` is the next state, or None when the byte is not allowed.
 
-    A quote may close only when the aligner can place it: whole characters, not blank, and with an occurrence left
-    that the answer's earlier quotes have not claimed (the aligner gives each quote its own occurrence). States from
-    which no closable quote can be reached are refused too (:meth:`viable`), so decoding never reaches a dead end.
-    """
+    A quote may close only where the aligner can place it (whole characters, not blank, an occurrence not claimed by an
+    earlier quote); states from which no closable quote is reachable are refused too (:meth:`viable`): no dead ends."""
 
     def __init__(self, response: str):
         self.text, self.response = response, response.encode("utf-8")
@@ -152,14 +150,12 @@ class Grounding:
 
     def _closable(self, content: bytes, done: tuple[str, ...]) -> str | None:
         """The quote as the aligner will search it, when it can close here (see the class docstring), else None."""
-        if not content or not _whole_characters(content):
+        if not content or _utf8(content) != "complete":
             return None
         quote = content.decode("utf-8").strip()
         if not quote:
             return None
-        n, i = 0, -1
-        while (i := self.text.find(quote, i + 1)) != -1:
-            n += 1
+        n = sum(1 for _ in _find_all(self.text, quote))
         return quote if n > done.count(quote) else None
 
     def viable(self, s: State) -> bool:
@@ -190,19 +186,14 @@ class Grounding:
     def _next_characters(self, content: bytes) -> set[str]:
         """The characters that follow an occurrence of ``content`` (at a character boundary) in the response."""
         if content not in self.next_cache:
-            self.next_cache[content] = self._find_next_characters(content)
+            out = self.next_cache[content] = set()
+            for i in _find_all(self.response, content):
+                rest = self.response[i + len(content) : i + len(content) + 4]
+                for n in range(1, len(rest) + 1):
+                    if _utf8(rest[:n]) == "complete":
+                        out.add(rest[:n].decode("utf-8"))
+                        break
         return self.next_cache[content]
-
-    def _find_next_characters(self, content: bytes) -> set[str]:
-        out, i = set(), self.response.find(content)
-        while i != -1:
-            rest = self.response[i + len(content) : i + len(content) + 4]
-            for n in range(1, len(rest) + 1):
-                if _utf8(rest[:n]) == "complete":
-                    out.add(rest[:n].decode("utf-8"))
-                    break
-            i = self.response.find(content, i + 1)
-        return out
 
     def _can_finish(self, s: State, esc: bytes) -> bool:
         """Whether the pending escape ``esc`` can complete into a character that continues the quote viably."""
@@ -223,12 +214,10 @@ class Grounding:
             return set(range(0x80, 0xC0))
         if s.mode != "quote" or s.esc:
             return None
-        out, i = {ord('"'), ord("\\")}, self.response.find(s.content)
-        while i != -1:
-            j = i + len(s.content)
-            if j < len(self.response):
-                out.add(self.response[j])
-            i = self.response.find(s.content, i + 1)
+        out = {ord('"'), ord("\\")}
+        for i in _find_all(self.response, s.content):
+            if i + len(s.content) < len(self.response):
+                out.add(self.response[i + len(s.content)])
         return out
 
     def walk(self, s: State, data: bytes) -> State | None:
@@ -239,19 +228,11 @@ class Grounding:
         return s
 
 
-def _find_all(haystack: bytes, needle: bytes):
+def _find_all(haystack: bytes | str, needle: bytes | str):
     i = haystack.find(needle)
     while i != -1:
         yield i
         i = haystack.find(needle, i + 1)
-
-
-def _whole_characters(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _utf8(pending: bytes) -> str:
@@ -270,9 +251,7 @@ def _escaped_forms(ch: str) -> list[bytes]:
     return short + ([f"u{code:04x}".encode(), f"u{code:04X}".encode()] if code <= 0xFFFF else [])
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# tokens as bytes
-# ----------------------------------------------------------------------------------------------------------------
+# --- tokens as bytes
 
 
 def token_bytes(tokenizer) -> list[bytes | None]:
@@ -353,9 +332,7 @@ class TokenIndex:
         return grounding.quote_viable(content, state.done)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# the logits processor
-# ----------------------------------------------------------------------------------------------------------------
+# --- the logits processor
 
 
 class GroundedSpansProcessor:

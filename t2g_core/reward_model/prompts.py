@@ -1,15 +1,10 @@
 """The reward model's input and target text: one builder per task, shared by training, evaluation and scoring.
 
-The reference code trained its RM on one prompt and served it with another (a train/serve skew), padded on the
-right and truncated the rendered prompt from the right, which can cut the assistant header off. Here:
-
-- the prompt is rendered with the tokenizer's own chat template (``apply_chat_template`` with the generation
-  prompt), so the model always ends its input on the assistant header it was trained on;
-- when the prompt is over budget, the *content* (the post / problem / question and the response) is cut at a
-  token boundary and marked, and the template (instructions, section headers, assistant header) is kept whole;
-- the target is one JSON object with the critique first, then the quoted spans, then EOS:
-  ``{"critique": "...", "good_spans": [...], "poor_spans": [...]}<eos>``. Generating the critique first lets it
-  act as the reasoning for the spans; the object is the one span-JSON schema that annotators use too.
+The reference code trained on one prompt and served another, and truncated the rendered prompt from the right (which
+can cut the assistant header off). Here the prompt is rendered with the tokenizer's chat template; over budget, the
+*content* (prompt and response) is cut at a token boundary and marked, the template kept whole; the target is one
+JSON object, critique first (it acts as the reasoning for the spans), then the quoted spans, then EOS:
+``{"critique": "...", "good_spans": [...], "poor_spans": [...]}<eos>``.
 """
 
 from __future__ import annotations

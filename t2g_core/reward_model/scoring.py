@@ -1,9 +1,8 @@
 """Score responses with the trained reward model: batched generation, then parse the span JSON.
 
-Generation is batched with *left* padding (the reference padded on the right, which makes a decoder-only model
-continue from pad tokens), uses the KV cache, and is greedy by default (``temperature`` > 0 samples). Output is
-parsed with :func:`t2g_core.spans.parse_span_json`; a generation that does not parse is returned with its status
-(``parse_error``) and the raw text, never raised, so the caller decides what that sample's reward is.
+Generation is batched with *left* padding (the reference padded right, so a decoder-only model continued from pads),
+uses the KV cache, and is greedy by default. A generation that does not parse is returned with its status and raw
+text, never raised, so the caller decides that sample's reward.
 """
 
 from __future__ import annotations
@@ -137,9 +136,7 @@ def generate_texts(
     its response (``t2g_core.reward_model.grounded``)."""
     tokenizer.padding_side = "left"
     gen_cfg = _generation_config(model, tokenizer, cfg)
-    index = None
-    if responses is not None and cfg.grounded_decoding:
-        index = TokenIndex(tokenizer)
+    index = TokenIndex(tokenizer) if responses is not None and cfg.grounded_decoding else None
     lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in prompt_texts]
     order = sorted(range(len(prompt_texts)), key=lambda i: -lengths[i])  # similar lengths share a batch: less padding
     texts, n_new, hit = [""] * len(order), [0] * len(order), [False] * len(order)
@@ -187,7 +184,6 @@ class RewardModelScorer:
         device: str | None = None,
         dtype: torch.dtype | None = None,
     ):
-
         self.cfg = cfg or RewardModelConfig()
         self.model, self.tokenizer = load_reward_model(
             model_dir_or_adapter, base_model=base_model, device=device, dtype=dtype
@@ -201,9 +197,8 @@ class RewardModelScorer:
         out: list[ParsedFeedback | None] = [None] * len(rows)
         for task in dict.fromkeys(r["task"] for r in rows):
             idx = [i for i, r in enumerate(rows) if r["task"] == task]
-            for i, parsed in zip(
-                idx, self.score([rows[i]["prompt"] for i in idx], [rows[i]["response"] for i in idx], task), strict=True
-            ):
+            scored = self.score([rows[i]["prompt"] for i in idx], [rows[i]["response"] for i in idx], task)
+            for i, parsed in zip(idx, scored, strict=True):
                 out[i] = parsed
         return out  # type: ignore[return-value]
 

@@ -1,34 +1,22 @@
 """A span-tagger reward model: one label per response token (neutral / good / poor) in one forward pass.
 
-For the response token y_i at input position i the head reads
+For the response token y_i at input position i the heads read
 
     f_i = [ h_i ; h_{i-1} ; log p(y_i | y_<i) ; max_v log p(v | y_<i) ]        (2d + 2 features)
 
-where h is the language model's last hidden state and the two log-probabilities come from its own LM head at
-position i-1 (what the model itself predicted there), and a two-layer MLP maps f_i to three logits. A second MLP on
-the same features (the omission head, ``reward_model.tagger_max_omissions`` = N > 0) maps f_i to N + 1 logits: how
-many required items are missing just before token i (0..N; an item missing at the end of the response belongs to
-its last token), so the learned reward charges omissions as the critics do (``ppo.omission_penalty``). Training is
-cross-entropy over the response tokens against the labels alignment produces (validated spans placed on tokens
-through the tokenizer's offset mapping, poor winning on overlap as ``align.overlap`` says) plus cross-entropy of the
-omission counts against the annotator's ``missing_at`` anchors; the language model is fine-tuned with it (LoRA or
-fully, ``reward_model.finetune``) or kept frozen (the heads alone learn); the training loop is
-:mod:`t2g_core.reward_model.tagger_train`.
+(h: the LM's last hidden state; the log-probabilities: its own prediction at i-1). One MLP maps f_i to three class
+logits; the omission head (``reward_model.tagger_max_omissions`` = N > 0) maps it to N + 1 logits, how many required
+items are missing just before token i (one missing at the end belongs to the last token), so the learned reward
+charges omissions as the critics do. Training (:mod:`t2g_core.reward_model.tagger_train`) is cross-entropy against
+the aligned span labels and the annotator's ``missing_at`` anchors, the LM LoRA-tuned, fully tuned or frozen
+(``reward_model.finetune``). Confidence per response: the probability of the least sure token's predicted label.
 
-Scoring gives each response token's class probabilities and omission-count probabilities (:func:`predict`), and a
-confidence per response: the probability of the least sure token's predicted label (of either head), which the
-on-policy critique loop uses to choose what to send to the annotator.
+Why this head (``docs/reward_model.md``): a tagger only catches invented values when it starts from a model that can
+look the value up *and* compares the token with that model's own prediction; either part alone gave recall 0. Unlike
+the paper's generative reward model it writes no critique: one is templated from its labels.
 
-Why this head: measured at demo scale (``docs/reward_model.md``), a tagger only catches invented
-values when it starts from a model that can look the value up (the policy) *and* its head compares the token with
-that model's own prediction; either part alone gave invented-value recall 0. Deviation from the paper: the paper's
-reward model is generative (it writes the critique and then the spans); the tagger writes no critique, so a templated
-one is made from its labels (:func:`critique_from_spans`).
-
-Saved as a folder: ``tagger.json`` (what it is and how it was built), ``head.safetensors`` (and
-``omission.safetensors`` when it has an omission head), the tokenizer, and the fine-tuned language model (``lm/``, a
-full model folder, or ``adapter/``, a LoRA adapter on ``base_model``; none for a frozen one, which loads
-``base_model`` itself).
+Saved as a folder: ``tagger.json``, ``head.safetensors`` (and ``omission.safetensors``), the tokenizer, and the
+language model (``lm/``, a full model, or ``adapter/``, LoRA on ``base_model``; none when frozen).
 """
 
 from __future__ import annotations
@@ -58,9 +46,7 @@ HEAD_FILE = "head.safetensors"
 OMISSION_FILE = "omission.safetensors"
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# the model
-# ----------------------------------------------------------------------------------------------------------------
+# --- the model
 
 
 def shift_features(
@@ -135,9 +121,7 @@ class SpanTagger(nn.Module):
         return self.heads(self.features(input_ids, attention_mask), labels, omissions)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# examples: (prompt text, response) -> ids and per-token classes through the offset mapping
-# ----------------------------------------------------------------------------------------------------------------
+# --- examples: (prompt text, response) -> ids and per-token classes through the offset mapping
 
 
 @dataclass(frozen=True)
@@ -153,11 +137,8 @@ class Encoded:
 def encode_pair(
     tokenizer, prompt_text: str, response: str, max_prompt_tokens: int, max_response_tokens: int
 ) -> Encoded:
-    """Ids of the rendered prompt followed by the response (tokenized on its own, so its offsets index it).
-
-    Over budget, the prompt keeps its *last* ``max_prompt_tokens`` tokens (its end, with the assistant header, is what
-    the response follows) and the response its first ``max_response_tokens`` (later tokens are not scored).
-    """
+    """Ids of the rendered prompt followed by the response (tokenized on its own, so its offsets index it). Over
+    budget the prompt keeps its *last* tokens (the assistant header) and the response its first."""
     p_ids = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
     enc = tokenizer(response, add_special_tokens=False, return_offsets_mapping=True)
     r_ids, offsets = enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]]
@@ -261,15 +242,12 @@ def prediction_feedback(response: str, encoded: Encoded, pred: TokenPrediction) 
     )
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# building, saving, loading
-# ----------------------------------------------------------------------------------------------------------------
+# --- building, saving, loading
 
 
 def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> tuple[SpanTagger, object]:
     """A fresh tagger on ``base`` (a folder or Hub id; LoRA-wrapped when ``cfg.finetune == "lora"``), initialised
     from ``cfg.seed``."""
-
     tokenizer = load_tokenizer(base, padding_side=None)  # a folder or Hub id; the shared pad-token policy
     lm = load_causal_lm(base, dtype=dtype, tokenizer=tokenizer, place=False)
     if cfg.gradient_checkpointing:
@@ -319,10 +297,8 @@ def tagger_meta(path: str | Path) -> dict:
 def load_tagger(
     path: str | Path, *, device: str | None = None, dtype: torch.dtype | None = None, trainable: bool = False
 ):
-    """(SpanTagger, tokenizer) from a tagger folder, language model and heads in ``dtype`` (the resolved
-    ``models.dtype``; None: the ``auto`` rule for ``device``). For scoring (eval mode) a LoRA adapter is merged;
-    ``trainable`` keeps it a trainable adapter (and a full model's weights trainable) so training can continue, in
-    train mode, with the heads in float32."""
+    """(SpanTagger, tokenizer) from a tagger folder in ``dtype`` (None: the ``auto`` rule). For scoring a LoRA adapter
+    is merged; ``trainable`` keeps it (and a full model) trainable, in train mode, heads in float32."""
     from safetensors.torch import load_file
 
     path = Path(path)
@@ -351,9 +327,7 @@ def load_tagger(
     return model.to(device=device, dtype=dtype).eval(), tokenizer
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# inference
-# ----------------------------------------------------------------------------------------------------------------
+# --- inference
 
 
 def _left_padded(batch: list[Encoded], pad_id: int) -> tuple[Tensor, Tensor]:  # -> (B, L), (B, L)
@@ -423,13 +397,11 @@ class TaggerScorer:
     probabilities behind them."""
 
     def __init__(self, path: str | Path, cfg=None, *, device: str | None = None, dtype: torch.dtype | None = None):
-
         self.cfg = cfg or RewardModelConfig()
         self.path = Path(path)
         self.model, self.tokenizer = load_tagger(path, device=device, dtype=dtype)
 
     def encode(self, task: str, prompt: str, response: str) -> Encoded:
-
         prompt_text = render_policy_prompt(self.tokenizer, task, prompt)
         return encode_pair(
             self.tokenizer, prompt_text, response, self.cfg.max_prompt_tokens, self.cfg.max_target_tokens

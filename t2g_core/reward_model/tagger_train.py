@@ -1,16 +1,12 @@
-"""Training the span tagger (:mod:`t2g_core.reward_model.tagger`): a plain loop of optimizer steps with
-checkpoints, cross-entropy over the response tokens against the labels alignment produces.
+"""Training the span tagger (:mod:`t2g_core.reward_model.tagger`): a plain loop of optimizer steps with checkpoints.
 
-It resumes exactly: the examples of step s are a slice of a fresh permutation per epoch keyed by (seed, epoch)
-(:func:`t2g_core.training.epoch_permutation`), and a checkpoint ``<out>/checkpoints/step-N`` holds the trainable
-weights, the optimizer and schedule, and the random state that LoRA dropout draws from. The last
-``save_total_limit`` checkpoints are kept.
+It resumes exactly: step s takes a slice of a fresh permutation per epoch keyed by (seed, epoch), and a checkpoint
+``<out>/checkpoints/step-N`` holds the trainable weights, optimizer, schedule and the random state LoRA dropout draws
+from; the last ``save_total_limit`` are kept.
 
-Each trained part (the language model's trainable weights, the span head, the omission head) has its gradient clipped
-on its own: one norm over all of them let the omission loss's gradient shrink the span head's steps (on a frozen
-SmolLM2, 512 items, one epoch: the recall of invented values fell from 0.21 to 0). A frozen language model's features
-are computed once (:func:`cache_features`): every epoch would compute the same ones, so epochs after the first cost
-the heads alone.
+Each trained part (LM, span head, omission head) has its gradient clipped on its own: one norm over all let the
+omission loss shrink the span head's steps (frozen SmolLM2, 512 items: invented-value recall fell from 0.21 to 0). A
+frozen LM's features are computed once (:func:`cache_features`), so later epochs cost the heads alone.
 """
 
 from __future__ import annotations
@@ -128,11 +124,6 @@ def _checkpoints(ckpt_dir: Path) -> list[Path]:
     return sorted(ckpt_dir.glob("step-*[0-9]"), key=lambda p: int(p.name.split("-")[1]))
 
 
-def _latest_checkpoint(ckpt_dir: Path) -> Path | None:
-    done = _checkpoints(ckpt_dir)
-    return done[-1] if done else None
-
-
 def _restore(folder: Path, model: SpanTagger, optimizer, scheduler) -> int:
     state = load_state(folder / "state.pt", map_location="cpu")
     params = dict(model.named_parameters())
@@ -145,14 +136,8 @@ def _restore(folder: Path, model: SpanTagger, optimizer, scheduler) -> int:
     return int(state["step"])
 
 
-def _prune(ckpt_dir: Path, keep: int) -> None:
-    for old in _checkpoints(ckpt_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def tagger_examples(rm_df, feedback_df, split: str = "train") -> list[TaggerExample]:
     """(policy prompt, response, located spans, missing anchors) for the ``split`` rows of tagger ``rm_data``."""
-
     responses = dict(zip(feedback_df["id"], feedback_df["response"], strict=True))
     out = []
     for row in rm_df[rm_df["split"] == split].itertuples(index=False):
@@ -262,7 +247,8 @@ def _loop(
         on_progress("reward model", step + 1, run.total, {"loss": loss_value})
         if (step + 1) % cfg.save_steps == 0 and step + 1 < run.total:
             _save_checkpoint(ckpt_dir / f"step-{step + 1}", run.model, run.optimizer, run.scheduler, step + 1)
-            _prune(ckpt_dir, cfg.save_total_limit)
+            for old in _checkpoints(ckpt_dir)[: -cfg.save_total_limit]:
+                shutil.rmtree(old, ignore_errors=True)
     bar.close()
     run.model.eval()
     return history
@@ -281,13 +267,9 @@ def fit_tagger(
     dtype: torch.dtype | None = None,
     on_progress: Progress = no_progress,
 ):
-    """Train a tagger on (prompt text, response, located spans) examples into ``<out_dir>/tagger``; the base loads
-    in ``dtype`` (the resolved ``models.dtype``; None: the ``auto`` rule) and trains as loaded, the head in float32.
-
-    Checkpoints go to ``<out_dir>/checkpoints/step-N`` every ``save_steps``; a re-run resumes from the last one and
-    reproduces the uninterrupted run. Returns an :class:`~t2g_core.sft.RMTrainResult`.
-    """
-
+    """Train a tagger on (prompt text, response, located spans) examples into ``<out_dir>/tagger``, the base in
+    ``dtype`` (None: the ``auto`` rule), the heads in float32. Checkpoints every ``save_steps``; a re-run resumes and
+    reproduces the uninterrupted run. Returns an :class:`~t2g_core.sft.RMTrainResult`."""
     out_dir, ckpt_dir = Path(out_dir), Path(out_dir) / "checkpoints"
     done = finished_run(out_dir, cfg, folder="tagger") if resume else None
     if done is not None:
@@ -304,7 +286,7 @@ def fit_tagger(
         weight_decay=cfg.weight_decay,
     )
     run = _Run(model, optimizer, _schedule(optimizer, cfg, total), data, total, device)
-    latest = _latest_checkpoint(ckpt_dir) if resume else None
+    latest = (_checkpoints(ckpt_dir) or [None])[-1] if resume else None
     start = _restore(latest, model, optimizer, run.scheduler) if latest is not None else 0
     t0 = time.perf_counter()  # the features a frozen model gives, computed once, count as training time
     if start < total:
@@ -352,14 +334,10 @@ def refine_tagger(
     overlap: str = "poor_wins",
     dtype: torch.dtype | None = None,
 ) -> RefineResult:
-    """Continue training the tagger in ``tagger_dir`` on ``examples`` for ``steps`` optimizer steps (its LoRA adapter
-    and heads, or every weight of a fully fine-tuned one; ``cfg.batch_size`` examples a step at ``learning_rate``,
-    default ``cfg.learning_rate``) and write the result to ``out_dir`` as a tagger folder of the same layout.
-
-    The data order and LoRA dropout are keyed by ``seed`` alone, inside a forked random state: the caller's random
-    state is untouched (PPO's resume depends on it), and the same call gives the same weights.
-    """
-
+    """Continue training the tagger in ``tagger_dir`` on ``examples`` for ``steps`` optimizer steps (at
+    ``learning_rate``, default ``cfg.learning_rate``) and write it to ``out_dir`` as a tagger folder. Data order and
+    LoRA dropout are keyed by ``seed`` in a forked random state: the caller's is untouched (PPO's resume depends on
+    it)."""
     out_dir = Path(out_dir)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.perf_counter()

@@ -1,12 +1,9 @@
-"""Train the generative reward model: TRL ``SFTTrainer`` (a PEFT LoRA adapter, or every weight with
+"""Train the generative reward model: TRL ``SFTTrainer`` (a LoRA adapter, or every weight with
 ``reward_model.finetune=full``) through :mod:`t2g_core.sft`, loss on the completion only.
 
-The dataset is the prompt/completion form (``prompt`` = the rendered RM prompt, ``completion`` = the target JSON +
-EOS). Checkpoints go to ``<out>/checkpoints/checkpoint-N`` every ``save_steps``; a re-run after a kill resumes from
-the last one. The final adapter and tokenizer go to ``<out>/adapter`` with ``rm_train.json`` (base model, step,
-config, dtype). The base is a folder or a Hub id (``@revision``) loaded in ``models.dtype`` (the ``torch.dtype`` the
-stage resolved) with the shared pad-token policy (``t2g_core.models.loading``); the same code runs on CPU (float32)
-and on a GPU (bf16 when supported).
+The dataset is prompt/completion (the rendered RM prompt, the target JSON + EOS). Checkpoints go to
+``<out>/checkpoints/checkpoint-N`` every ``save_steps`` and a re-run resumes from the last; the adapter and tokenizer
+go to ``<out>/adapter`` with ``rm_train.json``. The same code runs on CPU (float32) and GPU (bf16 when supported).
 """
 
 from __future__ import annotations
@@ -86,10 +83,9 @@ def make_trainer(
 
 
 def _save_embeddings_only_if_trained(model) -> None:
-    """Make every adapter the Trainer writes (checkpoints and the final one) save the embedding layers only when they
-    were trained: PEFT's default saves them whenever the vocabulary grew (an added pad token), the whole vocabulary
-    matrix in each adapter, although the base's rows are rebuilt identically at load (``t2g_core.models.loading``).
-    The Trainer calls ``model.save_pretrained`` without that argument, so it is bound on the model here."""
+    """Make every adapter the Trainer writes save the embedding layers only when they were trained (PEFT saves the
+    whole vocabulary matrix whenever the vocabulary grew, although the base's rows are rebuilt identically at load);
+    the Trainer passes no such argument, so it is bound on the model."""
     from functools import partial
 
     from t2g_core.models.loading import embeddings_trained
@@ -113,11 +109,8 @@ def train_rm(
     dtype: torch.dtype | None = None,
     on_progress: Progress = no_progress,
 ) -> RMTrainResult:
-    """Fine-tune a LoRA adapter on ``rm_df`` (rm_data rows), the base in ``dtype`` (the resolved ``models.dtype``;
-    None: the ``auto`` rule); resume from ``<out>/checkpoints`` if a run was killed.
-
-    With ``resume``, a finished run in ``out_dir`` with the same config is returned as is (nothing is retrained).
-    """
+    """Fine-tune on ``rm_df`` (rm_data rows), the base in ``dtype`` (None: the ``auto`` rule); resume from
+    ``<out>/checkpoints`` after a kill. With ``resume``, a finished run with the same config is returned as is."""
     out_dir = Path(out_dir)
     done = finished_run(out_dir, cfg) if resume else None
     if done is not None:

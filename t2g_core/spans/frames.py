@@ -36,12 +36,8 @@ def _select_annotations(annotations_df: Any, cfg: AlignConfig, file: str) -> Any
 def align_frame(
     feedback_df: Any, annotations_df: Any, cfg: AlignConfig | None = None, *, annotations_file: str = "annotations"
 ) -> Any:
-    """The ``spans`` artifact: one row per quoted span (good spans first, then poor) of every ``ok`` annotation.
-
-    Unmatched spans are rows with ``match="unmatched"`` and null offsets. Annotations whose status is not ``ok``
-    contribute no spans (their failure is already recorded in the annotations artifact). Raises SchemaError naming
-    the row when an annotation refers to an item missing from the feedback or an item is annotated twice.
-    """
+    """The ``spans`` artifact: one row per quoted span (good, then poor) of every ``ok`` annotation; unmatched spans
+    have null offsets. Raises SchemaError naming the row for an item missing from the feedback or annotated twice."""
     import pandas as pd
 
     from t2g_core.schemas import SPANS, SchemaError

@@ -57,12 +57,10 @@ def labels_for_offsets(
 ) -> list[float]:
     """One label per token offset: the span label when the token's interval overlaps a matched span.
 
-    Zero-width tokens (special tokens, ``(0, 0)``) are never labelled. ``values`` maps "positive" / "negative" /
-    "neutral" to label values (defaults +1 / -1 / 0) or is an :class:`AlignConfig` (its values and overlap rule).
-    ``overlap`` is "poor_wins" (default) or "good_wins". ``base`` is where the response starts in the text the
-    offsets index (e.g. after a chat-templated prompt): span offsets are shifted by it, so prompt tokens never
-    overlap a span.
-    """
+    Zero-width tokens are never labelled. ``values`` maps "positive" / "negative" / "neutral" to label values
+    (default +1 / -1 / 0) or is an :class:`AlignConfig`; ``overlap`` is "poor_wins" (default) or "good_wins".
+    ``base`` is where the response starts in the text the offsets index (after a chat-templated prompt), so prompt
+    tokens never overlap."""
     vals, overlap = _resolve_values(values, overlap)
     labels = [vals["neutral"]] * len(offsets)
     if not offsets:
@@ -123,16 +121,11 @@ def decode_with_offsets(
 ) -> tuple[str, list[tuple[int, int]]]:
     """``tokenizer.decode(token_ids)`` and the char interval of each id in it, by incremental decoding (no re-encoding).
 
-    Token k ends where ``decode(ids[:k+1])`` stops agreeing with the full text. That is computed in a sliding
-    window, as streaming detokenizers do: the text token k adds is ``decode(ids[p:k+1])`` minus ``decode(ids[p:k])``
-    for a context start ``p`` a few tokens back (context effects such as a stripped leading space or a first
-    ``##`` piece appear in both and cancel), so the cost is linear in the length. If the windowed ends do not add up
-    to the full text (a decoder with long-range effects) it falls back to decoding every prefix (quadratic, exact).
-
-    A byte-level token that ends inside a multi-byte character (it decodes to a trailing U+FFFD) is extended to the
-    end of that character, and the tokens that continue it cover the whole character, as in the fast tokenizers'
-    own offset mapping. Tokens that decode to nothing (skipped special tokens) get a zero-width interval.
-    """
+    Token k adds ``decode(ids[p:k+1])`` minus ``decode(ids[p:k])`` for a context start ``p`` a few tokens back, as
+    streaming detokenizers do (context effects cancel), so the cost is linear; if the ends do not add up to the full
+    text it falls back to decoding every prefix (quadratic, exact). A byte-level token ending inside a multi-byte
+    character is extended to its end, as in the fast tokenizers' offsets; tokens that decode to nothing get zero
+    width."""
     ids = [int(i) for i in token_ids]
     kw = {"skip_special_tokens": skip_special_tokens, "clean_up_tokenization_spaces": False}
     text = tokenizer.decode(ids, **kw)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -69,11 +70,8 @@ def _squeeze_slow(text: str) -> tuple[str, list[int]]:
 
 
 def squeeze(text: str) -> tuple[str, Sequence[int]]:
-    """Normalised ``text`` and the original index of each of its characters.
-
-    Fast path (C string methods + numpy) when folding is one char to one char, i.e. the text is NFKD-stable and
-    casefold keeps its length; otherwise the per-character loop of :func:`_squeeze_slow`, which is its definition.
-    """
+    """Normalised ``text`` and the original index of each of its characters: C string methods and numpy when folding
+    is one char to one char, else :func:`_squeeze_slow`, which is its definition."""
     folded = text.casefold()
     if len(folded) == len(text) and unicodedata.is_normalized("NFKD", text):
         src = np.flatnonzero(_KEEP[np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)])
@@ -101,11 +99,8 @@ def _collapse(text: str) -> str:
 
 
 def _with_emphasis(text: str, start: int, end: int, span: str) -> tuple[int, int]:
-    """Widen [start, end) over markdown markers glued to its ends (``**Paris**``) where the quote has markers too.
-
-    The squeezed match never includes markers at its edges; a quote ``**Paris**`` should still get the markers,
-    a quote ``Paris`` should not, and ``snake_case`` joins are never crossed.
-    """
+    """Widen [start, end) over markdown markers glued to its ends (``**Paris**``) where the quote has markers too;
+    ``snake_case`` joins are never crossed."""
     if span.endswith(tuple(_MARKDOWN)):
         e = end
         while e < len(text) and text[e] in _MARKDOWN:
@@ -126,20 +121,16 @@ class _Response:
     """A response with its normalised form computed once, on first need."""
 
     text: str
-    _squeezed: tuple[str, Sequence[int]] | None = None
 
-    @property
+    @cached_property
     def squeezed(self) -> tuple[str, Sequence[int]]:
-        if self._squeezed is None:
-            self._squeezed = squeeze(self.text)
-        return self._squeezed
+        return squeeze(self.text)
 
 
 def _occurrences(haystack: str, needle: str) -> Iterable[int]:
-    pos = haystack.find(needle)
-    while pos >= 0:
+    pos = -1
+    while (pos := haystack.find(needle, pos + 1)) >= 0:
         yield pos
-        pos = haystack.find(needle, pos + 1)
 
 
 def _choose(candidates: list[tuple[int, int]], claimed: set[tuple[int, int]], response: str, context: str | None):
@@ -203,11 +194,8 @@ def _snap_to_words(text: str, start: int, end: int) -> tuple[int, int]:
 
 
 def _fuzzy(resp: _Response, span: str, threshold: float, min_chars: int) -> tuple[tuple[int, int] | None, float]:
-    """Best partial alignment of the normalised span in the normalised response, scored on the *whole* span.
-
-    ``partial_ratio`` of a span longer than the response scores the response inside the span; rescoring the full
-    span against the window found (``ratio``) keeps a long quote from matching a short response it merely contains.
-    """
+    """Best partial alignment of the normalised span in the normalised response, rescored on the *whole* span, so a
+    long quote does not match a short response it merely contains."""
     needle = _squeeze_text(span)
     hay, src = resp.squeezed
     if len(needle) < min_chars or not hay:
@@ -260,11 +248,8 @@ def locate_spans(
     fuzzy_threshold: float = 85.0,
     min_fuzzy_chars: int = 8,
 ) -> list[AlignedSpan]:
-    """Place each span in ``response``; one :class:`AlignedSpan` per input span, in input order.
-
-    ``claimed`` (shared across calls for one response) holds intervals already taken, so a phrase quoted twice
-    lands on its first and second occurrence. ``context`` (e.g. the critique) breaks ties between occurrences.
-    """
+    """Place each span in ``response``; one :class:`AlignedSpan` per span, in order. ``claimed`` (shared across calls
+    for one response) makes a phrase quoted twice land on two occurrences; ``context`` breaks ties between them."""
     resp = _Response(response)
     claimed = set() if claimed is None else claimed
     kw = {

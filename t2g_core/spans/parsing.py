@@ -115,12 +115,9 @@ def _candidates(text: str) -> Iterator[tuple[int, int]]:
 def _find_object(text: str) -> tuple[dict[str, Any] | None, int, str]:
     """Locate and decode the span-JSON object in ``text``: fenced blocks first, then each ``{"`` in order.
 
-    Returns (object or None, char index where its source starts, why none was found or ""). Candidates are decoded
-    in place (no copy), at most ``MAX_CANDIDATES`` of them, so the work is linear in the text whatever it holds.
-    When none is valid JSON, json_repair (single quotes, trailing commas, unescaped characters, truncation, trailing
-    text) runs once, on the text from the first candidate that failed, and only when that is at most
-    ``MAX_REPAIR_CHARS`` long: json_repair's time grows with the square of its input on hostile text.
-    """
+    Returns (object or None, where its source starts, why none was found or ""). At most ``MAX_CANDIDATES`` are decoded
+    in place, so the work is linear; json_repair runs once, on the text from the first failed candidate, only up to
+    ``MAX_REPAIR_CHARS`` (its time grows with the square of its input on hostile text)."""
     failed = None
     for at, source in islice(_candidates(text), MAX_CANDIDATES):
         try:
@@ -149,11 +146,9 @@ def _clean_reasoning(text: str) -> str | None:
 def parse_span_json(text: str | None) -> ParsedFeedback:
     """Parse annotator or reward-model output into a :class:`ParsedFeedback`; never raises.
 
-    Accepts reasoning before the JSON, fenced blocks, trailing text, single quotes, trailing commas, truncated
-    objects and the alternative keys ``textual_feedback`` / ``Code Feedback`` / ``code_feedback`` (critique),
-    ``wrong_code`` (poor spans) and ``improvement_code`` (good spans). Text that is not valid Unicode (lone
-    surrogates) is replaced and the result is a ``parse_error`` (:func:`valid_text`).
-    """
+    Accepts reasoning before the JSON, fences, trailing text, near-JSON and the reference code's alternative keys
+    (``textual_feedback``, ``wrong_code``, ``improvement_code``...). Text that is not valid Unicode is a
+    ``parse_error``."""
     return valid_text(_parse_span_json(text))
 
 

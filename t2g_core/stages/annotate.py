@@ -25,12 +25,9 @@ def annotate(
     previous: ArtifactRef | None = None,
     cache_dir: str | Path | None = None,
 ) -> ArtifactRef:
-    """Annotate every item (never dropping one: failures are statuses); ``previous`` serves ``only_failed``. First
-    :func:`t2g_core.stages.preflight.check`: rows that lack what the annotator needs fail the stage at once.
-
-    The API key is handed in by the caller (environment or secret store) and never stored. LLM answers are cached
-    under ``cache_dir`` (default ``<workspace>/cache/annotate``), so a re-run pays only for what was never answered.
-    """
+    """Annotate every item (failures are statuses); ``previous`` serves ``only_failed``. Rows that lack what the
+    annotator needs fail the stage first (:func:`t2g_core.stages.preflight.check`). The API key is never stored; LLM
+    answers are cached under ``cache_dir`` (default ``<workspace>/cache/annotate``)."""
     ctx.tracker.log_input(feedback, "feedback", "annotation")
     prev = read(previous, "annotations") if previous is not None else None
     frame = read(feedback, "feedback")

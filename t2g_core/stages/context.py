@@ -1,12 +1,9 @@
 """What a stage function gets besides its inputs and settings: where to write, its key, how to report.
 
-The **stage key** hashes the stage's code (``t2g_core.codehash``), its settings and the fingerprints of its inputs.
-It names every output the stage writes (artifact folders, run folders, reports), so a change to any of the three
-writes new outputs instead of returning stale ones, and the same inputs find their finished outputs again. The
-Prefect cache key of the stage's task is the same hash, computed from the same parameters.
-
-Outputs go through a sink: :class:`KeyedSink` writes key-addressed folders in a workspace (the pipeline), while
-:class:`PathSink` writes where a command-line user asked (``-o FILE.parquet`` or a folder).
+The **stage key** hashes the stage's code (``t2g_core.codehash``), its settings and its inputs' fingerprints, and
+names every output, so a change to any of them writes new outputs and the same inputs find theirs again; the
+stage's Prefect cache key is the same hash. Outputs go through a sink: :class:`KeyedSink` (key-addressed folders in
+a workspace) or :class:`PathSink` (where a command-line user asked).
 """
 
 from __future__ import annotations
@@ -96,7 +93,6 @@ class PathSink:
 def write_file(df: pd.DataFrame, path: Path, schema: str, extra: Mapping[str, Any] | None = None) -> ArtifactRef:
     """``df`` as one file (Parquet validated and written atomically; JSONL or CSV after validation), plus each
     mapping in ``extra`` beside it as ``<stem>.<name>.json`` (``spans.metrics.json``, ``annotations.stats.json``)."""
-
     if path.suffix == ".parquet":
         write_parquet(df, path, schema)
     else:
@@ -167,10 +163,9 @@ class StageContext:
 
     @contextlib.contextmanager
     def own_folder(self, area: str, *, fresh: bool = False) -> Iterator[Path]:
-        """``out.folder(area)`` (emptied first when ``fresh`` and the stage is forced) while this stage is its one
-        writer: a second run that reaches the same folder (the same key) fails at once with
-        :class:`~t2g_core.locks.Busy`, naming the run that holds it. The processes of one distributed launch are one
-        writer: the first holds the lock for all of them."""
+        """``out.folder(area)`` (emptied first when ``fresh`` and forced) while this stage is its one writer: a second
+        run of the same key fails at once with :class:`~t2g_core.locks.Busy`; a distributed launch's first process
+        holds it."""
         folder = self.out.folder(area)
         with one_writer(folder, self.run_id or f"{self.key} (command line)"):
             yield self.fresh_folder(area) if fresh else folder
@@ -187,7 +182,6 @@ def first_process() -> bool:
 
 def one_writer(folder: Path, owner: str):
     """The one-writer lock of ``folder`` (``t2g_core.locks``), held by the first process of a distributed launch."""
-
     return folder_lock(folder, owner) if first_process() else contextlib.nullcontext()
 
 

@@ -6,6 +6,7 @@ policy before PPO (the baseline) against the PPO policy, on the prompts PPO held
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -62,10 +63,8 @@ def evaluate(
     device: str | None = None,
     reward_model: tuple[str, object] | None = None,
 ) -> EvaluationRef:
-    """Results (``items.parquet``, ``summary.json``) and the report (table, plots) in ``<reports/evaluate>/<key>``;
-    results already there are reused unless the stage is forced. Every policy loads in ``models.dtype``, resolved
-    once for ``device``. ``reward_model`` (its folder and its ``RewardModelConfig``) scores every response when
-    ``evaluate.reward_model_score`` (:mod:`t2g_core.evaluation.reward`)."""
+    """Results and report in ``<reports/evaluate>/<key>`` (reused unless forced), every policy in ``models.dtype``;
+    ``reward_model`` (folder, config) scores every response when ``evaluate.reward_model_score``."""
     frame = read(data, "feedback")
     if policies.held_out is not None:
         frame = frame[frame["id"].isin(set(policies.held_out))].reset_index(drop=True)
@@ -120,7 +119,6 @@ def _evaluate(
 
 def reusable_results(out: Path, ctx: StageContext):
     """The complete results an earlier run left in ``out``, or None; broken ones are recomputed, with a log line."""
-
     if not (out / "summary.json").exists() and not (out / "items.parquet").exists():
         return None
     try:
@@ -148,8 +146,6 @@ def pipeline(
 def policy_reward_model(policy: PolicyRef) -> tuple[str, object] | None:
     """The reward model a PPO run scored with (its folder and config, from the run's ``run.json``), or None when it
     used another reward source or the folder is gone."""
-    import json
-
     spec_file = Path(policy.run_dir) / "run.json"
     if not spec_file.is_file():
         return None
@@ -159,7 +155,6 @@ def policy_reward_model(policy: PolicyRef) -> tuple[str, object] | None:
         return None
     if not Path(path).exists():
         return None
-
     return str(path), RewardModelConfig.model_validate(config.get("reward_model") or {})
 
 

@@ -43,10 +43,7 @@ def materialise(source: SourceRef, settings: FeedbackSettings, ctx: StageContext
 
 def append(new_file: ArtifactRef, current: ArtifactRef | None, ctx: StageContext) -> tuple[ArtifactRef, ArtifactRef]:
     """``current`` plus the items of ``new_file`` whose id it does not hold: (the new version, just the new items).
-
-    Re-sent items (an id already present) never duplicate rows; a file with nothing new gives an empty delta and a
-    version equal in content to ``current``.
-    """
+    Re-sent items never duplicate rows; a file with nothing new gives an empty delta."""
     incoming = read(new_file, "feedback")
     base = read(current, "feedback") if current is not None else incoming.iloc[0:0]
     fresh = incoming[~incoming["id"].isin(set(base["id"]))].reset_index(drop=True)

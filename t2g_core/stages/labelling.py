@@ -24,10 +24,8 @@ def label(
     previous: pd.DataFrame | None = None,
     cache_dir: str | Path | None = None,
 ) -> ArtifactRef:
-    """The annotator's rows for every item of ``frame`` as the artifact ``name`` (the annotation stage's, and the
-    policy samples'): the preflight check first, answers cached under ``cache_dir`` (default
-    ``<workspace>/cache/annotate``), statistics as ``<metrics_prefix>.*`` metrics, and every row written before the
-    failure limit is checked."""
+    """The annotator's rows for every item of ``frame`` as the artifact ``name``: preflight first, answers cached
+    under ``cache_dir``, statistics as ``<metrics_prefix>.*``, every row written before the failure limit is checked."""
     from t2g_core.annotators import annotate as run_annotate
 
     cfg = settings.annotate

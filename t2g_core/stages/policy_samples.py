@@ -1,13 +1,10 @@
 """Policy-samples stage: the policy PPO starts from, sampled on training prompts and labelled by the annotator.
 
-A reward model trained only on the dataset's responses meets the policy's own text for the first time inside PPO.
-This stage samples ``policy_samples.prompts`` training prompts (drawn by ``seed``; never a held-out one: the
-``holdout`` split PPO and the warm-up use), ``per_prompt`` responses each, as PPO's rollouts sample (``ppo.sampling``
-unless the section names its own), and sends them to the pipeline's annotator. It returns two artifacts: the
-responses as feedback rows (id ``<item id>@policy.<k>``, the item's prompt and reference, ``meta.sampled_from`` =
-the item's id) and the annotator's rows, failures kept with their status. The reward-model stage trains on them with
-the dataset's items (``t2g_core.stages.reward_model``). A finished run's outputs under the same key are reused
-(unless forced), also outside the flow's task cache.
+A reward model trained only on the dataset's responses meets the policy's own text first inside PPO. This stage
+samples ``policy_samples.prompts`` training prompts (never held-out ones), ``per_prompt`` responses each as PPO's
+rollouts sample, and has the annotator label them. It returns the responses as feedback rows (id
+``<item id>@policy.<k>``, ``meta.sampled_from``) and the annotator's rows; the reward-model stage trains on them too.
+A finished run's outputs under the same key are reused (unless forced).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Before anything is annotated or built: does every feedback row have what the chosen annotator needs?
 
-Each annotator reads something of its own from a row: the reference critic a ``reference`` (summarization and QA
-rows), the code critic ``tests`` and an ``entry_point`` (code rows), the grounding annotator and the LLM in grounding
-mode a human ``critique``; the LLM also needs an endpoint and, unless it is local, an API key. :func:`check` reads
-the rows once and, when more of them lack it than ``annotate.max_failure_rate`` allows, raises one
-:class:`PreflightError` naming the annotator, how many rows lack what (the first ids), and the annotators the rows
-do fit ("your rows carry critiques and no references: use annotate.annotator=ground"). Rows under that rate go on
-and are recorded with the status ``missing_input`` and the reason, like any failed item.
+The reference critic reads ``reference``, the code critic ``tests`` and ``entry_point``, the grounding annotator (and
+the LLM in grounding mode) a human ``critique``; the LLM also needs an endpoint and, unless local, an API key. When
+more rows lack it than ``annotate.max_failure_rate`` allows, :func:`check` raises one :class:`PreflightError` naming
+how many rows lack what and the annotators the rows do fit; rows under that rate get the status ``missing_input``.
 """
 
 from __future__ import annotations

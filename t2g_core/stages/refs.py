@@ -1,11 +1,8 @@
 """Typed references between stages: what a stage returns and the next one takes.
 
-Each reference is small, frozen and JSON-serialisable (Prefect persists them as task results and passes them to
-deployments on other work pools), names where its output lives, and has a ``fingerprint()``: the content identity
-that goes into the cache key of the stages that consume it (never a path or a run id). ``run_id`` names the tracking
-run that produced the output, for lineage; it is not part of the fingerprint. ``problem()`` says why the files a
-reference names cannot be reused (missing, cut short, unreadable), so a cached reference is checked before a later
-run trusts it.
+Each reference is small, frozen, JSON-serialisable (Prefect persists and passes them), names where its output lives,
+and has a ``fingerprint()``: the content identity in its consumers' cache keys (never a path or a run id; ``run_id``
+is lineage only). ``problem()`` says why the files it names cannot be reused, so a cached reference is checked first.
 """
 
 from __future__ import annotations
@@ -144,12 +141,8 @@ class ModelsRef(Ref):
 
     @classmethod
     def of(cls, base: str | Path, policy: str | Path) -> ModelsRef:
-        return cls(
-            base=str(base),
-            policy=str(policy),
-            base_digest=model_digest(str(base)),
-            policy_digest=model_digest(str(policy)),
-        )
+        base, policy = str(base), str(policy)
+        return cls(base=base, policy=policy, base_digest=model_digest(base), policy_digest=model_digest(policy))
 
 
 class ReviewSampleRef(Ref):
@@ -245,9 +238,8 @@ class PolicyRef(Ref):
     metrics: dict[str, float] = {}
     version: str | None = None
     reward_model_version: str | None = None  # the registered reward model PPO started from
-    refreshed_reward_model_version: str | None = (
-        None  # the critique loop's last refresh, registered: PPO's last rewards
-    )
+    # the critique loop's last refresh, registered: PPO's last rewards
+    refreshed_reward_model_version: str | None = None
     # what PPO's reward came from: source (and reward-model kind), the reward model's held-out quality, the share of
     # a PPO step spent scoring, the share of the rollouts' quotes that matched no text
     reward: dict[str, float | str] = {}

@@ -1,17 +1,12 @@
 """The pipeline's stages, once: every stage list in the project is derived from this table or checked against it.
 
-- ``name``: the one name a user types or reads: ``--refresh``, ``timeouts.<name>``, the task and its output folders,
-  the MLflow stage run, the key of the flow's outputs and the summary line;
-- ``settings``: the ``PipelineConfig`` sections the stage reads (its settings model), so its cache key;
-- ``output``: the reference type it returns (what a Retry types the stored JSON result back into);
-- ``group``: the flow that runs it (``flows/stages.py``), which ``placement.<group>`` can send to a work pool; a group
-  is named after its stage, or after both of its stages;
-- ``optional``: off unless ``<name>.enabled``;
-- ``system_metrics``: it trains or generates with a model, so its MLflow run records CPU / GPU / memory use.
+- ``name``: what a user types or reads (``--refresh``, ``timeouts.<name>``, task, folders, MLflow run, summary);
+- ``settings``: the ``PipelineConfig`` sections it reads (its settings model, so its cache key);
+- ``output``: the reference type it returns; ``group``: the flow that runs it (``placement.<group>``);
+- ``optional``: off unless ``<name>.enabled``; ``system_metrics``: its MLflow run records CPU / GPU / memory.
 
 A new stage is a row here, its function in ``t2g_core.stages``, its task in ``tasks/``, its settings model in
-``t2g_core.config``; the config-level names (``StageName``, ``Group``: the keys of ``timeouts`` and ``placement``)
-are checked against this table when it is imported.
+``t2g_core.config``; ``StageName`` and ``Group`` are checked against this table on import.
 """
 
 from __future__ import annotations

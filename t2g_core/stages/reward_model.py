@@ -1,13 +1,9 @@
 """Reward-model stage: validated annotations -> rm_data -> fine-tuning -> held-out evaluation.
 
-Both kinds (``reward_model.kind``) run through the same steps: a generative model (TRL SFT, the paper's) or a span
-tagger (a token-classification head, ``t2g_core.reward_model.tagger``). The model starts from
-``models.reward_model_base`` or from the policy before PPO (``reward_model.init_from``).
-
-:func:`train` is the stage (what the pipeline runs); :func:`build_data`, :func:`fit` and :func:`evaluate` are its
-steps, which ``t2g rm build-data | train | eval`` also run one at a time. Registration in a model registry is the
-tracking layer's job: the returned reference says what to register. The steps that load a model resolve
-``models.dtype`` for the device they run on (:func:`weights_dtype`) and hand that ``torch.dtype`` down.
+Both kinds (``reward_model.kind``: a generative model, the paper's, or a span tagger) run the same steps, starting
+from ``models.reward_model_base`` or the policy before PPO (``reward_model.init_from``). :func:`train` is the stage;
+:func:`build_data`, :func:`fit` and :func:`evaluate` are its steps, which ``t2g rm build-data | train | eval`` also
+run. Registration is the tracking layer's job: the returned reference says what to register.
 """
 
 from __future__ import annotations
@@ -155,40 +151,19 @@ def fit(
     """Fine-tune on the train split into ``<checkpoints/reward_model>/<key>``; resumes a killed run, retrains a
     forced one. Returns the training result (``adapter_dir`` = the folder to load, ``global_step``,
     ``train_seconds``...). A tagger needs the ``feedback`` its rows were built from (the responses)."""
-    with ctx.own_folder("checkpoints/reward_model", fresh=True) as run_dir:
-        return _fit(rm_data, base, settings, ctx, feedback, run_dir)
-
-
-def _fit(rm_data, base, settings: RewardModelSettings, ctx: StageContext, feedback, run_dir):
     cfg = settings.reward_model
-    if cfg.kind == "tagger":
+    run = {"tracker": ctx.tracker, "progress": ctx.progress, "dtype": weights_dtype(settings)}
+    with ctx.own_folder("checkpoints/reward_model", fresh=True) as run_dir:
+        if cfg.kind != "tagger":
+            return train_rm(cfg, base, read(rm_data, "rm_data"), run_dir, **run, on_progress=ctx.on_progress)
         from t2g_core.reward_model.tagger_train import fit_tagger, tagger_examples
 
         if feedback is None:
             raise ValueError("a tagger reward model is trained on rm_data and the feedback it was built from")
         examples = tagger_examples(read(rm_data, "rm_data"), read(feedback, "feedback"))
         return fit_tagger(
-            cfg,
-            base,
-            examples,
-            run_dir,
-            overlap=settings.align.overlap,
-            tracker=ctx.tracker,
-            progress=ctx.progress,
-            dtype=weights_dtype(settings),
-            on_progress=ctx.on_progress,
+            cfg, base, examples, run_dir, overlap=settings.align.overlap, **run, on_progress=ctx.on_progress
         )
-
-    return train_rm(
-        cfg,
-        base,
-        read(rm_data, "rm_data"),
-        run_dir,
-        tracker=ctx.tracker,
-        progress=ctx.progress,
-        dtype=weights_dtype(settings),
-        on_progress=ctx.on_progress,
-    )
 
 
 def evaluate(

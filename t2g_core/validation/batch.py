@@ -1,10 +1,8 @@
 """What the validation checks look at: annotations + spans, joined with the feedback when it is given.
 
-``Batch.items`` has one row per annotation with the columns the checks need:
-``id, annotator, status, error, critique, n_quoted, task, prompt, response, gold`` where ``gold`` is the list of
-ground-truth spans from feedback ``meta.gold_spans`` (``None`` when the item has no ground truth) and ``task`` /
-``response`` are null without feedback. Spans carry no annotator column; a span is attributed to the annotator of
-its item's first annotation.
+``Batch.items``: one row per annotation (``id, annotator, status, error, critique, n_quoted, task, prompt, response,
+gold``; ``gold`` from feedback ``meta.gold_spans``, None without ground truth; task and response null without
+feedback). A span is attributed to the annotator of its item's first annotation.
 """
 
 from __future__ import annotations
@@ -47,9 +45,8 @@ def tokenizer_offsets(tokenizer) -> TokenOffsets:
     """Token offsets from a Hugging Face fast tokenizer (no special tokens), as the policy and reward model see it."""
 
     def offsets(text: str) -> list[tuple[int, int]]:
-        return [
-            tuple(o) for o in tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-        ]
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return [tuple(o) for o in enc["offset_mapping"]]
 
     return offsets
 

@@ -16,11 +16,9 @@ a crash) and, when it fails, the worst items that made it fail. Checks:
 Tokens for ``labelled_token_frac`` are words and punctuation marks (regex ``\\w+|[^\\w\\s]``) by default, or the
 tokens of a fast Hugging Face tokenizer given to ``make_batch`` (what the policy and reward model see).
 
-Each check names the setting that bounds it and, when it fails, its likely cause (:data:`GATES`). The gates judge
-what the data can show: a critique that only praises ("Correct.") has nothing wrong to quote, so it does not count
-as an item with no span; the grounding annotator (``annotate.annotator=ground``) finds a good span only where a
-critique quotes the word it praises, which people seldom do, so on its batches only the poor side of the label
-balance is judged: critiques that only name what is wrong are normal data.
+Each check names the setting that bounds it and its likely cause (:data:`GATES`). The gates judge what the data can
+show: a critique that only praises has nothing wrong to quote (not an item with no span), and the grounding annotator
+finds a good span only where a critique quotes its praise, so on its batches only the poor side of the balance counts.
 """
 
 from __future__ import annotations
@@ -140,14 +138,8 @@ def check_failure_rate(b: Batch, cfg: ValidateConfig) -> CheckResult:
     detail = f"{len(bad)} of {len(b.items)} not ok" + (
         f" ({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))})" if counts else ""
     )
-    return judge(
-        "failure_rate",
-        _rate(len(bad), len(b.items)),
-        None,
-        cfg.max_parse_failure_rate,
-        detail,
-        worst[: cfg.worst_items],
-    )
+    rate = _rate(len(bad), len(b.items))
+    return judge("failure_rate", rate, None, cfg.max_parse_failure_rate, detail, worst[: cfg.worst_items])
 
 
 def check_unmatched_rate(b: Batch, cfg: ValidateConfig) -> CheckResult:
@@ -215,16 +207,9 @@ def labelled_tokens(response: str, spans: pd.DataFrame, token_offsets: TokenOffs
 
 
 def check_labelled_tokens(b: Batch, cfg: ValidateConfig) -> CheckResult:
-    name = "labelled_token_frac"
+    name, lo, hi = "labelled_token_frac", cfg.min_labelled_token_frac, cfg.max_labelled_token_frac
     if not b.has_responses:
-        return CheckResult(
-            name,
-            float("nan"),
-            cfg.min_labelled_token_frac,
-            cfg.max_labelled_token_frac,
-            "skipped",
-            "needs --feedback (responses)",
-        )
+        return CheckResult(name, float("nan"), lo, hi, "skipped", "needs --feedback (responses)")
     ok = b.items[(b.items["status"] == "ok") & b.items["response"].notna()].drop_duplicates("id")
     by_id = dict(tuple(b.spans.groupby("id")))
     rows = []
@@ -233,12 +218,9 @@ def check_labelled_tokens(b: Batch, cfg: ValidateConfig) -> CheckResult:
         rows.append({"id": r.id, "labelled": hit, "tokens": n, "frac": round(_rate(hit, n), 3) if n else 0.0})
     hit, tot = sum(r["labelled"] for r in rows), sum(r["tokens"] for r in rows)
     value = _rate(hit, tot)
-    high = not math.isnan(value) and value > cfg.max_labelled_token_frac
-    worst = sorted(rows, key=lambda r: r["frac"], reverse=high)
+    worst = sorted(rows, key=lambda r: r["frac"], reverse=not math.isnan(value) and value > hi)
     detail = f"{hit} of {tot} response {b.tokens_name} in a matched span"
-    return judge(
-        name, value, cfg.min_labelled_token_frac, cfg.max_labelled_token_frac, detail, worst[: cfg.worst_items]
-    )
+    return judge(name, value, lo, hi, detail, worst[: cfg.worst_items])
 
 
 def check_span_f1(b: Batch, cfg: ValidateConfig) -> CheckResult:

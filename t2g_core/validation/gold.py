@@ -1,11 +1,8 @@
 """Spans against ground truth (feedback ``meta.gold_spans``).
 
-Span P/R/F1 comes from :func:`t2g_core.alignment.span_prf` (same label and IoU >= 0.5, one-to-one), computed on the
-item's located spans; its unmatched quotes are added to the predictions (they can never be right), and items are
-micro-averaged with :func:`t2g_core.alignment.micro_prf`.
-
-The programmatic reviewer's judgement is looser, like a human's: a span is agreed with when it overlaps (shares at
-least one character with) a gold span of its label (:func:`overlaps`).
+Span P/R/F1 is :func:`t2g_core.alignment.span_prf` on the item's located spans plus its unmatched quotes (never
+right), micro-averaged. The programmatic reviewer is looser, like a human: a span is agreed with when it overlaps a
+gold span of its label (:func:`overlaps`).
 """
 
 from __future__ import annotations

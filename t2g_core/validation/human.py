@@ -1,8 +1,7 @@
 """Human alignment: agreed judgements / all judgements, with a Wilson 95% interval, per task and overall.
 
-A judgement is one span marked agree/disagree or one critique marked acceptable/not. The gate compares the
-Wilson lower bound (or the point estimate) of each task, or of the whole sample, with ``min_alignment``.
-Wilson interval: ``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``.
+A judgement is one span marked agree/disagree or one critique marked acceptable/not. The gate compares each task's
+(or the sample's) Wilson lower bound, or point estimate, with ``min_alignment``.
 """
 
 from __future__ import annotations

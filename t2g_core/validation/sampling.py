@@ -1,11 +1,9 @@
 """Stratified, reproducible review sample (strata: task x annotator x item label).
 
-An item's label is ``positive`` (only good spans), ``negative`` (only poor spans), ``mixed`` or ``none``. Only ok
-items with something to judge (a span or a critique) are eligible. Allocation: when the sample is at least as big
-as the number of strata, every stratum gets one item, and the rest goes to the strata furthest below their
-proportional share (ties broken by stratum name); otherwise a seeded random choice of strata gets one item each.
-Items are drawn without replacement by ``numpy.random.default_rng(seed)`` from id-sorted strata, so the same inputs
-and seed give the same sample whatever the row order.
+An item's label is ``positive``, ``negative``, ``mixed`` or ``none``; only ok items with a span or critique are
+eligible. When the sample covers the strata, each gets one item and the rest goes to those furthest below their
+proportional share; otherwise a seeded choice of strata gets one each. Draws use ``default_rng(seed)`` on id-sorted
+strata, so the same inputs and seed give the same sample whatever the row order.
 """
 
 from __future__ import annotations

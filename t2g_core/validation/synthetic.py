@@ -1,10 +1,8 @@
 """Small synthetic batches (feedback + annotations + spans) with controlled defects, for tests and self-checks.
 
-Each item is a summary of six facts; ``n_wrong`` of them are replaced by a wrong value (the gold negative spans),
-the rest are gold positive spans. The annotation quotes the facts with their gold label, then defects are injected:
-``unmatched``: fraction of quotes that do not occur in the response; ``flip``: fraction of quotes given the wrong
-label; ``all_positive``: every quote labelled good; ``failed``: fraction of annotations with status api_error.
-Spans are located with a plain ``str.find`` so the batch does not depend on the aligner under test.
+Each item is a summary of six facts, ``n_wrong`` of them wrong (gold negative spans). Defects: ``unmatched`` quotes,
+``flip``ped labels, ``all_positive``, ``failed`` annotations. Spans are located with ``str.find``, so the batch does
+not depend on the aligner under test.
 """
 
 from __future__ import annotations
