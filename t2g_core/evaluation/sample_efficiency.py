@@ -2,29 +2,15 @@
 intervals, and the share of a reference arm's gain.
 
 A run's curve is ``[(0, e_0), (s_1, e_1), ...]``: the held-out task error of the warm start, then the error after
-``s_k`` steps trained at each evaluation. For a fraction ``f`` of the warm-start error
-
-    steps_to(f) = min { s_k : k >= 1, e_k <= f * e_0 }        (None when no evaluation gets there: censored)
-
-Evaluations come every step for the first few steps, then every ``every`` steps (:func:`eval_schedule`), so an early
-``steps_to`` is resolved to the step. Means and intervals count a censored run as ``run_steps + 1`` (one past the end
-of the run), so a run that never gets there always ranks behind one that does on its last step; the number of runs
-that got there is reported beside.
-
-A run **relapsed** when, after its first evaluation at or below half the warm-start error, any later evaluation is
-above half of it (``e_k > 0.5 e_0``), whether or not it recovers by the end; it **collapsed** when it relapsed or ended
-no better than its warm start (``e_last >= e_0``). Its **plateau** is the mean of its last ``k`` evaluations.
-
-The **share of a reference arm's gain** (the learned reward model against the oracle critic) is measured at one step
-``s*``: the first evaluation at which the reference arm's mean curve is at or below ``f`` times its mean warm-start
-error. Per run the gain is ``e_0 - e(s*)``; the share is mean(arm gains) / mean(reference gains). Where the arms'
-runs are paired by seed (the same seed and warm start in each arm), the interval resamples seeds, the pairs together,
-and the difference of two arms' shares is (mean(gains_a - gains_b)) / mean(reference gains) over the same seeds.
+``s_k`` steps trained at each evaluation (:func:`eval_schedule`). ``steps_to(f)`` is the first ``s_k`` (k >= 1) with
+``e_k <= f * e_0``, None when no evaluation gets there (censored). Means and intervals count a censored run as
+``run_steps + 1``, so it ranks behind one that gets there on its last step; the number of runs that got there is
+reported beside.
 
 Intervals are 95% percentile bootstraps of the mean (4000 resamples, ``bootstrap.resampled_means``). The ratio of two
-arms' means resamples the arms independently, numerator first, from one generator. With several independently built
-warm starts, a ratio is also taken on each warm start alone; a target is **robust** across warm starts when the
-pooled ratio lies inside every warm start's own 95% interval.
+arms' means resamples the arms independently, numerator first, from one generator; runs paired by seed (the same seed
+and warm start in each arm) are resampled together. A target is **robust** across warm starts when the pooled ratio
+lies inside every warm start's own interval (:func:`warm_start_ratios`).
 """
 
 from __future__ import annotations

@@ -13,10 +13,8 @@ annotated for self-distillation alone: the critique is the one the reward alread
 rendered with the tokenizer's chat template; the response is the rollout's sampled ids, unchanged.
 
 **The teacher** (``teacher``): ``policy`` is the rollout policy itself, ``reference`` the base with the adapter
-disabled, ``ema`` a third LoRA adapter (``teacher``, frozen, never in an optimizer) moved after every step towards the
-policy's, matrix by matrix: a rank-r copy of the adapter, no second copy of the base. Its A and B are averaged apart,
-so its update B_T A_T is not the average of the policy's B A (the same as TRL's LoRA EMA); it starts as the policy's
-adapter, that is as the reference. Every teacher pass runs without gradients.
+disabled, ``ema`` a third, frozen LoRA adapter moved after every step towards the policy's, A and B apart (as TRL's
+LoRA EMA); it starts as the policy's adapter, that is as the reference. Every teacher pass runs without gradients.
 
 **The student never sees the critique**: the rollout, its old log-probs, the reference's and the KL all come from the
 rollout's own prompt ids before this pass and apart from it; the credit only joins the rewards.
@@ -112,13 +110,10 @@ class Teacher:
         response = (ro.response_ids[idx], ro.response_mask[idx])
         if not self.sd.top_k:
             with self.context(model):
+                batch = to_device(device, *teacher_query, *response)
+                reference, size = self.sd.teacher == "reference", self.cfg.micro_batch_size
                 teacher, _ = forward_in_micro_batches(
-                    model,
-                    *to_device(device, *teacher_query, *response),
-                    self.cfg.sampling,
-                    micro_batch_size=self.cfg.micro_batch_size,
-                    reference=self.sd.teacher == "reference",
-                    with_values=False,
+                    model, *batch, self.cfg.sampling, micro_batch_size=size, reference=reference, with_values=False
                 )
             ratio[idx] = sampled_credit(teacher.cpu().float(), logprobs[idx], response[1])
             return Teaching(ratio, kl, critiqued, self.sd)
@@ -161,16 +156,9 @@ def distillation_rewards(
     judged = judged_credit(teaching.ratio, labels, mask, sd.clip, sd.judge)
     reward, own = credit_parts(judged, teaching.kl, mask, sd.clip, sd.placement)
     moved = ((judged - teaching.ratio).abs() > 1e-9).float() * m
-    n, tokens, ratio, credit, critiqued, changed = global_sum(
-        [
-            float(len(m)),
-            float(m.sum()),
-            float((teaching.ratio * m).sum()),
-            float(((reward + own) * m).sum()) * sd.weight,
-            float(teaching.critiqued.sum()),
-            float(moved.sum()),
-        ]
-    )
+    sums = [float(t.sum()) for t in (m, teaching.ratio * m, (reward + own) * m, teaching.critiqued, moved)]
+    sums[2] *= sd.weight  # the credit as it enters the rewards
+    n, tokens, ratio, credit, critiqued, changed = global_sum([float(len(m)), *sums])
     tokens = max(tokens, 1.0)
     metrics = {"sd/ratio": ratio / tokens, "sd/credit": credit / tokens, "sd/critiqued": critiqued / max(n, 1.0)}
     return rewards + sd.weight * reward, sd.weight * own, metrics | {"sd/judged": changed / tokens}

@@ -1,22 +1,14 @@
 """Policy (base + LoRA), reference (the same base with the adapter disabled) and the value model, as one module.
 
 One copy of the base weights: ``policy.disable_adapter()`` *is* the reference policy (§5 E21). The value model is a
-zero-initialised linear head on the last hidden state of one of three backbones (``value_model``): the policy's own
-(``"head"``: the value loss also trains the policy's adapter), a separate copy of the base, fully trained
-(``"separate"``), or the policy's frozen base with a second LoRA adapter, ``critic``, of the policy's rank
-(``"lora"``: no second copy of the base weights; the critic's forward runs the base with that adapter active).
-Dropout is off everywhere (every module stays in eval mode; gradients still flow).
+zero-initialised linear head on the last hidden state of the backbone ``value_model`` names (docs/ppo.md, "The
+critic"). Dropout is off everywhere (every module stays in eval mode; gradients still flow).
 
-:class:`ActorCritic` is the trainable whole that DDP / FSDP wrap: its ``forward`` runs the backbone once, reads the
-value from the hidden states and the log-probs through the LM head in chunks (``rl.logprobs.selective_logprobs``),
-so no (B, T, V) logits tensor is ever built. Frozen base weights are in ``models.dtype``; the trainable LoRA weights
-and the value head stay float32.
-
-Log-probs are taken under the rollouts' sampling distribution (:class:`~t2g_core.config.sampling.Sampling`:
-temperature, top-k, top-p, renormalised), the policy's (old and new) and the reference's alike, each over its own
-top-k / top-p set: the KL penalty compares the two models as they would be sampled, so it is exactly 0 at the start.
-A token outside a model's set (the reference's, once the policy has moved) stays in that set for its own position,
-so its log-prob, and the KL, stay finite (``rl.logprobs``; docs/ppo.md, sampling).
+:class:`ActorCritic` is the trainable whole that DDP / FSDP wrap; its ``forward`` never builds the (B, T, V) logits
+(``rl.logprobs.selective_logprobs``). Frozen base weights are in ``models.dtype``; the trainable LoRA weights and the
+value head stay float32. Log-probs, the policy's and the reference's alike, are taken under the rollouts' sampling
+distribution, each over its own top-k / top-p set, so the KL penalty is exactly 0 at the start (docs/ppo.md,
+"Sampling").
 """
 
 from __future__ import annotations
@@ -350,18 +342,8 @@ def forward_in_micro_batches(
     parts = []
     for i in range(0, n, size):
         rows = slice(i, i + size)
-        parts.append(
-            model(
-                query_ids[rows],
-                query_mask[rows],
-                response_ids[rows],
-                response_mask[rows],
-                sampling,
-                reference=reference,
-                with_values=with_values,
-                with_entropy=with_entropy,
-            )
-        )
+        batch = (t[rows] for t in (query_ids, query_mask, response_ids, response_mask))
+        parts.append(model(*batch, sampling, reference=reference, with_values=with_values, with_entropy=with_entropy))
     if not parts:
         empty = response_ids.new_zeros(response_ids.shape, dtype=torch.float32)
         out = (empty, empty if with_values and not reference else None)

@@ -13,21 +13,14 @@ pass, between 3 and 4, when self-distillation is on), :mod:`.experience` (4-6), 
 stop) and :mod:`.optimizer` (each model's AdamW, clip, schedule and revert); this module holds the loop: the models,
 the step in order, metrics, checkpoints, evaluation and the step hook (:mod:`.hooks`).
 
-Actor and critic have their own optimizer, gradient clip and learning-rate schedule; the first
-``critic_warmup_steps`` steps train the critic alone; critic-free estimators (rloo, grpo) train no critic and draw
-``group_size`` samples per prompt.
+Actor and critic have their own optimizer, clip and schedule (docs/ppo.md, "The update"); critic-free estimators
+(rloo, grpo) train no critic and draw ``group_size`` samples per prompt.
 
-Deliberate choices: sampled ids are trained as-is (no decode / re-encode); temperature divides the logits in every
-log-prob recomputation; positions come from the attention mask in every forward; the reference is the base with the
-LoRA adapter disabled; a failed critique gets ``parse_failure_reward`` as a terminal reward and is counted, never
-skipping the step. Randomness is keyed by (seed, step, global index), so a run split over processes, or resumed from
-a checkpoint, reproduces the single uninterrupted run (with the ``exact`` generation backend; ``hf`` and ``vllm`` are
-reproducible for the same process count).
-
-Devices and processes go through ``accelerate`` (:class:`~t2g_core.ppo.distributed.Runtime`): the model runs on the
-accelerator's device, bookkeeping tensors (rewards, advantages, masks) stay on the CPU, and gradients are
-all-reduced by DDP (or FSDP) in the backward pass. The old-log-prob, reference and value passes run in micro-batches
-(``micro_batch_size``) and no pass builds the (B, T, V) logits (``rl.logprobs.selective_logprobs``).
+Sampled ids are trained as-is (no decode / re-encode); a failed critique gets ``parse_failure_reward`` as a terminal
+reward, never skipping the step. Randomness is keyed by (seed, step, global index), so a run split over processes,
+or resumed, reproduces the single uninterrupted run (``exact`` backend; ``hf`` and ``vllm`` for the same process
+count). Devices and processes go through ``accelerate`` (:class:`~t2g_core.ppo.distributed.Runtime`); bookkeeping
+tensors (rewards, advantages, masks) stay on the CPU.
 """
 
 from __future__ import annotations
@@ -133,17 +126,12 @@ class PPOTrainer:
         policy_params, value_params = self.bundle.trainable_parameters()
         revertible = cfg.max_approx_kl is not None  # only the early stop pulls updates back, only the actor's
         self.actor = Optimizer(policy_params, cfg.learning_rate, cfg.max_grad_norm, lr_factor(cfg), revertible)
-        self.critic = (
-            Optimizer(
-                value_params,
-                cfg.value_learning_rate,
-                cfg.value_max_grad_norm,
-                lr_factor(cfg, actor=False),
-                revertible=False,
+        self.critic = None
+        if uses_critic(cfg):
+            lr = lr_factor(cfg, actor=False)
+            self.critic = Optimizer(
+                value_params, cfg.value_learning_rate, cfg.value_max_grad_norm, lr, revertible=False
             )
-            if uses_critic(cfg)
-            else None
-        )
         optimizers = [o for o in (self.actor, self.critic) if o is not None]
         self.model, *prepared = self.runtime.prepare(self.bundle.model, *(o.opt for o in optimizers))  # DDP / FSDP
         for o, opt in zip(optimizers, prepared, strict=True):
@@ -409,15 +397,8 @@ class PPOTrainer:
         barrier()
         rollouts = self.run_dir / "rollouts.parquet"
         refreshed = self.hook.refreshed() if self.hook is not None else []
-        return PPOResult(
-            self.run_dir,
-            adapter,
-            self.history,
-            rollouts if rollouts.exists() else None,
-            self.heatmaps,
-            self.next_step,
-            refreshed,
-        )
+        found = rollouts if rollouts.exists() else None
+        return PPOResult(self.run_dir, adapter, self.history, found, self.heatmaps, self.next_step, refreshed)
 
 
 def train(

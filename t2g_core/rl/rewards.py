@@ -22,13 +22,9 @@ information, placed differently). The reward PPO sees is
 where ``terminal`` carries an optional hybrid scalar (span / dense modes only: in scalar and uniform modes it would
 count the same score twice), the critic's verdict, the parse-failure fallback and the missing-EOS penalty.
 
-Critics with an overall verdict v in [-1, 1] (``ParsedFeedback.outcome``: the code critic's pass rate, 2 * passed /
-cases - 1) order responses by it: their good and poor labels are scaled to sum +1 and -1 (:func:`unit_label_sums`,
-so blaming a long line costs what blaming a short one does) and ``outcome_coef * v`` is added to the terminal. A
-response that made no real attempt (``degenerate``: empty, crashing its harness, hanging past its timer) gets
-``degenerate_reward`` instead of everything else, below any attempt. With the defaults (c = 1, outcome_coef = 1,
-omission penalty 1, degenerate margin 1) the summed task reward is: passes all 2 > passes some (-2, 0) > fails -2 >
-a stub that implements nothing -3 > empty / crash / kill / hang -4, in every reward mode.
+Critics with an overall verdict v in [-1, 1] (``ParsedFeedback.outcome``) have their labels scaled to sum +1 and -1
+(:func:`unit_label_sums`) and ``outcome_coef * v`` added to the terminal; a response that made no real attempt gets
+``degenerate_reward`` instead, below any attempt (docs/ppo.md, "A critic's verdict and degenerate answers").
 """
 
 from __future__ import annotations
@@ -78,11 +74,9 @@ def unit_label_sums(labels: Tensor, mask: Tensor) -> Tensor:  # (B, T) -> (B, T)
     """Labels scaled per row so the positive ones sum to +1 and the negative ones to -1 (rows without either keep 0)."""
     m = mask.to(labels.dtype)
     pos, neg = (labels.clamp(min=0) * m), (labels.clamp(max=0) * m)
-    pos_sum = pos.sum(dim=1, keepdim=True)
-    neg_sum = -neg.sum(dim=1, keepdim=True)
-    return pos / pos_sum.where(pos_sum > 0, torch.ones_like(pos_sum)) + neg / neg_sum.where(
-        neg_sum > 0, torch.ones_like(neg_sum)
-    )
+    pos_sum, neg_sum = pos.sum(dim=1, keepdim=True), -neg.sum(dim=1, keepdim=True)
+    one = torch.ones_like(pos_sum)
+    return pos / pos_sum.where(pos_sum > 0, one) + neg / neg_sum.where(neg_sum > 0, one)
 
 
 def span_rewards(labels: Tensor, mask: Tensor, coef: float) -> Tensor:  # (B, T) -> (B, T)
