@@ -1,13 +1,9 @@
 """The experience the update trains on, steps 4 (KL), 5 (GAE) and 6 (whiten) of a PPO step.
 
-The rollout policy's log-probs, the reference's (the base with the LoRA adapter disabled) and the critic's values
-come from no-grad passes in micro-batches (the entropy of the sampling distribution is read off the old-log-prob
-pass's logits). With one epoch of one minibatch in one chunk the update's only forward runs at the rollout policy, so
-its log-probs and values, detached, are the old ones: that forward runs first and the no-grad policy pass is not run
-(:func:`reuses_first_forward`). The per-token KL and the reward r_t = m_t (s_t - beta KL_t) + terminal
-(:func:`t2g_core.rl.assemble_rewards`) feed the configured advantage estimator (GAE by default; the span estimators
-also read the task signal s_t and the terminal part apart, see :mod:`t2g_core.rl.advantages`), whose advantages are
-whitened over the valid tokens of the *global* batch (summed over processes).
+The rollout policy's log-probs, the reference's and the critic's values come from no-grad passes in micro-batches
+(the entropy read off the old-log-prob pass's logits), or from the update's first forward when that is the only one
+(:func:`reuses_first_forward`). The rewards (:func:`t2g_core.rl.assemble_rewards`) feed the configured advantage
+estimator (:mod:`t2g_core.rl.advantages`), whose advantages are whitened over the valid tokens of the *global* batch.
 """
 
 from __future__ import annotations

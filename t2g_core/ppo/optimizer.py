@@ -27,10 +27,7 @@ LRFactor = Callable[[int, int, int], float]
 
 
 def lr_factor(cfg: PPOConfig, *, actor: bool = True) -> LRFactor:
-    """Multiplier of a learning rate at PPO step ``step``, planned update ``j`` of that step (0-based, of
-    ``ppo_epochs x minibatches``), after ``taken`` optimizer updates: linear warm-up over the updates actually
-    taken, then constant or a linear decay with training progress (the actor's progress starts after the critic
-    warm-up). Updates skipped by the early stop do not move the decay, so every arm's rate follows the same path."""
+    """The multiplier of the module docstring, as a function of (step, planned update j, updates taken)."""
     warm = max(cfg.warmup_steps, 1)
     first = cfg.critic_warmup_steps if actor else 0
     per_step = cfg.ppo_epochs * cfg.minibatches

@@ -27,14 +27,9 @@ def warm_up(feedback: ArtifactRef, models: ModelsRef, settings: WarmupSettings, 
         f"({pairs.no_reference} without a reference, {pairs.too_long} above warmup.max_length), {cfg.steps} steps"
     )
     with ctx.own_folder("checkpoints/warmup", fresh=True) as run_dir:  # a second writer fails, naming the holder
+        dtype = resolve_dtype(settings.models.dtype)
         result = train_warmup(
-            cfg,
-            models.policy,
-            pairs,
-            run_dir,
-            dtype=resolve_dtype(settings.models.dtype),
-            tracker=ctx.tracker,
-            on_progress=ctx.on_progress,
+            cfg, models.policy, pairs, run_dir, dtype=dtype, tracker=ctx.tracker, on_progress=ctx.on_progress
         )
     how = f", resumed from {result.resumed_from}" if result.resumed_from else ""
     loss = f", loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}" if result.losses else ""
