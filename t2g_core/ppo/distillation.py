@@ -1,23 +1,10 @@
-"""Self-distillation credit in a PPO step (``ppo.self_distillation``; the math, and why the top-k credit is a reward
-and an own-token term, in :mod:`t2g_core.rl.distillation`): each rollout's critique, the teacher's prompt, the
-teacher pass, the credit as rewards, and the EMA teacher.
+"""Self-distillation credit in a PPO step (``ppo.self_distillation``; the credit: :mod:`t2g_core.rl.distillation`):
+each rollout's critique, the teacher's prompt, the teacher pass, the credit as rewards, and the EMA teacher.
 
-**The critique** of a rollout is that of the feedback the step scores it with, after the step hook's relabelling: the
-oracle critic's text, the generative reward model's, an endpoint's, the annotator's on the rollouts the critique loop
-audited; the span tagger writes none and its feedback carries one rendered from its spans (``critique_from_spans``),
-and so does any feedback with spans but no text here. A rollout whose critique failed gets no credit. No rollout is
-annotated for self-distillation alone: the critique is the one the reward already paid for.
-
-**The teacher's prompt** is the policy's own chat messages (:func:`t2g_core.policy_prompts.policy_messages`) with
-``template`` appended to the user turn, ``{critique}`` replaced by the critique (at most ``MAX_CRITIQUE_CHARS``),
-rendered with the tokenizer's chat template; the response is the rollout's sampled ids, unchanged.
-
-**The teacher** (``teacher``): ``policy`` is the rollout policy itself, ``reference`` the base with the adapter
-disabled, ``ema`` a third, frozen LoRA adapter moved after every step towards the policy's, A and B apart (as TRL's
-LoRA EMA); it starts as the policy's adapter, that is as the reference. Every teacher pass runs without gradients.
-
-**The student never sees the critique**: the rollout, its old log-probs, the reference's and the KL all come from the
-rollout's own prompt ids before this pass and apart from it; the credit only joins the rewards.
+The critique is the one the step's reward already paid for (rendered from the spans when the feedback has no text); a
+rollout whose critique failed gets no credit. The teacher reads the policy's prompt with ``template`` appended, over
+the rollout's sampled ids, unchanged, without gradients; the student never sees the critique (docs/ppo.md,
+"Self-distillation").
 """
 
 from __future__ import annotations
