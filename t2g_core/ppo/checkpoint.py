@@ -1,11 +1,9 @@
 """Atomic PPO checkpoints: everything needed to continue a run as if it had never stopped.
 
-A checkpoint folder ``step-000010/`` holds the LoRA adapter (peft format, loadable on its own), ``trainer.pt``
-(value model, optimizer, scheduler, KL controller, metric history, data position) and ``rng-rank{r}.pt`` per
-process. It is written into a temporary sibling and renamed into place, then ``latest`` (a text file naming it) is
-replaced atomically, so a kill at any moment leaves the previous checkpoint intact. The ``.pt`` files hold tensors
-and plain data only and are loaded with ``weights_only=True`` (``t2g_core.training.load_state``): a tampered file
-that would run code when unpickled is refused, naming it.
+A checkpoint folder ``step-000010/`` holds the LoRA adapter (peft format), ``trainer.pt`` and ``rng-rank{r}.pt`` per
+process. It is written into a temporary sibling and renamed into place, then ``latest`` is replaced atomically, so a
+kill at any moment leaves the previous checkpoint intact. The ``.pt`` files are loaded with ``weights_only=True``
+(``t2g_core.training.load_state``): a tampered file that would run code when unpickled is refused.
 """
 
 from __future__ import annotations
