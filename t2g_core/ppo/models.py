@@ -349,20 +349,3 @@ def forward_in_micro_batches(
         out = (empty, empty if with_values and not reference else None)
         return (*out, empty) if with_entropy else out
     return tuple(None if col[0] is None else torch.cat(col) for col in zip(*parts, strict=True))
-
-
-def forward_response(
-    bundle: PolicyBundle,
-    query_ids: Tensor,
-    query_mask: Tensor,
-    response_ids: Tensor,
-    response_mask: Tensor,
-    sampling: Sampling | float,
-    *,
-    with_values: bool = True,
-    reference: bool = False,
-) -> tuple[Tensor, Tensor | None]:  # -> logprobs (B, T), values (B, T) or None
-    """Log-probs of the response tokens under ``sampling`` (and values) in one pass, with gradients when enabled."""
-    return bundle.model(
-        query_ids, query_mask, response_ids, response_mask, sampling, reference=reference, with_values=with_values
-    )
