@@ -125,14 +125,9 @@ class CritiqueLoop:
         audit = {"annotated": float(len(ok)), "failed": float(len(picked) - len(ok))}
         shared = [k for k in ok if picked[k] in random]
         if shared:
-            audit |= agreement(
-                [batch.decoded[picked[k]] for k in shared],
-                [batch.feedback[picked[k]] for k in shared],
-                [labels[k] for k in shared],
-                view.tokenizer,
-                self.align_cfg,
-                self.ppo_cfg.omission_penalty,
-            )
+            rows, annotator = [picked[k] for k in shared], [labels[k] for k in shared]
+            decoded, model = [batch.decoded[i] for i in rows], [batch.feedback[i] for i in rows]
+            audit |= agreement(decoded, model, annotator, view.tokenizer, self.align_cfg, self.ppo_cfg.omission_penalty)
         self.state.audit = audit | {"annotate_seconds": time.perf_counter() - t0}
         feedback = list(batch.feedback)
         for k in ok:
@@ -185,8 +180,7 @@ class CritiqueLoop:
         return annotation_feedback(frame)
 
     def _gaps(self, source, pairs: list[int], decoded: Decoded, annotator: list[ParsedFeedback]) -> list[float]:
-        """For the panel prompts ``pairs``, what the reward model pays for each response minus what the annotator
-        charges."""
+        """Per panel prompt in ``pairs``: what the reward model pays minus what the annotator charges."""
         decoded, annotator = [decoded[i] for i in pairs], [annotator[i] for i in pairs]
         model = source.critique_batch([{**self.panel[i], "response": decoded[k][0]} for k, i in enumerate(pairs)])
         penalty = self.ppo_cfg.omission_penalty

@@ -98,10 +98,8 @@ def bootstrap_ci(values: Sequence[float], n: int = 4000, seed: int = 0) -> tuple
 
 def ratio_ci(num: Sequence[float], den: Sequence[float], n: int = 4000, seed: int = 0) -> tuple[float, float]:
     """95% percentile bootstrap interval of mean(num) / mean(den), the two samples resampled independently."""
-    rng = np.random.default_rng(seed)
-    ra = resampled_means(np.asarray(num, dtype=float), n, rng)  # (n,)
-    rb = resampled_means(np.asarray(den, dtype=float), n, rng)
-    r = ra / rb
+    rng = np.random.default_rng(seed)  # one generator: the numerator's resamples first
+    r = resampled_means(np.asarray(num, dtype=float), n, rng) / resampled_means(np.asarray(den, dtype=float), n, rng)
     return float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
 
 
@@ -134,9 +132,8 @@ def steps_ratio(num: Sequence[int | None], den: Sequence[int | None], run_steps:
 
 
 def summarise(curves: Sequence[Curve], run_steps: int, fractions: Sequence[float], plateau_k: int = 3) -> dict:
-    """One arm's runs: collapses (relapses among them); per fraction the raw (None = censored) and censored-mean steps
-    with an interval and the number of runs that got there; final errors and plateaus (also as a fraction of each
-    run's warm-start error) with intervals; mean AUC and warm-start error."""
+    """One arm's runs: collapses and relapses; per fraction the raw and censored-mean steps with an interval and the
+    runs that got there; final errors and plateaus (also relative to the warm start) with intervals; means."""
     stats = [curve_stats(c, fractions, plateau_k) for c in curves]
     out = {
         "n_runs": len(stats),
@@ -212,8 +209,7 @@ def warm_start_ratios(comparison: dict, tables: dict[str, dict[str, dict]], run_
 
 
 def headline_target(by_warm_start: dict, preference: Sequence[float]) -> str | None:
-    """The first fraction in ``preference`` whose ratio is robust across warm starts (:func:`warm_start_ratios`);
-    None when none is."""
+    """The first fraction in ``preference`` robust across warm starts (:func:`warm_start_ratios`), or None."""
     return next((str(f) for f in preference if by_warm_start.get(str(f), {}).get("robust")), None)
 
 
@@ -225,8 +221,7 @@ def mean_curve(curves: Sequence[Curve]) -> list[tuple[int, float]]:
 
 
 def first_reached(curves: Sequence[Curve], fraction: float) -> int | None:
-    """The first step after the warm start at which the runs' mean curve is at or below ``fraction`` times their mean
-    warm-start error (None: never)."""
+    """The first step at which the runs' mean curve is at or below ``fraction`` of its warm start (None: never)."""
     mean = mean_curve(curves)
     return steps_to(mean, fraction * mean[0][1])
 
@@ -245,9 +240,8 @@ def gains_at(curves: Sequence[Curve], step: int) -> list[float]:
 
 def share_of_gain(arm: Sequence[Curve], reference: Sequence[Curve], step: int, *, paired: bool = False) -> dict:
     """The arm's mean gain (warm-start error minus the error at ``step``) over the reference arm's, with its 95%
-    interval and the per-run gains; NaN when the reference gained nothing (no share of nothing). ``paired``: the k-th
-    runs of the two arms share a seed and warm start, and the interval resamples seeds (:func:`paired_ratio_ci`);
-    otherwise the two arms' runs are resampled independently."""
+    interval and the per-run gains; NaN when the reference gained nothing. ``paired``: the k-th runs of the two arms
+    share a seed and warm start, and the interval resamples seeds (:func:`paired_ratio_ci`)."""
     gains, ref = gains_at(arm, step), gains_at(reference, step)
     if statistics.fmean(ref) == 0:
         share, ci = float("nan"), (float("nan"), float("nan"))

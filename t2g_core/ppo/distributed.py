@@ -2,9 +2,7 @@
 GPU, and several processes under ``accelerate launch`` (DDP, or FSDP with the committed FSDP config).
 
 Nothing here starts a process or reads an environment variable: the launcher starts the processes and the CLI joins
-the process group before calling the library (``t2g_cli.ppo``); :class:`Runtime` then asks ``accelerate`` what it
-was given. Statistics (token counts, whitening moments, metrics) are summed with :func:`all_reduce_sum`; gradients
-are reduced by DDP / FSDP during the backward pass.
+the process group (``t2g_cli.ppo``); :class:`Runtime` asks ``accelerate`` what it was given.
 """
 
 from __future__ import annotations
@@ -44,8 +42,7 @@ def all_reduce_sum(t: Tensor) -> Tensor:
 
 
 def global_sum(values: list[float]) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64)
-    return all_reduce_sum(t).tolist()
+    return all_reduce_sum(torch.tensor(values, dtype=torch.float64)).tolist()
 
 
 def shared_token() -> str:
@@ -135,7 +132,6 @@ class Runtime:
         if self.fsdp:
             from torch.distributed.fsdp import FullyShardedDataParallel
 
-            state = FullyShardedDataParallel.optim_state_dict_to_load(
-                model, getattr(optimizer, "optimizer", optimizer), state
-            )
+            inner = getattr(optimizer, "optimizer", optimizer)
+            state = FullyShardedDataParallel.optim_state_dict_to_load(model, inner, state)
         optimizer.load_state_dict(state)

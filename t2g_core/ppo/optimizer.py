@@ -73,8 +73,7 @@ class StepSnapshot:
         return sum(t.numel() * t.element_size() for t in saved + moments)
 
     def restore(self, params: list[torch.nn.Parameter], opt: torch.optim.Optimizer) -> int | None:
-        """Put the saved state back (in place) and forget it; returns the saved warm-up count, or None with nothing
-        saved."""
+        """Put the saved state back in place and forget it; the saved warm-up count (None: nothing saved)."""
         if self._saved is None:
             return None
         saved, state, taken = self._saved
@@ -145,8 +144,7 @@ class Optimizer:
         return self.snapshot.nbytes if self.snapshot is not None else 0
 
     def scale_last(self, alpha: float) -> bool:
-        """Shorten the last :meth:`step` to ``alpha`` of its length (its moments and warm-up count kept); False when
-        there is none to shorten."""
+        """Shorten the last :meth:`step` to ``alpha`` of its length; False when there is none to shorten."""
         return self.snapshot.scale(self.params, alpha) if self.snapshot is not None else False
 
     def revert(self) -> bool:

@@ -1,9 +1,8 @@
 """What a person looks at: the rollouts table (schema ROLLOUTS) and HTML token-reward heatmaps.
 
-A step's heatmap shows each sampled token coloured by the task reward it received (green = good span, red = poor
-span, intensity = magnitude) with the critique beside it, and says whose reading that is: PPO's reward source
-(``ppo.reward_source``), which is not the annotator's and can be wrong, or, for a rollout the critique loop audited,
-the annotator, whose labels became its reward; such a rollout also shows the reward model's reading it replaced.
+A step's heatmap colours each sampled token by the task reward it received (green good, red poor) beside the critique,
+and says whose reading that is: PPO's reward source, or, for a rollout the critique loop audited, the annotator (with
+the reward model's reading it replaced).
 """
 
 from __future__ import annotations

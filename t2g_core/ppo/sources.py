@@ -73,8 +73,7 @@ def make_reward_source(
 
 
 def summary_metrics(rows: list[dict], responses: list[str]) -> dict[str, list[float]]:
-    """error (1 - correct/K), imprecision (1 - correct/stated, 1 when nothing is stated) and invented_rate per
-    sample."""
+    """Per sample: error (1 - correct/K), imprecision (1 - correct/stated; 1: none stated), invented_rate."""
     out: dict[str, list[float]] = {"error": [], "imprecision": [], "invented_rate": []}
     for row, text in zip(rows, responses, strict=True):
         meta = row.get("meta") or {}

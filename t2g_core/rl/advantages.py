@@ -65,13 +65,10 @@ def segment_starts(task: Tensor, mask: Tensor) -> Tensor:  # (B, T), (B, T) -> (
 def segment_gae(
     rewards: Tensor, values: Tensor, mask: Tensor, starts: Tensor, gamma: float, lam: float, bootstrap: bool
 ) -> tuple[Tensor, Tensor]:  # (B, T) x4 -> (B, T) x2
-    """Credit inside segments: each token's trace runs up to and including the next segment start H(t) (``starts``)
-    and stops there. ``bootstrap``: GAE, the start contributing its TD error r_H + gamma V_{H+1} - V_H; otherwise the
-    discounted sum of r_t .. r_H minus V_t (lambda is not used: inside a horizon a value would belong to another).
-
-    Masked positions inside a sequence are skipped as in :func:`t2g_core.rl.gae.gae` (with no starts, bootstrap *is*
-    gae and the other is gae with lambda = 1).
-    """
+    """Credit inside segments: each token's trace runs up to and including the next segment start H(t) (``starts``).
+    ``bootstrap``: GAE, the start contributing its TD error; otherwise the discounted sum of r_t .. r_H minus V_t
+    (no lambda: inside a horizon a value would belong to another). Masked positions are skipped as in
+    :func:`t2g_core.rl.gae.gae` (with no starts, bootstrap *is* gae)."""
     m = mask.to(values.dtype)
     first = starts.to(values.dtype)
     next_value = torch.zeros_like(values[:, 0])
