@@ -211,16 +211,14 @@ class PolicyBundle:
         return self.model.value
 
     def trainable_parameters(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-        """(the policy's, the critic's): a LoRA critic's adapter weights live in the policy's layers but are the
-        critic's."""
+        """(the policy's, the critic's); a LoRA critic's adapter weights live in the policy's layers."""
         mine = [(n, p) for n, p in self.policy.named_parameters() if p.requires_grad]
         critic = [p for n, p in mine if _is_critic_adapter(n)]
         policy_params = [p for n, p in mine if not _is_critic_adapter(n)]
         return policy_params, critic + [p for p in self.value.parameters() if p.requires_grad]
 
     def adapter_state(self, name: str) -> dict | None:
-        """The weights of adapter ``name`` beside the policy's (a LoRA critic's, an EMA teacher's), for a
-        checkpoint; None when the run has none."""
+        """The weights of adapter ``name`` (a LoRA critic's, an EMA teacher's); None when the run has none."""
         if name not in self.policy.peft_config:
             return None
         from peft import get_peft_model_state_dict

@@ -234,32 +234,29 @@ class PPOTrainer:
         actor_state = self.actor.state_dict(self.runtime, self.model)
         critic_state = self.critic.state_dict(self.runtime, self.model) if self.critic is not None else None
         with self.runtime.gathered(self.model):  # every process: FSDP gathers the weights rank 0 writes
-            return self._save(actor_state, critic_state)
-
-    def _save(self, actor_state: dict, critic_state: dict | None) -> Path:
-        state = {
-            "step": self.next_step,
-            "value": self.bundle.value.state_dict(),
-            "critic_adapter": self.bundle.adapter_state(CRITIC_ADAPTER),
-            "teacher_adapter": self.bundle.adapter_state(TEACHER_ADAPTER),
-            "actor_optimizer": actor_state,
-            "critic_optimizer": critic_state,
-            "kl": self.kl_ctl.state_dict(),
-            "history": self.history,
-            "records": self.records,
-            "config": self.cfg.model_dump(mode="json"),
-            "hook": self.hook.state_dict() if self.hook is not None else None,
-        }
-        return ckpt.save_checkpoint(
-            self.run_dir,
-            self.next_step,
-            save_adapter=self.bundle.save_policy_adapter,
-            trainer_state=state,
-            rank=self.rank,
-            world=self.world,
-            barrier=barrier,
-            token=self.write_token,
-        )
+            state = {
+                "step": self.next_step,
+                "value": self.bundle.value.state_dict(),
+                "critic_adapter": self.bundle.adapter_state(CRITIC_ADAPTER),
+                "teacher_adapter": self.bundle.adapter_state(TEACHER_ADAPTER),
+                "actor_optimizer": actor_state,
+                "critic_optimizer": critic_state,
+                "kl": self.kl_ctl.state_dict(),
+                "history": self.history,
+                "records": self.records,
+                "config": self.cfg.model_dump(mode="json"),
+                "hook": self.hook.state_dict() if self.hook is not None else None,
+            }
+            return ckpt.save_checkpoint(
+                self.run_dir,
+                self.next_step,
+                save_adapter=self.bundle.save_policy_adapter,
+                trainer_state=state,
+                rank=self.rank,
+                world=self.world,
+                barrier=barrier,
+                token=self.write_token,
+            )
 
     def restore(self) -> bool:
         path = ckpt.latest_checkpoint(self.run_dir)
@@ -364,8 +361,7 @@ class PPOTrainer:
         return {"metrics": decision.metrics, "save": decision.save or decision.stop}
 
     def replay_history(self, tracker: Tracker) -> None:
-        """Log the restored steps' metrics again (rank 0): a resumed run's tracking run then holds every step, not
-        only those after the checkpoint."""
+        """Log the restored steps' metrics again (rank 0), so a resumed run's tracking run holds every step."""
         if self.rank == 0:
             for entry in self.history:
                 tracker.log_metrics({k: v for k, v in entry.items() if k != "step"}, step=int(entry["step"]))
