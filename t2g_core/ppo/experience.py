@@ -75,16 +75,9 @@ def old_ref_values(
 
 def _in_batch_order(ro: Rollout, first: FirstForward) -> tuple[Tensor, Tensor | None, Tensor]:
     """``first``'s outputs, detached, at their rows of the local batch (B, T)."""
-    idx = torch.tensor(first.rows, dtype=torch.long)
-    out = []
-    for t in (first.logprobs, first.values, first.entropy):
-        if t is None:
-            out.append(None)
-            continue
-        whole = torch.zeros(ro.response_ids.shape, dtype=t.dtype)
-        whole[idx] = t.detach()
-        out.append(whole)
-    return tuple(out)
+    idx, shape = torch.tensor(first.rows, dtype=torch.long), ro.response_ids.shape
+    parts = (first.logprobs, first.values, first.entropy)
+    return tuple(None if t is None else torch.zeros(shape, dtype=t.dtype).index_put_((idx,), t.detach()) for t in parts)
 
 
 def advantages_and_returns(

@@ -87,10 +87,7 @@ def rollout_sampling(cfg, tokenizer):
 
 def pad_after_eos(rows: Sequence[Sequence[int]], eos: int, pad: int, device=None) -> Tensor:  # -> (B, T)
     """Token lists (each cut after its first EOS) as a right-padded (B, T) tensor."""
-    cut = []
-    for ids in rows:
-        ids = list(ids)
-        cut.append(ids[: ids.index(eos) + 1] if eos in ids else ids)
+    cut = [ids[: ids.index(eos) + 1] if eos in ids else ids for ids in map(list, rows)]
     width = max((len(r) for r in cut), default=0) or 1
     out = torch.full((len(cut), width), pad, dtype=torch.long, device=device)
     for i, ids in enumerate(cut):
