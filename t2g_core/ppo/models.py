@@ -335,13 +335,10 @@ def forward_in_micro_batches(
     with_entropy: bool = False,
 ) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None, Tensor]:  # as ActorCritic.forward
     """``model``'s forward over the batch, ``micro_batch_size`` rows at a time (None: all at once)."""
-    n = query_ids.shape[0]
+    n, tensors = query_ids.shape[0], (query_ids, query_mask, response_ids, response_mask)
     size = micro_batch_size or max(n, 1)
-    parts = []
-    for i in range(0, n, size):
-        rows = slice(i, i + size)
-        batch = (t[rows] for t in (query_ids, query_mask, response_ids, response_mask))
-        parts.append(model(*batch, sampling, reference=reference, with_values=with_values, with_entropy=with_entropy))
+    flags = {"reference": reference, "with_values": with_values, "with_entropy": with_entropy}
+    parts = [model(*(t[i : i + size] for t in tensors), sampling, **flags) for i in range(0, n, size)]
     if not parts:
         empty = response_ids.new_zeros(response_ids.shape, dtype=torch.float32)
         out = (empty, empty if with_values and not reference else None)
