@@ -28,19 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from t2g_core.config.sampling import Sampling, as_sampling
-
-__all__ = [
-    "Sampling",
-    "as_sampling",
-    "position_ids_from_mask",
-    "removed_tokens",
-    "selective_logprobs_and_entropy",
-    "selective_logprobs",
-    "token_entropy",
-    "token_logprobs",
-    "truncate_",
-]
+from t2g_core.config.sampling import Sampling, as_sampling  # also imported from here, beside the log-probs they shape
 
 
 @torch.no_grad()
