@@ -225,9 +225,8 @@ class CritiqueLoop:
         )
         self.state.tagger = str(result.folder)
         self.state.refreshed.append({"round": self.state.rounds, "step": step, "folder": str(result.folder)})
-        losses = result.losses
         return self.reward_source(), {
-            "refresh_loss": losses[-1] if losses else float("nan"),
+            "refresh_loss": result.losses[-1] if result.losses else float("nan"),
             "refresh_examples": float(result.n_examples),
             "refresh_seconds": result.seconds,
         }

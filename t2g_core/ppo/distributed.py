@@ -31,12 +31,9 @@ def _collective_device() -> torch.device:
 def all_reduce_sum(t: Tensor) -> Tensor:
     """Sum ``t`` in place over processes (a no-op in one process)."""
     if rank_and_world()[1] > 1:
-        device = _collective_device()
-        if t.device == device:
-            dist.all_reduce(t, op=dist.ReduceOp.SUM)
-        else:
-            buf = t.to(device)
-            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+        buf = t.to(_collective_device())  # ``t`` itself when it is already there
+        dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+        if buf is not t:
             t.copy_(buf)
     return t
 

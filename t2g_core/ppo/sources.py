@@ -1,9 +1,8 @@
 """Building what the trainer consumes from pipeline inputs: the reward source and the task metric.
 
-Reward sources are chosen by ``PPOConfig.reward_source`` through a table of small builders (no if/elif tree):
-``oracle`` = the programmatic critic of the task (reference critic for summarization / QA, sandboxed code critic for
-code), ``reward_model`` = the trained reward model's scorer (a tagger or a generative model), ``endpoint`` = a
-reward model served over HTTP (``t2g_core.reward_model.endpoint``).
+``PPOConfig.reward_source``: ``oracle`` = the task's programmatic critic (reference critic for summarization / QA,
+sandboxed code critic for code), ``reward_model`` = the trained reward model's scorer, ``endpoint`` = a reward model
+served over HTTP.
 """
 
 from __future__ import annotations

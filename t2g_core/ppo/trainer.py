@@ -8,13 +8,9 @@ Per response token t (mask m_t true up to and including EOS):
     A, R = estimator(r, V, s)  (gae by default);  A <- whiten(A) over valid tokens of the *global* batch
     actor:  L_clip(pi)          critic: vf_coef * L_clip(V)    token means over each global minibatch
 
-One module per part of the step: :mod:`.rollout` (1), :mod:`.rewards` (2, 3), :mod:`.distillation` (the teacher's
-pass, between 3 and 4, when self-distillation is on), :mod:`.experience` (4-6), :mod:`.update` (7, with the KL early
-stop) and :mod:`.optimizer` (each model's AdamW, clip, schedule and revert); this module holds the loop: the models,
-the step in order, metrics, checkpoints, evaluation and the step hook (:mod:`.hooks`).
-
-Actor and critic have their own optimizer, clip and schedule (docs/ppo.md, "The update"); critic-free estimators
-(rloo, grpo) train no critic and draw ``group_size`` samples per prompt.
+One module per part of the step: :mod:`.rollout` (1), :mod:`.rewards` (2, 3), :mod:`.distillation` (the teacher, when
+on), :mod:`.experience` (4-6), :mod:`.update` (7) and :mod:`.optimizer`; this module holds the loop, metrics,
+checkpoints, evaluation and the step hook (:mod:`.hooks`). Critic-free estimators (rloo, grpo) train no critic.
 
 Sampled ids are trained as-is (no decode / re-encode); a failed critique gets ``parse_failure_reward`` as a terminal
 reward, never skipping the step. Randomness is keyed by (seed, step, global index), so a run split over processes,

@@ -1,30 +1,17 @@
 """Task rewards placed on policy tokens, and the per-token reward PPO optimises.
 
-Token labels (docs/architecture.md):  delta_t = +1 on a token overlapping a good span, -1 on a poor span, 0 elsewhere.
-Omissions (content the critic says is missing) add o_t = -p * (number of missing items anchored at token t), where
-an item is anchored at the token where the content belonged ("anchor") or on the last real token ("end"):
-
-    d_t = delta_t + o_t                                          (the task signal of one response)
-
-Four placements, chosen by ``PPOConfig.reward_mode`` (one small function each):
+The task signal of a response is d_t = delta_t + o_t: the critic's token labels (+1 good span, -1 poor span, 0
+elsewhere) plus the omission labels (-p per missing item, at its anchor or on the last real token). ``reward_mode``
+places it (one small function each; docs/ppo.md, "Reward modes"):
 
     span     s_t = c * d_t                         (Text2Grad: the critic's span labels on their tokens)
     dense    s_t = c * d_t, delta from word labels  (the paper's ablation: the critic labels most words, not spans)
     scalar   s_t = [t = last] * c * sum_u d_u      (classic RLHF: one score on the last real token / EOS)
     uniform  s_t = m_t * c * sum_u d_u / T_valid   (the scalar spread over every token: the same information)
 
-``span`` and ``dense`` place per token (they differ in what the critic labels, see ``ppo.scoring``); the scalar and
-uniform totals equal the span total, so between those three only the placement differs (a fair scalar: the same
-information, placed differently). The reward PPO sees is
-
-    r_t = m_t (s_t - beta * KL_t) + [t = last] * terminal_t
-
-where ``terminal`` carries an optional hybrid scalar (span / dense modes only: in scalar and uniform modes it would
-count the same score twice), the critic's verdict, the parse-failure fallback and the missing-EOS penalty.
-
-Critics with an overall verdict v in [-1, 1] (``ParsedFeedback.outcome``) have their labels scaled to sum +1 and -1
-(:func:`unit_label_sums`) and ``outcome_coef * v`` added to the terminal; a response that made no real attempt gets
-``degenerate_reward`` instead, below any attempt (docs/ppo.md, "A critic's verdict and degenerate answers").
+The reward PPO sees is r_t = m_t (s_t - beta * KL_t) + [t = last] * terminal_t, where ``terminal`` carries an optional
+hybrid scalar (span and dense only), a critic's verdict (its labels then scaled to unit sums, :func:`unit_label_sums`),
+the parse-failure fallback, the missing-EOS penalty and the degenerate reward (docs/ppo.md, "A critic's verdict").
 """
 
 from __future__ import annotations

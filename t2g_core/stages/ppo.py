@@ -81,9 +81,8 @@ def reward_model_metrics(settings: PPOSettings, reward_model: RewardModelRef | N
 
 
 def reward_model_shortfalls(metrics: dict[str, float], gate) -> list[str]:
-    """Each held-out metric below its floor, as 'metric = value < ppo.reward_model_gate.floor'. On the policy's own
-    text when the reward model was tested on it (``policy_*``: held-out policy samples), else on the dataset's
-    items; with ground truth (demo data) the poor-span F1 and each flaw type's recall count, without it the
+    """Each held-out metric below its floor, as 'metric = value < ppo.reward_model_gate.floor': on the policy's own
+    text (``policy_*``) when measured there; with ground truth the poor-span F1 and each flaw's recall, else the
     agreement with the annotator."""
     prefix = "policy_" if any(k.startswith("policy_") for k in metrics) else ""
     if f"{prefix}truth_poor_char_f1" in metrics:

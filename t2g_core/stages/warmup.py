@@ -1,10 +1,8 @@
 """Warm-up stage: the policy before PPO, supervised on the reference responses of the training prompts.
 
-The training prompts are those PPO trains on: the feedback split by ``holdout`` exactly as PPO splits it
-(``t2g_core.feedback.split_prompts``), so the warm-up never sees a held-out prompt or its reference. The stage
-returns the models with ``policy`` replaced by the merged warmed-up model (``<checkpoints/warmup>/<key>/policy``):
-PPO starts from it and keeps it as its KL reference, and the evaluation's baseline is that policy. A killed warm-up
-resumes from its last checkpoint; a finished one is reused (the folder is keyed by this stage's key).
+The training prompts are PPO's (the feedback split by ``holdout`` as PPO splits it), so the warm-up never sees a
+held-out prompt. The stage returns the models with ``policy`` replaced by the merged warmed-up model, PPO's start and
+KL reference and the evaluation's baseline; a killed warm-up resumes, a finished one is reused.
 """
 
 from __future__ import annotations
