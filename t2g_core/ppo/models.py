@@ -54,15 +54,6 @@ class ValueModel(nn.Module):
     def forward(self, hidden: Tensor) -> Tensor:  # (B, T, d) -> (B, T)
         return self.head(hidden.float()).squeeze(-1)
 
-    def backbone_hidden(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:  # (B, L) -> (B, L, d)
-        out = self.backbone(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids_from_mask(attention_mask),
-            use_cache=False,
-        )
-        return out.last_hidden_state
-
 
 @contextlib.contextmanager
 def adapter_flags_kept(policy: nn.Module):
@@ -101,6 +92,13 @@ def checkpointed_layers(model: nn.Module, on: bool):
     finally:
         for layer in layers:
             layer.training = False
+
+
+def last_hidden(backbone: nn.Module, ids: Tensor, attn: Tensor, checkpointing: bool) -> Tensor:  # (B, L) -> (B, L, d)
+    """The last hidden states of a decoder stack, its layers checkpointed (``checkpointing``) when gradients flow."""
+    with checkpointed_layers(backbone, checkpointing and torch.is_grad_enabled()):
+        out = backbone(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False)
+    return out.last_hidden_state
 
 
 class ActorCritic(nn.Module):
@@ -155,8 +153,7 @@ class ActorCritic(nn.Module):
         if not with_values or reference:
             return (logprobs, None, *extra)
         if self.value.backbone is not None:
-            with checkpointed_layers(self.value.backbone, self.checkpointing and torch.is_grad_enabled()):
-                hidden = self.value.backbone_hidden(input_ids, attn)[:, lq - 1 : -1]
+            hidden = last_hidden(self.value.backbone, input_ids, attn, self.checkpointing)[:, lq - 1 : -1]
         elif self.value.adapter is not None:
             with active_adapter(self.policy, self.value.adapter):
                 hidden = self._decoder_hidden(input_ids, attn)[:, lq - 1 : -1]
@@ -186,13 +183,8 @@ class ActorCritic(nn.Module):
             yield
 
     def _decoder_hidden(self, input_ids: Tensor, attn: Tensor) -> Tensor:  # (B, L) -> (B, L, d)
-        """The last hidden states of the policy's decoder stack (the LM without its head), with the active adapter."""
-        backbone = self.causal_lm.base_model
-        with checkpointed_layers(backbone, self.checkpointing and torch.is_grad_enabled()):
-            out = backbone(
-                input_ids=input_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False
-            )
-        return out.last_hidden_state
+        """The policy's decoder stack (the LM without its head), with the active adapter."""
+        return last_hidden(self.causal_lm.base_model, input_ids, attn, self.checkpointing)
 
 
 @dataclass
