@@ -69,8 +69,7 @@ def warmup_pairs(train: pd.DataFrame, tokenizer, cfg) -> WarmupPairs:
 
 
 def finished(out_dir: str | Path, cfg, policy: str | Path) -> WarmupResult | None:
-    """The result of a completed warm-up of ``policy`` with ``cfg`` in ``out_dir``, or None (also when its record
-    was cut short: the warm-up is not complete, and trains again)."""
+    """The result of a completed warm-up of ``policy`` with ``cfg`` in ``out_dir``, or None (it trains again)."""
     meta = finished_meta(Path(out_dir) / "policy" / WARMUP_META, cfg, start=str(policy))
     if meta is None:
         return None

@@ -37,8 +37,7 @@ def censor(steps: Sequence[int | None], run_steps: int) -> list[float]:
 
 
 def eval_schedule(steps: int, every: int, dense: int = 8) -> list[int]:
-    """Steps trained after which a run is evaluated: each of the first ``dense``, then every ``every``-th, and the
-    last (the warm start, step 0, is evaluated besides)."""
+    """Steps after which a run is evaluated (besides step 0): each of the first ``dense``, every ``every``-th, last."""
     if steps < 1 or every < 1:
         raise ValueError(f"eval_schedule needs steps >= 1 and every >= 1, got steps={steps}, every={every}")
     later = range(every * (dense // every + 1), steps + 1, every)
@@ -115,8 +114,7 @@ def paired_ratio_ci(num: Sequence[float], den: Sequence[float], n: int = 4000, s
 def curve_band(
     curves: Sequence[Curve], n: int = 2000, seed: int = 0
 ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
-    """(steps every curve was evaluated at, mean error, 2.5th and 97.5th percentiles of n bootstrap means): the mean
-    curve of a set of runs with its 95% band, resampling whole runs."""
+    """The runs' mean curve with its 95% band (resampling whole runs): (common steps, mean, low, high)."""
     points = [dict(c) for c in curves]
     steps = [s for s in sorted({s for c in curves for s, _ in c}) if all(s in p for p in points)]
     mat = np.array([[p[s] for s in steps] for p in points])  # (runs, steps)

@@ -109,8 +109,7 @@ class Teacher:
         return Teaching(ratio, kl, critiqued, self.sd)
 
     def _topk(self, model, student_query, teacher_query, response, device) -> tuple[Tensor, Tensor]:
-        """l_t(y_t) and KL_t on the student's top-k support, ``micro_batch_size`` rows and ``logprob_chunk_tokens``
-        positions at a time (one chunk of each model's logits exists at once)."""
+        """l_t(y_t) and KL_t on the student's top-k support, one chunk of each model's logits at a time."""
         n, size = response[0].shape[0], self.cfg.micro_batch_size or response[0].shape[0]
         own, kl = [], []
         for i in range(0, n, size):

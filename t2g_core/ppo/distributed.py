@@ -88,8 +88,7 @@ class Runtime:
         return self.accelerator.distributed_type.name == "FSDP"
 
     def prepare(self, model: nn.Module, *optimizers: torch.optim.Optimizer) -> list:
-        """``[wrapped model, *optimizers]``: DDP or FSDP around ``model`` when several processes share the run (the
-        optimizers over its parameters, re-pointed to FSDP's)."""
+        """``[wrapped model, *optimizers]``: DDP or FSDP around ``model`` when several processes share the run."""
         return list(self.accelerator.prepare(model, *optimizers)) if optimizers else [self.accelerator.prepare(model)]
 
     def unwrap(self, model: nn.Module) -> nn.Module:

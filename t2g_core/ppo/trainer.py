@@ -217,8 +217,7 @@ class PPOTrainer:
     def record(
         self, step: int, ro: Rollout, scored, task: Tensor, terminal: Tensor, kl: Tensor, rewards: Tensor, read: list
     ) -> None:
-        """Keep the step's samples for the rollouts table; rank 0 writes a heatmap of the first few (and of those a
-        hook relabelled: ``read`` is the reward source's own feedback)."""
+        """Keep the step's samples for the rollouts table; rank 0 writes a heatmap (``read``: the source's feedback)."""
         records, samples = rollout_records(step, ro, scored, task, terminal, kl, rewards, read)
         self.records += records
         if self.rank == 0 and self.cfg.heatmap_samples:

@@ -146,8 +146,7 @@ def ppo_update(
     step: int,
     first: FirstForward | None = None,
 ) -> dict[str, float]:
-    """PPO epochs over minibatches with the early stop that pulls back the update crossing ``max_approx_kl``
-    (``first``: the first minibatch's forward, already run)."""
+    """PPO epochs over minibatches with the KL early stop (``first``: the first minibatch's forward, already run)."""
     local_pos = {g: i for i, g in enumerate(ro.global_index)}
     train_actor = step >= cfg.critic_warmup_steps
     bound = cfg.max_approx_kl if train_actor else None  # None: the early stop cannot fire
