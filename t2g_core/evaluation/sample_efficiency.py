@@ -192,9 +192,8 @@ def compare(
 
 
 def warm_start_ratios(comparison: dict, tables: dict[str, dict[str, dict]], run_steps: int) -> dict:
-    """Per fraction of ``comparison`` (a pooled :func:`compare`): its best span arm over its denominator on each warm
-    start alone (``tables`` maps warm start -> arm -> :func:`summarise` output of that warm start's runs), and whether
-    the pooled ratio lies inside every warm start's 95% interval (``robust``)."""
+    """Per fraction of a pooled :func:`compare`: its best span arm over its denominator on each warm start's runs
+    alone (``tables``: warm start -> arm -> :func:`summarise`), and whether the pooled ratio is ``robust``."""
     out = {}
     for f, row in comparison.items():
         arm, den = row["best_span"], row["denominator"]
@@ -250,9 +249,8 @@ def share_of_gain(arm: Sequence[Curve], reference: Sequence[Curve], step: int, *
 
 
 def share_difference(arm: Sequence[Curve], other: Sequence[Curve], reference: Sequence[Curve], step: int) -> dict:
-    """The arm's share of the reference's gain at ``step`` minus the other arm's: (mean gain of ``arm`` - mean gain of
-    ``other``) / the reference's mean gain, the k-th runs of the three arms sharing a seed, with its 95% interval
-    resampling seeds."""
+    """(mean gain of ``arm`` - mean gain of ``other``) / the reference's mean gain at ``step``, with its 95% interval
+    resampling seeds (the k-th runs of the three arms share one)."""
     diffs = [a - b for a, b in zip(gains_at(arm, step), gains_at(other, step), strict=True)]
     ref = gains_at(reference, step)
     if len(ref) != len(diffs):

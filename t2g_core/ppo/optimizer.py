@@ -7,9 +7,8 @@ The learning rate of planned update j (of ``ppo_epochs x minibatches``) at PPO s
     lr    = base_lr * min(1, (taken + 1) / warmup_steps) * decay
     decay = max(0, 1 - (s - first + j / per_step) / (steps - first))      per_step = ppo_epochs * minibatches
 
-(``decay = 1`` for a constant schedule; ``first`` = ``critic_warmup_steps`` for the actor, 0 for the critic). The
-decay follows training progress, not the count of updates taken, so updates skipped by the early stop never leave
-an arm's rate higher than another's.
+(``decay = 1`` for a constant schedule; ``first`` = ``critic_warmup_steps`` for the actor, 0 for the critic): the
+decay follows progress, not updates taken, so updates the early stop skips leave every arm's rate on one path.
 """
 
 from __future__ import annotations
