@@ -148,16 +148,12 @@ def sft_trainer(
     return trainer
 
 
-def last_checkpoint(out_dir: str | Path) -> str | None:
+def fit(trainer, out_dir: str | Path, resume: bool) -> tuple[str | None, float]:
+    """Train ``trainer`` (from the last checkpoint in ``out_dir`` with ``resume``); (that checkpoint, seconds)."""
     from transformers.trainer_utils import get_last_checkpoint
 
     folder = Path(out_dir) / "checkpoints"
-    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
-
-
-def fit(trainer, out_dir: str | Path, resume: bool) -> tuple[str | None, float]:
-    """Train ``trainer`` (from the last checkpoint in ``out_dir`` with ``resume``); (that checkpoint, seconds)."""
-    resumed_from = last_checkpoint(out_dir) if resume else None
+    resumed_from = get_last_checkpoint(str(folder)) if resume and folder.is_dir() else None
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=resumed_from)
     return resumed_from, time.perf_counter() - t0

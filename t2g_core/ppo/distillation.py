@@ -79,9 +79,8 @@ class Teacher:
     @torch.no_grad()
     def read(self, model, ro: Rollout, scored: list[ScoredResponse], logprobs: Tensor, device) -> Teaching:
         """The teacher pass over the rollouts that have a critique (``logprobs``: the student's old log-probs); an
-        EMA teacher first moves ``ema_rate`` of the way towards the policy, which the last update left (at step 0
-        it is the policy's copy: the same), so after step s it averages the policies of steps 0..s. ``model``: the
-        plain module, its weights gathered and kept (FSDP)."""
+        EMA teacher first moves ``ema_rate`` towards the policy the last update left, so after step s it averages
+        the policies of steps 0..s. ``model``: the plain module, its weights gathered and kept (FSDP)."""
         if self.sd.teacher == "ema":
             ema_adapter(model.policy, self.sd.ema_rate)
         critiques = [critique_text(s.text, s.feedback) for s in scored]

@@ -44,10 +44,8 @@ def place_on_last(scores: Tensor, mask: Tensor) -> Tensor:  # (B,), (B, T) -> (B
 def omission_labels(
     missing: Tensor, mask: Tensor, penalty: float, placement: OmissionPlacement
 ) -> Tensor:  # (B, T) counts, (B, T) -> (B, T)
-    """o_t: ``-penalty`` per missing item, at its anchor token (``missing[b, t]`` items belong at t) or at the end.
-
-    Anchors outside the mask are moved to the last valid token, so no omission is ever lost to padding.
-    """
+    """o_t: ``-penalty`` per missing item, at its anchor token (``missing[b, t]`` items belong at t) or at the end;
+    anchors on padding move to the last valid token, so no omission is lost."""
     m = mask.to(missing.dtype)
     if placement == "end":
         return place_on_last(-penalty * missing.sum(dim=1), mask)
