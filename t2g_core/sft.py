@@ -62,9 +62,8 @@ def lora_config(lora: LoRA):
 
 
 def log_callback(tracker: Tracker, on_progress: Progress, prefix: str, label: str, history: list[dict[str, float]]):
-    """A ``TrainerCallback``: every Trainer log (loss, learning_rate, grad_norm, eval_loss, ...) to the tracker as
-    ``<prefix>/<name>`` and to ``history`` with its step; ``on_progress(label, step, max_steps, {loss})`` after every
-    optimizer step."""
+    """A ``TrainerCallback``: every Trainer log to the tracker as ``<prefix>/<name>`` and to ``history`` with its step;
+    ``on_progress(label, step, max_steps, {loss})`` after every optimizer step."""
     from transformers import TrainerCallback
 
     class LogCallback(TrainerCallback):

@@ -91,9 +91,8 @@ def train_warmup(
     resume: bool = True,
     callbacks: Iterable = (),
 ) -> WarmupResult:
-    """LoRA SFT of ``policy`` on ``pairs`` for ``cfg.steps`` steps, merged and written to ``<out_dir>/policy``.
-    With ``resume``, a finished warm-up in ``out_dir`` is returned as is and a killed one continues from its last
-    checkpoint; ``callbacks`` are extra ``TrainerCallback`` objects."""
+    """LoRA SFT of ``policy`` on ``pairs`` for ``cfg.steps`` steps, merged and written to ``<out_dir>/policy``; with
+    ``resume`` a finished warm-up is returned as is and a killed one continues (``callbacks``: extra ones)."""
     from t2g_core.training import publish_folder, staging_folder, writer_token
 
     out_dir = Path(out_dir)

@@ -24,9 +24,8 @@ def checkpoint_folder(run_dir: Path, step: int) -> Path:
 def save_checkpoint(
     run_dir: Path, step: int, *, save_adapter, trainer_state: dict, rank: int, world: int, barrier, token: str
 ) -> Path:
-    """Write checkpoint ``step`` (rank 0 writes the shared state, each rank its RNG state) through a staging folder
-    named by ``token`` (the same in every process of this run); returns its folder. ``save_adapter(folder)`` writes
-    the policy's adapter in peft's format."""
+    """Write checkpoint ``step`` (rank 0 the shared state and ``save_adapter(folder)``, each rank its RNG state)
+    through a staging folder named by ``token`` (the same in every process); returns its folder."""
     ckpt_root = Path(run_dir) / "checkpoints"
     final = checkpoint_folder(run_dir, step)
     tmp = staging_folder(final, token, create=rank == 0)

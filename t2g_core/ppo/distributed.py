@@ -105,9 +105,8 @@ class Runtime:
 
     @contextlib.contextmanager
     def gathered(self, model: nn.Module, writeback: bool = False):
-        """The plain module with every weight present on this process, for generation, no-grad passes whose
-        number of forwards differs between processes, and checkpoints (FSDP gathers the shards once, a collective
-        every process must enter; DDP has nothing to do). ``writeback``: changes made inside are kept."""
+        """The plain module with every weight present on this process (FSDP: a collective every process enters; DDP:
+        nothing to do), for generation, uneven no-grad passes and checkpoints; ``writeback``: changes are kept."""
         if self.fsdp:
             from torch.distributed.fsdp import FullyShardedDataParallel
 

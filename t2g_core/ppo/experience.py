@@ -57,8 +57,7 @@ def old_ref_values(
     model, ro: Rollout, cfg: PPOConfig, device, first: FirstForward | None = None
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Old log-probs, reference log-probs, values (0 without a critic) and the sampling entropy, all (B, T) on the
-    CPU, ``cfg.micro_batch_size`` rows per forward; the old log-probs, values and entropy are ``first``'s when
-    given (only the reference pass then runs)."""
+    CPU, in micro-batches; with ``first`` only the reference pass runs (the rest are ``first``'s)."""
     args = (*to_device(device, ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask), cfg.sampling)
     size = cfg.micro_batch_size
     if first is None:

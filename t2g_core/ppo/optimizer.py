@@ -51,9 +51,8 @@ def clip_grads(params: list[torch.nn.Parameter], max_norm: float, sharded: bool)
 
 
 class StepSnapshot:
-    """What one optimizer step changes (parameters, AdamW moments, the warm-up count), taken before the step so the
-    step can be undone once. It copies every parameter and its optimizer state, so an optimizer whose steps are
-    never undone need not keep one."""
+    """What one optimizer step changes (parameters, AdamW moments, the warm-up count), taken before the step so it
+    can be undone once: a copy of every parameter and its state, so only a revertible optimizer keeps one."""
 
     def __init__(self) -> None:
         self._saved: tuple[list[torch.Tensor], list[dict | None], int] | None = None

@@ -112,9 +112,8 @@ def missing_tokens(offsets: Sequence[tuple[int, int]], fb: ParsedFeedback) -> li
 def span_labels(
     text: str, offsets: Sequence[tuple[int, int]], fb: ParsedFeedback, cfg: AlignConfig
 ) -> tuple[list[float], list[AlignedSpan]]:  # -> (T,) labels, the spans placed
-    """A critique's quoted spans on the sampled tokens, with the PPO rules of ``cfg``: a good span repeated later
-    earns nothing (``repeated_good_spans``), and a span's tokens share its label (``good_span_reward``,
-    ``poor_span_reward``)."""
+    """A critique's quoted spans on the sampled tokens, with the PPO rules of ``cfg``: a repeated good span earns
+    nothing (``repeated_good_spans``), and a span's tokens share its label (``*_span_reward: per_span``)."""
     values = label_values(cfg)
     aligned = [s for s in align_feedback(text, fb, cfg) if s.label != "neutral"]
     if cfg.repeated_good_spans == "once":

@@ -68,9 +68,8 @@ def minibatch_grads(
     cfg: PPOConfig,
     first: FirstForward | None = None,
 ):
-    """Forward and backward of one global minibatch (gradients left in the parameters, averaged over processes by
-    DDP / FSDP); returns its global statistics. ``approx_kl`` is that of the policy *before* this minibatch's
-    update. ``first``: this minibatch's forward, already run (:func:`first_forward`)."""
+    """Forward and backward of one global minibatch (gradients left in the parameters); its global statistics, whose
+    ``approx_kl`` is the policy's *before* this minibatch's update. ``first``: its forward, already run."""
     critic = uses_critic(cfg)
     n_tokens = global_sum([float(ro.response_mask[rows].sum()) if rows else 0.0])[0]
     sums = torch.zeros(len(MINIBATCH_STATS), dtype=torch.float64)
