@@ -89,9 +89,8 @@ def advantages_and_returns(
     cfg: PPOConfig,
     own: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:  # (B, T) x4, (B,), (B,), (B, T) -> (B, T) x2
-    """The configured estimator's advantages, whitened over the global batch, and the critic's returns; ``task`` is
-    s_t (segment ends), ``terminal`` the sequence-level part of ``rewards`` (the span estimators credit it apart),
-    ``own`` a term of each token's own advantage that no other token and no return sees (top-k self-distillation)."""
+    """The configured estimator's advantages, whitened over the global batch, and the critic's returns; ``own``: a
+    term of each token's own advantage that no other token and no return sees (top-k self-distillation)."""
     advantages, returns = estimate_advantages(
         cfg.advantage_estimator,
         rewards,

@@ -68,9 +68,8 @@ def run_from_dir(
     progress: Progress = no_progress,
     hook: Callable[..., StepHook] | None = None,
 ) -> PPOResult:
-    """Train (or resume) the run described by ``run_dir/run.json``; ``api_key`` serves an HTTP reward source (it is
-    never stored; the answers are cached in ``run_dir/answers``). ``hook(settings, run_dir, reward_model_path,
-    prompts, reward_source, dtype)`` builds the step hook the run is watched by (the critique loop)."""
+    """Train (or resume) the run described by ``run_dir/run.json``; ``api_key`` (never stored) serves an HTTP reward
+    source. ``hook(settings, run_dir, reward_model_path, prompts, reward_source, dtype)`` builds the step hook."""
     run_dir = Path(run_dir)
     spec = _read_spec(run_dir)
     cfg = load_settings(spec["config"])
