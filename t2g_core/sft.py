@@ -2,15 +2,10 @@
 generative reward model (:mod:`t2g_core.reward_model.train`) train through, and the record of a finished run that the
 span tagger's own loop (:mod:`t2g_core.reward_model.tagger_train`) shares.
 
-The data is TRL's prompt/completion form, so TRL masks every prompt token out of the loss (labels -100) and the loss
-is on the completion (and its EOS) only. Checkpoints (adapter, optimizer, scheduler, RNG states, step) go to
-``<out>/checkpoints/checkpoint-N``; a re-run after a kill resumes from the last one (:func:`fit`). A finished run
-writes a JSON record with its settings beside its model; :func:`finished_meta` reads it back, and a record that is
-missing, cut short, corrupt or written for other settings means the run is not complete: it trains again.
-
-Mixed precision follows the weights, so one setting decides both (:func:`bf16_autocast`): bfloat16 weights on a GPU
-train under bf16 autocast (the float32 LoRA matmuls run in bf16 like the base); float32 weights train in float32,
-float16 weights as loaded, and on the CPU every layer computes in its own weights' dtype.
+The data is TRL's prompt/completion form, so the loss is on the completion (and its EOS) only. A re-run after a kill
+resumes from the last checkpoint (:func:`fit`); a finished run's JSON record beside its model (:func:`finished_meta`)
+marks it complete only when it is whole and written for the same settings. Mixed precision follows the weights
+(:func:`bf16_autocast`): bfloat16 weights on a GPU train under bf16 autocast, others in their own dtype.
 """
 
 from __future__ import annotations
@@ -45,8 +40,7 @@ class RMTrainResult:
 
 
 def bf16_autocast(dtype: torch.dtype, device) -> bool:
-    """Whether the Trainer runs under bf16 autocast (``SFTConfig.bf16``) for base weights in ``dtype`` on
-    ``device``: bfloat16 weights on a CUDA device that supports bf16."""
+    """Whether the Trainer runs under bf16 autocast (``SFTConfig.bf16``): bfloat16 weights on a CUDA device with it."""
     import torch
 
     device = torch.device(device)
@@ -68,9 +62,8 @@ def lora_config(lora: LoRA):
 
 
 def log_callback(tracker: Tracker, on_progress: Progress, prefix: str, label: str, history: list[dict[str, float]]):
-    """A ``TrainerCallback``: every Trainer log (loss, learning_rate, grad_norm, eval_loss, ...) to the tracker as
-    ``<prefix>/<name>`` and to ``history`` with its step; ``on_progress(label, step, max_steps, {loss})`` after every
-    optimizer step."""
+    """A ``TrainerCallback``: every Trainer log to the tracker as ``<prefix>/<name>`` and to ``history`` with its step;
+    ``on_progress(label, step, max_steps, {loss})`` after every optimizer step."""
     from transformers import TrainerCallback
 
     class LogCallback(TrainerCallback):
@@ -154,16 +147,12 @@ def sft_trainer(
     return trainer
 
 
-def last_checkpoint(out_dir: str | Path) -> str | None:
+def fit(trainer, out_dir: str | Path, resume: bool) -> tuple[str | None, float]:
+    """Train ``trainer`` (from the last checkpoint in ``out_dir`` with ``resume``); (that checkpoint, seconds)."""
     from transformers.trainer_utils import get_last_checkpoint
 
     folder = Path(out_dir) / "checkpoints"
-    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
-
-
-def fit(trainer, out_dir: str | Path, resume: bool) -> tuple[str | None, float]:
-    """Train ``trainer`` (from the last checkpoint in ``out_dir`` with ``resume``); (that checkpoint, seconds)."""
-    resumed_from = last_checkpoint(out_dir) if resume else None
+    resumed_from = get_last_checkpoint(str(folder)) if resume and folder.is_dir() else None
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=resumed_from)
     return resumed_from, time.perf_counter() - t0
@@ -182,8 +171,7 @@ def finished_meta(meta_path: str | Path, cfg, **expected) -> dict | None:
 
 
 def finished_run(out_dir: str | Path, cfg, folder: str = "adapter") -> RMTrainResult | None:
-    """The result of a completed reward-model run in ``out_dir`` (its model in ``<out_dir>/<folder>``) trained with
-    ``cfg``, or None."""
+    """The result of a completed reward-model run in ``out_dir`` (model in ``folder``) trained with ``cfg``, or None."""
     meta = finished_meta(Path(out_dir) / folder / TRAIN_META, cfg)
     if meta is None:
         return None

@@ -1,12 +1,9 @@
 """Supervised warm-up of the policy: LoRA SFT (:mod:`t2g_core.sft`) on (rendered policy prompt -> reference response).
 
 The pairs are the references of the training prompts, each prompt rendered exactly as PPO's rollouts and the
-evaluation render it (``t2g_core.policy_prompts``); TRL's prompt/completion form keeps the loss on the reference and
-its EOS only. Checkpoints (adapter, optimizer, scheduler, RNG states) go to ``<out>/checkpoints/checkpoint-N`` every
-``warmup.save_steps``; a re-run after a kill resumes from the last one. At the end the LoRA is merged into the base
-and the whole model is written with its tokenizer to ``<out>/policy`` by one rename: an ordinary model folder, so
-PPO's fresh adapter starts from it and PPO's reference (that adapter disabled) is the warmed-up policy, the SFT model
-as in RLHF practice.
+evaluation render it (``t2g_core.policy_prompts``). A re-run after a kill resumes from the last checkpoint. At the end
+the LoRA is merged into the base and written with its tokenizer to ``<out>/policy`` by one rename: an ordinary model
+folder, so PPO's fresh adapter starts from it and PPO's reference (that adapter disabled) is the warmed-up policy.
 """
 
 from __future__ import annotations
@@ -55,7 +52,6 @@ def warmup_pairs(train: pd.DataFrame, tokenizer, cfg) -> WarmupPairs:
     """The (rendered prompt, reference) pairs of the training rows ``train`` (feedback schema): rows without a
     reference are left out, so are pairs above ``cfg.max_length`` tokens (reference and EOS included) and repeated
     (prompt, reference) pairs; at most ``cfg.max_items`` rows are used (0 = all)."""
-
     has_ref = train["reference"].notna() & (train["reference"].astype(str).str.strip() != "")
     rows = train[has_ref].drop_duplicates(subset=["prompt", "reference"])
     if cfg.max_items:
@@ -73,18 +69,13 @@ def warmup_pairs(train: pd.DataFrame, tokenizer, cfg) -> WarmupPairs:
 
 
 def finished(out_dir: str | Path, cfg, policy: str | Path) -> WarmupResult | None:
-    """The result of a completed warm-up of ``policy`` with ``cfg`` in ``out_dir``, or None (also when its record
-    was cut short: the warm-up is not complete, and trains again)."""
+    """The result of a completed warm-up of ``policy`` with ``cfg`` in ``out_dir``, or None (it trains again)."""
     meta = finished_meta(Path(out_dir) / "policy" / WARMUP_META, cfg, start=str(policy))
     if meta is None:
         return None
+    steps, seconds, losses = int(meta["global_step"]), float(meta["train_seconds"]), list(meta.get("losses", []))
     return WarmupResult(
-        policy_dir=Path(out_dir) / "policy",
-        global_step=int(meta["global_step"]),
-        resumed_from=meta.get("resumed_from"),
-        train_seconds=float(meta["train_seconds"]),
-        n_pairs=int(meta["n_pairs"]),
-        losses=list(meta.get("losses", [])),
+        Path(out_dir) / "policy", steps, meta.get("resumed_from"), seconds, int(meta["n_pairs"]), losses
     )
 
 
@@ -100,9 +91,8 @@ def train_warmup(
     resume: bool = True,
     callbacks: Iterable = (),
 ) -> WarmupResult:
-    """LoRA SFT of ``policy`` on ``pairs`` for ``cfg.steps`` steps, merged and written to ``<out_dir>/policy``.
-    With ``resume``, a finished warm-up in ``out_dir`` is returned as is and a killed one continues from its last
-    checkpoint; ``callbacks`` are extra ``TrainerCallback`` objects."""
+    """LoRA SFT of ``policy`` on ``pairs`` for ``cfg.steps`` steps, merged and written to ``<out_dir>/policy``; with
+    ``resume`` a finished warm-up is returned as is and a killed one continues (``callbacks``: extra ones)."""
     from t2g_core.training import publish_folder, staging_folder, writer_token
 
     out_dir = Path(out_dir)

@@ -11,17 +11,8 @@ from pydantic import Field, model_validator
 from t2g_core.config.base import StageConfig, refuse_renamed
 
 GAP_TEST = "`the paired gap test on the panel (alarm_false_rate); the agreement is logged, not a floor`"
-RENAMED = dict.fromkeys(
-    (
-        "alarm_gain_check",
-        "alarm_gain_noise",
-        "alarm_gain_margin",
-        "alarm_f1_floor",
-        "alarm_spans",
-        "alarm_omission_floor",
-    ),
-    GAP_TEST,
-)
+OLD_ALARM = "alarm_gain_check alarm_gain_noise alarm_gain_margin alarm_f1_floor alarm_spans alarm_omission_floor"
+RENAMED = dict.fromkeys(OLD_ALARM.split(), GAP_TEST)
 
 
 class CritiqueLoopConfig(StageConfig):

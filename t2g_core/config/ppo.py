@@ -17,16 +17,14 @@ from t2g_core.config.self_distillation import SelfDistillation
 HYBRID_MODES = ("span", "dense")  # reward modes where a terminal scalar adds information (terminal_coef)
 WORD_LABEL_MODES = ("dense",)  # reward modes whose labels are the critic's word-level scores
 CRITIC_FREE = ("rloo", "grpo")  # advantage estimators with a group baseline instead of a value model
-RENAMED = (
-    lora.RENAMED
-    | sampling.RENAMED
-    | {
-        "advantage": "advantage_estimator",
-        "grpo_scale": "grpo_std_floor (null: no scaling)",
-        "adaptive_kl": "target_kl (null: a fixed beta)",
-        "run_name": "`t2g ppo train --run-dir` (a folder, not a setting)",
-    }
-)
+RENAMED = {
+    **lora.RENAMED,
+    **sampling.RENAMED,
+    "advantage": "advantage_estimator",
+    "grpo_scale": "grpo_std_floor (null: no scaling)",
+    "adaptive_kl": "target_kl (null: a fixed beta)",
+    "run_name": "`t2g ppo train --run-dir` (a folder, not a setting)",
+}
 
 
 class RewardModelGate(StageConfig):

@@ -1,6 +1,6 @@
 """Self-distillation credit in PPO (``ppo.self_distillation``): a teacher that reads each rollout's critique scores the
 rollout's tokens, and how far it disagrees with the student becomes token credit beside (or instead of) the span
-rewards (``t2g_core.ppo.distillation``; ``docs/ppo.md`` has the equations and the measurements behind the defaults)."""
+rewards (``t2g_core.ppo.distillation``; ``docs/ppo.md``, "Self-distillation", has the equations)."""
 
 from __future__ import annotations
 

@@ -1,30 +1,12 @@
 """The on-policy critique loop: the reward model audited and refreshed on the policy's own text, as a plug-in of PPO's
 trainer (:class:`t2g_core.ppo.hooks.StepHook`) that the PPO stage builds when the loop is on.
 
-A learned reward model is trained once, on responses the warm start wrote; as PPO moves the policy, its rollouts drift
-away from that data and the policy finds what the reward model pays for wrongly (repeated correct clauses, one word
-repeated to the token limit). The pipeline already runs a critic that can label any response: the annotator.
-
-Before the first step, the **panel**: ``panel`` training prompts, drawn once, are sampled from the warm start from
-fixed random streams and scored by the reward model and the annotator; the warm start is certified. After step s (the
-first round after ``first`` steps, then every ``every``):
-
-1. **relabel** (before step s's update): ``budget`` of step s's rollouts are annotated, ``uncertain_share`` of them
-   those the reward model is least sure about, the rest at random (:func:`~t2g_core.critique_loop.audit.choose`); the
-   annotator's labels become those rollouts' reward, and the reward model's agreement with them (span F1, omission
-   recall) is measured on the random share alone, so the choice does not bias it;
-2. **alarm** (after the update): the panel is sampled from the policy just trained with the warm start's streams
-   (common random numbers) and scored twice; the paired gap test (:mod:`~t2g_core.critique_loop.alarm`) asks
-   whether the reward model now pays more beyond the annotator than it did for the warm start. A round that passes
-   certifies the checkpoint of the policy it audited (the one written after step s); an alarm restores the certified
-   checkpoint the annotator rated best on the panel (``rollback``), also ends the run (``stop``), or goes on
-   (``continue``);
-3. **refresh**: the tagger is fine-tuned (``refresh_steps``) on every label the rounds gathered (never the panel's)
-   plus a replay of its own training data, and PPO scores with it from the next step on.
-
-Every choice is a function of the run's settings and step and the annotator's answers are cached, so the loop's state
-(part of each PPO checkpoint) and its files, written once per round, let a resumed run reproduce the uninterrupted one.
-Metrics are logged as ``critique_loop/*``.
+Before the first step the warm start answers a fixed **panel** of prompts and is certified; after each due step the
+loop (1) **relabels** some rollouts with the annotator and measures the reward model's agreement on the random share,
+(2) raises an **alarm** when the reward model now pays more beyond the annotator on the panel than it did for the warm
+start (rolling back, stopping or going on), (3) **refreshes** the tagger on the gathered labels (docs/ppo.md, "The
+critique loop"). Every choice is a function of the settings and step, and the annotator's answers are cached, so the
+loop's state (part of each PPO checkpoint) and its files let a resumed run reproduce the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -143,14 +125,9 @@ class CritiqueLoop:
         audit = {"annotated": float(len(ok)), "failed": float(len(picked) - len(ok))}
         shared = [k for k in ok if picked[k] in random]
         if shared:
-            audit |= agreement(
-                [batch.decoded[picked[k]] for k in shared],
-                [batch.feedback[picked[k]] for k in shared],
-                [labels[k] for k in shared],
-                view.tokenizer,
-                self.align_cfg,
-                self.ppo_cfg.omission_penalty,
-            )
+            rows, annotator = [picked[k] for k in shared], [labels[k] for k in shared]
+            decoded, model = [batch.decoded[i] for i in rows], [batch.feedback[i] for i in rows]
+            audit |= agreement(decoded, model, annotator, view.tokenizer, self.align_cfg, self.ppo_cfg.omission_penalty)
         self.state.audit = audit | {"annotate_seconds": time.perf_counter() - t0}
         feedback = list(batch.feedback)
         for k in ok:
@@ -203,8 +180,7 @@ class CritiqueLoop:
         return annotation_feedback(frame)
 
     def _gaps(self, source, pairs: list[int], decoded: Decoded, annotator: list[ParsedFeedback]) -> list[float]:
-        """For the panel prompts ``pairs``, what the reward model pays for each response minus what the annotator
-        charges."""
+        """Per panel prompt in ``pairs``: what the reward model pays minus what the annotator charges."""
         decoded, annotator = [decoded[i] for i in pairs], [annotator[i] for i in pairs]
         model = source.critique_batch([{**self.panel[i], "response": decoded[k][0]} for k, i in enumerate(pairs)])
         penalty = self.ppo_cfg.omission_penalty
@@ -249,9 +225,8 @@ class CritiqueLoop:
         )
         self.state.tagger = str(result.folder)
         self.state.refreshed.append({"round": self.state.rounds, "step": step, "folder": str(result.folder)})
-        losses = result.losses
         return self.reward_source(), {
-            "refresh_loss": losses[-1] if losses else float("nan"),
+            "refresh_loss": result.losses[-1] if result.losses else float("nan"),
             "refresh_examples": float(result.n_examples),
             "refresh_seconds": result.seconds,
         }

@@ -25,9 +25,8 @@ from t2g_core.training import epoch_permutation
 
 
 def choose(confidence: Sequence[float | None], budget: int, uncertain_share: float, seed: int, step: int) -> list[int]:
-    """Indices of the rollouts a round annotates: the ``round(budget * uncertain_share)`` least confident (ties by
-    index), then the rest at random from the others (a generator keyed by (seed, step)); no confidence: all random.
-    The random ones come last: they alone measure agreement without the selection's bias."""
+    """Indices of the rollouts a round annotates: the ``round(budget * uncertain_share)`` least confident (none without
+    confidences), then the rest at random (keyed by (seed, step)), last: they alone measure unbiased agreement."""
     n = len(confidence)
     budget = min(budget, n)
     known = all(c is not None for c in confidence)

@@ -21,16 +21,14 @@ REPLAY_RM_DATA, REPLAY_FEEDBACK = "replay_rm_data.parquet", "replay_feedback.par
 
 
 def write_replay(run_dir: str | Path, rm_df: pd.DataFrame, feedback_df: pd.DataFrame) -> None:
-    """Keep the reward model's training rows (and the feedback holding their responses) in the run folder, so a
-    refresh can replay them and the run folder needs nothing else."""
+    """Keep the reward model's training rows (and their feedback) in the run folder, for the refresh's replay."""
     folder, train = Path(run_dir) / LOOP_DIR, rm_df[rm_df["split"] == "train"]
     write_parquet(train, folder / REPLAY_RM_DATA, RM_DATA)
     write_parquet(feedback_df[feedback_df["id"].isin(set(train["id"]))], folder / REPLAY_FEEDBACK, FEEDBACK)
 
 
 def gathered_examples(folders: list[Path], tokenizer, align_cfg: AlignConfig | None) -> list[TaggerExample]:
-    """Every ok label in ``folders`` (the rounds' annotated rollouts) as tagger examples: the policy prompt, the
-    response, the annotator's aligned spans and where each missing item belonged."""
+    """Every ok label in ``folders`` (the rounds' annotated rollouts) as tagger examples."""
     out = []
     for folder in folders:
         items = pd.read_parquet(folder / "feedback.parquet").set_index("id")

@@ -29,10 +29,8 @@ class BootstrapResult:
 
 
 def resampled_means(values: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Means of ``n`` bootstrap resamples of ``values`` along its first axis: (m, ...) -> (n, ...).
-
-    Each resample draws m row indices with replacement from ``rng`` (one (n, m) draw, so a fixed generator state
-    gives the same resamples whatever the trailing shape)."""
+    """Means of ``n`` bootstrap resamples of ``values`` along its first axis: (m, ...) -> (n, ...), from one (n, m)
+    draw of row indices (a fixed generator state gives the same resamples whatever the trailing shape)."""
     idx = rng.integers(0, len(values), size=(n, len(values)))  # (n, m) resampled row indices
     return values[idx].mean(axis=1)
 

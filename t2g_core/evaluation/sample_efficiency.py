@@ -2,29 +2,15 @@
 intervals, and the share of a reference arm's gain.
 
 A run's curve is ``[(0, e_0), (s_1, e_1), ...]``: the held-out task error of the warm start, then the error after
-``s_k`` steps trained at each evaluation. For a fraction ``f`` of the warm-start error
-
-    steps_to(f) = min { s_k : k >= 1, e_k <= f * e_0 }        (None when no evaluation gets there: censored)
-
-Evaluations come every step for the first few steps, then every ``every`` steps (:func:`eval_schedule`), so an early
-``steps_to`` is resolved to the step. Means and intervals count a censored run as ``run_steps + 1`` (one past the end
-of the run), so a run that never gets there always ranks behind one that does on its last step; the number of runs
-that got there is reported beside.
-
-A run **relapsed** when, after its first evaluation at or below half the warm-start error, any later evaluation is
-above half of it (``e_k > 0.5 e_0``), whether or not it recovers by the end; it **collapsed** when it relapsed or ended
-no better than its warm start (``e_last >= e_0``). Its **plateau** is the mean of its last ``k`` evaluations.
-
-The **share of a reference arm's gain** (the learned reward model against the oracle critic) is measured at one step
-``s*``: the first evaluation at which the reference arm's mean curve is at or below ``f`` times its mean warm-start
-error. Per run the gain is ``e_0 - e(s*)``; the share is mean(arm gains) / mean(reference gains). Where the arms'
-runs are paired by seed (the same seed and warm start in each arm), the interval resamples seeds, the pairs together,
-and the difference of two arms' shares is (mean(gains_a - gains_b)) / mean(reference gains) over the same seeds.
+``s_k`` steps trained at each evaluation (:func:`eval_schedule`). ``steps_to(f)`` is the first ``s_k`` (k >= 1) with
+``e_k <= f * e_0``, None when no evaluation gets there (censored). Means and intervals count a censored run as
+``run_steps + 1``, so it ranks behind one that gets there on its last step; the number of runs that got there is
+reported beside.
 
 Intervals are 95% percentile bootstraps of the mean (4000 resamples, ``bootstrap.resampled_means``). The ratio of two
-arms' means resamples the arms independently, numerator first, from one generator. With several independently built
-warm starts, a ratio is also taken on each warm start alone; a target is **robust** across warm starts when the
-pooled ratio lies inside every warm start's own 95% interval.
+arms' means resamples the arms independently, numerator first, from one generator; runs paired by seed (the same seed
+and warm start in each arm) are resampled together. A target is **robust** across warm starts when the pooled ratio
+lies inside every warm start's own interval (:func:`warm_start_ratios`).
 """
 
 from __future__ import annotations
@@ -51,8 +37,7 @@ def censor(steps: Sequence[int | None], run_steps: int) -> list[float]:
 
 
 def eval_schedule(steps: int, every: int, dense: int = 8) -> list[int]:
-    """Steps trained after which a run is evaluated: each of the first ``dense``, then every ``every``-th, and the
-    last (the warm start, step 0, is evaluated besides)."""
+    """Steps after which a run is evaluated (besides step 0): each of the first ``dense``, every ``every``-th, last."""
     if steps < 1 or every < 1:
         raise ValueError(f"eval_schedule needs steps >= 1 and every >= 1, got steps={steps}, every={every}")
     later = range(every * (dense // every + 1), steps + 1, every)
@@ -112,10 +97,8 @@ def bootstrap_ci(values: Sequence[float], n: int = 4000, seed: int = 0) -> tuple
 
 def ratio_ci(num: Sequence[float], den: Sequence[float], n: int = 4000, seed: int = 0) -> tuple[float, float]:
     """95% percentile bootstrap interval of mean(num) / mean(den), the two samples resampled independently."""
-    rng = np.random.default_rng(seed)
-    ra = resampled_means(np.asarray(num, dtype=float), n, rng)  # (n,)
-    rb = resampled_means(np.asarray(den, dtype=float), n, rng)
-    r = ra / rb
+    rng = np.random.default_rng(seed)  # one generator: the numerator's resamples first
+    r = resampled_means(np.asarray(num, dtype=float), n, rng) / resampled_means(np.asarray(den, dtype=float), n, rng)
     return float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
 
 
@@ -131,8 +114,7 @@ def paired_ratio_ci(num: Sequence[float], den: Sequence[float], n: int = 4000, s
 def curve_band(
     curves: Sequence[Curve], n: int = 2000, seed: int = 0
 ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
-    """(steps every curve was evaluated at, mean error, 2.5th and 97.5th percentiles of n bootstrap means): the mean
-    curve of a set of runs with its 95% band, resampling whole runs."""
+    """The runs' mean curve with its 95% band (resampling whole runs): (common steps, mean, low, high)."""
     points = [dict(c) for c in curves]
     steps = [s for s in sorted({s for c in curves for s, _ in c}) if all(s in p for p in points)]
     mat = np.array([[p[s] for s in steps] for p in points])  # (runs, steps)
@@ -148,9 +130,8 @@ def steps_ratio(num: Sequence[int | None], den: Sequence[int | None], run_steps:
 
 
 def summarise(curves: Sequence[Curve], run_steps: int, fractions: Sequence[float], plateau_k: int = 3) -> dict:
-    """One arm's runs: collapses (relapses among them); per fraction the raw (None = censored) and censored-mean steps
-    with an interval and the number of runs that got there; final errors and plateaus (also as a fraction of each
-    run's warm-start error) with intervals; mean AUC and warm-start error."""
+    """One arm's runs: collapses and relapses; per fraction the raw and censored-mean steps with an interval and the
+    runs that got there; final errors and plateaus (also relative to the warm start) with intervals; means."""
     stats = [curve_stats(c, fractions, plateau_k) for c in curves]
     out = {
         "n_runs": len(stats),
@@ -211,9 +192,8 @@ def compare(
 
 
 def warm_start_ratios(comparison: dict, tables: dict[str, dict[str, dict]], run_steps: int) -> dict:
-    """Per fraction of ``comparison`` (a pooled :func:`compare`): its best span arm over its denominator on each warm
-    start alone (``tables`` maps warm start -> arm -> :func:`summarise` output of that warm start's runs), and whether
-    the pooled ratio lies inside every warm start's 95% interval (``robust``)."""
+    """Per fraction of a pooled :func:`compare`: its best span arm over its denominator on each warm start's runs
+    alone (``tables``: warm start -> arm -> :func:`summarise`), and whether the pooled ratio is ``robust``."""
     out = {}
     for f, row in comparison.items():
         arm, den = row["best_span"], row["denominator"]
@@ -226,8 +206,7 @@ def warm_start_ratios(comparison: dict, tables: dict[str, dict[str, dict]], run_
 
 
 def headline_target(by_warm_start: dict, preference: Sequence[float]) -> str | None:
-    """The first fraction in ``preference`` whose ratio is robust across warm starts (:func:`warm_start_ratios`);
-    None when none is."""
+    """The first fraction in ``preference`` robust across warm starts (:func:`warm_start_ratios`), or None."""
     return next((str(f) for f in preference if by_warm_start.get(str(f), {}).get("robust")), None)
 
 
@@ -239,8 +218,7 @@ def mean_curve(curves: Sequence[Curve]) -> list[tuple[int, float]]:
 
 
 def first_reached(curves: Sequence[Curve], fraction: float) -> int | None:
-    """The first step after the warm start at which the runs' mean curve is at or below ``fraction`` times their mean
-    warm-start error (None: never)."""
+    """The first step at which the runs' mean curve is at or below ``fraction`` of its warm start (None: never)."""
     mean = mean_curve(curves)
     return steps_to(mean, fraction * mean[0][1])
 
@@ -259,9 +237,8 @@ def gains_at(curves: Sequence[Curve], step: int) -> list[float]:
 
 def share_of_gain(arm: Sequence[Curve], reference: Sequence[Curve], step: int, *, paired: bool = False) -> dict:
     """The arm's mean gain (warm-start error minus the error at ``step``) over the reference arm's, with its 95%
-    interval and the per-run gains; NaN when the reference gained nothing (no share of nothing). ``paired``: the k-th
-    runs of the two arms share a seed and warm start, and the interval resamples seeds (:func:`paired_ratio_ci`);
-    otherwise the two arms' runs are resampled independently."""
+    interval and the per-run gains; NaN when the reference gained nothing. ``paired``: the k-th runs of the two arms
+    share a seed and warm start, and the interval resamples seeds (:func:`paired_ratio_ci`)."""
     gains, ref = gains_at(arm, step), gains_at(reference, step)
     if statistics.fmean(ref) == 0:
         share, ci = float("nan"), (float("nan"), float("nan"))
@@ -272,9 +249,8 @@ def share_of_gain(arm: Sequence[Curve], reference: Sequence[Curve], step: int, *
 
 
 def share_difference(arm: Sequence[Curve], other: Sequence[Curve], reference: Sequence[Curve], step: int) -> dict:
-    """The arm's share of the reference's gain at ``step`` minus the other arm's: (mean gain of ``arm`` - mean gain of
-    ``other``) / the reference's mean gain, the k-th runs of the three arms sharing a seed, with its 95% interval
-    resampling seeds."""
+    """(mean gain of ``arm`` - mean gain of ``other``) / the reference's mean gain at ``step``, with its 95% interval
+    resampling seeds (the k-th runs of the three arms share one)."""
     diffs = [a - b for a, b in zip(gains_at(arm, step), gains_at(other, step), strict=True)]
     ref = gains_at(reference, step)
     if len(ref) != len(diffs):

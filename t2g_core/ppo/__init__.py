@@ -3,10 +3,4 @@
 from t2g_core.ppo.scoring import CriticSource, RewardSource
 from t2g_core.ppo.trainer import PPOResult, PPOTrainer, train
 
-__all__ = [
-    "CriticSource",
-    "PPOResult",
-    "PPOTrainer",
-    "RewardSource",
-    "train",
-]
+__all__ = ["CriticSource", "PPOResult", "PPOTrainer", "RewardSource", "train"]

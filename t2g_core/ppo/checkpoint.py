@@ -1,11 +1,9 @@
 """Atomic PPO checkpoints: everything needed to continue a run as if it had never stopped.
 
-A checkpoint folder ``step-000010/`` holds the LoRA adapter (peft format, loadable on its own), ``trainer.pt``
-(value model, optimizer, scheduler, KL controller, metric history, data position) and ``rng-rank{r}.pt`` per
-process. It is written into a temporary sibling and renamed into place, then ``latest`` (a text file naming it) is
-replaced atomically, so a kill at any moment leaves the previous checkpoint intact. The ``.pt`` files hold tensors
-and plain data only and are loaded with ``weights_only=True`` (``t2g_core.training.load_state``): a tampered file
-that would run code when unpickled is refused, naming it.
+A checkpoint folder ``step-000010/`` holds the LoRA adapter (peft format), ``trainer.pt`` and ``rng-rank{r}.pt`` per
+process. It is written into a temporary sibling and renamed into place, then ``latest`` is replaced atomically, so a
+kill at any moment leaves the previous checkpoint intact. The ``.pt`` files are loaded with ``weights_only=True``
+(``t2g_core.training.load_state``): a tampered file that would run code when unpickled is refused.
 """
 
 from __future__ import annotations
@@ -26,9 +24,8 @@ def checkpoint_folder(run_dir: Path, step: int) -> Path:
 def save_checkpoint(
     run_dir: Path, step: int, *, save_adapter, trainer_state: dict, rank: int, world: int, barrier, token: str
 ) -> Path:
-    """Write checkpoint ``step`` (rank 0 writes the shared state, each rank its RNG state) through a staging folder
-    named by ``token`` (the same in every process of this run); returns its folder. ``save_adapter(folder)`` writes
-    the policy's adapter in peft's format."""
+    """Write checkpoint ``step`` (rank 0 the shared state and ``save_adapter(folder)``, each rank its RNG state)
+    through a staging folder named by ``token`` (the same in every process); returns its folder."""
     ckpt_root = Path(run_dir) / "checkpoints"
     final = checkpoint_folder(run_dir, step)
     tmp = staging_folder(final, token, create=rank == 0)

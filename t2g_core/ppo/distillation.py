@@ -1,25 +1,10 @@
-"""Self-distillation credit in a PPO step (``ppo.self_distillation``; the math, and why the top-k credit is a reward
-and an own-token term, in :mod:`t2g_core.rl.distillation`): each rollout's critique, the teacher's prompt, the
-teacher pass, the credit as rewards, and the EMA teacher.
+"""Self-distillation credit in a PPO step (``ppo.self_distillation``; the credit: :mod:`t2g_core.rl.distillation`):
+each rollout's critique, the teacher's prompt, the teacher pass, the credit as rewards, and the EMA teacher.
 
-**The critique** of a rollout is that of the feedback the step scores it with, after the step hook's relabelling: the
-oracle critic's text, the generative reward model's, an endpoint's, the annotator's on the rollouts the critique loop
-audited; the span tagger writes none and its feedback carries one rendered from its spans (``critique_from_spans``),
-and so does any feedback with spans but no text here. A rollout whose critique failed gets no credit. No rollout is
-annotated for self-distillation alone: the critique is the one the reward already paid for.
-
-**The teacher's prompt** is the policy's own chat messages (:func:`t2g_core.policy_prompts.policy_messages`) with
-``template`` appended to the user turn, ``{critique}`` replaced by the critique (at most ``MAX_CRITIQUE_CHARS``),
-rendered with the tokenizer's chat template; the response is the rollout's sampled ids, unchanged.
-
-**The teacher** (``teacher``): ``policy`` is the rollout policy itself, ``reference`` the base with the adapter
-disabled, ``ema`` a third LoRA adapter (``teacher``, frozen, never in an optimizer) moved after every step towards the
-policy's, matrix by matrix: a rank-r copy of the adapter, no second copy of the base. Its A and B are averaged apart,
-so its update B_T A_T is not the average of the policy's B A (the same as TRL's LoRA EMA); it starts as the policy's
-adapter, that is as the reference. Every teacher pass runs without gradients.
-
-**The student never sees the critique**: the rollout, its old log-probs, the reference's and the KL all come from the
-rollout's own prompt ids before this pass and apart from it; the credit only joins the rewards.
+The critique is the one the step's reward already paid for (rendered from the spans when the feedback has no text); a
+rollout whose critique failed gets no credit. The teacher reads the policy's prompt with ``template`` appended, over
+the rollout's sampled ids, unchanged, without gradients; the student never sees the critique (docs/ppo.md,
+"Self-distillation").
 """
 
 from __future__ import annotations
@@ -94,9 +79,8 @@ class Teacher:
     @torch.no_grad()
     def read(self, model, ro: Rollout, scored: list[ScoredResponse], logprobs: Tensor, device) -> Teaching:
         """The teacher pass over the rollouts that have a critique (``logprobs``: the student's old log-probs); an
-        EMA teacher first moves ``ema_rate`` of the way towards the policy, which the last update left (at step 0
-        it is the policy's copy: the same), so after step s it averages the policies of steps 0..s. ``model``: the
-        plain module, its weights gathered and kept (FSDP)."""
+        EMA teacher first moves ``ema_rate`` towards the policy the last update left, so after step s it averages
+        the policies of steps 0..s. ``model``: the plain module, its weights gathered and kept (FSDP)."""
         if self.sd.teacher == "ema":
             ema_adapter(model.policy, self.sd.ema_rate)
         critiques = [critique_text(s.text, s.feedback) for s in scored]
@@ -112,13 +96,10 @@ class Teacher:
         response = (ro.response_ids[idx], ro.response_mask[idx])
         if not self.sd.top_k:
             with self.context(model):
+                batch = to_device(device, *teacher_query, *response)
+                reference, size = self.sd.teacher == "reference", self.cfg.micro_batch_size
                 teacher, _ = forward_in_micro_batches(
-                    model,
-                    *to_device(device, *teacher_query, *response),
-                    self.cfg.sampling,
-                    micro_batch_size=self.cfg.micro_batch_size,
-                    reference=self.sd.teacher == "reference",
-                    with_values=False,
+                    model, *batch, self.cfg.sampling, micro_batch_size=size, reference=reference, with_values=False
                 )
             ratio[idx] = sampled_credit(teacher.cpu().float(), logprobs[idx], response[1])
             return Teaching(ratio, kl, critiqued, self.sd)
@@ -127,8 +108,7 @@ class Teacher:
         return Teaching(ratio, kl, critiqued, self.sd)
 
     def _topk(self, model, student_query, teacher_query, response, device) -> tuple[Tensor, Tensor]:
-        """l_t(y_t) and KL_t on the student's top-k support, ``micro_batch_size`` rows and ``logprob_chunk_tokens``
-        positions at a time (one chunk of each model's logits exists at once)."""
+        """l_t(y_t) and KL_t on the student's top-k support, one chunk of each model's logits at a time."""
         n, size = response[0].shape[0], self.cfg.micro_batch_size or response[0].shape[0]
         own, kl = [], []
         for i in range(0, n, size):
@@ -161,16 +141,9 @@ def distillation_rewards(
     judged = judged_credit(teaching.ratio, labels, mask, sd.clip, sd.judge)
     reward, own = credit_parts(judged, teaching.kl, mask, sd.clip, sd.placement)
     moved = ((judged - teaching.ratio).abs() > 1e-9).float() * m
-    n, tokens, ratio, credit, critiqued, changed = global_sum(
-        [
-            float(len(m)),
-            float(m.sum()),
-            float((teaching.ratio * m).sum()),
-            float(((reward + own) * m).sum()) * sd.weight,
-            float(teaching.critiqued.sum()),
-            float(moved.sum()),
-        ]
-    )
+    sums = [float(t.sum()) for t in (m, teaching.ratio * m, (reward + own) * m, teaching.critiqued, moved)]
+    sums[2] *= sd.weight  # the credit as it enters the rewards
+    n, tokens, ratio, credit, critiqued, changed = global_sum([float(len(m)), *sums])
     tokens = max(tokens, 1.0)
     metrics = {"sd/ratio": ratio / tokens, "sd/credit": credit / tokens, "sd/critiqued": critiqued / max(n, 1.0)}
     return rewards + sd.weight * reward, sd.weight * own, metrics | {"sd/judged": changed / tokens}

@@ -2,9 +2,7 @@
 GPU, and several processes under ``accelerate launch`` (DDP, or FSDP with the committed FSDP config).
 
 Nothing here starts a process or reads an environment variable: the launcher starts the processes and the CLI joins
-the process group before calling the library (``t2g_cli.ppo``); :class:`Runtime` then asks ``accelerate`` what it
-was given. Statistics (token counts, whitening moments, metrics) are summed with :func:`all_reduce_sum`; gradients
-are reduced by DDP / FSDP during the backward pass.
+the process group (``t2g_cli.ppo``); :class:`Runtime` asks ``accelerate`` what it was given.
 """
 
 from __future__ import annotations
@@ -33,19 +31,15 @@ def _collective_device() -> torch.device:
 def all_reduce_sum(t: Tensor) -> Tensor:
     """Sum ``t`` in place over processes (a no-op in one process)."""
     if rank_and_world()[1] > 1:
-        device = _collective_device()
-        if t.device == device:
-            dist.all_reduce(t, op=dist.ReduceOp.SUM)
-        else:
-            buf = t.to(device)
-            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+        buf = t.to(_collective_device())  # ``t`` itself when it is already there
+        dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+        if buf is not t:
             t.copy_(buf)
     return t
 
 
 def global_sum(values: list[float]) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64)
-    return all_reduce_sum(t).tolist()
+    return all_reduce_sum(torch.tensor(values, dtype=torch.float64)).tolist()
 
 
 def shared_token() -> str:
@@ -94,8 +88,7 @@ class Runtime:
         return self.accelerator.distributed_type.name == "FSDP"
 
     def prepare(self, model: nn.Module, *optimizers: torch.optim.Optimizer) -> list:
-        """``[wrapped model, *optimizers]``: DDP or FSDP around ``model`` when several processes share the run (the
-        optimizers over its parameters, re-pointed to FSDP's)."""
+        """``[wrapped model, *optimizers]``: DDP or FSDP around ``model`` when several processes share the run."""
         return list(self.accelerator.prepare(model, *optimizers)) if optimizers else [self.accelerator.prepare(model)]
 
     def unwrap(self, model: nn.Module) -> nn.Module:
@@ -112,9 +105,8 @@ class Runtime:
 
     @contextlib.contextmanager
     def gathered(self, model: nn.Module, writeback: bool = False):
-        """The plain module with every weight present on this process, for generation, no-grad passes whose
-        number of forwards differs between processes, and checkpoints (FSDP gathers the shards once, a collective
-        every process must enter; DDP has nothing to do). ``writeback``: changes made inside are kept."""
+        """The plain module with every weight present on this process (FSDP: a collective every process enters; DDP:
+        nothing to do), for generation, uneven no-grad passes and checkpoints; ``writeback``: changes are kept."""
         if self.fsdp:
             from torch.distributed.fsdp import FullyShardedDataParallel
 
@@ -135,7 +127,6 @@ class Runtime:
         if self.fsdp:
             from torch.distributed.fsdp import FullyShardedDataParallel
 
-            state = FullyShardedDataParallel.optim_state_dict_to_load(
-                model, getattr(optimizer, "optimizer", optimizer), state
-            )
+            inner = getattr(optimizer, "optimizer", optimizer)
+            state = FullyShardedDataParallel.optim_state_dict_to_load(model, inner, state)
         optimizer.load_state_dict(state)

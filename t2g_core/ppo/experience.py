@@ -1,13 +1,9 @@
 """The experience the update trains on, steps 4 (KL), 5 (GAE) and 6 (whiten) of a PPO step.
 
-The rollout policy's log-probs, the reference's (the base with the LoRA adapter disabled) and the critic's values
-come from no-grad passes in micro-batches (the entropy of the sampling distribution is read off the old-log-prob
-pass's logits). With one epoch of one minibatch in one chunk the update's only forward runs at the rollout policy, so
-its log-probs and values, detached, are the old ones: that forward runs first and the no-grad policy pass is not run
-(:func:`reuses_first_forward`). The per-token KL and the reward r_t = m_t (s_t - beta KL_t) + terminal
-(:func:`t2g_core.rl.assemble_rewards`) feed the configured advantage estimator (GAE by default; the span estimators
-also read the task signal s_t and the terminal part apart, see :mod:`t2g_core.rl.advantages`), whose advantages are
-whitened over the valid tokens of the *global* batch (summed over processes).
+The rollout policy's log-probs, the reference's and the critic's values come from no-grad passes in micro-batches
+(the entropy read off the old-log-prob pass's logits), or from the update's first forward when that is the only one
+(:func:`reuses_first_forward`). The rewards (:func:`t2g_core.rl.assemble_rewards`) feed the configured advantage
+estimator (:mod:`t2g_core.rl.advantages`), whose advantages are whitened over the valid tokens of the *global* batch.
 """
 
 from __future__ import annotations
@@ -61,8 +57,7 @@ def old_ref_values(
     model, ro: Rollout, cfg: PPOConfig, device, first: FirstForward | None = None
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Old log-probs, reference log-probs, values (0 without a critic) and the sampling entropy, all (B, T) on the
-    CPU, ``cfg.micro_batch_size`` rows per forward; the old log-probs, values and entropy are ``first``'s when
-    given (only the reference pass then runs)."""
+    CPU, in micro-batches; with ``first`` only the reference pass runs (the rest are ``first``'s)."""
     args = (*to_device(device, ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask), cfg.sampling)
     size = cfg.micro_batch_size
     if first is None:
@@ -79,16 +74,9 @@ def old_ref_values(
 
 def _in_batch_order(ro: Rollout, first: FirstForward) -> tuple[Tensor, Tensor | None, Tensor]:
     """``first``'s outputs, detached, at their rows of the local batch (B, T)."""
-    idx = torch.tensor(first.rows, dtype=torch.long)
-    out = []
-    for t in (first.logprobs, first.values, first.entropy):
-        if t is None:
-            out.append(None)
-            continue
-        whole = torch.zeros(ro.response_ids.shape, dtype=t.dtype)
-        whole[idx] = t.detach()
-        out.append(whole)
-    return tuple(out)
+    idx, shape = torch.tensor(first.rows, dtype=torch.long), ro.response_ids.shape
+    parts = (first.logprobs, first.values, first.entropy)
+    return tuple(None if t is None else torch.zeros(shape, dtype=t.dtype).index_put_((idx,), t.detach()) for t in parts)
 
 
 def advantages_and_returns(
@@ -101,9 +89,8 @@ def advantages_and_returns(
     cfg: PPOConfig,
     own: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:  # (B, T) x4, (B,), (B,), (B, T) -> (B, T) x2
-    """The configured estimator's advantages, whitened over the global batch, and the critic's returns; ``task`` is
-    s_t (segment ends), ``terminal`` the sequence-level part of ``rewards`` (the span estimators credit it apart),
-    ``own`` a term of each token's own advantage that no other token and no return sees (top-k self-distillation)."""
+    """The configured estimator's advantages, whitened over the global batch, and the critic's returns; ``own``: a
+    term of each token's own advantage that no other token and no return sees (top-k self-distillation)."""
     advantages, returns = estimate_advantages(
         cfg.advantage_estimator,
         rewards,

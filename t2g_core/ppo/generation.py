@@ -1,27 +1,16 @@
 """Rollout generation backends, chosen by ``ppo.generation_backend`` through :data:`BACKENDS`.
 
-Every backend samples from the same distribution, ``ppo.temperature``, then ``ppo.top_k``, then ``ppo.top_p``
-(:class:`~t2g_core.config.sampling.Sampling`; the defaults are the untruncated softmax(logits / tau), §5 A5; never a
-repetition penalty or any other warper a model's ``generation_config.json`` ships), stops at the tokenizer's EOS and
-pads after it. Old log-probs are always recomputed by the trainer under that same distribution, never taken from the
-generator (§5 A8): transformers and vLLM both apply temperature, then top-k, then top-p, renormalised, which is what
-``t2g_core.rl.logprobs`` computes.
+Every backend samples from the same distribution, ``ppo.sampling`` (temperature, then top-k, then top-p,
+renormalised: never a warper a model's ``generation_config.json`` ships), stops at the tokenizer's EOS and pads after
+it. Old log-probs are always recomputed by the trainer under that distribution, never taken from the generator (§5 A8).
 
-- ``exact``: the per-sample sampler of :mod:`t2g_core.ppo.sampling`: float64 Gumbel noise from a generator seeded by
-  (seed, step, global index), so a sample does not depend on its batch or process. Slow; for CPU runs and the
-  determinism guarantees (2 processes = 1 process, resume = uninterrupted).
-- ``hf``: ``transformers``' batched ``generate`` with sampling on the model's device, seeded by (seed, step, process):
-  reproducible for the same process count and batch, not across them. The GPU default.
-- ``vllm``: a vLLM engine on the same GPU (the ``vllm`` extra); the LoRA policy's weights are synchronised before
-  every rollout by saving the adapter and handing vLLM a new ``LoRARequest``. vLLM holds its own copy of the base
-  weights and a KV cache, so leave it a share of the GPU (``ppo.vllm_gpu_memory_utilization``). One engine per
-  process on the process's current GPU: meant for one-GPU runs; several colocated engines under ``accelerate
-  launch`` would need vLLM's external-launcher mode, which is not wired here. vLLM cannot be installed on this
-  project's CPU machine, so this backend has not been run (its absence is tested, its sampling is not).
-
-Every backend samples from weights in ``models.dtype`` (the ``torch.dtype`` the stage resolved): ``exact`` and ``hf``
-sample from the policy itself; ``vllm`` loads its own copy of the base in that dtype (:func:`vllm_dtype`) and refuses
-float32, which its LoRA kernels do not take, rather than sample from weights the trainer does not have.
+- ``exact``: the per-sample sampler of :mod:`t2g_core.ppo.sampling`, seeded by (seed, step, global index), so a sample
+  does not depend on its batch or process. Slow; for CPU runs and the determinism guarantees.
+- ``hf``: ``transformers``' batched ``generate``, seeded by (seed, step, process): reproducible for the same process
+  count and batch, not across them. The GPU default.
+- ``vllm``: a colocated vLLM engine (the ``vllm`` extra) on the process's GPU, handed the policy's adapter as a new
+  ``LoRARequest`` before every rollout; it holds its own base weights in ``models.dtype`` (:func:`vllm_dtype`) and a KV
+  cache (``ppo.vllm_gpu_memory_utilization``). Meant for one-GPU runs; never run on this project's CPU machine.
 """
 
 from __future__ import annotations
@@ -54,7 +43,7 @@ class ExactBackend:
     def __init__(self, cfg, tokenizer, **_):
         self.cfg, self.tok = cfg, tokenizer
 
-    def sync(self, policy) -> None:
+    def sync(self, policy) -> None:  # samples from the policy itself
         return None
 
     def generate(self, model, query_ids: Tensor, query_mask: Tensor, seeds: list[int], stream: int) -> Tensor:
@@ -98,10 +87,7 @@ def rollout_sampling(cfg, tokenizer):
 
 def pad_after_eos(rows: Sequence[Sequence[int]], eos: int, pad: int, device=None) -> Tensor:  # -> (B, T)
     """Token lists (each cut after its first EOS) as a right-padded (B, T) tensor."""
-    cut = []
-    for ids in rows:
-        ids = list(ids)
-        cut.append(ids[: ids.index(eos) + 1] if eos in ids else ids)
+    cut = [ids[: ids.index(eos) + 1] if eos in ids else ids for ids in map(list, rows)]
     width = max((len(r) for r in cut), default=0) or 1
     out = torch.full((len(cut), width), pad, dtype=torch.long, device=device)
     for i, ids in enumerate(cut):
@@ -114,7 +100,7 @@ class HFBackend:
         self.cfg, self.tok = cfg, tokenizer
         self.generation_config = rollout_sampling(cfg, tokenizer)
 
-    def sync(self, policy) -> None:
+    def sync(self, policy) -> None:  # samples from the policy itself
         return None
 
     @torch.no_grad()
@@ -135,7 +121,6 @@ def vllm_dtype(dtype: torch.dtype) -> str:
     replaced: vLLM would load the checkpoint's own dtype and sample from weights the trainer does not have."""
     if dtype in VLLM_DTYPES:
         return VLLM_DTYPES[dtype]
-
     raise ValueError(
         f"ppo.generation_backend=vllm cannot sample in models.dtype={dtype_name(dtype)}: vLLM's LoRA kernels take "
         f"{' or '.join(VLLM_DTYPES.values())} only; set models.dtype=bfloat16 (float16 on a GPU without bfloat16), "

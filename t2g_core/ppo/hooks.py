@@ -1,12 +1,9 @@
 """The trainer's one extension point: a plug-in that watches PPO (the critique loop, ``t2g_core.critique_loop``) and
 may decide after a step, through a small interface the trainer owns, as TRL's ``TrainerCallback`` does.
 
-The trainer asks :meth:`StepHook.due` once per step. On a due step it hands the scored batch to :meth:`relabel`
-before the update (the hook may replace the reward source's feedback on some rollouts, e.g. with an annotator's
-labels), and after the update calls :meth:`after_step`, which returns a :class:`Decision`: metrics to log, a
-checkpoint to restore, a new reward source, whether to stop, whether the policy just trained must be checkpointed.
-What the hook may use of the trainer is a :class:`View` (the tokenizer, the reward source, a sampler, the names of
-checkpoints), never the trainer itself; the trainer never reads the hook's state, only stores it in its checkpoints.
+On a due step (:meth:`StepHook.due`) the trainer hands the scored batch to :meth:`relabel` before the update and
+calls :meth:`after_step` after it, which returns a :class:`Decision`. A hook sees the trainer only through a
+:class:`View`; the trainer never reads the hook's state, only stores it in its checkpoints.
 """
 
 from __future__ import annotations

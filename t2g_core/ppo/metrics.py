@@ -72,8 +72,7 @@ def step_metrics(ro: Rollout, scored: list[ScoredResponse], labels: Tensor, kl: 
 
 
 def critic_metrics(ro: Rollout, entropy: Tensor, values: Tensor, returns: Tensor, critic: bool) -> dict[str, float]:
-    """Sampling entropy per token, and (``critic``) the critic's explained variance on this batch before its
-    update."""
+    """Sampling entropy per token, and (``critic``) the critic's explained variance before its update."""
     m = ro.response_mask.float()
     entropy_sum, tokens = global_sum([float((entropy * m).sum()), float(m.sum())])
     out = {"policy/entropy": entropy_sum / tokens}
@@ -83,8 +82,7 @@ def critic_metrics(ro: Rollout, entropy: Tensor, values: Tensor, returns: Tensor
 
 
 def task_metrics(task_metric: TaskMetric | None, rows: list[dict], texts: list[str], prefix: str) -> dict:
-    """Global means of the task metric(s), named ``<prefix><name>``; every process must call this (it all-reduces),
-    also with no rows."""
+    """Global means of the task metric(s), as ``<prefix><name>``; every process calls this, rows or not."""
     if task_metric is None:
         return {}
     values = task_metric(rows, texts)  # also with no rows: every process must reduce the same names

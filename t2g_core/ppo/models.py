@@ -1,22 +1,14 @@
 """Policy (base + LoRA), reference (the same base with the adapter disabled) and the value model, as one module.
 
 One copy of the base weights: ``policy.disable_adapter()`` *is* the reference policy (§5 E21). The value model is a
-zero-initialised linear head on the last hidden state of one of three backbones (``value_model``): the policy's own
-(``"head"``: the value loss also trains the policy's adapter), a separate copy of the base, fully trained
-(``"separate"``), or the policy's frozen base with a second LoRA adapter, ``critic``, of the policy's rank
-(``"lora"``: no second copy of the base weights; the critic's forward runs the base with that adapter active).
-Dropout is off everywhere (every module stays in eval mode; gradients still flow).
+zero-initialised linear head on the last hidden state of the backbone ``value_model`` names (docs/ppo.md, "The
+critic"). Dropout is off everywhere (every module stays in eval mode; gradients still flow).
 
-:class:`ActorCritic` is the trainable whole that DDP / FSDP wrap: its ``forward`` runs the backbone once, reads the
-value from the hidden states and the log-probs through the LM head in chunks (``rl.logprobs.selective_logprobs``),
-so no (B, T, V) logits tensor is ever built. Frozen base weights are in ``models.dtype``; the trainable LoRA weights
-and the value head stay float32.
-
-Log-probs are taken under the rollouts' sampling distribution (:class:`~t2g_core.config.sampling.Sampling`:
-temperature, top-k, top-p, renormalised), the policy's (old and new) and the reference's alike, each over its own
-top-k / top-p set: the KL penalty compares the two models as they would be sampled, so it is exactly 0 at the start.
-A token outside a model's set (the reference's, once the policy has moved) stays in that set for its own position,
-so its log-prob, and the KL, stay finite (``rl.logprobs``; docs/ppo.md, sampling).
+:class:`ActorCritic` is the trainable whole that DDP / FSDP wrap; its ``forward`` never builds the (B, T, V) logits
+(``rl.logprobs.selective_logprobs``). Frozen base weights are in ``models.dtype``; the trainable LoRA weights and the
+value head stay float32. Log-probs, the policy's and the reference's alike, are taken under the rollouts' sampling
+distribution, each over its own top-k / top-p set, so the KL penalty is exactly 0 at the start (docs/ppo.md,
+"Sampling").
 """
 
 from __future__ import annotations
@@ -62,15 +54,6 @@ class ValueModel(nn.Module):
     def forward(self, hidden: Tensor) -> Tensor:  # (B, T, d) -> (B, T)
         return self.head(hidden.float()).squeeze(-1)
 
-    def backbone_hidden(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:  # (B, L) -> (B, L, d)
-        out = self.backbone(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids_from_mask(attention_mask),
-            use_cache=False,
-        )
-        return out.last_hidden_state
-
 
 @contextlib.contextmanager
 def adapter_flags_kept(policy: nn.Module):
@@ -109,6 +92,13 @@ def checkpointed_layers(model: nn.Module, on: bool):
     finally:
         for layer in layers:
             layer.training = False
+
+
+def last_hidden(backbone: nn.Module, ids: Tensor, attn: Tensor, checkpointing: bool) -> Tensor:  # (B, L) -> (B, L, d)
+    """The last hidden states of a decoder stack, its layers checkpointed (``checkpointing``) when gradients flow."""
+    with checkpointed_layers(backbone, checkpointing and torch.is_grad_enabled()):
+        out = backbone(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False)
+    return out.last_hidden_state
 
 
 class ActorCritic(nn.Module):
@@ -163,8 +153,7 @@ class ActorCritic(nn.Module):
         if not with_values or reference:
             return (logprobs, None, *extra)
         if self.value.backbone is not None:
-            with checkpointed_layers(self.value.backbone, self.checkpointing and torch.is_grad_enabled()):
-                hidden = self.value.backbone_hidden(input_ids, attn)[:, lq - 1 : -1]
+            hidden = last_hidden(self.value.backbone, input_ids, attn, self.checkpointing)[:, lq - 1 : -1]
         elif self.value.adapter is not None:
             with active_adapter(self.policy, self.value.adapter):
                 hidden = self._decoder_hidden(input_ids, attn)[:, lq - 1 : -1]
@@ -194,13 +183,8 @@ class ActorCritic(nn.Module):
             yield
 
     def _decoder_hidden(self, input_ids: Tensor, attn: Tensor) -> Tensor:  # (B, L) -> (B, L, d)
-        """The last hidden states of the policy's decoder stack (the LM without its head), with the active adapter."""
-        backbone = self.causal_lm.base_model
-        with checkpointed_layers(backbone, self.checkpointing and torch.is_grad_enabled()):
-            out = backbone(
-                input_ids=input_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False
-            )
-        return out.last_hidden_state
+        """The policy's decoder stack (the LM without its head), with the active adapter."""
+        return last_hidden(self.causal_lm.base_model, input_ids, attn, self.checkpointing)
 
 
 @dataclass
@@ -219,16 +203,14 @@ class PolicyBundle:
         return self.model.value
 
     def trainable_parameters(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-        """(the policy's, the critic's): a LoRA critic's adapter weights live in the policy's layers but are the
-        critic's."""
+        """(the policy's, the critic's); a LoRA critic's adapter weights live in the policy's layers."""
         mine = [(n, p) for n, p in self.policy.named_parameters() if p.requires_grad]
         critic = [p for n, p in mine if _is_critic_adapter(n)]
         policy_params = [p for n, p in mine if not _is_critic_adapter(n)]
         return policy_params, critic + [p for p in self.value.parameters() if p.requires_grad]
 
     def adapter_state(self, name: str) -> dict | None:
-        """The weights of adapter ``name`` beside the policy's (a LoRA critic's, an EMA teacher's), for a
-        checkpoint; None when the run has none."""
+        """The weights of adapter ``name`` (a LoRA critic's, an EMA teacher's); None when the run has none."""
         if name not in self.policy.peft_config:
             return None
         from peft import get_peft_model_state_dict
@@ -345,42 +327,12 @@ def forward_in_micro_batches(
     with_entropy: bool = False,
 ) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None, Tensor]:  # as ActorCritic.forward
     """``model``'s forward over the batch, ``micro_batch_size`` rows at a time (None: all at once)."""
-    n = query_ids.shape[0]
+    n, tensors = query_ids.shape[0], (query_ids, query_mask, response_ids, response_mask)
     size = micro_batch_size or max(n, 1)
-    parts = []
-    for i in range(0, n, size):
-        rows = slice(i, i + size)
-        parts.append(
-            model(
-                query_ids[rows],
-                query_mask[rows],
-                response_ids[rows],
-                response_mask[rows],
-                sampling,
-                reference=reference,
-                with_values=with_values,
-                with_entropy=with_entropy,
-            )
-        )
+    flags = {"reference": reference, "with_values": with_values, "with_entropy": with_entropy}
+    parts = [model(*(t[i : i + size] for t in tensors), sampling, **flags) for i in range(0, n, size)]
     if not parts:
         empty = response_ids.new_zeros(response_ids.shape, dtype=torch.float32)
         out = (empty, empty if with_values and not reference else None)
         return (*out, empty) if with_entropy else out
     return tuple(None if col[0] is None else torch.cat(col) for col in zip(*parts, strict=True))
-
-
-def forward_response(
-    bundle: PolicyBundle,
-    query_ids: Tensor,
-    query_mask: Tensor,
-    response_ids: Tensor,
-    response_mask: Tensor,
-    sampling: Sampling | float,
-    *,
-    with_values: bool = True,
-    reference: bool = False,
-) -> tuple[Tensor, Tensor | None]:  # -> logprobs (B, T), values (B, T) or None
-    """Log-probs of the response tokens under ``sampling`` (and values) in one pass, with gradients when enabled."""
-    return bundle.model(
-        query_ids, query_mask, response_ids, response_mask, sampling, reference=reference, with_values=with_values
-    )

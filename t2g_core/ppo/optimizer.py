@@ -7,9 +7,8 @@ The learning rate of planned update j (of ``ppo_epochs x minibatches``) at PPO s
     lr    = base_lr * min(1, (taken + 1) / warmup_steps) * decay
     decay = max(0, 1 - (s - first + j / per_step) / (steps - first))      per_step = ppo_epochs * minibatches
 
-(``decay = 1`` for a constant schedule; ``first`` = ``critic_warmup_steps`` for the actor, 0 for the critic). The
-decay follows training progress, not the count of updates taken, so updates skipped by the early stop never leave
-an arm's rate higher than another's.
+(``decay = 1`` for a constant schedule; ``first`` = ``critic_warmup_steps`` for the actor, 0 for the critic): the
+decay follows progress, not updates taken, so updates the early stop skips leave every arm's rate on one path.
 """
 
 from __future__ import annotations
@@ -27,10 +26,7 @@ LRFactor = Callable[[int, int, int], float]
 
 
 def lr_factor(cfg: PPOConfig, *, actor: bool = True) -> LRFactor:
-    """Multiplier of a learning rate at PPO step ``step``, planned update ``j`` of that step (0-based, of
-    ``ppo_epochs x minibatches``), after ``taken`` optimizer updates: linear warm-up over the updates actually
-    taken, then constant or a linear decay with training progress (the actor's progress starts after the critic
-    warm-up). Updates skipped by the early stop do not move the decay, so every arm's rate follows the same path."""
+    """The multiplier of the module docstring, as a function of (step, planned update j, updates taken)."""
     warm = max(cfg.warmup_steps, 1)
     first = cfg.critic_warmup_steps if actor else 0
     per_step = cfg.ppo_epochs * cfg.minibatches
@@ -55,9 +51,8 @@ def clip_grads(params: list[torch.nn.Parameter], max_norm: float, sharded: bool)
 
 
 class StepSnapshot:
-    """What one optimizer step changes (parameters, AdamW moments, the warm-up count), taken before the step so the
-    step can be undone once. It copies every parameter and its optimizer state, so an optimizer whose steps are
-    never undone need not keep one."""
+    """What one optimizer step changes (parameters, AdamW moments, the warm-up count), taken before the step so it
+    can be undone once: a copy of every parameter and its state, so only a revertible optimizer keeps one."""
 
     def __init__(self) -> None:
         self._saved: tuple[list[torch.Tensor], list[dict | None], int] | None = None
@@ -76,8 +71,7 @@ class StepSnapshot:
         return sum(t.numel() * t.element_size() for t in saved + moments)
 
     def restore(self, params: list[torch.nn.Parameter], opt: torch.optim.Optimizer) -> int | None:
-        """Put the saved state back (in place) and forget it; returns the saved warm-up count, or None with nothing
-        saved."""
+        """Put the saved state back in place and forget it; the saved warm-up count (None: nothing saved)."""
         if self._saved is None:
             return None
         saved, state, taken = self._saved
@@ -148,8 +142,7 @@ class Optimizer:
         return self.snapshot.nbytes if self.snapshot is not None else 0
 
     def scale_last(self, alpha: float) -> bool:
-        """Shorten the last :meth:`step` to ``alpha`` of its length (its moments and warm-up count kept); False when
-        there is none to shorten."""
+        """Shorten the last :meth:`step` to ``alpha`` of its length; False when there is none to shorten."""
         return self.snapshot.scale(self.params, alpha) if self.snapshot is not None else False
 
     def revert(self) -> bool:

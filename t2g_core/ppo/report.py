@@ -1,9 +1,8 @@
 """What a person looks at: the rollouts table (schema ROLLOUTS) and HTML token-reward heatmaps.
 
-A step's heatmap shows each sampled token coloured by the task reward it received (green = good span, red = poor
-span, intensity = magnitude) with the critique beside it, and says whose reading that is: PPO's reward source
-(``ppo.reward_source``), which is not the annotator's and can be wrong, or, for a rollout the critique loop audited,
-the annotator, whose labels became its reward; such a rollout also shows the reward model's reading it replaced.
+A step's heatmap colours each sampled token by the task reward it received (green good, red poor) beside the critique,
+and says whose reading that is: PPO's reward source, or, for a rollout the critique loop audited, the annotator (with
+the reward model's reading it replaced).
 """
 
 from __future__ import annotations
@@ -82,9 +81,8 @@ def _readings(sample: dict, who: str) -> list[tuple[str, str, str]]:
 
 
 def write_heatmap(path: Path, step: int, samples: list[dict], reader: str = "reward_model", first: int = 4) -> Path:
-    """The ``first`` samples and every other one the critique loop relabelled; ``samples``: dicts with prompt, text,
-    offsets, rewards (task reward per sampled token), critique, status and, when relabelled, ``replaced`` (the reward
-    source's critique, good_spans, poor_spans); ``reader``: PPO's reward source."""
+    """The ``first`` samples and every other one the critique loop relabelled (``samples``: as
+    :func:`rollout_records` gives them); ``reader``: PPO's reward source."""
     who = READERS.get(reader, reader)
     shown = [s for i, s in enumerate(samples) if i < first or s.get("replaced") is not None]
     intro = (
@@ -142,9 +140,8 @@ def rollout_records(
     rewards: Tensor,
     read: list[ParsedFeedback] | None = None,
 ) -> tuple[list[dict], list[dict]]:
-    """One step's samples as ROLLOUTS rows (the reward PPO saw per token, KL included) and as heatmap samples (the
-    task reward per sampled token, the terminal reward on the last one; ``replaced``: the reward source's reading
-    ``read`` of a rollout whose feedback a step hook replaced)."""
+    """One step's samples as ROLLOUTS rows (the reward PPO saw per token) and as heatmap samples (the task reward per
+    token, the terminal on the last; ``replaced``: the source's reading ``read`` where a step hook replaced it)."""
     records, samples = [], []
     for b, s in enumerate(scored):
         n = len(s.labels)

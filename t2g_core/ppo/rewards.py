@@ -1,9 +1,6 @@
-"""Span rewards, steps 2 (score) and 3 (place span rewards) of a PPO step: decode the rollout's responses (the
-text and the char offsets of the sampled ids, no re-encoding), critique them with the reward source, label their
-tokens, and turn the labels into the task reward s_t (B, T) and a terminal reward (B,), in the order
-:mod:`t2g_core.rl.rewards` gives (placement by ``reward_mode``, a critic's verdict, failed critiques, missing EOS,
-degenerate responses).
-"""
+"""Span rewards, steps 2 (score) and 3 (place span rewards) of a PPO step: decode the rollout's responses (no
+re-encoding), critique them with the reward source, label their tokens, and turn the labels into the task reward s_t
+(B, T) and a terminal reward (B,)."""
 
 from __future__ import annotations
 
@@ -58,16 +55,10 @@ def missing_tensor(scored: list[ScoredResponse], shape: tuple[int, int], placed:
 
 
 def place_task_rewards(scored: list[ScoredResponse], ro: Rollout, cfg: PPOConfig) -> tuple[Tensor, Tensor, Tensor]:
-    """Task reward s_t (B, T), terminal reward (B,), and the labels delta (B, T) after failure handling.
-
-    s_t places d_t = delta_t + o_t (token labels plus omission labels, see :func:`t2g_core.rl.omission_labels`); a
-    critic's verdict scales the labels to unit sums and joins the terminal, and a degenerate response gets
-    ``degenerate_reward`` alone (the order in :mod:`t2g_core.rl.rewards`). Where rewards are placed on tokens (span,
-    dense), an omission the critic gave no place (or every omission, ``omission_placement=end``) joins the terminal
-    instead, so every estimator credits it to the whole response (on the last token a span estimator would give it
-    only to the tokens after the last span). With ``self_distillation.mode: replace`` the labels, omissions and
-    verdict weigh 0: failed, EOS-less and degenerate responses keep their fallback rewards.
-    """
+    """Task reward s_t (B, T), terminal reward (B,), and the labels delta (B, T) after failure handling, in the order
+    of :mod:`t2g_core.rl.rewards`. Where rewards are placed on tokens (span, dense), an omission the critic gave no
+    place (or every omission, ``omission_placement=end``) joins the terminal, so every estimator credits it to the
+    whole response. With ``self_distillation.mode: replace`` the labels, omissions and verdict weigh 0."""
     if cfg.self_distillation.mode == "replace":
         cfg = cfg.model_copy(update={"span_coef": 0.0, "outcome_coef": 0.0})
     mask = ro.response_mask

@@ -1,9 +1,7 @@
 """The rollout, step 1 of a PPO step: which prompts the step draws, and one sampled response per sample.
 
-The global batch of step s is consecutive slices of a fresh permutation per pass over the prompts
-(:func:`batch_rows`), each prompt repeated ``group_size`` times in a row: global index g holds prompt g // group_size
-of the step. A sample's random stream is keyed by (seed, step, g), so however the batch is split over processes, or
-resumed, the same samples are drawn.
+A sample's random stream is keyed by (seed, step, global index g) (:func:`batch_rows` says which prompt g holds), so
+however the batch is split over processes, or resumed, the same samples are drawn.
 """
 
 from __future__ import annotations
@@ -59,15 +57,11 @@ def row_dict(row: pd.Series) -> dict:
     return d
 
 
-def _render(tokenizer, rows: list[dict]) -> list[str]:
-
-    return [render_policy_prompt(tokenizer, row["task"], row["prompt"]) for row in rows]
-
-
 def rollout(generate: Generate, tok, rows: list[dict], global_index: list[int], cfg: PPOConfig, step: int) -> Rollout:
     """Render and left-pad the prompts, sample a response each (tensors come back on the CPU); samples of one prompt
     (global index // group_size) share a local group id."""
-    enc = tok(_render(tok, rows), add_special_tokens=False, padding=True, return_tensors="pt")
+    texts = [render_policy_prompt(tok, row["task"], row["prompt"]) for row in rows]
+    enc = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
     seeds = [sample_seed(cfg.seed, step, g) for g in global_index]
     response_ids = generate(enc["input_ids"], enc["attention_mask"], seeds, step).cpu()
     response_mask, has_eos = response_mask_after_eos(response_ids, tok.eos_token_id)

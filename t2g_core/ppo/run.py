@@ -68,29 +68,25 @@ def run_from_dir(
     progress: Progress = no_progress,
     hook: Callable[..., StepHook] | None = None,
 ) -> PPOResult:
-    """Train (or resume) the run described by ``run_dir/run.json``; ``api_key`` serves an HTTP reward source (it is
-    never stored; the answers are cached in ``run_dir/answers``). ``hook(settings, run_dir, reward_model_path,
-    prompts, reward_source, dtype)`` builds the step hook the run is watched by (the critique loop)."""
+    """Train (or resume) the run described by ``run_dir/run.json``; ``api_key`` (never stored) serves an HTTP reward
+    source. ``hook(settings, run_dir, reward_model_path, prompts, reward_source, dtype)`` builds the step hook."""
     run_dir = Path(run_dir)
-    spec_file = run_dir / RUN_FILE
-    if not spec_file.exists():
-        raise FileNotFoundError(f"{spec_file}: not a PPO run folder (no {RUN_FILE})")
-    spec = read_json(spec_file)
+    spec = _read_spec(run_dir)
     cfg = load_settings(spec["config"])
     dtype = resolve_dtype(cfg.models.dtype, default_device())  # once, for this process's device: every model below
     prompts = pd.read_parquet(run_dir / "prompts.parquet")
     eval_df = pd.read_parquet(run_dir / "eval.parquet") if (run_dir / "eval.parquet").exists() else None
     task = str(prompts["task"].mode().iloc[0])
+    path = spec.get("reward_model_path")
     source = make_reward_source(
         cfg.ppo.reward_source,
         task,
-        reward_model_path=spec.get("reward_model_path"),
+        reward_model_path=path,
         rm_cfg=cfg.reward_model,
         api_key=api_key,
         cache_dir=run_dir / "answers",
         dtype=dtype,
     )
-    path = spec.get("reward_model_path")
     made = hook(cfg, run_dir, path, prompts, source, dtype) if hook is not None else None
     return train(
         cfg.ppo,
@@ -111,10 +107,14 @@ def run_from_dir(
 
 def read_settings(run_dir: str | Path) -> PPOSettings:
     """The settings of the run in ``run_dir`` (from its run.json)."""
-    spec_file = Path(run_dir) / RUN_FILE
+    return load_settings(_read_spec(Path(run_dir))["config"])
+
+
+def _read_spec(run_dir: Path) -> dict:
+    spec_file = run_dir / RUN_FILE
     if not spec_file.exists():
         raise FileNotFoundError(f"{spec_file}: not a PPO run folder (no {RUN_FILE})")
-    return load_settings(read_json(spec_file)["config"])
+    return read_json(spec_file)
 
 
 def load_settings(config: dict) -> PPOSettings:

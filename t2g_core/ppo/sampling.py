@@ -1,13 +1,9 @@
 """Rollout sampling with a KV cache, left padding and per-sample random streams.
 
 Each sample draws its Gumbel noise from its own generator seeded by (run seed, step, global sample index), so a
-sample's tokens do not depend on which process or which batch row produced it: a 2-process run samples exactly
-what the 1-process run with the same global batch samples. Sampling draws from ``ppo.temperature`` / ``top_k`` /
-``top_p`` (:class:`~t2g_core.config.sampling.Sampling`: temperature, then top-k, then top-p, renormalised; with the
-defaults plain softmax(logits / tau), §5 A5), the same distribution the trainer's log-probs are computed under.
-Position ids come from the attention mask in every forward (§5 A2). The noise is drawn on the CPU in
-float64 whatever device the model is on, so a GPU run samples the same tokens as a CPU run up to logit round-off;
-this is the ``exact`` generation backend (``t2g_core.ppo.generation``), slower than batched ``generate``.
+sample's tokens do not depend on which process or batch row produced it. It draws from ``ppo.sampling``, the
+distribution the trainer's log-probs are computed under. The noise is drawn on the CPU in float64 whatever the device,
+so a GPU run samples the same tokens as a CPU run up to logit round-off. This is the ``exact`` generation backend.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Score rollouts with a reward source and turn critiques into span labels on the *sampled* policy tokens.
 
-A reward source is anything with ``critique_batch(rows) -> list[ParsedFeedback]`` (the generative reward model's
-scorer, or :class:`CriticSource` around any critic, e.g. the reference "oracle" critic). Spans are located in the
-decoded response and mapped to the sampled ids through their own char offsets (``spans.decode_with_offsets``): the
-ids are never re-encoded (re-encoding a decoded text can give other ids). A failed critique keeps its row, with
-status and error, and is counted. With ``words=True`` (the paper's dense ablation) the critic's word-level labels
-are placed instead of its spans. Each item the critique reports missing is anchored on a sampled token: the one
-holding (or first after) the char offset where the content belonged, or the last token (EOS) when the critic gives
-no place (``ScoredResponse.unanchored`` counts those: span placement gives them to the terminal reward).
+A reward source is anything with ``critique_batch(rows) -> list[ParsedFeedback]``. Spans are located in the decoded
+response and mapped to the sampled ids through their own char offsets: the ids are never re-encoded (that can give
+other ids). A failed critique keeps its row, with status and error. With ``words=True`` (the dense ablation) the
+critic's word labels are placed instead of its spans. Each missing item is anchored on the sampled token where the
+content belonged, or on the last token when the critic gives no place (``ScoredResponse.unanchored``).
 """
 
 from __future__ import annotations
@@ -94,8 +91,7 @@ def distinct_good_spans(aligned: list[AlignedSpan]) -> list[AlignedSpan]:
 def share_spans(
     offsets: Sequence[tuple[int, int]], aligned: list[AlignedSpan], labels: list[float], kind: str, value: float
 ) -> list[float]:  # (T,) -> (T,)
-    """The tokens of each ``kind`` span (those still labelled ``value``: a poor span overrules a good one) share its
-    label."""
+    """The tokens of each ``kind`` span still labelled ``value`` (a poor span overrules a good one) share its label."""
     out = list(labels)
     for span in aligned:
         if span.label != kind or span.start is None:
@@ -116,9 +112,8 @@ def missing_tokens(offsets: Sequence[tuple[int, int]], fb: ParsedFeedback) -> li
 def span_labels(
     text: str, offsets: Sequence[tuple[int, int]], fb: ParsedFeedback, cfg: AlignConfig
 ) -> tuple[list[float], list[AlignedSpan]]:  # -> (T,) labels, the spans placed
-    """A critique's quoted spans on the sampled tokens, with the PPO rules of ``cfg``: a good span repeated later
-    earns nothing (``repeated_good_spans``), and a span's tokens share its label (``good_span_reward``,
-    ``poor_span_reward``)."""
+    """A critique's quoted spans on the sampled tokens, with the PPO rules of ``cfg``: a repeated good span earns
+    nothing (``repeated_good_spans``), and a span's tokens share its label (``*_span_reward: per_span``)."""
     values = label_values(cfg)
     aligned = [s for s in align_feedback(text, fb, cfg) if s.label != "neutral"]
     if cfg.repeated_good_spans == "once":

@@ -1,9 +1,8 @@
 """Building what the trainer consumes from pipeline inputs: the reward source and the task metric.
 
-Reward sources are chosen by ``PPOConfig.reward_source`` through a table of small builders (no if/elif tree):
-``oracle`` = the programmatic critic of the task (reference critic for summarization / QA, sandboxed code critic for
-code), ``reward_model`` = the trained reward model's scorer (a tagger or a generative model), ``endpoint`` = a
-reward model served over HTTP (``t2g_core.reward_model.endpoint``).
+``PPOConfig.reward_source``: ``oracle`` = the task's programmatic critic (reference critic for summarization / QA,
+sandboxed code critic for code), ``reward_model`` = the trained reward model's scorer, ``endpoint`` = a reward model
+served over HTTP.
 """
 
 from __future__ import annotations
@@ -26,20 +25,10 @@ if TYPE_CHECKING:
     import torch
 
 
-def _reference_critic():
-
-    return ReferenceCritic()
-
-
-def _code_critic():
-
-    return CodeCritic()
-
-
 ORACLE_CRITICS: dict[str, Callable[[], object]] = {
-    "summarization": _reference_critic,
-    "qa": _reference_critic,
-    "code": _code_critic,
+    "summarization": ReferenceCritic,
+    "qa": ReferenceCritic,
+    "code": CodeCritic,
 }
 
 
@@ -57,13 +46,7 @@ def reward_model_source(path: str | Path | None, rm_cfg=None, dtype: torch.dtype
             f"reward_source=reward_model needs a trained reward model; {path} does not exist (set "
             f"ppo.reward_model_path)"
         )
-
     return load_scorer(path, rm_cfg, dtype=dtype)
-
-
-def endpoint_source(rm_cfg, api_key: str | None, cache_dir: str | Path | None) -> RewardSource:
-
-    return EndpointScorer(rm_cfg, api_key=api_key, cache_dir=cache_dir)
 
 
 def make_reward_source(
@@ -81,7 +64,7 @@ def make_reward_source(
     builders: dict[str, Callable[[], RewardSource]] = {
         "oracle": lambda: oracle_source(task),
         "reward_model": lambda: reward_model_source(reward_model_path, rm_cfg, dtype),
-        "endpoint": lambda: endpoint_source(rm_cfg, api_key, cache_dir),
+        "endpoint": lambda: EndpointScorer(rm_cfg, api_key=api_key, cache_dir=cache_dir),
     }
     if kind not in builders:
         raise ValueError(f"unknown reward_source {kind!r}; expected one of {', '.join(builders)}")
@@ -89,9 +72,7 @@ def make_reward_source(
 
 
 def summary_metrics(rows: list[dict], responses: list[str]) -> dict[str, list[float]]:
-    """error (1 - correct/K), imprecision (1 - correct/stated, 1 when nothing is stated) and invented_rate per
-    sample."""
-
+    """Per sample: error (1 - correct/K), imprecision (1 - correct/stated; 1: none stated), invented_rate."""
     out: dict[str, list[float]] = {"error": [], "imprecision": [], "invented_rate": []}
     for row, text in zip(rows, responses, strict=True):
         meta = row.get("meta") or {}

@@ -8,26 +8,15 @@ Per response token t (mask m_t true up to and including EOS):
     A, R = estimator(r, V, s)  (gae by default);  A <- whiten(A) over valid tokens of the *global* batch
     actor:  L_clip(pi)          critic: vf_coef * L_clip(V)    token means over each global minibatch
 
-One module per part of the step: :mod:`.rollout` (1), :mod:`.rewards` (2, 3), :mod:`.distillation` (the teacher's
-pass, between 3 and 4, when self-distillation is on), :mod:`.experience` (4-6), :mod:`.update` (7, with the KL early
-stop) and :mod:`.optimizer` (each model's AdamW, clip, schedule and revert); this module holds the loop: the models,
-the step in order, metrics, checkpoints, evaluation and the step hook (:mod:`.hooks`).
+One module per part of the step: :mod:`.rollout` (1), :mod:`.rewards` (2, 3), :mod:`.distillation` (the teacher, when
+on), :mod:`.experience` (4-6), :mod:`.update` (7) and :mod:`.optimizer`; this module holds the loop, metrics,
+checkpoints, evaluation and the step hook (:mod:`.hooks`). Critic-free estimators (rloo, grpo) train no critic.
 
-Actor and critic have their own optimizer, gradient clip and learning-rate schedule; the first
-``critic_warmup_steps`` steps train the critic alone; critic-free estimators (rloo, grpo) train no critic and draw
-``group_size`` samples per prompt.
-
-Deliberate choices: sampled ids are trained as-is (no decode / re-encode); temperature divides the logits in every
-log-prob recomputation; positions come from the attention mask in every forward; the reference is the base with the
-LoRA adapter disabled; a failed critique gets ``parse_failure_reward`` as a terminal reward and is counted, never
-skipping the step. Randomness is keyed by (seed, step, global index), so a run split over processes, or resumed from
-a checkpoint, reproduces the single uninterrupted run (with the ``exact`` generation backend; ``hf`` and ``vllm`` are
-reproducible for the same process count).
-
-Devices and processes go through ``accelerate`` (:class:`~t2g_core.ppo.distributed.Runtime`): the model runs on the
-accelerator's device, bookkeeping tensors (rewards, advantages, masks) stay on the CPU, and gradients are
-all-reduced by DDP (or FSDP) in the backward pass. The old-log-prob, reference and value passes run in micro-batches
-(``micro_batch_size``) and no pass builds the (B, T, V) logits (``rl.logprobs.selective_logprobs``).
+Sampled ids are trained as-is (no decode / re-encode); a failed critique gets ``parse_failure_reward`` as a terminal
+reward, never skipping the step. Randomness is keyed by (seed, step, global index), so a run split over processes,
+or resumed, reproduces the single uninterrupted run (``exact`` backend; ``hf`` and ``vllm`` for the same process
+count). Devices and processes go through ``accelerate`` (:class:`~t2g_core.ppo.distributed.Runtime`); bookkeeping
+tensors (rewards, advantages, masks) stay on the CPU.
 """
 
 from __future__ import annotations
@@ -133,17 +122,12 @@ class PPOTrainer:
         policy_params, value_params = self.bundle.trainable_parameters()
         revertible = cfg.max_approx_kl is not None  # only the early stop pulls updates back, only the actor's
         self.actor = Optimizer(policy_params, cfg.learning_rate, cfg.max_grad_norm, lr_factor(cfg), revertible)
-        self.critic = (
-            Optimizer(
-                value_params,
-                cfg.value_learning_rate,
-                cfg.value_max_grad_norm,
-                lr_factor(cfg, actor=False),
-                revertible=False,
+        self.critic = None
+        if uses_critic(cfg):
+            lr = lr_factor(cfg, actor=False)
+            self.critic = Optimizer(
+                value_params, cfg.value_learning_rate, cfg.value_max_grad_norm, lr, revertible=False
             )
-            if uses_critic(cfg)
-            else None
-        )
         optimizers = [o for o in (self.actor, self.critic) if o is not None]
         self.model, *prepared = self.runtime.prepare(self.bundle.model, *(o.opt for o in optimizers))  # DDP / FSDP
         for o, opt in zip(optimizers, prepared, strict=True):
@@ -233,8 +217,7 @@ class PPOTrainer:
     def record(
         self, step: int, ro: Rollout, scored, task: Tensor, terminal: Tensor, kl: Tensor, rewards: Tensor, read: list
     ) -> None:
-        """Keep the step's samples for the rollouts table; rank 0 writes a heatmap of the first few (and of those a
-        hook relabelled: ``read`` is the reward source's own feedback)."""
+        """Keep the step's samples for the rollouts table; rank 0 writes a heatmap (``read``: the source's feedback)."""
         records, samples = rollout_records(step, ro, scored, task, terminal, kl, rewards, read)
         self.records += records
         if self.rank == 0 and self.cfg.heatmap_samples:
@@ -246,32 +229,29 @@ class PPOTrainer:
         actor_state = self.actor.state_dict(self.runtime, self.model)
         critic_state = self.critic.state_dict(self.runtime, self.model) if self.critic is not None else None
         with self.runtime.gathered(self.model):  # every process: FSDP gathers the weights rank 0 writes
-            return self._save(actor_state, critic_state)
-
-    def _save(self, actor_state: dict, critic_state: dict | None) -> Path:
-        state = {
-            "step": self.next_step,
-            "value": self.bundle.value.state_dict(),
-            "critic_adapter": self.bundle.adapter_state(CRITIC_ADAPTER),
-            "teacher_adapter": self.bundle.adapter_state(TEACHER_ADAPTER),
-            "actor_optimizer": actor_state,
-            "critic_optimizer": critic_state,
-            "kl": self.kl_ctl.state_dict(),
-            "history": self.history,
-            "records": self.records,
-            "config": self.cfg.model_dump(mode="json"),
-            "hook": self.hook.state_dict() if self.hook is not None else None,
-        }
-        return ckpt.save_checkpoint(
-            self.run_dir,
-            self.next_step,
-            save_adapter=self.bundle.save_policy_adapter,
-            trainer_state=state,
-            rank=self.rank,
-            world=self.world,
-            barrier=barrier,
-            token=self.write_token,
-        )
+            state = {
+                "step": self.next_step,
+                "value": self.bundle.value.state_dict(),
+                "critic_adapter": self.bundle.adapter_state(CRITIC_ADAPTER),
+                "teacher_adapter": self.bundle.adapter_state(TEACHER_ADAPTER),
+                "actor_optimizer": actor_state,
+                "critic_optimizer": critic_state,
+                "kl": self.kl_ctl.state_dict(),
+                "history": self.history,
+                "records": self.records,
+                "config": self.cfg.model_dump(mode="json"),
+                "hook": self.hook.state_dict() if self.hook is not None else None,
+            }
+            return ckpt.save_checkpoint(
+                self.run_dir,
+                self.next_step,
+                save_adapter=self.bundle.save_policy_adapter,
+                trainer_state=state,
+                rank=self.rank,
+                world=self.world,
+                barrier=barrier,
+                token=self.write_token,
+            )
 
     def restore(self) -> bool:
         path = ckpt.latest_checkpoint(self.run_dir)
@@ -376,8 +356,7 @@ class PPOTrainer:
         return {"metrics": decision.metrics, "save": decision.save or decision.stop}
 
     def replay_history(self, tracker: Tracker) -> None:
-        """Log the restored steps' metrics again (rank 0): a resumed run's tracking run then holds every step, not
-        only those after the checkpoint."""
+        """Log the restored steps' metrics again (rank 0), so a resumed run's tracking run holds every step."""
         if self.rank == 0:
             for entry in self.history:
                 tracker.log_metrics({k: v for k, v in entry.items() if k != "step"}, step=int(entry["step"]))
@@ -409,15 +388,8 @@ class PPOTrainer:
         barrier()
         rollouts = self.run_dir / "rollouts.parquet"
         refreshed = self.hook.refreshed() if self.hook is not None else []
-        return PPOResult(
-            self.run_dir,
-            adapter,
-            self.history,
-            rollouts if rollouts.exists() else None,
-            self.heatmaps,
-            self.next_step,
-            refreshed,
-        )
+        found = rollouts if rollouts.exists() else None
+        return PPOResult(self.run_dir, adapter, self.history, found, self.heatmaps, self.next_step, refreshed)
 
 
 def train(

@@ -2,12 +2,8 @@
 clipped policy loss and (with a critic) ``vf_coef`` times the clipped value loss, token means over the global
 minibatch.
 
-Early stop (``max_approx_kl``; None = off): each minibatch's training forward measures the global approximate
-KL(old || current) of the policy the previous actor update left, on this minibatch's rows; above the bound that update
-is pulled back (:func:`pull_back`: the step's first is scaled back inside the bound, a later one undone) and the
-batch stops. After the last update one more forward (its rows) checks it, so no update that breaks the bound
-survives; that forward, and the actor's snapshot, exist only while the stop can fire. The first
-``critic_warmup_steps`` steps train the critic alone.
+Early stop (``max_approx_kl``; None = off): above the bound, the update that crossed it is pulled back
+(:func:`pull_back`) and the batch stops; a last forward checks the last update (docs/ppo.md, "The update").
 """
 
 from __future__ import annotations
@@ -31,9 +27,8 @@ from t2g_core.rl import policy_loss, value_loss
 
 def _minibatches(cfg: PPOConfig, step: int, epoch: int, local_pos: dict[int, int]) -> list[list[int]]:
     """Local row numbers of each global minibatch (the same split however many processes share the batch)."""
-    perm = torch.randperm(
-        cfg.batch_size, generator=torch.Generator().manual_seed(sample_seed(cfg.seed + 1, step, epoch))
-    )
+    generator = torch.Generator().manual_seed(sample_seed(cfg.seed + 1, step, epoch))
+    perm = torch.randperm(cfg.batch_size, generator=generator)
     size = cfg.batch_size // cfg.minibatches
     groups = [perm[i * size : (i + 1) * size].tolist() for i in range(cfg.minibatches)]
     return [[local_pos[g] for g in group if g in local_pos] for group in groups]
@@ -73,9 +68,8 @@ def minibatch_grads(
     cfg: PPOConfig,
     first: FirstForward | None = None,
 ):
-    """Forward and backward of one global minibatch (gradients left in the parameters, averaged over processes by
-    DDP / FSDP); returns its global statistics. ``approx_kl`` is that of the policy *before* this minibatch's
-    update. ``first``: this minibatch's forward, already run (:func:`first_forward`)."""
+    """Forward and backward of one global minibatch (gradients left in the parameters); its global statistics, whose
+    ``approx_kl`` is the policy's *before* this minibatch's update. ``first``: its forward, already run."""
     critic = uses_critic(cfg)
     n_tokens = global_sum([float(ro.response_mask[rows].sum()) if rows else 0.0])[0]
     sums = torch.zeros(len(MINIBATCH_STATS), dtype=torch.float64)
@@ -128,11 +122,9 @@ SCALE_TARGET, MAX_SCALINGS = 0.5, 4  # a scaled first update aims at half the bo
 
 
 def pull_back(actor: Optimizer, kl: float, bound: float, kept: int, measure: Callable[[], float]) -> str:
-    """Bring the policy back inside the KL bound after the update that crossed it. The step's first update is scaled
-    back, as a trust-region line search does: KL grows about as the square of a short step from the rollout policy
-    (slower on long ones), so alpha = sqrt(SCALE_TARGET * bound / kl), then ``measure()`` (a forward over the same
-    rows) checks it, up to MAX_SCALINGS times; the step keeps an update instead of none. A later update is undone,
-    leaving the previous policy, measured inside. Returns scaled, reverted or nothing (no update to pull back)."""
+    """Bring the policy back inside the KL bound: the step's first update is scaled by sqrt(SCALE_TARGET * bound / kl)
+    (KL grows about as the square of a short step) and ``measure()`` checks it, up to MAX_SCALINGS times, so the step
+    keeps an update; a later update is undone. Returns scaled, reverted or nothing (no update to pull back)."""
     if kept == 1:
         for _ in range(MAX_SCALINGS):
             actor.scale_last(math.sqrt(SCALE_TARGET * bound / kl))
@@ -153,8 +145,7 @@ def ppo_update(
     step: int,
     first: FirstForward | None = None,
 ) -> dict[str, float]:
-    """PPO epochs over minibatches with the early stop that pulls back the update crossing ``max_approx_kl``
-    (``first``: the first minibatch's forward, already run)."""
+    """PPO epochs over minibatches with the KL early stop (``first``: the first minibatch's forward, already run)."""
     local_pos = {g: i for i, g in enumerate(ro.global_index)}
     train_actor = step >= cfg.critic_warmup_steps
     bound = cfg.max_approx_kl if train_actor else None  # None: the early stop cannot fire

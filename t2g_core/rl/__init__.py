@@ -1,8 +1,6 @@
 """Token-level PPO math: pure functions on (B, T) tensors with explicit masks (no models, no I/O)."""
 
 from t2g_core.rl.advantages import (
-    ESTIMATORS,
-    AdvantageKind,
     estimate_advantages,
     grpo_advantages,
     reward_to_go,
@@ -17,39 +15,22 @@ from t2g_core.rl.kl_control import AdaptiveKLController, FixedKLController, make
 from t2g_core.rl.logprobs import position_ids_from_mask, token_entropy, token_logprobs
 from t2g_core.rl.losses import policy_loss, value_loss
 from t2g_core.rl.masks import explained_variance, masked_mean, masked_var, masked_whiten
-from t2g_core.rl.rewards import (
-    REWARD_MODES,
-    OmissionPlacement,
-    RewardMode,
-    assemble_rewards,
-    last_token_index,
-    omission_labels,
-    place_on_last,
-    task_rewards,
-    unit_label_sums,
-)
+from t2g_core.rl.rewards import assemble_rewards, omission_labels, task_rewards, unit_label_sums
 
 __all__ = [
-    "ESTIMATORS",
-    "REWARD_MODES",
     "AdaptiveKLController",
-    "AdvantageKind",
     "FixedKLController",
-    "OmissionPlacement",
-    "RewardMode",
     "assemble_rewards",
     "estimate_advantages",
     "explained_variance",
     "gae",
     "grpo_advantages",
-    "last_token_index",
     "make_kl_controller",
     "masked_mean",
     "masked_var",
     "masked_whiten",
     "per_token_kl",
     "omission_labels",
-    "place_on_last",
     "policy_loss",
     "position_ids_from_mask",
     "reward_to_go",

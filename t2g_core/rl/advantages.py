@@ -26,24 +26,8 @@ H(t) = min{u > t : sigma_u} (the last token if none): the first token after the 
 with G_{i,t} = sum_{u >= t} gamma^(u-t) r_{i,u} the reward-to-go of sample i (0 past its end), a group = the k samples
 of one prompt, and pool(i) = the group of i when group_size >= 2, else the whole (local) batch.
 
-Deliberate choices:
-- **The terminal reaches every token** (Z): z belongs to no span, so the span estimators credit it to the whole
-  response as REINFORCE with a leave-one-out baseline (lambda = 1: there is no value of z to bootstrap; the critic
-  learns x alone). Without Z a code critic's verdict would reach only the tokens after the last judged one.
-- **Horizons are causal**: whether the trace of t goes on past u reads s_{<=u} only. A variable-lambda return
-  estimates Q without bias under the true V only when lambda_{u+1} is known once token u is (Sutton & Barto 12.8);
-  stopping the trace *at* the last token of a run would read s_{u+1}, the next action's label, and then a good token
-  whose successor tends to be good collects that successor's advantage (``tests/core/test_rl_segments.py`` has the
-  toy where that scores the worse action above the better one). The price is the token after a run: it is in the
-  run's horizon (a neutral token's KL, or the first token of a span that follows with no gap) and opens its own.
-  Labels the critic gives a token because of later tokens (a clause judged by its last word) stay non-causal
-  whatever the horizon: with them the span estimators' lambda reads later tokens again (gae, rloo and grpo keep a
-  fixed one).
-- **No grpo scale** by default: the estimates are whitened over the batch afterwards, so a scale only re-weights
-  prompts, and a per-prompt std up-weights prompts whose samples nearly agree (Dr. GRPO); with per-token rewards the
-  std of *total* returns is not even the scale of G_{i,t} (tied totals divide token differences by ~0). With none,
-  grpo is rloo times (k - 1) / k, the same after whitening. ``grpo_std_floor`` divides by the per-position std,
-  floored at it (one label is a natural choice), so positions where the group's returns tie are not blown up.
+Why the terminal reaches every token (Z), why horizons are causal (reading s_{<=u} only) and why grpo has no scale
+by default: docs/ppo.md, "Credit assignment".
 
 The group baselines depend only on the other samples (rloo; grpo includes i itself, as GRPO does), so they are valid
 for every token of sample i, and the span rewards stay per token in G. Returns (value targets) are A + V for gae and
@@ -81,13 +65,10 @@ def segment_starts(task: Tensor, mask: Tensor) -> Tensor:  # (B, T), (B, T) -> (
 def segment_gae(
     rewards: Tensor, values: Tensor, mask: Tensor, starts: Tensor, gamma: float, lam: float, bootstrap: bool
 ) -> tuple[Tensor, Tensor]:  # (B, T) x4 -> (B, T) x2
-    """Credit inside segments: each token's trace runs up to and including the next segment start H(t) (``starts``)
-    and stops there. ``bootstrap``: GAE, the start contributing its TD error r_H + gamma V_{H+1} - V_H; otherwise the
-    discounted sum of r_t .. r_H minus V_t (lambda is not used: inside a horizon a value would belong to another).
-
-    Masked positions inside a sequence are skipped as in :func:`t2g_core.rl.gae.gae` (with no starts, bootstrap *is*
-    gae and the other is gae with lambda = 1).
-    """
+    """Credit inside segments: each token's trace runs up to and including the next segment start H(t) (``starts``).
+    ``bootstrap``: GAE, the start contributing its TD error; otherwise the discounted sum of r_t .. r_H minus V_t
+    (no lambda: inside a horizon a value would belong to another). Masked positions are skipped as in
+    :func:`t2g_core.rl.gae.gae` (with no starts, bootstrap *is* gae)."""
     m = mask.to(values.dtype)
     first = starts.to(values.dtype)
     next_value = torch.zeros_like(values[:, 0])

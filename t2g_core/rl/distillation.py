@@ -1,43 +1,11 @@
 """Self-distillation credit: how far a teacher that has read a critique c disagrees with the student, token by token
 (SDPO, Huebotter et al. 2026, "Reinforcement Learning via Self-Distillation"), as rewards PPO's estimators accept.
 
-With p_t = pi_theta(. | x, y_<t) the student (the rollout policy, the prompt alone) and q_t = pi_T(. | x, c, y_<t) the
-teacher (the prompt and the critique), the log-ratio of a candidate v at position t is
-
-    l_t(v) = log q_t(v) - log p_t(v)
-
-**sampled** (``top_k`` 0): the credit of the sampled token is l_t(y_t), SDPO's token-level advantage. As a reward,
-sum_t l_t(y_t) is a one-sample estimate of -KL(pi_theta || pi_T) over the sequence, as the k1 KL penalty is of the KL
-to the reference; E[l_t(y_t) | s_t] = -KL(p_t || q_t) <= 0.
-
-**top-k** (``top_k`` k): on the student's k most likely tokens K_t plus one tail bucket holding the rest of each
-model's mass (the distributions stay whole, so k = V is exact), the reverse KL
-
-    KL_t = sum_{v in K_t} p_t(v) (log p_t(v) - log q_t(v)) + P_t (log P_t - log Q_t),   P, Q = the tail masses
-
-and the sampled token's log-ratio on that support, l_t(y_t) (the tail's log-ratio when y_t is outside K_t). The
-credit splits into a state part, -KL_t, a reward every estimator propagates to the tokens before t, and an own part,
-e_t = l_t(y_t) + KL_t (zero mean given s_t), added to token t's advantage alone. Their sum at t is l_t(y_t), so the
-expected return is the sampled credit's, while the tokens before t see the expectation -KL_t instead of a one-sample
-l_t: a Rao-Blackwellised estimate of the same gradient (with the tail bucket, in the limit k = V, exactly).
-
-Deliberate deviation from the paper: SDPO's logit-level loss trains every candidate's logit through
-sum_v p(v) grad log p(v) l(v). PPO trains only through the sampled tokens' ratio, so here the top-k distributions
-enter as the baseline KL_t and the state reward, never as a loss on unsampled logits.
-
-**Clipped and judged**: the credit g_t = clip(l_t(y_t), -c, c), then (``judge``) min(g_t, 0) on a token the critic
-labelled poor and max(g_t, 0) on one it labelled good: the teacher never moves a token by more than c, nor reverses
-the critic's judgement of a token it judged (an adversarial critique cannot pay for what the critic calls poor). The
-judge only removes credit that contradicts a label, never adds any; but on a teacher that does not read the critique
-it turns noise into a weak copy of the labels, which is why it can be switched off to measure the teacher alone.
-The reward is r_t += w g_t (sampled), or r_t += w max(-KL_t, -c) with w (g_t - max(-KL_t, -c)) on token t's
-advantage (top-k).
-
-**Placement** (``placement``): as rewards (above), the credit reaches the tokens before t through the estimator's
-return, and its sum, an estimate of -KL(pi_theta || pi_T) over the sequence, is smaller for shorter responses
-wherever the teacher differs from the student at all: with nothing else to pay for length (``mode: replace``, no
-omission rewards) it teaches the policy to stop. ``advantage`` is SDPO's own credit: A_t += w g_t on token t alone
-(top-k: w (g_t - max(-KL_t, -c)), the state part being a baseline there), which no return and no other token sees.
+With p_t the student (the rollout policy, the prompt alone) and q_t the teacher (the prompt and the critique c), the
+credit of token t is built from l_t(v) = log q_t(v) - log p_t(v): the sampled token's l_t(y_t), or (top-k) a state
+part -KL_t(p || q) on the student's top-k support plus a tail bucket and an own part l_t(y_t) + KL_t; clipped at c and
+(``judge``) never against the critic's label of the token. docs/ppo.md, "Self-distillation", has the equations and
+why the top-k credit is a reward and an own-token term.
 """
 
 from __future__ import annotations

@@ -16,9 +16,7 @@ from torch import Tensor
 KLEstimator = Literal["k1", "k3"]
 
 
-def per_token_kl(
-    logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, estimator: KLEstimator = "k1"
-) -> Tensor:  # (B, T)
+def per_token_kl(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, estimator: KLEstimator = "k1") -> Tensor:
     """KL_t per response token (B, T); 0 where ``mask`` is false."""
     log_ratio = logprobs - ref_logprobs
     if estimator == "k1":

@@ -12,24 +12,15 @@ The same :class:`Sampling` used to draw the tokens must be applied whenever old 
 (§5 A5); otherwise the first PPO ratio is not 1. Without truncation (``top_k = 0``, ``top_p = 1``) this is
 log softmax(logits / tau), computed exactly as before truncation existed.
 
-Deliberate deviation: the token whose log-prob is wanted always stays in S_t (``keep`` = the target ids), so a
-log-prob is never -inf. Two cases need it. S_t is recomputed from each forward's own logits, which differ from the
-sampler's in the last bits (a KV-cache step, another batch shape, float32 instead of float64), so a token drawn at
-the edge of S_t may fall just outside the recomputed set; kept, its ratio stays near 1 instead of 0. And the
-reference is evaluated over its own set (the KL compares the two models as sampled), which a trained policy leaves:
-a token the reference's top-k / top-p would never draw gets z_y - logsumexp over S_ref and y, finite and close to
-its whole-vocabulary log-prob, instead of an infinite KL.
+The token whose log-prob is wanted always stays in S_t (``keep``), so a log-prob is never -inf: a recomputed set may
+drop a drawn token at its edge, and the reference's own set drops tokens the trained policy draws (docs/ppo.md,
+"The KL against a truncated reference").
 
-:func:`token_logprobs` is the plain form: a float32 log-softmax over the whole (B, T, V) logits (about 6 GB per pass
-at B x T = 8 x 512 and a 128k vocabulary). :func:`selective_logprobs` computes the same numbers from the hidden
-states, ``chunk_tokens`` positions at a time: each chunk goes through the LM head, is upcast to float32, and only its
-logsumexp and the target logit are kept, so at most (chunk_tokens, V) logits exist at once and the full (B, T, V)
-logits are never materialised (top-p without top-k sorts each chunk's logits: about three times the chunk's logits
-for that moment). Under autograd each chunk is checkpointed (its logits are recomputed in the backward pass instead
-of being kept), so training holds one chunk of logits at a time too; a batch that fits in one chunk keeps its logits
-for the backward instead (the same peak, no second pass through the head). Gradients flow through both; the set S_t
-is a selection, not differentiated. :func:`selective_logprobs_and_entropy` reads the entropy off the same chunk of
-logits, so logging it costs no second pass through the (d x V) head.
+:func:`token_logprobs` is the plain form over the whole (B, T, V) logits. :func:`selective_logprobs` computes the
+same numbers from the hidden states, ``chunk_tokens`` positions at a time, so at most (chunk_tokens, V) logits exist
+at once; under autograd each chunk is checkpointed (recomputed in the backward) unless the batch fits in one chunk.
+The set S_t is a selection, not differentiated. :func:`selective_logprobs_and_entropy` reads the entropy off the
+same chunk of logits.
 """
 
 from __future__ import annotations
@@ -37,19 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from t2g_core.config.sampling import Sampling, as_sampling
-
-__all__ = [
-    "Sampling",
-    "as_sampling",
-    "position_ids_from_mask",
-    "removed_tokens",
-    "selective_logprobs_and_entropy",
-    "selective_logprobs",
-    "token_entropy",
-    "token_logprobs",
-    "truncate_",
-]
+from t2g_core.config.sampling import Sampling, as_sampling  # also imported from here, beside the log-probs they shape
 
 
 @torch.no_grad()

@@ -48,11 +48,8 @@ def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True, reduce: Reduce = 
 
 
 def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8, reduce: Reduce = None) -> Tensor:
-    """Whiten ``x`` over valid tokens; masked positions come back as 0.
-
-    ``shift_mean=False`` keeps the original mean (use it for *rewards*: shifting dense rewards flips their sign, §5
-    B11).
-    """
+    """Whiten ``x`` over valid tokens; masked positions come back as 0. ``shift_mean=False`` keeps the original mean
+    (use it for *rewards*: shifting dense rewards flips their sign, §5 B11)."""
     mean = masked_mean(x, mask, reduce)
     var = masked_var(x, mask, reduce=reduce)
     out = (x - mean) * torch.rsqrt(var + eps)

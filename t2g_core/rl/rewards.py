@@ -1,34 +1,17 @@
 """Task rewards placed on policy tokens, and the per-token reward PPO optimises.
 
-Token labels (docs/architecture.md):  delta_t = +1 on a token overlapping a good span, -1 on a poor span, 0 elsewhere.
-Omissions (content the critic says is missing) add o_t = -p * (number of missing items anchored at token t), where
-an item is anchored at the token where the content belonged ("anchor") or on the last real token ("end"):
-
-    d_t = delta_t + o_t                                          (the task signal of one response)
-
-Four placements, chosen by ``PPOConfig.reward_mode`` (one small function each):
+The task signal of a response is d_t = delta_t + o_t: the critic's token labels (+1 good span, -1 poor span, 0
+elsewhere) plus the omission labels (-p per missing item, at its anchor or on the last real token). ``reward_mode``
+places it (one small function each; docs/ppo.md, "Reward modes"):
 
     span     s_t = c * d_t                         (Text2Grad: the critic's span labels on their tokens)
     dense    s_t = c * d_t, delta from word labels  (the paper's ablation: the critic labels most words, not spans)
     scalar   s_t = [t = last] * c * sum_u d_u      (classic RLHF: one score on the last real token / EOS)
     uniform  s_t = m_t * c * sum_u d_u / T_valid   (the scalar spread over every token: the same information)
 
-``span`` and ``dense`` place per token (they differ in what the critic labels, see ``ppo.scoring``); the scalar and
-uniform totals equal the span total, so between those three only the placement differs (a fair scalar: the same
-information, placed differently). The reward PPO sees is
-
-    r_t = m_t (s_t - beta * KL_t) + [t = last] * terminal_t
-
-where ``terminal`` carries an optional hybrid scalar (span / dense modes only: in scalar and uniform modes it would
-count the same score twice), the critic's verdict, the parse-failure fallback and the missing-EOS penalty.
-
-Critics with an overall verdict v in [-1, 1] (``ParsedFeedback.outcome``: the code critic's pass rate, 2 * passed /
-cases - 1) order responses by it: their good and poor labels are scaled to sum +1 and -1 (:func:`unit_label_sums`,
-so blaming a long line costs what blaming a short one does) and ``outcome_coef * v`` is added to the terminal. A
-response that made no real attempt (``degenerate``: empty, crashing its harness, hanging past its timer) gets
-``degenerate_reward`` instead of everything else, below any attempt. With the defaults (c = 1, outcome_coef = 1,
-omission penalty 1, degenerate margin 1) the summed task reward is: passes all 2 > passes some (-2, 0) > fails -2 >
-a stub that implements nothing -3 > empty / crash / kill / hang -4, in every reward mode.
+The reward PPO sees is r_t = m_t (s_t - beta * KL_t) + [t = last] * terminal_t, where ``terminal`` carries an optional
+hybrid scalar (span and dense only), a critic's verdict (its labels then scaled to unit sums, :func:`unit_label_sums`),
+the parse-failure fallback, the missing-EOS penalty and the degenerate reward (docs/ppo.md, "A critic's verdict").
 """
 
 from __future__ import annotations
@@ -61,10 +44,8 @@ def place_on_last(scores: Tensor, mask: Tensor) -> Tensor:  # (B,), (B, T) -> (B
 def omission_labels(
     missing: Tensor, mask: Tensor, penalty: float, placement: OmissionPlacement
 ) -> Tensor:  # (B, T) counts, (B, T) -> (B, T)
-    """o_t: ``-penalty`` per missing item, at its anchor token (``missing[b, t]`` items belong at t) or at the end.
-
-    Anchors outside the mask are moved to the last valid token, so no omission is ever lost to padding.
-    """
+    """o_t: ``-penalty`` per missing item, at its anchor token (``missing[b, t]`` items belong at t) or at the end;
+    anchors on padding move to the last valid token, so no omission is lost."""
     m = mask.to(missing.dtype)
     if placement == "end":
         return place_on_last(-penalty * missing.sum(dim=1), mask)
@@ -78,11 +59,9 @@ def unit_label_sums(labels: Tensor, mask: Tensor) -> Tensor:  # (B, T) -> (B, T)
     """Labels scaled per row so the positive ones sum to +1 and the negative ones to -1 (rows without either keep 0)."""
     m = mask.to(labels.dtype)
     pos, neg = (labels.clamp(min=0) * m), (labels.clamp(max=0) * m)
-    pos_sum = pos.sum(dim=1, keepdim=True)
-    neg_sum = -neg.sum(dim=1, keepdim=True)
-    return pos / pos_sum.where(pos_sum > 0, torch.ones_like(pos_sum)) + neg / neg_sum.where(
-        neg_sum > 0, torch.ones_like(neg_sum)
-    )
+    pos_sum, neg_sum = pos.sum(dim=1, keepdim=True), -neg.sum(dim=1, keepdim=True)
+    one = torch.ones_like(pos_sum)
+    return pos / pos_sum.where(pos_sum > 0, one) + neg / neg_sum.where(neg_sum > 0, one)
 
 
 def span_rewards(labels: Tensor, mask: Tensor, coef: float) -> Tensor:  # (B, T) -> (B, T)

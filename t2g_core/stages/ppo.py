@@ -33,10 +33,10 @@ def train(
 ) -> PolicyRef:
     """Train (or resume) PPO; the adapter is in ``adapter_dir``, the held-out prompts in ``run_dir/eval.parquet``.
     ``api_key`` (handed in by the caller, never stored) serves ``reward_source=endpoint``."""
-    from t2g_core.critique_loop import loop_factory, write_replay
+    from t2g_core.critique_loop import write_replay
     from t2g_core.ppo.checkpoint import latest_checkpoint
     from t2g_core.ppo.distributed import rank_and_world
-    from t2g_core.ppo.run import prepare_run, run_from_dir
+    from t2g_core.ppo.run import prepare_run
 
     if settings.uses_reward_model and reward_model_path(settings, reward_model) is None:
         raise ValueError("ppo.reward_source=reward_model needs a trained reward model (or ppo.reward_model_path)")
@@ -56,12 +56,9 @@ def train(
         else:
             ctx.log(f"PPO resumes from {latest.name} of {settings.ppo.steps} steps ({run_dir})")
         ctx.tracker.log_input(feedback, "feedback", "training")
-        hook = loop_factory(api_key=api_key, progress=ctx.on_progress) if loop_on else None
-        resumed = latest is not None
-        result = run_from_dir(
-            run_dir, resume=resumed, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress, hook=hook
+        return _run(
+            run_dir, ctx, api_key, reward_facts(settings, reward_model), resume=latest is not None, loop_on=loop_on
         )
-        return _finish(result, ctx, reward_facts(settings, reward_model))
 
 
 class WeakRewardModel(GateFailed, ValueError):
@@ -84,9 +81,8 @@ def reward_model_metrics(settings: PPOSettings, reward_model: RewardModelRef | N
 
 
 def reward_model_shortfalls(metrics: dict[str, float], gate) -> list[str]:
-    """Each held-out metric below its floor, as 'metric = value < ppo.reward_model_gate.floor'. On the policy's own
-    text when the reward model was tested on it (``policy_*``: held-out policy samples), else on the dataset's
-    items; with ground truth (demo data) the poor-span F1 and each flaw type's recall count, without it the
+    """Each held-out metric below its floor, as 'metric = value < ppo.reward_model_gate.floor': on the policy's own
+    text (``policy_*``) when measured there; with ground truth the poor-span F1 and each flaw's recall, else the
     agreement with the annotator."""
     prefix = "policy_" if any(k.startswith("policy_") for k in metrics) else ""
     if f"{prefix}truth_poor_char_f1" in metrics:
@@ -146,21 +142,24 @@ def run_reward_stats(history: list[dict]) -> dict[str, float]:
 
 def resume(run_dir: str | Path, ctx: StageContext, *, api_key: str | None = None) -> PolicyRef:
     """Continue the run in ``run_dir`` from its latest checkpoint, exactly as if it had not stopped."""
-    from t2g_core.critique_loop import loop_factory
-    from t2g_core.ppo.run import read_settings, run_from_dir
+    from t2g_core.ppo.run import read_settings
 
     settings = read_settings(run_dir)
-    hook = loop_factory(api_key=api_key, progress=ctx.on_progress) if settings.critique_loop()[0] else None
     with one_writer(Path(run_dir), ctx.run_id or f"t2g ppo resume {run_dir}"):
-        result = run_from_dir(
-            run_dir, resume=True, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress, hook=hook
-        )
-        return _finish(result, ctx, {"source": settings.ppo.reward_source})
+        reward = {"source": settings.ppo.reward_source}
+        return _run(run_dir, ctx, api_key, reward, resume=True, loop_on=settings.critique_loop()[0])
 
 
-def _finish(result, ctx: StageContext, reward: dict[str, float | str]) -> PolicyRef:
+def _run(run_dir, ctx: StageContext, api_key: str | None, reward: dict, *, resume: bool, loop_on: bool) -> PolicyRef:
+    """Train the run in ``run_dir`` (watched by the critique loop when ``loop_on``) and describe the policy."""
+    from t2g_core.critique_loop import loop_factory
     from t2g_core.ppo.report import write_heatmap_index
+    from t2g_core.ppo.run import run_from_dir
 
+    hook = loop_factory(api_key=api_key, progress=ctx.on_progress) if loop_on else None
+    result = run_from_dir(
+        run_dir, resume=resume, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress, hook=hook
+    )
     run_dir = Path(result.run_dir)
     ctx.tracker.log_artifact(run_dir / "history.json")
     index = write_heatmap_index(run_dir / "heatmaps")
@@ -184,8 +183,7 @@ def _finish(result, ctx: StageContext, reward: dict[str, float | str]) -> Policy
 
 
 def refreshed_model(refreshed: dict, history: list[dict]) -> dict:
-    """A reward model the critique loop refreshed: its folder, round, step, and the audit of that round
-    (``critique_loop/*`` of that step)."""
+    """A reward model the critique loop refreshed: folder, round, step, and that round's ``critique_loop/*`` audit."""
     row = next((h for h in history if h.get("step") == refreshed["step"]), {})
     prefix = "critique_loop/"
     audit = {k.removeprefix(prefix): float(v) for k, v in row.items() if k.startswith(prefix)}

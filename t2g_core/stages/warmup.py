@@ -1,10 +1,8 @@
 """Warm-up stage: the policy before PPO, supervised on the reference responses of the training prompts.
 
-The training prompts are those PPO trains on: the feedback split by ``holdout`` exactly as PPO splits it
-(``t2g_core.feedback.split_prompts``), so the warm-up never sees a held-out prompt or its reference. The stage
-returns the models with ``policy`` replaced by the merged warmed-up model (``<checkpoints/warmup>/<key>/policy``):
-PPO starts from it and keeps it as its KL reference, and the evaluation's baseline is that policy. A killed warm-up
-resumes from its last checkpoint; a finished one is reused (the folder is keyed by this stage's key).
+The training prompts are PPO's (the feedback split by ``holdout`` as PPO splits it), so the warm-up never sees a
+held-out prompt. The stage returns the models with ``policy`` replaced by the merged warmed-up model, PPO's start and
+KL reference and the evaluation's baseline; a killed warm-up resumes, a finished one is reused.
 """
 
 from __future__ import annotations
@@ -27,14 +25,9 @@ def warm_up(feedback: ArtifactRef, models: ModelsRef, settings: WarmupSettings, 
         f"({pairs.no_reference} without a reference, {pairs.too_long} above warmup.max_length), {cfg.steps} steps"
     )
     with ctx.own_folder("checkpoints/warmup", fresh=True) as run_dir:  # a second writer fails, naming the holder
+        dtype = resolve_dtype(settings.models.dtype)
         result = train_warmup(
-            cfg,
-            models.policy,
-            pairs,
-            run_dir,
-            dtype=resolve_dtype(settings.models.dtype),
-            tracker=ctx.tracker,
-            on_progress=ctx.on_progress,
+            cfg, models.policy, pairs, run_dir, dtype=dtype, tracker=ctx.tracker, on_progress=ctx.on_progress
         )
     how = f", resumed from {result.resumed_from}" if result.resumed_from else ""
     loss = f", loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}" if result.losses else ""

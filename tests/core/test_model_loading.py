@@ -115,7 +115,7 @@ def test_auto_dtype_is_float32_on_the_cpu():
 
 def test_the_ppo_policy_loads_a_hub_id_in_bfloat16_with_float32_trainable_weights(hf_home):
     from t2g_core.config.lora import LoRA
-    from t2g_core.ppo.models import forward_response, load_policy
+    from t2g_core.ppo.models import load_policy
 
     bundle = load_policy(
         "org/name",
@@ -132,5 +132,5 @@ def test_the_ppo_policy_loads_a_hub_id_in_bfloat16_with_float32_trainable_weight
     q = torch.randint(5, 100, (2, 6))
     r = torch.randint(5, 100, (2, 4))
     ones = torch.ones_like(r, dtype=torch.bool)
-    logprobs, values = forward_response(bundle, q, torch.ones_like(q, dtype=torch.bool), r, ones, 1.0)
+    logprobs, values = bundle.model(q, torch.ones_like(q, dtype=torch.bool), r, ones, 1.0)
     assert logprobs.dtype == torch.float32 and values.dtype == torch.float32 and bool((logprobs < 0).all())

@@ -11,7 +11,7 @@ import t2g_core.ppo.trainer as trainer_module
 import t2g_core.ppo.update as update_module
 from t2g_core.config.lora import LoRA
 from t2g_core.ppo import CriticSource, PPOTrainer
-from t2g_core.ppo.models import CRITIC_ADAPTER, ActorCritic, forward_response, load_policy
+from t2g_core.ppo.models import CRITIC_ADAPTER, ActorCritic, load_policy
 from t2g_core.rl.logprobs import selective_logprobs, selective_logprobs_and_entropy, token_entropy
 from tests.core.test_ppo_trainer import EdgeWordsCritic, _cfg, _prompts
 
@@ -199,15 +199,15 @@ def test_lora_critic_is_a_second_adapter_on_the_policys_base(tiny_model_dir, tmp
     batch = (q, torch.ones_like(q, dtype=torch.bool), r, torch.ones_like(r, dtype=torch.bool), 0.8)
     torch.nn.init.normal_(lora.value.head.weight, std=0.1)
     with torch.no_grad():
-        lp0, v0 = forward_response(lora, *batch)
+        lp0, v0 = lora.model(*batch)
         for n, p in lora.policy.named_parameters():  # move the critic's adapter only
             if f".{CRITIC_ADAPTER}." in n and "lora_B" in n:
                 torch.nn.init.normal_(p, std=0.1)
-        lp1, v1 = forward_response(lora, *batch)
+        lp1, v1 = lora.model(*batch)
         for n, p in lora.policy.named_parameters():  # then the policy's
             if ".default." in n and "lora_B" in n:
                 torch.nn.init.normal_(p, std=0.1)
-        lp2, v2 = forward_response(lora, *batch)
+        lp2, v2 = lora.model(*batch)
     assert torch.equal(lp0, lp1) and not torch.allclose(v0, v1, atol=1e-4)  # the critic's adapter moves values only
     assert torch.equal(v1, v2) and not torch.allclose(lp1, lp2, atol=1e-4)  # the policy's moves log-probs only
     assert all(p.requires_grad for n, p in lora.policy.named_parameters() if "lora_" in n)  # both still train

@@ -174,7 +174,6 @@ def test_the_hf_backend_samples_the_set_and_distribution_the_log_probs_use(trunc
     """transformers' warpers (with the model's own generation_config.json overridden) and the chunked log-prob
     pass agree on the sampling distribution: log softmax of generate's scores at the drawn token is the old
     log-prob the trainer stores."""
-    from t2g_core.ppo.models import forward_response
     from t2g_core.ppo.sampling import response_mask_after_eos
     from t2g_core.rl.logprobs import truncate_
 
@@ -194,7 +193,7 @@ def test_the_hf_backend_samples_the_set_and_distribution_the_log_probs_use(trunc
     drawn = torch.log_softmax(scores, -1).gather(-1, new[..., None]).squeeze(-1)
     assert torch.isfinite(drawn[mask]).all()  # nothing outside the set was drawn
     with torch.no_grad():
-        old, _ = forward_response(bundle, enc["input_ids"], enc["attention_mask"].bool(), new, mask, cfg.sampling)
+        old, _ = bundle.model(enc["input_ids"], enc["attention_mask"].bool(), new, mask, cfg.sampling)
     assert torch.allclose(old[mask], drawn[mask], atol=1e-4)
 
 
@@ -214,7 +213,6 @@ def test_the_reference_is_truncated_alike_so_the_kl_starts_at_zero_and_stays_fin
     """The KL penalty compares the two models as they would be sampled: the reference's log-probs use the same
     temperature, top-k and top-p over its own set, so at the start (policy = reference) every token's KL is 0; a
     token outside the reference's set keeps a finite log-prob, renormalised over that set and the token."""
-    from t2g_core.ppo.models import forward_response
     from t2g_core.rl import per_token_kl
 
     bundle, cfg = _bundle(tiny_model_dir), PPOConfig(sampling=TRUNCATED)
@@ -224,8 +222,8 @@ def test_the_reference_is_truncated_alike_so_the_kl_starts_at_zero_and_stays_fin
     ro = _rollout(enc, ids, tok)
     args, m = (ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask), ro.response_mask
     with torch.no_grad():
-        policy, _ = forward_response(bundle, *args, cfg.sampling)
-        ref, _ = forward_response(bundle, *args, cfg.sampling, reference=True)
+        policy, _ = bundle.model(*args, cfg.sampling)
+        ref, _ = bundle.model(*args, cfg.sampling, reference=True)
     assert torch.equal(per_token_kl(policy, ref, m, "k1"), torch.zeros_like(policy))  # LoRA B = 0: policy = ref
     scores = _full_logits(bundle, ro).float() / cfg.sampling.temperature  # the reference's logits
     cut = removed_tokens(scores.flatten(0, 1), cfg.sampling.top_k, cfg.sampling.top_p).view(scores.shape)
@@ -236,7 +234,7 @@ def test_the_reference_is_truncated_alike_so_the_kl_starts_at_zero_and_stays_fin
     assert torch.isfinite(ref[m]).all() and torch.allclose(ref[m], expected[m], atol=1e-5)
     torch.nn.init.normal_(next(p for n, p in bundle.policy.named_parameters() if "lora_B" in n), std=0.5)
     with torch.no_grad():
-        moved, _ = forward_response(bundle, *args, cfg.sampling)
+        moved, _ = bundle.model(*args, cfg.sampling)
     kl = per_token_kl(moved, ref, m, "k1")
     assert torch.isfinite(kl).all() and kl[m].abs().max() > 1e-3  # the policy moved: a finite, non-zero penalty
 

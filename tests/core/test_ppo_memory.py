@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from t2g_core.config.lora import LoRA
-from t2g_core.ppo.models import forward_in_micro_batches, forward_response, load_policy
+from t2g_core.ppo.models import forward_in_micro_batches, load_policy
 from t2g_core.rl.logprobs import selective_logprobs, token_logprobs
 
 torch.set_num_threads(1)
@@ -82,7 +82,7 @@ def test_gradient_checkpointing_recomputes_the_layers_and_gives_the_same_gradien
         layer = next(m for m in bundle.policy.modules() if isinstance(m, GradientCheckpointingLayer))
         count = [0]  # calls of a module inside the layer (transformers checkpoints the layer's forward, not its hooks)
         layer.mlp.register_forward_pre_hook(lambda *_, c=count: c.__setitem__(0, c[0] + 1))
-        lp, v = forward_response(bundle, *_batch(bundle), 0.8)
+        lp, v = bundle.model(*_batch(bundle), 0.8)
         (lp.sum() + v.sum()).backward()
         calls[on] = count[0]
         grads[on] = [p.grad.clone() for p in bundle.policy.parameters() if p.requires_grad]
@@ -98,7 +98,7 @@ def test_logit_softcapping_is_applied_after_the_head(tiny_model_dir):
     lm = bundle.model.causal_lm
     lm.config.final_logit_softcapping = 0.5  # tight enough to change every distribution
     with torch.no_grad():
-        got, _ = forward_response(bundle, q, qm, r, rm, 0.8)
+        got, _ = bundle.model(q, qm, r, rm, 0.8)
         ids, attn = torch.cat([q, r], 1), torch.cat([qm, rm], 1).long()
         from t2g_core.rl.logprobs import position_ids_from_mask
 

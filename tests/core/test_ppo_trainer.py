@@ -13,7 +13,7 @@ from t2g_core.config.lora import LoRA
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.policy_prompts import render_policy_prompt
 from t2g_core.ppo import CriticSource, train
-from t2g_core.ppo.models import forward_response, load_policy
+from t2g_core.ppo.models import load_policy
 from t2g_core.ppo.rewards import place_task_rewards, score
 from t2g_core.ppo.rollout import Rollout, batch_rows
 from t2g_core.ppo.sampling import response_mask_after_eos, sample_responses
@@ -125,14 +125,14 @@ def test_left_padding_does_not_change_logprobs_or_values(tiny_model_dir):
     q = torch.randint(5, 200, (1, 7), generator=g)
     r = torch.randint(5, 200, (1, 5), generator=g)
     ones = torch.ones_like(r, dtype=torch.bool)
-    lp_alone, v_alone = forward_response(bundle, q, torch.ones_like(q, dtype=torch.bool), r, ones, 0.7)
+    lp_alone, v_alone = bundle.model(q, torch.ones_like(q, dtype=torch.bool), r, ones, 0.7)
     pad = torch.full((1, 4), bundle.tokenizer.pad_token_id)
     q_pad = torch.cat([pad, q], 1)
     m_pad = torch.cat([torch.zeros(1, 4, dtype=torch.bool), torch.ones_like(q, dtype=torch.bool)], 1)
-    lp_pad, v_pad = forward_response(bundle, q_pad, m_pad, r, ones, 0.7)
+    lp_pad, v_pad = bundle.model(q_pad, m_pad, r, ones, 0.7)
     assert torch.allclose(lp_alone, lp_pad, atol=1e-5) and torch.allclose(v_alone, v_pad, atol=1e-5)
     with torch.no_grad():  # adapter off == base: LoRA B starts at zero, so policy == reference at init
-        lp_ref, _ = forward_response(bundle, q, torch.ones_like(q, dtype=torch.bool), r, ones, 0.7, reference=True)
+        lp_ref, _ = bundle.model(q, torch.ones_like(q, dtype=torch.bool), r, ones, 0.7, reference=True)
     assert torch.allclose(lp_alone, lp_ref, atol=1e-6)
 
 
@@ -152,8 +152,8 @@ def test_sampled_logprobs_match_recomputed_with_temperature_and_padding(tiny_mod
     mask, _ = response_mask_after_eos(ids, tok.eos_token_id)
     q, qm = enc["input_ids"], enc["attention_mask"].bool()
     with torch.no_grad():
-        lp, _ = forward_response(bundle, q, qm, ids, mask, 0.6)
-        lp_wrong_tau, _ = forward_response(bundle, q, qm, ids, mask, 1.0)
+        lp, _ = bundle.model(q, qm, ids, mask, 0.6)
+        lp_wrong_tau, _ = bundle.model(q, qm, ids, mask, 1.0)
     assert torch.allclose(lp[mask], sampled_lp[mask], atol=1e-4)
     assert not torch.allclose(lp_wrong_tau[mask], sampled_lp[mask], atol=1e-2)
     single = sample_responses(
