@@ -15,15 +15,13 @@ shared machine; the mean is kept too); the first repetition of each backend is a
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from testbed import ROOT, results_dir
+from testbed import ROOT, parser, results_dir, save_json
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.policy_prompts import render_policy_prompt
@@ -73,8 +71,7 @@ def measure(backend, model, enc, args, reps: int) -> list[float]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
+    p = parser(__doc__)
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--vocab", type=int, default=32768, help="The model's vocabulary (sampling cost grows with it).")
@@ -125,9 +122,7 @@ def main() -> None:
                 f"{r['mean_tokens_per_s']:.1f})   {r['vs_exact']:.2f}x exact"
             )
     results["config"] = vars(args)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "generation.json").write_text(json.dumps(results, indent=1))
-    print(f"results: {out_dir / 'generation.json'} ({results['device']})")
+    save_json(out_dir / "generation.json", results, note=f" ({results['device']})")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from testbed import ROOT, results_dir
+from testbed import ROOT, parser, results_dir, save_json
 
 from t2g_core.config.ppo import PPOConfig
 
@@ -86,8 +86,7 @@ def run_variant(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
+    p = parser(__doc__)
     p.add_argument("--vocab", type=int, default=128_256, help="Vocabulary size (Llama 3: 128256).")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--tokens", type=int, default=512, help="Response tokens per row.")
@@ -148,10 +147,8 @@ def main() -> None:
         f"{summary['process_peak_ratio']:.3f}x; max |difference| {diff:.2e} "
         f"({'equal' if summary['equal_within_tolerance'] else 'NOT equal'} within tolerance)"
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
     config = {k: v for k, v in vars(args).items() if k not in ("variant", "output")}
-    (out_dir / "logprob_memory.json").write_text(json.dumps({"config": config, **results, **summary}, indent=1))
-    print(f"results: {out_dir / 'logprob_memory.json'}")
+    save_json(out_dir / "logprob_memory.json", {"config": config, **results, **summary})
     if not summary["equal_within_tolerance"]:
         raise SystemExit("the chunked log-probs differ from the full log-softmax")
 

@@ -49,7 +49,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed import PPO_SMOKE_WORK, ROOT, TASKS, curves, results_dir, run_in_processes, write_results
+from testbed import PPO_SMOKE_WORK, ROOT, TASKS, curves, parser, results_dir, run_in_processes, write_results
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.evaluation import sample_efficiency as se
@@ -301,7 +301,7 @@ def summary(result: dict, runs: list[dict]) -> dict:
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, publish=True)
     p.add_argument("--task", default="summarization", choices=tuple(TASKS))
     p.add_argument("--phase", default="all", choices=("tune", "final", "all"))
     p.add_argument(
@@ -337,8 +337,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--runs-per-process", type=int, default=1, help="Runs one worker process does one after another.")
     p.add_argument("--workdir", default=None, help="Default: benchmarks/results/work-ppo-<task>.")
     p.add_argument("--tag", default="", help="Suffix of the result and figure names (e.g. an ablation).")
-    p.add_argument("--publish", action="store_true", help="Copy the summary JSON to docs/results/ (to commit).")
-    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     p.add_argument("--run-specs", dest="specs", default=None, help=argparse.SUPPRESS)
     task, _ = p.parse_known_args()
     p.set_defaults(**TASK_DEFAULTS.get(task.task, {}))

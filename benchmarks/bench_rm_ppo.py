@@ -66,6 +66,7 @@ from testbed import (
     NoisyCritic,
     curves,
     fact_profile,
+    parser,
     results_dir,
     run_in_processes,
     stay_offline,
@@ -463,7 +464,7 @@ def _spread(values: list[float], fmt: str = ".4f") -> str:
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, publish=True)
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--arms", default="oracle,tagger,noisy", help=f"Reward sources, from: {', '.join(SOURCES)}.")
@@ -486,8 +487,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--policy", default=None, help="A warm-started policy folder (e.g. the demo's) instead of building.")
     p.add_argument("--base", default=None, help="Its base folder (a generative reward model starts there).")
     p.add_argument("--reward-models", default="", help="KIND=FOLDER,...: trained reward models (tagger, generative).")
-    p.add_argument("--publish", action="store_true", help="Copy the summary JSON to docs/results/ (to commit).")
-    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     p.add_argument("--run-specs", dest="specs", default=None, help=argparse.SUPPRESS)
     p.add_argument("--paths", default="{}", help=argparse.SUPPRESS)
     args = p.parse_args()

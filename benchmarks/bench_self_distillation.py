@@ -33,7 +33,16 @@ import sys
 import time
 from pathlib import Path
 
-from testbed import PPO_SMOKE_WORK, Summarization, curves, demo_policy, results_dir, run_in_processes, write_results
+from testbed import (
+    PPO_SMOKE_WORK,
+    Summarization,
+    curves,
+    demo_policy,
+    parser,
+    results_dir,
+    run_in_processes,
+    write_results,
+)
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.evaluation import sample_efficiency as se
@@ -220,7 +229,7 @@ def signal_summary(records: list[dict]) -> dict:
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, publish=True)
     p.add_argument("--arms", default=",".join(ARMS), help=f"Comma-separated, from: {', '.join(ARMS)}.")
     p.add_argument("--seeds", type=int, default=3, help="PPO seeds 0..n-1 (data order, LoRA init, sampling).")
     p.add_argument("--steps", type=int, default=24)
@@ -237,8 +246,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--workdir", default=str(results_dir() / "work-self-distillation"))
     p.add_argument("--models", default=str(results_dir() / "work-ppo-summarization"), help="Where the warm start is.")
-    p.add_argument("--publish", action="store_true", help="Copy the summary JSON to docs/results/ (to commit).")
-    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     p.add_argument("--run-specs", dest="specs", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.smoke:

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from testbed import ROOT, results_dir
+from testbed import ROOT, results_dir, save_json
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.policy_prompts import render_policy_prompt
@@ -180,9 +180,7 @@ def main() -> None:
     }
     for key in ("device", "parameters", "dtype", "ppo_steps_per_s", "rollout_tokens_per_s", "peak_memory_gib", "mfu"):
         print(f"{key:22s} {report[key]}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "gpu_smoke.json").write_text(json.dumps(report, indent=1))
-    print(f"results: {out_dir / 'gpu_smoke.json'}")
+    save_json(out_dir / "gpu_smoke.json", report)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ Every script imports it as a sibling package (``from testbed import ...``): Pyth
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import math
@@ -42,6 +43,22 @@ def results_dir(smoke: bool = False) -> Path:
     """Where a benchmark writes its results (``smoke``: the smoke/ subfolder of it)."""
     root = Path(os.environ.get(RESULTS_ENV) or ROOT / "benchmarks" / "results")
     return root / "smoke" if smoke else root
+
+
+def parser(doc: str, publish: bool = False) -> argparse.ArgumentParser:
+    """A benchmark's parser: its docstring as help, ``--smoke`` and (``publish``) ``--publish``."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
+    if publish:
+        p.add_argument("--publish", action="store_true", help="Copy the summary JSON to docs/results/ (to commit).")
+    return p
+
+
+def save_json(path: Path, obj, indent: int = 1, note: str = "") -> None:
+    """Write ``obj`` to ``path`` (its folder made) and say where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=indent), encoding="utf-8")
+    print(f"results: {path}{note}")
 
 
 PUBLISHED = ROOT / "docs" / "results"  # the committed summaries every docs figure is read from
@@ -155,8 +172,6 @@ __all__ = [
 def demo_policy(workdir: str, smoke: bool) -> str:
     """The demo's warm-started summarization policy, built as bench_ppo_sample_efficiency builds it (cached in
     ``workdir``): the shared starting point of the PPO cost benchmarks."""
-    import argparse
-
     build = argparse.Namespace(
         workdir=workdir, sft_steps=5 if smoke else 600, lm_steps=0 if smoke else 300, smoke=smoke
     )
