@@ -105,12 +105,6 @@ class EchoTracker(NullTracker):
                 echo(f"  step {step}: loss {metrics['rm/loss']:.4f}")
 
 
-def BarProgress():  # noqa: N802 - the command line's progress sink
-    """One bar per phase on stderr with the phase's metrics and the time left (``t2g_core.progress.TqdmProgress``)."""
-
-    return TqdmProgress()
-
-
 def join_processes():
     """Under ``accelerate launch`` / torchrun, join the process group before any stage runs (gloo without CUDA,
     NCCL with it); alone, set up one process. The library then reads the same state (``t2g_core.ppo.distributed``).
@@ -127,7 +121,7 @@ def stage_context(stage: str, workspace: Path | str, params: dict, out: Path | N
     ``out`` (a file or folder the user named) or key-addressed in ``workspace``; progress bars when ``progress``."""
 
     key = stage_key(stage, code_digest(f"t2g_core.stages.{stage}"), params)
-    bars = BarProgress() if progress else no_progress
+    bars = TqdmProgress() if progress else no_progress
     kwargs = {"tracker": EchoTracker(), "log": echo, "progress": progress, "on_progress": bars}
     if out is None:
         return StageContext.keyed(workspace, key, **kwargs)

@@ -9,7 +9,6 @@ from pathlib import Path
 import typer
 
 from t2g_cli._common import (
-    BarProgress,
     ConfigOpt,
     SetOpt,
     artifact,
@@ -22,6 +21,7 @@ from t2g_cli._common import (
 )
 from t2g_core.config.stages import RewardModelSettings
 from t2g_core.feedback import load_feedback
+from t2g_core.progress import TqdmProgress
 from t2g_core.stages import reward_model as stage
 
 rm_app = typer.Typer(
@@ -99,7 +99,7 @@ def train(
     ctx = stage_context(
         "reward_model", pipe.workspace.root, {"rm_data": data, "base": base, "settings": settings}, out, progress=False
     )
-    result = stage.fit(data, base, settings, replace(ctx, force=not resume, on_progress=BarProgress()), fb)
+    result = stage.fit(data, base, settings, replace(ctx, force=not resume, on_progress=TqdmProgress()), fb)
     how = f"resumed from {result.resumed_from}" if result.resumed_from else "from scratch"
     took = f"{result.global_step} steps, {how}, {result.train_seconds:.1f} s"
     echo(f"{settings.reward_model.kind}: {result.adapter_dir} ({took})")
