@@ -31,13 +31,10 @@ import platform
 import random
 import re
 import statistics
-import sys
 import time
 from pathlib import Path
 
-from testbed import ROOT, results_dir
-
-sys.path.insert(0, str(ROOT))
+from testbed import results_dir
 
 from t2g_core.spans import align_feedback, labels_for_offsets, token_labels_batch
 from t2g_core.spans.locate import _collapse  # noqa: E402  (the matcher's own word-level normal form)

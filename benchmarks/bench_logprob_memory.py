@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from testbed import ROOT, parser, results_dir, save_json
+from testbed import parser, results_dir, save_json
 
 from t2g_core.config.ppo import PPOConfig
 
@@ -43,7 +43,6 @@ def run_variant(args: argparse.Namespace) -> None:
 
     import torch
 
-    sys.path.insert(0, str(ROOT))
     from t2g_core.rl.logprobs import selective_logprobs, token_logprobs
 
     torch.set_num_threads(1)
@@ -104,8 +103,6 @@ def main() -> None:
         return
 
     import torch
-
-    sys.path.insert(0, str(ROOT))
 
     args.chunk_tokens = args.chunk_tokens or PPOConfig().logprob_chunk_tokens
     args.dtype = args.dtype or ("bfloat16" if torch.cuda.is_available() else "float32")

@@ -30,7 +30,6 @@ import argparse
 import json
 import platform
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -41,7 +40,6 @@ from t2g_core.config import load_config
 from t2g_core.config import stages as settings
 
 stay_offline()
-sys.path.insert(0, str(ROOT))
 
 RECIPE = ROOT / "recipes" / "summarization-smollm2.yaml"
 SMOKE = [  # tiny demo models and a few steps of everything: the script's path, not its figures

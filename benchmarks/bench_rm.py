@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import platform
 import resource
-import sys
 import time
 from pathlib import Path
 
@@ -38,7 +37,6 @@ from testbed import (
     RM_SMOKE_ITEMS,
     RM_SMOKE_OVERRIDES,
     RM_SMOKE_WORK,
-    ROOT,
     parser,
     results_dir,
     save_json,
@@ -48,7 +46,6 @@ from testbed import (
 from t2g_core.config import AnnotateConfig, EvaluateConfig, load_config
 
 stay_offline()
-sys.path.insert(0, str(ROOT))
 RESULTS = results_dir()
 
 VARIANTS = {  # name -> reward_model settings

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import shutil
 import statistics
@@ -66,9 +65,11 @@ from testbed import (
     NoisyCritic,
     curves,
     fact_profile,
+    key_of,
     parser,
     results_dir,
     run_in_processes,
+    run_spec_file,
     stay_offline,
     train_evaluated,
     write_results,
@@ -172,8 +173,7 @@ def prepare(args, srcs: dict[str, Source]) -> dict[str, str]:
     if any(s.matched for s in srcs.values()):
         for seed in range(args.seeds):
             samples, labels = warm_start_labels(args, pipe, str(models.policy), seed)
-            key = hashlib.sha256(json.dumps([args.matched_labels, seed, out["policy"], args.overrides]).encode())
-            folder = work / f"rm-matched-{key.hexdigest()[:10]}"
+            folder = work / f"rm-matched-{key_of([args.matched_labels, seed, out['policy'], args.overrides])}"
             both = pd.concat([fb, samples], ignore_index=True), pd.concat([ann, labels], ignore_index=True)
             out[f"matched{seed}"] = fit_reward_model(pipe, TAGGER, models.policy, *both, folder, set(samples["id"]))
     if any(s.needs == "critique_loop" for s in srcs.values()):  # what a refresh replays: the tagger's own training rows
@@ -323,15 +323,8 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
 
 
 def run_specs(args) -> None:
-    import torch
-
-    torch.set_num_threads(1)
     paths, srcs = json.loads(args.paths), sources(args)
-    for spec in json.loads(Path(args.specs).read_text()):
-        out = Path(spec["out"])
-        if not (out / "run.json").exists():
-            record = run_arm(args, paths, srcs, spec["arm"], spec["seed"], out)
-            (out / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    run_spec_file(args.specs, lambda spec, out: run_arm(args, paths, srcs, spec["arm"], spec["seed"], out))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -522,7 +515,7 @@ def main() -> None:
     flags += [x for o in args.overrides for x in ("--set", o)] + [
         x for o in args.refresh_set for x in ("--refresh-set", o)
     ]
-    key = hashlib.sha256(json.dumps(flags).encode()).hexdigest()[:10]
+    key = key_of(flags)
     specs = [
         {"arm": a, "seed": s, "out": str(Path(args.workdir) / "runs" / key / f"{a}-seed{s}")}
         for s in range(args.seeds)
