@@ -29,7 +29,7 @@ from t2g_env.serving import ServedConfig, ServedInbox, ServedWorkspace
 from tasks import annotate, data
 from tasks.caching import cached
 from tasks.inbox import pending_feedback, scan_inbox
-from tasks.pipeline import close_pipeline_run, close_stale_runs, open_pipeline_run
+from tasks.pipeline import HOOKS
 
 EVENT = "text2grad.feedback.landed"
 RESOURCE_PREFIX = "text2grad.feedback."
@@ -102,13 +102,7 @@ def watch_inbox(
             log(f"inbox watch: {type(exc).__name__}: {exc} (retrying in {interval_s:g} s)")
 
 
-@flow(
-    name="reannotate",
-    on_running=[open_pipeline_run],
-    on_completion=[close_pipeline_run],
-    on_failure=[close_stale_runs, close_pipeline_run],
-    on_crashed=[close_stale_runs, close_pipeline_run],
-)
+@flow(name="reannotate", **HOOKS)
 def reannotate(
     config: ServedConfig = PipelineConfig(),  # noqa: B008
     path: str | None = None,

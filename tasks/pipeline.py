@@ -10,6 +10,7 @@
 - ``record_outputs`` (task): the parent run links every stage output the pipeline used, cached or not.
 - ``close_stale_runs`` (flow hook, on_failure / on_crashed): what the ended attempt left Running is closed at once.
 - ``close_pipeline_run`` (flow hook): the parent run ends FINISHED or FAILED.
+- ``HOOKS``: the three hooks as a pipeline flow takes them.
 """
 
 from __future__ import annotations
@@ -190,6 +191,14 @@ def close_pipeline_run(flow, flow_run, state) -> None:
     if not serving.allowed(cfg):
         return  # refused before it ran (parameter validation): no run was opened for it
     runs.end_pipeline_run(str(flow_run.id), cfg.workspace, "FINISHED" if state.is_completed() else "FAILED")
+
+
+HOOKS = {  # a pipeline flow's hooks: @flow(name=..., **HOOKS)
+    "on_running": [open_pipeline_run],
+    "on_completion": [close_pipeline_run],
+    "on_failure": [close_stale_runs, close_pipeline_run],
+    "on_crashed": [close_stale_runs, close_pipeline_run],
+}
 
 
 @task(name="record-outputs", timeout_seconds=600)
