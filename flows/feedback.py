@@ -58,7 +58,6 @@ def announce(workspace: WorkspaceConfig, inbox: str | None = None, scan: Callabl
 @flow(name="feedback-sensor")
 def feedback_sensor(workspace: ServedWorkspace = WorkspaceConfig(), inbox: ServedInbox = None) -> list[str]:  # noqa: B008
     """Emit one event per new feedback file in the inbox (default ``<workspace>/inbox``); returns their hashes."""
-
     new_files = announce(workspace, inbox, scan=scan_inbox)
     get_run_logger().info("%d new feedback file(s) in %s", len(new_files), inbox or "the workspace inbox")
     return [item["sha256"] for item in new_files]
@@ -86,7 +85,6 @@ def watch_inbox(
 ) -> None:
     """Until ``stop`` is set: announce the inbox's new files once its listing changed and then held still for one
     interval (a file still being written is not hashed half-way). Creates no flow run while nothing arrives."""
-
     folder = inbox or str(Workspace.at(workspace.root).inbox)
     seen, settled = None, None
     while not stop.wait(interval_s):

@@ -58,7 +58,6 @@ def build_data(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Rows (id, split, rm_prompt, rm_target) with the shared prompt builder and a deterministic split."""
-
     pipe = pipeline_config(config, set_)
     settings = RewardModelSettings.from_pipeline(pipe)
     fb, ann = artifact(feedback, "feedback"), artifact(annotations, "annotations")
@@ -89,7 +88,6 @@ def train(
 ) -> None:
     """Fine-tune the base on the train split (generative: loss on the target only; tagger: per-token labels);
     checkpoints every save_steps."""
-
     pipe = pipeline_config(config, set_)
     settings = RewardModelSettings.from_pipeline(pipe)
     data = artifact(rm_data, "rm_data")

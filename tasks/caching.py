@@ -66,7 +66,6 @@ def stage_cache_key(ctx: TaskRunContext, params: dict[str, Any]) -> str:
 def result_problem(value: Any, within: Path | None = None) -> str | None:
     """Why a cached result (a stage reference, a plain-dict artifact reference, or a tuple of them) cannot be
     reused, or None; only its files under ``within`` (the workspace) are checked."""
-
     if hasattr(value, "problem"):
         return value.problem(within)
     if isinstance(value, dict) and {"path", "sha256", "n_rows", "key"} <= set(value):

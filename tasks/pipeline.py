@@ -33,7 +33,6 @@ ACTIVE = ("RUNNING", "PENDING")
 
 def _pipeline_config(flow_run) -> PipelineConfig:
     """The configuration the flow run works with: its ``config`` parameter with its ``preset`` applied."""
-
     params = flow_run.parameters or {}
     raw = params.get("config") or {}
     cfg = raw if isinstance(raw, PipelineConfig) else PipelineConfig.model_validate(raw)
@@ -204,5 +203,4 @@ HOOKS = {  # a pipeline flow's hooks: @flow(name=..., **HOOKS)
 @task(name="record-outputs", timeout_seconds=600)
 def record_outputs(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str | None:
     """Link every stage output (cached or not) to the pipeline's MLflow parent run; returns the parent run id."""
-
     return runs.link_pipeline_outputs(typed_outputs(outputs), workspace, root_flow_run_id())

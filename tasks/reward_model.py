@@ -35,7 +35,6 @@ def train_reward_model(
 ) -> RewardModelRef:
     """Train (on the policy's labelled ``samples`` too, when drawn), evaluate, register (alias ``candidate``) and maybe
     promote (alias ``champion``) the reward model."""
-
     cfg = settings.reward_model
     with stage(
         train_reward_model,
