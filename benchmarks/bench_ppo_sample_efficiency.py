@@ -114,7 +114,6 @@ def ws_name(index: int) -> str:
 
 
 def ppo_config(args, arm: str, tuned: dict, seed: int):
-
     fields = {
         "reward_source": "oracle",
         "steps": args.steps,

@@ -35,7 +35,6 @@ PHASES = ("rollout", "score", "span_labels", "forward", "rewards", "update")
 
 
 def ppo_config(args, **kw):
-
     fields = dict(
         reward_source="oracle",
         steps=10**6,  # a constant learning rate over the benchmark's steps

@@ -143,7 +143,6 @@ def sources(args) -> dict[str, Source]:
 
 
 def _pipeline(args, src: Source | None = None):
-
     return load_config(None, [*(RM_SMOKE_OVERRIDES if args.smoke else []), *args.overrides, *(src.sets if src else [])])
 
 

@@ -56,9 +56,9 @@ def parser(doc: str, publish: bool = False) -> argparse.ArgumentParser:
 
 
 def save_json(path: Path, obj, indent: int = 1, note: str = "") -> None:
-    """Write ``obj`` to ``path`` (its folder made) and say where."""
+    """Write ``obj`` to ``path`` (its folder made; what JSON has no type for as text) and say where."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=indent), encoding="utf-8")
+    path.write_text(json.dumps(obj, indent=indent, default=str), encoding="utf-8")
     print(f"results: {path}{note}")
 
 
