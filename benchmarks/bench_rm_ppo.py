@@ -511,9 +511,8 @@ def main() -> None:
     flags = [*(["--smoke"] if args.smoke else []), "--steps", str(args.steps), "--n-eval", str(args.n_eval)]
     flags += ["--eval-every", str(args.eval_every), "--dense-evals", str(args.dense_evals)]
     flags += ["--drift-steps", ",".join(map(str, args.drift_steps)), "--arms", args.arms, "--paths", json.dumps(paths)]
-    flags += [x for o in args.overrides for x in ("--set", o)] + [
-        x for o in args.refresh_set for x in ("--refresh-set", o)
-    ]
+    flags += [x for o in args.overrides for x in ("--set", o)]
+    flags += [x for o in args.refresh_set for x in ("--refresh-set", o)]
     key = key_of(flags)
     specs = [
         {"arm": a, "seed": s, "out": str(Path(args.workdir) / "runs" / key / f"{a}-seed{s}")}

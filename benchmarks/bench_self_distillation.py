@@ -235,8 +235,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--run-specs", dest="specs", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.smoke:
-        for k, v in SMOKE.items():
-            setattr(args, k, v)
+        args.__dict__.update(SMOKE)
         args.workdir, args.models, args.lm_steps, args.sft_steps = str(PPO_SMOKE_WORK / "sd"), str(PPO_SMOKE_WORK), 0, 5
     return args
 
