@@ -86,17 +86,8 @@ def validation_report(
     workspace: WorkspaceConfig,
 ) -> ValidationRef:
     """Checks + alignment -> report files -> Prefect and MLflow; raises ValidationGateError when a gate fails."""
-    with stage(
-        validation_report,
-        "validate",
-        workspace,
-        annotations=annotations,
-        spans=spans,
-        feedback=feedback,
-        sample=sample,
-        verdicts=verdicts,
-        settings=settings,
-    ) as ctx:
+    inputs = dict(annotations=annotations, spans=spans, feedback=feedback, sample=sample, verdicts=verdicts)
+    with stage(validation_report, "validate", workspace, **inputs, settings=settings) as ctx:
         ref = ctx.produced(validate.check(annotations, spans, feedback, sample, verdicts, settings, ctx))
     publish_report(ref)
     validate.gate(ref)
