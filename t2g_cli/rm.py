@@ -31,6 +31,7 @@ rm_app = typer.Typer(
 BaseOpt = typer.Option(
     ..., "--base", "-b", help="Base model folder or Hugging Face id (its tokenizer renders the prompts)."
 )
+SCORED_FIELDS = ("status", "critique", "good_spans", "poor_spans", "error", "raw")  # per response, after its id
 
 
 def _exists(path: Path) -> Path:
@@ -163,21 +164,8 @@ def score_cmd(
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("w", encoding="utf-8") as fh:
         for row, p in zip(rows, parsed, strict=True):
-            fh.write(
-                json.dumps(
-                    {
-                        "id": row["id"],
-                        "status": p.status,
-                        "critique": p.critique,
-                        "good_spans": p.good_spans,
-                        "poor_spans": p.poor_spans,
-                        "error": p.error,
-                        "raw": p.raw,
-                    },
-                    ensure_ascii=False,
-                )
-                + "\n"
-            )
+            record = {"id": row["id"]} | {k: getattr(p, k) for k in SCORED_FIELDS}
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
     n_ok = sum(p.ok for p in parsed)
     echo(f"scored {len(parsed)} responses ({n_ok} parsed, {len(parsed) - n_ok} failed) -> {output}")
 
