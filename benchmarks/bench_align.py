@@ -31,13 +31,10 @@ import platform
 import random
 import re
 import statistics
-import sys
 import time
 from pathlib import Path
 
-from testbed import ROOT, results_dir
-
-sys.path.insert(0, str(ROOT))
+from testbed import results_dir, save_json
 
 from t2g_core.spans import align_feedback, labels_for_offsets, token_labels_batch
 from t2g_core.spans.locate import _collapse  # noqa: E402  (the matcher's own word-level normal form)
@@ -294,31 +291,16 @@ def main() -> None:
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, shared",
         "python": platform.python_version(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2), encoding="utf-8")
-    for key in (
-        "responses",
-        "tokens_per_response",
-        "spans",
-        "floor_s",
-        "align_s",
-        "label_s",
-        "ratio_to_floor",
-        "ratio_paired_median",
-        "label_only_s",
-        "ratio_by_components",
-        "spans_per_s",
-        "perturbed_recovered_exact_offsets",
-        "exact_at_offsets",
-        "absent_spans",
-        "absent_false_matches",
-    ):
+    save_json(args.out, result, indent=2)
+    shown = "responses tokens_per_response spans floor_s align_s label_s ratio_to_floor ratio_paired_median"
+    shown += " label_only_s ratio_by_components spans_per_s perturbed_recovered_exact_offsets exact_at_offsets"
+    shown += " absent_spans absent_false_matches"
+    for key in shown.split():
         v = result[key]
         print(f"{key:<36} {v:.4g}" if isinstance(v, float) else f"{key:<36} {v}")
     print(f"match mix: {quality['match_mix']}")
     for f in quality["failure_examples"]:
         print("  miss:", json.dumps(f, ensure_ascii=False))
-    print(f"written {args.out}")
 
 
 if __name__ == "__main__":

@@ -238,7 +238,6 @@ def sandbox_overhead(cases: int, repeats: int) -> dict:
 
 def reference_cost(sizes_kb: list[int]) -> list[dict]:
     """Reference-critic seconds per item for responses of growing length."""
-
     row = make_demo_feedback("summarization", 1, seed=3).iloc[0].to_dict()
     row["meta"] = json.loads(row["meta"])
     critic, out = ReferenceCritic(), []
@@ -296,7 +295,6 @@ def main() -> None:
         f"{loc['mutants_caught_by_tests']} caught mutants "
         f"({loc['mutants'] - loc['mutants_caught_by_tests']} survived the tests), {loc['seconds']} s"
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {out}")
 

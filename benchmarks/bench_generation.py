@@ -15,43 +15,15 @@ shared machine; the mean is kept too); the first repetition of each backend is a
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from testbed import ROOT, results_dir
+from testbed import parser, random_llama, results_dir, save_json
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.policy_prompts import render_policy_prompt
-
-
-def build_model(folder: Path, args) -> Path:
-    """A random Llama (vocabulary ``args.vocab``) with the project's BPE tokenizer, saved as an HF folder."""
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    from t2g_core.demo import demo_corpus, make_demo_feedback
-    from t2g_core.models.tiny import train_tokenizer
-
-    tok = train_tokenizer(demo_corpus(make_demo_feedback("summarization", 64, seed=0)), 4096, folder)
-    config = LlamaConfig(
-        vocab_size=max(args.vocab, len(tok)),
-        hidden_size=args.hidden,
-        intermediate_size=args.hidden * 3,
-        num_hidden_layers=args.layers,
-        num_attention_heads=max(args.hidden // 64, 2),
-        tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    return folder
 
 
 def measure(backend, model, enc, args, reps: int) -> list[float]:
@@ -73,8 +45,7 @@ def measure(backend, model, enc, args, reps: int) -> list[float]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
+    p = parser(__doc__)
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--vocab", type=int, default=32768, help="The model's vocabulary (sampling cost grows with it).")
@@ -89,7 +60,6 @@ def main() -> None:
 
     import torch
 
-    sys.path.insert(0, str(ROOT))
     from t2g_core.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
     from t2g_core.ppo.generation import BACKENDS
 
@@ -97,7 +67,9 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     results: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else f"cpu ({args.threads} thread)"}
     with tempfile.TemporaryDirectory() as tmp:
-        folder = build_model(Path(tmp), args)
+        folder = Path(tmp)
+        shape = {"hidden_size": args.hidden, "intermediate_size": args.hidden * 3, "num_hidden_layers": args.layers}
+        random_llama(folder, 4096, vocab=args.vocab, num_attention_heads=max(args.hidden // 64, 2), **shape)
         tok = load_tokenizer(folder)
         dtype = resolve_dtype("auto", device)
         model = load_causal_lm(folder, dtype=dtype, device=device, tokenizer=tok).eval()
@@ -125,9 +97,7 @@ def main() -> None:
                 f"{r['mean_tokens_per_s']:.1f})   {r['vs_exact']:.2f}x exact"
             )
     results["config"] = vars(args)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "generation.json").write_text(json.dumps(results, indent=1))
-    print(f"results: {out_dir / 'generation.json'} ({results['device']})")
+    save_json(out_dir / "generation.json", results, note=f" ({results['device']})")
 
 
 if __name__ == "__main__":

@@ -16,12 +16,10 @@ scaling as a multiple of the bound, and the share of steps that kept an update (
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 from pathlib import Path
 
-from testbed import PPO_SMOKE_WORK, demo_policy, results_dir
+from testbed import PPO_SMOKE_WORK, demo_policy, parser, results_dir, save_json
 
 from t2g_core.config.ppo import PPOConfig
 
@@ -123,9 +121,8 @@ def first_update(args, trainer_for, probe: Probe) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__)
     p.add_argument("--model", "--policy", dest="model", default=None, help="Policy folder (default: the demo's).")
-    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=48)
@@ -166,9 +163,7 @@ def main() -> None:
     probe = Probe()
     out = {"which_rows": which_rows(args, trainer_for, probe), "first_update": first_update(args, trainer_for, probe)}
     out["config"] = vars(args) | {"model": model}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "kl_stop.json").write_text(json.dumps(out, indent=1))
-    print(f"results: {out_dir / 'kl_stop.json'}")
+    save_json(out_dir / "kl_stop.json", out)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from testbed import ROOT, results_dir
+from testbed import parser, results_dir, save_json
 
 from t2g_core.config.ppo import PPOConfig
 
@@ -43,7 +43,6 @@ def run_variant(args: argparse.Namespace) -> None:
 
     import torch
 
-    sys.path.insert(0, str(ROOT))
     from t2g_core.rl.logprobs import selective_logprobs, token_logprobs
 
     torch.set_num_threads(1)
@@ -86,8 +85,7 @@ def run_variant(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
+    p = parser(__doc__)
     p.add_argument("--vocab", type=int, default=128_256, help="Vocabulary size (Llama 3: 128256).")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--tokens", type=int, default=512, help="Response tokens per row.")
@@ -105,8 +103,6 @@ def main() -> None:
         return
 
     import torch
-
-    sys.path.insert(0, str(ROOT))
 
     args.chunk_tokens = args.chunk_tokens or PPOConfig().logprob_chunk_tokens
     args.dtype = args.dtype or ("bfloat16" if torch.cuda.is_available() else "float32")
@@ -148,10 +144,8 @@ def main() -> None:
         f"{summary['process_peak_ratio']:.3f}x; max |difference| {diff:.2e} "
         f"({'equal' if summary['equal_within_tolerance'] else 'NOT equal'} within tolerance)"
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
     config = {k: v for k, v in vars(args).items() if k not in ("variant", "output")}
-    (out_dir / "logprob_memory.json").write_text(json.dumps({"config": config, **results, **summary}, indent=1))
-    print(f"results: {out_dir / 'logprob_memory.json'}")
+    save_json(out_dir / "logprob_memory.json", {"config": config, **results, **summary})
     if not summary["equal_within_tolerance"]:
         raise SystemExit("the chunked log-probs differ from the full log-softmax")
 

@@ -40,7 +40,6 @@ to docs/figures/ (a tagged or smoke run keeps it beside its JSON). ``--publish``
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import json
 import shutil
@@ -49,7 +48,19 @@ import sys
 import time
 from pathlib import Path
 
-from testbed import PPO_SMOKE_WORK, ROOT, TASKS, curves, results_dir, run_in_processes, write_results
+from testbed import (
+    PPO_SMOKE_WORK,
+    ROOT,
+    TASKS,
+    curves,
+    key_of,
+    parser,
+    results_dir,
+    run_in_processes,
+    run_spec_file,
+    shared_flags,
+    write_results,
+)
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.evaluation import sample_efficiency as se
@@ -103,7 +114,6 @@ def ws_name(index: int) -> str:
 
 
 def ppo_config(args, arm: str, tuned: dict, seed: int):
-
     fields = {
         "reward_source": "oracle",
         "steps": args.steps,
@@ -123,23 +133,14 @@ def ppo_config(args, arm: str, tuned: dict, seed: int):
     return PPOConfig(**(fields | arm_settings(arm) | tuned))
 
 
-def run_specs(args) -> None:
-    """The runs listed in the ``--run-specs`` file, one after the other in this process; each writes its run.json."""
-    import torch
-
-    torch.set_num_threads(1)
+def run_one(args, spec: dict, out: Path) -> dict:
     keep = ("task/", "eval/", "kl/", "response/", "ppo/", "value/", "grad/", "policy/", "reward/", "loss/", "lr/")
-    for spec in json.loads(Path(args.specs).read_text()):
-        out = Path(spec["out"])
-        if (out / "run.json").exists():
-            continue
-        cfg = ppo_config(args, spec["arm"], spec["tuned"], spec["seed"])
-        eval_at = se.eval_schedule(args.steps, args.eval_every, args.dense_evals)
-        run = TASKS[spec["task"]](args).fit(cfg, spec["policy"], out, eval_at, keep_at={0, args.steps})
-        shutil.rmtree(out / "checkpoints", ignore_errors=True)
-        history = [{k: v for k, v in h.items() if k == "step" or k.startswith(keep)} for h in run["history"]]
-        record = {**spec, **run, "history": history, "value_model": cfg.value_model}
-        (out / "run.json").write_text(json.dumps(record))
+    cfg = ppo_config(args, spec["arm"], spec["tuned"], spec["seed"])
+    eval_at = se.eval_schedule(args.steps, args.eval_every, args.dense_evals)
+    run = TASKS[spec["task"]](args).fit(cfg, spec["policy"], out, eval_at, keep_at={0, args.steps})
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    history = [{k: v for k, v in h.items() if k == "step" or k.startswith(keep)} for h in run["history"]]
+    return {**spec, **run, "history": history, "value_model": cfg.value_model}
 
 
 def _same_as_tighter_stop(spec: dict) -> dict | None:
@@ -160,11 +161,6 @@ SHARED = ("task", "steps", "batch_size", "minibatches", "max_new_tokens", "eval_
 SHARED += ("workdir", "lm_steps", "sft_steps", "omission_penalty", "code_noise_steps", "code_eval_copies")
 
 
-def _shared_flags(args) -> list[str]:
-    smoke = ["--smoke"] if args.smoke else []
-    return smoke + [x for k in SHARED for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
-
-
 def run_all(args, specs: list[dict]) -> list[dict]:
     """Every run: a finished one (or its twin at a tighter KL stop) is reused, the rest run in subprocesses."""
     for sp in specs:
@@ -172,7 +168,7 @@ def run_all(args, specs: list[dict]) -> list[dict]:
         if not done.exists() and (same := _same_as_tighter_stop(sp)) is not None:
             done.parent.mkdir(parents=True, exist_ok=True)
             done.write_text(json.dumps(same))
-    cmd = [sys.executable, __file__, *_shared_flags(args)]
+    cmd = [sys.executable, __file__, *shared_flags(args, SHARED)]
     return run_in_processes(cmd, specs, args.workdir, args.workers, args.runs_per_process)
 
 
@@ -200,7 +196,7 @@ def spec(args, arm: str, tuned: dict, warm_start: int, policy: Path, seed: int) 
     """One run; its folder is keyed by everything that shapes it (settings, policy, the arm's overrides), so a
     finished run is reused only by an identical one."""
     name = config_name(tuned)
-    key = hashlib.sha256(json.dumps([_shared_flags(args), str(policy), arm_settings(arm)]).encode()).hexdigest()[:10]
+    key = key_of([shared_flags(args, SHARED), str(policy), arm_settings(arm)])
     out = Path(args.workdir) / "runs" / arm.replace(":", "@") / name / key / f"ws{warm_start}-seed{seed}"
     return {
         "task": args.task,
@@ -301,7 +297,7 @@ def summary(result: dict, runs: list[dict]) -> dict:
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, publish=True)
     p.add_argument("--task", default="summarization", choices=tuple(TASKS))
     p.add_argument("--phase", default="all", choices=("tune", "final", "all"))
     p.add_argument(
@@ -337,8 +333,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--runs-per-process", type=int, default=1, help="Runs one worker process does one after another.")
     p.add_argument("--workdir", default=None, help="Default: benchmarks/results/work-ppo-<task>.")
     p.add_argument("--tag", default="", help="Suffix of the result and figure names (e.g. an ablation).")
-    p.add_argument("--publish", action="store_true", help="Copy the summary JSON to docs/results/ (to commit).")
-    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     p.add_argument("--run-specs", dest="specs", default=None, help=argparse.SUPPRESS)
     task, _ = p.parse_known_args()
     p.set_defaults(**TASK_DEFAULTS.get(task.task, {}))
@@ -359,7 +353,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     if args.specs:
-        return run_specs(args)
+        return run_spec_file(args.specs, lambda spec, out: run_one(args, spec, out))
     task = TASKS[args.task](args)
     if args.build_only is not None:
         print(f"warm start {args.build_only}: {task.build_policy(args.build_only)}")

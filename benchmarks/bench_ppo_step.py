@@ -24,12 +24,10 @@ span-specific overhead is span_labels + rewards as a fraction of the step (targe
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 from pathlib import Path
 
-from testbed import PPO_SMOKE_WORK, clock, demo_policy, peak_flops, results_dir
+from testbed import PPO_SMOKE_WORK, clock, demo_policy, parser, peak_flops, results_dir, save_json
 
 from t2g_core.config.ppo import PPOConfig
 
@@ -37,7 +35,6 @@ PHASES = ("rollout", "score", "span_labels", "forward", "rewards", "update")
 
 
 def ppo_config(args, **kw):
-
     fields = dict(
         reward_source="oracle",
         steps=10**6,  # a constant learning rate over the benchmark's steps
@@ -268,7 +265,7 @@ def _kl_bound(text: str) -> float | None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__)
     p.add_argument(
         "--model",
         "--policy",
@@ -277,7 +274,6 @@ def main() -> None:
         help="Policy folder or Hub id (e.g. a converted SmolLM2-135M-Instruct); default: the demo's warm-started "
         "policy, built as bench_ppo_sample_efficiency builds it.",
     )
-    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     p.add_argument("--reps", type=int, default=6, help="Paired (step, bare) repetitions per arm, after a warm-up.")
     p.add_argument("--steps", type=int, default=6, help="Steps per reward mode (part 2).")
     p.add_argument("--batch-size", type=int, default=16)
@@ -316,9 +312,7 @@ def main() -> None:
     if not args.skip_modes:
         out["reward_modes"] = reward_modes(args, model, prompts, source)
     out["config"] = vars(args) | {"model": model, "torch_threads": torch.get_num_threads()}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "ppo_step.json").write_text(json.dumps(out, indent=1))
-    print(f"results: {out_dir / 'ppo_step.json'}")
+    save_json(out_dir / "ppo_step.json", out)
 
 
 if __name__ == "__main__":

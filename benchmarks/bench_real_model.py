@@ -30,18 +30,16 @@ import argparse
 import json
 import platform
 import re
-import sys
 import time
 from pathlib import Path
 
-from testbed import ROOT, SMOKE_TINY_MODELS, results_dir, stay_offline
+from testbed import ROOT, SMOKE_TINY_MODELS, results_dir, save_json, stay_offline
 
 from t2g_core.codehash import code_digest
 from t2g_core.config import load_config
 from t2g_core.config import stages as settings
 
 stay_offline()
-sys.path.insert(0, str(ROOT))
 
 RECIPE = ROOT / "recipes" / "summarization-smollm2.yaml"
 SMOKE = [  # tiny demo models and a few steps of everything: the script's path, not its figures
@@ -278,15 +276,12 @@ def main() -> None:
         },
         "config": cfg.model_dump(mode="json", by_alias=True, exclude={"workspace", "placement", "timeouts"}),
     }
-    folder = results_dir(args.smoke)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "bench_real_model.json").write_text(json.dumps(out, indent=2, default=str), encoding="utf-8")
+    save_json(results_dir(args.smoke) / "bench_real_model.json", out, indent=2)
     for policy in ("base", "warm_start", *modes):
         print(
             f"{policy:11s} " + " ".join(f"{k}={v:.3f}" for k, v in _means(evaluation, policy).items() if v is not None)
         )
     print(json.dumps(out["ppo"], indent=1))
-    print(f"-> {folder / 'bench_real_model.json'}")
 
 
 if __name__ == "__main__":

@@ -27,20 +27,25 @@ policy and the reward-model base) instead of the tiny demo models:
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import resource
-import sys
 import time
 from pathlib import Path
 
-from testbed import RM_SMOKE_ITEMS, RM_SMOKE_OVERRIDES, RM_SMOKE_WORK, ROOT, results_dir, stay_offline
+from testbed import (
+    RM_SMOKE_ITEMS,
+    RM_SMOKE_OVERRIDES,
+    RM_SMOKE_WORK,
+    parser,
+    results_dir,
+    save_json,
+    stay_offline,
+)
 
 from t2g_core.config import AnnotateConfig, EvaluateConfig, load_config
 
 stay_offline()
-sys.path.insert(0, str(ROOT))
 RESULTS = results_dir()
 
 VARIANTS = {  # name -> reward_model settings
@@ -150,7 +155,7 @@ def evaluate_variant(name, cfg, result, rm_eval, fb_eval, align_cfg, samples) ->
 
 
 def parse_args():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--items", type=int, default=1024, help="Annotated demo items to train on (seed 0).")
     ap.add_argument("--eval-items", type=int, default=200, help="Held-out demo items (seed 99).")
     ap.add_argument("--policy-samples", type=int, default=200, help="Policy samples the tagger also scores.")
@@ -160,7 +165,6 @@ def parse_args():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="PipelineConfig override.")
     ap.add_argument("--work", type=Path, default=RESULTS / "bench_rm_work")
-    ap.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     args = ap.parse_args()
     if args.smoke:  # each kind once, a handful of items, one thread (the suite runs it beside another test)
         args.items, args.eval_items, args.policy_samples, args.variants = RM_SMOKE_ITEMS, 4, 2, "tagger,generative"
@@ -223,11 +227,8 @@ def main() -> None:
         "data": {"train_items": args.items, "eval_items": args.eval_items, "eval_seed": 99, "train_seed": 0},
         "config": pipe.reward_model.model_dump(mode="json"),
     }
-    results = results_dir(args.smoke)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / f"{args.name}.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
     print(json.dumps(out["baselines"], indent=1))
-    print(f"-> {results / f'{args.name}.json'}")
+    save_json(results_dir(args.smoke) / f"{args.name}.json", out, indent=2)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import shutil
 import statistics
@@ -66,8 +65,11 @@ from testbed import (
     NoisyCritic,
     curves,
     fact_profile,
+    key_of,
+    parser,
     results_dir,
     run_in_processes,
+    run_spec_file,
     stay_offline,
     train_evaluated,
     write_results,
@@ -141,7 +143,6 @@ def sources(args) -> dict[str, Source]:
 
 
 def _pipeline(args, src: Source | None = None):
-
     return load_config(None, [*(RM_SMOKE_OVERRIDES if args.smoke else []), *args.overrides, *(src.sets if src else [])])
 
 
@@ -171,8 +172,7 @@ def prepare(args, srcs: dict[str, Source]) -> dict[str, str]:
     if any(s.matched for s in srcs.values()):
         for seed in range(args.seeds):
             samples, labels = warm_start_labels(args, pipe, str(models.policy), seed)
-            key = hashlib.sha256(json.dumps([args.matched_labels, seed, out["policy"], args.overrides]).encode())
-            folder = work / f"rm-matched-{key.hexdigest()[:10]}"
+            folder = work / f"rm-matched-{key_of([args.matched_labels, seed, out['policy'], args.overrides])}"
             both = pd.concat([fb, samples], ignore_index=True), pd.concat([ann, labels], ignore_index=True)
             out[f"matched{seed}"] = fit_reward_model(pipe, TAGGER, models.policy, *both, folder, set(samples["id"]))
     if any(s.needs == "critique_loop" for s in srcs.values()):  # what a refresh replays: the tagger's own training rows
@@ -322,15 +322,8 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
 
 
 def run_specs(args) -> None:
-    import torch
-
-    torch.set_num_threads(1)
     paths, srcs = json.loads(args.paths), sources(args)
-    for spec in json.loads(Path(args.specs).read_text()):
-        out = Path(spec["out"])
-        if not (out / "run.json").exists():
-            record = run_arm(args, paths, srcs, spec["arm"], spec["seed"], out)
-            (out / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    run_spec_file(args.specs, lambda spec, out: run_arm(args, paths, srcs, spec["arm"], spec["seed"], out))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -463,7 +456,7 @@ def _spread(values: list[float], fmt: str = ".4f") -> str:
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, publish=True)
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--arms", default="oracle,tagger,noisy", help=f"Reward sources, from: {', '.join(SOURCES)}.")
@@ -486,8 +479,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--policy", default=None, help="A warm-started policy folder (e.g. the demo's) instead of building.")
     p.add_argument("--base", default=None, help="Its base folder (a generative reward model starts there).")
     p.add_argument("--reward-models", default="", help="KIND=FOLDER,...: trained reward models (tagger, generative).")
-    p.add_argument("--publish", action="store_true", help="Copy the summary JSON to docs/results/ (to commit).")
-    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     p.add_argument("--run-specs", dest="specs", default=None, help=argparse.SUPPRESS)
     p.add_argument("--paths", default="{}", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -520,10 +511,9 @@ def main() -> None:
     flags = [*(["--smoke"] if args.smoke else []), "--steps", str(args.steps), "--n-eval", str(args.n_eval)]
     flags += ["--eval-every", str(args.eval_every), "--dense-evals", str(args.dense_evals)]
     flags += ["--drift-steps", ",".join(map(str, args.drift_steps)), "--arms", args.arms, "--paths", json.dumps(paths)]
-    flags += [x for o in args.overrides for x in ("--set", o)] + [
-        x for o in args.refresh_set for x in ("--refresh-set", o)
-    ]
-    key = hashlib.sha256(json.dumps(flags).encode()).hexdigest()[:10]
+    flags += [x for o in args.overrides for x in ("--set", o)]
+    flags += [x for o in args.refresh_set for x in ("--refresh-set", o)]
+    key = key_of(flags)
     specs = [
         {"arm": a, "seed": s, "out": str(Path(args.workdir) / "runs" / key / f"{a}-seed{s}")}
         for s in range(args.seeds)

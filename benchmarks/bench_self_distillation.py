@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import shutil
 import statistics
@@ -33,7 +32,19 @@ import sys
 import time
 from pathlib import Path
 
-from testbed import PPO_SMOKE_WORK, Summarization, curves, demo_policy, results_dir, run_in_processes, write_results
+from testbed import (
+    PPO_SMOKE_WORK,
+    Summarization,
+    curves,
+    demo_policy,
+    key_of,
+    parser,
+    results_dir,
+    run_in_processes,
+    run_spec_file,
+    shared_flags,
+    write_results,
+)
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.evaluation import sample_efficiency as se
@@ -126,39 +137,23 @@ def signal(args, policy: str, seed: int) -> dict:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def run_specs(args) -> None:
-    import torch
-
-    torch.set_num_threads(1)
+def run_one(args, spec: dict, out: Path) -> dict:
+    if spec["arm"] == "signal":
+        return {**spec, "signal": signal(args, spec["policy"], spec["seed"])}
     keep = ("eval/", "sd/", "time/", "reward/", "kl/", "task/", "response/")
-    for spec in json.loads(Path(args.specs).read_text()):
-        out = Path(spec["out"])
-        if (out / "run.json").exists():
-            continue
-        if spec["arm"] == "signal":
-            record = {**spec, "signal": signal(args, spec["policy"], spec["seed"])}
-        else:
-            cfg = ppo_config(args, spec["arm"], spec["seed"])
-            eval_at = se.eval_schedule(args.steps, 2, dense=8)
-            run = Summarization(args).fit(cfg, spec["policy"], out, eval_at)
-            shutil.rmtree(out / "checkpoints", ignore_errors=True)
-            history = [{k: v for k, v in h.items() if k == "step" or k.startswith(keep)} for h in run["history"]]
-            record = {**spec, **run, "history": history, "responses": {}}
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "run.json").write_text(json.dumps(record))
+    cfg = ppo_config(args, spec["arm"], spec["seed"])
+    run = Summarization(args).fit(cfg, spec["policy"], out, se.eval_schedule(args.steps, 2, dense=8))
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    history = [{k: v for k, v in h.items() if k == "step" or k.startswith(keep)} for h in run["history"]]
+    return {**spec, **run, "history": history, "responses": {}}
 
 
 SHARED = ("steps", "batch_size", "max_new_tokens", "n_eval", "lr", "value_model", "teacher", "weight")
 SHARED += ("signal_prompts", "workdir", "smoke", "lm_steps", "sft_steps")
 
 
-def _flags(args) -> list[str]:
-    flags = ["--smoke"] if args.smoke else []
-    return flags + [x for k in SHARED if k != "smoke" for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
-
-
 def spec(args, arm: str, seed: int, policy: str) -> dict:
-    key = hashlib.sha256(json.dumps([_flags(args), policy, ARMS.get(arm)]).encode()).hexdigest()[:10]
+    key = key_of([shared_flags(args, SHARED), policy, ARMS.get(arm)])
     return {"arm": arm, "seed": seed, "policy": policy, "out": str(Path(args.workdir) / "runs" / arm / key / str(seed))}
 
 
@@ -220,7 +215,7 @@ def signal_summary(records: list[dict]) -> dict:
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, publish=True)
     p.add_argument("--arms", default=",".join(ARMS), help=f"Comma-separated, from: {', '.join(ARMS)}.")
     p.add_argument("--seeds", type=int, default=3, help="PPO seeds 0..n-1 (data order, LoRA init, sampling).")
     p.add_argument("--steps", type=int, default=24)
@@ -237,13 +232,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--workdir", default=str(results_dir() / "work-self-distillation"))
     p.add_argument("--models", default=str(results_dir() / "work-ppo-summarization"), help="Where the warm start is.")
-    p.add_argument("--publish", action="store_true", help="Copy the summary JSON to docs/results/ (to commit).")
-    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     p.add_argument("--run-specs", dest="specs", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.smoke:
-        for k, v in SMOKE.items():
-            setattr(args, k, v)
+        args.__dict__.update(SMOKE)
         args.workdir, args.models, args.lm_steps, args.sft_steps = str(PPO_SMOKE_WORK / "sd"), str(PPO_SMOKE_WORK), 0, 5
     return args
 
@@ -251,13 +243,14 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     if args.specs:
-        return run_specs(args)
+        return run_spec_file(args.specs, lambda spec, out: run_one(args, spec, out))
     arms = args.arms.split(",")
     policy = demo_policy(args.models, args.smoke)
     t0 = time.time()
     seeds = range(args.seeds)
     specs = [spec(args, "signal", s, policy) for s in seeds] + [spec(args, a, s, policy) for a in arms for s in seeds]
-    records = run_in_processes([sys.executable, __file__, *_flags(args)], specs, args.workdir, args.workers, 1)
+    cmd = [sys.executable, __file__, *shared_flags(args, SHARED)]
+    records = run_in_processes(cmd, specs, args.workdir, args.workers, 1)
     runs = [r for r in records if r["arm"] != "signal"]
     table = {a: arm_summary([r for r in runs if r["arm"] == a], args.steps) for a in arms}
     result = {

@@ -21,13 +21,11 @@ differences the two cannot share are printed with the results.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import tempfile
 from pathlib import Path
 
-from testbed import PPO_SMOKE_WORK, clock, demo_policy, results_dir
+from testbed import PPO_SMOKE_WORK, clock, demo_policy, parser, results_dir, save_json
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.policy_prompts import render_policy_prompt
@@ -249,14 +247,13 @@ def summarise(args, rec: dict, updates: int) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__)
     p.add_argument(
         "--model",
         default=None,
         help="Policy folder (e.g. a converted SmolLM2-135M-Instruct); default: the demo's warm-started policy, built "
         "as bench_ppo_sample_efficiency builds it.",
     )
-    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     p.add_argument("--rollouts", type=int, default=8, help="Paired rollouts after a warm-up one.")
     p.add_argument("--samples", type=int, default=16, help="Samples per rollout.")
     p.add_argument("--group-size", type=int, default=4, help="Samples per prompt (TRL, grpo, rloo).")
@@ -290,9 +287,7 @@ def main() -> None:
     print("differences that cannot be removed:\n- " + "\n- ".join(DIFFERENCES))
     out["differences"] = DIFFERENCES
     out["config"] = vars(args) | {"model": model, "torch_threads": torch.get_num_threads()}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "vs_trl.json").write_text(json.dumps(out, indent=1))
-    print(f"results: {out_dir / 'vs_trl.json'}")
+    save_json(out_dir / "vs_trl.json", out)
 
 
 if __name__ == "__main__":

@@ -22,24 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-from testbed import ROOT, results_dir
+from testbed import peak_flops, random_llama, results_dir, save_json
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.policy_prompts import render_policy_prompt
-
-PEAK_BF16_TFLOPS = {  # dense, no sparsity; the first name found in torch.cuda.get_device_name() wins
-    "H200": 989.4,
-    "H100 PCIe": 756.0,
-    "H100": 989.4,
-    "A100": 312.0,
-    "L40S": 362.1,
-    "A10G": 125.0,
-    "L4": 121.0,
-}
 
 
 class EdgeWordsCritic:
@@ -54,52 +43,10 @@ class EdgeWordsCritic:
         return ParsedFeedback(critique="edges", good_spans=[words[-1]], poor_spans=[words[0]])
 
 
-def build_model(folder: Path, smoke: bool) -> tuple[Path, int]:
-    """The tokenizer and a random Llama (``smoke``: a tiny one) saved in ``folder``; returns (folder, parameters)."""
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    from t2g_core.demo import demo_corpus, make_demo_feedback
-    from t2g_core.models.tiny import train_tokenizer
-
-    tok = train_tokenizer(demo_corpus(make_demo_feedback("summarization", 64, seed=0)), 8192, folder)
-    shape = (
-        dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-        if smoke
-        else dict(  # Llama-3.2-1B's shape
-            hidden_size=2048,
-            intermediate_size=8192,
-            num_hidden_layers=16,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-        )
-    )
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        **shape,
-    )
-    torch.manual_seed(0)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16 if device == "cuda" else torch.float32)
-    model.save_pretrained(folder, safe_serialization=True)
-    return folder, sum(p.numel() for p in model.parameters())
-
-
-def peak_tflops(override: float | None) -> float | None:
-    import torch
-
-    if override:
-        return override
-    if not torch.cuda.is_available():
-        return None
-    name = torch.cuda.get_device_name()
-    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+LLAMA_1B = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32)
+LLAMA_1B |= dict(num_key_value_heads=8)  # Llama-3.2-1B's shape
+SMOKE_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+SMOKE_SHAPE |= dict(num_key_value_heads=2)
 
 
 def main() -> None:
@@ -117,7 +64,6 @@ def main() -> None:
 
     import torch
 
-    sys.path.insert(0, str(ROOT))
     if not torch.cuda.is_available() and not args.smoke:
         raise SystemExit("no CUDA device here: gpu_smoke.py measures a GPU (run --smoke for the CPU check)")
     if args.smoke:
@@ -146,7 +92,12 @@ def main() -> None:
     )
     prompts = make_demo_feedback("summarization", max(args.batch_size * 2, 8), seed=3)
     with tempfile.TemporaryDirectory() as tmp:
-        folder, n_params = build_model(Path(tmp) / "model", args.smoke)
+        folder, device = Path(tmp) / "model", "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        shape = SMOKE_SHAPE if args.smoke else LLAMA_1B
+        model = random_llama(folder, 8192, device=device, dtype=dtype, max_position_embeddings=4096, **shape)
+        n_params = sum(p.numel() for p in model.parameters())
+        del model
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         critic = CriticSource(EdgeWordsCritic())
@@ -162,7 +113,7 @@ def main() -> None:
     response_tokens = statistics.fmean(h["response/length"] for h in hist) * args.batch_size
     tokens = response_tokens + prompt_tokens * args.batch_size  # per step, all sequences
     flops = (2 * n_params * tokens) * 3 + 4 * n_params * tokens * args.ppo_epochs
-    peak = peak_tflops(args.peak_tflops)
+    peak = args.peak_tflops or (table / 1e12 if (table := peak_flops()) else None)
     report = {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (smoke: not GPU figures)",
         "parameters": n_params,
@@ -180,9 +131,7 @@ def main() -> None:
     }
     for key in ("device", "parameters", "dtype", "ppo_steps_per_s", "rollout_tokens_per_s", "peak_memory_gib", "mfu"):
         print(f"{key:22s} {report[key]}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "gpu_smoke.json").write_text(json.dumps(report, indent=1))
-    print(f"results: {out_dir / 'gpu_smoke.json'}")
+    save_json(out_dir / "gpu_smoke.json", report)
 
 
 if __name__ == "__main__":

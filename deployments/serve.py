@@ -50,7 +50,6 @@ def form_defaults(workspace: str) -> dict:
     """The ``config`` parameter the text2grad deployment is registered with: only this workspace. Every other field
     shows the code's defaults in the UI form (the ones `t2g run` and `t2g demo` use), so a deployment registered
     before a config field was added or renamed still starts."""
-
     root = str(Path(workspace).resolve())
     return {"workspace": PipelineConfig.model_validate({"workspace": {"root": root}}).workspace.model_dump(mode="json")}
 
@@ -66,7 +65,6 @@ def serve_policy(
     workspace: str, endpoints: list[str], key_envs: list[str], input_roots: list[str] = (), hub_ids: bool = False
 ):
     """The policy the served flow runs check their parameters against (``t2g_core.serving``)."""
-
     served = form_defaults(workspace)["workspace"]
     return ServePolicy(
         workspace_root=served["root"],

@@ -29,7 +29,7 @@ from t2g_env.serving import ServedConfig, ServedInbox, ServedWorkspace
 from tasks import annotate, data
 from tasks.caching import cached
 from tasks.inbox import pending_feedback, scan_inbox
-from tasks.pipeline import close_pipeline_run, close_stale_runs, open_pipeline_run
+from tasks.pipeline import HOOKS
 
 EVENT = "text2grad.feedback.landed"
 RESOURCE_PREFIX = "text2grad.feedback."
@@ -58,7 +58,6 @@ def announce(workspace: WorkspaceConfig, inbox: str | None = None, scan: Callabl
 @flow(name="feedback-sensor")
 def feedback_sensor(workspace: ServedWorkspace = WorkspaceConfig(), inbox: ServedInbox = None) -> list[str]:  # noqa: B008
     """Emit one event per new feedback file in the inbox (default ``<workspace>/inbox``); returns their hashes."""
-
     new_files = announce(workspace, inbox, scan=scan_inbox)
     get_run_logger().info("%d new feedback file(s) in %s", len(new_files), inbox or "the workspace inbox")
     return [item["sha256"] for item in new_files]
@@ -86,7 +85,6 @@ def watch_inbox(
 ) -> None:
     """Until ``stop`` is set: announce the inbox's new files once its listing changed and then held still for one
     interval (a file still being written is not hashed half-way). Creates no flow run while nothing arrives."""
-
     folder = inbox or str(Workspace.at(workspace.root).inbox)
     seen, settled = None, None
     while not stop.wait(interval_s):
@@ -102,13 +100,7 @@ def watch_inbox(
             log(f"inbox watch: {type(exc).__name__}: {exc} (retrying in {interval_s:g} s)")
 
 
-@flow(
-    name="reannotate",
-    on_running=[open_pipeline_run],
-    on_completion=[close_pipeline_run],
-    on_failure=[close_stale_runs, close_pipeline_run],
-    on_crashed=[close_stale_runs, close_pipeline_run],
-)
+@flow(name="reannotate", **HOOKS)
 def reannotate(
     config: ServedConfig = PipelineConfig(),  # noqa: B008
     path: str | None = None,

@@ -53,7 +53,6 @@ def _step(task, config: PipelineConfig, stage: str, forced: list[str] | None):
 @flow(name="feedback", **RESULTS)
 def feedback(config: ServedConfig, forced: list[str] | None = None) -> ArtifactRef:
     """The feedback artifact: the demo data, the configured source, or the dataset's latest version."""
-
     if config.data.source == LATEST:
         return latest_version(config.workspace)
     return _step(data.materialise_feedback, config, "feedback", forced)(
@@ -65,7 +64,6 @@ def feedback(config: ServedConfig, forced: list[str] | None = None) -> ArtifactR
 def models(config: ServedConfig, feedback: ServedRef[ArtifactRef], forced: list[str] | None = None) -> ModelsRef:
     """The base models: built locally for the feedback's task (tiny; for any version of the feedback dataset, from
     its first version, so new feedback reuses them), or the named ones."""
-
     return _step(data.build_models, config, "models", forced)(
         models_feedback(config.workspace, feedback), settings_for("models", config), config.workspace
     )
@@ -76,7 +74,6 @@ def annotate(config: ServedConfig, feedback: ServedRef[ArtifactRef], forced: lis
     """Critiques and quoted good/poor spans for every feedback item; they become version 1 of the datasets. The stage
     first checks that every item has what the annotator needs (a reference, tests, a critique, an endpoint). With
     ``data.source: latest`` the annotations re-annotation made for that version are reused (unless refreshed)."""
-
     settings = settings_for("annotate", config)
     reuse = config.data.source == LATEST and "annotate" not in (forced or [])
     annotations = annotations_covering(config.workspace, feedback) if reuse else None
@@ -97,7 +94,6 @@ def align_and_validate(
     forced: list[str] | None = None,
 ) -> tuple[ArtifactRef, ValidationRef]:
     """Quoted spans -> character offsets; a review sample, its verdicts, the gates (a failed gate fails the run)."""
-
     ws, settings = config.workspace, settings_for("validate", config)
     spans = _step(tasks.align.align, config, "align", forced)(
         feedback, annotations, models, settings_for("align", config), ws
@@ -128,7 +124,6 @@ def reward_model(
 ) -> RewardModelRef:
     """The reward model on the validated annotations (and the policy's labelled samples, when drawn); registered in
     MLflow (candidate, maybe champion)."""
-
     settings = settings_for("reward_model", config)
     return _step(tasks.reward_model.train_reward_model, config, "reward_model", forced)(
         feedback, annotations, spans, validation, models, settings, config.workspace, samples
@@ -144,7 +139,6 @@ def warmup(
 ) -> ModelsRef:
     """The policy before PPO, supervised on the training prompts' references (``warmup``); PPO starts from it and
     keeps it as its KL reference."""
-
     return _step(tasks.warmup.warm_up, config, "warmup", forced)(
         feedback, models, settings_for("warmup", config), config.workspace
     )
@@ -159,7 +153,6 @@ def policy_samples(
 ) -> PolicySamplesRef:
     """The policy PPO starts from, sampled on training prompts, its responses labelled by the annotator
     (``policy_samples``): data for the reward model on the text it will score."""
-
     settings = settings_for("policy_samples", config)
     return _step(tasks.policy_samples.sample_task(settings), config, "policy_samples", forced)(
         feedback, models, settings, config.workspace
@@ -175,7 +168,6 @@ def ppo(
     forced: list[str] | None = None,
 ) -> PolicyRef:
     """PPO from the policy before PPO with the configured reward source; the adapter is registered in MLflow."""
-
     settings = settings_for("ppo", config)
     used = reward_model if settings.uses_reward_model else None  # the oracle and an endpoint need none
     return _step(tasks.ppo.train_policy, config, "ppo", forced)(feedback, models, used, settings, config.workspace)
@@ -190,7 +182,6 @@ def evaluate(
     forced: list[str] | None = None,
 ) -> EvaluationRef:
     """The policy before PPO against the PPO policy on held-out prompts, with paired bootstrap intervals."""
-
     return _step(tasks.evaluate.evaluate_policy, config, "evaluate", forced)(
         feedback, models, policy, settings_for("evaluate", config), config.workspace
     )

@@ -21,16 +21,10 @@ from t2g_core.config.presets import with_preset
 from t2g_core.stages.registry import downstream
 from t2g_env.serving import ServedConfig
 from tasks.outcome import publish_outcome
-from tasks.pipeline import close_pipeline_run, close_stale_runs, open_pipeline_run, record_outputs
+from tasks.pipeline import HOOKS, record_outputs
 
 
-@flow(
-    name="text2grad",
-    on_running=[open_pipeline_run],
-    on_completion=[close_pipeline_run],
-    on_failure=[close_stale_runs, close_pipeline_run],
-    on_crashed=[close_stale_runs, close_pipeline_run],
-)
+@flow(name="text2grad", **HOOKS)
 def text2grad(
     preset: Preset = "full",
     config: ServedConfig = PipelineConfig(),  # noqa: B008

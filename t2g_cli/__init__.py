@@ -33,6 +33,5 @@ _register()
 
 
 def main() -> None:
-
     quiet_libraries()
     app()

@@ -52,7 +52,6 @@ def recipe_hint(folder: Path = RECIPES) -> str:
 def one_line(exc: ValidationError, model: type | None = None) -> str:
     """Every problem of a pydantic validation error on one line: ``ppo.stepz: Extra inputs are not permitted``, with
     the closest field name of ``model`` when a key is unknown (``did you mean ppo.steps?``)."""
-
     parts = []
     for e in exc.errors():
         msg = e["msg"].removeprefix("Value error, ")
@@ -105,12 +104,6 @@ class EchoTracker(NullTracker):
                 echo(f"  step {step}: loss {metrics['rm/loss']:.4f}")
 
 
-def BarProgress():  # noqa: N802 - the command line's progress sink
-    """One bar per phase on stderr with the phase's metrics and the time left (``t2g_core.progress.TqdmProgress``)."""
-
-    return TqdmProgress()
-
-
 def join_processes():
     """Under ``accelerate launch`` / torchrun, join the process group before any stage runs (gloo without CUDA,
     NCCL with it); alone, set up one process. The library then reads the same state (``t2g_core.ppo.distributed``).
@@ -125,9 +118,8 @@ def join_processes():
 def stage_context(stage: str, workspace: Path | str, params: dict, out: Path | None = None, *, progress: bool = True):
     """The context a command runs stage ``stage`` in: its key from the stage's code and ``params``; outputs at
     ``out`` (a file or folder the user named) or key-addressed in ``workspace``; progress bars when ``progress``."""
-
     key = stage_key(stage, code_digest(f"t2g_core.stages.{stage}"), params)
-    bars = BarProgress() if progress else no_progress
+    bars = TqdmProgress() if progress else no_progress
     kwargs = {"tracker": EchoTracker(), "log": echo, "progress": progress, "on_progress": bars}
     if out is None:
         return StageContext.keyed(workspace, key, **kwargs)
@@ -136,7 +128,6 @@ def stage_context(stage: str, workspace: Path | str, params: dict, out: Path | N
 
 def artifact(path: Path, schema: str):
     """A reference to an artifact folder or data file named on the command line (exit 2 when it does not exist)."""
-
     if not path.exists():
         fail(f"{path}: no such file or folder")
     return ArtifactRef.of(path, schema)

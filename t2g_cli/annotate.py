@@ -59,7 +59,6 @@ def annotate(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Annotate every item; print counts per status, tokens and cost. The API key comes from the env var in config."""
-
     pcfg = pipeline_config(
         config, [*(set_ or []), *_overrides(annotator, base_url, model, concurrency, mode, only_failed)]
     )

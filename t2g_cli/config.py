@@ -39,14 +39,12 @@ def show(
 @config_app.command("schema")
 def schema() -> None:
     """Print the JSON schema of PipelineConfig (what the Prefect UI renders as the run form)."""
-
     echo(json.dumps(PipelineConfig.model_json_schema(by_alias=True), indent=2))
 
 
 @config_app.command("stages")
 def stages() -> None:
     """Print which configuration sections each stage reads (its cache key); the others re-run nothing."""
-
     for stage in STAGES:
         also = "".join(f" + {extra}" for extra in stage.settings.ALSO_READS)
         echo(f"{stage.name:<14} {', '.join(stage.sections)}{also}")

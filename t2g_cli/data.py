@@ -34,7 +34,6 @@ def demo(
     ),
 ) -> None:
     """Write demo feedback in the feedback schema; `meta` holds facts, gold spans and flaws."""
-
     if output.suffix not in SUFFIXES:
         fail(f"{output}: the output must end in .parquet, .jsonl or .csv")
     if human_critiques:

@@ -39,7 +39,6 @@ def import_(
     workspace: Path = typer.Option(Path("t2g-workspace"), help="Workspace folder."),
 ) -> None:
     """Validate feedback and store it as an immutable `feedback` artifact in the workspace; prints its path."""
-
     settings = FeedbackSettings(data=DataConfig(source=str(path.resolve())))
     source = SourceRef.of(settings.data)
     ref = feedback.materialise(

@@ -9,7 +9,6 @@ from pathlib import Path
 import typer
 
 from t2g_cli._common import (
-    BarProgress,
     ConfigOpt,
     SetOpt,
     artifact,
@@ -22,6 +21,7 @@ from t2g_cli._common import (
 )
 from t2g_core.config.stages import RewardModelSettings
 from t2g_core.feedback import load_feedback
+from t2g_core.progress import TqdmProgress
 from t2g_core.stages import reward_model as stage
 
 rm_app = typer.Typer(
@@ -31,6 +31,7 @@ rm_app = typer.Typer(
 BaseOpt = typer.Option(
     ..., "--base", "-b", help="Base model folder or Hugging Face id (its tokenizer renders the prompts)."
 )
+SCORED_FIELDS = ("status", "critique", "good_spans", "poor_spans", "error", "raw")  # per response, after its id
 
 
 def _exists(path: Path) -> Path:
@@ -58,7 +59,6 @@ def build_data(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Rows (id, split, rm_prompt, rm_target) with the shared prompt builder and a deterministic split."""
-
     pipe = pipeline_config(config, set_)
     settings = RewardModelSettings.from_pipeline(pipe)
     fb, ann = artifact(feedback, "feedback"), artifact(annotations, "annotations")
@@ -89,7 +89,6 @@ def train(
 ) -> None:
     """Fine-tune the base on the train split (generative: loss on the target only; tagger: per-token labels);
     checkpoints every save_steps."""
-
     pipe = pipeline_config(config, set_)
     settings = RewardModelSettings.from_pipeline(pipe)
     data = artifact(rm_data, "rm_data")
@@ -99,7 +98,7 @@ def train(
     ctx = stage_context(
         "reward_model", pipe.workspace.root, {"rm_data": data, "base": base, "settings": settings}, out, progress=False
     )
-    result = stage.fit(data, base, settings, replace(ctx, force=not resume, on_progress=BarProgress()), fb)
+    result = stage.fit(data, base, settings, replace(ctx, force=not resume, on_progress=TqdmProgress()), fb)
     how = f"resumed from {result.resumed_from}" if result.resumed_from else "from scratch"
     took = f"{result.global_step} steps, {how}, {result.train_seconds:.1f} s"
     echo(f"{settings.reward_model.kind}: {result.adapter_dir} ({took})")
@@ -165,21 +164,8 @@ def score_cmd(
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("w", encoding="utf-8") as fh:
         for row, p in zip(rows, parsed, strict=True):
-            fh.write(
-                json.dumps(
-                    {
-                        "id": row["id"],
-                        "status": p.status,
-                        "critique": p.critique,
-                        "good_spans": p.good_spans,
-                        "poor_spans": p.poor_spans,
-                        "error": p.error,
-                        "raw": p.raw,
-                    },
-                    ensure_ascii=False,
-                )
-                + "\n"
-            )
+            record = {"id": row["id"]} | {k: getattr(p, k) for k in SCORED_FIELDS}
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
     n_ok = sum(p.ok for p in parsed)
     echo(f"scored {len(parsed)} responses ({n_ok} parsed, {len(parsed) - n_ok} failed) -> {output}")
 

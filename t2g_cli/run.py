@@ -150,7 +150,6 @@ def lineage(
 
 
 def _print_summary(cfg, result: dict, where: dict, seconds: float) -> None:
-
     for line in summary_lines(cfg, result, where, seconds):
         echo(line)
 

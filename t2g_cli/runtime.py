@@ -104,7 +104,6 @@ def start_temporary_prefect(timeout_s: float = 180.0) -> str:
     Two commands starting at once in one workspace would both create and migrate the same new SQLite database (one
     of them then fails on "duplicate column"); the database's lock is held until this server answers, so the second
     start waits and finds the database migrated."""
-
     home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect")
     home.mkdir(parents=True, exist_ok=True)
     with folder_lock(home / "prefect.db", f"a Prefect server starting (pid {os.getpid()})", wait_s=timeout_s):

@@ -124,5 +124,4 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
 
 
 def _mlflow_page(run_id: str | None, tracking_uri: str, server: str | None = None) -> str:
-
     return run_page(run_id, tracking_uri, server)

@@ -50,7 +50,6 @@ def _ui_verdicts(sample, settings):
 
 def _verdicts(mode: str, sample, inputs: tuple, settings, verdicts: Path | None):
     """Verdicts on ``sample`` from the chosen review, or None when the review is pending or skipped."""
-
     if mode == "auto":
         return stage.auto_review(sample, *inputs)
     if mode == "offline":
@@ -83,7 +82,6 @@ def validate(
     set_: list[str] = SetOpt,
 ) -> None:
     """Check annotations + spans against the gates, run the human-alignment review, write the report."""
-
     cfg = pipeline_config(config, [*(set_ or []), *([f"validate.review={review}"] if review else [])])
     settings = ValidateSettings.from_pipeline(cfg)
     mode = settings.validate_.review
@@ -151,7 +149,6 @@ def review_export(
     set_: list[str] = SetOpt,
 ) -> None:
     """Draw the stratified review sample and write the HTML review page and the JSONL sheet."""
-
     cfg = pipeline_config(config, set_)
     settings = ValidateSettings.from_pipeline(cfg)
     inputs = (artifact(annotations, "annotations"), artifact(spans, "spans"), artifact(feedback, "feedback"))

@@ -15,7 +15,6 @@ from t2g_core.stages.refs import SourceRef
 def prepared(cfg, *, warm_up: bool):
     """The feedback and the models of ``cfg`` (built once per key, like the pipeline's stages); with ``warm_up``, the
     models' policy is the warmed-up one (``warmup`` settings, keyed and reused like the pipeline's stage)."""
-
     ws = cfg.workspace.root
     source, data = SourceRef.of(cfg.data), FeedbackSettings.from_pipeline(cfg)
     built_with = ModelsSettings.from_pipeline(cfg)

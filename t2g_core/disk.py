@@ -38,12 +38,10 @@ def _chain(exc: BaseException):
 
 def is_disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` or anything in its chain says the disk is full."""
-    for e in _chain(exc):
-        if isinstance(e, DiskFull) or (isinstance(e, OSError) and e.errno in NO_SPACE):
-            return True
-        if SQLITE_FULL in str(e):
-            return True
-    return False
+    return any(
+        isinstance(e, DiskFull) or (isinstance(e, OSError) and e.errno in NO_SPACE) or SQLITE_FULL in str(e)
+        for e in _chain(exc)
+    )
 
 
 def free_bytes(folder: str | Path) -> int | None:

@@ -30,23 +30,8 @@ class Tracker(Protocol):
     def log_params(self, params: Mapping[str, str]) -> None: ...
 
 
-class NullTracker:
-    """Discards everything (the default)."""
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        return None
-
-    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        return None
-
-    def log_input(self, ref: ArtifactRef, name: str, context: str) -> None:
-        return None
-
-    def log_output(self, ref: ArtifactRef, name: str) -> None:
-        return None
-
-    def log_params(self, params: Mapping[str, str]) -> None:
-        return None
+class NullTracker(Tracker):
+    """Discards everything (the default): it keeps the protocol's methods, which do nothing."""
 
 
 class MemoryTracker:

@@ -21,7 +21,6 @@ from tasks.stage import stage
 
 def _annotate(feedback: ArtifactRef, settings: AnnotateSettings, workspace: WorkspaceConfig) -> ArtifactRef:
     """One annotations row per feedback item (failures are statuses, never dropped rows)."""
-
     with stage(_annotate, "annotate", workspace, feedback=feedback, settings=settings) as ctx:
         return ctx.produced(annotate.annotate(feedback, settings, ctx, api_key=api_key(settings)))
 
@@ -38,7 +37,6 @@ def annotate_task(settings: AnnotateSettings):
 @task(name="unannotated", **stage_task_options())
 def unannotated(feedback: ArtifactRef, annotations: ArtifactRef | None, workspace: WorkspaceConfig) -> ArtifactRef:
     """The items of ``feedback`` that ``annotations`` does not cover (every item when there are none)."""
-
     with stage(unannotated, "unannotated", workspace, feedback=feedback, annotations=annotations) as ctx:
         return ctx.produced(annotate.unannotated(feedback, annotations, ctx))
 
@@ -46,6 +44,5 @@ def unannotated(feedback: ArtifactRef, annotations: ArtifactRef | None, workspac
 @task(name="merge-annotations", **stage_task_options())
 def merge_annotations(previous: ArtifactRef | None, delta: ArtifactRef, workspace: WorkspaceConfig) -> ArtifactRef:
     """The previous annotations plus the new items' (a newer row for an id replaces the older one)."""
-
     with stage(merge_annotations, "merge_annotations", workspace, previous=previous, delta=delta) as ctx:
         return ctx.produced(annotate.merge(previous, delta, ctx))

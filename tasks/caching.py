@@ -39,6 +39,11 @@ if TYPE_CHECKING:
 RESULTS_DIR = "prefect-results"
 CACHE_EXPIRATION = timedelta(days=90)
 NOT_IN_KEY = ("workspace",)  # where outputs go, not what they are
+_CACHE_OPTIONS: dict[str, Any] = {
+    "cache_expiration": CACHE_EXPIRATION,
+    "persist_result": True,
+    "result_serializer": "json",
+}
 _blocks: dict[str, str] = {}
 
 
@@ -61,7 +66,6 @@ def stage_cache_key(ctx: TaskRunContext, params: dict[str, Any]) -> str:
 def result_problem(value: Any, within: Path | None = None) -> str | None:
     """Why a cached result (a stage reference, a plain-dict artifact reference, or a tuple of them) cannot be
     reused, or None; only its files under ``within`` (the workspace) are checked."""
-
     if hasattr(value, "problem"):
         return value.problem(within)
     if isinstance(value, dict) and {"path", "sha256", "n_rows", "key"} <= set(value):
@@ -124,11 +128,9 @@ def cached(
         options = {"timeout_seconds": limit_s, "on_failure": [_explain_timeout(on_limit)]}
     return task.with_options(
         cache_key_fn=stage_cache_key,
-        cache_expiration=CACHE_EXPIRATION,
-        persist_result=True,
-        result_serializer="json",
         result_storage=results_block(workspace_root),
         refresh_cache=refresh,
+        **_CACHE_OPTIONS,
         **options,
     )
 
@@ -176,13 +178,7 @@ def stage_task_options(
     Flows re-apply :func:`cached` so that results land in the run's workspace; this default keeps the same key
     when a task is called on its own.
     """
-    opts: dict[str, Any] = {
-        "cache_key_fn": stage_cache_key,
-        "cache_expiration": CACHE_EXPIRATION,
-        "persist_result": True,
-        "result_serializer": "json",
-        "timeout_seconds": timeout_s,
-    }
+    opts: dict[str, Any] = {"cache_key_fn": stage_cache_key, **_CACHE_OPTIONS, "timeout_seconds": timeout_s}
     if retries:
         opts.update(retries=retries, retry_delay_seconds=retry_delays or [10, 60, 300][:retries])
     return opts

@@ -16,7 +16,6 @@ from tasks.stage import stage
 @task(name="feedback", **stage_task_options())
 def materialise_feedback(source: SourceRef, settings: FeedbackSettings, workspace: WorkspaceConfig) -> ArtifactRef:
     """Demo data, a dataset adapter or a user's file -> an immutable, validated ``feedback`` artifact."""
-
     with stage(materialise_feedback, "feedback", workspace, source=source, settings=settings) as ctx:
         return ctx.produced(feedback.materialise(source, settings, ctx))
 
@@ -24,7 +23,6 @@ def materialise_feedback(source: SourceRef, settings: FeedbackSettings, workspac
 @task(name="models", **stage_task_options())
 def build_models(feedback: ArtifactRef, settings: ModelsSettings, workspace: WorkspaceConfig) -> ModelsRef:
     """The tiny base and warm-started policy for the feedback's task (built once), or the named models."""
-
     with stage(build_models, "models", workspace, feedback=feedback, settings=settings) as ctx:
         return ctx.produced(models.build(feedback, settings, ctx))
 
@@ -32,7 +30,6 @@ def build_models(feedback: ArtifactRef, settings: ModelsSettings, workspace: Wor
 @task(name="append-feedback", **stage_task_options())
 def append_feedback(new_file: ArtifactRef, current: ArtifactRef | None, workspace: WorkspaceConfig) -> ArtifactRef:
     """The next version of the feedback dataset: ``current`` plus the items of ``new_file`` it lacks."""
-
     with stage(append_feedback, "append_feedback", workspace, new_file=new_file, current=current) as ctx:
         version, _delta = feedback.append(new_file, current, ctx)
         return ctx.produced(version)

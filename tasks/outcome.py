@@ -51,7 +51,6 @@ def _summary(outputs: dict[str, Any]) -> dict | None:
 def _promotion(policy: Any) -> tuple[str, bool]:
     """(``policy version 2: promoted to champion``, promoted) from the registry's champion alias (a version left out
     names the champion it did not beat)."""
-
     version = getattr(policy, "version", None)
     if not version:
         return "the policy was not registered", False
@@ -111,7 +110,6 @@ def _where(outputs: dict[str, Any]) -> list[str]:
 
 
 def outcome_markdown(result: Outcome, promotion: str, outputs: dict, stage_rows: list[str], workspace) -> str:
-
     summary = _summary(outputs)
     md = [f"# {result.headline()}", "", f"**{promotion}**", ""]
     reward = getattr(outputs.get("reward_model"), "metrics", None) or {}

@@ -10,6 +10,7 @@
 - ``record_outputs`` (task): the parent run links every stage output the pipeline used, cached or not.
 - ``close_stale_runs`` (flow hook, on_failure / on_crashed): what the ended attempt left Running is closed at once.
 - ``close_pipeline_run`` (flow hook): the parent run ends FINISHED or FAILED.
+- ``HOOKS``: the three hooks as a pipeline flow takes them.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ ACTIVE = ("RUNNING", "PENDING")
 
 def _pipeline_config(flow_run) -> PipelineConfig:
     """The configuration the flow run works with: its ``config`` parameter with its ``preset`` applied."""
-
     params = flow_run.parameters or {}
     raw = params.get("config") or {}
     cfg = raw if isinstance(raw, PipelineConfig) else PipelineConfig.model_validate(raw)
@@ -192,8 +192,15 @@ def close_pipeline_run(flow, flow_run, state) -> None:
     runs.end_pipeline_run(str(flow_run.id), cfg.workspace, "FINISHED" if state.is_completed() else "FAILED")
 
 
+HOOKS = {  # a pipeline flow's hooks: @flow(name=..., **HOOKS)
+    "on_running": [open_pipeline_run],
+    "on_completion": [close_pipeline_run],
+    "on_failure": [close_stale_runs, close_pipeline_run],
+    "on_crashed": [close_stale_runs, close_pipeline_run],
+}
+
+
 @task(name="record-outputs", timeout_seconds=600)
 def record_outputs(outputs: dict[str, Any], workspace: WorkspaceConfig) -> str | None:
     """Link every stage output (cached or not) to the pipeline's MLflow parent run; returns the parent run id."""
-
     return runs.link_pipeline_outputs(typed_outputs(outputs), workspace, root_flow_run_id())

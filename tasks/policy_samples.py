@@ -22,7 +22,6 @@ def _sample(
     feedback: ArtifactRef, models: ModelsRef, settings: PolicySamplesSettings, workspace: WorkspaceConfig
 ) -> PolicySamplesRef:
     """The policy's responses to training prompts and the annotator's rows for them."""
-
     with stage(_sample, "policy_samples", workspace, feedback=feedback, models=models, settings=settings) as ctx:
         return ctx.produced(policy_samples.sample(feedback, models, settings, ctx, api_key=api_key(settings)))
 

@@ -34,7 +34,6 @@ def train_policy(
     workspace: WorkspaceConfig,
 ) -> PolicyRef:
     """PPO with the configured reward source; returns the adapter, run folder and registered version."""
-
     used_rm = reward_model if settings.uses_reward_model else None
     with stage(
         train_policy, "ppo", workspace, feedback=feedback, models=models, reward_model=reward_model, settings=settings

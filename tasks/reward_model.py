@@ -35,20 +35,9 @@ def train_reward_model(
 ) -> RewardModelRef:
     """Train (on the policy's labelled ``samples`` too, when drawn), evaluate, register (alias ``candidate``) and maybe
     promote (alias ``champion``) the reward model."""
-
     cfg = settings.reward_model
-    with stage(
-        train_reward_model,
-        "reward_model",
-        workspace,
-        feedback=feedback,
-        annotations=annotations,
-        spans=spans,
-        validation=validation,
-        models=models,
-        settings=settings,
-        samples=samples,
-    ) as ctx:
+    inputs = dict(feedback=feedback, annotations=annotations, spans=spans, validation=validation, models=models)
+    with stage(train_reward_model, "reward_model", workspace, **inputs, settings=settings, samples=samples) as ctx:
         ref = reward_model.train(feedback, annotations, spans, validation, models, settings, ctx, samples)
         params = {**cfg.model_dump(mode="json"), "base_model": ref.base, "rm_data_sha256": ref.rm_data.sha256}
         kind = "span-tagger" if ref.kind == "tagger" else "peft-adapter"

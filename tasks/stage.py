@@ -60,7 +60,6 @@ def stage(fn: Any, name: str, workspace: WorkspaceConfig, **params: Any) -> Iter
     """Run one stage's work inside its MLflow run with its key-addressed context. A full disk, in whatever disguise
     it surfaces (a file write's ENOSPC, SQLite's "database or disk is full" behind SQLAlchemy's autoflush message),
     is raised as :class:`~t2g_core.disk.DiskFull` naming the workspace and its free space."""
-
     try:
         with _stage(fn, name, workspace, **params) as ctx:
             yield ctx

@@ -47,7 +47,6 @@ def draw_review_sample(
     workspace: WorkspaceConfig,
 ) -> ReviewSampleRef:
     """Stratified, seeded review sample, saved as ``sample.json`` with its offline page and sheet."""
-
     with stage(
         draw_review_sample,
         "review_sample",
@@ -65,14 +64,12 @@ def auto_review(
     sample: ReviewSampleRef, annotations: ArtifactRef, spans: ArtifactRef, feedback: ArtifactRef
 ) -> dict | None:
     """The programmatic reviewer: judge the sample against feedback meta.gold_spans (None without ground truth)."""
-
     return validate.auto_review(sample, annotations, spans, feedback)
 
 
 @task(name="import-verdicts", **stage_task_options())
 def import_verdicts(sample: ReviewSampleRef, verdicts_path: str) -> dict:
     """Offline review: the verdict file downloaded from the review page (or the filled JSONL sheet), checked."""
-
     verdicts = load_verdicts(verdicts_path)
     check_verdicts(load_sample(sample.sample), verdicts, verdicts_path)
     return verdicts.model_dump(mode="json")
@@ -89,18 +86,8 @@ def validation_report(
     workspace: WorkspaceConfig,
 ) -> ValidationRef:
     """Checks + alignment -> report files -> Prefect and MLflow; raises ValidationGateError when a gate fails."""
-
-    with stage(
-        validation_report,
-        "validate",
-        workspace,
-        annotations=annotations,
-        spans=spans,
-        feedback=feedback,
-        sample=sample,
-        verdicts=verdicts,
-        settings=settings,
-    ) as ctx:
+    inputs = dict(annotations=annotations, spans=spans, feedback=feedback, sample=sample, verdicts=verdicts)
+    with stage(validation_report, "validate", workspace, **inputs, settings=settings) as ctx:
         ref = ctx.produced(validate.check(annotations, spans, feedback, sample, verdicts, settings, ctx))
     publish_report(ref)
     validate.gate(ref)

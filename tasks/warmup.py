@@ -21,6 +21,5 @@ def warm_up(
     feedback: ArtifactRef, models: ModelsRef, settings: WarmupSettings, workspace: WorkspaceConfig
 ) -> ModelsRef:
     """The models with ``policy`` replaced by the warmed-up (merged) policy."""
-
     with stage(warm_up, "warmup", workspace, feedback=feedback, models=models, settings=settings) as ctx:
         return ctx.produced(warmup.warm_up(feedback, models, settings, ctx))

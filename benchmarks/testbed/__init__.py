@@ -11,14 +11,16 @@ Every script imports it as a sibling package (``from testbed import ...``): Pyth
   warm-started policy, the RL prompts, the held-out prompts, the reward source and the task metric, and one PPO run
   on them evaluated on the held-out prompts on a schedule (``train_evaluated``).
 - Reward-source devices (:mod:`testbed.devices`): ``NoisyCritic``, a critic with flipped span labels.
-- Jobs: ``run_job`` runs one benchmark run as a 1-thread process, ``run_in_processes`` many (resumable);
-  ``stay_offline`` keeps the Hub and telemetry off.
+- Jobs: ``run_job`` runs one benchmark run as a 1-thread process, ``run_in_processes`` many (resumable), each
+  process its share of them (``run_spec_file``); ``stay_offline`` keeps the Hub and telemetry off.
+- Script parts: ``parser`` (``--smoke``, ``--publish``), ``save_json``, ``random_llama`` (a random model to time).
 - Smoke models: the PPO and reward-model benchmarks build the same tiny models at ``--smoke`` size, once, in one
   folder each (``PPO_SMOKE_WORK``, ``RM_SMOKE_WORK``).
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import math
@@ -42,6 +44,22 @@ def results_dir(smoke: bool = False) -> Path:
     """Where a benchmark writes its results (``smoke``: the smoke/ subfolder of it)."""
     root = Path(os.environ.get(RESULTS_ENV) or ROOT / "benchmarks" / "results")
     return root / "smoke" if smoke else root
+
+
+def parser(doc: str, publish: bool = False) -> argparse.ArgumentParser:
+    """A benchmark's parser: its docstring as help, ``--smoke`` and (``publish``) ``--publish``."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
+    if publish:
+        p.add_argument("--publish", action="store_true", help="Copy the summary JSON to docs/results/ (to commit).")
+    return p
+
+
+def save_json(path: Path, obj, indent: int = 1, note: str = "") -> None:
+    """Write ``obj`` to ``path`` (its folder made; what JSON has no type for as text) and say where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=indent, default=str), encoding="utf-8")
+    print(f"results: {path}{note}")
 
 
 PUBLISHED = ROOT / "docs" / "results"  # the committed summaries every docs figure is read from
@@ -120,6 +138,32 @@ def run_job(cmd: list[str], label: str) -> None:
     print(f"  {label}: {time.time() - t0:.0f} s", flush=True)
 
 
+def run_spec_file(path: str, run) -> None:
+    """The runs a ``--run-specs`` file lists, one after another in this 1-thread process: ``run(spec, out)``'s record
+    goes to ``out/run.json`` (a run whose run.json exists is skipped)."""
+    import torch
+
+    torch.set_num_threads(1)
+    for spec in json.loads(Path(path).read_text(encoding="utf-8")):
+        out = Path(spec["out"])
+        if not (out / "run.json").exists():
+            record = run(spec, out)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "run.json").write_text(json.dumps(record), encoding="utf-8")
+
+
+def key_of(obj, n: int = 10) -> str:
+    """The first ``n`` hex digits of the sha256 of ``obj`` as JSON: the name of a run folder keyed by what shapes it."""
+    return hashlib.sha256(json.dumps(obj).encode()).hexdigest()[:n]
+
+
+def shared_flags(args, names) -> list[str]:
+    """``--smoke`` when set, then ``--NAME VALUE`` of each of ``names``: the settings every run process shares."""
+    return (["--smoke"] if args.smoke else []) + [
+        x for k in names if k != "smoke" for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))
+    ]
+
+
 def run_in_processes(cmd: list[str], specs: list[dict], workdir: str | Path, workers: int, per_process: int) -> list:
     """Every spec whose ``out`` folder holds no ``run.json`` yet, ``per_process`` of them one after another in each
     1-thread process ``cmd --run-specs FILE`` (FILE, under ``workdir/specs/``, lists them), ``workers`` processes at a
@@ -128,7 +172,7 @@ def run_in_processes(cmd: list[str], specs: list[dict], workdir: str | Path, wor
     chunks = [pending[i : i + per_process] for i in range(0, len(pending), per_process)]
 
     def launch(chunk: list[dict]) -> None:
-        path = Path(workdir) / "specs" / f"{hashlib.sha256(json.dumps(chunk).encode()).hexdigest()[:12]}.json"
+        path = Path(workdir) / "specs" / f"{key_of(chunk, 12)}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(chunk), encoding="utf-8")
         label = " ".join(str(v) for k, v in chunk[0].items() if k in ("arm", "name", "warm_start", "seed"))
@@ -155,8 +199,6 @@ __all__ = [
 def demo_policy(workdir: str, smoke: bool) -> str:
     """The demo's warm-started summarization policy, built as bench_ppo_sample_efficiency builds it (cached in
     ``workdir``): the shared starting point of the PPO cost benchmarks."""
-    import argparse
-
     build = argparse.Namespace(
         workdir=workdir, sft_steps=5 if smoke else 600, lm_steps=0 if smoke else 300, smoke=smoke
     )
@@ -173,14 +215,35 @@ def clock() -> tuple[float, float]:
     return time.process_time(), time.perf_counter()
 
 
-BF16_PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 tensor-core peaks (SXM data sheets)
+# dense bf16 tensor-core peaks in TFLOP/s (no sparsity); the first name in torch.cuda.get_device_name() wins
+PEAK_BF16_TFLOPS = {"H200": 989.4, "H100 PCIe": 756.0, "H100": 989.4, "A100": 312.0, "L40S": 362.1, "A10G": 125.0}
+PEAK_BF16_TFLOPS |= {"L4": 121.0}
 
 
 def peak_flops() -> float | None:
-    """The GPU's dense bf16 peak, or None (a CPU, or a GPU this table does not know)."""
+    """The GPU's dense bf16 peak in FLOP/s, or None (a CPU, or a GPU this table does not know)."""
     import torch
 
     if not torch.cuda.is_available():
         return None
     name = torch.cuda.get_device_name()
-    return next((v for k, v in BF16_PEAK_FLOPS.items() if k in name), None)
+    return next((v * 1e12 for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+
+
+def random_llama(folder: Path, tokenizer_vocab: int, *, vocab: int = 0, device: str = "cpu", dtype=None, **shape):
+    """The project's BPE tokenizer (``tokenizer_vocab`` tokens, trained on the demo corpus) and a random-initialised
+    Llama of ``shape`` (vocabulary: ``vocab``, at least the tokenizer's), saved in ``folder``; returns the model."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from t2g_core.demo import demo_corpus, make_demo_feedback
+    from t2g_core.models.tiny import train_tokenizer
+
+    tok = train_tokenizer(demo_corpus(make_demo_feedback("summarization", 64, seed=0)), tokenizer_vocab, folder)
+    ids = {f"{k}_token_id": getattr(tok, f"{k}_token_id") for k in ("bos", "eos", "pad")}
+    config = LlamaConfig(vocab_size=max(vocab, len(tok)), tie_word_embeddings=True, **ids, **shape)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.save_pretrained(folder)
+    return model

@@ -56,7 +56,6 @@ def train_evaluated(trainer, eval_df, metric: KeptResponses, eval_at: Sequence[i
     trained in ``eval_at`` (its ``eval/*`` metrics join that step's history row); ``trainer.fit`` runs the steps in
     between, so a step is the pipeline's own. Returns (warm-start evaluation, history, {steps trained: the kept
     responses} for the evaluations in ``keep_at``)."""
-
     steps = trainer.cfg.steps
     if any(not 1 <= s <= steps for s in eval_at):
         raise ValueError(f"evaluations after {sorted(eval_at)} steps: each must be in 1..{steps}")

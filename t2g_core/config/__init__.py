@@ -52,8 +52,8 @@ __all__ = [
 ]
 
 
-def _section(title: str, description: str) -> dict[str, Any]:
-    return {"title": title, "description": description}
+def _section(factory: type, title: str, description: str, **kw: Any) -> Any:
+    return Field(default_factory=factory, title=title, description=description, **kw)
 
 
 def _in_field_order(schema: dict[str, Any]) -> None:
@@ -65,43 +65,38 @@ def _in_field_order(schema: dict[str, Any]) -> None:
 class PipelineConfig(StageConfig):
     """The whole pipeline; each field is one stage's config, in the order the stages run."""
 
-    data: DataConfig = Field(default_factory=DataConfig, **_section("1 · Data (feedback)", "Feedback to learn from."))
-    holdout: HoldoutConfig = Field(
-        default_factory=HoldoutConfig, **_section("2 · Held-out prompts", "Prompts held out from PPO for evaluation.")
+    data: DataConfig = _section(DataConfig, "1 · Data (feedback)", "Feedback to learn from.")
+    holdout: HoldoutConfig = _section(
+        HoldoutConfig, "2 · Held-out prompts", "Prompts held out from PPO for evaluation."
     )
-    models: ModelsConfig = Field(default_factory=ModelsConfig, **_section("3 · Models", "Base models."))
-    annotate: AnnotateConfig = Field(default_factory=AnnotateConfig, **_section("4 · Annotate", "Annotation stage."))
-    align: AlignConfig = Field(default_factory=AlignConfig, **_section("5 · Align spans", "Span alignment stage."))
-    validate_: ValidateConfig = Field(
-        default_factory=ValidateConfig, alias="validate", **_section("6 · Validate", "Validation gates and review.")
+    models: ModelsConfig = _section(ModelsConfig, "3 · Models", "Base models.")
+    annotate: AnnotateConfig = _section(AnnotateConfig, "4 · Annotate", "Annotation stage.")
+    align: AlignConfig = _section(AlignConfig, "5 · Align spans", "Span alignment stage.")
+    validate_: ValidateConfig = _section(
+        ValidateConfig, "6 · Validate", "Validation gates and review.", alias="validate"
     )
-    warmup: WarmupConfig = Field(
-        default_factory=WarmupConfig,
-        **_section("7 · Warm-up (optional)", "Supervised warm-up of the policy before PPO (off by default)."),
+    warmup: WarmupConfig = _section(
+        WarmupConfig, "7 · Warm-up (optional)", "Supervised warm-up of the policy before PPO (off by default)."
     )
-    policy_samples: PolicySamplesConfig = Field(
-        default_factory=PolicySamplesConfig,
-        **_section("8 · Policy samples (optional)", "The reward model's data from the policy PPO starts from."),
+    policy_samples: PolicySamplesConfig = _section(
+        PolicySamplesConfig, "8 · Policy samples (optional)", "The reward model's data from the policy PPO starts from."
     )
-    reward_model: RewardModelConfig = Field(
-        default_factory=RewardModelConfig, **_section("9 · Reward model", "The reward model PPO learns from.")
+    reward_model: RewardModelConfig = _section(
+        RewardModelConfig, "9 · Reward model", "The reward model PPO learns from."
     )
-    ppo: PPOConfig = Field(default_factory=PPOConfig, **_section("10 · PPO", "Span-reward PPO."))
-    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, **_section("11 · Evaluate", "Policy evaluation."))
-    placement: PlacementConfig = Field(
-        default_factory=PlacementConfig,
-        **_section("Placement (work pools)", "Work pool of each stage group, e.g. {ppo: t2g-gpu} (others: inline)."),
+    ppo: PPOConfig = _section(PPOConfig, "10 · PPO", "Span-reward PPO.")
+    evaluate: EvaluateConfig = _section(EvaluateConfig, "11 · Evaluate", "Policy evaluation.")
+    placement: PlacementConfig = _section(
+        PlacementConfig,
+        "Placement (work pools)",
+        "Work pool of each stage group, e.g. {ppo: t2g-gpu} (others: inline).",
     )
-    timeouts: TimeoutsConfig = Field(
-        default_factory=TimeoutsConfig,
-        **_section("Time limits", "Minutes each named stage may run, e.g. {ppo: 120} (none unless named)."),
+    timeouts: TimeoutsConfig = _section(
+        TimeoutsConfig, "Time limits", "Minutes each named stage may run, e.g. {ppo: 120} (none unless named)."
     )
-    workspace: WorkspaceConfig = Field(
-        default_factory=WorkspaceConfig, **_section("Workspace and tracking", "Workspace and tracking.")
-    )
-    checks: ChecksConfig = Field(
-        default_factory=ChecksConfig,
-        **_section("Checks (accepted risks)", "Combinations of settings accepted although they are risky."),
+    workspace: WorkspaceConfig = _section(WorkspaceConfig, "Workspace and tracking", "Workspace and tracking.")
+    checks: ChecksConfig = _section(
+        ChecksConfig, "Checks (accepted risks)", "Combinations of settings accepted although they are risky."
     )
 
     model_config = StageConfig.model_config | {"populate_by_name": True, "json_schema_extra": _in_field_order}

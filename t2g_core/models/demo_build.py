@@ -172,37 +172,18 @@ def _train_policy(root: Path, tokenizer, task: str, feedback_df: pd.DataFrame, c
     noisy_phase = task == "summarization" and cfg.policy_noise_steps > 0
     clean_dir = "policy-clean" if noisy_phase else "policy"
 
-    def clean(ckpt: Path) -> dict:
-        pairs = rendered(_policy_pairs(task, feedback_df, cfg, 0.0, cfg.seed + 1000))
-        result = warm_start(
-            root / "base",
-            pairs,
-            cfg,
-            steps=cfg.policy_sft_steps,
-            lr=cfg.policy_sft_lr,
-            batch_size=cfg.policy_sft_batch_size,
-            out_dir=root / clean_dir,
-            progress=progress,
-            checkpoint_dir=ckpt,
-            log=log,
-        )
-        return {**_trained(result, "policy SFT (clean)", log), "n_policy_pairs": len(pairs)}
+    def sft_phase(start: str, out: str, p_halluc: float, seed: int, steps: int, lr: float, what: str):
+        def run(ckpt: Path) -> dict:
+            pairs = rendered(_policy_pairs(task, feedback_df, cfg, p_halluc, cfg.seed + seed))
+            kw = {"steps": steps, "lr": lr, "batch_size": cfg.policy_sft_batch_size, "out_dir": root / out}
+            result = warm_start(root / start, pairs, cfg, **kw, progress=progress, checkpoint_dir=ckpt, log=log)
+            return {**_trained(result, what, log), "n_policy_pairs": len(pairs)}
 
-    def noise(ckpt: Path) -> dict:
-        pairs = rendered(_policy_pairs(task, feedback_df, cfg, cfg.p_halluc, cfg.seed + 2000))
-        result = warm_start(
-            root / "policy-clean",
-            pairs,
-            cfg,
-            steps=cfg.policy_noise_steps,
-            lr=cfg.policy_noise_lr,
-            batch_size=cfg.policy_sft_batch_size,
-            out_dir=root / "policy",
-            progress=progress,
-            checkpoint_dir=ckpt,
-            log=log,
-        )
-        return _trained(result, f"policy SFT (p_halluc={cfg.p_halluc})", log)
+        return run
+
+    clean = sft_phase("base", clean_dir, 0.0, 1000, cfg.policy_sft_steps, cfg.policy_sft_lr, "policy SFT (clean)")
+    what = f"policy SFT (p_halluc={cfg.p_halluc})"
+    noise = sft_phase("policy-clean", "policy", cfg.p_halluc, 2000, cfg.policy_noise_steps, cfg.policy_noise_lr, what)
 
     sft = _phase(root, clean_dir, clean, log)
     info = {"sft_losses": sft["losses"], "n_policy_pairs": sft["n_policy_pairs"]}

@@ -54,32 +54,12 @@ class TinySpec(StageConfig):
     checkpoint_every: int = Field(50, ge=1)  # a stopped build resumes from its last checkpoint (not its identity)
 
 
-SIZES: dict[str, TinySpec] = {  # models.tiny
-    "demo": TinySpec(),
-    "mini": TinySpec(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_layers=1,
-        num_heads=2,
-        warm_start_steps=10,
-        policy_sft_steps=20,
-        policy_noise_steps=5,
-        policy_sft_examples=256,
-    ),
-    "smoke": TinySpec(
-        vocab_size=256,
-        hidden_size=32,
-        intermediate_size=64,
-        num_heads=2,
-        warm_start_steps=2,
-        warm_start_batch_size=8,
-        policy_sft_steps=2,
-        policy_noise_steps=1,
-        policy_sft_batch_size=8,
-        policy_sft_examples=32,
-    ),
-}
+_MINI = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=1, num_heads=2, warm_start_steps=10)
+_MINI |= dict(policy_sft_steps=20, policy_noise_steps=5, policy_sft_examples=256)
+_SMOKE = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_heads=2, warm_start_steps=2)
+_SMOKE |= dict(warm_start_batch_size=8, policy_sft_steps=2, policy_noise_steps=1, policy_sft_batch_size=8)
+_SMOKE |= dict(policy_sft_examples=32)
+SIZES: dict[str, TinySpec] = {"demo": TinySpec(), "mini": TinySpec(**_MINI), "smoke": TinySpec(**_SMOKE)}  # models.tiny
 if tuple(SIZES) != typing.get_args(TinySize):
     raise ImportError(
         f"t2g_core.config.models.TinySize {typing.get_args(TinySize)} disagrees with SIZES {tuple(SIZES)}"
