@@ -1,40 +1,6 @@
 """Sample efficiency of reward placements and credit-assignment estimators, each arm tuned with the same budget.
 
-The paper's central claim, measured fairly and on a warm start the tuning never saw:
-
-- **Tuning**: every arm gets the same grid (learning rate x GAE lambda x KL early stop). Each configuration runs on
-  the tuning warm starts (``--tune-warm-starts``: A and B) x ``--tune-seeds`` seeds; its score (censored mean steps
-  to ``--tune-target`` of the warm-start error, then the mean area under the curve) is averaged over all of them.
-- **Evaluation**: each arm's best configuration runs on every warm start (``--warm-starts``: A, B and at least one,
-  C, never used in tuning; each built independently, model seed 0, 1, 2, ...) x ``--seeds`` evaluation seeds
-  (100, 101, ...: never a tuning seed).
-- **Measured** on the held-out task error (prompts never trained on), evaluated after every one of the first
-  ``--dense-evals`` steps, then every ``--eval-every``: steps to 0.5x and 0.25x the warm-start error, the ratio to
-  the best-tuned arm that has only the scalar's information (scalar, uniform, scalar_rloo), pooled and on each warm
-  start alone; collapses (a relapse above 0.5x anywhere after reaching it counts); each arm's plateau (mean of its
-  last ``--plateau-evals`` evaluations); the **headline target**: 0.25x, else 0.5x, whichever is robust across warm
-  starts (the pooled ratio inside every warm start's 95% interval), none when neither is.
-- **Plateau diagnosis** (summarization): for the final policies, per slot, the share of held-out summaries whose
-  value is still invented, swapped or missing, beside the warm start's: what sets the floor.
-
-The reward source is the task's oracle critic (reference critic for summarization, sandboxed code critic for code).
-Arms (``ARMS``; PPOConfig overrides): scalar, uniform (the scalar spread over every token), scalar_rloo; the paper's
-dense ablation (word-level labels); span with GAE, span_local, span_bootstrap (critic warm-up), span_rloo, span_grpo.
-An arm may name its critic, ``ARM:VALUE_MODEL`` (``span_local:head``, ``span_local:lora``), passed to
-``ppo.value_model`` as given; without one it gets PPOConfig's default critic.
-
-Tasks (``testbed.TASKS``): ``summarization``, the demo's 8-fact posts, error = 1 - correct facts / 8; ``code``,
-HumanEval problems with short solutions and a warm start that writes failing mutants half of the time, error =
-1 - pass@1 on problems held out from RL.
-
-Each run is a 1-thread subprocess (``--runs-per-process`` runs each), ``--workers`` at a time; finished runs are kept
-in ``--workdir`` and reused by an identical run (a sweep resumes). Phases: ``tune``, ``final``, ``all``. Writes
-``ppo_sample_efficiency_<task>[_<tag>].json`` (every run) and ``.summary.json`` (a few KB) in the results folder
-(``testbed.results_dir``), the tuning table beside them, and the figure (held-out curves, mean and 95% band per arm)
-to docs/figures/ (a tagged or smoke run keeps it beside its JSON). ``--publish`` copies the summary to docs/results/.
-
-    .venv/bin/python benchmarks/bench_ppo_sample_efficiency.py --task summarization --phase all --publish
-    .venv/bin/python benchmarks/bench_ppo_sample_efficiency.py --smoke
+What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in detail".
 """
 
 from __future__ import annotations
