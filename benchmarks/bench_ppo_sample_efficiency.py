@@ -80,22 +80,10 @@ def ws_name(index: int) -> str:
 
 
 def ppo_config(args, arm: str, tuned: dict, seed: int):
-    fields = {
-        "reward_source": "oracle",
-        "steps": args.steps,
-        "batch_size": args.batch_size,
-        "minibatches": args.minibatches,
-        "ppo_epochs": 4,
-        "value_learning_rate": 3e-4,
-        "kl_coef": 0.05,
-        "gamma": 1.0,
-        "sampling": {"max_new_tokens": args.max_new_tokens},
-        "log_every": args.steps,
-        "save_every": args.steps,
-        "heatmap_samples": 0,
-        "omission_penalty": args.omission_penalty,
-        "seed": seed,
-    }
+    fields = dict(reward_source="oracle", steps=args.steps, batch_size=args.batch_size, minibatches=args.minibatches)
+    fields |= dict(ppo_epochs=4, value_learning_rate=3e-4, kl_coef=0.05, gamma=1.0)
+    fields |= dict(sampling={"max_new_tokens": args.max_new_tokens}, log_every=args.steps, save_every=args.steps)
+    fields |= dict(heatmap_samples=0, omission_penalty=args.omission_penalty, seed=seed)
     return PPOConfig(**(fields | arm_settings(arm) | tuned))
 
 
@@ -164,16 +152,8 @@ def spec(args, arm: str, tuned: dict, warm_start: int, policy: Path, seed: int) 
     name = config_name(tuned)
     key = key_of([shared_flags(args, SHARED), str(policy), arm_settings(arm)])
     out = Path(args.workdir) / "runs" / arm.replace(":", "@") / name / key / f"ws{warm_start}-seed{seed}"
-    return {
-        "task": args.task,
-        "arm": arm,
-        "name": name,
-        "tuned": tuned,
-        "warm_start": warm_start,
-        "policy": str(policy),
-        "seed": seed,
-        "out": str(out),
-    }
+    run = dict(task=args.task, arm=arm, name=name, tuned=tuned, warm_start=warm_start, policy=str(policy), seed=seed)
+    return run | {"out": str(out)}
 
 
 def summarise_arm(runs: list[dict], args) -> dict:

@@ -258,14 +258,7 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
     source = reward_source(name, src, pipe, paths, seed)
     loop = critique_loop(cfg, pipe, paths, out, prompts, src.annotator_flip) if src.needs == "critique_loop" else None
     trainer = PPOTrainer(
-        cfg,
-        paths["policy"],
-        prompts,
-        out,
-        reward_source=source,
-        align_cfg=pipe.align,
-        task_metric=metric,
-        hook=loop,
+        cfg, paths["policy"], prompts, out, reward_source=source, align_cfg=pipe.align, task_metric=metric, hook=loop
     )
     t0 = time.perf_counter()
     keep = {*args.drift_steps, args.steps}
