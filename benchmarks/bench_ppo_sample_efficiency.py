@@ -342,23 +342,15 @@ def main() -> None:
     curves.plot_curves(
         runs, arms, figure, title + " the warm-start error)", f"held-out error ({task.error_label})", FRACTIONS
     )
-    roles = {
-        ws_name(w): {
-            "model_seed": w,
-            "policy": str(policies[w]),
-            "used_in": ["tuning", "evaluation"] if w < args.tune_warm_starts else ["evaluation"],
-        }
-        for w in range(len(policies))
-    }
+    eval_seeds = list(range(EVAL_SEED0, EVAL_SEED0 + args.seeds))
+    used_in = [["tuning", "evaluation"] if w < args.tune_warm_starts else ["evaluation"] for w in range(len(policies))]
+    roles = {ws_name(w): {"model_seed": w, "policy": str(p), "used_in": used_in[w]} for w, p in enumerate(policies)}
     result = {
         "task": args.task,
         "reward_source": "oracle",
         "config": {k: v for k, v in vars(args).items() if k != "specs"},
         "warm_starts": roles,
-        "seeds": {
-            "tuning": list(range(args.tune_seeds)),
-            "evaluation": list(range(EVAL_SEED0, EVAL_SEED0 + args.seeds)),
-        },
+        "seeds": {"tuning": list(range(args.tune_seeds)), "evaluation": eval_seeds},
         "eval_steps": se.eval_schedule(args.steps, args.eval_every, args.dense_evals),
         "arms": table,
         "by_warm_start": by_ws,
