@@ -1,24 +1,6 @@
 """Benchmark: span alignment + token labelling vs the floor (batch tokenization with offsets).
 
-Workload: N responses of about 150 tokens, 3 quoted spans each. Span kinds: exact quotes, perturbed quotes
-(about a third: case changes, whitespace runs / line breaks, straight <-> curly quotes, markdown emphasis) and
-spans absent from the response (taken from another response). The tokenizer is a byte-level BPE trained here on the
-same texts (no hub).
-
-Reported:
-- floor_s: ``tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)`` on all texts (best of R).
-- align_s: ``align_feedback`` for every response; label_s: ``token_labels_batch`` (its tokenization included).
-- ratio = (align_s + label_s) / floor_s  (target <= 1.5); spans_per_s = spans / (align_s + label_s).
-- ratio_paired_median: the median over repeats of that repeat's (align + label) / floor.
-- label_only_s: ``labels_for_offsets`` on the floor's offsets, and ratio_by_components = (floor + align +
-  label_only) / floor: the same ratio measured from its parts, less exposed to load noise on a shared machine.
-- recovery of perturbed spans with the exact original offsets (target >= 98%), false matches of absent spans
-  (target 0), exact spans at their offsets.
-
-Run: ``.venv/bin/python benchmarks/bench_align.py [--n 10000] [--repeats 3] [--threads]`` (``--threads`` lets the
-tokenizer use all cores for its batch; by default both sides run single-threaded for a like-for-like ratio, timed
-in CPU seconds of this process, which other users of a shared machine disturb far less than wall time; ``--wall``
-times wall-clock instead).
+What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in detail".
 """
 
 from __future__ import annotations

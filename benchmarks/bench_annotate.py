@@ -1,25 +1,6 @@
 """Annotation benchmarks: LLM annotator throughput vs the concurrency limit; code-critic fault localisation.
 
-1. Throughput: the local OpenAI-compatible server (its own process, so it does not share our GIL) answers every
-   request after ``--latency`` seconds. At concurrency c the best possible rate is c / latency items per second;
-   we report the measured items/s as a fraction of it (target >= 0.9 at c = 32), for both transports under the
-   openai client (aiohttp, the default, and httpx), with the client's CPU per item. Each run annotates
-   ``--waves`` x c fresh items with the answer cache on (every item is a live request whose answer is written to
-   disk, as in real runs); the time includes the whole ``annotate()`` call. For scale, the same number of tiny
-   requests from a bare httpx client is measured right after: on a loaded shared machine that ceiling itself falls
-   below 1.
-2. Code critic on HumanEval (164 problems): the canonical solutions (false alarm = any poor span or a failed case;
-   target 0) and one seeded mutant per problem from the demo's mutation operators (hit = a poor span overlaps the
-   mutated line; mutants that pass every test are counted as survivors and left out of the hit rate; target 0.8),
-   with and without mutation-based localisation (``t2g_core/critics/mutation.py``; its operators overlap the
-   demo's mutation operators, so on these mutants it is at its best: real bugs are less regular).
-3. Sandbox overhead: seconds per test case of a trivial program (two isolated processes per problem, one call per
-   case), per isolation backend available here.
-4. Reference critic cost per item against response length, 1 KB to 1 MB (a repetitive summary: the worst case for
-   unique quotes); linear means seconds / KB stays flat.
-
-Writes bench_annotate.json in the results folder (``testbed.results_dir``; ``--smoke``: a tiny run, its smoke/).
-``python benchmarks/bench_annotate.py [--quick | --smoke]``
+What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in detail".
 """
 
 from __future__ import annotations

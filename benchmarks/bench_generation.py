@@ -1,16 +1,6 @@
 """Rollout throughput of each generation backend available here: response tokens per second.
 
-The same prompts, model and sampling settings (tau, max_new_tokens, untruncated distribution) go through every
-backend of ``t2g_core.ppo.generation`` that can run on this machine: ``exact`` (per-sample float64 noise streams),
-``hf`` (transformers' batched ``generate``), ``vllm`` (only where the vllm extra is installed and a GPU is present;
-otherwise reported as not run). The model is a random-initialised Llama built locally, so every response runs to
-``max_new_tokens`` (EOS is rarely sampled) and the backends produce the same number of tokens; its vocabulary
-(``--vocab``, 32768 by default) is larger than the tokenizer's, as sampling costs grow with it. Ratios are against
-``exact`` measured in the same run, on the best repetition of each backend (the one least slowed by other work on a
-shared machine; the mean is kept too); the first repetition of each backend is a warm-up and not counted.
-
-    .venv/bin/python benchmarks/bench_generation.py      # hidden 512, 4 layers, vocabulary 32768, batch 16 x 64 tokens
-    .venv/bin/python benchmarks/bench_generation.py --smoke
+What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in detail".
 """
 
 from __future__ import annotations

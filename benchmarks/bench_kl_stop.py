@@ -1,17 +1,6 @@
 """How the KL early stop measures an update, and what it does with a first update that crosses the bound.
 
-Part 1, which rows: PPO steps at the default update shape (2 minibatches, 4 epochs) with the stop off. After every
-actor update but the step's last, the approximate KL(old || new) of the policy is measured three ways: on the next
-minibatch's rows (what the early stop reads: that minibatch's training forward, free), on the rows the update was
-computed on, and on the whole batch (what the bound is about; each costs a forward). Printed: the median ratio of
-each to the whole-batch KL, and at each bound how often a decision on those rows differs from one on the whole batch.
-
-Part 2, a first update over the bound: steps at learning rates whose first update crosses ``max_approx_kl``. The
-stop scales that update onto the bound (alpha = sqrt(bound / measured KL)); printed: the whole-batch KL after the
-scaling as a multiple of the bound, and the share of steps that kept an update (undoing it would keep none).
-
-    .venv/bin/python benchmarks/bench_kl_stop.py --model DIR      # default: the demo's warm-started policy
-    .venv/bin/python benchmarks/bench_kl_stop.py --smoke
+What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in detail".
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """Peak memory of one token-log-prob pass: the naive full log-softmax against the chunked selective pass PPO uses.
 
-Both variants take the same last hidden states (B, T, d) and LM head (V x d) and return log pi(y_t) (B, T):
-- ``naive``: ``lm_head(hidden)`` for the whole batch -> (B, T, V) logits -> float32 log-softmax -> gather
-  (``t2g_core.rl.logprobs.token_logprobs``, what PPO did before);
-- ``chunked``: ``t2g_core.rl.logprobs.selective_logprobs`` with the default ``ppo.logprob_chunk_tokens``: at most
-  (chunk, V) logits at a time, logsumexp and the target logit kept.
-
-Each variant runs in its own subprocess, measured in one run of this script. Peak memory: on a CUDA device,
-``torch.cuda.max_memory_allocated``; on the CPU, the process's resident-set high-water mark (``VmHWM`` from
-``/proc/self/status``, kept by the kernel, so it sees every allocation torch makes). The figure compared is the pass's
-own peak: high-water mark during the pass minus the resident set just before it (inputs and weights already
-loaded); the whole-process peaks are reported too. The two outputs must agree within float32 round-off.
-
-    .venv/bin/python benchmarks/bench_logprob_memory.py                 # 128k vocabulary, batch 8 x 512 tokens
-    .venv/bin/python benchmarks/bench_logprob_memory.py --smoke         # a tiny run that only proves the script works
+What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in detail".
 """
 
 from __future__ import annotations

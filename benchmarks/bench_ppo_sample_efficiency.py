@@ -1,40 +1,6 @@
 """Sample efficiency of reward placements and credit-assignment estimators, each arm tuned with the same budget.
 
-The paper's central claim, measured fairly and on a warm start the tuning never saw:
-
-- **Tuning**: every arm gets the same grid (learning rate x GAE lambda x KL early stop). Each configuration runs on
-  the tuning warm starts (``--tune-warm-starts``: A and B) x ``--tune-seeds`` seeds; its score (censored mean steps
-  to ``--tune-target`` of the warm-start error, then the mean area under the curve) is averaged over all of them.
-- **Evaluation**: each arm's best configuration runs on every warm start (``--warm-starts``: A, B and at least one,
-  C, never used in tuning; each built independently, model seed 0, 1, 2, ...) x ``--seeds`` evaluation seeds
-  (100, 101, ...: never a tuning seed).
-- **Measured** on the held-out task error (prompts never trained on), evaluated after every one of the first
-  ``--dense-evals`` steps, then every ``--eval-every``: steps to 0.5x and 0.25x the warm-start error, the ratio to
-  the best-tuned arm that has only the scalar's information (scalar, uniform, scalar_rloo), pooled and on each warm
-  start alone; collapses (a relapse above 0.5x anywhere after reaching it counts); each arm's plateau (mean of its
-  last ``--plateau-evals`` evaluations); the **headline target**: 0.25x, else 0.5x, whichever is robust across warm
-  starts (the pooled ratio inside every warm start's 95% interval), none when neither is.
-- **Plateau diagnosis** (summarization): for the final policies, per slot, the share of held-out summaries whose
-  value is still invented, swapped or missing, beside the warm start's: what sets the floor.
-
-The reward source is the task's oracle critic (reference critic for summarization, sandboxed code critic for code).
-Arms (``ARMS``; PPOConfig overrides): scalar, uniform (the scalar spread over every token), scalar_rloo; the paper's
-dense ablation (word-level labels); span with GAE, span_local, span_bootstrap (critic warm-up), span_rloo, span_grpo.
-An arm may name its critic, ``ARM:VALUE_MODEL`` (``span_local:head``, ``span_local:lora``), passed to
-``ppo.value_model`` as given; without one it gets PPOConfig's default critic.
-
-Tasks (``testbed.TASKS``): ``summarization``, the demo's 8-fact posts, error = 1 - correct facts / 8; ``code``,
-HumanEval problems with short solutions and a warm start that writes failing mutants half of the time, error =
-1 - pass@1 on problems held out from RL.
-
-Each run is a 1-thread subprocess (``--runs-per-process`` runs each), ``--workers`` at a time; finished runs are kept
-in ``--workdir`` and reused by an identical run (a sweep resumes). Phases: ``tune``, ``final``, ``all``. Writes
-``ppo_sample_efficiency_<task>[_<tag>].json`` (every run) and ``.summary.json`` (a few KB) in the results folder
-(``testbed.results_dir``), the tuning table beside them, and the figure (held-out curves, mean and 95% band per arm)
-to docs/figures/ (a tagged or smoke run keeps it beside its JSON). ``--publish`` copies the summary to docs/results/.
-
-    .venv/bin/python benchmarks/bench_ppo_sample_efficiency.py --task summarization --phase all --publish
-    .venv/bin/python benchmarks/bench_ppo_sample_efficiency.py --smoke
+What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in detail".
 """
 
 from __future__ import annotations
@@ -114,22 +80,10 @@ def ws_name(index: int) -> str:
 
 
 def ppo_config(args, arm: str, tuned: dict, seed: int):
-    fields = {
-        "reward_source": "oracle",
-        "steps": args.steps,
-        "batch_size": args.batch_size,
-        "minibatches": args.minibatches,
-        "ppo_epochs": 4,
-        "value_learning_rate": 3e-4,
-        "kl_coef": 0.05,
-        "gamma": 1.0,
-        "sampling": {"max_new_tokens": args.max_new_tokens},
-        "log_every": args.steps,
-        "save_every": args.steps,
-        "heatmap_samples": 0,
-        "omission_penalty": args.omission_penalty,
-        "seed": seed,
-    }
+    fields = dict(reward_source="oracle", steps=args.steps, batch_size=args.batch_size, minibatches=args.minibatches)
+    fields |= dict(ppo_epochs=4, value_learning_rate=3e-4, kl_coef=0.05, gamma=1.0)
+    fields |= dict(sampling={"max_new_tokens": args.max_new_tokens}, log_every=args.steps, save_every=args.steps)
+    fields |= dict(heatmap_samples=0, omission_penalty=args.omission_penalty, seed=seed)
     return PPOConfig(**(fields | arm_settings(arm) | tuned))
 
 
@@ -198,16 +152,8 @@ def spec(args, arm: str, tuned: dict, warm_start: int, policy: Path, seed: int) 
     name = config_name(tuned)
     key = key_of([shared_flags(args, SHARED), str(policy), arm_settings(arm)])
     out = Path(args.workdir) / "runs" / arm.replace(":", "@") / name / key / f"ws{warm_start}-seed{seed}"
-    return {
-        "task": args.task,
-        "arm": arm,
-        "name": name,
-        "tuned": tuned,
-        "warm_start": warm_start,
-        "policy": str(policy),
-        "seed": seed,
-        "out": str(out),
-    }
+    run = dict(task=args.task, arm=arm, name=name, tuned=tuned, warm_start=warm_start, policy=str(policy), seed=seed)
+    return run | {"out": str(out)}
 
 
 def summarise_arm(runs: list[dict], args) -> dict:
@@ -396,23 +342,15 @@ def main() -> None:
     curves.plot_curves(
         runs, arms, figure, title + " the warm-start error)", f"held-out error ({task.error_label})", FRACTIONS
     )
-    roles = {
-        ws_name(w): {
-            "model_seed": w,
-            "policy": str(policies[w]),
-            "used_in": ["tuning", "evaluation"] if w < args.tune_warm_starts else ["evaluation"],
-        }
-        for w in range(len(policies))
-    }
+    eval_seeds = list(range(EVAL_SEED0, EVAL_SEED0 + args.seeds))
+    used_in = [["tuning", "evaluation"] if w < args.tune_warm_starts else ["evaluation"] for w in range(len(policies))]
+    roles = {ws_name(w): {"model_seed": w, "policy": str(p), "used_in": used_in[w]} for w, p in enumerate(policies)}
     result = {
         "task": args.task,
         "reward_source": "oracle",
         "config": {k: v for k, v in vars(args).items() if k != "specs"},
         "warm_starts": roles,
-        "seeds": {
-            "tuning": list(range(args.tune_seeds)),
-            "evaluation": list(range(EVAL_SEED0, EVAL_SEED0 + args.seeds)),
-        },
+        "seeds": {"tuning": list(range(args.tune_seeds)), "evaluation": eval_seeds},
         "eval_steps": se.eval_schedule(args.steps, args.eval_every, args.dense_evals),
         "arms": table,
         "by_warm_start": by_ws,

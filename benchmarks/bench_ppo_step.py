@@ -1,25 +1,6 @@
 """Cost of one PPO step against the model work it cannot avoid, per phase, and the overhead of span rewards.
 
-Part 1, step / bare: for each arm (advantage estimator, its value model, generation backend) a PPO step from the
-demo's warm-started policy, and right after it, in the same process and at the same shapes (the rollout the step
-just drew), the bare model work a PPO step cannot avoid:
-- sampling the responses with ``generate`` and a KV cache (as many new tokens as the step's response tensor);
-- one no-grad forward each for the old log-probs and the values (skipped at one epoch of one minibatch, where the
-  training forward serves), and for the reference (the adapter disabled), as the estimator needs them;
-- ``ppo_epochs`` x minibatches forward + backward of the policy (and critic), each with an AdamW step (at lr 0).
-Arms are interleaved, each step paired with the bare work right after it; the medians of the paired ratios are
-reported in process CPU time (``time.process_time``: what a loaded machine's other processes do not inflate) and in
-wall time, 1 thread. The first repetition of every arm is a warm-up. On a GPU (found by itself; ``models.dtype``
-auto = bfloat16) only the wall time, taken after synchronising, means anything; generated tokens per second and the
-model FLOPs utilisation (``model_flops``) are reported beside it.
-
-Part 2, phases: a few steps of each reward mode, read from the trainer's own per-phase timers: rollout, score (the
-oracle critic), span_labels, forward (old/ref/value passes), rewards (placement + KL + GAE + whitening), update. The
-span-specific overhead is span_labels + rewards as a fraction of the step (target < 3%).
-
-    .venv/bin/python benchmarks/bench_ppo_step.py --model DIR --reps 6
-    .venv/bin/python benchmarks/bench_ppo_step.py --smoke          # a tiny run on a policy built in seconds
-    python benchmarks/bench_ppo_step.py --model DIR --backends hf   # on a GPU
+What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in detail".
 """
 
 from __future__ import annotations

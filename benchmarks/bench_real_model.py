@@ -1,27 +1,6 @@
 """A real pretrained model end to end on CPU: warm-up, reward model, span PPO and scalar PPO from the same warm-up.
 
-The core of ``recipes/summarization-smollm2.yaml``, stage by stage, through the pipeline's own stage functions
-(``t2g_core.stages``), each keyed and cached in the work folder, so a killed run resumes where it stopped:
-
-1. feedback (the demo's summarization items) and the models (SmolLM2-135M-Instruct by its Hub id);
-2. the supervised warm-up on the training prompts' references (the policy both PPO runs start from and keep as
-   their KL reference);
-3. annotations from the reference critic, and the reward model trained on them (the recipe's: a span tagger on the
-   frozen base's features), with its held-out quality against the demo's ground truth; with
-   ``policy_samples.enabled``, the warm-up policy's own responses to training prompts, labelled by the same critic,
-   train it too;
-4. span PPO driven by that reward model, and scalar PPO (the same reward model's sum on the last token) from the same
-   warm-up with the same budget;
-5. the held-out evaluation: the template-free fact error (``t2g_core.demo.facts``) and the other fact metrics of the
-   untrained model, the warm-up policy and both PPO policies on the prompts PPO held out, each compared with the
-   warm-up policy by a paired bootstrap interval (``t2g_core.evaluation.bootstrap``); and from PPO's periodic
-   held-out evaluations, the first step at which each PPO run's error is ``--target`` (30%) below the warm-up's.
-
-Per stage: wall seconds, process CPU seconds and peak resident memory (``VmHWM``, reset before each stage). Writes
-``bench_real_model.json`` in the results folder (``$T2G_BENCH_RESULTS``, default ``benchmarks/results``).
-
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_real_model.py [--recipe FILE] [--set KEY=VALUE ...]
-    .venv/bin/python benchmarks/bench_real_model.py --smoke      # the tiny demo models, well under a minute
+What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in detail".
 """
 
 from __future__ import annotations

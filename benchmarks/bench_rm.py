@@ -1,28 +1,6 @@
 """Reward-model kinds on the demo (tiny models, CPU): do they localise the policy's errors, and at what cost?
 
-Trains each reward-model variant on the demo's annotated summaries (seed 0, the demo's size) exactly as the pipeline
-does, then scores it on demo items of a seed training never saw, against the generator's ground truth:
-
-- poor-span F1 (micro, characters) and the recall of each flaw type: invented values, swapped values, redundant
-  clauses (redundant clauses are most of the poor characters, so F1 alone hides a model that never catches an
-  invented value);
-- unmatched quotes (quotes found nowhere in the response), the JSON-valid rate of the generative kind;
-- scoring time per response (batch ``reward_model.score_batch_size``) and training time;
-- the same truth metrics on summaries *sampled from the policy* (what PPO scores), for the tagger;
-- trivial baselines: "every stated value poor" and "every stated value good".
-
-Variants: ``tagger`` (the demo's: LoRA on the policy, shift head), ``tagger-frozen`` (the same head on the frozen
-policy's own features: nothing but the head trains), ``generative`` (the paper's: LoRA on the base, critique + span
-JSON, grounded decoding), the same generative model decoded without grounding, and ``generative-policy`` (LoRA on the
-policy). Writes ``benchmarks/results/<name>.json`` (``bench_rm.json``), with the training's process CPU seconds and
-the process's peak memory after each variant.
-
-``--base MODEL`` measures the reward models on a real pretrained model (a folder or a Hugging Face id; it is both the
-policy and the reward-model base) instead of the tiny demo models:
-
-    .venv/bin/python benchmarks/bench_rm.py [--items 1024] [--eval-items 200] [--variants tagger,generative]
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_rm.py --base HuggingFaceTB/SmolLM2-135M-Instruct \
-        --items 256 --eval-items 100 --variants tagger-frozen --name bench_rm_smollm2
+What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in detail".
 """
 
 from __future__ import annotations

@@ -1,48 +1,6 @@
 """The paper's loop on the demo: PPO driven by a learned reward model against PPO driven by the ideal critic.
 
-Arms are a reward source x an estimator, named ``SOURCE-ESTIMATOR`` (``tagger-span_local``); ``--arms`` picks the
-sources, ``--estimators`` the estimators (every pair runs):
-
-- sources (``SOURCES``): ``oracle``, the reference critic reading the demo's ground truth (the ideal-critic upper
-  bound); ``tagger``, the span tagger trained as the pipeline trains it (``reward_model`` defaults), static during
-  PPO; ``generative``, the paper's generative reward model; ``noisy``, the oracle with 20% of its span labels flipped
-  and no omission reports (``testbed.NoisyCritic``); ``refreshed``, the tagger refreshed on the policy's own
-  rollouts during PPO by the on-policy critique loop (``ppo.critique_loop``, turned on for this arm alone; its other
-  settings, such as ``every`` and ``budget``, are passed with ``--refresh-set``): the reference annotator (the
-  oracle's labels) audits the tagger on the arm's rollouts and the tagger is refreshed on them plus a replay of its
-  own training rows; two controls of it: ``matched``, the label-matched static tagger, trained on the dataset's items
-  plus as many labels as the loop gathers (``--matched-labels``, default the loop's ``budget`` x its planned rounds),
-  the annotator's labels on warm-start samples of PPO's prompts (drawn and sampled per seed, as the policy-samples
-  stage samples), so "on-policy labels help" is told apart from "more labels help"; ``refreshed_noisy``, the
-  refreshed arm whose loop's annotator flips 20% of its span labels and reports no omissions
-  (``testbed.noisy_annotator``), every figure still measured against the ground truth;
-- estimators (``ESTIMATORS``): ``gae``, ``span_local``.
-
-From one warm-started demo policy (the demo's own, or ``--policy``), each reward model is trained once, then PPO runs
-with the demo's PPO settings from the same warm start for every arm and ``--seeds`` seeds, each run a 1-thread
-process. Reported per arm, on 64 held-out prompts of another seed, evaluated after each of the first 8 steps and
-then every ``--eval-every``:
-
-- the held-out fact error curve: steps to 0.5x and 0.25x the warm-start error, plateau, collapses;
-- the **share of the oracle's gain** (the oracle arm with the same estimator): mean(warm-start error - error) over
-  the oracle's, with its 95% interval, at the step where the oracle's mean curve first reaches 0.25x its warm-start
-  error (and, for reference, at the last step);
-- the **controls** (``CONTRASTS``, pairs of arms with the same estimator): the difference of the two arms' shares of
-  the oracle's gain at its 0.25x step and of their final errors, with 95% intervals;
-- the **drift curve**: the held-out responses after each of ``--drift-steps`` (0 / 20 / 40) steps, scored by the
-  static tagger and by the oracle: span and character F1 of the tagger's poor spans against the oracle's (the
-  refreshed arm records ``reward_model_at`` {steps: folder} and is scored by the reward model it had then);
-- the plateau diagnosis (facts still invented / swapped / missing) and the share of a PPO step spent scoring.
-
-The seed is the unit of every interval: every arm runs seeds 0.. from the one warm start, so the k-th seed's runs of
-two arms are a pair, and an interval comparing arms resamples seeds, the pairs together.
-
-Writes ``NAME.json`` (every run) and ``NAME.summary.json`` in the results folder (``--name``, default
-``bench_rm_ppo``), with the figure beside them; ``--publish`` copies the summary to docs/results/NAME.json.
-
-    .venv/bin/python benchmarks/bench_rm_ppo.py --arms oracle,tagger,noisy --estimators gae,span_local --publish
-    .venv/bin/python benchmarks/bench_rm_ppo.py --arms oracle,tagger,refreshed,matched,refreshed_noisy \
-        --estimators gae --refresh-set ppo.critique_loop.every=5 --name bench_rm_ppo_controls --publish
+What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in detail".
 """
 
 from __future__ import annotations
@@ -300,14 +258,7 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
     source = reward_source(name, src, pipe, paths, seed)
     loop = critique_loop(cfg, pipe, paths, out, prompts, src.annotator_flip) if src.needs == "critique_loop" else None
     trainer = PPOTrainer(
-        cfg,
-        paths["policy"],
-        prompts,
-        out,
-        reward_source=source,
-        align_cfg=pipe.align,
-        task_metric=metric,
-        hook=loop,
+        cfg, paths["policy"], prompts, out, reward_source=source, align_cfg=pipe.align, task_metric=metric, hook=loop
     )
     t0 = time.perf_counter()
     keep = {*args.drift_steps, args.steps}

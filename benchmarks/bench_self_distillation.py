@@ -1,24 +1,7 @@
 """Self-distillation credit beside span rewards on the demo: the same critiques (the oracle reference critic's), the
 same warm start, budget and seeds; the seed is the unit.
 
-1. **Signal** (does the teacher read the critique?): the warm start's responses to training prompts, scored by the
-   oracle; per token the raw teacher-minus-student log-prob l_t (teacher: the warm start with the critique in its
-   prompt, nothing clipped or judged) against the critic's token labels (+1 good, -1 poor, 0 otherwise): their
-   Pearson correlation and the mean l_t on poor, good and other tokens, for three critiques: the critic's own text,
-   one rendered from its spans and missing facts (the tagger's template, what a span-only source gives), and a
-   content-free one (the template's own effect).
-2. **Arms**, PPO from the warm start (``ARMS``: ``ppo.self_distillation`` settings): span (no SD); sd (the SD credit
-   instead of the span rewards, as rewards) and sd_adv (instead of them, on each token's advantage alone, SDPO's
-   placement); both (the span rewards plus SD as rewards); each judged by the critic's labels, and ``_raw`` not
-   judged (the teacher alone). Steps to 0.5x the warm-start held-out error, the final held-out error and response
-   length, per seed, and each arm minus span per seed.
-3. **Cost**: the teacher's time (``time/teacher``: its pass and the EMA) over the whole step (``time/step``), per step.
-
-Each run is a 1-thread subprocess, resumable (``--workdir``). Writes ``self_distillation.json`` and
-``.summary.json`` in the results folder (``testbed.results_dir``); ``--publish`` copies the summary to docs/results/.
-
-    .venv/bin/python benchmarks/bench_self_distillation.py --publish
-    .venv/bin/python benchmarks/bench_self_distillation.py --smoke
+What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in detail".
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """text2grad's PPO step against TRL's ``GRPOTrainer`` on the same model: time per update, generated tokens per
 second, per estimator (grpo, rloo, gae with each value model) and generation backend.
 
-Both sides train the same model folder with a fresh LoRA adapter (r 16, alpha 32, all linear layers, no dropout) in
-float32 on one thread, sample at temperature 1 without truncation, draw 16 samples of at most 48 new tokens per
-rollout (4 prompts x 4 samples for the group estimators and TRL; 16 prompts for gae), take the same number of
-updates per rollout (``--epochs`` x ``--minibatches``: TRL's ``num_iterations`` and ``steps_per_generation``), keep
-every activation (TRL's default gradient checkpointing is turned off, as text2grad's is by default), learn at the
-same rate with a KL coefficient of 0.05 against the adapter-disabled reference, and score with the same
-trivial reward of the completion text (its word count mod 3, minus 1: no model, no critic). TRL's training loop
-runs once; at each of its rollout boundaries (a callback) every text2grad arm takes one PPO step, so the arms are
-interleaved and each text2grad step is paired with the TRL rollout just before it (the callback's time is kept out of
-TRL's). Reported: medians of the paired ratios of time per update and of generated tokens per second, in process
-CPU time on a CPU (``time.process_time``) and in synchronised wall time on a GPU (found by itself; both sides then
-load the weights in bfloat16, TRL with its ``bf16`` autocast); the first rollout of each side is a warm-up. The
-differences the two cannot share are printed with the results.
-
-    .venv/bin/python benchmarks/bench_vs_trl.py --model DIR --rollouts 8
-    .venv/bin/python benchmarks/bench_vs_trl.py --smoke
+What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in detail".
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """GPU smoke check: PPO on a random-initialised ~1B-parameter Llama built locally (a GPU box may have no Hub access).
 
-Builds the project's byte-level BPE tokenizer on the demo corpus and a Llama of the Llama-3.2-1B shape (hidden 2048,
-16 layers, 32 heads with 8 KV heads, MLP 8192; the vocabulary is the tokenizer's), saves it as a Hugging Face folder,
-then runs a few PPO steps through the real trainer (``t2g_core.ppo.train``: LoRA policy, value head, the reference
-as the adapter switched off, ``models.dtype``, the chosen generation backend) with a cheap programmatic critic, and
-reports:
-- PPO steps per second (the first step, with its one-off warm-up, is left out),
-- rollout tokens per second (response tokens sampled / rollout time),
-- peak GPU memory (``torch.cuda.max_memory_allocated``),
-- MFU: model FLOPs per step / step time / the GPU's peak dense bf16 FLOP/s, with FLOPs counted as 2N per token for
-  every forward (rollout, old log-probs + values, reference) and 4N per token and PPO epoch for the update (forward +
-  input gradients; the frozen base gets no weight gradients), N = parameters, attention FLOPs left out.
-
-    .venv/bin/python benchmarks/gpu_smoke.py                       # on a CUDA GPU
-    .venv/bin/python benchmarks/gpu_smoke.py --backend exact       # the per-sample sampler instead of generate
-    .venv/bin/python benchmarks/gpu_smoke.py --smoke               # tiny model on the CPU: proves the script runs
+What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in detail".
 """
 
 from __future__ import annotations

@@ -92,15 +92,13 @@ def answer_to_feedback(answer: dict[str, Any], max_tokens: int) -> ParsedFeedbac
         return ParsedFeedback(None, status=answer["status"], error=answer.get("error"), raw=None)
     if answer.get("status") == "too_long":
         return ParsedFeedback(None, status="parse_error", error=answer["error"], raw=answer.get("content"))
-    content, refusal = answer.get("content"), answer.get("refusal")
-    if refusal or answer.get("finish_reason") == "content_filter":
-        return ParsedFeedback(
-            None, status="refused", error=f"refused: {refusal or 'content filter'}", raw=refusal or content
-        )
-    if answer.get("finish_reason") == "length":
-        return ParsedFeedback(
-            None, status="parse_error", error=f"answer truncated at max_tokens={max_tokens}", raw=content
-        )
+    content, refusal, finish = answer.get("content"), answer.get("refusal"), answer.get("finish_reason")
+    if refusal or finish == "content_filter":
+        why = refusal or "content filter"
+        return ParsedFeedback(None, status="refused", error=f"refused: {why}", raw=refusal or content)
+    if finish == "length":
+        why = f"answer truncated at max_tokens={max_tokens}"
+        return ParsedFeedback(None, status="parse_error", error=why, raw=content)
     parsed = parse_span_json(content)
     if not parsed.ok and content and _REFUSAL_TEXT.match(content):
         return ParsedFeedback(None, status="refused", error="refused in text", raw=content)
@@ -162,9 +160,8 @@ class LLMAnnotator:
                 schema = {"type": "json_schema", "json_schema": SPAN_JSON_SCHEMA}
                 return await self._post(client, {**body, "response_format": schema}), asked
             except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:  # 422: FastAPI's validation
-                if self.cfg.structured_output == "json_schema" or "response_format" not in status_error_text(
-                    exc
-                ).lower() + str(getattr(exc, "param", "")):
+                why = status_error_text(exc).lower() + str(getattr(exc, "param", ""))
+                if self.cfg.structured_output == "json_schema" or "response_format" not in why:
                     raise
                 self._format = asked = "plain"  # the endpoint does not do structured output: plain text from now on
         if asked == "prompted_json":

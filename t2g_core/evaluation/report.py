@@ -15,16 +15,11 @@ from t2g_core.evaluation.results import EvalResults
 from t2g_core.evaluation.titles import is_percent, title
 from t2g_core.store import read_json, write_text_atomic
 
-PERCENT_METRICS = frozenset(
-    "rouge1 rouge2 rougeL fact_precision fact_recall invented_entity_rate fact_error token_f1 exact_match "
-    "reference_score judge_score".split()
-)
-
 
 def _fmt(metric: str, value: float) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
-    if metric in PERCENT_METRICS or metric.startswith("pass@"):
+    if is_percent(metric):  # the rates titles.WORDS gives in %, and pass@k
         return f"{100 * value:.1f}"
     return f"{value:.2f}"
 

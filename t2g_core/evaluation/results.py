@@ -180,21 +180,10 @@ def policy_rows(
     metrics = task_metrics(task, rows, **metric_kwargs)
     out = []
     for r, m in zip(rows, metrics, strict=True):
-        status = m.pop("status", "ok")
-        error = m.pop("error", None)
-        out.append(
-            {
-                "policy": policy,
-                "id": r["id"],
-                "sample": r["sample"],
-                "prompt": r["prompt"],
-                "response": r["response"],
-                "reference": r.get("reference"),
-                "status": "ok" if status in ("ok", "passed", "failed", "error", "timeout") else status,
-                "error": error,
-                **m,
-            }
-        )
+        status, error = m.pop("status", "ok"), m.pop("error", None)
+        status = "ok" if status in ("ok", "passed", "failed", "error", "timeout") else status
+        given = {k: r[k] for k in ("id", "sample", "prompt", "response")}
+        out.append({"policy": policy, **given, "reference": r.get("reference"), "status": status, "error": error, **m})
     return pd.DataFrame(out)
 
 
@@ -234,11 +223,8 @@ def evaluate_policies(
     for name, ref in policies.items():
         if progress:
             progress(f"generating with {name} ({ref}) on {len(prompts)} prompts")
-        frames.append(
-            policy_rows(
-                name, data, generator(ref, task, prompts, cfg), task, timeout_s=cfg.code_timeout_s, **metric_kwargs
-            )
-        )
+        samples = generator(ref, task, prompts, cfg)
+        frames.append(policy_rows(name, data, samples, task, timeout_s=cfg.code_timeout_s, **metric_kwargs))
         settings[name] = {"ref": str(ref), **generation_settings(cfg)}
     items = pd.concat(frames, ignore_index=True)
     if reward_scorer is not None:
