@@ -1,16 +1,8 @@
 """Isolation backends: how a sandbox process is wrapped so it cannot reach the machine it runs on.
 
-- ``bwrap`` (bubblewrap, user namespaces or root): only the interpreter's files and the system folders, read-only,
-  an empty ``/tmp`` and its own work folder; no network; its own PID namespace; a cleared environment; every
-  capability dropped; it dies with its parent.
-- ``unshare`` (util-linux, user namespaces): the same namespaces; every top-level folder but the system's and the
-  interpreter's (homes, ``/tmp``, ``/var``, ``/opt``, the project) and ``/dev/shm`` is an empty read-only tmpfs; the
-  kernel kills the namespace with its parent; as root the interpreter drops to a throwaway uid.
-- ``none``: the same user and machine, only the audit hook and rlimits. Used only when asked for by name.
-
-``auto`` picks the first backend that works (``bwrap``, then ``unshare``) and refuses to run untrusted code when none
-does. The work directory is a private tmpfs. A tmpfs is not counted by RLIMIT_AS, so every writable one is sized
-(``scratch_mb``) and every other one is read-only: a program filling its scratch gets ``ENOSPC``, not host memory.
+``bwrap``, ``unshare`` or ``none`` (only by name); ``auto`` picks the first of ``bwrap``, ``unshare`` that works and
+refuses to run untrusted code when none does. What each backend hides and why every writable tmpfs is sized:
+docs/annotation.md, "Code critic".
 """
 
 from __future__ import annotations

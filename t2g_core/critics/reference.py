@@ -1,20 +1,7 @@
 """Reference critic for summarization and QA: compare the response with the reference answer (no model, fast).
 
-Key facts are ``meta.facts`` values (demo summarization), ``meta.answer`` (demo QA), else the numbers and
-capitalised entities of the reference (for QA, those not already in the question).
-
-A free-text summary of an item with ``meta.facts`` is read fact by fact (:func:`t2g_core.demo.facts.read_facts`).
-Any other response is aligned with the reference word by word (``difflib.SequenceMatcher``); then a key fact in a
-matching block is a **good span**; a clause replacing reference words that hold a key fact **contradicts** it, a
-clause with a value found nowhere in the source is **invented**, and one whose content words were all said before is
-**redundant**: all **poor spans**, and the critique says what the source says; a key fact with no counterpart is an
-**omission**, listed in ``missing`` with ``missing_at`` where it belonged, so an omission-aware reward can charge the
-token that skipped it. Every word also gets a label (``word_scores``, the paper's dense ablation): +1 in a passage
-matching the reference, -1 in a poor span, 0 otherwise.
-
-Spans are quoted exactly and widened by neighbouring words until they occur once. At most ``MAX_SPANS`` spans of each
-kind and ``MAX_NOTES`` critique sentences, so the cost stays linear in the response (``benchmarks/bench_annotate.py``):
-about a millisecond per ordinary item, so PPO can call it on every rollout.
+What it marks and why (key facts, contradicted / invented / redundant clauses, omissions, word labels, the cost
+bounds): docs/annotation.md, "Reference critic".
 """
 
 from __future__ import annotations
@@ -161,10 +148,6 @@ class ReferenceCritic:
             self._text(row, found),
             good,
             poor,
-            None,
-            "ok",
-            None,
-            None,
             missing=missing,
             missing_at=tuple(first_at[m] for m in missing),
             word_scores=_word_scores(resp, found),
@@ -314,7 +297,7 @@ def _read_facts_findings(reading, resp: list[Tok], source: set[str], text: str) 
 
 
 def _word_scores(resp: list[Tok], found: Findings) -> tuple[tuple[str, float], ...]:
-    """+1 / -1 / 0 per response word (see the module docstring); linear in the response plus the poor spans."""
+    """+1 / -1 / 0 per response word (docs/annotation.md); linear in the response plus the poor spans."""
     status = [0.0] * len(resp)
     for j1, j2 in found.supported:
         status[j1:j2] = [1.0] * (j2 - j1)

@@ -1,16 +1,9 @@
 """Run untrusted code against test cases so that nothing the code does can forge a result.
 
-Two sandboxed processes, each wrapped by an isolation backend (:mod:`t2g_core.critics.isolation`): the **candidate**
-(:mod:`.sandbox_candidate`) runs the untrusted program and answers calls to its entry point with plain data
-(:mod:`.plain`); the **judge** (:mod:`.sandbox_judge`) runs the trusted tests against a proxy whose calls this process
-relays to the candidate, so comparisons, the entry point's resolution and verdicts happen where untrusted code never
-runs, and only the judge's channel carries verdicts.
-
-This parent limits each call on the candidate's own time, not the wall clock (:mod:`.sandbox_process`), restarts a
-candidate that died or hung, and blames every failure the candidate causes on it. Outcomes: ``pass``, ``fail``,
-``error``, ``timeout``, ``killed``, ``syntax_error`` (the candidate's), ``judge_error`` (the tests could not run) and
-``sandbox_error`` (too loaded to judge: the wall-clock safety net). Limits (rlimits, sized scratch mounts) apply to
-both processes; both die with this one. Sandboxes at once are capped by this process's cores (:func:`sandbox_workers`).
+Two sandboxed processes (docs/annotation.md, "Code critic"): the candidate (:mod:`.sandbox_candidate`) runs the
+untrusted program and answers calls with plain data; the judge (:mod:`.sandbox_judge`) runs the trusted tests, so
+verdicts happen where untrusted code never runs. This parent limits each call on the candidate's own time
+(:mod:`.sandbox_process`), restarts a candidate that died or hung, and blames every failure it causes on it.
 """
 
 from __future__ import annotations

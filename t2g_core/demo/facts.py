@@ -1,33 +1,7 @@
 """Read a demo summary in any wording: for each fact of the post, is its value present, absent, or replaced by a
-foreign value of the same type?
-
-Evidence, in this order:
-
-1. **Clause cues.** The template's keyword before a value ("named", "lives in", "with N pets", "all", "colored",
-   "works as a", "rests on", "enjoys eating") and their free-text inflections ("name is", "live in", "living in",
-   "work as", "rest on", "eat", "eats", "eating"). The word after a cue (or the noun after it: "eating white bread"
-   claims bread) is that fact's claim whatever its type, so a value in the wrong clause ("lives in Monday") is a
-   wrong city, not a day. The word must look like a value: any demo value or one of the post's facts, a capitalised
-   word after a name or city cue ("lives in Springfield": an invented city), a number after the count cue; "lives in
-   a small town" claims nothing. The first cue of a fact is its claim; a later one is a repeat ("Also, rests on
-   Sunday"), as in the template, unless it states another value ("a horse named Kim, a cow named Ela"): that is a
-   further, contradicting mention.
-2. **Words.** Outside the cues, a word of a fact type's vocabulary is a mention of that type, with its inflections
-   and a few paraphrases ("dog" / "dogs" / "puppies", "grey", "Sundays", "three", "a pair"). Names, cities and days
-   count only capitalised. Numbers and colours say something about the pets only next to a pet word ("three gray
-   dogs", "3 pets", "fur is gray"), so "2 years" and "black beans" are no count and no colour.
-
-A fact is **present** if only its value is among its mentions, **foreign** if another value of its type is (the
-post's value may be there too), **absent** if it has none. A word that is a value of several types goes to the type
-whose post value it is, else the first. The vocabularies are the demo's: a value outside them ("a parrot", "a
-marmalade cat") is not recognised unless a cue claims it.
-
-A fact is **present** if its value is among its mentions, **foreign** if another value of its type is, **absent**
-if it has none. A word that is a value of several types goes to the type whose post value it is, else the first.
-
-On a template summary (every value in its clause, nothing else) only the template's cues fire, where the template
-parser fires, so the reading equals :func:`t2g_core.demo.summarization.parse_summary` (tested on generated items):
-every existing figure on template summaries stands.
+foreign value of the same type? The rules (clause cues first, then vocabulary words; what counts as a value, a repeat,
+a mention of several types): docs/real-model.md, "Task metrics and the reference critic on free text". On a template
+summary only the template's cues fire, so the reading equals :func:`t2g_core.demo.summarization.parse_summary`.
 """
 
 from __future__ import annotations
@@ -38,21 +12,8 @@ from functools import lru_cache
 
 from t2g_core.demo.slots import SLOTS, TEMPLATE, VOCAB
 
-NUMBER_WORDS = {
-    "one": "1",
-    "two": "2",
-    "three": "3",
-    "four": "4",
-    "five": "5",
-    "six": "6",
-    "seven": "7",
-    "eight": "8",
-    "nine": "9",
-    "ten": "10",
-    "eleven": "11",
-    "twelve": "12",
-    "pair": "2",
-}
+_NUMBERS = "one two three four five six seven eight nine ten eleven twelve".split()
+NUMBER_WORDS = {w: str(n) for n, w in enumerate(_NUMBERS, 1)} | {"pair": "2"}
 # extra surface forms per value (plural / singular forms are added by rule)
 PARAPHRASES = {
     "dogs": ("puppy", "puppies"),
@@ -269,7 +230,7 @@ def _attribute(word: str, facts: dict[str, str]) -> tuple[str, str] | None:
 
 
 def read_facts(response: str, facts: dict[str, str]) -> FactReading:
-    """Mentions of each of ``facts`` in ``response`` (module docstring: the rules)."""
+    """Mentions of each of ``facts`` in ``response`` (docs/real-model.md: the rules)."""
     reading = FactReading(dict(facts))
     taken = _read_cues(response, facts, reading)
     words = [(m.group(), m.start(), m.end()) for m in _WORD_RE.finditer(response)]

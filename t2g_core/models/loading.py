@@ -1,26 +1,9 @@
 """How every stage loads a model: a folder or a Hugging Face id (optionally ``@revision``), a dtype, a pad token.
 
-A model reference is a local folder or a Hub id such as ``meta-llama/Llama-3.1-8B-Instruct``, optionally pinned with
-``@REVISION`` (a branch, tag or commit). Ids are resolved by ``from_pretrained`` through the standard Hugging Face
-cache, so a model downloaded once loads offline (``HF_HUB_OFFLINE=1`` is the user's choice; nothing here sets it).
-
-Weights dtype (``models.dtype``): ``auto`` is bfloat16 on a CUDA device that supports it, float32 otherwise. A stage
-resolves the setting once, with :func:`resolve_dtype` for the device it runs on, and hands the ``torch.dtype`` down;
-everything below the stage takes that ``torch.dtype`` (a name is refused, so ``"auto"`` cannot reach
-``from_pretrained``, where it would mean the checkpoint's own dtype).
-
-Pad-token policy (one function for the reward model, PPO and evaluation): a tokenizer whose pad token is missing or
-equal to EOS gets a pad token distinct from EOS, so masking padding never masks the real end of a response (§5 A3):
-1. a token the vocabulary reserves for padding (``<|finetune_right_pad_id|>`` in Llama 3.1, ``<pad>``, ...),
-2. else the first reserved special token (``<|reserved_special_token_0|>`` in Llama 3),
-3. else an unused special token already in the vocabulary: not EOS or BOS, and not one the chat template writes
-   (end-of-turn and role markers, found by rendering a conversation); the unknown token first, then the lowest id
-   (``<|endoftext|>``, id 0, in SmolLM2, whose pad is its EOS ``<|im_end|>``),
-4. else a new ``<|pad|>`` token; the model's embeddings are then resized and the new rows set to the mean of the
-   old ones, deterministically, so the same base loads to the same weights in every stage. Those rows are rebuilt at
-   every load, so an adapter saves the embedding layers only when they were trained (:func:`embeddings_trained`);
-   PEFT's own default saves them whenever the vocabulary grew, some 30 times the LoRA weights on a real model.
-Steps 1-3 leave the vocabulary and the embeddings as the checkpoint has them.
+Ids are resolved by ``from_pretrained`` through the standard Hugging Face cache (``HF_HUB_OFFLINE=1`` is the user's
+choice; nothing here sets it). A stage resolves ``models.dtype`` once (:func:`resolve_dtype`) and hands the
+``torch.dtype`` down: a name is refused below it, so ``"auto"`` never reaches ``from_pretrained`` (where it would
+mean the checkpoint's own dtype). The pad-token rule, one for every stage (§5 A3): docs/gpu.md.
 """
 
 from __future__ import annotations
@@ -192,7 +175,7 @@ def _unused_special(tokenizer) -> str | None:
 
 
 def ensure_pad_token(tokenizer) -> PadChoice:
-    """Give ``tokenizer`` a pad token distinct from EOS (module docstring: the policy); left padding is set by the
+    """Give ``tokenizer`` a pad token distinct from EOS (docs/gpu.md: the rule); left padding is set by the
     caller. ``how == "added"`` means the vocabulary grew: call :func:`match_vocabulary` on every model it feeds."""
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     if eos is None:

@@ -119,32 +119,25 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | Path, 
 def _model_config(cfg: TinySpec, tokenizer):
     from transformers import GPT2Config, LlamaConfig
 
-    ids = {
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-    }
+    common = {"vocab_size": len(tokenizer), "tie_word_embeddings": True}
+    common |= {f"{t}_token_id": getattr(tokenizer, f"{t}_token_id") for t in ("bos", "eos", "pad")}
     if cfg.architecture == "gpt2":
         return GPT2Config(
-            vocab_size=len(tokenizer),
             n_embd=cfg.hidden_size,
             n_layer=cfg.num_layers,
             n_head=cfg.num_heads,
             n_positions=cfg.max_positions,
-            tie_word_embeddings=True,
-            **ids,
+            **common,
         )
     return LlamaConfig(
-        vocab_size=len(tokenizer),
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size or 4 * cfg.hidden_size,
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads,
         max_position_embeddings=cfg.max_positions,
-        tie_word_embeddings=True,
         rms_norm_eps=1e-5,
-        **ids,
+        **common,
     )
 
 

@@ -1,40 +1,8 @@
 """A local OpenAI-compatible chat-completions server with scripted answers and fault injection.
 
 Real HTTP on 127.0.0.1 (stdlib ``ThreadingHTTPServer``), so tests and benchmarks exercise the real ``openai``
-client: its retries, timeouts and parsing. Use it as a context manager::
-
-    with FakeOpenAIServer(answer=quoting_answer, latency_s=0.1, fault_rate=0.2, seed=0) as server:
-        client = OpenAI(base_url=server.base_url, api_key="test")
-
-``answer(request_json) -> str | Reply`` scripts the content. Faults are drawn per request, deterministically from
-(seed, request body, attempt number of that body), from ``faults``:
-
-- ``rate_limit``: HTTP 429 with ``Retry-After: <retry_after>`` (transient: a retry gets a fresh draw)
-- ``server_error``: HTTP 500 (transient)
-- ``slow``: the answer comes after ``slow_s`` seconds, past the client's timeout (transient)
-- ``malformed``: 200 with content that is not JSON (persistent: a cached answer)
-- ``truncated``: 200 with JSON cut in half and ``finish_reason="length"``
-- ``refusal``: 200 with ``message.refusal`` set and no content
-- ``bad_body``: 200 with a JSON body that is not a chat completion (a broken proxy)
-
-Hostile endpoints (persistent: the same request gets the same treatment every time), chosen by name only:
-
-- ``cut_body``: 200 whose body stops halfway (the connection closes before ``Content-Length`` bytes)
-- ``huge``: 200 with an answer of ``huge_bytes`` characters
-- ``echo_key``: 401 whose error message repeats the request's ``Authorization`` header
-- ``hang_up``: the connection closes without any answer
-
-Servers unlike OpenAI's, chosen by option:
-
-- ``error_style="fastapi"``: error bodies are ``{"detail": "..."}`` (FastAPI's ``HTTPException``, as ``transformers
-  serve`` and many proxies send them) instead of ``{"error": {"message": ...}}``; with ``json_schema=False`` the
-  ``response_format`` refusal is such a 400 too;
-- ``serial=True``: one request is answered at a time, the others wait in a first-come queue; a request whose client
-  gave up (timed out) is still worked through, as a real server does (``answered_after_gone`` counts those);
-- ``ignore_response_format=True``: ``response_format`` is accepted and ignored, as ``transformers serve`` does: the
-  answer is prose (``PROSE``, HTTP 200) unless the last message spells the JSON out
-  (``endpoint_checks.JSON_INSTRUCTION``, what the annotator adds once it finds the schema ignored), like a small
-  model that writes JSON only when told plainly.
+client: its retries, timeouts and parsing. ``answer(request_json) -> str | Reply`` scripts the content; the faults
+(``FAULTS``, ``HOSTILE``) and the options for servers unlike OpenAI's: docs/annotation.md, "The local test endpoint".
 """
 
 from __future__ import annotations

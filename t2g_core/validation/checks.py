@@ -1,24 +1,8 @@
 """Automatic checks over a batch of annotations and spans, each against a configurable threshold.
 
 Every check returns a :class:`CheckResult`: its value, the allowed range, ``status`` (pass / fail / skipped, never
-a crash) and, when it fails, the worst items that made it fail. Checks:
-
-- ``n_items``               annotations in the batch                        >= min_items
-- ``failure_rate``          annotations whose status is not ``ok``          <= max_parse_failure_rate
-- ``unmatched_rate``        spans whose quote was not found in the response <= max_unmatched_rate (paper: < 2.5%)
-- ``no_span_rate``          ok items that quote no span (of those whose     <= max_no_span_rate
-                            critique finds fault)
-- ``minority_label_frac``   min(positive, negative) / all spans             >= min_minority_label_frac
-                            (``ground``: negative / all spans, see below)
-- ``labelled_token_frac``   response tokens inside a matched span           within [min, max] (needs feedback)
-- ``span_f1``               span F1 against meta.gold_spans (alignment.span_prf, IoU >= 0.5), >= min_span_f1 when set
-
-Tokens for ``labelled_token_frac`` are words and punctuation marks (regex ``\\w+|[^\\w\\s]``) by default, or the
-tokens of a fast Hugging Face tokenizer given to ``make_batch`` (what the policy and reward model see).
-
-Each check names the setting that bounds it and its likely cause (:data:`GATES`). The gates judge what the data can
-show: a critique that only praises has nothing wrong to quote (not an item with no span), and the grounding annotator
-finds a good span only where a critique quotes its praise, so on its batches only the poor side of the balance counts.
+a crash) and, when it fails, the worst items; each names the setting that bounds it and its likely cause
+(:data:`GATES`). The checks, their settings and what they judge: docs/own-data.md, "The gates".
 """
 
 from __future__ import annotations
