@@ -307,11 +307,6 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     _replace_atomic(path, lambda tmp: tmp.write_bytes(text.encode("utf-8")))
 
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` at once (:func:`_replace_atomic`)."""
-    _replace_atomic(path, lambda tmp: tmp.write_bytes(data))
-
-
 def write_frame_atomic(df: pd.DataFrame, path: str | Path) -> Path:
     """``df`` (no declared schema) as Parquet at ``path``, atomically."""
     return _replace_atomic(path, lambda tmp: df.to_parquet(tmp, index=False))

@@ -36,10 +36,10 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
-# the tiny preset as shipped
-TINY_PRESET = merged(PRESETS["tiny"], {"data": {"seed": 3}})
-# with PPO long enough to be killed mid-run and a page per step
-TINY = merged(TINY_PRESET, {"ppo": {"steps": 12, "eval_every": 1, "log_every": 1, "save_every": 1}})
+# the tiny preset as shipped (tests/cli/test_run_tiny.py runs it through t2g run); the re-annotation step runs it
+TINY_PRESET = PRESETS["tiny"]
+# the kill/resume step needs PPO long enough to be killed mid-run and a page per step
+TINY = merged(PRESETS["tiny"], {"ppo": {"steps": 12, "eval_every": 1, "log_every": 1, "save_every": 1}})
 
 
 def _flow_run_process(flow_run_id: str) -> int | None:
