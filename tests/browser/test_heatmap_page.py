@@ -5,7 +5,7 @@ replaced: "Rome" wrong for one, supported by the other, beside a post that says 
 from __future__ import annotations
 
 import pytest
-from chromium_cdp import Browser, find_chromium
+from chromium_cdp import Browser
 
 from t2g_core.ppo.report import write_heatmap, write_heatmap_index
 from tests.core._heatmap_samples import AUDITED, PLAIN
@@ -19,10 +19,7 @@ READINGS = (  # each row: who read it, and the colour of "Rome" in that reading
 )
 
 
-def test_the_page_says_whose_reading_each_row_is_and_shows_both_where_both_exist(tmp_path):
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("headless Chromium not installed (Debian: apt-get install -y chromium)")
+def test_the_page_says_whose_reading_each_row_is_and_shows_both_where_both_exist(tmp_path, chromium):
     write_heatmap(tmp_path / "heatmaps" / "step-000000.html", 0, [PLAIN, AUDITED], "reward_model")
     index = write_heatmap_index(tmp_path / "heatmaps")
     (tmp_path / "profile").mkdir()

@@ -7,16 +7,13 @@ import shutil
 import time
 
 import pytest
-from chromium_cdp import Browser, find_chromium
+from chromium_cdp import Browser
 from local_servers import mlflow_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-def test_the_printed_link_opens_the_runs_of_a_model_training_experiment(tmp_path, mlflow_template_db):
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("headless Chromium not installed (Debian: apt-get install -y chromium)")
+def test_the_printed_link_opens_the_runs_of_a_model_training_experiment(tmp_path, mlflow_template_db, chromium):
     from t2g_core.config import WorkspaceConfig
     from t2g_mlflow import experiment, runs
 

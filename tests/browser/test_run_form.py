@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from chromium_cdp import Browser, find_chromium
+from chromium_cdp import Browser
 from local_servers import prefect_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -26,10 +26,7 @@ REGISTER = (
 )
 
 
-def test_the_form_offers_presets_and_groups_fields_by_stage(tmp_path):
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("headless Chromium not installed (Debian: apt-get install -y chromium)")
+def test_the_form_offers_presets_and_groups_fields_by_stage(tmp_path, chromium):
     with prefect_server(tmp_path) as url:
         env = {**os.environ, "PREFECT_API_URL": f"{url}/api", "PYTHONPATH": str(ROOT)}
         done = subprocess.run([sys.executable, "-c", REGISTER], env=env, capture_output=True, text=True, timeout=300)
