@@ -57,10 +57,12 @@ def _flow_run_process(flow_run_id: str) -> int | None:
 
 
 def _kill_during_ppo(api: httpx.Client, ws: Path, flow_run_id: str, timeout: float) -> None:
-    """Wait until PPO saved a checkpoint, then kill -9 the flow run's process (an OOM kill, a lost node)."""
-    deadline = time.monotonic() + timeout
+    """Wait until this run's PPO saved a checkpoint, then kill -9 the flow run's process (an OOM kill, a lost node).
+    A checkpoint of an earlier PPO run in the module's shared workspace does not count (its kill came too early)."""
+    latest = lambda: set((ws / "checkpoints" / "ppo").glob("*/checkpoints/latest"))  # noqa: E731
+    earlier, deadline = latest(), time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if list((ws / "checkpoints" / "ppo").glob("*/checkpoints/latest")):
+        if latest() - earlier:
             pid = _flow_run_process(flow_run_id)
             assert pid is not None, "no process runs the flow run"
             os.kill(pid, signal.SIGKILL)
