@@ -128,11 +128,11 @@ def run_stage(fn: Any, ctx: StageContext, layout: Layout | None, workspace: Work
 
 
 def rendezvous(layout: Layout) -> tuple[int, str, int]:
-    """(this machine's rank, the main machine's address, its port): loopback on one machine; across machines what
-    the machine's launcher set (``MACHINE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``: a JobSet pod, a Slurm step)."""
-    if layout.machines == 1:
-        return 0, "127.0.0.1", gang.free_port()
-    names = ("MACHINE_RANK", "MASTER_ADDR", "MASTER_PORT")
-    if missing := [n for n in names if n not in os.environ]:
-        raise ValueError(f"a gang over {layout.machines} machines needs {', '.join(missing)} in the worker's env")
-    return int(os.environ["MACHINE_RANK"]), os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    """(this machine's rank, the main machine's address, its port): this machine alone, on loopback. A gang across
+    machines needs each machine's share started with the rendezvous wired (a JobSet pod, a Slurm step): not yet."""
+    if layout.machines > 1:
+        raise ValueError(
+            f"a gang over {layout.machines} machines is not started by the pipeline yet (one pod or Slurm step per "
+            "machine, each running its share of the ranks); set machines: 1 or launch by hand (docs/gpu.md)"
+        )
+    return 0, "127.0.0.1", gang.free_port()

@@ -72,7 +72,7 @@ class Layout(StageConfig):
         1, ge=1, description="Processes per machine, one per GPU (on a host without CUDA: gloo on CPUs)."
     )
     machines: int = Field(
-        1, ge=1, description="Machines the gang spans; past one, each machine's worker starts its ranks (MACHINE_RANK)."
+        1, ge=1, description="Machines the gang spans (more than one: not yet started by the pipeline, refused)."
     )
     accelerate: Literal["ddp", "fsdp"] = Field(
         "ddp", description="The accelerate config the gang starts with: deployments/accelerate/NAME.yaml."

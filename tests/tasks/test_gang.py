@@ -164,6 +164,14 @@ def test_a_rank_that_accelerate_leaves_alone_is_refused(tmp_path, flags, code):
     assert "accelerate runs this process as 1 of 1" in proc.stderr and "launch asked for 2" in proc.stderr
 
 
+def test_a_gang_across_machines_is_refused_until_the_pipeline_starts_one():
+    from tasks.stage import rendezvous
+
+    assert rendezvous(TWO)[:2] == (0, "127.0.0.1")
+    with pytest.raises(ValueError, match="over 2 machines is not started by the pipeline yet"):
+        rendezvous(Layout(machines=2))
+
+
 def test_a_config_that_starts_one_process_is_refused(tmp_path):
     config = tmp_path / "cpu.yaml"
     config.write_text("distributed_type: MULTI_CPU\nuse_cpu: true\n")
