@@ -5,13 +5,15 @@ static rendezvous), each running the stage function on the same typed inputs, ra
 t2g_cli gang-rank`` (``t2g_cli/gang.py``) in a process group of its own, relays rank 0's standard output (its
 progress lines to ``progress``, the rest to ``log``), and returns rank 0's output reference as JSON. A failed gang
 raises :class:`GangFailed` with the rank torchrun saw fail first and that rank's last stderr lines
-(``rank-<r>.log``). Nothing here reads the environment: the caller hands over the ranks' environment and rendezvous.
+(``rank-<r>.log``). The launcher stays in the caller's process group (a cancelled run's signal reaches it, and
+torchrun ends its ranks); a caller interrupted while the gang runs stops the launcher and every rank under it. Nothing
+here reads the environment: the caller hands over the ranks' environment and rendezvous.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import re
 import signal
 import socket
@@ -21,6 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 from pydantic import BaseModel, ConfigDict
 
@@ -85,9 +88,7 @@ def launch(
         old.unlink(missing_ok=True)
     spec.file(SPEC).write_text(spec.model_dump_json(), encoding="utf-8")
     with open(folder / LAUNCHER_LOG, "w", encoding="utf-8") as err:
-        proc = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=err, text=True, env=dict(env), start_new_session=True
-        )
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True, env=dict(env))
         try:
             for line in proc.stdout:
                 relay(line.rstrip("\n"), log, progress)
@@ -114,18 +115,19 @@ def print_progress(phase: str, done: int, total: int, metrics: Mapping[str, floa
 
 
 def stop(proc: subprocess.Popen) -> None:
-    """End the launcher and its ranks (its process group) if they still run: SIGTERM, then SIGKILL after 30 s."""
+    """End the launcher and every process under it, if they still run (torchrun starts each rank in a session of its
+    own, so a signal to a process group would miss them): SIGTERM, then SIGKILL after 30 s."""
     if proc.poll() is not None:
         return
-    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-        except ProcessLookupError:
-            return
+    with contextlib.suppress(psutil.NoSuchProcess):
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        for p in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.terminate()
+        for p in psutil.wait_procs(tree, timeout=30)[1]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+    proc.wait()
 
 
 def failure(spec: GangRun, code: int) -> str:

@@ -22,7 +22,8 @@ from safetensors.torch import load_file
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.orchestration import Layout
 from t2g_core.config.stages import PPOSettings
-from t2g_core.gang import GangFailed, GangRun, launch_command
+from t2g_core.gang import GangFailed, GangRun, launch, launch_command
+from t2g_core.progress import no_progress
 from tests.core._launch import accelerate_launch
 from tests.core._ppo_small import SMALL
 
@@ -60,6 +61,10 @@ def _ranks(workspace) -> list:
         if "gang-rank" in cmd and str(Path(workspace.root) / "gang") in cmd:
             found.append(p)
     return found
+
+
+def _spec(folder: Path) -> GangRun:
+    return GangRun(function="t2g_core.stages.ppo.train", inputs={}, workspace={}, key="k", world=2, folder=str(folder))
 
 
 @pytest.fixture
@@ -140,6 +145,31 @@ def test_a_killed_rank_fails_the_stage_with_its_error_and_the_next_run_resumes(
     assert any("PPO resumes from step-" in r.getMessage() for r in caplog.records), "the rerun did not resume"
 
 
+SLEEPER = "import os, sys, time; open(sys.argv[1] + '/pid-' + os.environ['RANK'], 'w').write(str(os.getpid()))\n"
+SLEEPER += "print('ready', flush=True); time.sleep(300)"
+
+
+@pytest.mark.slow
+def test_an_interrupted_gang_is_stopped_with_every_rank(tmp_path):
+    """A task stopped while its gang runs (its time limit, a cancelled run: an exception in the relay loop) leaves no
+    rank behind, although torchrun starts each rank in a session of its own."""
+    import psutil
+
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    spec = _spec(tmp_path)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def interrupted(line):
+        raise TimeoutError(f"stopped after {line!r}")
+
+    with pytest.raises(TimeoutError):
+        launch(spec, [*accelerate_launch(2), str(script), str(tmp_path)], env, interrupted, no_progress)
+    time.sleep(1)  # rank 1 may still be starting when rank 0 prints
+    pids = [int(f.read_text()) for f in tmp_path.glob("pid-*")]
+    assert pids and not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+
 WORLD_CHECK = "import sys; from t2g_cli._common import join_processes; join_processes(2)"
 FORGETS_CPU = "import t2g_core.ppo.distributed as d; d.use_cpu = lambda: False; " + WORLD_CHECK  # PartialState()
 
@@ -175,7 +205,7 @@ def test_a_gang_across_machines_is_refused_until_the_pipeline_starts_one():
 def test_a_config_that_starts_one_process_is_refused(tmp_path):
     config = tmp_path / "cpu.yaml"
     config.write_text("distributed_type: MULTI_CPU\nuse_cpu: true\n")
-    spec = GangRun(function="t2g_core.stages.ppo.train", inputs={}, workspace={}, key="k", world=2, folder="f")
+    spec = _spec(Path("f"))
     with pytest.raises(ValueError, match="use_cpu: true"):
         launch_command(spec, TWO, config, (0, "127.0.0.1", 1))
     command = launch_command(spec, TWO, ROOT / "deployments" / "accelerate" / "ddp.yaml", (0, "127.0.0.1", 1))
