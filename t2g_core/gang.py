@@ -140,7 +140,8 @@ def failure(spec: GangRun, code: int) -> str:
     how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
     log = spec.file(f"rank-{rank}.log")
     text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else launcher
-    return f"rank {rank} of the {spec.world}-process gang {how}; its last stderr lines ({log}):\n{tail(text)}"
+    error = f": {tail(text, 1).removeprefix(f'[rank{rank}]: ')}" if code > 0 else ""  # its exception, last
+    return f"rank {rank} of the {spec.world}-process gang {how}{error}; its last stderr lines ({log}):\n{tail(text)}"
 
 
 def tail(text: str, lines: int = 15) -> str:

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -115,8 +116,10 @@ def test_the_layout_is_not_part_of_the_stage_key(workspace_cfg):
 
 @pytest.mark.slow
 def test_a_killed_rank_fails_the_stage_with_its_error_and_the_next_run_resumes(
-    tiny_model_dir, workspace_cfg, run_task, gloo, caplog
+    tiny_model_dir, workspace_cfg, run_task, gloo, monkeypatch
 ):
+    import tasks.stage
+
     outcome: dict = {}
 
     def first_run():
@@ -139,10 +142,11 @@ def test_a_killed_rank_fails_the_stage_with_its_error_and_the_next_run_resumes(
     assert "rank 1 of the 2-process gang was killed by SIGKILL" in str(error)
     assert not _ranks(workspace_cfg)  # the other rank and the launcher are gone too
 
-    with caplog.at_level("INFO"):
-        again = _train(run_task, workspace_cfg, tiny_model_dir, TWO, steps=20)
+    lines: list[str] = []  # what the task logs (rank 0's lines among them)
+    monkeypatch.setattr(tasks.stage, "run_logger", lambda: SimpleNamespace(info=lines.append))
+    again = _train(run_task, workspace_cfg, tiny_model_dir, TWO, steps=20)
     assert again.steps == 20
-    assert any("PPO resumes from step-" in r.getMessage() for r in caplog.records), "the rerun did not resume"
+    assert any(line.startswith("PPO resumes from step-") for line in lines), lines
 
 
 SLEEPER = "import os, sys, time; open(sys.argv[1] + '/pid-' + os.environ['RANK'], 'w').write(str(os.getpid()))\n"
@@ -226,6 +230,19 @@ def test_two_machines_of_one_process_each_join_one_gang_on_loopback(tmp_path):
             m.kill()
     assert [m.returncode for m in machines] == [0, 0], [err[-2000:] for _, err in outs]
     assert [out.strip() for out, _ in outs] == ["rank 0 of 2", "rank 1 of 2"]
+
+
+def test_a_failed_gang_names_the_rank_that_failed_first_and_its_error(tmp_path):
+    from t2g_core.gang import LAUNCHER_LOG, failure
+
+    (tmp_path / LAUNCHER_LOG).write_text(
+        "Failures:\n[1]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : -15 (pid: 7)\n"
+        "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : 1 (pid: 8)\n"
+    )
+    (tmp_path / "rank-1.log").write_text("[rank1]: Traceback (most recent call last):\n[rank1]: ValueError: no model\n")
+    message = failure(_spec(tmp_path), 1)
+    assert message.startswith("rank 1 of the 2-process gang exited with code 1: ValueError: no model; its last")
+    assert "Traceback" in message
 
 
 def test_a_config_that_starts_one_process_is_refused(tmp_path):
