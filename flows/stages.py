@@ -167,10 +167,14 @@ def ppo(
     reward_model: ServedRef[RewardModelRef | None],
     forced: list[str] | None = None,
 ) -> PolicyRef:
-    """PPO from the policy before PPO with the configured reward source; the adapter is registered in MLflow."""
+    """PPO from the policy before PPO with the configured reward source, in ``layout.ppo``'s processes; the adapter is
+    registered in MLflow."""
+
     settings = settings_for("ppo", config)
     used = reward_model if settings.uses_reward_model else None  # the oracle and an endpoint need none
-    return _step(tasks.ppo.train_policy, config, "ppo", forced)(feedback, models, used, settings, config.workspace)
+    return _step(tasks.ppo.train_policy, config, "ppo", forced)(
+        feedback, models, used, settings, config.workspace, config.layout.of("ppo")
+    )
 
 
 @flow(name="evaluate", **RESULTS)

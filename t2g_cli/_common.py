@@ -104,15 +104,27 @@ class EchoTracker(NullTracker):
                 echo(f"  step {step}: loss {metrics['rm/loss']:.4f}")
 
 
-def join_processes():
+def join_processes(world: int | None = None):
     """Under ``accelerate launch`` / torchrun, join the process group before any stage runs (gloo without CUDA,
     NCCL with it); alone, set up one process. The library then reads the same state (``t2g_core.ppo.distributed``).
-    Returns accelerate's ``PartialState`` (``main_process_first()``: rank 0 prepares shared inputs, the rest reuse)."""
+    Returns accelerate's ``PartialState`` (``main_process_first()``: rank 0 prepares shared inputs, the rest reuse).
+    Refused (exit 2) when accelerate runs fewer processes than ``world`` (default: torchrun's ``WORLD_SIZE``): on a
+    host without CUDA ``PartialState()`` without ``cpu=True`` leaves each process alone, and ``--cpu`` starts one."""
+    import os
+
     from accelerate import PartialState
 
     from t2g_core.ppo.distributed import use_cpu
 
-    return PartialState(cpu=use_cpu())
+    state = PartialState(cpu=use_cpu())
+    world = world or int(os.environ.get("WORLD_SIZE", "1"))
+    if state.num_processes != world:
+        fail(
+            f"accelerate runs this process as 1 of {state.num_processes} ({state.distributed_type.name}) where the "
+            f"launch asked for {world}: on a host without CUDA start it without --cpu / use_cpu (gloo processes "
+            "need a multi-process config such as deployments/accelerate/ddp.yaml) and join with cpu=True"
+        )
+    return state
 
 
 def stage_context(stage: str, workspace: Path | str, params: dict, out: Path | None = None, *, progress: bool = True):

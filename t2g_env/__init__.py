@@ -19,3 +19,11 @@ def api_key(settings: StageSettings) -> str | None:
     """The value of the variable ``settings.api_key_env`` names (None when it names none or the variable is unset)."""
     name = settings.api_key_env
     return os.environ.get(name) if name else None
+
+
+def stage_call(fn, inputs: dict, ctx):
+    """``fn(**inputs, ctx=ctx)``, with the API key its settings name when ``fn`` takes one (read here, never stored)."""
+    import inspect
+
+    key = {"api_key": api_key(inputs["settings"])} if "api_key" in inspect.signature(fn).parameters else {}
+    return fn(**inputs, ctx=ctx, **key)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 RESULTS_DIR = "prefect-results"
 CACHE_EXPIRATION = timedelta(days=90)
-NOT_IN_KEY = ("workspace",)  # where outputs go, not what they are
+NOT_IN_KEY = ("workspace", "layout")  # where outputs go and how many processes make them, not what they are
 _CACHE_OPTIONS: dict[str, Any] = {
     "cache_expiration": CACHE_EXPIRATION,
     "persist_result": True,

@@ -14,13 +14,13 @@ from __future__ import annotations
 from prefect import task
 
 from t2g_core.config import WorkspaceConfig
+from t2g_core.config.orchestration import Layout
 from t2g_core.config.stages import PPOSettings
 from t2g_core.stages import ppo
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicyRef, RewardModelRef
-from t2g_env import api_key
 from t2g_mlflow.registry import describe_version, log_adapter_model, log_model_input
 from tasks.caching import stage_task_options
-from tasks.stage import stage
+from tasks.stage import run_stage, stage
 
 POLICY_MODEL = "text2grad-policy"
 
@@ -32,13 +32,17 @@ def train_policy(
     reward_model: RewardModelRef | None,
     settings: PPOSettings,
     workspace: WorkspaceConfig,
+    layout: Layout | None = None,
 ) -> PolicyRef:
-    """PPO with the configured reward source; returns the adapter, run folder and registered version."""
+    """PPO with the configured reward source (in ``layout``'s processes); returns the adapter, run folder and
+    registered version."""
+
     used_rm = reward_model if settings.uses_reward_model else None
     with stage(
         train_policy, "ppo", workspace, feedback=feedback, models=models, reward_model=reward_model, settings=settings
     ) as ctx:
-        ref = ppo.train(feedback, models, used_rm, settings, ctx, api_key=api_key(settings))
+        inputs = {"feedback": feedback, "models": models, "reward_model": used_rm, "settings": settings}
+        ref = run_stage(ppo.train, ctx, layout, workspace, **inputs)
         rm_version = used_rm.version if settings.uses_trained_reward_model and used_rm is not None else None
         if rm_version:
             log_model_input(settings.reward_model.registered_name, rm_version)

@@ -5,19 +5,27 @@ function and its parameters exactly as the Prefect cache key is computed (``task
 stage's nested MLflow run (its settings as params, the Prefect ids as tags; MLflow system metrics for the stages that
 train or generate) and yields the :class:`~t2g_core.stages.context.StageContext` the ``t2g_core.stages`` function
 takes: key-addressed outputs in the workspace, an MLflow tracker, the Prefect run logger, Prefect progress artifacts
-(``tasks.progress``), and ``force`` when ``--refresh`` named the stage.
+(``tasks.progress``), and ``force`` when ``--refresh`` named the stage. :func:`run_stage` then runs the stage function
+in this process, or as the gang of processes its ``layout`` asks for (``t2g_core.gang``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import typing
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+from t2g_core import gang
 from t2g_core.config import WorkspaceConfig
+from t2g_core.config.orchestration import Layout
 from t2g_core.disk import disk_full
 from t2g_core.stages.context import StageContext
 from t2g_core.stages.registry import SYSTEM_METRICS
+from t2g_env import stage_call
 from t2g_mlflow.tracker import MlflowTracker
 from tasks.caching import forced, task_key
 from tasks.links import in_prefect_run, stage_run
@@ -85,3 +93,45 @@ def _stage(fn: Any, name: str, workspace: WorkspaceConfig, **params: Any) -> Ite
             on_progress=PrefectProgress(name, log.info),
             run_id=run.info.run_id,
         )
+
+
+ACCELERATE = Path(__file__).resolve().parents[1] / "deployments" / "accelerate"  # <layout.accelerate>.yaml
+
+
+def run_stage(fn: Any, ctx: StageContext, layout: Layout | None, workspace: WorkspaceConfig, **inputs: Any) -> Any:
+    """``fn(**inputs, ctx=ctx)`` in this process, or (a layout of several processes) in every rank of the gang this
+    starts and waits for; the same typed reference either way, read back from what rank 0 wrote. A forced stage's
+    key-named folders are emptied here, once, and the ranks resume from nothing."""
+    if layout is None or layout.world == 1:
+        return stage_call(fn, inputs, ctx)
+    from pydantic import TypeAdapter
+
+    if ctx.force:
+        for folder in ctx.workspace.root.glob(f"*/*/{ctx.key}"):
+            shutil.rmtree(folder)
+    hints = typing.get_type_hints(fn)
+    spec = gang.GangRun(
+        function=f"{fn.__module__}.{fn.__name__}",
+        inputs={k: TypeAdapter(hints[k]).dump_python(v, mode="json", by_alias=True) for k, v in inputs.items()},
+        workspace=workspace.model_dump(mode="json"),
+        key=ctx.key,
+        run_id=ctx.run_id,
+        world=layout.world,
+        folder=str(ctx.workspace.root / "gang" / ctx.key),
+    )
+    command = gang.launch_command(spec, layout, ACCELERATE / f"{layout.accelerate}.yaml", rendezvous(layout))
+    code = str(Path(__file__).resolve().parents[1])  # the ranks run the code this process runs (its stage key)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [code, os.environ.get("PYTHONPATH")]))}
+    ctx.log(f"{layout.world} processes ({layout.accelerate}) run the stage: {' '.join(command)}")
+    return TypeAdapter(hints["return"]).validate_json(gang.launch(spec, command, env, ctx.log, ctx.on_progress))
+
+
+def rendezvous(layout: Layout) -> tuple[int, str, int]:
+    """(this machine's rank, the main machine's address, its port): this machine alone, on loopback. A gang across
+    machines needs each machine's share started with the rendezvous wired (a JobSet pod, a Slurm step): not yet."""
+    if layout.machines > 1:
+        raise ValueError(
+            f"a gang over {layout.machines} machines is not started by the pipeline yet (one pod or Slurm step per "
+            "machine, each running its share of the ranks); set machines: 1 or launch by hand (docs/gpu.md)"
+        )
+    return 0, "127.0.0.1", gang.free_port()

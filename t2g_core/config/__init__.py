@@ -15,7 +15,7 @@ from t2g_core.config.checks import ChecksConfig, conflicts
 from t2g_core.config.data import DataConfig, HoldoutConfig, Task
 from t2g_core.config.evaluate import EvaluateConfig
 from t2g_core.config.models import ModelsConfig
-from t2g_core.config.orchestration import PlacementConfig, TimeoutsConfig
+from t2g_core.config.orchestration import LayoutConfig, PlacementConfig, TimeoutsConfig
 from t2g_core.config.policy_samples import PolicySamplesConfig
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.config.presets import PRESETS, Preset, merged
@@ -90,6 +90,9 @@ class PipelineConfig(StageConfig):
         PlacementConfig,
         "Placement (work pools)",
         "Work pool of each stage group, e.g. {ppo: t2g-gpu} (others: inline).",
+    )
+    layout: LayoutConfig = _section(
+        LayoutConfig, "Processes (training stages)", "Processes a training stage runs as, e.g. {ppo: {processes: 8}}."
     )
     timeouts: TimeoutsConfig = _section(
         TimeoutsConfig, "Time limits", "Minutes each named stage may run, e.g. {ppo: 120} (none unless named)."

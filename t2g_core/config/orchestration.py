@@ -1,7 +1,8 @@
-"""What the orchestration reads about a stage and a stage never does: where its group runs and how long it may run.
+"""What the orchestration reads about a stage and a stage never does: where its group runs, how long it may run, and
+how many processes a training stage runs as.
 
-Both are keyed by the names of the stage table (``t2g_core.stages.registry``, which refuses to import when the two
-``Literal`` lists below disagree with it), and neither is part of a cache key: changing them re-runs nothing. A stage
+All three are keyed by the names of the stage table (``t2g_core.stages.registry``, which refuses to import when the two
+``Literal`` lists below disagree with it), and none is part of a cache key: changing them re-runs nothing. A stage
 stopped by its limit keeps what it finished: training resumes from its last checkpoint on the next run, annotation
 from its answer cache.
 """
@@ -12,11 +13,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, RootModel, model_validator
 
-from t2g_core.config.base import refuse_renamed
+from t2g_core.config.base import StageConfig, refuse_renamed
 
 StageName = Literal[
     "feedback", "models", "annotate", "align", "validate", "warmup", "policy_samples", "reward_model", "ppo", "evaluate"
 ]
+GangStage = Literal["ppo"]  # stages whose function runs in every process of a launch (rank 0 writes)
 Group = Literal["annotate", "align_and_validate", "warmup", "policy_samples", "reward_model", "ppo", "evaluate"]
 RENAMED_GROUPS = {
     "train_reward_model": "reward_model",
@@ -61,3 +63,33 @@ class TimeoutsConfig(RootModel[dict[StageName, Minutes]]):
             f"raise it (--set timeouts.{stage}=MINUTES) or remove the limit (--set timeouts.{stage}=null) and run "
             "the same command again: finished stages are reused and training resumes from its last checkpoint"
         )
+
+
+class Layout(StageConfig):
+    """The processes one training stage runs as: ``processes`` on each of ``machines``, started by ``accelerate``."""
+
+    processes: int = Field(
+        1, ge=1, description="Processes per machine, one per GPU (on a host without CUDA: gloo on CPUs)."
+    )
+    machines: int = Field(
+        1, ge=1, description="Machines the gang spans (more than one: not yet started by the pipeline, refused)."
+    )
+    accelerate: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="The accelerate config the gang starts with: deployments/accelerate/NAME.yaml."
+    )
+
+    @property
+    def world(self) -> int:
+        return self.processes * self.machines
+
+
+class LayoutConfig(RootModel[dict[GangStage, Layout]]):
+    """``{stage: layout}``: a training stage named runs as a gang of processes (one process unless named)."""
+
+    root: dict[GangStage, Layout] = Field(
+        {}, description="Processes each training stage named runs as (one unless named)."
+    )
+    model_config = ConfigDict(frozen=True)
+
+    def of(self, stage: str) -> Layout:
+        return self.root.get(stage, Layout())

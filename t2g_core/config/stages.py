@@ -3,9 +3,9 @@
 A stage's settings model holds exactly the ``PipelineConfig`` sections its function reads, so a setting outside them
 cannot reach the stage, and every setting inside them is part of the stage's cache key. The stage table
 (``t2g_core.stages.registry``) names each stage's model; ``t2g config stages`` prints what each reads. ``workspace``
-(where outputs go), ``placement`` (which work pool runs a stage) and ``timeouts`` (how long a stage may run) are read
-by the orchestration, never by a stage, and ``checks`` (risks accepted) only when the configuration is validated:
-changing them re-runs nothing.
+(where outputs go), ``placement`` (which work pool runs a stage), ``layout`` (its processes) and ``timeouts`` (how long
+a stage may run) are read by the orchestration, never by a stage, and ``checks`` (risks accepted) only when the
+configuration is validated: changing them re-runs nothing.
 
 The settings also answer what the adapters around a stage must know and should not re-decide: which environment
 variable holds the API key the stage sends to an outside service (``api_key_env``; the adapters read it, the library
@@ -215,4 +215,10 @@ class EvaluateSettings(StageSettings):
         return self.evaluate.judge_api_key_env if self.evaluate.judge_base_url else None
 
 
-NOT_STAGE_INPUTS = ("workspace", "placement", "timeouts", "checks")  # read by the orchestration (checks: before a run)
+NOT_STAGE_INPUTS = (
+    "workspace",
+    "placement",
+    "layout",
+    "timeouts",
+    "checks",
+)  # read by the orchestration (checks: before a run)

@@ -3,7 +3,8 @@
 - ``name``: what a user types or reads (``--refresh``, ``timeouts.<name>``, task, folders, MLflow run, summary);
 - ``settings``: the ``PipelineConfig`` sections it reads (its settings model, so its cache key);
 - ``output``: the reference type it returns; ``group``: the flow that runs it (``placement.<group>``);
-- ``optional``: off unless ``<name>.enabled``; ``system_metrics``: its MLflow run records CPU / GPU / memory.
+- ``optional``: off unless ``<name>.enabled``; ``system_metrics``: its MLflow run records CPU / GPU / memory;
+- ``gang``: its function runs in every process of an ``accelerate`` launch, rank 0 writing (``layout.<name>``).
 
 A new stage is a row here, its function in ``t2g_core.stages``, its task in ``tasks/``, its settings model in
 ``t2g_core.config``; ``StageName`` and ``Group`` are checked against this table on import.
@@ -28,6 +29,7 @@ class Stage:
     group: str
     optional: bool = False
     system_metrics: bool = False
+    gang: bool = False
 
     @property
     def sections(self) -> tuple[str, ...]:
@@ -50,7 +52,7 @@ STAGES: tuple[Stage, ...] = (
         system_metrics=True,
     ),
     Stage("reward_model", settings.RewardModelSettings, refs.RewardModelRef, "reward_model", system_metrics=True),
-    Stage("ppo", settings.PPOSettings, refs.PolicyRef, "ppo", system_metrics=True),
+    Stage("ppo", settings.PPOSettings, refs.PolicyRef, "ppo", system_metrics=True, gang=True),
     Stage("evaluate", settings.EvaluateSettings, refs.EvaluationRef, "evaluate", system_metrics=True),
 )
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
@@ -60,12 +62,11 @@ INLINE_GROUPS = ("feedback", "models")  # run in the pipeline's own process: the
 PLACEABLE: tuple[str, ...] = tuple(g for g in GROUPS if g not in INLINE_GROUPS)
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {s.name: s.sections for s in STAGES}
 SYSTEM_METRICS: frozenset[str] = frozenset(s.name for s in STAGES if s.system_metrics)
+GANG: tuple[str, ...] = tuple(s.name for s in STAGES if s.gang)
 
-if ORDER != typing.get_args(orchestration.StageName) or PLACEABLE != typing.get_args(orchestration.Group):
-    raise ImportError(
-        "t2g_core.config.orchestration.StageName / Group disagree with the stage table: "
-        f"{ORDER} / {PLACEABLE} vs {typing.get_args(orchestration.StageName)} / {typing.get_args(orchestration.Group)}"
-    )
+_NAMES = {"StageName": ORDER, "Group": PLACEABLE, "GangStage": GANG}
+if any(names != typing.get_args(getattr(orchestration, kind)) for kind, names in _NAMES.items()):
+    raise ImportError(f"t2g_core.config.orchestration's {', '.join(_NAMES)} disagree with the stage table: {_NAMES}")
 
 
 def settings_for(stage: str, cfg: PipelineConfig) -> Any:

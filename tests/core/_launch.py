@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import sys
 from pathlib import Path
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from t2g_core.gang import free_port
 
 
 def accelerate_launch(processes: int) -> list[str]:
@@ -23,5 +18,5 @@ def accelerate_launch(processes: int) -> list[str]:
         "--dynamo_backend",
         "no",
         "--main_process_port",
-        str(_free_port()),
+        str(free_port()),
     ]

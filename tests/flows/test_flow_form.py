@@ -45,6 +45,23 @@ def test_text2grad_form_is_the_pipeline_config_with_descriptions():
     assert tuple(enum) == STAGES
 
 
+def test_the_run_forms_offer_each_training_stages_process_layout():
+    """The pipeline's form and the placed PPO group's form set ``layout.ppo`` (processes, machines, DDP or FSDP)."""
+    from prefect.utilities.callables import parameter_schema
+
+    from flows.stages import ppo
+    from flows.text2grad import text2grad
+    from t2g_core.stages.registry import GANG
+
+    for flow in (text2grad, ppo):
+        defs = parameter_schema(flow).model_dump_for_openapi()["definitions"]
+        assert defs["PipelineConfig"]["properties"]["layout"]["$ref"] == "#/definitions/LayoutConfig"
+        assert defs["LayoutConfig"]["propertyNames"] == {"const": GANG[0]} and GANG == ("ppo",)
+        layout = defs["Layout"]["properties"]
+        assert layout["processes"]["minimum"] == layout["machines"]["minimum"] == 1
+        assert layout["accelerate"]["enum"] == ["ddp", "fsdp"]
+
+
 def test_refresh_names_are_checked_and_imply_downstream():
     from t2g_core.stages.registry import downstream
 

@@ -46,7 +46,8 @@ ALSO_READ = {extra.split()[0] + ".": {s.name} for s in STAGES for extra in s.set
 
 
 # ------------------------------------------------------------------------------------------ non-default values
-KEYED = {"placement": {"ppo": "changed-pool"}, "timeouts": {"ppo": 90.0}}  # {stage or group: value} settings
+# {stage or group: value} settings
+KEYED = {"placement": {"ppo": "changed-pool"}, "layout": {"ppo": {"processes": 2}}, "timeouts": {"ppo": 90.0}}
 
 
 def _other_value(annotation, default, metadata):
@@ -275,8 +276,10 @@ def test_the_table_covers_every_section():
 
 @pytest.mark.slow
 def test_every_setting_reaches_the_stage_that_reads_it(stand_ins, monkeypatch):
-    # placement names work pools (orchestration); "ui" review would pause for a person: keep both at values that run
-    changes = {k: v for k, v in ALL_CHANGES.items() if k != "placement"} | {"validate.review": "offline"}
+    # placement names work pools, layout starts processes that run no stand-ins (both orchestration; the layout's test:
+    # tests/tasks/test_gang.py); "ui" review would pause for a person: keep them at values that run
+    orchestration = ("placement", "layout")
+    changes = {k: v for k, v in ALL_CHANGES.items() if k not in orchestration} | {"validate.review": "offline"}
     config = config_with(changes, stand_ins)
     _run(config)
     defaults = PipelineConfig()

@@ -1,0 +1,37 @@
+"""The placed or inline PPO group as the Prefect UI runs it: ``layout.ppo`` of 2 processes reaches the task, which
+starts the gang; the cached result is found again with the layout removed (the layout is in no cache key)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from t2g_core.config import PipelineConfig, WorkspaceConfig
+from tests.core._ppo_small import SMALL
+
+
+@pytest.mark.slow
+def test_the_ppo_flow_runs_its_layout_and_its_cache_ignores_the_layout(
+    tmp_path, prefect_harness, tiny_model_dir, monkeypatch
+):
+    from flows import stages
+    from t2g_core.demo import make_demo_feedback
+    from t2g_core.stages.refs import ModelsRef
+    from t2g_core.workspace import Workspace
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    workspace = WorkspaceConfig(root=str(tmp_path / "ws"))
+    feedback = Workspace.at(workspace.root).store.write(
+        "feedback", "k", make_demo_feedback("summarization", 40), "feedback"
+    )
+    models = ModelsRef.of(tiny_model_dir, tiny_model_dir)
+    gang = PipelineConfig(ppo=SMALL, workspace=workspace, layout={"ppo": {"processes": 2}})
+    ref = stages.ppo(gang, feedback, models, None)
+    assert json.loads((Path(ref.run_dir) / "models.json").read_text())["processes"] == 2
+    assert ref.version == "1" and list(Path(workspace.root, "gang").glob("ppo-*/rank-1.log"))
+
+    again = stages.ppo(gang.model_copy(update={"layout": PipelineConfig().layout}), feedback, models, None)
+    assert again.run_dir == ref.run_dir and again.version == "1"  # cached: not trained or registered again

@@ -1,0 +1,256 @@
+"""A PPO stage whose ``layout.ppo`` asks for 2 processes starts them itself (``accelerate launch``, DDP over gloo on
+the CPU) and equals the same stage in 1 process (the adapter's weights, the metrics, the stage key); a killed rank
+fails the stage with that rank's error and the next run resumes from the last checkpoint; the two ways accelerate
+quietly runs one process on a host without CUDA are refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from t2g_core.config import WorkspaceConfig
+from t2g_core.config.orchestration import Layout
+from t2g_core.config.stages import PPOSettings
+from t2g_core.gang import GangFailed, GangRun, free_port, launch, launch_command
+from t2g_core.progress import no_progress
+from tests.core._launch import accelerate_launch
+from tests.core._ppo_small import SMALL
+
+ROOT = Path(__file__).resolve().parents[2]
+TWO = Layout(processes=2)
+
+
+def _workspace(root: Path, template) -> WorkspaceConfig:
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(template, root / "mlflow.db")
+    return WorkspaceConfig(root=str(root))
+
+
+def _train(run_task, workspace, model_dir, layout, steps=2):
+    from t2g_core.demo import make_demo_feedback
+    from t2g_core.stages.refs import ModelsRef
+    from t2g_core.workspace import Workspace
+    from tasks.ppo import train_policy
+
+    feedback = Workspace.at(workspace.root).store.write(
+        "feedback", "k", make_demo_feedback("summarization", 40), "feedback"
+    )
+    settings = PPOSettings(ppo=SMALL.model_copy(update={"steps": steps}))
+    models = ModelsRef.of(model_dir, model_dir)
+    return run_task(train_policy, feedback, models, None, settings, workspace, layout)
+
+
+def _ranks(workspace) -> list:
+    """The gang's rank processes still alive (their command line names the workspace's gang folder)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "gang-rank" in cmd and str(Path(workspace.root) / "gang") in cmd:
+            found.append(p)
+    return found
+
+
+def _spec(folder: Path) -> GangRun:
+    return GangRun(function="t2g_core.stages.ppo.train", inputs={}, workspace={}, key="k", world=2, folder=str(folder))
+
+
+@pytest.fixture
+def gloo(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.mark.slow
+def test_ppo_in_two_processes_equals_one_process(
+    tiny_model_dir, mlflow_template_db, run_task, tmp_path, gloo, monkeypatch
+):
+    import mlflow
+
+    from tasks.progress import PrefectProgress
+
+    calls = []
+    monkeypatch.setattr(PrefectProgress, "__call__", lambda self, phase, done, total, metrics=None: calls.append(done))
+    one = _train(run_task, _workspace(tmp_path / "one", mlflow_template_db), tiny_model_dir, None)
+    two_ws = _workspace(tmp_path / "two", mlflow_template_db)
+    started = time.monotonic()
+    two = _train(run_task, two_ws, tiny_model_dir, TWO)
+    print(f"2-process PPO stage: {time.monotonic() - started:.1f} s")
+    assert Path(one.run_dir).name == Path(two.run_dir).name  # the stage key (so the cache key) ignores the layout
+    assert json.loads((Path(two.run_dir) / "models.json").read_text())["processes"] == 2
+    a = load_file(str(Path(one.adapter_dir) / "adapter_model.safetensors"))
+    b = load_file(str(Path(two.adapter_dir) / "adapter_model.safetensors"))
+    assert any(float(v.abs().sum()) > 0 for k, v in a.items() if "lora_B" in k)
+    for k in a:  # tolerance as in tests/core/test_ppo_distributed.py (summation order under Adam's first steps)
+        assert torch.allclose(a[k], b[k], atol=2e-3), (k, float((a[k] - b[k]).abs().max()))
+    shared = [k for k in one.metrics if not k.startswith(("time/", "perf/")) and "per_s" not in k]
+    assert shared and {k: pytest.approx(one.metrics[k], abs=1e-5) for k in shared} == {
+        k: two.metrics[k] for k in shared
+    }
+    assert two.run_id and two.version == "1" and two.steps == one.steps  # registered like a one-process run
+    assert {m.step for m in mlflow.MlflowClient().get_metric_history(two.run_id, "kl/mean")} >= {0, 1}  # rank 0
+    assert calls == [1, 2, 1, 2]  # rank 0's progress reached the task's progress as in one process
+    assert not _ranks(two_ws)
+
+
+def test_the_layout_is_not_part_of_the_stage_key(workspace_cfg):
+    from tasks.caching import task_key
+    from tasks.ppo import train_policy
+
+    params = {"settings": PPOSettings(ppo=SMALL), "workspace": workspace_cfg}
+    keys = {task_key(train_policy, params | {"layout": layout}) for layout in (None, Layout(), TWO)}
+    assert len(keys) == 1
+
+
+@pytest.mark.slow
+def test_a_killed_rank_fails_the_stage_with_its_error_and_the_next_run_resumes(
+    tiny_model_dir, workspace_cfg, run_task, gloo, monkeypatch
+):
+    import tasks.stage
+
+    outcome: dict = {}
+
+    def first_run():
+        try:
+            outcome["ref"] = _train(run_task, workspace_cfg, tiny_model_dir, TWO, steps=20)
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=first_run)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not list(Path(workspace_cfg.root).glob("checkpoints/ppo/*/checkpoints/latest")):
+        assert time.monotonic() < deadline and thread.is_alive(), outcome
+        time.sleep(0.2)
+    rank1 = next(p for p in _ranks(workspace_cfg) if p.environ().get("RANK") == "1")
+    rank1.send_signal(signal.SIGKILL)
+    thread.join(120)
+    error = outcome.get("error")
+    assert isinstance(error, GangFailed), outcome
+    assert "rank 1 of the 2-process gang was killed by SIGKILL" in str(error)
+    assert not _ranks(workspace_cfg)  # the other rank and the launcher are gone too
+
+    lines: list[str] = []  # what the task logs (rank 0's lines among them)
+    monkeypatch.setattr(tasks.stage, "run_logger", lambda: SimpleNamespace(info=lines.append))
+    again = _train(run_task, workspace_cfg, tiny_model_dir, TWO, steps=20)
+    assert again.steps == 20
+    assert any(line.startswith("PPO resumes from step-") for line in lines), lines
+
+
+SLEEPER = "import os, sys, time; open(sys.argv[1] + '/pid-' + os.environ['RANK'], 'w').write(str(os.getpid()))\n"
+SLEEPER += "print('ready', flush=True); time.sleep(300)"
+
+
+@pytest.mark.slow
+def test_an_interrupted_gang_is_stopped_with_every_rank(tmp_path):
+    """A task stopped while its gang runs (its time limit, a cancelled run: an exception in the relay loop) leaves no
+    rank behind, although torchrun starts each rank in a session of its own."""
+    import psutil
+
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    spec = _spec(tmp_path)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def interrupted(line):
+        raise TimeoutError(f"stopped after {line!r}")
+
+    with pytest.raises(TimeoutError):
+        launch(spec, [*accelerate_launch(2), str(script), str(tmp_path)], env, interrupted, no_progress)
+    time.sleep(1)  # rank 1 may still be starting when rank 0 prints
+    pids = [int(text) for f in tmp_path.glob("pid-*") if (text := f.read_text())]  # a rank stopped mid-write: none
+    assert pids and not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+
+WORLD_CHECK = "import sys; from t2g_cli._common import join_processes; join_processes(2)"
+FORGETS_CPU = "import t2g_core.ppo.distributed as d; d.use_cpu = lambda: False; " + WORLD_CHECK  # PartialState()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "flags, code",
+    [(["--cpu"], WORLD_CHECK), (None, FORGETS_CPU)],
+    ids=["launch-cpu-starts-one-process", "accelerator-without-cpu-leaves-each-rank-alone"],
+)
+def test_a_rank_that_accelerate_leaves_alone_is_refused(tmp_path, flags, code):
+    if torch.cuda.is_available():
+        pytest.skip("the traps are those of a host without CUDA")
+    script = tmp_path / "rank.py"
+    script.write_text(code)
+    launch = accelerate_launch(2)
+    if flags:
+        launch = [launch[0], "launch", *flags, "--num_processes", "2", "--mixed_precision", "no"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([*launch, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "accelerate runs this process as 1 of 1" in proc.stderr and "launch asked for 2" in proc.stderr
+
+
+def test_a_gang_across_machines_is_refused_until_the_pipeline_starts_one():
+    from tasks.stage import rendezvous
+
+    assert rendezvous(TWO)[:2] == (0, "127.0.0.1")
+    with pytest.raises(ValueError, match="over 2 machines is not started by the pipeline yet"):
+        rendezvous(Layout(machines=2))
+
+
+JOINS = "from t2g_cli._common import echo, join_processes; s = join_processes(2); echo(f'rank {s.process_index} of 2')"
+
+
+@pytest.mark.slow
+def test_two_machines_of_one_process_each_join_one_gang_on_loopback(tmp_path):
+    """The launch command's machine arguments: two launches of one process each (machine ranks 0 and 1, one static
+    rendezvous on loopback) form one gloo group of 2, as a gang across machines will."""
+    script = tmp_path / "joins.py"
+    script.write_text(JOINS)
+    port, layout = free_port(), Layout(processes=1, machines=2)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    config = ROOT / "deployments" / "accelerate" / "ddp.yaml"
+    machines = []
+    for rank in (0, 1):
+        command = launch_command(_spec(tmp_path / f"m{rank}"), layout, config, (rank, "127.0.0.1", port))
+        command[command.index("-m", command.index("--dynamo_backend")) :] = [str(script)]
+        machines.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        outs = [m.communicate(timeout=120) for m in machines]
+    finally:
+        for m in machines:
+            m.kill()
+    assert [m.returncode for m in machines] == [0, 0], [err[-2000:] for _, err in outs]
+    assert [out.strip() for out, _ in outs] == ["rank 0 of 2", "rank 1 of 2"]
+
+
+def test_a_failed_gang_names_the_rank_that_failed_first_and_its_error(tmp_path):
+    from t2g_core.gang import LAUNCHER_LOG, failure
+
+    (tmp_path / LAUNCHER_LOG).write_text(
+        "Failures:\n[1]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : -15 (pid: 7)\n"
+        "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : 1 (pid: 8)\n"
+    )
+    (tmp_path / "rank-1.log").write_text("[rank1]: Traceback (most recent call last):\n[rank1]: ValueError: no model\n")
+    message = failure(_spec(tmp_path), 1)
+    assert message.startswith("rank 1 of the 2-process gang exited with code 1: ValueError: no model; its last")
+    assert "Traceback" in message
+
+
+def test_a_config_that_starts_one_process_is_refused(tmp_path):
+    config = tmp_path / "cpu.yaml"
+    config.write_text("distributed_type: MULTI_CPU\nuse_cpu: true\n")
+    spec = _spec(Path("f"))
+    with pytest.raises(ValueError, match="use_cpu: true"):
+        launch_command(spec, TWO, config, (0, "127.0.0.1", 1))
+    command = launch_command(spec, TWO, ROOT / "deployments" / "accelerate" / "ddp.yaml", (0, "127.0.0.1", 1))
+    assert "--cpu" not in command and command[command.index("--num_processes") + 1] == "2"
+    assert command[0] == sys.executable
