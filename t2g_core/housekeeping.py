@@ -4,7 +4,7 @@ Every write in the workspace goes through a hidden temporary name that is unique
 when complete (``.<name>.tmp-<pid>-<random>``; a broken artifact or a replaced checkpoint set aside is
 ``.<name>.broken-...`` / ``.<name>.old-...``). A writer that
 is killed leaves its temporary behind, and no later writer reuses the name, so :func:`collect_stale_temporaries`
-removes those older than a few hours at the start of a run (``workspace.stale_temp_hours``): a live writer's
+removes those older than a few hours at the start of a run (``STALE_HOURS``): a live writer's
 temporary is minutes old, a killed one's is never touched again. The inbox's drop folder is not walked: what lies
 there is the people's who dropped it, not a writer's of this workspace.
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 from t2g_core.workspace import Workspace
 
 # .<name>.tmp-<writer> / .<name>.broken-<writer>, and the fixed `.<name>.tmp` staging names of earlier versions
+STALE_HOURS = 24.0  # a temporary this old was left by a killed writer, not a live one
 TEMPORARY = re.compile(r"^\..+\.(tmp|broken|old)(-[\w.-]+)?$")
 
 
@@ -44,7 +45,7 @@ def stale_temporaries(root: str | Path, older_than_s: float, now: float | None =
     return sorted(found)
 
 
-def collect_stale_temporaries(root: str | Path, older_than_hours: float) -> list[Path]:
+def collect_stale_temporaries(root: str | Path, older_than_hours: float = STALE_HOURS) -> list[Path]:
     """Remove the stale temporaries under ``root`` (see :func:`stale_temporaries`); returns what was removed."""
     removed = []
     for path in stale_temporaries(root, older_than_hours * 3600):

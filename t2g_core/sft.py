@@ -24,6 +24,7 @@ from t2g_core.tracking import Tracker
 if TYPE_CHECKING:
     import torch
 
+KEEP_CHECKPOINTS = 2  # the one a run resumes from and the one being written
 TRAIN_META = "rm_train.json"  # a trained reward model's record (both kinds), in its model folder
 
 
@@ -122,6 +123,7 @@ def sft_trainer(
         lr_scheduler_type=cfg.lr_scheduler,
         save_strategy="steps",
         save_steps=cfg.save_steps,
+        save_total_limit=KEEP_CHECKPOINTS,
         bf16=bf16_autocast(dtype, device),
         seed=cfg.seed,
         data_seed=cfg.seed,

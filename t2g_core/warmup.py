@@ -115,7 +115,6 @@ def train_warmup(
         callbacks=[log_callback(tracker or NullTracker(), on_progress, "warmup", "warm-up", history), *callbacks],
         max_steps=cfg.steps,
         logging_steps=1,
-        save_total_limit=2,
         max_length=cfg.max_length,
     )
     resumed_from, seconds = fit(trainer, out_dir, resume)

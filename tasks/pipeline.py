@@ -6,7 +6,7 @@
   RUNNING become KILLED, and the run log says how the previous attempt ended. Every start also closes the runs of
   other pipelines whose process on this machine is gone (killed outside a Retry: ``kill -9``, a closed terminal):
   their MLflow runs become KILLED and their Prefect flow runs Crashed. It also removes the temporary files that
-  killed writers left in the workspace, once they are older than ``workspace.stale_temp_hours``.
+  killed writers left in the workspace, once they are older than ``STALE_HOURS`` (24).
 - ``record_outputs`` (task): the parent run links every stage output the pipeline used, cached or not.
 - ``close_stale_runs`` (flow hook, on_failure / on_crashed): what the ended attempt left Running is closed at once.
 - ``close_pipeline_run`` (flow hook): the parent run ends FINISHED or FAILED.
@@ -21,7 +21,7 @@ from prefect import task
 
 from t2g_core.config import PipelineConfig, WorkspaceConfig
 from t2g_core.config.presets import with_preset
-from t2g_core.housekeeping import collect_stale_temporaries
+from t2g_core.housekeeping import STALE_HOURS, collect_stale_temporaries
 from t2g_core.locks import identity_alive, process_identity
 from t2g_core.stages.registry import typed_outputs
 from t2g_env import serving
@@ -151,13 +151,13 @@ def _collect_stale_temporaries(workspace: WorkspaceConfig, log) -> None:
     from pathlib import Path
 
     if Path(workspace.root).is_dir():
-        removed = collect_stale_temporaries(workspace.root, workspace.stale_temp_hours)
+        removed = collect_stale_temporaries(workspace.root)
         if removed:
             names = ", ".join(str(p) for p in removed[:5]) + (" ..." if len(removed) > 5 else "")
             log.info(
                 "removed %d temporary file(s) or folder(s) that killed writes left (older than %g h): %s",
                 len(removed),
-                workspace.stale_temp_hours,
+                STALE_HOURS,
                 names,
             )
 

@@ -83,7 +83,7 @@ class RunStats:
 
 
 def item_cost(prompt_tokens: int, completion_tokens: int, cfg: AnnotateConfig) -> float:
-    return prompt_tokens / 1000 * cfg.price_per_1k_prompt + completion_tokens / 1000 * cfg.price_per_1k_completion
+    return (prompt_tokens * cfg.price_per_1k[0] + completion_tokens * cfg.price_per_1k[1]) / 1000
 
 
 def answer_to_feedback(answer: dict[str, Any], max_tokens: int) -> ParsedFeedback:

@@ -8,8 +8,16 @@ from pydantic import Field
 
 from t2g_core.config.base import StageConfig
 
+RENAMED = {
+    "good_span_reward": "span_reward (good_per_span | per_span | per_token)",
+    "poor_span_reward": "span_reward (good_per_span | per_span | per_token)",
+    "neutral_value": "`fixed at 0` (a token outside every span carries no critique; a value there paid length)",
+}
+
 
 class AlignConfig(StageConfig):
+    SECTION = "align"
+    RENAMED = RENAMED
     fuzzy_threshold: float = Field(
         85.0, ge=0, le=100, description="Minimum rapidfuzz partial-alignment score (0-100) for a fuzzy span match."
     )
@@ -32,16 +40,10 @@ class AlignConfig(StageConfig):
         description="PPO: a good span repeating an earlier good span's text earns nothing (once) or its label again "
         "(each).",
     )
-    good_span_reward: Literal["per_span", "per_token"] = Field(
-        "per_span",
-        description="PPO: a good span's tokens share its label (per_span) or each gets all of it (per_token, the "
-        "paper's).",
+    span_reward: Literal["good_per_span", "per_span", "per_token"] = Field(
+        "good_per_span",
+        description="PPO: good spans' tokens share the label, poor ones' each get all of it; or both share; or both "
+        "per token.",
     )
-    poor_span_reward: Literal["per_span", "per_token"] = Field(
-        "per_token",
-        description="PPO: a poor span's tokens share its label (per_span) or each gets all of it (per_token, the "
-        "paper's).",
-    )
-    positive_value: float = Field(1.0, description="Token label for good spans.")
+    positive_value: float = Field(1.0, description="Token label for good spans (tokens outside every span get 0).")
     negative_value: float = Field(-1.0, description="Token label for poor spans.")
-    neutral_value: float = Field(0.0, description="Token label outside every span.")

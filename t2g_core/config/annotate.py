@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, NonNegativeFloat
 
 from t2g_core.config.base import StageConfig
 
 
 class AnnotateConfig(StageConfig):
+    SECTION = "annotate"
+    RENAMED = dict.fromkeys(("price_per_1k_prompt", "price_per_1k_completion"), "price_per_1k ([prompt, completion])")
     annotator: Literal["llm", "code", "reference", "ground"] = Field(
         "reference",
         description="llm = an endpoint; code = tests in a sandbox; reference = compare with the reference; ground = a "
@@ -46,8 +48,9 @@ class AnnotateConfig(StageConfig):
     max_retries: int = Field(
         5, ge=0, description="Retries on 429/5xx/timeouts (exponential backoff with jitter, Retry-After honoured)."
     )
-    price_per_1k_prompt: float = Field(0.0, ge=0, description="Cost accounting: price per 1,000 prompt tokens.")
-    price_per_1k_completion: float = Field(0.0, ge=0, description="Cost accounting: price per 1,000 completion tokens.")
+    price_per_1k: tuple[NonNegativeFloat, NonNegativeFloat] = Field(
+        (0.0, 0.0), description="Cost accounting: price per 1,000 prompt tokens and per 1,000 completion tokens."
+    )
     sandbox_timeout_s: float = Field(
         5.0,
         gt=0,

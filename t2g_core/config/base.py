@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, RootModel, model_validator
 
@@ -35,6 +35,13 @@ class StageConfig(BaseModel):
     """A frozen, strict pydantic model; the same class is the CLI's options, the Prefect form and the code's type."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
+    SECTION: ClassVar[str] = ""  # the dotted name users write, for the rename errors
+    RENAMED: ClassVar[dict[str, str]] = {}  # old key -> its new name (a new name in backticks is not a setting)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        return refuse_renamed(cls.SECTION, data, cls.RENAMED) if cls.RENAMED else data
 
     @model_validator(mode="before")
     @classmethod

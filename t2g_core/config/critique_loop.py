@@ -4,11 +4,11 @@ the over-optimisation alarm, and refresh the reward model on the new labels (``t
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from t2g_core.config.base import StageConfig, refuse_renamed
+from t2g_core.config.base import StageConfig
 
 GAP_TEST = "`the paired gap test on the panel (alarm_false_rate); the agreement is logged, not a floor`"
 OLD_ALARM = "alarm_gain_check alarm_gain_noise alarm_gain_margin alarm_f1_floor alarm_spans alarm_omission_floor"
@@ -16,6 +16,8 @@ RENAMED = dict.fromkeys(OLD_ALARM.split(), GAP_TEST)
 
 
 class CritiqueLoopConfig(StageConfig):
+    SECTION = "ppo.critique_loop"
+    RENAMED = RENAMED
     enabled: bool | Literal["auto"] = Field(
         "auto",
         description="auto = on where it runs offline (the trained tagger, a reference or code critic); true = on; "
@@ -56,8 +58,3 @@ class CritiqueLoopConfig(StageConfig):
         """Rounds a run of ``steps`` PPO steps plans: after step ``first`` (or ``every``), then every ``every``."""
         first = self.first or self.every
         return 0 if steps < first else 1 + (steps - first) // self.every
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        return refuse_renamed("ppo.critique_loop", data, RENAMED)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field, model_validator
 
 from t2g_core.config import sampling
-from t2g_core.config.base import StageConfig, refuse_renamed
+from t2g_core.config.base import StageConfig
 from t2g_core.config.data import Task
 from t2g_core.config.sampling import Sampling
 
@@ -15,6 +13,8 @@ RENAMED = sampling.RENAMED | {"do_sample": "sampling.temperature (0: greedy deco
 
 
 class EvaluateConfig(StageConfig):
+    SECTION = "evaluate"
+    RENAMED = RENAMED
     task: Task | None = Field(None, description="Task to evaluate (null: the task of the data's first item).")
     include_base_model: bool = Field(False, description="Also evaluate the untrained base model.")
     max_prompts: int = Field(128, ge=1, description="Held-out prompts evaluated per policy (the first N).")
@@ -42,11 +42,6 @@ class EvaluateConfig(StageConfig):
         "OPENAI_API_KEY", description="Environment variable holding the judge's API key (never logged)."
     )
     judge_max_tokens: int = Field(256, ge=8, description="Most tokens of one judge reply.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        return refuse_renamed("evaluate", data, RENAMED)
 
     @model_validator(mode="after")
     def _check_k(self) -> EvaluateConfig:

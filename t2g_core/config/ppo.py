@@ -3,12 +3,12 @@ and the measurements behind its default)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
 from t2g_core.config import lora, sampling
-from t2g_core.config.base import StageConfig, recipe_path, refuse_renamed
+from t2g_core.config.base import StageConfig, recipe_path
 from t2g_core.config.critique_loop import CritiqueLoopConfig
 from t2g_core.config.lora import LoRA
 from t2g_core.config.sampling import Sampling
@@ -23,6 +23,7 @@ RENAMED = {
     "advantage": "advantage_estimator",
     "grpo_scale": "grpo_std_floor (null: no scaling)",
     "adaptive_kl": "target_kl (null: a fixed beta)",
+    "value_max_grad_norm": "max_grad_norm (the value model is clipped on its own at the same norm)",
     "run_name": "`t2g ppo train --run-dir` (a folder, not a setting)",
 }
 
@@ -43,6 +44,8 @@ class RewardModelGate(StageConfig):
 
 
 class PPOConfig(StageConfig):
+    SECTION = "ppo"
+    RENAMED = RENAMED
     reward_mode: Literal["span", "scalar", "uniform", "dense"] = Field(
         "span",
         description="span = token rewards on the spans; scalar = their sum on the last token; uniform = spread "
@@ -106,8 +109,9 @@ class PPOConfig(StageConfig):
     cliprange: float = Field(0.2, gt=0, description="Policy ratio clip.")
     cliprange_value: float = Field(0.2, gt=0, description="Value clip around the old values.")
     vf_coef: float = Field(0.1, ge=0, description="Value loss coefficient.")
-    max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip of the policy.")
-    value_max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip of the value model.")
+    max_grad_norm: float = Field(
+        1.0, gt=0, description="Gradient-norm clip of the policy and, on its own, the value model."
+    )
     critic_warmup_steps: int = Field(0, ge=0, description="First steps that train only the critic.")
     max_approx_kl: float | None = Field(
         0.03, gt=0, description="Undo an update whose approximate KL(old || new) exceeds this (null: no early stop)."
@@ -160,11 +164,6 @@ class PPOConfig(StageConfig):
     def degenerate_reward(self) -> float:
         """Below every real attempt: a failing attempt with every label poor and its implementation missing."""
         return -(abs(self.span_coef) * (1 + self.omission_penalty) + self.outcome_coef) - self.degenerate_margin
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        return refuse_renamed("ppo", data, RENAMED)
 
     @model_validator(mode="after")
     def _check_combinations(self) -> PPOConfig:

@@ -11,6 +11,12 @@ from t2g_core.config import lora
 from t2g_core.config.base import StageConfig, refuse_renamed
 from t2g_core.config.lora import LoRA
 
+RENAMED = {
+    **lora.RENAMED,
+    "save_total_limit": "`fixed at 2 checkpoints (the one resumed from and the one being written)`",
+    "eval_examples": "`fixed at 5 rendered examples in the evaluation report`",
+}
+
 
 class EndpointConfig(StageConfig):
     """A reward model served over HTTP (``ppo.reward_source=endpoint``): any OpenAI-compatible server."""
@@ -71,7 +77,6 @@ class RewardModelConfig(StageConfig):
     batch_size: int = Field(16, ge=1, description="Per-device batch size.")
     grad_accum: int = Field(1, ge=1, description="Gradient accumulation steps.")
     save_steps: int = Field(50, ge=1, description="Checkpoint every N optimizer steps (training resumes from it).")
-    save_total_limit: int = Field(2, ge=1, description="Checkpoints kept on disk.")
     logging_steps: int = Field(1, ge=1, description="Log loss, learning rate and grad norm every N steps.")
     gradient_checkpointing: bool = Field(False, description="Trade compute for memory.")
     seed: int = Field(0, description="Training seed.")
@@ -82,7 +87,6 @@ class RewardModelConfig(StageConfig):
         True, description="Generative kind: while a quote is written, allow only tokens that keep it a substring."
     )
     eval_max_items: int = Field(0, ge=0, description="Evaluate on at most this many validation items (0 = all).")
-    eval_examples: int = Field(5, ge=0, description="Rendered examples kept in the evaluation report.")
     endpoint: EndpointConfig = Field(
         default_factory=EndpointConfig, description="The reward model served over HTTP (ppo.reward_source=endpoint)."
     )
@@ -109,4 +113,4 @@ class RewardModelConfig(StageConfig):
                 "models.dtype, the one dtype knob (bfloat16 weights train under bf16 autocast on a GPU); write "
                 "models.dtype: bfloat16 for bf16, float32 for fp32, auto for auto, and remove reward_model.precision"
             )
-        return refuse_renamed("reward_model", data, lora.RENAMED)
+        return refuse_renamed("reward_model", data, RENAMED)

@@ -8,6 +8,8 @@ from t2g_core.config.base import StageConfig
 
 
 class WorkspaceConfig(StageConfig):
+    SECTION = "workspace"
+    RENAMED = {"stale_temp_hours": "`fixed at 24 hours (t2g_core.housekeeping.STALE_HOURS)`"}
     root: str = Field(
         "t2g-workspace",
         description="Workspace folder (artifacts, models, mlflow.db, the Prefect home); relative to the folder the "
@@ -22,10 +24,4 @@ class WorkspaceConfig(StageConfig):
         1024.0,
         gt=0,
         description="The feedback sensor takes inbox files of at most this many MiB (larger ones are logged and left).",
-    )
-    stale_temp_hours: float = Field(
-        24.0,
-        gt=0,
-        description="Temporary files killed writers left in the workspace are removed at a run's start once this many "
-        "hours old.",
     )

@@ -113,15 +113,15 @@ def span_labels(
     text: str, offsets: Sequence[tuple[int, int]], fb: ParsedFeedback, cfg: AlignConfig
 ) -> tuple[list[float], list[AlignedSpan]]:  # -> (T,) labels, the spans placed
     """A critique's quoted spans on the sampled tokens, with the PPO rules of ``cfg``: a repeated good span earns
-    nothing (``repeated_good_spans``), and a span's tokens share its label (``*_span_reward: per_span``)."""
+    nothing (``repeated_good_spans``), and a span's tokens share its label (``span_reward``)."""
     values = label_values(cfg)
     aligned = [s for s in align_feedback(text, fb, cfg) if s.label != "neutral"]
     if cfg.repeated_good_spans == "once":
         aligned = distinct_good_spans(aligned)  # repeating what was right must not pay (a reward-model hack)
     labels = labels_for_offsets(offsets, aligned, values, overlap=cfg.overlap)
-    if cfg.good_span_reward == "per_span":
+    if cfg.span_reward != "per_token":
         labels = share_spans(offsets, aligned, labels, POSITIVE, values[POSITIVE])  # length must not pay either
-    if cfg.poor_span_reward == "per_span":
+    if cfg.span_reward == "per_span":
         labels = share_spans(offsets, aligned, labels, NEGATIVE, values[NEGATIVE])  # nor cost more than it pays
     return labels, aligned
 

@@ -125,9 +125,7 @@ class PPOTrainer:
         self.critic = None
         if uses_critic(cfg):
             lr = lr_factor(cfg, actor=False)
-            self.critic = Optimizer(
-                value_params, cfg.value_learning_rate, cfg.value_max_grad_norm, lr, revertible=False
-            )
+            self.critic = Optimizer(value_params, cfg.value_learning_rate, cfg.max_grad_norm, lr, revertible=False)
         optimizers = [o for o in (self.actor, self.critic) if o is not None]
         self.model, *prepared = self.runtime.prepare(self.bundle.model, *(o.opt for o in optimizers))  # DDP / FSDP
         for o, opt in zip(optimizers, prepared, strict=True):

@@ -35,6 +35,7 @@ from t2g_core.store import write_frame_atomic, write_text_atomic
 if TYPE_CHECKING:
     import torch
 
+EXAMPLES = 5  # rendered examples the evaluation report keeps
 LABELS = ("positive", "negative")
 _LABEL_NAMES = {"positive": "positive", "good": "positive", "negative": "negative", "poor": "negative"}
 
@@ -296,7 +297,7 @@ def evaluate_rm(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_cfg=N
     metrics["gen_tokens_per_s"] = gen.tokens_per_second
     metrics["gen_seconds"] = gen.seconds
     metrics["score_ms_per_item"] = metrics_time
-    examples = [_example(it, p, t) for it, p, t in list(zip(items, preds, gen.texts, strict=True))[: cfg.eval_examples]]
+    examples = [_example(it, p, t) for it, p, t in list(zip(items, preds, gen.texts, strict=True))[:EXAMPLES]]
     return RMEvalReport(metrics, rows, examples)
 
 
@@ -318,7 +319,7 @@ def evaluate_tagger(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_c
     seconds = time.perf_counter() - t0
     metrics, rows = score_predictions(items, preds, tokenizer, align_cfg=align_cfg)
     metrics["score_ms_per_item"] = 1000 * seconds / len(items)
-    examples = [_example(it, p, _gold_json(p)) for it, p in list(zip(items, preds, strict=True))[: cfg.eval_examples]]
+    examples = [_example(it, p, _gold_json(p)) for it, p in list(zip(items, preds, strict=True))[:EXAMPLES]]
     return RMEvalReport(metrics, rows, examples)
 
 

@@ -2,7 +2,7 @@
 
 It resumes exactly: step s takes a slice of a fresh permutation per epoch keyed by (seed, epoch), and a checkpoint
 ``<out>/checkpoints/step-N`` holds the trainable weights, optimizer, schedule and the random state LoRA dropout draws
-from; the last ``save_total_limit`` are kept.
+from; the last ``KEEP_CHECKPOINTS`` (2) are kept.
 
 Each trained part (LM, span head, omission head) has its gradient clipped on its own: one norm over all let the
 omission loss shrink the span head's steps (frozen SmolLM2, 512 items: invented-value recall fell from 0.21 to 0). A
@@ -41,7 +41,7 @@ from t2g_core.reward_model.tagger import (
     tagger_meta,
     token_classes,
 )
-from t2g_core.sft import TRAIN_META, RMTrainResult, finished_run
+from t2g_core.sft import KEEP_CHECKPOINTS, TRAIN_META, RMTrainResult, finished_run
 from t2g_core.spans import AlignedSpan
 from t2g_core.store import write_text_atomic
 from t2g_core.training import (
@@ -247,7 +247,7 @@ def _loop(
         on_progress("reward model", step + 1, run.total, {"loss": loss_value})
         if (step + 1) % cfg.save_steps == 0 and step + 1 < run.total:
             _save_checkpoint(ckpt_dir / f"step-{step + 1}", run.model, run.optimizer, run.scheduler, step + 1)
-            for old in _checkpoints(ckpt_dir)[: -cfg.save_total_limit]:
+            for old in _checkpoints(ckpt_dir)[:-KEEP_CHECKPOINTS]:
                 shutil.rmtree(old, ignore_errors=True)
     bar.close()
     run.model.eval()

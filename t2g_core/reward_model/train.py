@@ -72,7 +72,6 @@ def make_trainer(
         weight_decay=cfg.weight_decay,
         max_grad_norm=cfg.max_grad_norm,
         logging_steps=cfg.logging_steps,
-        save_total_limit=cfg.save_total_limit,
         eval_strategy="steps" if validation is not None else "no",
         eval_steps=cfg.save_steps if validation is not None else None,
         gradient_checkpointing=cfg.gradient_checkpointing,

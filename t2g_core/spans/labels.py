@@ -17,7 +17,7 @@ def label_values(cfg: AlignConfig | None = None) -> dict[str, float]:
     """The label values of ``cfg`` (defaults +1 / -1 / 0)."""
     if cfg is None:
         return dict(DEFAULT_VALUES)
-    return {POSITIVE: cfg.positive_value, NEGATIVE: cfg.negative_value, "neutral": cfg.neutral_value}
+    return {POSITIVE: cfg.positive_value, NEGATIVE: cfg.negative_value, "neutral": 0.0}
 
 
 def _resolve_values(

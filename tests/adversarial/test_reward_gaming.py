@@ -95,12 +95,12 @@ def test_dropping_a_wrong_fact_never_beats_stating_it(tok, mode):
 def test_per_span_poor_labels_make_stating_a_fact_break_even_at_half_certainty(tok):
     """Without omission reports a right value earns +1 (its tokens share it) and a wrong one costs -1 per token: a
     wrong "judge" (several tokens here) costs more than a right "tailor" earns, so stating the job pays only above
-    n / (n + 1) certainty. ``poor_span_reward: per_span`` makes a wrong value cost -1 whatever its length."""
+    n / (n + 1) certainty. ``span_reward: per_span`` makes a wrong value cost -1 whatever its length."""
     right, wrong = CORRECT, CORRECT.replace("tailor", "judge")
     omitted = CORRECT.replace(", works as a tailor", "")
     per_token = totals(tok, [right, wrong, omitted], "span", 0.0)
     assert per_token[2] - per_token[1] > 1.5  # the wrong multi-token value costs more than the right one earns
-    shared = totals(tok, [right, wrong, omitted], "span", 0.0, AlignConfig(poor_span_reward="per_span"))
+    shared = totals(tok, [right, wrong, omitted], "span", 0.0, AlignConfig(span_reward="per_span"))
     assert shared[0] - shared[2] == pytest.approx(1.0) and shared[2] - shared[1] == pytest.approx(1.0)
 
 

@@ -74,7 +74,7 @@ def test_a_long_good_span_pays_what_a_short_one_does():
         [scored] = label_responses([(response, enc["offset_mapping"])], [fb], cfg)
         return sum(scored.labels)
 
-    per_span, per_token = AlignConfig(), AlignConfig(good_span_reward="per_token")
+    per_span, per_token = AlignConfig(), AlignConfig(span_reward="per_token")
     assert reward(long_, per_span) == pytest.approx(reward(short, per_span)) == pytest.approx(1.0)
     assert reward(long_, per_token) > reward(short, per_token)  # the hack, when every token is paid
 
@@ -96,7 +96,7 @@ def test_poor_tokens_share_the_poor_label_under_per_span():
     response = "Lena lives in Paris"
     fb = ParsedFeedback("", located=((0, 19, "positive"), (14, 19, "negative")))
     enc = tok(response, add_special_tokens=False, return_offsets_mapping=True)
-    [scored] = label_responses([(response, enc["offset_mapping"])], [fb], AlignConfig(poor_span_reward="per_span"))
+    [scored] = label_responses([(response, enc["offset_mapping"])], [fb], AlignConfig(span_reward="per_span"))
     poor = [v for (s, e), v in zip(enc["offset_mapping"], scored.labels, strict=True) if s >= 14 and s < e]
     good = [v for (s, e), v in zip(enc["offset_mapping"], scored.labels, strict=True) if e <= 13 and s < e]
     assert sum(poor) == pytest.approx(-1.0) and len(set(poor)) == 1

@@ -236,7 +236,7 @@ def test_cost_accounting(tmp_path):
     with FakeOpenAIServer() as server:
         run = annotate(
             feedback(3),
-            cfg_for(server, price_per_1k_prompt=2.0, price_per_1k_completion=10.0),
+            cfg_for(server, price_per_1k=(2.0, 10.0)),
             cache_dir=tmp_path,
             progress=False,
         )

@@ -97,6 +97,14 @@ def test_every_field_description_is_one_short_line():
             "alarm_false_rate",
         ),
         ("models.tiny.hidden_size=32", "models.tiny", "the name of a size (demo, mini or smoke)"),
+        ("align.good_span_reward=per_token", "align.good_span_reward", "align.span_reward"),
+        ("align.poor_span_reward=per_span", "align.poor_span_reward", "align.span_reward"),
+        ("align.neutral_value=0.5", "align.neutral_value", "fixed at 0"),
+        ("annotate.price_per_1k_prompt=0.1", "annotate.price_per_1k_prompt", "annotate.price_per_1k"),
+        ("ppo.value_max_grad_norm=0.5", "ppo.value_max_grad_norm", "ppo.max_grad_norm"),
+        ("reward_model.save_total_limit=3", "reward_model.save_total_limit", "fixed at 2"),
+        ("reward_model.eval_examples=3", "reward_model.eval_examples", "fixed at 5"),
+        ("workspace.stale_temp_hours=1", "workspace.stale_temp_hours", "fixed at 24 hours"),
     ],
 )
 def test_a_renamed_setting_is_refused_with_its_new_name(setting, old, new):

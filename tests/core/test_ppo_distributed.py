@@ -71,7 +71,7 @@ def _run(command: list[str], tmp_path: Path, name: str) -> Path:
         (4, 2, "{}"),
         (5, 1, "{}"),  # the processes hold 3 and 2 prompts
         # a group baseline: the 2 samples of each prompt stay on one process, and the critic-free update matches
-        (4, 2, '{"advantage_estimator": "rloo", "group_size": 2, "value_max_grad_norm": 0.5}'),
+        (4, 2, '{"advantage_estimator": "rloo", "group_size": 2, "max_grad_norm": 0.5}'),
     ],
 )
 def test_accelerate_launched_two_processes_equal_one_process(tiny_model_dir, tmp_path, batch_size, minibatches, extra):

@@ -397,7 +397,7 @@ def test_label_values_are_configurable(bpe):
         token_labels(r, spans, bpe, overlap="nobody_wins")
     with pytest.raises(ValueError, match="unknown label value"):
         token_labels(r, spans, bpe, {"good": 1.0})
-    cfg = AlignConfig(positive_value=2.0, negative_value=-3.0, neutral_value=0.0, overlap="good_wins")
+    cfg = AlignConfig(positive_value=2.0, negative_value=-3.0, overlap="good_wins")
     both = align_feedback(r, (["good part and bad"], ["bad part"]))
     from_cfg = token_labels(r, both, bpe, cfg)
     assert set(from_cfg) == {2.0, -3.0} and from_cfg == token_labels(

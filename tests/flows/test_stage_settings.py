@@ -69,6 +69,8 @@ def _other_value(annotation, default, metadata):
         return _other_float(default, metadata)
     if annotation is str:
         return f"{default}-changed"
+    if typing.get_origin(annotation) is tuple:  # a pair of numbers (annotate.price_per_1k)
+        return [d + 1.0 for d in default]
     if typing.get_origin(annotation) is list or annotation == list[str] | str:
         return ["changed_proj"]
     raise NotImplementedError(f"no non-default value for {annotation}")
