@@ -5,7 +5,7 @@ from __future__ import annotations
 import typing
 
 import pytest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, RootModel, ValidationError
 
 from t2g_core.config import PipelineConfig, StageConfig, load_config
 
@@ -54,6 +54,11 @@ def _models_in(annotation):
         yield from _models_in(arg)
 
 
+def _sections_in(annotation) -> list:
+    """The models an annotation holds that are sections of settings (a keyed map, a ``RootModel``, is one setting)."""
+    return [m for m in _models_in(annotation) if not issubclass(m, RootModel)]
+
+
 def _every_field(model: type[BaseModel], prefix: str = ""):
     """Every field of ``model`` and of the models nested in it, optional ones (``policy_samples.sampling``) too."""
     for name, field in model.model_fields.items():
@@ -69,6 +74,15 @@ def test_every_field_description_is_one_short_line():
     assert "policy_samples.sampling.top_p" in paths  # and the models inside an optional field
     too_long = {path: len(f.description) for path, f in _every_field(PipelineConfig) if len(f.description or "") > 120}
     assert too_long == {}
+
+
+def test_the_form_stays_within_its_budget_of_settings():
+    """Issue 33's budget: at most 240 leaf settings (a section counts its leaves; a keyed map such as placement counts
+    one). A new capability pays for its settings by folding others that say one idea twice."""
+    sections = {path for path, field in _every_field(PipelineConfig) if _sections_in(field.annotation)}
+    leaves = [path for path, _ in _every_field(PipelineConfig) if path not in sections and ".root" not in path]
+    assert "ppo.sampling.temperature" in leaves and "ppo.sampling" not in leaves and "layout" in leaves
+    assert len(leaves) <= 240, len(leaves)
 
 
 @pytest.mark.parametrize(
