@@ -85,6 +85,20 @@ wait_health() {  # url, name, seconds, curl options...
 stop_all() { bash "$(dirname "$0")/down.sh" "$WS"; exit 1; }   # a failed start leaves nothing running
 wait_health "http://127.0.0.1:$PREFECT_PORT/api/health" prefect-server 180 || stop_all
 wait_health "http://127.0.0.1:$MLFLOW_PORT/health" mlflow-server 180 || stop_all
+# MLflow stores the admin's password under scrypt, which costs the server 0.2 s of CPU on every request it answers
+# (the tracking client sends one per logged batch). The generated password is 24 random bytes: key stretching adds
+# nothing to a secret of that strength, so its stored hash becomes a salted one-round PBKDF2. A password a user wrote
+# into the file (shorter than 32 characters) keeps scrypt.
+MLFLOW_AUTH_PASSWORD="${MLFLOW_AUTH#*:}" "$BIN/python" - "$WS/mlflow-auth.db" "${MLFLOW_AUTH%%:*}" <<'PY' || stop_all
+import os, sqlite3, sys
+from werkzeug.security import generate_password_hash
+password = os.environ["MLFLOW_AUTH_PASSWORD"]
+if len(password) >= 32:
+    with sqlite3.connect(sys.argv[1]) as db:
+        fast = generate_password_hash(password, "pbkdf2:sha256:1")
+        db.execute("UPDATE users SET password_hash = ? WHERE username = ? AND password_hash LIKE 'scrypt:%'",
+                   (fast, sys.argv[2]))
+PY
 
 export PREFECT_API_URL="http://127.0.0.1:$PREFECT_PORT/api"
 export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"

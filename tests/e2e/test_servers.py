@@ -144,6 +144,11 @@ def test_the_deployment_api_refuses_the_exfiltration_request(servers, tmp_path):
     assert httpx.get(info["mlflow"] + search, auth=("t2g", "guess"), timeout=30).status_code == 401
     user, _, password = Path(info["mlflow_auth_file"]).read_text().partition(":")
     assert httpx.get(info["mlflow"] + search, auth=(user, password), timeout=30).status_code == 200
+    import sqlite3  # the generated password is stored under a one-round hash: scrypt cost 0.2 CPU-s per request
+
+    with sqlite3.connect(ws / "mlflow-auth.db") as db:
+        (stored,) = db.execute("SELECT password_hash FROM users WHERE username = ?", (user,)).fetchone()
+    assert stored.startswith("pbkdf2:sha256:1$"), stored
     listener = Listener()
     try:
         api, anonymous = _api(info), _api(info, auth=False)
