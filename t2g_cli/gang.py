@@ -1,6 +1,7 @@
 """``t2g gang-rank SPEC`` (hidden): one rank of a stage run as a gang (``t2g_core.gang``), started by ``accelerate
 launch`` in every process with the same typed inputs; rank 0 reports to the stage's tracking run and writes its
-output reference. Each rank's stderr (and the other ranks' stdout) goes to ``rank-<r>.log`` beside the spec."""
+output reference. Each rank's stderr (and the other ranks' stdout) goes to ``rank-<r>.log`` beside the spec.
+``t2g gang-jobset MANIFEST`` (hidden): a gang's machines as a Kubernetes JobSet (``t2g_core.machines``)."""
 
 from __future__ import annotations
 
@@ -61,5 +62,27 @@ def _tracker(run_id: str | None, workspace: WorkspaceConfig):
     return MlflowTracker(run_id, workspace)
 
 
+def gang_jobset(manifest: Path = typer.Argument(..., help="The gang's jobset.json.")) -> None:
+    """Run a gang's machines as a JobSet from this pod: pod 0's log goes to stdout (and, but its progress lines, to
+    stderr: the launcher's log, where a failed rank is looked up); exits 1 when the JobSet failed."""
+    import json
+    import signal
+    import sys
+
+    from t2g_core import machines
+    from t2g_core.gang import PROGRESS
+
+    def out(line: str) -> None:
+        print(line, flush=True)
+        if not line.startswith(PROGRESS):
+            print(line, file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped task: the JobSet is deleted on the way out
+    api, namespace = machines.cluster(os.environ)
+    pod = os.environ["HOSTNAME"]  # a pod's host name is its name
+    raise typer.Exit(machines.run_jobset(api, namespace, json.loads(manifest.read_text(encoding="utf-8")), pod, out))
+
+
 def register(app: typer.Typer) -> None:
     app.command("gang-rank", hidden=True)(gang_rank)
+    app.command("gang-jobset", hidden=True)(gang_jobset)
