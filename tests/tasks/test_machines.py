@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -185,6 +186,12 @@ def test_a_broken_jobset_is_refused(breaks):
     assert not _valid(manifest)
 
 
+def test_the_task_writes_the_jobset_beside_the_gang_and_runs_t2g_gang_jobset(tmp_path):
+    args = command(K8S, _launch(K8S), tmp_path, "k", {})
+    assert args[1:] == ["-m", "t2g_cli", "gang-jobset", str(tmp_path / "jobset.json")]
+    assert _valid(from_pod(json.loads((tmp_path / "jobset.json").read_text()), copy.deepcopy(POD)))
+
+
 def test_a_pod_without_the_workspace_volume_is_refused():
     pod = copy.deepcopy(POD)
     pod["spec"]["volumes"] = []
@@ -261,3 +268,26 @@ def test_an_interrupted_jobset_is_deleted():
     with pytest.raises(KeyboardInterrupt):
         run_jobset(client, "ns", jobset(K8S, _launch(K8S), "k"), "task-pod", stopped, poll=0)
     assert len(api.deleted) == 1
+
+
+def test_t2g_gang_jobset_relays_pod_0s_log_and_exits_with_the_jobsets_outcome(monkeypatch, tmp_path):
+    """Progress lines to stdout only (the task's progress); the others to stdout and stderr (the launcher's log,
+    where a failed gang's root cause is looked up); exit 1 when the JobSet failed."""
+    from typer.testing import CliRunner
+
+    import t2g_core.machines
+    from t2g_cli import app
+
+    api = FakeApi("Failed")
+    client = httpx.Client(base_url="https://k8s", transport=httpx.MockTransport(api))
+    monkeypatch.setattr(t2g_core.machines, "cluster", lambda env: (client, "ns"))
+    monkeypatch.setenv("HOSTNAME", "task-pod")
+    (tmp_path / "jobset.json").write_text(json.dumps(jobset(K8S, _launch(K8S), "k")))
+    previous = signal.getsignal(signal.SIGTERM)  # the command makes SIGTERM exit (and delete the JobSet)
+    try:
+        result = CliRunner().invoke(app, ["gang-jobset", str(tmp_path / "jobset.json")])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result.exit_code == 1 and api.deleted
+    assert result.stdout.splitlines()[:2] == ["step 1", 't2g-progress {"phase": "ppo", "done": 1, "total": 2}']
+    assert "t2g-progress" not in result.stderr and "step 1" in result.stderr and "failed: rank 3" in result.stderr
