@@ -26,8 +26,8 @@ from kubeflow_trainer_api.models import (
 )
 
 from t2g_core.config.orchestration import Layout
-from t2g_core.gang import GangRun, launch_command
-from t2g_core.machines import command, from_pod, hostnames, jobset, run_jobset, srun
+from t2g_core.gang import GangRun, free_port, launch_command
+from t2g_core.machines import POD_RANK, PORT, command, from_pod, hostnames, jobset, run_jobset, srun
 
 ROOT = Path(__file__).resolve().parents[2]
 DDP = ROOT / "deployments" / "accelerate" / "ddp.yaml"
@@ -94,15 +94,14 @@ sys.exit(max(p.wait() for p in procs))
 JOINS = "from t2g_cli._common import echo, join_processes; s = join_processes(2); echo(f'rank {s.process_index} of 2')"
 
 
-@pytest.mark.slow
-def test_two_slurm_nodes_of_one_process_each_join_one_gang_on_loopback(tmp_path):
-    """The command a task in a 2-node allocation runs, with an ``srun`` that starts each node's step here (its
-    ``SLURM_NODEID`` set, as Slurm does): both launches (machine ranks 0 and 1, one static rendezvous) form one gloo
-    group of 2."""
+def _run_machines(launcher: str, tmp_path: Path) -> list[str]:
+    """Run the per-machine commands the task computes for 2 machines of one process each, here: under Slurm through
+    an ``srun`` that starts each node's step with its ``SLURM_NODEID``, as Slurm does; under Kubernetes each pod's
+    command with ``$(MACHINE_RANK)`` expanded as the kubelet does and pod 0's host name resolved to loopback."""
     (tmp_path / "srun").write_text(f"#!{sys.executable}\n{FAKE_SRUN}")
     (tmp_path / "srun").chmod(0o755)
     (tmp_path / "joins.py").write_text(JOINS)
-    layout = Layout(processes=1, machines=2, launcher="slurm")
+    layout = Layout(processes=1, machines=2, launcher=launcher)
 
     def launch(rendezvous):
         args = _launch(layout, tmp_path)(rendezvous)
@@ -111,9 +110,30 @@ def test_two_slurm_nodes_of_one_process_each_join_one_gang_on_loopback(tmp_path)
     allocation = {"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "127.0.0.1,127.0.0.2"}
     args = command(layout, launch, tmp_path, "k", allocation)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PATH": f"{tmp_path}:{os.environ['PATH']}"}
-    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(proc.stdout.split("\n")[:2]) == ["rank 0 of 2", "rank 1 of 2"], proc.stdout
+    if launcher == "slurm":
+        proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout.split("\n")[:2]
+    manifest = json.loads((tmp_path / "jobset.json").read_text())
+    leader, port = f"{manifest['metadata']['name']}-machine-0-0.{manifest['metadata']['name']}", str(free_port())
+    pod = _pod(manifest)["containers"][0]["command"]
+    expand = {POD_RANK: None, leader: "127.0.0.1", str(PORT): port}
+    pods = [
+        subprocess.Popen(
+            [str(i) if a == POD_RANK else expand.get(a, a) for a in pod], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for i in (0, 1)
+    ]
+    outs = [p.communicate(timeout=180)[0] for p in pods]
+    assert [p.returncode for p in pods] == [0, 0]
+    return [out.strip() for out in outs]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["slurm", "kubernetes"])
+def test_two_machines_of_one_process_each_join_one_gang_on_loopback(launcher, tmp_path):
+    """Both machines' launches (machine ranks 0 and 1, one static rendezvous) form one gloo group of 2."""
+    assert sorted(_run_machines(launcher, tmp_path)) == ["rank 0 of 2", "rank 1 of 2"]
 
 
 # The task's pod as the work pool's template makes it (deployments/work-pools/kubernetes-gpu.json), as the API has it
