@@ -29,6 +29,7 @@ from t2g_core.gang import free_port
 Launch = Callable[[tuple[int | str, str, int]], list[str]]  # (machine rank, main address, port) -> its launch
 SLURM_RANK, POD_RANK, PORT = "$SLURM_NODEID", "$(MACHINE_RANK)", 29500  # expanded by sh on a node, the kubelet in a pod
 JOBSET = Path(__file__).resolve().parents[1] / "deployments" / "kubernetes" / "jobset.yaml"
+KEY = "text2grad/stage-key"
 ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -80,7 +81,8 @@ def srun(layout: Layout, launch: Launch, env: Mapping[str, str]) -> list[str]:
 def jobset(layout: Layout, launch: Launch, key: str) -> dict[str, Any]:
     """The JobSet of ``layout.machines`` pods, ``layout.processes`` GPUs each, without what :func:`from_pod` adds."""
     manifest = yaml.safe_load(JOBSET.read_text(encoding="utf-8"))
-    name = manifest["metadata"]["name"] = f"t2g-{re.sub('[^a-z0-9]', '', key.lower())[:12]}-{secrets.token_hex(3)}"
+    name = manifest["metadata"]["name"] = f"t2g-{re.sub('[^a-z0-9-]', '-', key.lower())[:40]}-{secrets.token_hex(3)}"
+    manifest["metadata"]["labels"][KEY] = key  # one gang per stage key: a Retry deletes one a killed task left
     job = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]
     job["parallelism"] = job["completions"] = layout.machines
     container = job["template"]["spec"]["containers"][0]
@@ -94,6 +96,9 @@ def from_pod(manifest: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
     code the task runs and write where it reads."""
     spec = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     container, own = spec["containers"][0], pod["spec"]["containers"][0]
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+    manifest["metadata"]["ownerReferences"] = [owner]  # deleting the task's pod (its Prefect job) deletes the gang
+    spec.update({k: pod["spec"][k] for k in ["imagePullSecrets"] if k in pod["spec"]})
     container["image"] = own["image"]
     container["env"] = [e for e in own.get("env", []) if e["name"] != "MACHINE_RANK"] + container["env"]
     container["volumeMounts"] += [m for m in own.get("volumeMounts", []) if m["name"] == "workspace"]
@@ -119,10 +124,13 @@ def cluster(env: Mapping[str, str]):
 
 
 def run_jobset(api, namespace: str, manifest: dict, pod: str, out: Callable[[str], None], poll: float = 5) -> int:
-    """Create ``manifest`` (completed from pod ``pod``), relay its pod 0's log to ``out`` until it ends, wait for the
-    JobSet to finish and delete it, also when interrupted; 0 when it completed, else 1 (the reason told to ``out``)."""
+    """Create ``manifest`` (completed from pod ``pod``; a JobSet of the same stage key is deleted first), relay its
+    pod 0's log to ``out`` until it ends, wait for the JobSet to finish and delete it, also when interrupted; 0 when it
+    completed, else 1 (the reason told to ``out``)."""
     manifest = from_pod(manifest, api.get(f"/api/v1/namespaces/{namespace}/pods/{pod}").raise_for_status().json())
     name, jobsets = manifest["metadata"]["name"], f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets"
+    stale = {"labelSelector": f"{KEY}={manifest['metadata']['labels'][KEY]}", "propagationPolicy": "Background"}
+    api.delete(jobsets, params=stale).raise_for_status()  # a gang of this stage whose task was killed
     api.post(jobsets, json=manifest).raise_for_status()
     try:
         followed = False

@@ -138,7 +138,7 @@ def test_two_machines_of_one_process_each_join_one_gang_on_loopback(launcher, tm
 
 # The task's pod as the work pool's template makes it (deployments/work-pools/kubernetes-gpu.json), as the API has it
 POD = {
-    "metadata": {"name": "ppo-abc12-xyz"},
+    "metadata": {"name": "ppo-abc12-xyz", "uid": "0b6c2d1e-5f4a-4e8b-9c1d-2a3b4c5d6e7f"},
     "spec": {
         "containers": [
             {
@@ -167,10 +167,10 @@ def _pod(manifest: dict) -> dict:
 
 
 def test_the_jobset_starts_one_pod_per_machine_with_the_rendezvous_wired_and_is_a_valid_jobset():
-    manifest = from_pod(jobset(K8S, _launch(K8S), "A1b2C3d4e5f6a7b8"), copy.deepcopy(POD))
+    manifest = from_pod(jobset(K8S, _launch(K8S), "ppo-a1b2c3d4e5f6a7b8c9d0e1f2"), copy.deepcopy(POD))
     assert _valid(manifest)
     name = manifest["metadata"]["name"]
-    assert re.fullmatch(r"t2g-a1b2c3d4e5f6-[0-9a-f]{6}", name) and len(f"{name}-machine-0-0") <= 63  # DNS labels
+    assert re.fullmatch(r"t2g-ppo-a1b2c3d4e5f6a7b8c9d0e1f2-[0-9a-f]{6}", name) and len(f"{name}-machine-0-0") <= 63
     assert manifest["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and manifest["spec"]["network"]["enableDNSHostnames"]
     job = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert (job["completionMode"], job["parallelism"], job["completions"]) == ("Indexed", 2, 2)
@@ -246,7 +246,7 @@ class FakeApi:
             self.created = json.loads(request.content)
             return httpx.Response(201, json=self.created)
         if method == "DELETE":
-            self.deleted.append(path)
+            self.deleted.append(f"{path}?{request.url.params.get('labelSelector', '')}")
             return httpx.Response(200, json={})
         if path == "/api/v1/namespaces/ns/pods/task-pod":
             return httpx.Response(200, json=POD)
@@ -275,7 +275,9 @@ def test_the_jobset_is_created_followed_and_deleted(outcome, code):
     assert _valid(api.created) and _pod(api.created)["containers"][0]["image"].endswith("worker-gpu:1.2")
     assert lines[:2] == ["step 1", 't2g-progress {"phase": "ppo", "done": 1, "total": 2}']
     assert lines[2:] == ([] if code == 0 else [f"JobSet {name} failed: rank 3 exited with code 1"])
-    assert api.deleted == [f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/ns/jobsets/{name}"]
+    jobsets = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ns/jobsets"
+    assert api.deleted == [f"{jobsets}?text2grad/stage-key=k", f"{jobsets}/{name}?"]  # a killed task's, then its own
+    assert api.created["metadata"]["ownerReferences"][0]["uid"] == POD["metadata"]["uid"]
 
 
 def test_an_interrupted_jobset_is_deleted():
@@ -287,7 +289,7 @@ def test_an_interrupted_jobset_is_deleted():
 
     with pytest.raises(KeyboardInterrupt):
         run_jobset(client, "ns", jobset(K8S, _launch(K8S), "k"), "task-pod", stopped, poll=0)
-    assert len(api.deleted) == 1
+    assert len(api.deleted) == 2
 
 
 def test_t2g_gang_jobset_relays_pod_0s_log_and_exits_with_the_jobsets_outcome(monkeypatch, tmp_path):
