@@ -69,6 +69,8 @@ def gang_jobset(manifest: Path = typer.Argument(..., help="The gang's jobset.jso
     import signal
     import sys
 
+    import httpx
+
     from t2g_core import machines
     from t2g_core.gang import PROGRESS
 
@@ -80,7 +82,11 @@ def gang_jobset(manifest: Path = typer.Argument(..., help="The gang's jobset.jso
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped task: the JobSet is deleted on the way out
     api, namespace = machines.cluster(os.environ)
     pod = os.environ["HOSTNAME"]  # a pod's host name is its name
-    raise typer.Exit(machines.run_jobset(api, namespace, json.loads(manifest.read_text(encoding="utf-8")), pod, out))
+    try:
+        code = machines.run_jobset(api, namespace, json.loads(manifest.read_text(encoding="utf-8")), pod, out)
+    except httpx.HTTPStatusError as exc:  # e.g. no JobSet controller, or a service account without rbac.yaml's rights
+        fail(f"the Kubernetes API refused {exc.request.method} {exc.request.url.path}: {exc.response.text[:400]}", 1)
+    raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

@@ -73,9 +73,8 @@ def srun(layout: Layout, launch: Launch, env: Mapping[str, str]) -> list[str]:
     main = hostnames(env["SLURM_JOB_NODELIST"])[0]  # node 0, where the batch script (the worker) runs
     args = launch((SLURM_RANK, main, free_port()))
     shell = "exec " + " ".join('"$SLURM_NODEID"' if a == SLURM_RANK else shlex.quote(a) for a in args)
-    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"] + [
-        *("sh", "-c", shell)
-    ]
+    steps = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    return [*steps, "sh", "-c", shell]
 
 
 def jobset(layout: Layout, launch: Launch, key: str) -> dict[str, Any]:
@@ -112,14 +111,9 @@ def cluster(env: Mapping[str, str]):
     """An HTTP client of this pod's Kubernetes API server, as its service account, and the pod's namespace."""
     import httpx
 
-    host, port = env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]
-    token = (ACCOUNT / "token").read_text(encoding="utf-8")
-    client = httpx.Client(
-        base_url=f"https://{host}:{port}",
-        verify=str(ACCOUNT / "ca.crt"),
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=httpx.Timeout(30, read=None),
-    )
+    url, token = f"https://{env['KUBERNETES_SERVICE_HOST']}:{env['KUBERNETES_SERVICE_PORT']}", (ACCOUNT / "token")
+    auth, timeout = {"Authorization": f"Bearer {token.read_text(encoding='utf-8')}"}, httpx.Timeout(30, read=None)
+    client = httpx.Client(base_url=url, verify=str(ACCOUNT / "ca.crt"), headers=auth, timeout=timeout)
     return client, (ACCOUNT / "namespace").read_text(encoding="utf-8").strip()
 
 

@@ -242,6 +242,8 @@ class FakeApi:
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         path, method = request.url.path, request.method
+        if method == "POST" and self.outcome == "Forbidden":
+            return httpx.Response(403, json={"message": 'jobsets.jobset.x-k8s.io is forbidden: User "default"'})
         if method == "POST" and path.endswith("/jobsets"):
             self.created = json.loads(request.content)
             return httpx.Response(201, json=self.created)
@@ -292,24 +294,36 @@ def test_an_interrupted_jobset_is_deleted():
     assert len(api.deleted) == 2
 
 
-def test_t2g_gang_jobset_relays_pod_0s_log_and_exits_with_the_jobsets_outcome(monkeypatch, tmp_path):
-    """Progress lines to stdout only (the task's progress); the others to stdout and stderr (the launcher's log,
-    where a failed gang's root cause is looked up); exit 1 when the JobSet failed."""
+def _gang_jobset(monkeypatch, tmp_path, api: FakeApi):
+    """``t2g gang-jobset`` against ``api``, as in the task's pod."""
     from typer.testing import CliRunner
 
     import t2g_core.machines
     from t2g_cli import app
 
-    api = FakeApi("Failed")
     client = httpx.Client(base_url="https://k8s", transport=httpx.MockTransport(api))
     monkeypatch.setattr(t2g_core.machines, "cluster", lambda env: (client, "ns"))
     monkeypatch.setenv("HOSTNAME", "task-pod")
     (tmp_path / "jobset.json").write_text(json.dumps(jobset(K8S, _launch(K8S), "k")))
     previous = signal.getsignal(signal.SIGTERM)  # the command makes SIGTERM exit (and delete the JobSet)
     try:
-        result = CliRunner().invoke(app, ["gang-jobset", str(tmp_path / "jobset.json")])
+        return CliRunner().invoke(app, ["gang-jobset", str(tmp_path / "jobset.json")])
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_t2g_gang_jobset_relays_pod_0s_log_and_exits_with_the_jobsets_outcome(monkeypatch, tmp_path):
+    """Progress lines to stdout only (the task's progress); the others to stdout and stderr (the launcher's log,
+    where a failed gang's root cause is looked up); exit 1 when the JobSet failed."""
+    api = FakeApi("Failed")
+    result = _gang_jobset(monkeypatch, tmp_path, api)
     assert result.exit_code == 1 and api.deleted
     assert result.stdout.splitlines()[:2] == ["step 1", 't2g-progress {"phase": "ppo", "done": 1, "total": 2}']
     assert "t2g-progress" not in result.stderr and "step 1" in result.stderr and "failed: rank 3" in result.stderr
+
+
+def test_t2g_gang_jobset_says_what_the_api_refused(monkeypatch, tmp_path):
+    result = _gang_jobset(monkeypatch, tmp_path, FakeApi("Forbidden"))
+    assert result.exit_code == 1
+    assert "refused POST /apis/jobset.x-k8s.io/v1alpha2/namespaces/ns/jobsets" in result.stderr
+    assert "is forbidden" in result.stderr
