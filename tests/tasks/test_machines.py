@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pydantic
@@ -303,6 +304,7 @@ def _gang_jobset(monkeypatch, tmp_path, api: FakeApi):
 
     client = httpx.Client(base_url="https://k8s", transport=httpx.MockTransport(api))
     monkeypatch.setattr(t2g_core.machines, "cluster", lambda env: (client, "ns"))
+    monkeypatch.setattr(t2g_core.machines, "time", SimpleNamespace(sleep=lambda seconds: None))  # its 5 s polls
     monkeypatch.setenv("HOSTNAME", "task-pod")
     (tmp_path / "jobset.json").write_text(json.dumps(jobset(K8S, _launch(K8S), "k")))
     previous = signal.getsignal(signal.SIGTERM)  # the command makes SIGTERM exit (and delete the JobSet)
