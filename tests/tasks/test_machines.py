@@ -329,3 +329,20 @@ def test_t2g_gang_jobset_says_what_the_api_refused(monkeypatch, tmp_path):
     assert result.exit_code == 1
     assert "refused POST /apis/jobset.x-k8s.io/v1alpha2/namespaces/ns/jobsets" in result.stderr
     assert "is forbidden" in result.stderr
+
+
+def test_the_sbatch_script_starts_a_prefect_process_worker_of_the_pool(tmp_path):
+    """``deployments/slurm/worker.sbatch`` run as sbatch runs it on the first node (its environment), with a stand-in
+    ``prefect`` that prints its arguments; without a workspace it refuses to start."""
+    script = ROOT / "deployments" / "slurm" / "worker.sbatch"
+    (tmp_path / "bin").mkdir()
+    fake = '#!/bin/sh\necho "prefect $* results=$PREFECT_RESULTS_LOCAL_STORAGE_PATH"'
+    (tmp_path / "bin" / "prefect").write_text(fake)
+    (tmp_path / "bin" / "prefect").chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "T2G_VENV": str(tmp_path), "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]"}
+    ran = subprocess.run(["bash", script, "t2g-slurm"], env={**env, "T2G_WORKSPACE": "/shared/ws"}, capture_output=True)
+    assert ran.returncode == 0, ran.stderr
+    worker = "prefect worker start --pool t2g-slurm --type process results=/shared/ws/prefect-results"
+    assert ran.stdout.decode().splitlines()[-1] == worker
+    refused = subprocess.run(["bash", script], env=env, capture_output=True, text=True)
+    assert refused.returncode != 0 and "set T2G_WORKSPACE" in refused.stderr
