@@ -6,15 +6,19 @@ output reference. Each rank's stderr (and the other ranks' stdout) goes to ``ran
 from __future__ import annotations
 
 import importlib
+import json
 import os
+import signal
+import sys
 import typing
 from pathlib import Path
 
 import typer
 
 from t2g_cli._common import echo, fail, join_processes
+from t2g_core import machines
 from t2g_core.config import WorkspaceConfig
-from t2g_core.gang import OUTPUT, GangRun, print_progress
+from t2g_core.gang import OUTPUT, PROGRESS, GangRun, print_progress
 from t2g_core.progress import no_progress
 from t2g_core.stages.context import StageContext
 from t2g_core.store import write_text_atomic
@@ -65,14 +69,7 @@ def _tracker(run_id: str | None, workspace: WorkspaceConfig):
 def gang_jobset(manifest: Path = typer.Argument(..., help="The gang's jobset.json.")) -> None:
     """Run a gang's machines as a JobSet from this pod: pod 0's log goes to stdout (and, but its progress lines, to
     stderr: the launcher's log, where a failed rank is looked up); exits 1 when the JobSet failed."""
-    import json
-    import signal
-    import sys
-
     import httpx
-
-    from t2g_core import machines
-    from t2g_core.gang import PROGRESS
 
     def out(line: str) -> None:
         print(line, flush=True)
