@@ -74,7 +74,8 @@ def srun(layout: Layout, launch: Launch, env: Mapping[str, str]) -> list[str]:
     args = launch((SLURM_RANK, main, free_port()))
     shell = "exec " + " ".join('"$SLURM_NODEID"' if a == SLURM_RANK else shlex.quote(a) for a in args)
     steps = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
-    return [*steps, "sh", "-c", shell]
+    cores = [f"--cpus-per-task={env['SLURM_CPUS_ON_NODE']}"] if "SLURM_CPUS_ON_NODE" in env else []  # not 1 core
+    return [*steps, *cores, "sh", "-c", shell]
 
 
 def jobset(layout: Layout, launch: Launch, key: str) -> dict[str, Any]:

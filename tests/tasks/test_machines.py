@@ -60,10 +60,11 @@ def test_slurm_node_lists_expand_as_scontrol_show_hostnames(nodelist, hosts):
 
 def test_the_srun_of_a_slurm_allocation_starts_one_launch_per_node_with_its_node_rank():
     env = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_NODELIST": "gpu[07-09]"}
-    args = srun(SLURM, _launch(SLURM), env)
+    args = srun(SLURM, _launch(SLURM), env | {"SLURM_CPUS_ON_NODE": "96"})
     assert args[:5] == ["srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
-    assert args[5:7] == ["sh", "-c"] and args[7].startswith("exec ")
-    shell = args[7]
+    assert args[5:8] == ["--cpus-per-task=96", "sh", "-c"] and args[8].startswith("exec ")  # a step's task: all cores
+    assert srun(SLURM, _launch(SLURM), env)[5:7] == ["sh", "-c"]
+    shell = args[8]
     assert '--machine_rank "$SLURM_NODEID"' in shell and "--main_process_ip gpu07" in shell
     assert "--num_machines 3" in shell and "--num_processes 24" in shell
 
