@@ -34,6 +34,7 @@ ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 def command(layout: Layout, launch: Launch, folder: Path, key: str, env: Mapping[str, str]) -> list[str]:
+    """What starts every machine's share of the gang of stage ``key``, from this task (``env``: its environment)."""
     if layout.launcher == "slurm":
         return srun(layout, launch, env)
     if layout.launcher == "kubernetes":
