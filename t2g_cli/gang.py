@@ -1,19 +1,24 @@
 """``t2g gang-rank SPEC`` (hidden): one rank of a stage run as a gang (``t2g_core.gang``), started by ``accelerate
 launch`` in every process with the same typed inputs; rank 0 reports to the stage's tracking run and writes its
-output reference. Each rank's stderr (and the other ranks' stdout) goes to ``rank-<r>.log`` beside the spec."""
+output reference. Each rank's stderr (and the other ranks' stdout) goes to ``rank-<r>.log`` beside the spec.
+``t2g gang-jobset MANIFEST`` (hidden): a gang's machines as a Kubernetes JobSet (``t2g_core.machines``)."""
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
+import signal
+import sys
 import typing
 from pathlib import Path
 
 import typer
 
 from t2g_cli._common import echo, fail, join_processes
+from t2g_core import machines
 from t2g_core.config import WorkspaceConfig
-from t2g_core.gang import OUTPUT, GangRun, print_progress
+from t2g_core.gang import OUTPUT, PROGRESS, GangRun, print_progress
 from t2g_core.progress import no_progress
 from t2g_core.stages.context import StageContext
 from t2g_core.store import write_text_atomic
@@ -61,5 +66,26 @@ def _tracker(run_id: str | None, workspace: WorkspaceConfig):
     return MlflowTracker(run_id, workspace)
 
 
+def gang_jobset(manifest: Path = typer.Argument(..., help="The gang's jobset.json.")) -> None:
+    """Run a gang's machines as a JobSet from this pod: pod 0's log goes to stdout (and, but its progress lines, to
+    stderr: the launcher's log, where a failed rank is looked up); exits 1 when the JobSet failed."""
+    import httpx
+
+    def out(line: str) -> None:
+        print(line, flush=True)
+        if not line.startswith(PROGRESS):
+            print(line, file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped task: the JobSet is deleted on the way out
+    api, namespace = machines.cluster(os.environ)
+    pod = os.environ["HOSTNAME"]  # a pod's host name is its name
+    try:
+        code = machines.run_jobset(api, namespace, json.loads(manifest.read_text(encoding="utf-8")), pod, out)
+    except httpx.HTTPStatusError as exc:  # e.g. no JobSet controller, or a service account without rbac.yaml's rights
+        fail(f"the Kubernetes API refused {exc.request.method} {exc.request.url.path}: {exc.response.text[:400]}", 1)
+    raise typer.Exit(code)
+
+
 def register(app: typer.Typer) -> None:
     app.command("gang-rank", hidden=True)(gang_rank)
+    app.command("gang-jobset", hidden=True)(gang_jobset)

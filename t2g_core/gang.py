@@ -60,9 +60,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_command(spec: GangRun, layout: Layout, config: Path, rendezvous: tuple[int, str, int]) -> list[str]:
+def launch_command(spec: GangRun, layout: Layout, config: Path, rendezvous: tuple[int | str, str, int]) -> list[str]:
     """``accelerate launch`` of ``layout`` with ``config`` (never ``--cpu`` / ``use_cpu``: accelerate then starts one
-    process); ``rendezvous``: this machine's rank, the main machine's address and port."""
+    process); ``rendezvous``: this machine's rank (or the variable its shell expands to it), the main machine's address
+    and port."""
     if yaml.safe_load(config.read_text(encoding="utf-8")).get("use_cpu"):
         raise ValueError(f"{config} sets use_cpu: true, with which accelerate launch starts one process, not a gang")
     machine, address, port = rendezvous

@@ -6,12 +6,14 @@ stage's nested MLflow run (its settings as params, the Prefect ids as tags; MLfl
 train or generate) and yields the :class:`~t2g_core.stages.context.StageContext` the ``t2g_core.stages`` function
 takes: key-addressed outputs in the workspace, an MLflow tracker, the Prefect run logger, Prefect progress artifacts
 (``tasks.progress``), and ``force`` when ``--refresh`` named the stage. :func:`run_stage` then runs the stage function
-in this process, or as the gang of processes its ``layout`` asks for (``t2g_core.gang``).
+in this process, or as the gang of processes its ``layout`` asks for (``t2g_core.gang``), on the machines its
+launcher starts (``t2g_core.machines``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import typing
@@ -19,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from t2g_core import gang
+from t2g_core import gang, machines
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.orchestration import Layout
 from t2g_core.disk import disk_full
@@ -119,19 +121,10 @@ def run_stage(fn: Any, ctx: StageContext, layout: Layout | None, workspace: Work
         world=layout.world,
         folder=str(ctx.workspace.root / "gang" / ctx.key),
     )
-    command = gang.launch_command(spec, layout, ACCELERATE / f"{layout.accelerate}.yaml", rendezvous(layout))
+    config = ACCELERATE / f"{layout.accelerate}.yaml"
     code = str(Path(__file__).resolve().parents[1])  # the ranks run the code this process runs (its stage key)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [code, os.environ.get("PYTHONPATH")]))}
-    ctx.log(f"{layout.world} processes ({layout.accelerate}) run the stage: {' '.join(command)}")
+    launch = functools.partial(gang.launch_command, spec, layout, config)
+    command = machines.command(layout, launch, Path(spec.folder), ctx.key, env)
+    ctx.log(f"{layout.world} processes ({layout.accelerate}, {layout.launcher}) run the stage: {' '.join(command)}")
     return TypeAdapter(hints["return"]).validate_json(gang.launch(spec, command, env, ctx.log, ctx.on_progress))
-
-
-def rendezvous(layout: Layout) -> tuple[int, str, int]:
-    """(this machine's rank, the main machine's address, its port): this machine alone, on loopback. A gang across
-    machines needs each machine's share started with the rendezvous wired (a JobSet pod, a Slurm step): not yet."""
-    if layout.machines > 1:
-        raise ValueError(
-            f"a gang over {layout.machines} machines is not started by the pipeline yet (one pod or Slurm step per "
-            "machine, each running its share of the ranks); set machines: 1 or launch by hand (docs/gpu.md)"
-        )
-    return 0, "127.0.0.1", gang.free_port()

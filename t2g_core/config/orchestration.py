@@ -71,12 +71,19 @@ class Layout(StageConfig):
     processes: int = Field(
         1, ge=1, description="Processes per machine, one per GPU (on a host without CUDA: gloo on CPUs)."
     )
-    machines: int = Field(
-        1, ge=1, description="Machines the gang spans (more than one: not yet started by the pipeline, refused)."
-    )
+    machines: int = Field(1, ge=1, description="Machines the gang spans (more than one: started by the launcher).")
     accelerate: Literal["ddp", "fsdp"] = Field(
         "ddp", description="The accelerate config the gang starts with: deployments/accelerate/NAME.yaml."
     )
+    launcher: Literal["local", "slurm", "kubernetes"] = Field(
+        "local", description="What starts the machines: local (one), slurm (srun), kubernetes (a JobSet); docs/gpu.md."
+    )
+
+    @model_validator(mode="after")
+    def _started(self) -> Layout:
+        if self.machines > 1 and self.launcher == "local":
+            raise ValueError(f"machines: {self.machines} needs a launcher that starts them (slurm or kubernetes)")
+        return self
 
     @property
     def world(self) -> int:

@@ -46,7 +46,8 @@ def test_text2grad_form_is_the_pipeline_config_with_descriptions():
 
 
 def test_the_run_forms_offer_each_training_stages_process_layout():
-    """The pipeline's form and the placed PPO group's form set ``layout.ppo`` (processes, machines, DDP or FSDP)."""
+    """The pipeline's form and the placed PPO group's form set ``layout.ppo`` (processes, machines, DDP or FSDP, what
+    starts the machines)."""
     from prefect.utilities.callables import parameter_schema
 
     from flows.stages import ppo
@@ -60,6 +61,7 @@ def test_the_run_forms_offer_each_training_stages_process_layout():
         layout = defs["Layout"]["properties"]
         assert layout["processes"]["minimum"] == layout["machines"]["minimum"] == 1
         assert layout["accelerate"]["enum"] == ["ddp", "fsdp"]
+        assert layout["launcher"]["enum"] == ["local", "slurm", "kubernetes"]
 
 
 def test_refresh_names_are_checked_and_imply_downstream():

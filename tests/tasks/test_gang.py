@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 from t2g_core.config import WorkspaceConfig
 from t2g_core.config.orchestration import Layout
 from t2g_core.config.stages import PPOSettings
-from t2g_core.gang import GangFailed, GangRun, free_port, launch, launch_command
+from t2g_core.gang import GangFailed, GangRun, launch, launch_command
 from t2g_core.progress import no_progress
 from tests.core._launch import accelerate_launch
 from tests.core._ppo_small import SMALL
@@ -196,40 +196,6 @@ def test_a_rank_that_accelerate_leaves_alone_is_refused(tmp_path, flags, code):
     proc = subprocess.run([*launch, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "accelerate runs this process as 1 of 1" in proc.stderr and "launch asked for 2" in proc.stderr
-
-
-def test_a_gang_across_machines_is_refused_until_the_pipeline_starts_one():
-    from tasks.stage import rendezvous
-
-    assert rendezvous(TWO)[:2] == (0, "127.0.0.1")
-    with pytest.raises(ValueError, match="over 2 machines is not started by the pipeline yet"):
-        rendezvous(Layout(machines=2))
-
-
-JOINS = "from t2g_cli._common import echo, join_processes; s = join_processes(2); echo(f'rank {s.process_index} of 2')"
-
-
-@pytest.mark.slow
-def test_two_machines_of_one_process_each_join_one_gang_on_loopback(tmp_path):
-    """The launch command's machine arguments: two launches of one process each (machine ranks 0 and 1, one static
-    rendezvous on loopback) form one gloo group of 2, as a gang across machines will."""
-    script = tmp_path / "joins.py"
-    script.write_text(JOINS)
-    port, layout = free_port(), Layout(processes=1, machines=2)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    config = ROOT / "deployments" / "accelerate" / "ddp.yaml"
-    machines = []
-    for rank in (0, 1):
-        command = launch_command(_spec(tmp_path / f"m{rank}"), layout, config, (rank, "127.0.0.1", port))
-        command[command.index("-m", command.index("--dynamo_backend")) :] = [str(script)]
-        machines.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    try:
-        outs = [m.communicate(timeout=120) for m in machines]
-    finally:
-        for m in machines:
-            m.kill()
-    assert [m.returncode for m in machines] == [0, 0], [err[-2000:] for _, err in outs]
-    assert [out.strip() for out, _ in outs] == ["rank 0 of 2", "rank 1 of 2"]
 
 
 def test_a_failed_gang_names_the_rank_that_failed_first_and_its_error(tmp_path):
