@@ -15,22 +15,22 @@ from pathlib import Path
 
 from testbed import PPO_SMOKE_WORK, demo_policy, parser, results_dir, write_results
 
+from t2g_core.config import WorkspaceConfig
+from t2g_core.config.orchestration import Layout
+from t2g_core.config.ppo import PPOConfig
+from t2g_core.config.stages import PPOSettings
+from t2g_core.demo import make_demo_feedback
+from t2g_core.progress import no_progress
+from t2g_core.stages import ppo
+from t2g_core.stages.context import StageContext
+from t2g_core.stages.refs import ModelsRef
+from t2g_core.tracking import NullTracker
+from t2g_core.workspace import Workspace
+from tasks.stage import run_stage as placed
+
 
 def run_stage(root: Path, policy: str, steps: int, processes: int) -> float:
     """One PPO stage in ``root`` (a new workspace) in ``processes`` processes; its wall seconds."""
-    from t2g_core.config import WorkspaceConfig
-    from t2g_core.config.orchestration import Layout
-    from t2g_core.config.ppo import PPOConfig
-    from t2g_core.config.stages import PPOSettings
-    from t2g_core.demo import make_demo_feedback
-    from t2g_core.progress import no_progress
-    from t2g_core.stages import ppo
-    from t2g_core.stages.context import StageContext
-    from t2g_core.stages.refs import ModelsRef
-    from t2g_core.tracking import NullTracker
-    from t2g_core.workspace import Workspace
-    from tasks.stage import run_stage as placed
-
     started = time.perf_counter()
     workspace = WorkspaceConfig(root=str(root))
     feedback = Workspace.at(root).store.write("feedback", "k", make_demo_feedback("summarization", 64), "feedback")
