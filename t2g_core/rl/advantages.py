@@ -179,14 +179,5 @@ def estimate_advantages(
         fn = ESTIMATORS[kind]
     except KeyError:
         raise ValueError(f"unknown advantage estimator {kind!r}; expected one of {', '.join(ESTIMATORS)}") from None
-    return fn(
-        rewards,
-        values,
-        mask,
-        task=task,
-        terminal=terminal,
-        group=group,
-        gamma=gamma,
-        lam=lam,
-        grpo_std_floor=grpo_std_floor,
-    )
+    given = {"task": task, "terminal": terminal, "group": group, "gamma": gamma, "lam": lam}
+    return fn(rewards, values, mask, **given, grpo_std_floor=grpo_std_floor)
