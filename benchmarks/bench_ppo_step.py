@@ -86,18 +86,9 @@ class BareWork:
         q, qm, r = ro.query_ids.to(dev), ro.query_mask.long().to(dev), ro.response_ids.to(dev)
         t, critic = r.shape[1], uses_critic(cfg)
         with torch.no_grad():
-            lm.generate(
-                input_ids=q,
-                attention_mask=qm,
-                do_sample=True,
-                temperature=cfg.sampling.temperature,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=t,
-                min_new_tokens=t,
-                pad_token_id=tok.pad_token_id,
-                use_cache=True,
-            )
+            sampling = dict(do_sample=True, temperature=cfg.sampling.temperature, top_k=0, top_p=1.0, use_cache=True)
+            sampling |= dict(max_new_tokens=t, min_new_tokens=t, pad_token_id=tok.pad_token_id)
+            lm.generate(input_ids=q, attention_mask=qm, **sampling)
             ids, attn = torch.cat([q, r], 1), torch.cat([qm, ro.response_mask.long().to(dev)], 1)
             if not reuses_first_forward(cfg):
                 self.forward(ids, attn, r, critic)

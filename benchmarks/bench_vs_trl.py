@@ -128,16 +128,8 @@ def trl_trainer(args, model: str, prompts, workdir: Path, callback):
         dataloader_num_workers=0,
     )
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=reward,
-        args=config,
-        train_dataset=dataset,
-        processing_class=tok,
-        peft_config=lora,
-        callbacks=[callback],
-    )
-    return trainer, lengths
+    given = dict(train_dataset=dataset, processing_class=tok, peft_config=lora, callbacks=[callback])
+    return GRPOTrainer(model=model, reward_funcs=reward, args=config, **given), lengths
 
 
 def interleaved(args, model: str, prompts, workdir: Path) -> dict:
