@@ -5,8 +5,8 @@ What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in
 
 from __future__ import annotations
 
-import argparse
 import gc
+import itertools
 import json
 import os
 import platform
@@ -16,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from testbed import results_dir, save_json
+from testbed import parser, results_dir, save_json
 
 from t2g_core.spans import align_feedback, labels_for_offsets, token_labels_batch
 from t2g_core.spans.locate import _collapse  # noqa: E402  (the matcher's own word-level normal form)
@@ -115,10 +115,7 @@ def absent_window(rng: random.Random, texts: list[str], i: int, folded: str) -> 
 def build_workload(n: int, seed: int):
     rng = random.Random(seed)
     vocab = make_vocab(rng)
-    cum, total = [], 0.0
-    for rank in range(len(vocab)):
-        total += 1.0 / (rank + 10)
-        cum.append(total)
+    cum = list(itertools.accumulate(1.0 / (rank + 10) for rank in range(len(vocab))))
     texts = [make_response(rng, vocab, cum, rng.randint(95, 125)) for _ in range(n)]
     items = []  # per response: list of (kind, span_text, label, expected (start, end) or None)
     for i, text in enumerate(texts):
@@ -197,14 +194,13 @@ def score(items, aligned) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", action="store_true", help="let the tokenizer batch use all cores (implies --wall)")
     ap.add_argument("--wall", action="store_true", help="time wall-clock instead of this process's CPU time")
     ap.add_argument("--out", type=Path, default=results_dir() / "bench_align.json")
-    ap.add_argument("--smoke", action="store_true", help="A tiny run that only proves the script works (the suite).")
     args = ap.parse_args()
     if args.smoke:
         args.n, args.repeats, args.out = 200, 1, results_dir(smoke=True) / "bench_align.json"

@@ -5,7 +5,6 @@ What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
@@ -18,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
-from testbed import results_dir
+from testbed import parser, results_dir
 
 from t2g_core.annotators import annotate
 from t2g_core.config.annotate import AnnotateConfig
@@ -31,22 +30,10 @@ from t2g_core.demo.code import load_problems, mutants
 
 
 def _items(n: int) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {
-                "id": f"b{i:04d}",
-                "task": "qa",
-                "prompt": f"Question {i}?",
-                "response": f"Answer number {i} is forty two.",
-                "critique": None,
-                "reference": None,
-                "tests": None,
-                "entry_point": None,
-                "meta": None,
-            }
-            for i in range(n)
-        ]
-    )
+    rows = pd.DataFrame({"id": [f"b{i:04d}" for i in range(n)], "task": "qa"})
+    rows["prompt"] = [f"Question {i}?" for i in range(n)]
+    rows["response"] = [f"Answer number {i} is forty two." for i in range(n)]
+    return rows.assign(critique=None, reference=None, tests=None, entry_point=None, meta=None)
 
 
 async def _raw_ceiling(base_url: str, c: int, n: int, latency: float) -> float:
@@ -78,21 +65,12 @@ def throughput(latency: float, levels: list[int], waves: int, rounds: int, cache
         for c in levels:
             n, limit = waves * c, c / latency
             for backend in ("aiohttp", "httpx"):
-                cfg = AnnotateConfig(
-                    annotator="llm",
-                    base_url=base_url,
-                    model="bench",
-                    concurrency=c,
-                    timeout_s=30,
-                    max_retries=0,
-                    http_backend=backend,
-                )
+                llm = {"annotator": "llm", "base_url": base_url, "model": "bench", "timeout_s": 30, "max_retries": 0}
+                cfg = AnnotateConfig(**llm, concurrency=c, http_backend=backend)
                 annotate(_items(c), cfg, progress=False)  # warm-up: imports
                 best, cpu_ms = 0.0, 0.0
                 for _ in range(rounds):
-                    with tempfile.TemporaryDirectory(
-                        dir=cache_parent
-                    ) as cache:  # the answer cache is on, as in real runs
+                    with tempfile.TemporaryDirectory(dir=cache_parent) as cache:  # the answer cache on, as in real runs
                         start, cpu = time.perf_counter(), time.process_time()
                         run = annotate(_items(n), cfg, progress=False, cache_dir=cache)
                         elapsed = time.perf_counter() - start
@@ -112,8 +90,7 @@ def throughput(latency: float, levels: list[int], waves: int, rounds: int, cache
                 )
                 print(
                     f"concurrency {c:>3} ({backend:>7}): {best:7.1f} items/s of {limit:6.1f} possible "
-                    f"-> {best / limit:.3f}, "
-                    f"client CPU {cpu_ms:.2f} ms/item",
+                    f"-> {best / limit:.3f}, client CPU {cpu_ms:.2f} ms/item",
                     flush=True,
                 )
             raw = asyncio.run(_raw_ceiling(base_url, c, n, latency))
@@ -132,15 +109,8 @@ def _overlap(response: str, quote: str, span: tuple[int, int]) -> bool:
 
 
 def _row(p: dict, response: str) -> dict:
-    return {
-        "id": p["task_id"],
-        "task": "code",
-        "prompt": p["prompt"],
-        "response": response,
-        "tests": p["test"],
-        "entry_point": p["entry_point"],
-        "meta": {},
-    }
+    code = {"tests": p["test"], "entry_point": p["entry_point"], "meta": {}}
+    return {"id": p["task_id"], "task": "code", "prompt": p["prompt"], "response": response, **code}
 
 
 def localisation(n_problems: int, seed: int, workers: int, mutation: bool = True) -> dict:
@@ -223,30 +193,22 @@ def reference_cost(sizes_kb: list[int]) -> list[dict]:
     row["meta"] = json.loads(row["meta"])
     critic, out = ReferenceCritic(), []
     for kb in sizes_kb:
-        response = " ".join(
-            [row["response"], "Bo lives in Atlantis."] * max(1, kb * 1000 // (len(row["response"]) + 22))
-        )
+        copies = max(1, kb * 1000 // (len(row["response"]) + 22))
+        response = " ".join([row["response"], "Bo lives in Atlantis."] * copies)
         start = time.perf_counter()
         critic.critique(dict(row, response=response))
-        seconds = time.perf_counter() - start
-        out.append(
-            {
-                "kb": round(len(response) / 1000, 1),
-                "seconds": round(seconds, 4),
-                "seconds_per_kb": round(seconds / (len(response) / 1000), 5),
-            }
-        )
+        seconds, size = time.perf_counter() - start, len(response) / 1000
+        out.append({"kb": round(size, 1), "seconds": round(seconds, 4), "seconds_per_kb": round(seconds / size, 5)})
     return out
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--latency", type=float, default=0.1)
     ap.add_argument("--quick", action="store_true", help="fewer items and problems")
     ap.add_argument("--workers", type=int, default=2, help="code-critic sandboxes in parallel")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--waves", type=int, default=30, help="items per run = waves x concurrency (30: about 3 s per run)")
-    ap.add_argument("--smoke", action="store_true", help="a tiny run that only proves the script works (the suite)")
     args = ap.parse_args()
     out = results_dir(args.smoke) / "bench_annotate.json"
     out.parent.mkdir(parents=True, exist_ok=True)  # the answer caches of the throughput runs live beside it
@@ -254,13 +216,8 @@ def main() -> None:
     if args.smoke:
         result["throughput"] = throughput(0.01, [1, 4], waves=2, rounds=1, cache_parent=out.parent)
     else:
-        result["throughput"] = throughput(
-            args.latency,
-            [1, 8, 32],
-            waves=10 if args.quick else args.waves,
-            rounds=1 if args.quick else 2,
-            cache_parent=out.parent,
-        )
+        waves, rounds = (10, 1) if args.quick else (args.waves, 2)
+        result["throughput"] = throughput(args.latency, [1, 8, 32], waves, rounds, cache_parent=out.parent)
     result["sandbox"] = sandbox_overhead(4 if args.smoke else 20, 1 if args.smoke else 3)
     print("sandbox seconds per case:", {k: v["seconds_per_case"] for k, v in result["sandbox"].items()})
     result["reference_critic"] = reference_cost([1, 4] if args.smoke else [1, 4, 16, 64, 256, 1024])

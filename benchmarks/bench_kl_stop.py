@@ -136,16 +136,9 @@ def main() -> None:
     prompts = make_demo_feedback("summarization", 16 if args.smoke else 256, seed=1)
 
     def trainer_for(**kw) -> PPOTrainer:
-        cfg = PPOConfig(
-            reward_source="oracle",
-            steps=args.steps,
-            batch_size=args.batch_size,
-            sampling={"max_new_tokens": args.max_new_tokens},
-            value_model="head",
-            lr_schedule="constant",
-            heatmap_samples=0,
-            **kw,
-        )
+        fields = dict(reward_source="oracle", steps=args.steps, batch_size=args.batch_size, value_model="head")
+        fields |= dict(sampling={"max_new_tokens": args.max_new_tokens}, lr_schedule="constant", heatmap_samples=0)
+        cfg = PPOConfig(**fields, **kw)
         work = Path(args.workdir) / "kl-stop"
         return PPOTrainer(cfg, model, prompts, work, reward_source=oracle_source("summarization"))
 

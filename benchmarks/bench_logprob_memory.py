@@ -59,16 +59,8 @@ def run_variant(args: argparse.Namespace) -> None:
             peak, method = _status_kib("VmHWM") * 1024, "VmHWM (resident-set high-water mark, /proc/self/status)"
         seconds = time.perf_counter() - t0
     torch.save(out.cpu(), args.output)
-    report = {
-        "variant": args.variant,
-        "device": device,
-        "method": method,
-        "bytes_before": before,
-        "peak_bytes": peak,
-        "pass_peak_bytes": peak - before,
-        "seconds": seconds,
-    }
-    print(json.dumps(report))
+    report = {"variant": args.variant, "device": device, "method": method, "bytes_before": before, "peak_bytes": peak}
+    print(json.dumps(report | {"pass_peak_bytes": peak - before, "seconds": seconds}))
 
 
 def main() -> None:
@@ -76,9 +68,7 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=128_256, help="Vocabulary size (Llama 3: 128256).")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--tokens", type=int, default=512, help="Response tokens per row.")
-    p.add_argument(
-        "--hidden", type=int, default=1024, help="Hidden size (the logits' size does not depend on it; 4096 on 8B)."
-    )
+    p.add_argument("--hidden", type=int, default=1024, help="Hidden size (the logits do not depend on it; 4096 on 8B).")
     p.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (CUDA default).")
     p.add_argument("--chunk-tokens", type=int, default=None, help="Default: ppo.logprob_chunk_tokens.")
     p.add_argument("--temperature", type=float, default=0.6)

@@ -20,6 +20,7 @@ from testbed import (
     TASKS,
     curves,
     key_of,
+    oracle_ppo_config,
     parser,
     results_dir,
     run_in_processes,
@@ -28,7 +29,6 @@ from testbed import (
     write_results,
 )
 
-from t2g_core.config.ppo import PPOConfig
 from t2g_core.evaluation import sample_efficiency as se
 
 FIGURES = ROOT / "docs" / "figures"
@@ -80,11 +80,8 @@ def ws_name(index: int) -> str:
 
 
 def ppo_config(args, arm: str, tuned: dict, seed: int):
-    fields = dict(reward_source="oracle", steps=args.steps, batch_size=args.batch_size, minibatches=args.minibatches)
-    fields |= dict(ppo_epochs=4, value_learning_rate=3e-4, kl_coef=0.05, gamma=1.0)
-    fields |= dict(sampling={"max_new_tokens": args.max_new_tokens}, log_every=args.steps, save_every=args.steps)
-    fields |= dict(heatmap_samples=0, omission_penalty=args.omission_penalty, seed=seed)
-    return PPOConfig(**(fields | arm_settings(arm) | tuned))
+    fields = dict(minibatches=args.minibatches, value_learning_rate=3e-4, omission_penalty=args.omission_penalty)
+    return oracle_ppo_config(args, seed, fields | arm_settings(arm) | tuned)
 
 
 def run_one(args, spec: dict, out: Path) -> dict:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from testbed import PPO_SMOKE_WORK, clock, demo_policy, parser, peak_flops, results_dir, save_json
+from testbed import PPO_SMOKE_WORK, clock, demo_policy, estimator_arms, parser, peak_flops, results_dir, save_json
 
 from t2g_core.config.ppo import PPOConfig
 
@@ -16,19 +16,10 @@ PHASES = ("rollout", "score", "span_labels", "forward", "rewards", "update")
 
 
 def ppo_config(args, **kw):
-    fields = dict(
-        reward_source="oracle",
-        steps=10**6,  # a constant learning rate over the benchmark's steps
-        batch_size=args.batch_size,
-        minibatches=args.minibatches,
-        ppo_epochs=args.ppo_epochs,
-        sampling={"max_new_tokens": args.max_new_tokens},
-        max_approx_kl=args.max_approx_kl,
-        eval_every=10**6,
-        log_every=10**6,
-        save_every=10**6,
-        heatmap_samples=0,
-    )
+    fields = dict(reward_source="oracle", batch_size=args.batch_size, minibatches=args.minibatches)
+    fields |= dict(ppo_epochs=args.ppo_epochs, sampling={"max_new_tokens": args.max_new_tokens})
+    fields |= dict(max_approx_kl=args.max_approx_kl, heatmap_samples=0)
+    fields |= dict.fromkeys(("steps", "eval_every", "log_every", "save_every"), 10**6)  # steps: a constant lr
     return PPOConfig(**(fields | kw))
 
 
@@ -95,18 +86,9 @@ class BareWork:
         q, qm, r = ro.query_ids.to(dev), ro.query_mask.long().to(dev), ro.response_ids.to(dev)
         t, critic = r.shape[1], uses_critic(cfg)
         with torch.no_grad():
-            lm.generate(
-                input_ids=q,
-                attention_mask=qm,
-                do_sample=True,
-                temperature=cfg.sampling.temperature,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=t,
-                min_new_tokens=t,
-                pad_token_id=tok.pad_token_id,
-                use_cache=True,
-            )
+            sampling = dict(do_sample=True, temperature=cfg.sampling.temperature, top_k=0, top_p=1.0, use_cache=True)
+            sampling |= dict(max_new_tokens=t, min_new_tokens=t, pad_token_id=tok.pad_token_id)
+            lm.generate(input_ids=q, attention_mask=qm, **sampling)
             ids, attn = torch.cat([q, r], 1), torch.cat([qm, ro.response_mask.long().to(dev)], 1)
             if not reuses_first_forward(cfg):
                 self.forward(ids, attn, r, critic)
@@ -143,33 +125,14 @@ def model_flops(trainer, ro) -> float:
 
 
 # ---- part 1: step / bare --------------------------------------------------------------------------------------
-def arms(args) -> dict[str, dict]:
-    out = {}
-    for backend in args.backends:
-        for estimator in args.estimators:
-            value_models = args.value_models if estimator not in ("grpo", "rloo") else ["head"]
-            for vm in value_models:
-                name = f"{estimator}/{vm}/{backend}" if estimator not in ("grpo", "rloo") else f"{estimator}/{backend}"
-                group = args.group_size if estimator in ("grpo", "rloo") else 1
-                out[name] = dict(
-                    advantage_estimator=estimator, value_model=vm, generation_backend=backend, group_size=group
-                )
-    return out
-
-
 def step_over_bare(args, model: str, prompts, source) -> dict:
     from t2g_core.ppo import PPOTrainer
 
     captured = Captured()
     runs = {}
-    for name, kw in arms(args).items():
-        trainer = PPOTrainer(
-            ppo_config(args, **kw),
-            model,
-            prompts,
-            Path(args.workdir) / "bare" / name.replace("/", "-"),
-            reward_source=source,
-        )
+    for name, kw in estimator_arms(args).items():
+        folder = Path(args.workdir) / "bare" / name.replace("/", "-")
+        trainer = PPOTrainer(ppo_config(args, **kw), model, prompts, folder, reward_source=source)
         runs[name] = {"trainer": trainer, "bare": BareWork(trainer), "cpu": [], "wall": [], "phases": []}
     for rep in range(args.reps + 1):  # repetition 0 warms every arm up
         for run in runs.values():

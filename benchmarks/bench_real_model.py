@@ -5,14 +5,14 @@ What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import re
 import time
+from functools import partial
 from pathlib import Path
 
-from testbed import ROOT, SMOKE_TINY_MODELS, results_dir, save_json, stay_offline
+from testbed import ROOT, SMOKE_TINY_MODELS, parser, results_dir, save_json, stay_offline
 
 from t2g_core.codehash import code_digest
 from t2g_core.config import load_config
@@ -78,11 +78,12 @@ class Stages:
         return StageContext.keyed(self.work / "ws", key, log=lambda m: print(f"  [{name}] {m}", flush=True))
 
     def run(self, name: str, fn, stage: str | None = None, **params):
-        """``fn(ctx)`` for a stage (its context keyed by ``params``), else ``fn()``; measured."""
-        ctx = self.context(name, stage, params) if stage else None
+        """``fn(ctx)`` for a stage (``stage``, default ``name``; its context keyed by ``params``), else ``fn()``;
+        measured."""
+        ctx = self.context(name, stage or name, params) if params else None
         _reset_peak()
         t0, c0 = time.perf_counter(), time.process_time()
-        out = fn(ctx) if stage else fn()
+        out = fn(ctx) if params else fn()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         self.cost[name] = {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "peak_rss_gb": round(_peak_rss_gb(), 2)}
         print(f"{name}: {wall:.0f} s wall, {cpu:.0f} CPU-s, peak {self.cost[name]['peak_rss_gb']} GB", flush=True)
@@ -97,55 +98,30 @@ def run_pipeline(cfg, stages: Stages, modes: tuple[str, ...] = ("span", "scalar"
     from t2g_core.stages.refs import SourceRef
 
     src, data = SourceRef.of(cfg.data), settings.FeedbackSettings.from_pipeline(cfg)
-    fb = stages.run("feedback", lambda ctx: feedback.materialise(src, data, ctx), "feedback", source=src, settings=data)
+    fb = stages.run("feedback", partial(feedback.materialise, src, data), source=src, settings=data)
     built_with = settings.ModelsSettings.from_pipeline(cfg)
-    built = stages.run(
-        "models", lambda ctx: models.build(fb, built_with, ctx), "models", feedback=fb, settings=built_with
-    )
+    built = stages.run("models", partial(models.build, fb, built_with), feedback=fb, settings=built_with)
     ws = settings.WarmupSettings(
         warmup=cfg.warmup.model_copy(update={"enabled": True}), holdout=cfg.holdout, models=cfg.models
     )
-    start = stages.run(
-        "warmup", lambda ctx: warmup.warm_up(fb, built, ws, ctx), "warmup", feedback=fb, models=built, settings=ws
-    )
+    start = stages.run("warmup", partial(warmup.warm_up, fb, built, ws), feedback=fb, models=built, settings=ws)
     an = settings.AnnotateSettings.from_pipeline(cfg)
-    ann = stages.run("annotate", lambda ctx: annotate.annotate(fb, an, ctx), "annotate", feedback=fb, settings=an)
+    ann = stages.run("annotate", partial(annotate.annotate, fb, an), feedback=fb, settings=an)
     samples = None
     if cfg.policy_samples.enabled:
         ss = settings.PolicySamplesSettings.from_pipeline(cfg)
-        samples = stages.run(
-            "policy_samples",
-            lambda ctx: policy_samples.sample(fb, start, ss, ctx),
-            "policy_samples",
-            feedback=fb,
-            models=start,
-            settings=ss,
-        )
+        sample = partial(policy_samples.sample, fb, start, ss)
+        samples = stages.run("policy_samples", sample, feedback=fb, models=start, settings=ss)
     rs = settings.RewardModelSettings.from_pipeline(cfg)
-    rm = stages.run(
-        "reward_model",
-        lambda ctx: reward_model.train(fb, ann, None, None, built, rs, ctx, samples),
-        "reward_model",
-        feedback=fb,
-        annotations=ann,
-        models=built,
-        settings=rs,
-        samples=samples,
-    )
+    train = partial(reward_model.train, fb, ann, None, None, built, rs, samples=samples)
+    rm = stages.run("reward_model", train, feedback=fb, annotations=ann, models=built, settings=rs, samples=samples)
     runs = {}
     for mode in modes:
         ps = settings.PPOSettings.from_pipeline(
             cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"reward_mode": mode})})
         )
-        runs[mode] = stages.run(
-            f"ppo_{mode}",
-            lambda ctx, ps=ps: ppo.train(fb, start, rm, ps, ctx),
-            "ppo",
-            feedback=fb,
-            models=start,
-            reward_model=rm,
-            settings=ps,
-        )
+        inputs = {"feedback": fb, "models": start, "reward_model": rm, "settings": ps}
+        runs[mode] = stages.run(f"ppo_{mode}", partial(ppo.train, fb, start, rm, ps), "ppo", **inputs)
     return {"feedback": fb, "models": built, "warmup": start, "policy_samples": samples, "reward_model": rm, **runs}
 
 
@@ -168,12 +144,8 @@ def held_out_evaluation(cfg, refs: dict, stages: Stages, modes: tuple[str, ...])
     }
     device = default_device()  # the GPU when there is one, as the pipeline's evaluation stage
     dtype = resolve_dtype(cfg.models.dtype, device)
-    results = stages.run(
-        "evaluate",
-        lambda: evaluate_policies(
-            policies, frame, "summarization", ev, baseline="warm_start", device=str(device), dtype=dtype
-        ),
-    )
+    evaluate = partial(evaluate_policies, policies, frame, "summarization", ev, baseline="warm_start")
+    results = stages.run("evaluate", lambda: evaluate(device=str(device), dtype=dtype))
     means = {name: entry["metrics"] for name, entry in results.summary["policies"].items()}
     comparisons = [c for c in results.summary["comparisons"] if c["metric"] in METRICS]
     return {
@@ -205,14 +177,13 @@ def steps_to_target(history_path: str, target: float) -> dict:
 
 # ------------------------------------------------------------------------------------------------ main
 def parse_args():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--recipe", type=Path, default=RECIPE, help="The pipeline configuration (a recipe file).")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="PipelineConfig override.")
     ap.add_argument("--target", type=float, default=0.3, help="Relative error reduction PPO is timed to.")
     ap.add_argument("--modes", default="span,scalar", help="PPO runs from the warm-up: span, scalar or both.")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", type=Path, default=None, help="Work folder (default: <results>/bench_real_model_work).")
-    ap.add_argument("--smoke", action="store_true", help="The tiny demo models and a few steps (the test suite).")
     args = ap.parse_args()
     if args.smoke:  # one thread: the suite runs it beside another test, and a second one only contends for a core
         args.overrides, args.threads = [*SMOKE, *args.overrides], 1

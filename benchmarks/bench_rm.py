@@ -11,15 +11,7 @@ import resource
 import time
 from pathlib import Path
 
-from testbed import (
-    RM_SMOKE_ITEMS,
-    RM_SMOKE_OVERRIDES,
-    RM_SMOKE_WORK,
-    parser,
-    results_dir,
-    save_json,
-    stay_offline,
-)
+from testbed import RM_SMOKE_ITEMS, RM_SMOKE_OVERRIDES, RM_SMOKE_WORK, parser, results_dir, save_json, stay_offline
 
 from t2g_core.config import AnnotateConfig, EvaluateConfig, load_config
 
@@ -32,25 +24,12 @@ VARIANTS = {  # name -> reward_model settings
     "generative": {"kind": "generative", "init_from": "reward_model_base"},
     "generative-policy": {"kind": "generative", "init_from": "policy"},
 }
-TRUTH_KEYS = (
-    "truth_poor_char_f1",
-    "truth_poor_char_precision",
-    "truth_poor_char_recall",
-    "truth_recall_invented",
-    "truth_recall_swapped",
-    "truth_recall_redundant",
-    "truth_span_f1",
+TRUTH_KEYS = tuple(
+    "truth_poor_char_f1 truth_poor_char_precision truth_poor_char_recall truth_recall_invented truth_recall_swapped "
+    "truth_recall_redundant truth_span_f1".split()
 )
-KEYS = (
-    *TRUTH_KEYS,
-    "span_f1",
-    "omission_precision",
-    "omission_recall",
-    "unmatched_span_rate",
-    "json_valid_rate",
-    "parse_ok_rate",
-    "score_ms_per_item",
-)
+KEYS = (*TRUTH_KEYS, "span_f1", "omission_precision", "omission_recall", "unmatched_span_rate", "json_valid_rate")
+KEYS += ("parse_ok_rate", "score_ms_per_item")
 
 
 def _annotated(fb):
@@ -164,8 +143,7 @@ def main() -> None:
 
     pipe = load_config(None, args.overrides)
     fb, fb_eval = (
-        make_demo_feedback("summarization", args.items, seed=0),
-        make_demo_feedback("summarization", args.eval_items, seed=99),
+        make_demo_feedback("summarization", n, seed=seed) for n, seed in ((args.items, 0), (args.eval_items, 99))
     )
     t0 = time.perf_counter()
     models = ensure_demo_models(args.work / "models", pipe.models, fb, progress=False)
@@ -185,15 +163,13 @@ def main() -> None:
         out["variants"][name] |= {"train_cpu_seconds": round(cpu, 1), "peak_rss_gb": round(peak_rss_gb(), 2)}
         if cfg.kind == "generative":
             free = cfg.model_copy(update={"grounded_decoding": False})
-            out["variants"][f"{name}-ungrounded"] = evaluate_variant(
-                f"{name}-ungrounded", free, result, rm_eval, fb_eval, pipe.align, None
-            )
+            ungrounded = evaluate_variant(f"{name}-ungrounded", free, result, rm_eval, fb_eval, pipe.align, None)
+            out["variants"][f"{name}-ungrounded"] = ungrounded
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(models.policy))
-    items = eval_items(
-        _rows(fb_eval, ann_eval, pipe.reward_model, pipe.align, models.policy, "validation"), fb_eval, None
-    )
+    rows = _rows(fb_eval, ann_eval, pipe.reward_model, pipe.align, models.policy, "validation")
+    items = eval_items(rows, fb_eval, None)
     out["baselines"] = {
         name: {k: v for k, v in score_predictions(items, preds, tok, align_cfg=pipe.align)[0].items() if k in KEYS}
         for name, preds in _baselines(items).items()

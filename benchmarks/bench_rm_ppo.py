@@ -226,12 +226,8 @@ def critique_loop(cfg, pipe, paths: dict, out: Path, prompts, flip: float = 0.0)
 def reward_model_at(refreshed: list[dict], drift_steps: list[int]) -> dict[str, str]:
     """{steps trained: the refreshed tagger PPO scored with after that many steps} for the drift steps after the first
     refresh (a refresh after step index k scores from step k + 1 on)."""
-    out = {}
-    for steps in drift_steps:
-        done = [r["folder"] for r in refreshed if r["step"] < steps]
-        if done:
-            out[str(steps)] = done[-1]
-    return out
+    done = {steps: [r["folder"] for r in refreshed if r["step"] < steps] for steps in drift_steps}
+    return {str(steps): folders[-1] for steps, folders in done.items() if folders}
 
 
 def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out: Path) -> dict:

@@ -21,6 +21,7 @@ from testbed import (
     curves,
     demo_policy,
     key_of,
+    oracle_ppo_config,
     parser,
     results_dir,
     run_in_processes,
@@ -29,7 +30,6 @@ from testbed import (
     write_results,
 )
 
-from t2g_core.config.ppo import PPOConfig
 from t2g_core.evaluation import sample_efficiency as se
 
 ARMS: dict[str, dict] = {  # ppo.self_distillation beside --teacher and --weight; span: off
@@ -47,27 +47,10 @@ SMOKE = dict(steps=2, batch_size=4, max_new_tokens=8, n_eval=4, seeds=1, signal_
 SMOKE |= dict(arms="span,sd_adv,both")  # both placements
 
 
-def ppo_config(args, arm: str, seed: int, **extra) -> PPOConfig:
-    fields = {
-        "reward_source": "oracle",
-        "steps": args.steps,
-        "batch_size": args.batch_size,
-        "minibatches": 1,
-        "ppo_epochs": 4,
-        "learning_rate": args.lr,
-        "lam": 0.95,
-        "max_approx_kl": 0.03,
-        "kl_coef": 0.05,
-        "gamma": 1.0,
-        "value_model": args.value_model,
-        "sampling": {"max_new_tokens": args.max_new_tokens},
-        "log_every": args.steps,
-        "save_every": args.steps,
-        "heatmap_samples": 0,
-        "seed": seed,
-        "self_distillation": {"teacher": args.teacher, "weight": args.weight} | ARMS[arm],
-    }
-    return PPOConfig(**(fields | extra))
+def ppo_config(args, arm: str, seed: int, **extra):
+    sd = {"teacher": args.teacher, "weight": args.weight} | ARMS[arm]
+    fields = dict(minibatches=1, learning_rate=args.lr, lam=0.95, max_approx_kl=0.03, value_model=args.value_model)
+    return oracle_ppo_config(args, seed, fields | {"self_distillation": sd} | extra)
 
 
 # ----------------------------------------------------------------------------------------------------------------

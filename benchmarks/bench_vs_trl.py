@@ -10,7 +10,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from testbed import PPO_SMOKE_WORK, clock, demo_policy, parser, results_dir, save_json
+from testbed import PPO_SMOKE_WORK, clock, demo_policy, estimator_arms, parser, results_dir, save_json
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.policy_prompts import render_policy_prompt
@@ -64,49 +64,19 @@ class TrivialCritic:
 
 
 # ---- text2grad ---------------------------------------------------------------------------------------------
-def text2grad_arms(args) -> dict[str, dict]:
-    out = {}
-    for backend in args.backends:
-        for estimator in args.estimators:
-            for vm in args.value_models if estimator == "gae" else ["head"]:
-                name = f"{estimator}/{vm}/{backend}" if estimator == "gae" else f"{estimator}/{backend}"
-                out[name] = dict(
-                    advantage_estimator=estimator,
-                    value_model=vm,
-                    generation_backend=backend,
-                    group_size=1 if estimator == "gae" else args.group_size,
-                )
-    return out
-
-
 def make_trainers(args, model: str, prompts, workdir: Path) -> dict:
-
     from t2g_core.ppo import CriticSource, PPOTrainer
 
+    fields = dict(reward_mode="scalar", batch_size=args.samples, minibatches=args.minibatches, ppo_epochs=args.epochs)
+    fields |= dict(sampling={"temperature": 1.0, "max_new_tokens": args.max_new_tokens}, learning_rate=args.lr)
+    fields |= dict(lr_schedule="constant", kl_coef=0.05, lora={"r": 16, "alpha": 32, "target_modules": "all-linear"})
+    fields |= dict(max_approx_kl=None, heatmap_samples=0)
+    fields |= dict.fromkeys(("steps", "eval_every", "log_every", "save_every"), 10**6)
     trainers = {}
-    for name, kw in text2grad_arms(args).items():
-        cfg = PPOConfig(
-            reward_mode="scalar",
-            steps=10**6,
-            batch_size=args.samples,
-            minibatches=args.minibatches,
-            ppo_epochs=args.epochs,
-            sampling={"temperature": 1.0, "max_new_tokens": args.max_new_tokens},
-            learning_rate=args.lr,
-            lr_schedule="constant",
-            kl_coef=0.05,
-            lora={"r": 16, "alpha": 32, "target_modules": "all-linear"},
-            max_approx_kl=None,
-            eval_every=10**6,
-            log_every=10**6,
-            save_every=10**6,
-            heatmap_samples=0,
-            **kw,
-        )
-        folder = workdir / name.replace("/", "-")
-        trainers[name] = PPOTrainer(
-            cfg, model, prompts, folder, reward_source=CriticSource(TrivialCritic()), dtype=weights_dtype()
-        )
+    for name, kw in estimator_arms(args).items():
+        folder, source = workdir / name.replace("/", "-"), CriticSource(TrivialCritic())
+        cfg = PPOConfig(**fields, **kw)
+        trainers[name] = PPOTrainer(cfg, model, prompts, folder, reward_source=source, dtype=weights_dtype())
     return trainers
 
 
@@ -158,16 +128,8 @@ def trl_trainer(args, model: str, prompts, workdir: Path, callback):
         dataloader_num_workers=0,
     )
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=reward,
-        args=config,
-        train_dataset=dataset,
-        processing_class=tok,
-        peft_config=lora,
-        callbacks=[callback],
-    )
-    return trainer, lengths
+    given = dict(train_dataset=dataset, processing_class=tok, peft_config=lora, callbacks=[callback])
+    return GRPOTrainer(model=model, reward_funcs=reward, args=config, **given), lengths
 
 
 def interleaved(args, model: str, prompts, workdir: Path) -> dict:

@@ -5,13 +5,12 @@ What it runs and reports, in full: docs/benchmarks.md, "The benchmark scripts in
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
 from pathlib import Path
 
-from testbed import peak_flops, random_llama, results_dir, save_json
+from testbed import parser, peak_flops, random_llama, results_dir, save_json
 
 from t2g_core.config.ppo import PPOConfig
 from t2g_core.policy_prompts import render_policy_prompt
@@ -35,9 +34,16 @@ SMOKE_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, n
 SMOKE_SHAPE |= dict(num_key_value_heads=2)
 
 
+def ppo_config(args) -> PPOConfig:
+    fields = dict(steps=args.steps, batch_size=args.batch_size, minibatches=2, ppo_epochs=args.ppo_epochs)
+    fields |= dict(sampling={"temperature": 1.0, "max_new_tokens": args.max_new_tokens}, value_model="head")
+    fields |= dict(lora={"r": 16, "alpha": 32}, learning_rate=1e-5, generation_backend=args.backend)
+    fields |= dict(micro_batch_size=args.micro_batch_size, gradient_checkpointing=args.gradient_checkpointing)
+    return PPOConfig(**fields, save_every=10**6, log_every=10**6, heatmap_samples=0)
+
+
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--smoke", action="store_true", help="Tiny model on whatever device is here (the test suite).")
+    p = parser(__doc__)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -60,22 +66,6 @@ def main() -> None:
     from t2g_core.ppo import CriticSource, train
 
     out_dir = results_dir(args.smoke)
-    cfg = PPOConfig(
-        steps=args.steps,
-        batch_size=args.batch_size,
-        minibatches=2,
-        ppo_epochs=args.ppo_epochs,
-        sampling={"temperature": 1.0, "max_new_tokens": args.max_new_tokens},
-        value_model="head",
-        lora={"r": 16, "alpha": 32},
-        learning_rate=1e-5,
-        generation_backend=args.backend,
-        micro_batch_size=args.micro_batch_size,
-        gradient_checkpointing=args.gradient_checkpointing,
-        save_every=10**6,
-        log_every=10**6,
-        heatmap_samples=0,
-    )
     prompts = make_demo_feedback("summarization", max(args.batch_size * 2, 8), seed=3)
     with tempfile.TemporaryDirectory() as tmp:
         folder, device = Path(tmp) / "model", "cuda" if torch.cuda.is_available() else "cpu"
@@ -88,7 +78,7 @@ def main() -> None:
             torch.cuda.reset_peak_memory_stats()
         critic = CriticSource(EdgeWordsCritic())
         dtype = resolve_dtype("auto", default_device())
-        res = train(cfg, folder, prompts, Path(tmp) / "run", reward_source=critic, dtype=dtype)
+        res = train(ppo_config(args), folder, prompts, Path(tmp) / "run", reward_source=critic, dtype=dtype)
         loaded = json.loads((Path(tmp) / "run" / "models.json").read_text())
         tok = load_tokenizer(folder)
         rendered = [render_policy_prompt(tok, "summarization", p) for p in prompts["prompt"].head(args.batch_size)]

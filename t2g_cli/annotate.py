@@ -7,17 +7,7 @@ from pathlib import Path
 
 import typer
 
-from t2g_cli._common import (
-    ConfigOpt,
-    SetOpt,
-    artifact,
-    echo,
-    fail,
-    guard,
-    pipeline_config,
-    read_extra,
-    stage_context,
-)
+from t2g_cli._common import ConfigOpt, SetOpt, artifact, echo, fail, guard, pipeline_config, read_extra, stage_context
 from t2g_core.config.stages import AnnotateSettings
 from t2g_core.stages import annotate as stage
 from t2g_core.stages.labelling import TooManyFailures

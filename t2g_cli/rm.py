@@ -8,17 +8,7 @@ from pathlib import Path
 
 import typer
 
-from t2g_cli._common import (
-    ConfigOpt,
-    SetOpt,
-    artifact,
-    echo,
-    fail,
-    guard,
-    pipeline_config,
-    read_extra,
-    stage_context,
-)
+from t2g_cli._common import ConfigOpt, SetOpt, artifact, echo, fail, guard, pipeline_config, read_extra, stage_context
 from t2g_core.config.stages import RewardModelSettings
 from t2g_core.feedback import load_feedback
 from t2g_core.progress import TqdmProgress
@@ -125,14 +115,8 @@ def evaluate(
     settings = RewardModelSettings.from_pipeline(pipeline_config(config, set_))
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            report, paths = stage.evaluate(
-                _exists(model),
-                artifact(rm_data, "rm_data"),
-                artifact(feedback, "feedback"),
-                settings,
-                out or Path(tmp),
-                split=split,
-            )
+            data, fb = artifact(rm_data, "rm_data"), artifact(feedback, "feedback")
+            report, paths = stage.evaluate(_exists(model), data, fb, settings, out or Path(tmp), split=split)
         except ValueError as exc:
             fail(str(exc))
     _print_metrics(report.metrics)

@@ -140,7 +140,6 @@ def lineage(
     """Walk back policy -> PPO run -> reward model -> RM data -> validated annotations -> feedback, from MLflow
     alone."""
     where = runtime.prepare_environment(workspace)
-
     try:
         chain = lineage_chain(model, version, tracking_uri or where["mlflow"])
     except LookupError as exc:

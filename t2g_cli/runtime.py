@@ -116,23 +116,9 @@ def _start_temporary_prefect(timeout_s: float) -> str:
     prefect_dir = Path(importlib.util.find_spec("prefect").origin).parent  # not imported: settings are read at import
     port = _free_port()
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--app-dir",
-        str(prefect_dir.parent),
-        "--factory",
-        "prefect.server.api.server:create_app",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "error",
-        "--lifespan",
-        "on",
-    ]
+    app = ["--app-dir", str(prefect_dir.parent), "--factory", "prefect.server.api.server:create_app"]
+    server = ["--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"]
+    command = [sys.executable, "-m", "uvicorn", *app, *server]
     log = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect") / "server.log"
     with open(log, "ab") as out:  # its errors (a database that cannot grow) are its own, not the command's output
         proc = subprocess.Popen(  # noqa: PLW1509

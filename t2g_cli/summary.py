@@ -15,15 +15,8 @@ from t2g_mlflow.experiment import run_page
 from t2g_mlflow.runs import find_pipeline_run
 
 # the reward model's, in its stage line (truth: demo data; json_valid: the generative kind)
-HEADLINE_METRICS = (
-    "truth_poor_char_f1",
-    "truth_recall_invented",
-    "truth_recall_swapped",
-    "truth_recall_redundant",
-    "span_f1",
-    "unmatched_span_rate",
-    "json_valid_rate",
-)
+HEADLINE_METRICS = ("truth_poor_char_f1", "truth_recall_invented", "truth_recall_swapped", "truth_recall_redundant")
+HEADLINE_METRICS += ("span_f1", "unmatched_span_rate", "json_valid_rate")
 SHOWN = {  # the fields of each stage's reference worth a line
     "models": ("base", "policy"),
     "warmup": ("policy",),
@@ -107,12 +100,12 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
     if plots:
         lines += ["  Plots and reports:", *plots]
     run = find_pipeline_run(where["flow_run_id"], where["mlflow"], cfg.workspace.mlflow_experiment)
-    lines.append(f"  MLflow run:       {run or 'none recorded'}  ({_mlflow_page(run, where['mlflow'])})")
+    lines.append(f"  MLflow run:       {run or 'none recorded'}  ({run_page(run, where['mlflow'])})")
     if not where["mlflow"].startswith("http"):
         mlflow = Path(sys.executable).parent / "mlflow"  # the venv's, which need not be on PATH
         lines.append(f"                    browse: {mlflow} ui --backend-store-uri {where['mlflow']}")
         if run:
-            lines.append(f"                    then open {_mlflow_page(run, where['mlflow'], 'http://127.0.0.1:5000')}")
+            lines.append(f"                    then open {run_page(run, where['mlflow'], 'http://127.0.0.1:5000')}")
     ui = where.get("prefect_ui")
     flow_run = where["flow_run_id"]
     lines.append(
@@ -121,7 +114,3 @@ def summary_lines(cfg: Any, result: dict, where: dict, seconds: float) -> list[s
     )
     lines.append(f"  Workspace:        {Path(cfg.workspace.root).resolve()}")
     return lines
-
-
-def _mlflow_page(run_id: str | None, tracking_uri: str, server: str | None = None) -> str:
-    return run_page(run_id, tracking_uri, server)

@@ -28,10 +28,6 @@ ReviewOpt = typer.Option(
 )
 
 
-def _out_dir(out: Path | None, cfg) -> Path:
-    return out if out is not None else Path(cfg.workspace.root) / "reports" / "validate"
-
-
 def _ui_verdicts(sample, settings):
     """Run the review as a Prefect flow that pauses for the verdict form; needs a reachable Prefect server."""
     from prefect import flow
@@ -92,7 +88,7 @@ def validate(
         artifact(spans, "spans"),
         artifact(feedback, "feedback") if feedback is not None else None,
     )
-    out_dir = _out_dir(out, cfg)
+    out_dir = out if out is not None else Path(cfg.workspace.root) / "reports" / "validate"
     params = {"annotations": inputs[0], "spans": inputs[1], "feedback": inputs[2], "settings": settings}
     sample = found = None
     try:

@@ -64,13 +64,8 @@ def log_dataset(
     for col in df.columns:  # list/dict cells break MLflow's schema inference; lineage needs the source, not types
         if df[col].map(lambda v: isinstance(v, (list, dict)) or hasattr(v, "tolist")).any():
             df[col] = df[col].map(lambda v: json.dumps(v.tolist() if hasattr(v, "tolist") else v, default=str))
-    tags = {
-        DATA_CONTEXT_TAG: context,
-        SHA256_TAG: ref.sha256,
-        ARTIFACT_KEY_TAG: ref.key,
-        SCHEMA_TAG: ref.schema_name,
-        ROWS_TAG: str(ref.n_rows),
-    }
+    tags = {DATA_CONTEXT_TAG: context, SHA256_TAG: ref.sha256, ARTIFACT_KEY_TAG: ref.key, SCHEMA_TAG: ref.schema_name}
+    tags[ROWS_TAG] = str(ref.n_rows)
     if ref.run_id and context != OUTPUT_CONTEXT:
         tags[PRODUCER_TAG] = ref.run_id  # lineage follows this exact run (see t2g_mlflow.lineage)
     with warnings.catch_warnings():  # "source can be interpreted in multiple ways" (both are the local file) and

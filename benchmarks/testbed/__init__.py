@@ -1,21 +1,7 @@
 """What the benchmarks share: where results go, the PPO tasks, the tiny smoke models, the job process.
 
-Every script imports it as a sibling package (``from testbed import ...``): Python puts a script's own folder first on
-``sys.path``, so no path trick is needed.
-
-- Results: ``$T2G_BENCH_RESULTS`` (default ``benchmarks/results/``), ``--smoke`` runs in its ``smoke/`` subfolder;
-  the test suite points it at a temporary folder, so a smoke run writes nothing into the source tree.
-  ``write_results`` writes a run's full JSON and a small summary; ``--publish`` copies the summary to
-  ``docs/results/``, committed beside the docs that quote it.
-- PPO tasks (``TASKS``, each a :class:`~testbed.tasks.PPOTask`; :mod:`testbed.tasks`, :mod:`testbed.humaneval`): the
-  warm-started policy, the RL prompts, the held-out prompts, the reward source and the task metric, and one PPO run
-  on them evaluated on the held-out prompts on a schedule (``train_evaluated``).
-- Reward-source devices (:mod:`testbed.devices`): ``NoisyCritic``, a critic with flipped span labels.
-- Jobs: ``run_job`` runs one benchmark run as a 1-thread process, ``run_in_processes`` many (resumable), each
-  process its share of them (``run_spec_file``); ``stay_offline`` keeps the Hub and telemetry off.
-- Script parts: ``parser`` (``--smoke``, ``--publish``), ``save_json``, ``random_llama`` (a random model to time).
-- Smoke models: the PPO and reward-model benchmarks build the same tiny models at ``--smoke`` size, once, in one
-  folder each (``PPO_SMOKE_WORK``, ``RM_SMOKE_WORK``).
+Every script imports it as a sibling package (``from testbed import ...``); what each part is for:
+docs/benchmarks.md, "What the scripts share".
 """
 
 from __future__ import annotations
@@ -31,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from t2g_core.config.ppo import PPOConfig
 from testbed import curves
 from testbed.devices import NoisyCritic
 from testbed.humaneval import Code
@@ -184,16 +171,16 @@ def run_in_processes(cmd: list[str], specs: list[dict], workdir: str | Path, wor
 
 
 TASKS: dict[str, type[PPOTask]] = {"summarization": Summarization, "code": Code}
-__all__ = [
-    "TASKS",
-    "curves",
-    "KeptResponses",
-    "NoisyCritic",
-    "PPOTask",
-    "Summarization",
-    "fact_profile",
-    "train_evaluated",
-]
+__all__ = ["TASKS", "curves", "KeptResponses", "NoisyCritic", "PPOTask", "Summarization", "fact_profile"]
+__all__ += ["train_evaluated"]
+
+
+def oracle_ppo_config(args, seed: int, fields: dict):
+    """The PPO sweeps' PPOConfig: the oracle critic, 4 epochs, KL 0.05 in the reward, gamma 1, one log and save at the
+    end, no heatmaps; ``fields`` over it."""
+    base = dict(reward_source="oracle", steps=args.steps, batch_size=args.batch_size, ppo_epochs=4, kl_coef=0.05)
+    base |= dict(gamma=1.0, sampling={"max_new_tokens": args.max_new_tokens}, log_every=args.steps)
+    return PPOConfig(**(base | dict(save_every=args.steps, heatmap_samples=0, seed=seed) | fields))
 
 
 def demo_policy(workdir: str, smoke: bool) -> str:
@@ -203,6 +190,21 @@ def demo_policy(workdir: str, smoke: bool) -> str:
         workdir=workdir, sft_steps=5 if smoke else 600, lm_steps=0 if smoke else 300, smoke=smoke
     )
     return str(Summarization(build).build_policy(0))
+
+
+def estimator_arms(args) -> dict[str, dict]:
+    """PPOConfig overrides by arm ``ESTIMATOR[/VALUE_MODEL]/BACKEND``: each of ``args.backends`` x ``args.estimators``
+    x (critic-based estimators) ``args.value_models``; the critic-free ones sample ``args.group_size`` per prompt."""
+    out = {}
+    for backend in args.backends:
+        for estimator in args.estimators:
+            free = estimator in ("grpo", "rloo")
+            for vm in ["head"] if free else args.value_models:
+                kw = dict(advantage_estimator=estimator, value_model=vm, generation_backend=backend)
+                out[f"{estimator}/{backend}" if free else f"{estimator}/{vm}/{backend}"] = kw | {
+                    "group_size": args.group_size if free else 1
+                }
+    return out
 
 
 def clock() -> tuple[float, float]:

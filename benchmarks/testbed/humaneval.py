@@ -64,17 +64,9 @@ def _code_rows(problems: list[dict], copies: int, prefix: str):
     from t2g_core.schemas import FEEDBACK, validate_frame
 
     rows = [
-        {
-            "id": f"{prefix}-{i:04d}-{k}",
-            "task": "code",
-            "prompt": short_prompt(p),
-            "response": p["canonical_solution"],
-            "critique": None,
-            "reference": p["canonical_solution"],
-            "tests": p["test"],
-            "entry_point": p["entry_point"],
-            "meta": json.dumps({"task_id": p["task_id"]}),
-        }
+        {"id": f"{prefix}-{i:04d}-{k}", "task": "code", "prompt": short_prompt(p), "response": p["canonical_solution"]}
+        | {"critique": None, "reference": p["canonical_solution"], "tests": p["test"], "entry_point": p["entry_point"]}
+        | {"meta": json.dumps({"task_id": p["task_id"]})}
         for i, p in enumerate(problems)
         for k in range(copies)
     ]

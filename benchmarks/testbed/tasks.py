@@ -16,26 +16,12 @@ from t2g_core.tracking import NullTracker
 def tiny_config(args, seed: int):
     from t2g_core.models.tiny import TinySpec
 
-    tiny = TinySpec(
-        seed=seed,
-        warm_start_steps=args.lm_steps,
-        policy_sft_steps=args.sft_steps,
-        policy_sft_batch_size=32,
-        policy_sft_lr=3e-3,
-        warm_start_batch_size=32,
-    )
+    fields = dict(seed=seed, warm_start_steps=args.lm_steps, policy_sft_steps=args.sft_steps, policy_sft_lr=3e-3)
+    fields |= dict(policy_sft_batch_size=32, warm_start_batch_size=32)
     if args.smoke:  # a policy that only has to exist
-        tiny = tiny.model_copy(
-            update={
-                "vocab_size": 256,
-                "hidden_size": 32,
-                "intermediate_size": 64,
-                "policy_noise_steps": 2,
-                "policy_sft_examples": 64,
-                "policy_sft_batch_size": 8,
-            }
-        )
-    return tiny
+        fields |= dict(vocab_size=256, hidden_size=32, intermediate_size=64, policy_noise_steps=2)
+        fields |= dict(policy_sft_examples=64, policy_sft_batch_size=8)
+    return TinySpec(**fields)
 
 
 class KeptResponses:

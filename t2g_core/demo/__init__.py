@@ -26,16 +26,9 @@ def _summarization_rows(n_items: int, seed: int) -> list[dict]:
     rows = []
     for _ in range(n_items):
         item = summarization.make_item(rng)
-        rows.append(
-            {
-                "prompt": item.post,
-                "response": item.response,
-                "reference": item.reference,
-                "tests": None,
-                "entry_point": None,
-                "meta": {"facts": item.facts, "gold_spans": item.gold_spans, "flaws": item.flaws},
-            }
-        )
+        meta = {"facts": item.facts, "gold_spans": item.gold_spans, "flaws": item.flaws}
+        text = {"prompt": item.post, "response": item.response, "reference": item.reference}
+        rows.append(text | {"tests": None, "entry_point": None, "meta": meta})
     return rows
 
 
@@ -61,13 +54,11 @@ def make_demo_feedback(task: str, n_items: int, seed: int = 0, *, verify_code: b
         rows = code.make_items(n_items, seed, verify=verify_code)
     else:
         rows = qa.make_items(n_items, seed)
-    frame = pd.DataFrame(
-        [
-            {"id": demo_id(task, seed, i), "task": task, "critique": None, **row, "meta": json.dumps(row["meta"])}
-            for i, row in enumerate(rows)
-        ]
-    )
-    return validate_frame(frame, FEEDBACK, f"demo:{task}")
+    frame = [
+        {"id": demo_id(task, seed, i), "task": task, "critique": None, **row, "meta": json.dumps(row["meta"])}
+        for i, row in enumerate(rows)
+    ]
+    return validate_frame(pd.DataFrame(frame), FEEDBACK, f"demo:{task}")
 
 
 def _meta(row: dict) -> dict:

@@ -138,19 +138,7 @@ def _row(problem: dict, mutant: Mutant | None) -> dict:
         response = mutant.response
         meta["mutation_line"] = mutant.line
         meta["gold_spans"] = [{"start": start, "end": end, "label": "negative", "slot": f"line {mutant.line}"}]
-        meta["flaws"] = [
-            {
-                "type": mutant.kind,
-                "line": mutant.line,
-                "original": mutant.original.strip(),
-                "mutated": mutant.mutated.strip(),
-            }
-        ]
-    return {
-        "prompt": problem["prompt"],
-        "response": response,
-        "reference": problem["canonical_solution"],
-        "tests": problem["test"],
-        "entry_point": problem["entry_point"],
-        "meta": meta,
-    }
+        change = {"original": mutant.original.strip(), "mutated": mutant.mutated.strip()}
+        meta["flaws"] = [{"type": mutant.kind, "line": mutant.line, **change}]
+    text = {"prompt": problem["prompt"], "response": response, "reference": problem["canonical_solution"]}
+    return text | {"tests": problem["test"], "entry_point": problem["entry_point"], "meta": meta}

@@ -30,31 +30,12 @@ SAMPLE_FILE, PAGE_FILE, SHEET_FILE = "sample.json", "review.html", "sheet.jsonl"
 def sheet_lines(sample: ReviewSample) -> list[dict]:
     lines = []
     for it in sample.items:
+        head = {"sample_key": sample.key, "id": it.id}
         for s in it.spans:
-            lines.append(
-                {
-                    "sample_key": sample.key,
-                    "id": it.id,
-                    "kind": "span",
-                    "span_index": s.span_index,
-                    "label": s.label,
-                    "text": s.text,
-                    "agree": None,
-                }
-            )
+            lines.append(head | {"kind": "span", "span_index": s.span_index, "label": s.label, "text": s.text})
         if it.critique is not None:
-            lines.append(
-                {
-                    "sample_key": sample.key,
-                    "id": it.id,
-                    "kind": "critique",
-                    "span_index": None,
-                    "label": None,
-                    "text": it.critique,
-                    "agree": None,
-                }
-            )
-    return lines
+            lines.append(head | {"kind": "critique", "span_index": None, "label": None, "text": it.critique})
+    return [line | {"agree": None} for line in lines]
 
 
 def export_review(sample: ReviewSample, out_dir: str | Path) -> dict[str, Path]:

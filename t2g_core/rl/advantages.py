@@ -1,38 +1,9 @@
 """Advantage estimators (``PPOConfig.advantage_estimator``): how per-token rewards become per-token credit.
 
-The reward splits as r_t = x_t + [t = last] z: x_t = m_t (s_t - beta KL_t) is the per-token part (s the placed task
-signal: span labels and omissions) and z the sequence's terminal reward (a critic's verdict, the hybrid terminal
-scalar, the parse-failure, missing-EOS and degenerate rewards). V are the critic's values and m the response mask. A
-*run* is a stretch of equal non-zero s (a judged span, an anchored omission); a *segment start* is the first token
-after a run, sigma_t = m_t [s_{t-1} != 0, s_t != s_{t-1}]; the *horizon* of token t is the next start,
-H(t) = min{u > t : sigma_u} (the last token if none): the first token after the run t belongs to or leads into.
-
-    gae             A_t = GAE(r, V; gamma, lam)                                        (Schulman et al. 2016)
-    span_local      A_t = sum_{u=t}^{H(t)} gamma^(u-t) x_u - V_t + Z_t
-                    a judged token is credited with the rest of its span and the token that ends it, a neutral one
-                    with the span it leads into (the omission a stop skipped); nothing later reaches it. The critic
-                    learns these local returns; lambda is not used (see :func:`segment_gae`).
-    span_bootstrap  A_t = sum_{u=t}^{H(t)} (gamma lam)^(u-t) delta_u + Z_t,   delta_u = x_u + gamma V_{u+1} - V_u
-                    GAE whose trace stops after H(t) (a variable lambda, Sutton & Barto 12.8): credit beyond it is
-                    the critic's expectation V_{H+1}, not the sampled later rewards, so their noise is gone and the
-                    value of going on is kept. Needs a competent critic.
-    rloo            A_{i,t} = G_{i,t} - mean_{j in group(i), j != i} G_{j,t}                         (critic-free)
-    grpo            A_{i,t} = (G_{i,t} - mean_{j in group(i)} G_{j,t}) / S_{i,t}                     (critic-free)
-                        S = 1                                          no floor (as Dr. GRPO, Liu et al. 2025)
-                        S = max(std_{j in group(i)} G_{j,t}, floor)    grpo_std_floor = floor
-
-    Z_{i,t} = gamma^(last_i - t) z_i - mean_{j in pool(i), j != i} z_j      (the terminal component)
-
-with G_{i,t} = sum_{u >= t} gamma^(u-t) r_{i,u} the reward-to-go of sample i (0 past its end), a group = the k samples
-of one prompt, and pool(i) = the group of i when group_size >= 2, else the whole (local) batch.
-
-Why the terminal reaches every token (Z), why horizons are causal (reading s_{<=u} only) and why grpo has no scale
-by default: docs/ppo.md, "Credit assignment".
-
-The group baselines depend only on the other samples (rloo; grpo includes i itself, as GRPO does), so they are valid
-for every token of sample i, and the span rewards stay per token in G. Returns (value targets) are A + V for gae and
-A - Z + V for the span estimators (x only); the critic-free ones return zeros (there is no critic to train).
-Advantages and returns are 0 at masked positions.
+The equations of each estimator (gae, span_local, span_bootstrap, rloo, grpo) and of the terminal component Z they
+share: docs/ppo.md, "The estimators' equations"; why they are built so: "Credit assignment" there. Returns (value
+targets) are A + V for gae and A - Z + V for the span estimators (x only); the critic-free ones return zeros (there is
+no critic to train). Advantages and returns are 0 at masked positions.
 """
 
 from __future__ import annotations
@@ -208,14 +179,5 @@ def estimate_advantages(
         fn = ESTIMATORS[kind]
     except KeyError:
         raise ValueError(f"unknown advantage estimator {kind!r}; expected one of {', '.join(ESTIMATORS)}") from None
-    return fn(
-        rewards,
-        values,
-        mask,
-        task=task,
-        terminal=terminal,
-        group=group,
-        gamma=gamma,
-        lam=lam,
-        grpo_std_floor=grpo_std_floor,
-    )
+    given = {"task": task, "terminal": terminal, "group": group, "gamma": gamma, "lam": lam}
+    return fn(rewards, values, mask, **given, grpo_std_floor=grpo_std_floor)

@@ -1,20 +1,6 @@
 """Per-token log-probabilities of given token ids under the sampling distribution: temperature, then top-k, then
-top-p, renormalised (the order of transformers' logits warpers, and of vLLM's sampler).
-
-    z_t       = logits_t / tau
-    S_t       = the top_k largest z_t (all when top_k = 0), cut to the smallest prefix, in descending order, whose
-                softmax mass over S reaches top_p: v is kept when the mass ranked strictly above it is < top_p, so
-                the most likely token always stays (top_p = 1 keeps all)
-    logprobs_t = z_t[y_t] - logsumexp_{v in S_t} z_t[v]                 (-inf never: see the trap below)
-    entropy_t  = - sum_{v in S_t} p_v log p_v,  p = softmax over S_t    (of the sampling distribution, for logging)
-
-The same :class:`Sampling` used to draw the tokens must be applied whenever old and new log-probs are recomputed
-(§5 A5); otherwise the first PPO ratio is not 1. Without truncation (``top_k = 0``, ``top_p = 1``) this is
-log softmax(logits / tau), computed exactly as before truncation existed.
-
-The token whose log-prob is wanted always stays in S_t (``keep``), so a log-prob is never -inf: a recomputed set may
-drop a drawn token at its edge, and the reference's own set drops tokens the trained policy draws (docs/ppo.md,
-"The KL against a truncated reference").
+top-p, renormalised (the order of transformers' logits warpers, and of vLLM's sampler). The equations, and why the
+wanted token always stays in the set (``keep``: a log-prob is never -inf): docs/ppo.md, "Sampling".
 
 :func:`token_logprobs` is the plain form over the whole (B, T, V) logits. :func:`selective_logprobs` computes the
 same numbers from the hidden states, ``chunk_tokens`` positions at a time, so at most (chunk_tokens, V) logits exist

@@ -1,17 +1,10 @@
 """Task rewards placed on policy tokens, and the per-token reward PPO optimises.
 
-The task signal of a response is d_t = delta_t + o_t: the critic's token labels (+1 good span, -1 poor span, 0
-elsewhere) plus the omission labels (-p per missing item, at its anchor or on the last real token). ``reward_mode``
-places it (one small function each; docs/ppo.md, "Reward modes"):
-
-    span     s_t = c * d_t                         (Text2Grad: the critic's span labels on their tokens)
-    dense    s_t = c * d_t, delta from word labels  (the paper's ablation: the critic labels most words, not spans)
-    scalar   s_t = [t = last] * c * sum_u d_u      (classic RLHF: one score on the last real token / EOS)
-    uniform  s_t = m_t * c * sum_u d_u / T_valid   (the scalar spread over every token: the same information)
-
-The reward PPO sees is r_t = m_t (s_t - beta * KL_t) + [t = last] * terminal_t, where ``terminal`` carries an optional
-hybrid scalar (span and dense only), a critic's verdict (its labels then scaled to unit sums, :func:`unit_label_sums`),
-the parse-failure fallback, the missing-EOS penalty and the degenerate reward (docs/ppo.md, "A critic's verdict").
+``reward_mode`` places the task signal d_t = delta_t + o_t (span labels plus omission labels; one small function
+each, the table: docs/ppo.md, "Reward modes"). PPO sees r_t = m_t (s_t - beta * KL_t) + [t = last] * terminal_t,
+``terminal`` carrying the hybrid scalar (span and dense only), a critic's verdict (its labels then scaled to unit sums,
+:func:`unit_label_sums`), the parse-failure fallback, the missing-EOS penalty and the degenerate reward (docs/ppo.md,
+"A critic's verdict").
 """
 
 from __future__ import annotations

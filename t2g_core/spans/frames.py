@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from t2g_core.config.align import AlignConfig
@@ -53,19 +54,7 @@ def align_frame(
             continue
         parsed = ParsedFeedback(rec.critique, list(rec.good_spans), list(rec.poor_spans))
         aligned = align_feedback(responses[rec.id], parsed, cfg, use_context=cfg.use_critique_context)
-        rows += [
-            {
-                "id": rec.id,
-                "span_index": k,
-                "label": a.label,
-                "text": a.text,
-                "start": a.start,
-                "end": a.end,
-                "match": a.match,
-                "score": a.score,
-            }
-            for k, a in enumerate(aligned)
-        ]
+        rows += [{"id": rec.id, "span_index": k, **asdict(a)} for k, a in enumerate(aligned)]
     df = pd.DataFrame(rows, columns=SPANS.names)
     return df.astype({"start": "Int64", "end": "Int64", "span_index": "int64", "score": "float64"})
 

@@ -178,15 +178,7 @@ def _parse_span_json(text: str | None) -> ParsedFeedback:
     _, reasoning = _pick(obj, REASONING_KEYS)
     reasoning = _text_or_none(reasoning) or _clean_reasoning(text[:pos])
     return ParsedFeedback(
-        _text_or_none(critique),
-        good_spans,
-        poor_spans,
-        reasoning,
-        "ok",
-        None,
-        text,
-        missing=missing,
-        word_scores=word_scores,
+        _text_or_none(critique), good_spans, poor_spans, reasoning, raw=text, missing=missing, word_scores=word_scores
     )
 
 

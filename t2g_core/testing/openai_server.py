@@ -46,14 +46,8 @@ def quoting_answer(request: dict[str, Any]) -> str:
     words = (found.group(1) if found else "").split()
     good = [" ".join(words[:3])] if len(words) >= 3 else []
     poor = [" ".join(words[-2:])] if len(words) >= 6 else []
-    return json.dumps(
-        {
-            "reasoning": "Step 1: read the response. Step 2: compare.",
-            "critique": "Mostly fine; the ending is weak.",
-            "good_spans": good,
-            "poor_spans": poor,
-        }
-    )
+    reasoning, critique = "Step 1: read the response. Step 2: compare.", "Mostly fine; the ending is weak."
+    return json.dumps({"reasoning": reasoning, "critique": critique, "good_spans": good, "poor_spans": poor})
 
 
 class FakeOpenAIServer:

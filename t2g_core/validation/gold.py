@@ -28,14 +28,8 @@ def item_prf(spans: pd.DataFrame, gold: list[GoldSpan]) -> dict:
     n_pred = len(spans)
     p = res["tp"] / n_pred if n_pred else res["precision"]
     f1 = 2 * p * res["recall"] / (p + res["recall"]) if p + res["recall"] else 0.0
-    return {
-        "tp": res["tp"],
-        "n_pred": n_pred,
-        "n_gold": res["n_gold"],
-        "precision": round(p, 4),
-        "recall": round(res["recall"], 4),
-        "f1": round(f1, 4),
-    }
+    rounded = {"precision": round(p, 4), "recall": round(res["recall"], 4), "f1": round(f1, 4)}
+    return {"tp": res["tp"], "n_pred": n_pred, "n_gold": res["n_gold"], **rounded}
 
 
 def item_gold_prf(b: Batch) -> list[dict]:

@@ -99,14 +99,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 def _alignment_row(a) -> dict:
     lo, hi = a.interval
-    return {
-        "task": a.group,
-        "agreed": a.agreed,
-        "judged": a.judged,
-        "alignment": a.point,
-        "ci95_low": lo,
-        "ci95_high": hi,
-    }
+    return dict(task=a.group, agreed=a.agreed, judged=a.judged, alignment=a.point, ci95_low=lo, ci95_high=hi)
 
 
 def _alignment_md(al: AlignmentResult) -> str:
@@ -119,8 +112,7 @@ def _alignment_md(al: AlignmentResult) -> str:
     head = (
         f"## Human alignment (reviewer: {al.reviewer})\n\n{al.n_items} items reviewed, "
         f"{al.overall.judged} of {al.expected_judgements} judgements made. Gate: {al.gate_on} of the Wilson 95% "
-        f"interval "
-        f">= {al.threshold:g}, {al.scope.replace('_', ' ')}.\n\n"
+        f"interval >= {al.threshold:g}, {al.scope.replace('_', ' ')}.\n\n"
     )
     return head + markdown_table(rows)
 
@@ -131,13 +123,7 @@ def render_markdown(report: ValidationReport, chart: str | None = None) -> str:
         parts.append("Failed gates:\n\n" + "\n".join(f"- {f}" for f in report.failures) + "\n")
     parts += [f"> {n}\n" for n in report.notes]
     rows = [
-        {
-            "check": c.name,
-            "value": c.value,
-            "threshold": c.threshold_text,
-            "status": c.status.upper(),
-            "detail": c.detail,
-        }
+        dict(check=c.name, value=c.value, threshold=c.threshold_text, status=c.status.upper(), detail=c.detail)
         for c in report.checks
     ]
     parts.append("## Checks\n\n" + markdown_table(rows))
