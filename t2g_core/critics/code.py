@@ -1,13 +1,5 @@
-"""Code critic: run the response against the item's tests in the sandbox and localise the failure (no LLM).
-
-Each assertion of ``check(candidate)`` is its own case (:mod:`t2g_core.critics.testcases`). The critique names the
-failing cases (expected vs actual, the exception, timeouts) or says all pass. Poor spans are the response lines that
-raised (or were running at a timeout) and, for assertion failures, the lines most suspicious by Ochiai fault
-localisation over per-case line coverage, ``ef(s) / sqrt(nf * (ef(s) + ep(s)))`` (ties to the later line). Code that
-passes every case gets no poor spans. A span is the line's text, extended upward until it occurs once in the response.
-
-A response with no code, no function to test, or only a stub lists "an implementation of <entry point>" in
-``missing`` (at the end). Word labels (``word_scores``, KodCode convention): every code word +1, blamed lines -1.
+"""Code critic: run the response against the item's tests in the sandbox and localise the failure (no LLM); the cases,
+Ochiai localisation, spans and word labels: docs/annotation.md, "How the code critic localises a failure".
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
-"""Reward-model training data: ``rm_data`` rows (id, split, rm_prompt, rm_target) from feedback + annotations.
-
-- ``generative``: ``rm_prompt`` is the RM prompt (:func:`build_rm_prompt`) and ``rm_target`` the critique and the
-  quoted spans as JSON, then EOS;
-- ``tagger``: ``rm_prompt`` is the policy's prompt, which the response follows, and ``rm_target`` the same JSON plus
-  ``"located"`` ``[start, end, label]`` character spans (its token labels) and the ``"missing"`` items with their
-  ``"missing_at"`` offsets (its omission labels). A response over ``max_target_tokens`` is skipped and counted.
-
-Per item id the first ``ok`` annotation is used. Target spans are the *aligned* quotes (the exact response text each
-span matched), so the RM learns to quote verbatim; unmatched or truncated spans are dropped and counted. The split is
-a hash of the id, so it does not change when items are added or reordered.
+"""Reward-model training data: ``rm_data`` rows (id, split, rm_prompt, rm_target) from feedback + annotations; what
+each kind's rows hold, and which annotation and spans are used: docs/reward_model.md, "Training data".
 """
 
 from __future__ import annotations
