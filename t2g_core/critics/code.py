@@ -131,10 +131,11 @@ class CodeCritic:
         judged = [r for r in run.results if r.outcome != "judge_error"]  # the tests' own failures blame no one
         unjudged = next((r.message for r in judged if r.outcome == "sandbox_error"), None)  # too loaded to judge
         if run.error or not judged or unjudged:
-            error = run.error or unjudged or _first_message(run)
-            return ParsedFeedback(None, status="sandbox_error", error=error, raw=raw)
+            first = next((r.message for r in run.results if r.message), "the sandbox produced no result")
+            return ParsedFeedback(None, status="sandbox_error", error=run.error or unjudged or first, raw=raw)
         response = row.get("response") or ""
-        code = _code_text(response, program)
+        fenced = _FENCE.search(response)
+        code = (fenced.group(1) if fenced else response).strip()  # what a whole-code span quotes
         outcome = 2 * sum(r.outcome == "pass" for r in judged) / len(judged) - 1
         if outcome == 1:  # correct code is rewarded, not just left unpunished
             words = code_word_scores(response, [])
@@ -304,16 +305,6 @@ def code_word_scores(response: str, poor_spans: list[str]) -> tuple[tuple[str, f
         bad = any(a < m.end() and m.start() < b for a, b in poor)
         out.append((m.group(), -1.0 if bad else 1.0))
     return tuple(out)
-
-
-def _code_text(response: str, program: Program) -> str:
-    """The response's code (the fenced block, or the whole response), stripped: what a whole-code span quotes."""
-    fenced = _FENCE.search(response)
-    return (fenced.group(1) if fenced else response).strip()
-
-
-def _first_message(run: SandboxRun) -> str:
-    return next((r.message for r in run.results if r.message), "the sandbox produced no result")
 
 
 def _raw_report(run: SandboxRun) -> str:

@@ -70,11 +70,6 @@ def _dedupe(texts: list[str]) -> list[str]:
     return list(dict.fromkeys(t for t in texts if t.strip()))
 
 
-def _first_ok_annotations(annotations_df: pd.DataFrame) -> pd.DataFrame:
-    ok = annotations_df[annotations_df["status"] == "ok"]
-    return ok.drop_duplicates(subset="id", keep="first").set_index("id")
-
-
 def _generative_row(item, critique, spans: list[GoldSpan], tokenizer, cfg, stats: RMDataStats, missing=()):
     """(RM prompt, critique + quoted spans JSON + EOS), or None when the target is over budget. Omissions are named
     in the critique; the target carries no anchors (the generative model is not trained to place them)."""
@@ -171,7 +166,7 @@ def build_rm_data(
     align_cfg=None,
 ) -> tuple[pd.DataFrame, RMDataStats]:
     """``rm_data`` rows for every item with an ok annotation, and counts of what was skipped or dropped."""
-    ann = _first_ok_annotations(annotations_df)
+    ann = annotations_df[annotations_df["status"] == "ok"].drop_duplicates(subset="id", keep="first").set_index("id")
     stats, rows = RMDataStats(n_items=len(feedback_df)), []
     for item in feedback_df.itertuples(index=False):
         if item.id not in ann.index:
