@@ -217,12 +217,7 @@ class _Totals:
 
 
 def score_predictions(
-    items: Sequence[EvalItem],
-    preds: Sequence[ParsedFeedback],
-    tokenizer,
-    *,
-    align_cfg=None,
-    iou_threshold: float = 0.5,
+    items: Sequence[EvalItem], preds: Sequence[ParsedFeedback], tokenizer, *, align_cfg=None, iou_threshold: float = 0.5
 ) -> tuple[dict[str, float], pd.DataFrame]:
     """Metrics of ``preds`` (one per item) against the items' gold spans and critiques; per-item rows too."""
     from rouge_score import rouge_scorer

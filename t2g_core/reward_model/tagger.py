@@ -96,11 +96,7 @@ class SpanTagger(nn.Module):
         return result
 
     def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        labels: Tensor | None = None,
-        omissions: Tensor | None = None,
+        self, input_ids: Tensor, attention_mask: Tensor, labels: Tensor | None = None, omissions: Tensor | None = None
     ) -> dict[str, Tensor]:  # (B, L) ids, mask, classes, omission counts (IGNORE off the response)
         return self.heads(self.features(input_ids, attention_mask), labels, omissions)
 

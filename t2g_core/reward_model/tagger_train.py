@@ -37,14 +37,7 @@ from t2g_core.reward_model.tagger import (
 from t2g_core.sft import TRAIN_META, RMTrainResult, finished_run
 from t2g_core.spans import AlignedSpan
 from t2g_core.store import write_text_atomic
-from t2g_core.training import (
-    epoch_permutation,
-    load_state,
-    publish_folder,
-    save_state,
-    staging_folder,
-    writer_token,
-)
+from t2g_core.training import epoch_permutation, load_state, publish_folder, save_state, staging_folder, writer_token
 
 
 class TaggerExample(NamedTuple):
