@@ -189,12 +189,8 @@ class LLMAnnotator:
                 "model": completion.model,
             }
         except (AttributeError, IndexError, TypeError, ValueError) as exc:  # HTTP 200 but not a chat completion
-            return self._failure(
-                {
-                    "status": "api_error",
-                    "error": f"malformed completion from the endpoint: {type(exc).__name__}: {short_text(str(exc))}",
-                }
-            )
+            why = f"malformed completion from the endpoint: {type(exc).__name__}: {short_text(str(exc))}"
+            return self._failure({"status": "api_error", "error": why})
 
     async def _answer(
         self, client: openai.AsyncOpenAI, row: dict[str, Any], key: str
