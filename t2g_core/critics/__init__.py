@@ -6,3 +6,8 @@
 
 Both have ``critique(row)`` and ``critique_batch(rows)`` (the reward-source protocol).
 """
+
+from t2g_core.critics.code import CodeCritic
+from t2g_core.critics.reference import ReferenceCritic
+
+__all__ = ["CodeCritic", "ReferenceCritic"]
