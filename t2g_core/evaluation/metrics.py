@@ -1,10 +1,5 @@
-"""Per-item task metrics for policy responses (per item, so two policies compare item by item).
-
-- summarization: ROUGE-1/2/L F1 and sentence BLEU against a reference, length; on demo items (``meta.facts``) fact
-  precision / recall, the invented-entity rate and the task error from the demo's scorer.
-- code: each sample is run against its HumanEval-format tests in the sandbox; pass@k per item by the unbiased
-  estimator of Chen et al. (2021): ``1 - C(n - c, k) / C(n, k)``.
-- qa: token F1 and exact match (SQuAD normalisation) and, when available, the reference critic's span score.
+"""Per-item task metrics for policy responses (per item, so two policies compare item by item); which metrics each
+task gets: docs/pipeline.md, "Evaluation metrics per task".
 """
 
 from __future__ import annotations
