@@ -183,10 +183,8 @@ def critique_from_spans(response: str, spans: Sequence[tuple[int, int, str]], mi
     poor = [response[s:e].strip() for s, e, lab in spans if lab == NEGATIVE]
     good = [response[s:e].strip() for s, e, lab in spans if lab == POSITIVE]
     left_out = f" Leaves out {len(missing)} required item(s): {'; '.join(missing)}." if missing else ""
-    if not poor:
-        found = "No wrong or unsupported content found."
-        return found + (f" Supported: {_quoted(good)}." if good else "") + left_out
-    return f"Wrong or unsupported: {_quoted(poor)}." + (f" Supported: {_quoted(good)}." if good else "") + left_out
+    head = f"Wrong or unsupported: {_quoted(poor)}." if poor else "No wrong or unsupported content found."
+    return head + (f" Supported: {_quoted(good)}." if good else "") + left_out
 
 
 def _quoted(texts: Sequence[str]) -> str:
