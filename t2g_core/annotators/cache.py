@@ -1,12 +1,8 @@
 """Content-addressed answer cache: every answer is committed to a SQLite database the moment it arrives.
 
-The key hashes (model, prompt version, rendered messages, sampling parameters), so a re-run makes no request for an
-item already answered, and a killed run loses no completed answer (each ``put`` is its own transaction). Only answers
-that came back are stored (refusals and unparseable text cost money too); transport failures are not.
-
-Why SQLite (``<root>/answers.sqlite3``, WAL): a commit costs about 20 us, where a file per answer cost about 1 ms of
-kernel time, more than the HTTP client at 32 requests in flight. Several processes may share a cache (30 s busy
-timeout). Files of the earlier layout (``<root>/<key[:2]>/<key>.json``) are imported once, when the database is made.
+Only answers that came back are stored (refusals and unparseable text cost money too); transport failures are not.
+Why SQLite (a commit costs about 20 us, a file per answer about 1 ms of kernel time) and sharing: docs/annotation.md.
+Files of the earlier layout (``<root>/<key[:2]>/<key>.json``) are imported once, when the database is made.
 """
 
 from __future__ import annotations

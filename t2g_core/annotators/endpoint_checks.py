@@ -1,15 +1,5 @@
-"""What an endpoint really does, judged from its answers: does it honour ``response_format``, and how many requests
-does it run at once.
-
-**Structured output.** Some OpenAI-compatible servers accept ``response_format`` and ignore it (``transformers
-serve`` answers prose with HTTP 200). :class:`SchemaCheck` watches the answers to requests that carried the schema;
-when most of the last ``window`` are not JSON, the annotator says so in one line, asks for JSON in the prompt instead
-(:func:`with_json_instruction`) and re-asks the items that got prose.
-
-**Servers that queue.** A server that answers one request at a time makes the k-th of the requests sent together
-wait k answers (latencies about d + t, d + 2t, d + 3t, where a parallel server answers all at about d + t).
-:class:`Pacing` reads that from the first three answers and, when keeping every slot busy would queue requests for
-more than half the per-request timeout, lowers the requests in flight to one.
+"""What an endpoint really does, judged from its answers: does it honour ``response_format`` (:class:`SchemaCheck`),
+and how many requests does it run at once (:class:`Pacing`). docs/annotation.md, "What an endpoint really does".
 """
 
 from __future__ import annotations

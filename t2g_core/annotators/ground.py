@@ -1,23 +1,6 @@
 """Grounding annotator: tie a human critique to the words of the response it quotes or names, offline, no model.
 
-A critique that names its spans ("It says Berlin but the post says Paris", "wrong city (Berlin)", "'Also, rests on
-Sunday' is redundant") already says where the reward belongs. Clause by clause:
-
-1. **What a clause names**: quoted text, text in parentheses or after a colon, the words after a reporting verb
-   ("says X"), the word before a verdict ("X is wrong"), and every number or capitalised name; each kept only when
-   it occurs in the response (whole words, case-insensitive).
-2. **Which way it points**: a complaint word ("wrong", "not", "should", "missing", a question mark, ...) makes its
-   spans poor; only praise words, or a negated complaint ("nothing missing"), good. A clause with neither takes the
-   polarity of the next clause of its sentence that has one, else the previous, else poor (critiques name what is
-   wrong far more often than what is right).
-3. **Where exactly**: a span occurring more than once is widened until it occurs once; with a repetition cue
-   ("repeats", "twice", "redundant") the last occurrence is taken. Poor wins over good on the same words.
-
-It cannot ground a complaint that neither quotes nor names its words, place an omission, resolve pronouns or
-paraphrase, or find a good span in praise that names no words ("Correct."): such items come back ``ok`` with fewer
-spans, and ``reasoning`` lists what the critique named that the response lacks. A critique longer than
-``MAX_CRITIQUE_CHARS`` comes back ``refused``. The LLM annotator in grounding mode is the stronger option where an
-endpoint is available; quality on the demo's critiques: ``t2g_core.demo.critiques.grounding_quality``.
+How it reads a critique and what it cannot ground: docs/annotation.md, "The grounding annotator".
 """
 
 from __future__ import annotations
@@ -102,8 +85,9 @@ def clauses(critique: str) -> list[tuple[str, str]]:
 
 
 def named(clause: str) -> list[str]:
-    """What the clause quotes or names (see the module docstring), most specific first; may hold non-response text.
-    Quotes are kept as written; other names lose the common words at their edges ("they are a coach" -> "coach")."""
+    """What the clause quotes or names (docs/annotation.md, "The grounding annotator"), most specific first; may
+    hold non-response text. Quotes are kept as written; other names lose the common words at their edges ("they are
+    a coach" -> "coach")."""
     quoted = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(clause)]
     found = _PAREN.findall(clause)
     if ":" in clause:  # the text after the last colon

@@ -1,16 +1,7 @@
 """LLM annotator: critique + quoted spans from any OpenAI-compatible endpoint, concurrent, cached, fault tolerant.
 
-- Concurrency: ``cfg.concurrency`` workers share one ``AsyncOpenAI`` client (aiohttp transport by default: at 32
-  requests in flight the client's CPU, not the network, sets the pace).
-- Retries: the ``openai`` client's own (``max_retries``): 408/409/429/5xx, connection errors and timeouts, with
-  backoff and jitter, honouring ``Retry-After``. ``timeout`` is per request.
-- Structured output: ``response_format`` json_schema unless the endpoint rejects it (HTTP 400/422; then plain text)
-  or ignores it (``endpoint_checks.SchemaCheck``; then JSON is asked for in the prompt and the prose items re-asked).
-  Each cached answer records how it was asked (``format``).
-- Pacing: a server that answers one request at a time gets one request in flight (``endpoint_checks.Pacing``).
-- Every answer is committed to the :class:`AnswerCache` before its row is built; failures are never cached.
-- Every item ends with a status (ok, parse_error, api_error, timeout, refused): nothing one item does stops the run.
-The API key is only handed to the client; it is never logged, stored or put into an error message.
+Structured output and its fallbacks, retries, pacing, the answer cache and the item statuses: docs/annotation.md,
+"LLM annotator". The API key is only handed to the client; it is never logged, stored or put into an error message.
 """
 
 from __future__ import annotations
@@ -198,12 +189,8 @@ class LLMAnnotator:
                 "model": completion.model,
             }
         except (AttributeError, IndexError, TypeError, ValueError) as exc:  # HTTP 200 but not a chat completion
-            return self._failure(
-                {
-                    "status": "api_error",
-                    "error": f"malformed completion from the endpoint: {type(exc).__name__}: {short_text(str(exc))}",
-                }
-            )
+            why = f"malformed completion from the endpoint: {type(exc).__name__}: {short_text(str(exc))}"
+            return self._failure({"status": "api_error", "error": why})
 
     async def _answer(
         self, client: openai.AsyncOpenAI, row: dict[str, Any], key: str

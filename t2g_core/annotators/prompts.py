@@ -45,10 +45,6 @@ def load_prompt(name: str, version: str) -> tuple[Template, Template]:
     return Template(sections["system"]), Template(sections["user"])
 
 
-def prompt_name(task: str, mode: str) -> str:
-    return "grounding" if mode == "grounding" else task
-
-
 class NotAskable(ValueError):
     """This item cannot be put to the annotator (a grounding item without a human critique): its own failure."""
 
@@ -59,7 +55,7 @@ def render_messages(row: dict[str, Any], mode: str, version: str) -> list[dict[s
         raise NotAskable(
             f"item {row.get('id')!r}: grounding mode needs a human critique, the 'critique' column is empty"
         )
-    system, user = load_prompt(prompt_name(row["task"], mode), version)
+    system, user = load_prompt("grounding" if mode == "grounding" else row["task"], version)
     tests = row.get("tests") or ""
     values = {
         "prompt": row.get("prompt") or "",

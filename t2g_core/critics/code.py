@@ -1,13 +1,5 @@
-"""Code critic: run the response against the item's tests in the sandbox and localise the failure (no LLM).
-
-Each assertion of ``check(candidate)`` is its own case (:mod:`t2g_core.critics.testcases`). The critique names the
-failing cases (expected vs actual, the exception, timeouts) or says all pass. Poor spans are the response lines that
-raised (or were running at a timeout) and, for assertion failures, the lines most suspicious by Ochiai fault
-localisation over per-case line coverage, ``ef(s) / sqrt(nf * (ef(s) + ep(s)))`` (ties to the later line). Code that
-passes every case gets no poor spans. A span is the line's text, extended upward until it occurs once in the response.
-
-A response with no code, no function to test, or only a stub lists "an implementation of <entry point>" in
-``missing`` (at the end). Word labels (``word_scores``, KodCode convention): every code word +1, blamed lines -1.
+"""Code critic: run the response against the item's tests in the sandbox and localise the failure (no LLM); the cases,
+Ochiai localisation, spans and word labels: docs/annotation.md, "How the code critic localises a failure".
 """
 
 from __future__ import annotations
@@ -139,10 +131,11 @@ class CodeCritic:
         judged = [r for r in run.results if r.outcome != "judge_error"]  # the tests' own failures blame no one
         unjudged = next((r.message for r in judged if r.outcome == "sandbox_error"), None)  # too loaded to judge
         if run.error or not judged or unjudged:
-            error = run.error or unjudged or _first_message(run)
-            return ParsedFeedback(None, status="sandbox_error", error=error, raw=raw)
+            first = next((r.message for r in run.results if r.message), "the sandbox produced no result")
+            return ParsedFeedback(None, status="sandbox_error", error=run.error or unjudged or first, raw=raw)
         response = row.get("response") or ""
-        code = _code_text(response, program)
+        fenced = _FENCE.search(response)
+        code = (fenced.group(1) if fenced else response).strip()  # what a whole-code span quotes
         outcome = 2 * sum(r.outcome == "pass" for r in judged) / len(judged) - 1
         if outcome == 1:  # correct code is rewarded, not just left unpunished
             words = code_word_scores(response, [])
@@ -312,16 +305,6 @@ def code_word_scores(response: str, poor_spans: list[str]) -> tuple[tuple[str, f
         bad = any(a < m.end() and m.start() < b for a, b in poor)
         out.append((m.group(), -1.0 if bad else 1.0))
     return tuple(out)
-
-
-def _code_text(response: str, program: Program) -> str:
-    """The response's code (the fenced block, or the whole response), stripped: what a whole-code span quotes."""
-    fenced = _FENCE.search(response)
-    return (fenced.group(1) if fenced else response).strip()
-
-
-def _first_message(run: SandboxRun) -> str:
-    return next((r.message for r in run.results if r.message), "the sandbox produced no result")
 
 
 def _raw_report(run: SandboxRun) -> str:

@@ -48,50 +48,11 @@ class Isolation:
         size = str(scratch_mb << 20)
         # the new root and /dev are unsized tmpfs mounts: read-only once the mount points exist (device nodes such
         # as /dev/null stay usable); then the two sized scratch mounts go on top
-        cmd = [
-            "bwrap",
-            "--unshare-all",
-            "--die-with-parent",
-            "--new-session",
-            "--cap-drop",
-            "ALL",
-            *binds,
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--remount-ro",
-            "/dev",
-            "--dir",
-            "/tmp",
-            "--dir",
-            SANDBOX_DIR,
-            "--remount-ro",
-            "/",
-            "--size",
-            size,
-            "--tmpfs",
-            "/tmp",
-            "--size",
-            size,
-            "--tmpfs",
-            SANDBOX_DIR,
-            "--chdir",
-            SANDBOX_DIR,
-            "--clearenv",
-            "--setenv",
-            "PATH",
-            "/usr/bin:/bin",
-            "--setenv",
-            "HOME",
-            SANDBOX_DIR,
-            "--setenv",
-            "LANG",
-            "C.UTF-8",
-            "--",
-            *argv,
-        ]
-        return cmd, SANDBOX_DIR
+        cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", *binds]
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev", "--dir", "/tmp", "--dir", SANDBOX_DIR]
+        cmd += ["--remount-ro", "/", "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", SANDBOX_DIR]
+        env = ["--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", SANDBOX_DIR, "--setenv", "LANG", "C.UTF-8"]
+        return [*cmd, "--chdir", SANDBOX_DIR, "--clearenv", *env, "--", *argv], SANDBOX_DIR
 
     def _unshare(self, argv: list[str], scratch_mb: int) -> tuple[list[str], str]:
         user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
@@ -102,24 +63,8 @@ class Isolation:
         work = "/tmp/sandbox"  # inside the fresh /tmp: private to the sandbox
         scratch = f"mount -t tmpfs -o size={scratch_mb}m t2g /tmp"
         script = " && ".join([*mounts, scratch, f"mkdir -m 777 {work}", f"cd {work}", 'exec "$@"'])
-        cmd = [
-            "unshare",
-            *user,
-            "--mount",
-            "--net",
-            "--pid",
-            "--ipc",
-            "--uts",
-            "--fork",
-            "--kill-child",
-            "--mount-proc",
-            "sh",
-            "-c",
-            script,
-            "sh",
-            *argv,
-        ]
-        return cmd, work
+        namespaces = ["--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc"]
+        return ["unshare", *user, *namespaces, "sh", "-c", script, "sh", *argv], work
 
     def _none(self, argv: list[str], scratch_mb: int) -> tuple[list[str], str]:
         return argv, ""

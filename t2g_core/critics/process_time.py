@@ -1,15 +1,6 @@
-"""How much time a sandboxed process used itself, whatever else the machine was doing.
-
-A verdict must not depend on how busy the machine is. The kernel keeps, per task, the CPU time
-(``/proc/<pid>/stat``, all threads) and the run-queue delay (``/proc/<pid>/schedstat``, main thread), so
-
-    own_time = max(cpu_time, wall_time - run_queue_delay)          (over one call, as differences)
-
-is what the call would have taken on an idle machine: sleeping or looping spends own time, waiting for a CPU does
-not (and busy threads cannot hide behind the main thread's queueing). Wall time is only a safety net.
-
-The interpreter runs under a wrapper (``bwrap``, ``unshare``, ``sh``) in its own PID namespace: it is found as the
-descendant of the wrapper's host PID named like the interpreter; when it cannot be found the clock uses wall time.
+"""How much time a sandboxed process used itself, whatever else the machine was doing (so a verdict does not depend
+on how busy the machine is): own time = max(cpu_time, wall_time - run_queue_delay). Why, and how the interpreter is
+found under its wrapper: docs/annotation.md, "Own time of a sandboxed process".
 """
 
 from __future__ import annotations

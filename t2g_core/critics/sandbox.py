@@ -19,47 +19,13 @@ from t2g_core.critics.sandbox_process import SandboxLimits, SandboxProcess
 
 __all__ = ["CaseResult", "SandboxLimits", "SandboxRun", "run_cases", "run_variants", "sandbox_workers"]
 
-PRELOAD = (
-    "math",
-    "cmath",
-    "re",
-    "string",
-    "collections",
-    "collections.abc",
-    "itertools",
-    "functools",
-    "operator",
-    "heapq",
-    "bisect",
-    "hashlib",
-    "typing",
-    "copy",
-    "random",
-    "statistics",
-    "fractions",
-    "decimal",
-    "numbers",
-    "datetime",
-    "json",
-    "array",
-    "textwrap",
-    "unicodedata",
-    "dataclasses",
-    "enum",
-    "encodings.idna",
-    "traceback",
-    "linecache",
-    "tokenize",
-    "ast",
-    "inspect",
-    "abc",
-    "contextlib",
-    "io",
-    "struct",
-    "time",
-    "calendar",
-    "_strptime",
-    "base64",
+PRELOAD = tuple(
+    (
+        "math cmath re string collections collections.abc itertools functools operator heapq bisect hashlib typing "
+        "copy random statistics fractions decimal numbers datetime json array textwrap unicodedata dataclasses enum "
+        "encodings.idna traceback linecache tokenize ast inspect abc contextlib io struct time calendar _strptime "
+        "base64"
+    ).split()
 )
 CANDIDATE_FAULTS = ("fail", "error", "timeout", "killed", "syntax_error")
 _UIDS = itertools.count()

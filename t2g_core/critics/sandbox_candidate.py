@@ -16,44 +16,18 @@ import os
 import signal
 import sys
 
-NEVER_ALLOWED = (
-    "os.fork",
-    "os.forkpty",
-    "os.system",
-    "os.exec",
-    "os.posix_spawn",
-    "os.spawn",
-    "subprocess.Popen",
-    "os.kill",
-    "os.killpg",
-    "pty.spawn",
-    "ctypes.dlopen",
-    "ctypes.dlsym",
-    "ctypes.cdata",
-    "os.setuid",
-    "os.mkfifo",
-    "os.mknod",
-    "socket.connect",
-    "socket.bind",
-    "socket.sendto",
-    "socket.sendmsg",
-    "socket.getaddrinfo",
-    "socket.gethostbyname",
+NEVER_ALLOWED = tuple(
+    (
+        "os.fork os.forkpty os.system os.exec os.posix_spawn os.spawn subprocess.Popen os.kill os.killpg pty.spawn "
+        "ctypes.dlopen ctypes.dlsym ctypes.cdata os.setuid os.mkfifo os.mknod socket.connect socket.bind "
+        "socket.sendto socket.sendmsg socket.getaddrinfo socket.gethostbyname"
+    ).split()
 )
-WRITE_EVENTS = (
-    "os.remove",
-    "os.rename",
-    "os.rmdir",
-    "os.mkdir",
-    "os.chmod",
-    "os.chown",
-    "os.symlink",
-    "os.link",
-    "os.truncate",
-    "os.utime",
-    "shutil.rmtree",
-    "shutil.copyfile",
-    "shutil.move",
+WRITE_EVENTS = tuple(
+    (
+        "os.remove os.rename os.rmdir os.mkdir os.chmod os.chown os.symlink os.link os.truncate os.utime "
+        "shutil.rmtree shutil.copyfile shutil.move"
+    ).split()
 )
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 PROGRAM_FILE = "<solution>"

@@ -1,12 +1,8 @@
 """The on-policy critique loop: the reward model audited and refreshed on the policy's own text, as a plug-in of PPO's
 trainer (:class:`t2g_core.ppo.hooks.StepHook`) that the PPO stage builds when the loop is on.
 
-Before the first step the warm start answers a fixed **panel** of prompts and is certified; after each due step the
-loop (1) **relabels** some rollouts with the annotator and measures the reward model's agreement on the random share,
-(2) raises an **alarm** when the reward model now pays more beyond the annotator on the panel than it did for the warm
-start (rolling back, stopping or going on), (3) **refreshes** the tagger on the gathered labels (docs/ppo.md, "The
-critique loop"). Every choice is a function of the settings and step, and the annotator's answers are cached, so the
-loop's state (part of each PPO checkpoint) and its files let a resumed run reproduce the uninterrupted one.
+The panel, then per due step relabel, alarm and refresh: docs/ppo.md, "The critique loop". Every choice is a function
+of the settings and step and the annotator's answers are cached, so a resumed run reproduces the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -53,7 +49,7 @@ class LoopState:
 
 
 class CritiqueLoop:
-    """The loop of one PPO run (see the module docstring)."""
+    """The loop of one PPO run (docs/ppo.md, "The critique loop")."""
 
     def __init__(
         self,

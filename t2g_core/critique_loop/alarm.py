@@ -1,16 +1,6 @@
 """The over-optimisation alarm: does the reward model now pay more than the annotator charges, on the same prompts and
-random streams, than it did for the warm start?
-
-Each round samples the fixed panel of n prompts from the current policy with the warm start's streams (common random
-numbers) and scores every response with the reward model and the annotator. The statistic is the paired gap, the
-signature of over-optimisation (Gao, Schulman and Hilton 2022):
-
-    g_i  = rm(y_i) - ann(y_i)          this round's responses, the current reward model
-    g0_i = rm(y0_i) - ann(y0_i)        the warm start's responses to the same prompts, re-scored by the same model
-    d_i  = g_i - g0_i,   t = mean(d) / (sd(d) / sqrt(n))
-
-Round r of the R the run plans alarms when t exceeds the one-sided Student-t quantile at 1 - alpha / R (Bonferroni),
-so a run in which nothing changes raises a false alarm with probability at most alpha.
+random streams, than it did for the warm start? The paired statistic and its Bonferroni bound: docs/ppo.md,
+"The over-optimisation alarm".
 """
 
 from __future__ import annotations

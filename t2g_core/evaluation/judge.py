@@ -170,27 +170,11 @@ def win_rate(judgements: Sequence[PairJudgement]) -> dict[str, float | None]:
         "losses": float(len(ok) - wins - ties),
         "ties": float(ties),
         "win_rate": (wins + ties / 2) / len(ok) if ok else None,
-        "position_disagreements": float(sum(_disagree(j) for j in ok)),
+        # both orders picked the same position, so different answers: a sign of position bias
+        "position_disagreements": float(sum(j.verdict_ab == j.verdict_ba and j.verdict_ab in ("1", "2") for j in ok)),
     }
 
 
 def first_error(judgements: Sequence[PairJudgement]) -> str | None:
     """The first failed item's error: what a "not judged" summary shows."""
     return next((j.error for j in judgements if j.status != "ok" and j.error), None)
-
-
-def _disagree(j: PairJudgement) -> bool:
-    """The two orders picked different answers (a sign of position bias)."""
-    return {j.verdict_ab, j.verdict_ba} == {"1"} or {j.verdict_ab, j.verdict_ba} == {"2"}
-
-
-__all__ = [
-    "PairJudgement",
-    "PairwiseJudge",
-    "combine",
-    "first_error",
-    "judge_for",
-    "judge_messages",
-    "parse_verdict",
-    "win_rate",
-]

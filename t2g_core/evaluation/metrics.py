@@ -1,10 +1,5 @@
-"""Per-item task metrics for policy responses (per item, so two policies compare item by item).
-
-- summarization: ROUGE-1/2/L F1 and sentence BLEU against a reference, length; on demo items (``meta.facts``) fact
-  precision / recall, the invented-entity rate and the task error from the demo's scorer.
-- code: each sample is run against its HumanEval-format tests in the sandbox; pass@k per item by the unbiased
-  estimator of Chen et al. (2021): ``1 - C(n - c, k) / C(n, k)``.
-- qa: token F1 and exact match (SQuAD normalisation) and, when available, the reference critic's span score.
+"""Per-item task metrics for policy responses (per item, so two policies compare item by item); which metrics each
+task gets: docs/pipeline.md, "Evaluation metrics per task".
 """
 
 from __future__ import annotations
@@ -72,10 +67,6 @@ def corpus_bleu(responses: Sequence[str], references: Sequence[str]) -> float:
     return float(sacrebleu.corpus_bleu(list(responses), [list(references)]).score)
 
 
-def length_stats(response: str) -> dict[str, float]:
-    return {"length_words": float(len(response.split())), "length_chars": float(len(response))}
-
-
 def _meta(row: dict[str, Any]) -> dict[str, Any]:
     meta = row.get("meta")
     if meta is None or (isinstance(meta, float) and np.isnan(meta)):
@@ -110,7 +101,7 @@ def _text_or_none(value: Any) -> str | None:
 def summarization_metrics(row: dict[str, Any]) -> dict[str, float]:
     """Per-item summarization metrics; the reference-based ones only when the item has a reference."""
     response, reference = row["response"], _text_or_none(row.get("reference"))
-    out: dict[str, float] = dict(length_stats(response))
+    out = {"length_words": float(len(response.split())), "length_chars": float(len(response))}
     if reference is not None:
         out.update(rouge_scores(response, reference))
         out["bleu"] = sentence_bleu(response, reference)
@@ -171,17 +162,12 @@ def code_metrics(
     return {"passed": passed, "status": outcome.status, "error": outcome.error}
 
 
-def default_qa_critic() -> Any | None:
-    """The annotation stage's ReferenceCritic."""
-    return ReferenceCritic()
-
-
 def task_metrics(task: str, rows: Sequence[dict[str, Any]], **kwargs: Any) -> list[dict[str, Any]]:
     """Per-item metric dicts for ``rows`` (dicts with the feedback columns; ``response`` = the policy's answer)."""
     if task == "summarization":
         return [summarization_metrics(r) for r in rows]
     if task == "qa":
-        critic = kwargs.get("critic", default_qa_critic())
+        critic = kwargs["critic"] if "critic" in kwargs else ReferenceCritic()  # the annotation stage's
         return [qa_metrics(r, critic) for r in rows]
     if task == "code":
         runner = kwargs.get("runner", run_humaneval)

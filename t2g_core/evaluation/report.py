@@ -43,11 +43,8 @@ def comparison_table(results: EvalResults | Mapping[str, Any]) -> str:
         cells = [m] + [_fmt(m, summary["policies"][p]["metrics"].get(m, float("nan"))) for p in policies]
         for p in others:
             c = comps.get((p, m))
-            cells += (
-                [f"{_signed(m, c['diff'])} [{_signed(m, c['low'])}, {_signed(m, c['high'])}]", c["verdict"]]
-                if c
-                else ["", ""]
-            )
+            diff = f"{_signed(m, c['diff'])} [{_signed(m, c['low'])}, {_signed(m, c['high'])}]" if c else ""
+            cells += [diff, c["verdict"] if c else ""]
         lines.append("| " + " | ".join(cells) + " |")
     n_items = {p: summary["policies"][p]["n_items"] for p in policies}
     lines.append("")

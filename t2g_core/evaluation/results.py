@@ -283,9 +283,7 @@ def judge_summary(items: pd.DataFrame, baseline: str, cfg: EvaluateConfig | None
             "win_rate": float(scores.mean()) if len(scores) else None,  # None: nothing judged, no rate
             "low": res.low + 0.5 if len(scores) else None,
             "high": res.high + 0.5 if len(scores) else None,
-            "verdict": {"b better": "better", "a better": "worse"}.get(res.verdict, res.verdict)
-            if len(scores)
-            else "not judged",
+            "verdict": _direction_verdict("judge_score", res.verdict) if len(scores) else "not judged",
             "first_error": next((e for e in rows.get("judge_error", ()) if isinstance(e, str)), None),
         }
     return out

@@ -1,16 +1,5 @@
 """Sample efficiency of PPO runs from their held-out error curves: steps to a target, censoring, collapse, plateau,
-intervals, and the share of a reference arm's gain.
-
-A run's curve is ``[(0, e_0), (s_1, e_1), ...]``: the held-out task error of the warm start, then the error after
-``s_k`` steps trained at each evaluation (:func:`eval_schedule`). ``steps_to(f)`` is the first ``s_k`` (k >= 1) with
-``e_k <= f * e_0``, None when no evaluation gets there (censored). Means and intervals count a censored run as
-``run_steps + 1``, so it ranks behind one that gets there on its last step; the number of runs that got there is
-reported beside.
-
-Intervals are 95% percentile bootstraps of the mean (4000 resamples, ``bootstrap.resampled_means``). The ratio of two
-arms' means resamples the arms independently, numerator first, from one generator; runs paired by seed (the same seed
-and warm start in each arm) are resampled together. A target is **robust** across warm starts when the pooled ratio
-lies inside every warm start's own interval (:func:`warm_start_ratios`).
+intervals, and the share of a reference arm's gain (definitions: docs/benchmarks.md, "Sample-efficiency statistics").
 """
 
 from __future__ import annotations

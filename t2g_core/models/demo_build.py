@@ -1,11 +1,6 @@
-"""The tiny local models of a pipeline run, built once per (config, feedback) and resumable: a tokenizer trained on
-the feedback's corpus, a small causal LM warm-started on it (the reward-model base), and the policy fine-tuned from
-that base on the task (``t2g_core.models.tiny`` has the pieces).
-
-A build runs in phases (tokenizer, initial weights, LM warm start, the policy's supervised phases), each writing a
-folder of its own that appears complete or not at all; the training phases checkpoint every
-``TinySpec.checkpoint_every`` steps. A build stopped by a time limit or a kill therefore resumes from its last
-finished phase and checkpoint, and ends with the same weights as an uninterrupted one.
+"""The tiny local models of a pipeline run, built once per (config, feedback) in phases that each resume: a tokenizer,
+a small causal LM warm-started on the feedback (the reward-model base) and the policy fine-tuned from it
+(docs/pipeline.md, "How the tiny demo models are built").
 """
 
 from __future__ import annotations

@@ -1,16 +1,5 @@
-"""Rollout generation backends, chosen by ``ppo.generation_backend`` through :data:`BACKENDS`.
-
-Every backend samples from the same distribution, ``ppo.sampling`` (temperature, then top-k, then top-p,
-renormalised: never a warper a model's ``generation_config.json`` ships), stops at the tokenizer's EOS and pads after
-it. Old log-probs are always recomputed by the trainer under that distribution, never taken from the generator (§5 A8).
-
-- ``exact``: the per-sample sampler of :mod:`t2g_core.ppo.sampling`, seeded by (seed, step, global index), so a sample
-  does not depend on its batch or process. Slow; for CPU runs and the determinism guarantees.
-- ``hf``: ``transformers``' batched ``generate``, seeded by (seed, step, process): reproducible for the same process
-  count and batch, not across them. The GPU default.
-- ``vllm``: a colocated vLLM engine (the ``vllm`` extra) on the process's GPU, handed the policy's adapter as a new
-  ``LoRARequest`` before every rollout; it holds its own base weights in ``models.dtype`` (:func:`vllm_dtype`) and a KV
-  cache (``ppo.vllm_gpu_memory_utilization``). Meant for one-GPU runs; never run on this project's CPU machine.
+"""Rollout generation backends (``exact``, ``hf``, ``vllm``), chosen by ``ppo.generation_backend`` through
+:data:`BACKENDS`; all sample ``ppo.sampling`` exactly. What each guarantees: docs/ppo.md, "Generation backends".
 """
 
 from __future__ import annotations

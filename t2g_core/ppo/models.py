@@ -1,14 +1,7 @@
 """Policy (base + LoRA), reference (the same base with the adapter disabled) and the value model, as one module.
 
-One copy of the base weights: ``policy.disable_adapter()`` *is* the reference policy (§5 E21). The value model is a
-zero-initialised linear head on the last hidden state of the backbone ``value_model`` names (docs/ppo.md, "The
-critic"). Dropout is off everywhere (every module stays in eval mode; gradients still flow).
-
-:class:`ActorCritic` is the trainable whole that DDP / FSDP wrap; its ``forward`` never builds the (B, T, V) logits
-(``rl.logprobs.selective_logprobs``). Frozen base weights are in ``models.dtype``; the trainable LoRA weights and the
-value head stay float32. Log-probs, the policy's and the reference's alike, are taken under the rollouts' sampling
-distribution, each over its own top-k / top-p set, so the KL penalty is exactly 0 at the start (docs/ppo.md,
-"Sampling").
+One copy of the base weights, no (B, T, V) logits, and why the KL starts at exactly 0: docs/ppo.md, "Policy,
+reference and value model in one module".
 """
 
 from __future__ import annotations

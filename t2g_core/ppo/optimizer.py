@@ -1,14 +1,6 @@
 """One model's optimizer in PPO: AdamW with its own gradient clip and learning-rate schedule, and the snapshot that
-lets the KL early stop undo (or scale back) the step that crossed ``max_approx_kl``. Only the actor's steps can be
-undone, and only while the early stop is on, so only then does its optimizer keep a snapshot.
-
-The learning rate of planned update j (of ``ppo_epochs x minibatches``) at PPO step s, after ``taken`` updates:
-
-    lr    = base_lr * min(1, (taken + 1) / warmup_steps) * decay
-    decay = max(0, 1 - (s - first + j / per_step) / (steps - first))      per_step = ppo_epochs * minibatches
-
-(``decay = 1`` for a constant schedule; ``first`` = ``critic_warmup_steps`` for the actor, 0 for the critic): the
-decay follows progress, not updates taken, so updates the early stop skips leave every arm's rate on one path.
+lets the KL early stop undo (or scale back) the step that crossed ``max_approx_kl`` (only the actor's, only while the
+stop is on). The schedule's formula: docs/ppo.md, "The learning-rate schedule".
 """
 
 from __future__ import annotations
@@ -26,7 +18,7 @@ LRFactor = Callable[[int, int, int], float]
 
 
 def lr_factor(cfg: PPOConfig, *, actor: bool = True) -> LRFactor:
-    """The multiplier of the module docstring, as a function of (step, planned update j, updates taken)."""
+    """The multiplier (docs/ppo.md, "The learning-rate schedule") of (step, planned update j, updates taken)."""
     warm = max(cfg.warmup_steps, 1)
     first = cfg.critic_warmup_steps if actor else 0
     per_step = cfg.ppo_epochs * cfg.minibatches

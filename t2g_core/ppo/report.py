@@ -155,14 +155,10 @@ def rollout_records(
                 "id": str(ro.rows[b]["id"]),
                 "prompt": ro.rows[b]["prompt"],
                 "response": s.text,
-                "critique": fb.critique,
-                "good_spans": list(fb.good_spans),
-                "poor_spans": list(fb.poor_spans),
+                **_reading(fb),
                 "token_rewards": rewards[b, :n].tolist(),
                 "reward": float(rewards[b].sum()),
                 "kl": float(kl[b].sum()),
-                "status": fb.status,
-                "error": fb.error,
             }
         )
         samples.append(
@@ -171,9 +167,7 @@ def rollout_records(
                 "text": s.text,
                 "offsets": s.offsets,
                 "rewards": token_task.tolist(),
-                "critique": fb.critique,
-                "status": fb.status,
-                "error": fb.error,
+                **_reading(fb),
                 "replaced": _reading(read[b]) if read is not None and read[b] is not fb else None,
             }
         )
@@ -181,6 +175,6 @@ def rollout_records(
 
 
 def _reading(fb: ParsedFeedback) -> dict:
-    """A reading of a response as the heatmap shows it."""
+    """A reading of a response as the rollouts table and the heatmap show it."""
     good, poor = list(fb.good_spans), list(fb.poor_spans)
     return {"critique": fb.critique, "good_spans": good, "poor_spans": poor, "status": fb.status, "error": fb.error}

@@ -1,10 +1,6 @@
-"""Score rollouts with a reward source and turn critiques into span labels on the *sampled* policy tokens.
-
-A reward source is anything with ``critique_batch(rows) -> list[ParsedFeedback]``. Spans are located in the decoded
-response and mapped to the sampled ids through their own char offsets: the ids are never re-encoded (that can give
-other ids). A failed critique keeps its row, with status and error. With ``words=True`` (the dense ablation) the
-critic's word labels are placed instead of its spans. Each missing item is anchored on the sampled token where the
-content belonged, or on the last token when the critic gives no place (``ScoredResponse.unanchored``).
+"""Score rollouts with a reward source (anything with ``critique_batch(rows) -> list[ParsedFeedback]``) and turn
+critiques into span labels on the *sampled* policy tokens, never re-encoded (docs/ppo.md, "From critiques to labels
+on the sampled tokens").
 """
 
 from __future__ import annotations

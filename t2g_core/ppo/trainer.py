@@ -1,22 +1,7 @@
 """Span-reward PPO: one step = rollout -> score -> place span rewards -> KL -> GAE -> whiten -> update.
 
-Per response token t (mask m_t true up to and including EOS):
-
-    d_t = delta_t + o_t                                     span (or word) labels plus omission labels
-    r_t = m_t (s_t - beta KL_t) + [t = last] terminal      s_t = d_t placed by the reward mode (t2g_core.rl.rewards)
-          (+ w g_t: self-distillation, a teacher that read the rollout's critique, t2g_core.rl.distillation; off)
-    A, R = estimator(r, V, s)  (gae by default);  A <- whiten(A) over valid tokens of the *global* batch
-    actor:  L_clip(pi)          critic: vf_coef * L_clip(V)    token means over each global minibatch
-
-One module per part of the step: :mod:`.rollout` (1), :mod:`.rewards` (2, 3), :mod:`.distillation` (the teacher, when
-on), :mod:`.experience` (4-6), :mod:`.update` (7) and :mod:`.optimizer`; this module holds the loop, metrics,
-checkpoints, evaluation and the step hook (:mod:`.hooks`). Critic-free estimators (rloo, grpo) train no critic.
-
-Sampled ids are trained as-is (no decode / re-encode); a failed critique gets ``parse_failure_reward`` as a terminal
-reward, never skipping the step. Randomness is keyed by (seed, step, global index), so a run split over processes,
-or resumed, reproduces the single uninterrupted run (``exact`` backend; ``hf`` and ``vllm`` for the same process
-count). Devices and processes go through ``accelerate`` (:class:`~t2g_core.ppo.distributed.Runtime`); bookkeeping
-tensors (rewards, advantages, masks) stay on the CPU.
+The per-token formulas, which module holds each part and what makes a split or resumed run reproduce the
+uninterrupted one: docs/ppo.md, "One step, per token".
 """
 
 from __future__ import annotations
@@ -166,7 +151,7 @@ class PPOTrainer:
             )
 
     def step(self, step: int) -> dict[str, float]:
-        """One PPO step in the numbered order of the module docstring; ``time/<phase>`` says where its time went."""
+        """One PPO step, in the order of the module docstring; ``time/<phase>`` says where its time went."""
         cfg, tok, timer = self.cfg, self.bundle.tokenizer, StepTimer()
         with timer.phase("rollout"):  # 1. rollout
             rows, global_index = self.local_rows(step)

@@ -1,14 +1,5 @@
-"""Reward-model training data: ``rm_data`` rows (id, split, rm_prompt, rm_target) from feedback + annotations.
-
-- ``generative``: ``rm_prompt`` is the RM prompt (:func:`build_rm_prompt`) and ``rm_target`` the critique and the
-  quoted spans as JSON, then EOS;
-- ``tagger``: ``rm_prompt`` is the policy's prompt, which the response follows, and ``rm_target`` the same JSON plus
-  ``"located"`` ``[start, end, label]`` character spans (its token labels) and the ``"missing"`` items with their
-  ``"missing_at"`` offsets (its omission labels). A response over ``max_target_tokens`` is skipped and counted.
-
-Per item id the first ``ok`` annotation is used. Target spans are the *aligned* quotes (the exact response text each
-span matched), so the RM learns to quote verbatim; unmatched or truncated spans are dropped and counted. The split is
-a hash of the id, so it does not change when items are added or reordered.
+"""Reward-model training data: ``rm_data`` rows (id, split, rm_prompt, rm_target) from feedback + annotations; what
+each kind's rows hold, and which annotation and spans are used: docs/reward_model.md, "Training data".
 """
 
 from __future__ import annotations
@@ -77,11 +68,6 @@ def locate_gold_spans(response: str, good: list[str], poor: list[str], *, spans_
 
 def _dedupe(texts: list[str]) -> list[str]:
     return list(dict.fromkeys(t for t in texts if t.strip()))
-
-
-def _first_ok_annotations(annotations_df: pd.DataFrame) -> pd.DataFrame:
-    ok = annotations_df[annotations_df["status"] == "ok"]
-    return ok.drop_duplicates(subset="id", keep="first").set_index("id")
 
 
 def _generative_row(item, critique, spans: list[GoldSpan], tokenizer, cfg, stats: RMDataStats, missing=()):
@@ -180,7 +166,7 @@ def build_rm_data(
     align_cfg=None,
 ) -> tuple[pd.DataFrame, RMDataStats]:
     """``rm_data`` rows for every item with an ok annotation, and counts of what was skipped or dropped."""
-    ann = _first_ok_annotations(annotations_df)
+    ann = annotations_df[annotations_df["status"] == "ok"].drop_duplicates(subset="id", keep="first").set_index("id")
     stats, rows = RMDataStats(n_items=len(feedback_df)), []
     for item in feedback_df.itertuples(index=False):
         if item.id not in ann.index:

@@ -1,18 +1,7 @@
 """Evaluate the reward model on held-out ``rm_data`` rows, with the same prompts it was trained on.
 
-Metrics (micro-averaged over items):
-
-- ``json_valid_rate``: the generation is strictly one span-JSON object; ``parse_ok_rate``: it parses through
-  :func:`t2g_core.spans.parse_span_json`, which repairs near-JSON (the rate PPO sees);
-- ``span_*`` / ``span_{positive,negative}_*``: span P/R/F1 against the gold spans (IoU >= 0.5, same label, one to
-  one); ``token_*``: token P/R/F1 of the signed token labels; ``unmatched_span_rate``: spans not found in the response;
-- ``rouge_l``: ROUGE-L F against the gold critique; ``gen_tokens_per_s``, ``score_ms_per_item``: speed;
-- ``truth_span_*``, ``truth_poor_char_*``, ``truth_recall_{invented,swapped,redundant}`` (demo data): against the
-  ground truth, per flaw type, since a model that never catches an invented value can still score a high F1 on
-  redundant clauses;
-- ``omission_{precision,recall,f1}``: reported omissions against the gold ones, matched on their anchor token.
-
-Any other source of predictions (a baseline, an LLM annotator) can be scored with :func:`score_predictions`.
+What each metric measures: docs/reward_model.md, "Reward-model metrics"; other predictions (a baseline, an LLM
+annotator) are scored with :func:`score_predictions`.
 """
 
 from __future__ import annotations
@@ -229,12 +218,7 @@ class _Totals:
 
 
 def score_predictions(
-    items: Sequence[EvalItem],
-    preds: Sequence[ParsedFeedback],
-    tokenizer,
-    *,
-    align_cfg=None,
-    iou_threshold: float = 0.5,
+    items: Sequence[EvalItem], preds: Sequence[ParsedFeedback], tokenizer, *, align_cfg=None, iou_threshold: float = 0.5
 ) -> tuple[dict[str, float], pd.DataFrame]:
     """Metrics of ``preds`` (one per item) against the items' gold spans and critiques; per-item rows too."""
     from rouge_score import rouge_scorer

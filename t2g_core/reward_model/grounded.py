@@ -1,19 +1,7 @@
 """Grounded decoding: while the generative reward model writes a quoted span, it may only choose tokens that keep the
 quote a substring of the response, inside a valid list structure, so every quote it writes matches by construction.
 
-The reward model's target is one JSON object (``prompts.build_rm_target``, ``json.dumps`` separators):
-
-    {"critique": "<free text>", "good_spans": ["<quote>", ...], "poor_spans": ["<quote>", ...]}<eos>
-
-A byte-level automaton follows what has been generated: the skeleton (keys, brackets, separators) is forced, the
-critique is any JSON string, and a quote's *unescaped* bytes must stay a non-empty substring of the response's
-UTF-8 bytes and close on a whole character. A token is allowed when every one of its bytes is accepted, so tokens
-that cross a quote's end (``."``, ``"]``, ``", "``) or a multi-byte character are judged exactly; EOS only after the
-closing brace. The structure is constrained too, not only the quote's characters: otherwise a model closes a quote
-early on a trailing space and escapes the constraint (what the tiny demo reward model does).
-
-Cost: candidate tokens are indexed by their first byte, so a step inside a quote only runs the automaton over the
-tokens that can continue one of the quote's occurrences (plus the closing and escape tokens).
+The automaton and its cost: docs/reward_model.md, "The grounded-decoding automaton".
 """
 
 from __future__ import annotations

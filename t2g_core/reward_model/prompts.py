@@ -1,10 +1,5 @@
-"""The reward model's input and target text: one builder per task, shared by training, evaluation and scoring.
-
-The reference code trained on one prompt and served another, and truncated the rendered prompt from the right (which
-can cut the assistant header off). Here the prompt is rendered with the tokenizer's chat template; over budget, the
-*content* (prompt and response) is cut at a token boundary and marked, the template kept whole; the target is one
-JSON object, critique first (it acts as the reasoning for the spans), then the quoted spans, then EOS:
-``{"critique": "...", "good_spans": [...], "poor_spans": [...]}<eos>``.
+"""The reward model's input and target text: one builder per task, shared by training, evaluation and scoring (why one
+builder, and how an over-budget prompt is cut: docs/reward_model.md, "Prompts and targets").
 """
 
 from __future__ import annotations

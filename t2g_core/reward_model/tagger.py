@@ -1,22 +1,6 @@
 """A span-tagger reward model: one label per response token (neutral / good / poor) in one forward pass.
 
-For the response token y_i at input position i the heads read
-
-    f_i = [ h_i ; h_{i-1} ; log p(y_i | y_<i) ; max_v log p(v | y_<i) ]        (2d + 2 features)
-
-(h: the LM's last hidden state; the log-probabilities: its own prediction at i-1). One MLP maps f_i to three class
-logits; the omission head (``reward_model.tagger_max_omissions`` = N > 0) maps it to N + 1 logits, how many required
-items are missing just before token i (one missing at the end belongs to the last token), so the learned reward
-charges omissions as the critics do. Training (:mod:`t2g_core.reward_model.tagger_train`) is cross-entropy against
-the aligned span labels and the annotator's ``missing_at`` anchors, the LM LoRA-tuned, fully tuned or frozen
-(``reward_model.finetune``). Confidence per response: the probability of the least sure token's predicted label.
-
-Why this head (``docs/reward_model.md``): a tagger only catches invented values when it starts from a model that can
-look the value up *and* compares the token with that model's own prediction; either part alone gave recall 0. Unlike
-the paper's generative reward model it writes no critique: one is templated from its labels.
-
-Saved as a folder: ``tagger.json``, ``head.safetensors`` (and ``omission.safetensors``), the tokenizer, and the
-language model (``lm/``, a full model, or ``adapter/``, LoRA on ``base_model``; none when frozen).
+Its features, omission head, training and folder layout: docs/reward_model.md, "The span tagger".
 """
 
 from __future__ import annotations
@@ -112,11 +96,7 @@ class SpanTagger(nn.Module):
         return result
 
     def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        labels: Tensor | None = None,
-        omissions: Tensor | None = None,
+        self, input_ids: Tensor, attention_mask: Tensor, labels: Tensor | None = None, omissions: Tensor | None = None
     ) -> dict[str, Tensor]:  # (B, L) ids, mask, classes, omission counts (IGNORE off the response)
         return self.heads(self.features(input_ids, attention_mask), labels, omissions)
 
@@ -203,10 +183,8 @@ def critique_from_spans(response: str, spans: Sequence[tuple[int, int, str]], mi
     poor = [response[s:e].strip() for s, e, lab in spans if lab == NEGATIVE]
     good = [response[s:e].strip() for s, e, lab in spans if lab == POSITIVE]
     left_out = f" Leaves out {len(missing)} required item(s): {'; '.join(missing)}." if missing else ""
-    if not poor:
-        found = "No wrong or unsupported content found."
-        return found + (f" Supported: {_quoted(good)}." if good else "") + left_out
-    return f"Wrong or unsupported: {_quoted(poor)}." + (f" Supported: {_quoted(good)}." if good else "") + left_out
+    head = f"Wrong or unsupported: {_quoted(poor)}." if poor else "No wrong or unsupported content found."
+    return head + (f" Supported: {_quoted(good)}." if good else "") + left_out
 
 
 def _quoted(texts: Sequence[str]) -> str:
@@ -265,7 +243,7 @@ def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> t
 
 
 def save_tagger(model: SpanTagger, tokenizer, out: Path, meta: dict) -> Path:
-    """Write the tagger folder (see the module docstring)."""
+    """Write the tagger folder (its layout: docs/reward_model.md, "The span tagger")."""
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,5 @@
-"""Training the span tagger (:mod:`t2g_core.reward_model.tagger`): a plain loop of optimizer steps with checkpoints.
-
-It resumes exactly: step s takes a slice of a fresh permutation per epoch keyed by (seed, epoch), and a checkpoint
-``<out>/checkpoints/step-N`` holds the trainable weights, optimizer, schedule and the random state LoRA dropout draws
-from; the last ``KEEP_CHECKPOINTS`` (2) are kept.
-
-Each trained part (LM, span head, omission head) has its gradient clipped on its own: one norm over all let the
-omission loss shrink the span head's steps (frozen SmolLM2, 512 items: invented-value recall fell from 0.21 to 0). A
-frozen LM's features are computed once (:func:`cache_features`), so later epochs cost the heads alone.
+"""Training the span tagger (:mod:`t2g_core.reward_model.tagger`): a plain loop of optimizer steps with checkpoints that
+resumes exactly; why each trained part has its own gradient clip: docs/reward_model.md, "Training the span tagger".
 """
 
 from __future__ import annotations
@@ -44,14 +37,7 @@ from t2g_core.reward_model.tagger import (
 from t2g_core.sft import KEEP_CHECKPOINTS, TRAIN_META, RMTrainResult, finished_run
 from t2g_core.spans import AlignedSpan
 from t2g_core.store import write_text_atomic
-from t2g_core.training import (
-    epoch_permutation,
-    load_state,
-    publish_folder,
-    save_state,
-    staging_folder,
-    writer_token,
-)
+from t2g_core.training import epoch_permutation, load_state, publish_folder, save_state, staging_folder, writer_token
 
 
 class TaggerExample(NamedTuple):
