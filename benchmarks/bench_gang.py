@@ -28,6 +28,8 @@ from t2g_core.tracking import NullTracker
 from t2g_core.workspace import Workspace
 from tasks.stage import run_stage as placed
 
+BATCH, TOKENS = 8, 24  # a tiny stage: the launch, not the compute, is what is measured
+
 
 def run_stage(root: Path, policy: str, steps: int, processes: int) -> float:
     """One PPO stage in ``root`` (a new workspace) in ``processes`` processes; its wall seconds."""
@@ -35,7 +37,7 @@ def run_stage(root: Path, policy: str, steps: int, processes: int) -> float:
     workspace = WorkspaceConfig(root=str(root))
     feedback = Workspace.at(root).store.write("feedback", "k", make_demo_feedback("summarization", 64), "feedback")
     cfg = PPOConfig(
-        reward_source="oracle", steps=steps, batch_size=8, sampling={"max_new_tokens": 24}, heatmap_samples=0
+        reward_source="oracle", steps=steps, batch_size=BATCH, sampling={"max_new_tokens": TOKENS}, heatmap_samples=0
     )
     ctx = StageContext.keyed(root, "bench-gang", tracker=NullTracker(), log=lambda *a: None, on_progress=no_progress)
     inputs = {"feedback": feedback, "models": ModelsRef.of(policy, policy), "reward_model": None}
@@ -70,7 +72,10 @@ def main() -> None:
         f"in a fresh one, {seconds['gang']:.1f} s as {args.processes} gloo processes (overhead "
         f"{overhead['in_process']:+.0%} against the warm process, {overhead['fresh_process']:+.0%} against the fresh)"
     )
-    summary = {"steps": args.steps, "processes": args.processes, "seconds": seconds, "gang_overhead": overhead}
+    import torch
+
+    setup = {"steps": args.steps, "batch_size": BATCH, "max_new_tokens": TOKENS, "processes": args.processes}
+    summary = setup | {"torch_threads": torch.get_num_threads(), "seconds": seconds, "gang_overhead": overhead}
     write_results("gang", summary, summary, smoke=args.smoke, publish=args.publish)
 
 
