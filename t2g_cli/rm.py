@@ -15,6 +15,7 @@ from t2g_cli._common import (
     echo,
     fail,
     guard,
+    join_processes,
     pipeline_config,
     read_extra,
     stage_context,
@@ -90,6 +91,7 @@ def train(
     """Fine-tune the base on the train split (generative: loss on the target only; tagger: per-token labels);
     checkpoints every save_steps."""
     pipe = pipeline_config(config, set_)
+    join_processes()  # under accelerate launch: every process trains, the first writes
     settings = RewardModelSettings.from_pipeline(pipe)
     data = artifact(rm_data, "rm_data")
     fb = artifact(feedback, "feedback") if feedback else None
