@@ -105,13 +105,14 @@ def sft_trainer(
     and the seed, ``args`` the rest of the ``SFTConfig``. ``quiet``: no progress bars."""
     import datasets
     import torch
+    from accelerate import PartialState
     from transformers import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
     from t2g_core.models.loading import default_device, load_causal_lm, load_tokenizer, weights_dtype
-    from t2g_core.ppo.distributed import rank_and_world, use_cpu
 
-    world = rank_and_world()[1]
+    joined = PartialState()  # the processes a launch joined (gloo on a host without CUDA), or this one alone
+    world = joined.num_processes
     batch_size, grad_accum = per_process(cfg, section, world)
     if quiet:
         datasets.disable_progress_bars()
@@ -136,7 +137,7 @@ def sft_trainer(
         disable_tqdm=True,
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),
-        use_cpu=use_cpu(),  # the Trainer sets accelerate up again: gloo on a host without CUDA, as the launch joined
+        use_cpu=joined.device.type == "cpu",  # the Trainer sets accelerate up again: as the launch joined
         ddp_find_unused_parameters=False,  # every trained weight is used: no extra pass over the graph per step
         **args,
     )

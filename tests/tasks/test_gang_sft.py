@@ -178,10 +178,11 @@ def test_a_killed_rank_fails_the_sft_stage_with_its_error_and_the_next_run_resum
 
 TRAINER_FORGETS_CPU = """
 import sys
+import trl
 from t2g_cli._common import join_processes
 join_processes(2)
-import t2g_core.ppo.distributed as d
-d.use_cpu = lambda: False  # the Trainer's own accelerate state, set up again without cpu=True: each rank alone
+config = trl.SFTConfig  # the Trainer's own accelerate state, set up again without cpu=True: each rank alone
+trl.SFTConfig = lambda **kwargs: config(**{**kwargs, "use_cpu": False})
 from t2g_core.config import WarmupConfig
 from t2g_core.sft import sft_trainer
 rows = {"prompt": ["a b"] * 4, "completion": ["c"] * 4}
