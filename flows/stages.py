@@ -124,9 +124,9 @@ def reward_model(
 ) -> RewardModelRef:
     """The reward model on the validated annotations (and the policy's labelled samples, when drawn); registered in
     MLflow (candidate, maybe champion)."""
-    settings = settings_for("reward_model", config)
+    settings, layout = settings_for("reward_model", config), config.layout.of("reward_model")
     return _step(tasks.reward_model.train_reward_model, config, "reward_model", forced)(
-        feedback, annotations, spans, validation, models, settings, config.workspace, samples
+        feedback, annotations, spans, validation, models, settings, config.workspace, samples, layout
     )
 
 
@@ -140,7 +140,7 @@ def warmup(
     """The policy before PPO, supervised on the training prompts' references (``warmup``); PPO starts from it and
     keeps it as its KL reference."""
     return _step(tasks.warmup.warm_up, config, "warmup", forced)(
-        feedback, models, settings_for("warmup", config), config.workspace
+        feedback, models, settings_for("warmup", config), config.workspace, config.layout.of("warmup")
     )
 
 

@@ -44,8 +44,9 @@ def train_cmd(
     out = run_dir or Path(ws).resolve() / "checkpoints" / "ppo" / default_run_name(settings)
     if (out / "checkpoints" / "latest").exists():
         fail(f"{out} already holds a run; continue it with `t2g ppo resume {out}` or pass another --run-dir")
-    with processes.main_process_first():  # one process ingests, builds and warms up; the others find the results
-        fb, built = prepared(cfg, warm_up=cfg.warmup.enabled)
+    with processes.main_process_first():  # one process ingests and builds; the others find the results
+        prepared(cfg, warm_up=False)
+    fb, built = prepared(cfg, warm_up=cfg.warmup.enabled)  # the warm-up trains in every process
     echo(f"PPO ({cfg.ppo.reward_mode}, {cfg.ppo.reward_source}) from {built.policy} -> {out}")
     params = {"feedback": fb, "models": built, "settings": settings}
     try:

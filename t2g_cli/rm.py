@@ -8,7 +8,18 @@ from pathlib import Path
 
 import typer
 
-from t2g_cli._common import ConfigOpt, SetOpt, artifact, echo, fail, guard, pipeline_config, read_extra, stage_context
+from t2g_cli._common import (
+    ConfigOpt,
+    SetOpt,
+    artifact,
+    echo,
+    fail,
+    guard,
+    join_processes,
+    pipeline_config,
+    read_extra,
+    stage_context,
+)
 from t2g_core.config.stages import RewardModelSettings
 from t2g_core.feedback import load_feedback
 from t2g_core.progress import TqdmProgress
@@ -80,6 +91,7 @@ def train(
     """Fine-tune the base on the train split (generative: loss on the target only; tagger: per-token labels);
     checkpoints every save_steps."""
     pipe = pipeline_config(config, set_)
+    join_processes()  # under accelerate launch: every process trains, the first writes
     settings = RewardModelSettings.from_pipeline(pipe)
     data = artifact(rm_data, "rm_data")
     fb = artifact(feedback, "feedback") if feedback else None

@@ -92,6 +92,7 @@ def sft_trainer(
     train: dict[str, list[str]],
     validation: dict[str, list[str]] | None = None,
     *,
+    section: str,
     dtype: torch.dtype | None,
     lora: bool,
     callbacks: Iterable = (),
@@ -100,15 +101,20 @@ def sft_trainer(
 ):
     """An ``SFTTrainer`` on ``base`` (a folder or Hub id, in ``dtype``: the resolved ``models.dtype``; None: the
     ``auto`` rule), wrapped in a fresh LoRA (:func:`lora_config`) when ``lora``; nothing trained yet. ``train`` and
-    ``validation`` are ``{"prompt": [...], "completion": [...]}`` columns; ``cfg`` gives the batch, the optimizer,
-    the checkpoint interval and the seed, ``args`` the rest of the ``SFTConfig``. ``quiet``: no progress bars."""
+    ``validation`` are ``{"prompt": [...], "completion": [...]}`` columns; ``cfg`` (settings ``section``) gives the
+    batch of a step (shared by the processes of a launch: :func:`per_process`), the optimizer, the checkpoint interval
+    and the seed, ``args`` the rest of the ``SFTConfig``. ``quiet``: no progress bars."""
     import datasets
     import torch
+    from accelerate import PartialState
     from transformers import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
     from t2g_core.models.loading import default_device, load_causal_lm, load_tokenizer, weights_dtype
 
+    joined = PartialState()  # the processes a launch joined (gloo on a host without CUDA), or this one alone
+    world = joined.num_processes
+    batch_size, grad_accum = per_process(cfg, section, world)
     if quiet:
         datasets.disable_progress_bars()
     device = default_device()  # where the Trainer places the model
@@ -117,8 +123,8 @@ def sft_trainer(
     model = load_causal_lm(base, dtype=dtype, tokenizer=tokenizer, place=False)  # the Trainer places it
     config = SFTConfig(
         output_dir=str(Path(out_dir) / "checkpoints"),
-        per_device_train_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum,
+        per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=grad_accum,
         learning_rate=cfg.learning_rate,
         lr_scheduler_type=cfg.lr_scheduler,
         save_strategy="steps",
@@ -133,6 +139,8 @@ def sft_trainer(
         disable_tqdm=True,
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),
+        use_cpu=joined.device.type == "cpu",  # the Trainer sets accelerate up again: as the launch joined
+        ddp_find_unused_parameters=False,  # every trained weight is used: no extra pass over the graph per step
         **args,
     )
     trainer = SFTTrainer(
@@ -146,7 +154,23 @@ def sft_trainer(
     )
     if quiet:
         trainer.remove_callback(PrinterCallback)
+    if trainer.accelerator.num_processes != world:  # each process would train alone
+        raise RuntimeError(f"{world} processes joined but the Trainer runs {trainer.accelerator.num_processes}")
     return trainer
+
+
+def per_process(cfg, section: str, world: int) -> tuple[int, int]:
+    """(batch per forward pass, accumulation steps) of each of ``world`` processes sharing an optimizer step of
+    ``batch_size x grad_accum`` examples, so that the layout changes no result: the accumulation is shared when it
+    divides, else the batch; refused when neither does."""
+    if cfg.grad_accum % world == 0:
+        return cfg.batch_size, cfg.grad_accum // world
+    if cfg.batch_size % world == 0:
+        return cfg.batch_size // world, cfg.grad_accum
+    raise ValueError(
+        f"{section}.batch_size {cfg.batch_size} x {section}.grad_accum {cfg.grad_accum} examples a step cannot be "
+        f"shared by {world} processes: make {section}.grad_accum or {section}.batch_size a multiple of {world}"
+    )
 
 
 def fit(trainer, out_dir: str | Path, resume: bool) -> tuple[str | None, float]:

@@ -110,6 +110,7 @@ def train_warmup(
         policy,
         out_dir,
         {"prompt": [p for p, _ in pairs.pairs], "completion": [r for _, r in pairs.pairs]},
+        section="warmup",
         dtype=dtype,
         lora=True,
         callbacks=[log_callback(tracker or NullTracker(), on_progress, "warmup", "warm-up", history), *callbacks],
@@ -121,9 +122,6 @@ def train_warmup(
     losses = [h["warmup/loss"] for h in history if "warmup/loss" in h]  # the training loss at each logged step
     merged = trainer.model.merge_and_unload()  # base + LoRA as plain weights: the policy PPO starts from
     final = out_dir / "policy"
-    tmp = staging_folder(final, writer_token(), create=True)
-    merged.save_pretrained(str(tmp))
-    trainer.processing_class.save_pretrained(str(tmp))
     meta = {
         "start": str(policy),
         "global_step": int(trainer.state.global_step),
@@ -135,7 +133,12 @@ def train_warmup(
         "config": cfg.model_dump(mode="json"),
         "dtype": str(next(merged.parameters()).dtype).removeprefix("torch."),
     }
-    (tmp / WARMUP_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
-    publish_folder(tmp, final)
-    shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)  # the merged folder is the result
+    if trainer.is_world_process_zero():  # the other processes of a launch trained with it, and wait for it to write
+        tmp = staging_folder(final, writer_token(), create=True)
+        merged.save_pretrained(str(tmp))
+        trainer.processing_class.save_pretrained(str(tmp))
+        (tmp / WARMUP_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        publish_folder(tmp, final)
+        shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)  # the merged folder is the result
+    trainer.accelerator.wait_for_everyone()
     return WarmupResult(final, meta["global_step"], resumed_from, seconds, len(pairs.pairs), losses)

@@ -13,13 +13,14 @@ import math
 from prefect import task
 
 from t2g_core.config import WorkspaceConfig
+from t2g_core.config.orchestration import Layout
 from t2g_core.config.stages import RewardModelSettings
 from t2g_core.datasets import dataset_name
 from t2g_core.stages import reward_model
 from t2g_core.stages.refs import ArtifactRef, ModelsRef, PolicySamplesRef, RewardModelRef, ValidationRef
 from t2g_mlflow.registry import describe_version, log_adapter_model, promote_if_better
 from tasks.caching import stage_task_options
-from tasks.stage import stage
+from tasks.stage import run_stage, stage
 
 
 @task(name="reward_model", **stage_task_options())
@@ -32,13 +33,14 @@ def train_reward_model(
     settings: RewardModelSettings,
     workspace: WorkspaceConfig,
     samples: PolicySamplesRef | None = None,
+    layout: Layout | None = None,
 ) -> RewardModelRef:
-    """Train (on the policy's labelled ``samples`` too, when drawn), evaluate, register (alias ``candidate``) and maybe
-    promote (alias ``champion``) the reward model."""
+    """Train (on the policy's labelled ``samples`` too, when drawn; in ``layout``'s processes), evaluate, register
+    (alias ``candidate``) and maybe promote (alias ``champion``) the reward model."""
     cfg = settings.reward_model
     inputs = dict(feedback=feedback, annotations=annotations, spans=spans, validation=validation, models=models)
     with stage(train_reward_model, "reward_model", workspace, **inputs, settings=settings, samples=samples) as ctx:
-        ref = reward_model.train(feedback, annotations, spans, validation, models, settings, ctx, samples)
+        ref = run_stage(reward_model.train, ctx, layout, workspace, **inputs, settings=settings, samples=samples)
         params = {**cfg.model_dump(mode="json"), "base_model": ref.base, "rm_data_sha256": ref.rm_data.sha256}
         kind = "span-tagger" if ref.kind == "tagger" else "peft-adapter"
         version = log_adapter_model(

@@ -18,7 +18,7 @@ from t2g_core.config.base import StageConfig, refuse_renamed
 StageName = Literal[
     "feedback", "models", "annotate", "align", "validate", "warmup", "policy_samples", "reward_model", "ppo", "evaluate"
 ]
-GangStage = Literal["ppo"]  # stages whose function runs in every process of a launch (rank 0 writes)
+GangStage = Literal["warmup", "reward_model", "ppo"]  # their function runs in every process of a launch (rank 0 writes)
 Group = Literal["annotate", "align_and_validate", "warmup", "policy_samples", "reward_model", "ppo", "evaluate"]
 RENAMED_GROUPS = {
     "train_reward_model": "reward_model",

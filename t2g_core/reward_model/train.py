@@ -61,6 +61,7 @@ def make_trainer(
         out_dir,
         train,
         validation,
+        section="reward_model",
         dtype=dtype,
         lora=cfg.finetune == "lora",
         callbacks=[log, *callbacks],
@@ -129,8 +130,7 @@ def train_rm(
     )
     resumed_from, seconds = fit(trainer, out_dir, resume)
     adapter_dir = out_dir / "adapter"
-    trainer.save_model(str(adapter_dir))
-    trainer.processing_class.save_pretrained(str(adapter_dir))
+    trainer.save_model(str(adapter_dir))  # by rank 0 of a launch
     n_val = int((rm_df["split"] == "validation").sum())
     meta: dict[str, Any] = {
         "base_model": str(Path(base_model).resolve()) if Path(base_model).exists() else str(base_model),
@@ -143,7 +143,10 @@ def train_rm(
         "dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
         "pad_token": trainer.processing_class.pad_token,
     }
-    write_text_atomic(adapter_dir / TRAIN_META, json.dumps(meta, indent=2))
+    if trainer.is_world_process_zero():  # the other processes of a launch trained with it, and wait for it to write
+        trainer.processing_class.save_pretrained(str(adapter_dir))
+        write_text_atomic(adapter_dir / TRAIN_META, json.dumps(meta, indent=2))
+    trainer.accelerator.wait_for_everyone()
     return RMTrainResult(
         adapter_dir=adapter_dir,
         checkpoint_dir=out_dir / "checkpoints",

@@ -42,7 +42,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("annotate", settings.AnnotateSettings, refs.ArtifactRef, "annotate"),
     Stage("align", settings.AlignSettings, refs.ArtifactRef, "align_and_validate"),
     Stage("validate", settings.ValidateSettings, refs.ValidationRef, "align_and_validate"),
-    Stage("warmup", settings.WarmupSettings, refs.ModelsRef, "warmup", optional=True, system_metrics=True),
+    Stage("warmup", settings.WarmupSettings, refs.ModelsRef, "warmup", optional=True, system_metrics=True, gang=True),
     Stage(
         "policy_samples",
         settings.PolicySamplesSettings,
@@ -51,7 +51,14 @@ STAGES: tuple[Stage, ...] = (
         optional=True,
         system_metrics=True,
     ),
-    Stage("reward_model", settings.RewardModelSettings, refs.RewardModelRef, "reward_model", system_metrics=True),
+    Stage(
+        "reward_model",
+        settings.RewardModelSettings,
+        refs.RewardModelRef,
+        "reward_model",
+        system_metrics=True,
+        gang=True,
+    ),
     Stage("ppo", settings.PPOSettings, refs.PolicyRef, "ppo", system_metrics=True, gang=True),
     Stage("evaluate", settings.EvaluateSettings, refs.EvaluationRef, "evaluate", system_metrics=True),
 )

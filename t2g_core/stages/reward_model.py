@@ -14,7 +14,7 @@ from pathlib import Path
 from t2g_core.config.stages import RewardModelSettings
 from t2g_core.feedback import sampled_from
 from t2g_core.reward_model.train import train_rm
-from t2g_core.stages.context import StageContext
+from t2g_core.stages.context import StageContext, first_process
 from t2g_core.stages.io import read
 from t2g_core.stages.refs import (
     ArtifactRef,
@@ -151,7 +151,14 @@ def fit(
     """Fine-tune on the train split into ``<checkpoints/reward_model>/<key>``; resumes a killed run, retrains a
     forced one. Returns the training result (``adapter_dir`` = the folder to load, ``global_step``,
     ``train_seconds``...). A tagger needs the ``feedback`` its rows were built from (the responses)."""
+    from t2g_core.ppo.distributed import rank_and_world
+
     cfg = settings.reward_model
+    if cfg.kind == "tagger" and rank_and_world()[1] > 1:  # its own loop trains alone: each process would repeat it
+        raise ValueError(
+            "reward_model.kind=tagger trains in one process, not under accelerate: set layout.reward_model.processes "
+            "to 1 (or remove layout.reward_model), or train reward_model.kind=generative in several processes"
+        )
     run = {"tracker": ctx.tracker, "progress": ctx.progress, "dtype": weights_dtype(settings)}
     with ctx.own_folder("checkpoints/reward_model", fresh=True) as run_dir:
         if cfg.kind != "tagger":
@@ -202,15 +209,22 @@ def train(
     samples: PolicySamplesRef | None = None,
 ) -> RewardModelRef:
     """The whole stage on the reward-model base of ``models``: data, fine-tuning, held-out evaluation; with
-    ``samples``, the policy's own labelled responses train it too (:func:`add_samples`)."""
+    ``samples``, the policy's own labelled responses train it too (:func:`add_samples`). In a launch of several
+    processes all train; rank 0 writes the data (the others wait, then find it) and the model, evaluates it and
+    returns the reference, the others return None once trained."""
+    from accelerate import PartialState
+
     if validation is not None and validation.status == "fail":
         raise ValueError(f"validation failed ({validation.report}): the reward model is not trained on this batch")
     base = start_model(models, settings)
     train_only, held_out = set(), set()
-    if samples is not None:
-        feedback, annotations, train_only, held_out = add_samples(feedback, annotations, samples, settings, ctx)
-    data = build_data(feedback, annotations, spans, base, settings, ctx, train_only=train_only, held_out=held_out)
+    with PartialState().main_process_first():  # the process group of a launch, or this process alone
+        if samples is not None:
+            feedback, annotations, train_only, held_out = add_samples(feedback, annotations, samples, settings, ctx)
+        data = build_data(feedback, annotations, spans, base, settings, ctx, train_only=train_only, held_out=held_out)
     result = fit(data, base, settings, ctx, feedback)
+    if not first_process():  # the evaluation is rank 0's
+        return None
     folder = Path(result.adapter_dir).parent
     report, paths = evaluate(result.adapter_dir, data, feedback, settings, folder / "eval")
     metrics = _finite(report.metrics)

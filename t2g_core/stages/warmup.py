@@ -15,7 +15,8 @@ from t2g_core.warmup import train_warmup, warmup_pairs
 
 
 def warm_up(feedback: ArtifactRef, models: ModelsRef, settings: WarmupSettings, ctx: StageContext) -> ModelsRef:
-    """LoRA SFT of ``models.policy`` on the training prompts' references, merged; ``models`` with that policy."""
+    """LoRA SFT of ``models.policy`` on the training prompts' references, merged; ``models`` with that policy (in
+    every process of a launch: they train together, rank 0 writes)."""
     from t2g_core.models.loading import load_tokenizer, resolve_dtype
 
     cfg = settings.warmup

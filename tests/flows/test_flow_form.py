@@ -46,18 +46,19 @@ def test_text2grad_form_is_the_pipeline_config_with_descriptions():
 
 
 def test_the_run_forms_offer_each_training_stages_process_layout():
-    """The pipeline's form and the placed PPO group's form set ``layout.ppo`` (processes, machines, DDP or FSDP, what
-    starts the machines)."""
+    """The pipeline's form and the placed training groups' forms set ``layout.<stage>`` (processes, machines, DDP or
+    FSDP, what starts the machines) for the warm-up, the reward model and PPO."""
     from prefect.utilities.callables import parameter_schema
 
-    from flows.stages import ppo
+    from flows.stages import ppo, reward_model, warmup
     from flows.text2grad import text2grad
     from t2g_core.stages.registry import GANG
 
-    for flow in (text2grad, ppo):
+    assert GANG == ("warmup", "reward_model", "ppo")
+    for flow in (text2grad, warmup, reward_model, ppo):
         defs = parameter_schema(flow).model_dump_for_openapi()["definitions"]
         assert defs["PipelineConfig"]["properties"]["layout"]["$ref"] == "#/definitions/LayoutConfig"
-        assert defs["LayoutConfig"]["propertyNames"] == {"const": GANG[0]} and GANG == ("ppo",)
+        assert defs["LayoutConfig"]["propertyNames"] == {"enum": list(GANG)}
         layout = defs["Layout"]["properties"]
         assert layout["processes"]["minimum"] == layout["machines"]["minimum"] == 1
         assert layout["accelerate"]["enum"] == ["ddp", "fsdp"]

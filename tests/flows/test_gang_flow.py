@@ -1,5 +1,5 @@
-"""The placed or inline PPO group as the Prefect UI runs it: ``layout.ppo`` of 2 processes reaches the task, which
-starts the gang; the cached result is found again with the layout removed (the layout is in no cache key)."""
+"""The placed or inline PPO and warm-up groups as the Prefect UI runs them: ``layout.<stage>`` of 2 processes reaches
+the task, which starts the gang; the cached result is found again with the layout removed (it is in no cache key)."""
 
 from __future__ import annotations
 
@@ -35,3 +35,30 @@ def test_the_ppo_flow_runs_its_layout_and_its_cache_ignores_the_layout(
 
     again = stages.ppo(gang.model_copy(update={"layout": PipelineConfig().layout}), feedback, models, None)
     assert again.run_dir == ref.run_dir and again.version == "1"  # cached: not trained or registered again
+
+
+@pytest.mark.slow
+def test_the_warmup_flow_runs_its_layout_and_its_cache_ignores_the_layout(
+    tmp_path, prefect_harness, tiny_model_dir, monkeypatch
+):
+    """``layout.warmup`` reaches the warm-up task as ``layout.ppo`` reaches PPO's (``layout.reward_model`` is passed by
+    the same line of ``flows/stages.py``)."""
+    from flows import stages
+    from t2g_core.demo import make_demo_feedback
+    from t2g_core.stages.refs import ModelsRef
+    from t2g_core.workspace import Workspace
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    workspace = WorkspaceConfig(root=str(tmp_path / "ws"))
+    feedback = Workspace.at(workspace.root).store.write(
+        "feedback", "k", make_demo_feedback("summarization", 24), "feedback"
+    )
+    models = ModelsRef.of(tiny_model_dir, tiny_model_dir)
+    warmup = {"enabled": True, "steps": 2, "batch_size": 4, "lora": {"r": 4}}
+    gang = PipelineConfig(warmup=warmup, workspace=workspace, layout={"warmup": {"processes": 2}})
+    ref = stages.warmup(gang, feedback, models)
+    assert Path(ref.policy, "warmup.json").is_file() and list(Path(workspace.root, "gang").glob("warmup-*/rank-1.log"))
+
+    again = stages.warmup(gang.model_copy(update={"layout": PipelineConfig().layout}), feedback, models)
+    assert again.policy == ref.policy and again.run_id == ref.run_id  # cached: not trained again

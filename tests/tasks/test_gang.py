@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +19,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from t2g_core.config import WorkspaceConfig
 from t2g_core.config.orchestration import Layout
 from t2g_core.config.stages import PPOSettings
 from t2g_core.gang import GangFailed, GangRun, launch, launch_command
@@ -30,12 +28,6 @@ from tests.core._ppo_small import SMALL
 
 ROOT = Path(__file__).resolve().parents[2]
 TWO = Layout(processes=2)
-
-
-def _workspace(root: Path, template) -> WorkspaceConfig:
-    root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(template, root / "mlflow.db")
-    return WorkspaceConfig(root=str(root))
 
 
 def _train(run_task, workspace, model_dir, layout, steps=2):
@@ -52,30 +44,13 @@ def _train(run_task, workspace, model_dir, layout, steps=2):
     return run_task(train_policy, feedback, models, None, settings, workspace, layout)
 
 
-def _ranks(workspace) -> list:
-    """The gang's rank processes still alive (their command line names the workspace's gang folder)."""
-    import psutil
-
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if "gang-rank" in cmd and str(Path(workspace.root) / "gang") in cmd:
-            found.append(p)
-    return found
-
-
 def _spec(folder: Path) -> GangRun:
     return GangRun(function="t2g_core.stages.ppo.train", inputs={}, workspace={}, key="k", world=2, folder=str(folder))
 
 
-@pytest.fixture
-def gloo(monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-
-
 @pytest.mark.slow
 def test_ppo_in_two_processes_equals_one_process(
-    tiny_model_dir, mlflow_template_db, run_task, tmp_path, gloo, monkeypatch
+    tiny_model_dir, fresh_workspace, live_ranks, run_task, tmp_path, gloo, monkeypatch
 ):
     import mlflow
 
@@ -83,8 +58,8 @@ def test_ppo_in_two_processes_equals_one_process(
 
     calls = []
     monkeypatch.setattr(PrefectProgress, "__call__", lambda self, phase, done, total, metrics=None: calls.append(done))
-    one = _train(run_task, _workspace(tmp_path / "one", mlflow_template_db), tiny_model_dir, None)
-    two_ws = _workspace(tmp_path / "two", mlflow_template_db)
+    one = _train(run_task, fresh_workspace(tmp_path / "one"), tiny_model_dir, None)
+    two_ws = fresh_workspace(tmp_path / "two")
     started = time.monotonic()
     two = _train(run_task, two_ws, tiny_model_dir, TWO)
     print(f"2-process PPO stage: {time.monotonic() - started:.1f} s")
@@ -102,7 +77,7 @@ def test_ppo_in_two_processes_equals_one_process(
     assert two.run_id and two.version == "1" and two.steps == one.steps  # registered like a one-process run
     assert {m.step for m in mlflow.MlflowClient().get_metric_history(two.run_id, "kl/mean")} >= {0, 1}  # rank 0
     assert calls == [1, 2, 1, 2]  # rank 0's progress reached the task's progress as in one process
-    assert not _ranks(two_ws)
+    assert not live_ranks(two_ws)
 
 
 def test_the_layout_is_not_part_of_the_stage_key(workspace_cfg):
@@ -116,7 +91,7 @@ def test_the_layout_is_not_part_of_the_stage_key(workspace_cfg):
 
 @pytest.mark.slow
 def test_a_killed_rank_fails_the_stage_with_its_error_and_the_next_run_resumes(
-    tiny_model_dir, workspace_cfg, run_task, gloo, monkeypatch
+    tiny_model_dir, workspace_cfg, live_ranks, run_task, gloo, monkeypatch
 ):
     import tasks.stage
 
@@ -134,13 +109,13 @@ def test_a_killed_rank_fails_the_stage_with_its_error_and_the_next_run_resumes(
     while not list(Path(workspace_cfg.root).glob("checkpoints/ppo/*/checkpoints/latest")):
         assert time.monotonic() < deadline and thread.is_alive(), outcome
         time.sleep(0.2)
-    rank1 = next(p for p in _ranks(workspace_cfg) if p.environ().get("RANK") == "1")
+    rank1 = next(p for p in live_ranks(workspace_cfg) if p.environ().get("RANK") == "1")
     rank1.send_signal(signal.SIGKILL)
     thread.join(120)
     error = outcome.get("error")
     assert isinstance(error, GangFailed), outcome
     assert "rank 1 of the 2-process gang was killed by SIGKILL" in str(error)
-    assert not _ranks(workspace_cfg)  # the other rank and the launcher are gone too
+    assert not live_ranks(workspace_cfg)  # the other rank and the launcher are gone too
 
     lines: list[str] = []  # what the task logs (rank 0's lines among them)
     monkeypatch.setattr(tasks.stage, "run_logger", lambda: SimpleNamespace(info=lines.append))
