@@ -74,7 +74,11 @@ class RewardModelConfig(StageConfig):
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     epochs: float = Field(3.0, gt=0, description="Training epochs (ignored when max_steps > 0).")
     max_steps: int = Field(-1, description="Optimizer steps; -1 = derive from epochs.")
-    batch_size: int = Field(16, ge=1, description="Per-device batch size.")
+    batch_size: int = Field(
+        16,
+        ge=1,
+        description="Examples per forward pass; a step takes batch_size x grad_accum, shared by a layout's processes.",
+    )
     grad_accum: int = Field(1, ge=1, description="Gradient accumulation steps.")
     save_steps: int = Field(50, ge=1, description="Checkpoint every N optimizer steps (training resumes from it).")
     logging_steps: int = Field(1, ge=1, description="Log loss, learning rate and grad norm every N steps.")
