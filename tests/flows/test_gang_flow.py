@@ -12,11 +12,8 @@ from t2g_core.config import PipelineConfig, WorkspaceConfig
 from tests.core._ppo_small import SMALL
 
 
-@pytest.mark.slow
-def test_the_ppo_flow_runs_its_layout_and_its_cache_ignores_the_layout(
-    tmp_path, prefect_harness, tiny_model_dir, monkeypatch
-):
-    from flows import stages
+def _inputs(tmp_path, model_dir, monkeypatch, items: int):
+    """A workspace, its demo feedback of ``items`` and the tiny models, one thread a rank."""
     from t2g_core.demo import make_demo_feedback
     from t2g_core.stages.refs import ModelsRef
     from t2g_core.workspace import Workspace
@@ -25,9 +22,18 @@ def test_the_ppo_flow_runs_its_layout_and_its_cache_ignores_the_layout(
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     workspace = WorkspaceConfig(root=str(tmp_path / "ws"))
     feedback = Workspace.at(workspace.root).store.write(
-        "feedback", "k", make_demo_feedback("summarization", 40), "feedback"
+        "feedback", "k", make_demo_feedback("summarization", items), "feedback"
     )
-    models = ModelsRef.of(tiny_model_dir, tiny_model_dir)
+    return workspace, feedback, ModelsRef.of(model_dir, model_dir)
+
+
+@pytest.mark.slow
+def test_the_ppo_flow_runs_its_layout_and_its_cache_ignores_the_layout(
+    tmp_path, prefect_harness, tiny_model_dir, monkeypatch
+):
+    from flows import stages
+
+    workspace, feedback, models = _inputs(tmp_path, tiny_model_dir, monkeypatch, 40)
     gang = PipelineConfig(ppo=SMALL, workspace=workspace, layout={"ppo": {"processes": 2}})
     ref = stages.ppo(gang, feedback, models, None)
     assert json.loads((Path(ref.run_dir) / "models.json").read_text())["processes"] == 2
@@ -44,17 +50,8 @@ def test_the_warmup_flow_runs_its_layout_and_its_cache_ignores_the_layout(
     """``layout.warmup`` reaches the warm-up task as ``layout.ppo`` reaches PPO's (``layout.reward_model`` is passed by
     the same line of ``flows/stages.py``)."""
     from flows import stages
-    from t2g_core.demo import make_demo_feedback
-    from t2g_core.stages.refs import ModelsRef
-    from t2g_core.workspace import Workspace
 
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    workspace = WorkspaceConfig(root=str(tmp_path / "ws"))
-    feedback = Workspace.at(workspace.root).store.write(
-        "feedback", "k", make_demo_feedback("summarization", 24), "feedback"
-    )
-    models = ModelsRef.of(tiny_model_dir, tiny_model_dir)
+    workspace, feedback, models = _inputs(tmp_path, tiny_model_dir, monkeypatch, 24)
     warmup = {"enabled": True, "steps": 2, "batch_size": 4, "lora": {"r": 4}}
     gang = PipelineConfig(warmup=warmup, workspace=workspace, layout={"warmup": {"processes": 2}})
     ref = stages.warmup(gang, feedback, models)

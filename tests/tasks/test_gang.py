@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,7 +19,7 @@ from safetensors.torch import load_file
 
 from t2g_core.config.orchestration import Layout
 from t2g_core.config.stages import PPOSettings
-from t2g_core.gang import GangFailed, GangRun, launch, launch_command
+from t2g_core.gang import GangRun, launch, launch_command
 from t2g_core.progress import no_progress
 from tests.core._launch import accelerate_launch
 from tests.core._ppo_small import SMALL
@@ -91,31 +89,15 @@ def test_the_layout_is_not_part_of_the_stage_key(workspace_cfg):
 
 @pytest.mark.slow
 def test_a_killed_rank_fails_the_stage_with_its_error_and_the_next_run_resumes(
-    tiny_model_dir, workspace_cfg, live_ranks, run_task, gloo, monkeypatch
+    tiny_model_dir, workspace_cfg, kill_rank_one, run_task, gloo, monkeypatch
 ):
     import tasks.stage
 
-    outcome: dict = {}
-
-    def first_run():
-        try:
-            outcome["ref"] = _train(run_task, workspace_cfg, tiny_model_dir, TWO, steps=20)
-        except Exception as exc:  # noqa: BLE001 - the test reads it
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=first_run)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not list(Path(workspace_cfg.root).glob("checkpoints/ppo/*/checkpoints/latest")):
-        assert time.monotonic() < deadline and thread.is_alive(), outcome
-        time.sleep(0.2)
-    rank1 = next(p for p in live_ranks(workspace_cfg) if p.environ().get("RANK") == "1")
-    rank1.send_signal(signal.SIGKILL)
-    thread.join(120)
-    error = outcome.get("error")
-    assert isinstance(error, GangFailed), outcome
-    assert "rank 1 of the 2-process gang was killed by SIGKILL" in str(error)
-    assert not live_ranks(workspace_cfg)  # the other rank and the launcher are gone too
+    kill_rank_one(
+        workspace_cfg,
+        lambda: _train(run_task, workspace_cfg, tiny_model_dir, TWO, steps=20),
+        lambda: list(Path(workspace_cfg.root).glob("checkpoints/ppo/*/checkpoints/latest")),
+    )
 
     lines: list[str] = []  # what the task logs (rank 0's lines among them)
     monkeypatch.setattr(tasks.stage, "run_logger", lambda: SimpleNamespace(info=lines.append))

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,7 +21,6 @@ from t2g_core.config import RewardModelConfig, WarmupConfig
 from t2g_core.config.lora import LoRA
 from t2g_core.config.orchestration import Layout
 from t2g_core.config.stages import RewardModelSettings, WarmupSettings
-from t2g_core.gang import GangFailed
 from tests.core._launch import accelerate_launch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,36 +134,20 @@ def test_the_generative_reward_model_in_two_processes_equals_one_process(
 
 @pytest.mark.slow
 def test_a_killed_rank_fails_the_sft_stage_with_its_error_and_the_next_run_resumes(
-    tiny_model_dir, workspace_cfg, live_ranks, run_task, gloo, monkeypatch
+    tiny_model_dir, workspace_cfg, kill_rank_one, run_task, gloo, monkeypatch
 ):
     """The warm-up stands for both stages: the generative reward model trains through the same ``t2g_core.sft``
     Trainer and resume (``sft_trainer``, ``fit``), and only its data and evaluation, written by rank 0, differ."""
     import tasks.stage
 
-    outcome: dict = {}
     cfg = WARMUP.model_copy(update={"steps": 12, "save_steps": 4})
-
-    def first_run():
-        try:
-            outcome["ref"] = _warm_up(run_task, workspace_cfg, tiny_model_dir, TWO, cfg)
-        except Exception as exc:  # noqa: BLE001 - the test reads it
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=first_run)
-    thread.start()
-    deadline = time.monotonic() + 180
     checkpoints = Path(workspace_cfg.root, "checkpoints", "warmup")
     # a checkpoint both ranks finished (rank 0 writes trainer_state.json last; each rank its RNG state)
-    while not [c for c in checkpoints.glob("*/checkpoints/checkpoint-*") if (c / "rng_state_1.pth").is_file()]:
-        assert time.monotonic() < deadline and thread.is_alive(), outcome
-        time.sleep(0.1)
-    rank1 = next(p for p in live_ranks(workspace_cfg) if p.environ().get("RANK") == "1")
-    rank1.send_signal(signal.SIGKILL)
-    thread.join(120)
-    error = outcome.get("error")
-    assert isinstance(error, GangFailed), outcome
-    assert "rank 1 of the 2-process gang was killed by SIGKILL" in str(error)
-    assert not live_ranks(workspace_cfg)  # the other rank and the launcher are gone too
+    kill_rank_one(
+        workspace_cfg,
+        lambda: _warm_up(run_task, workspace_cfg, tiny_model_dir, TWO, cfg),
+        lambda: [c for c in checkpoints.glob("*/checkpoints/checkpoint-*") if (c / "rng_state_1.pth").is_file()],
+    )
 
     lines: list[str] = []  # what the task logs (rank 0's lines among them)
     monkeypatch.setattr(tasks.stage, "run_logger", lambda: SimpleNamespace(info=lines.append))
