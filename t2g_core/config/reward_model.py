@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from t2g_core.config import lora
-from t2g_core.config.base import StageConfig, refuse_renamed
+from t2g_core.config.base import StageConfig
 from t2g_core.config.lora import LoRA
 
 RENAMED = {
@@ -39,6 +39,8 @@ class EndpointConfig(StageConfig):
 
 
 class RewardModelConfig(StageConfig):
+    SECTION = "reward_model"
+    RENAMED = RENAMED
     kind: Literal["generative", "tagger"] = Field(
         "tagger",
         description="generative = writes the critique, then the quoted spans as JSON (the paper's); tagger = labels "
@@ -110,11 +112,11 @@ class RewardModelConfig(StageConfig):
 
     @model_validator(mode="before")
     @classmethod
-    def _renamed(cls, data: Any) -> Any:
+    def _no_precision(cls, data: Any) -> Any:
         if isinstance(data, dict) and "precision" in data:
             raise ValueError(
                 f"reward_model.precision ({data['precision']!r}) is not a setting: the reward model trains in "
                 "models.dtype, the one dtype knob (bfloat16 weights train under bf16 autocast on a GPU); write "
                 "models.dtype: bfloat16 for bf16, float32 for fp32, auto for auto, and remove reward_model.precision"
             )
-        return refuse_renamed("reward_model", data, RENAMED)
+        return data

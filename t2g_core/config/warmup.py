@@ -7,16 +7,18 @@ reference (the SFT model is the reference, as in RLHF practice), and the baselin
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from t2g_core.config import lora
-from t2g_core.config.base import StageConfig, refuse_renamed
+from t2g_core.config.base import StageConfig
 from t2g_core.config.lora import LoRA
 
 
 class WarmupConfig(StageConfig):
+    SECTION = "warmup"
+    RENAMED = lora.RENAMED
     enabled: bool = Field(False, description="Fine-tune the policy on the training prompts' references before PPO.")
     steps: int = Field(60, ge=1, description="Optimizer steps (each of batch_size x grad_accum pairs).")
     batch_size: int = Field(8, ge=1, description="Pairs per forward pass.")
@@ -32,8 +34,3 @@ class WarmupConfig(StageConfig):
     max_items: int = Field(0, ge=0, description="Train on at most this many training prompts (0 = all).")
     save_steps: int = Field(25, ge=1, description="Checkpoint every N optimizer steps (a killed warm-up resumes).")
     seed: int = Field(0, description="Seed of the LoRA initialisation and the data order.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        return refuse_renamed("warmup", data, lora.RENAMED)
