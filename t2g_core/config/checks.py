@@ -42,7 +42,18 @@ def tagger_on_too_few_items(cfg: PipelineConfig) -> str | None:
     )
 
 
-CHECKS = (tagger_on_too_few_items,)
+def tagger_in_several_processes(cfg: PipelineConfig) -> str | None:
+    """The span tagger trains by a loop of its own in one process: each process of a gang would repeat it whole."""
+    world = cfg.layout.of("reward_model").world
+    if cfg.reward_model.kind != "tagger" or world == 1:
+        return None
+    return (
+        f"layout.reward_model runs {world} processes, and reward_model.kind=tagger trains in one: set "
+        "layout.reward_model.processes to 1 (or remove layout.reward_model), or train reward_model.kind=generative"
+    )
+
+
+CHECKS = (tagger_on_too_few_items, tagger_in_several_processes)
 
 
 def conflicts(cfg: PipelineConfig) -> list[str]:

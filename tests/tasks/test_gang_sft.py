@@ -205,3 +205,15 @@ def test_the_tagger_refuses_a_layout_of_several_processes(tmp_path, monkeypatch)
     settings = RewardModelSettings(reward_model=RewardModelConfig(kind="tagger"))
     with pytest.raises(ValueError, match="kind=tagger trains in one process.*set layout.reward_model.processes to 1"):
         reward_model.fit(None, "base", settings, StageContext.keyed(tmp_path, "k"))
+
+
+def test_the_run_form_refuses_the_tagger_in_several_processes_before_anything_starts():
+    """The same refusal at the form (``t2g_core.config.checks``), before a gang is launched to refuse it."""
+    from pydantic import ValidationError
+
+    from t2g_core.config import PipelineConfig
+
+    layout = {"reward_model": {"processes": 2}}
+    with pytest.raises(ValidationError, match="layout.reward_model runs 2 processes, and reward_model.kind=tagger"):
+        PipelineConfig(reward_model={"kind": "tagger"}, layout=layout)
+    assert PipelineConfig(reward_model={"kind": "generative"}, layout=layout).layout.of("reward_model").world == 2
