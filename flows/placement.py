@@ -43,7 +43,12 @@ def deployment_on_pool(flow_name: str, pool: str) -> str:
 def placed(stage_flow: Any, pool: str | None, **params: Any) -> Any:
     """``stage_flow(**params)`` here when ``pool`` is None, else its deployment on ``pool`` (waiting for it)."""
     if pool is None:
-        return stage_flow(**params)
+        from prefect.settings import temporary_settings
+
+        # an inline subflow lives and dies with this process, whose flow run sends the heartbeats; its own would only
+        # make each stage's end wait for a heartbeat thread to wake (up to a second, eight stages a run)
+        with temporary_settings(updates={"flows.heartbeat_frequency": None}):
+            return stage_flow(**params)
     from prefect.deployments import run_deployment
 
     name = deployment_on_pool(stage_flow.name, pool)
