@@ -5,9 +5,11 @@ at once in one workspace do not race the Prefect database migration; temporaries
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -151,12 +153,41 @@ START = """
 
 
 @pytest.mark.slow
-def test_two_commands_starting_at_once_do_not_race_the_prefect_database_migration(tmp_path):
+def test_two_commands_starting_at_once_do_not_race_the_prefect_database_migration(tmp_path, monkeypatch):
+    """Both migrate a new database (no kept copy yet: a cache of their own); the one that migrated keeps a copy, and
+    the next new workspace starts from it: what it holds shows up there."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     env_home = tmp_path / "prefect"
     procs = [_python(START, str(env_home)) for _ in range(2)]
     outputs = [p.communicate(timeout=400) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outputs]
     assert all(out.strip().startswith("http://127.0.0.1:") for out, _ in outputs)
+
+    [kept] = (tmp_path / "cache" / "text2grad").iterdir()  # one copy, no partial left
+    with contextlib.closing(sqlite3.connect(kept)) as db:
+        assert db.execute("SELECT count(*) FROM configuration").fetchone() == (0,)  # no telemetry session id
+        assert db.execute("SELECT count(*) FROM block_type").fetchone()[0] > 0  # migrated, block types registered
+        db.execute("""INSERT INTO variable (name, value) VALUES ('marker', '"from the kept copy"')""")
+        db.commit()
+    start = _python(START, str(tmp_path / "other-workspace"))
+    out, err = start.communicate(timeout=400)
+    assert start.returncode == 0, err[-3000:]
+    with contextlib.closing(sqlite3.connect(tmp_path / "other-workspace" / "prefect.db")) as db:
+        assert db.execute("SELECT value FROM variable WHERE name = 'marker'").fetchone() == ('"from the kept copy"',)
+
+
+def test_a_copy_that_cannot_be_kept_costs_nothing_but_the_copy(tmp_path):
+    from t2g_cli.runtime import _save_template
+
+    database = tmp_path / "prefect.db"
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        db.execute("CREATE TABLE configuration (key TEXT)")
+    (tmp_path / "cache").write_text("a file where the cache folder would go")
+    _save_template(database, tmp_path / "cache" / "text2grad" / "prefect-x.db")  # no error: the run goes on
+    no_table = tmp_path / "other.db"
+    sqlite3.connect(no_table).close()  # a database without the table it empties: not kept, no partial left
+    _save_template(no_table, tmp_path / "kept" / "prefect-x.db")
+    assert list((tmp_path / "kept").iterdir()) == []
 
 
 def test_stale_temporaries_of_killed_writers_are_collected(tmp_path):
