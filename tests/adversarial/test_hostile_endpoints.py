@@ -99,7 +99,7 @@ def test_a_remote_endpoint_without_a_key_fails_before_any_request(tmp_path, monk
     assert not (tmp_path / "a.parquet").exists()
 
 
-@pytest.mark.slow  # waits out the client's retries of cut bodies
+@pytest.mark.slow  # waits out the client's retry of cut bodies
 def test_the_command_writes_everything_then_exits_1_above_the_failure_threshold(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
@@ -119,6 +119,8 @@ def test_the_command_writes_everything_then_exits_1_above_the_failure_threshold(
                 "--model",
                 "m",
                 "-q",
+                "--set",
+                "annotate.max_retries=1",  # one backoff wait per cut body, not five
             ],
         )
     import pandas as pd
