@@ -97,11 +97,12 @@ def worker(servers):
     try:
         yield ws, info
     finally:
-        for sig in (signal.SIGTERM, signal.SIGTERM, signal.SIGKILL):
+        # prefect's worker command turns a first signal into a SIGINT to itself and waits on; a second one kills it
+        for sig, wait_s in ((signal.SIGTERM, 2), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
             if proc.poll() is None:
                 os.killpg(proc.pid, sig)
                 try:
-                    proc.wait(timeout=10)
+                    proc.wait(timeout=wait_s)
                 except subprocess.TimeoutExpired:
                     pass
         log.close()
