@@ -27,8 +27,7 @@ WORKER = textwrap.dedent("""
     from t2g_core.ppo import CriticSource, train
     from t2g_core.spans import ParsedFeedback
 
-    model_dir, batch_size, minibatches, extra, out = sys.argv[1:6]
-    batch_size, minibatches = int(batch_size), int(minibatches)
+    model_dir, cases, root = sys.argv[1:4]
 
     class EdgeWordsCritic:
         def critique(self, row):
@@ -39,20 +38,21 @@ WORKER = textwrap.dedent("""
 
     prompts = pd.DataFrame({"id": [f"p{i}" for i in range(8)], "task": "summarization",
                             "prompt": [f"Post {i}: " + "Cai lives in Quito " * (1 + i % 3) for i in range(8)]})
-    cfg = PPOConfig(steps=2, batch_size=batch_size, minibatches=minibatches, ppo_epochs=2,
-                    sampling={"max_new_tokens": 10}, log_every=1, save_every=100, value_model="head",
-                    learning_rate=1e-2, grad_accum=1, **json.loads(extra))
     def metrics(rows, texts):  # several named metrics; one eval prompt leaves rank 1 without rows (must not hang)
         return {"words": [float(len(t.split())) for t in texts], "chars": [float(len(t)) for t in texts]}
 
-    res = train(cfg, model_dir, prompts, out, reward_source=CriticSource(EdgeWordsCritic()), eval_df=prompts.head(1),
-                task_metric=metrics)
-    import json
-    info = json.loads(open(out + "/models.json").read())
-    if res.steps_done and info["processes"] > 1:
-        assert info["distributed"] == "MULTI_CPU", info
-    if info["processes"] == 1 or __import__("torch").distributed.get_rank() == 0:
-        torch.save(res.history, out + "/history.pt")
+    for case, (batch_size, minibatches, extra) in enumerate(json.loads(cases)):  # one launch runs every case in turn
+        out = f"{root}/case-{case}"
+        cfg = PPOConfig(steps=2, batch_size=batch_size, minibatches=minibatches, ppo_epochs=2,
+                        sampling={"max_new_tokens": 10}, log_every=1, save_every=100, value_model="head",
+                        learning_rate=1e-2, grad_accum=1, **extra)
+        res = train(cfg, model_dir, prompts, out, reward_source=CriticSource(EdgeWordsCritic()),
+                    eval_df=prompts.head(1), task_metric=metrics)
+        info = json.loads(open(out + "/models.json").read())
+        if res.steps_done and info["processes"] > 1:
+            assert info["distributed"] == "MULTI_CPU", info
+        if info["processes"] == 1 or torch.distributed.get_rank() == 0:
+            torch.save(res.history, out + "/history.pt")
 """)
 
 
@@ -64,42 +64,44 @@ def _run(command: list[str], tmp_path: Path, name: str) -> Path:
     return out
 
 
+CASES = [  # (batch_size, minibatches, PPOConfig settings)
+    (4, 2, {}),
+    (5, 1, {}),  # the processes hold 3 and 2 prompts
+    # a group baseline: the 2 samples of each prompt stay on one process, and the critic-free update matches
+    (4, 2, {"advantage_estimator": "rloo", "group_size": 2, "max_grad_norm": 0.5}),
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "batch_size, minibatches, extra",
-    [
-        (4, 2, "{}"),
-        (5, 1, "{}"),  # the processes hold 3 and 2 prompts
-        # a group baseline: the 2 samples of each prompt stay on one process, and the critic-free update matches
-        (4, 2, '{"advantage_estimator": "rloo", "group_size": 2, "max_grad_norm": 0.5}'),
-    ],
-)
-def test_accelerate_launched_two_processes_equal_one_process(tiny_model_dir, tmp_path, batch_size, minibatches, extra):
+def test_accelerate_launched_two_processes_equal_one_process(tiny_model_dir, tmp_path):
+    """Every case of CASES, in one launch of each kind (the processes start once, not once per case)."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    args = [str(script), str(tiny_model_dir), str(batch_size), str(minibatches), extra]
-    one = _run([sys.executable, *args], tmp_path, "one")
-    two = _run([*accelerate_launch(2), *args], tmp_path, "two")
-    assert json.loads((two / "models.json").read_text())["processes"] == 2
-    a = load_file(str(one / "adapter" / "adapter_model.safetensors"))
-    b = load_file(str(two / "adapter" / "adapter_model.safetensors"))
-    assert any(float(v.abs().sum()) > 0 for k, v in a.items() if "lora_B" in k)
-    # Adam's first updates are ~lr (1e-2) per weight and amplify summation-order noise in near-zero gradients (seen up
-    # to 1.6e-4 on some CPUs); a per-process (not global) whitening or gradient mean moves weights by ~7e-2.
-    for k in a:
-        assert torch.allclose(a[k], b[k], atol=2e-3), (k, float((a[k] - b[k]).abs().max()))
-    h1, h2 = torch.load(one / "history.pt"), torch.load(two / "history.pt")
-    for x, y in zip(h1, h2, strict=True):
-        for key in (
-            "reward/span_mean",
-            "kl/mean",
-            "loss/policy",
-            "ppo/approx_kl",
-            "reward/positive_frac",
-            "task/words",
-            "eval/task_chars",
-        ):
-            assert x[key] == pytest.approx(y[key], abs=1e-5), key
+    args = [str(script), str(tiny_model_dir), json.dumps(CASES)]
+    ones = _run([sys.executable, *args], tmp_path, "one")
+    twos = _run([*accelerate_launch(2), *args], tmp_path, "two")
+    for case in range(len(CASES)):
+        one, two = ones / f"case-{case}", twos / f"case-{case}"
+        assert json.loads((two / "models.json").read_text())["processes"] == 2
+        a = load_file(str(one / "adapter" / "adapter_model.safetensors"))
+        b = load_file(str(two / "adapter" / "adapter_model.safetensors"))
+        assert any(float(v.abs().sum()) > 0 for k, v in a.items() if "lora_B" in k), CASES[case]
+        # Adam's first updates are ~lr (1e-2) per weight and amplify summation-order noise in near-zero gradients (seen
+        # up to 1.6e-4 on some CPUs); a per-process (not global) whitening or gradient mean moves weights by ~7e-2.
+        for k in a:
+            assert torch.allclose(a[k], b[k], atol=2e-3), (CASES[case], k, float((a[k] - b[k]).abs().max()))
+        h1, h2 = torch.load(one / "history.pt"), torch.load(two / "history.pt")
+        for x, y in zip(h1, h2, strict=True):
+            for key in (
+                "reward/span_mean",
+                "kl/mean",
+                "loss/policy",
+                "ppo/approx_kl",
+                "reward/positive_frac",
+                "task/words",
+                "eval/task_chars",
+            ):
+                assert x[key] == pytest.approx(y[key], abs=1e-5), (CASES[case], key)
 
 
 @pytest.mark.parametrize("name, kind", [("ddp", "MULTI_GPU"), ("fsdp", "FSDP")])
