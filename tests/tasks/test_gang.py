@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TWO = Layout(processes=2)
 
 
-def _train(run_task, workspace, model_dir, layout, steps=2):
+def _train(run_task, workspace, model_dir, layout, steps=2, save_every=10):
     from t2g_core.demo import make_demo_feedback
     from t2g_core.stages.refs import ModelsRef
     from t2g_core.workspace import Workspace
@@ -37,7 +37,7 @@ def _train(run_task, workspace, model_dir, layout, steps=2):
     feedback = Workspace.at(workspace.root).store.write(
         "feedback", "k", make_demo_feedback("summarization", 40), "feedback"
     )
-    settings = PPOSettings(ppo=SMALL.model_copy(update={"steps": steps}))
+    settings = PPOSettings(ppo=SMALL.model_copy(update={"steps": steps, "save_every": save_every}))
     models = ModelsRef.of(model_dir, model_dir)
     return run_task(train_policy, feedback, models, None, settings, workspace, layout)
 
@@ -95,14 +95,14 @@ def test_a_killed_rank_fails_the_stage_with_its_error_and_the_next_run_resumes(
 
     kill_rank_one(
         workspace_cfg,
-        lambda: _train(run_task, workspace_cfg, tiny_model_dir, TWO, steps=20),
+        lambda: _train(run_task, workspace_cfg, tiny_model_dir, TWO, steps=8, save_every=2),
         lambda: list(Path(workspace_cfg.root).glob("checkpoints/ppo/*/checkpoints/latest")),
     )
 
     lines: list[str] = []  # what the task logs (rank 0's lines among them)
     monkeypatch.setattr(tasks.stage, "run_logger", lambda: SimpleNamespace(info=lines.append))
-    again = _train(run_task, workspace_cfg, tiny_model_dir, TWO, steps=20)
-    assert again.steps == 20
+    again = _train(run_task, workspace_cfg, tiny_model_dir, TWO, steps=8, save_every=2)
+    assert again.steps == 8
     assert any(line.startswith("PPO resumes from step-") for line in lines), lines
 
 
