@@ -140,7 +140,7 @@ def test_a_killed_rank_fails_the_sft_stage_with_its_error_and_the_next_run_resum
     Trainer and resume (``sft_trainer``, ``fit``), and only its data and evaluation, written by rank 0, differ."""
     import tasks.stage
 
-    cfg = WARMUP.model_copy(update={"steps": 12, "save_steps": 4})
+    cfg = WARMUP.model_copy(update={"steps": 8, "save_steps": 2})
     checkpoints = Path(workspace_cfg.root, "checkpoints", "warmup")
     # a checkpoint both ranks finished (rank 0 writes trainer_state.json last; each rank its RNG state)
     kill_rank_one(
@@ -153,8 +153,8 @@ def test_a_killed_rank_fails_the_sft_stage_with_its_error_and_the_next_run_resum
     monkeypatch.setattr(tasks.stage, "run_logger", lambda: SimpleNamespace(info=lines.append))
     again = _warm_up(run_task, workspace_cfg, tiny_model_dir, TWO, cfg)
     meta = json.loads((Path(again.policy) / "warmup.json").read_text())
-    assert meta["global_step"] == 12 and "/checkpoint-" in meta["resumed_from"]
-    assert any(line.startswith("warm-up: 12 steps") and "resumed from" in line for line in lines), lines
+    assert meta["global_step"] == 8 and "/checkpoint-" in meta["resumed_from"]
+    assert any(line.startswith("warm-up: 8 steps") and "resumed from" in line for line in lines), lines
 
 
 TRAINER_FORGETS_CPU = """
