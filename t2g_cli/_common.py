@@ -77,6 +77,8 @@ def guard(fn):
             return fn(*args, **kwargs)
         except SchemaError as exc:
             fail(str(exc))
+        except typer.Exit:  # a command that already said why it ends (its context may be the very disk error)
+            raise
         except Exception as exc:
             full = exc if isinstance(exc, DiskFull) else disk_full(exc, Path.cwd())
             if full is None:
