@@ -63,6 +63,9 @@ def quiet_libraries() -> None:
     for key, value in QUIET.items():
         os.environ.setdefault(key, value)
     logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
+    # MLflow's SQL store logs each database error with its traceback before raising it; the error itself reaches the
+    # command's one error line (a full disk during a stage's end printed 60 lines of traceback first)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def healthy(url: str, timeout: float = 2.0) -> bool:
@@ -111,18 +114,20 @@ def start_temporary_prefect(timeout_s: float = 180.0) -> str:
     home.mkdir(parents=True, exist_ok=True)
     database = home / "prefect.db"
     with folder_lock(database, f"a Prefect server starting (pid {os.getpid()})", wait_s=timeout_s):
-        template = None if database.exists() or "PREFECT_API_DATABASE_CONNECTION_URL" in os.environ else _template()
+        template = (
+            None if database.exists() or "PREFECT_API_DATABASE_CONNECTION_URL" in os.environ else database_template()
+        )
         if template is not None and template.is_file():
             shutil.copyfile(template, database.with_name("prefect.db.partial"))
             os.replace(database.with_name("prefect.db.partial"), database)
             template = None
         url = _start_temporary_prefect(timeout_s)
         if template is not None:
-            _save_template(database, template)
+            save_database_template(database, template)
         return url
 
 
-def _template() -> Path:
+def database_template() -> Path:
     """Where this Prefect version's migrated, empty database is kept for the next new workspace (a fresh one spends
     about 7 s creating its tables and registering block types before the server answers)."""
     from importlib.metadata import version
@@ -131,7 +136,7 @@ def _template() -> Path:
     return cache / "text2grad" / f"prefect-{version('prefect')}.db"
 
 
-def _save_template(database: Path, template: Path) -> None:
+def save_database_template(database: Path, template: Path) -> None:
     """A copy of a database the server has just migrated, without its telemetry session; written whole or not at
     all (several commands may race to write it: the last rename wins, each a complete copy)."""
     import sqlite3

@@ -177,16 +177,16 @@ def test_two_commands_starting_at_once_do_not_race_the_prefect_database_migratio
 
 
 def test_a_copy_that_cannot_be_kept_costs_nothing_but_the_copy(tmp_path):
-    from t2g_cli.runtime import _save_template
+    from t2g_cli.runtime import save_database_template
 
     database = tmp_path / "prefect.db"
     with contextlib.closing(sqlite3.connect(database)) as db:
         db.execute("CREATE TABLE configuration (key TEXT)")
     (tmp_path / "cache").write_text("a file where the cache folder would go")
-    _save_template(database, tmp_path / "cache" / "text2grad" / "prefect-x.db")  # no error: the run goes on
+    save_database_template(database, tmp_path / "cache" / "text2grad" / "prefect-x.db")  # no error: the run goes on
     no_table = tmp_path / "other.db"
     sqlite3.connect(no_table).close()  # a database without the table it empties: not kept, no partial left
-    _save_template(no_table, tmp_path / "kept" / "prefect-x.db")
+    save_database_template(no_table, tmp_path / "kept" / "prefect-x.db")
     assert list((tmp_path / "kept").iterdir()) == []
 
 
