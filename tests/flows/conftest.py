@@ -3,18 +3,35 @@ session (under pytest-xdist: of a worker)."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
+
+from t2g_cli.runtime import database_template, save_database_template
+
+HARNESS_DATABASE = "prefect-test.db"  # the name prefect_test_harness gives its database in its temporary folder
 
 
 @pytest.fixture(scope="session")
 def prefect_harness(tmp_path_factory):
-    """Start the harness once (about 7 s); flow tests request this fixture. Results of tasks run outside a
-    workspace's own result storage go to a folder of this session, never to ``~/.prefect/storage``: a cached result
-    there (a review sample in another session's deleted temporary workspace) would be reused across sessions."""
+    """Start the harness once; flow tests request this fixture. Its database starts as the migrated copy `t2g run`
+    keeps (t2g_cli.runtime.database_template; the harness keeps one when none exists), so the server answers in
+    seconds, not the ten a migration takes. Results of tasks run outside a workspace's own result storage go to a
+    folder of this session, never to ``~/.prefect/storage``: a cached result there (a review sample in another
+    session's deleted temporary workspace) would be reused across sessions."""
+    import prefect.testing.utilities as harness
     from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
 
+    folder = tmp_path_factory.mktemp("prefect-harness")
+    template = database_template()
+    if template.is_file():
+        shutil.copyfile(template, folder / HARNESS_DATABASE)
     storage = tmp_path_factory.mktemp("prefect-storage")
-    with temporary_settings({PREFECT_LOCAL_STORAGE_PATH: str(storage)}):
-        with prefect_test_harness(server_startup_timeout=90):
-            yield
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(harness, "mkdtemp", lambda: str(folder))
+        with temporary_settings({PREFECT_LOCAL_STORAGE_PATH: str(storage)}):
+            with harness.prefect_test_harness(server_startup_timeout=90):
+                if not template.is_file():
+                    save_database_template(Path(folder) / HARNESS_DATABASE, template)
+                yield
