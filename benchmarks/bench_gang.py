@@ -59,7 +59,8 @@ def main() -> None:
         args.steps, args.workdir = 2, str(PPO_SMOKE_WORK)
     policy = demo_policy(args.workdir, args.smoke)
     runs = Path(args.workdir) / "gang-runs" / time.strftime("%Y%m%d-%H%M%S")
-    run_stage(runs / "first", policy, args.steps, 1)  # imports and page cache warm for the in-process run
+    if not args.smoke:  # imports and page cache warm for the in-process run (a smoke run times nothing)
+        run_stage(runs / "first", policy, args.steps, 1)
     seconds = {"in_process": run_stage(runs / "in-process", policy, args.steps, 1)}
     started = time.perf_counter()
     command = [sys.executable, __file__, "--steps", str(args.steps), "--one", str(runs / "fresh"), policy]

@@ -216,7 +216,8 @@ def main() -> None:
     seeds = range(args.seeds)
     specs = [spec(args, "signal", s, policy) for s in seeds] + [spec(args, a, s, policy) for a in arms for s in seeds]
     cmd = [sys.executable, __file__, *shared_flags(args, SHARED)]
-    records = run_in_processes(cmd, specs, args.workdir, args.workers, 1)
+    per_process = len(specs) if args.smoke else 1  # a smoke run starts one interpreter, not one per run
+    records = run_in_processes(cmd, specs, args.workdir, args.workers, per_process)
     runs = [r for r in records if r["arm"] != "signal"]
     table = {a: arm_summary([r for r in runs if r["arm"] == a], args.steps) for a in arms}
     result = {
