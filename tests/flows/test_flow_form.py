@@ -132,3 +132,24 @@ def test_every_stage_group_is_a_flow_of_its_name():
 
     for group in GROUPS:
         assert getattr(flows.stages, group).name == group
+
+
+@pytest.mark.slow  # the Prefect harness
+def test_an_inline_stage_group_sends_no_heartbeats_of_its_own(prefect_harness):
+    """The pipeline's flow run keeps Prefect's heartbeats; a stage group run inline (its subflow) sends none, so its
+    end does not wait up to a second for a heartbeat thread to wake (before: about 8 s of a pipeline run)."""
+    from prefect import flow
+    from prefect.settings import get_current_settings
+
+    from flows.placement import placed
+
+    @flow
+    def stage() -> int | None:
+        return get_current_settings().flows.heartbeat_frequency
+
+    @flow
+    def pipeline() -> tuple[int | None, int | None]:
+        return get_current_settings().flows.heartbeat_frequency, placed(stage, None)
+
+    outer, inner = pipeline()
+    assert outer is not None and inner is None
