@@ -190,7 +190,8 @@ class _Relay:
 
 def _judge(relay: _Relay, judge: SandboxProcess, n_cases: int, budget_s: float | None) -> None:
     """Drive the judge to the end (or the time budget); every case of a variant that started gets a result."""
-    patience = relay.limits.startup_s + 4 * relay.limits.timeout_s + 2.0
+    # the judge's own start-up, then asleep (its own time) while the candidate starts and answers up to four calls
+    patience = 2 * relay.limits.startup_s + 5 * relay.limits.timeout_s + 2.0
     first = True
     while True:
         message = judge.receive(patience, from_start=first)
