@@ -285,7 +285,7 @@ def read_manifest(artifact: str | Path | ArtifactRef) -> dict[str, Any]:
     return read_json(path / MANIFEST)
 
 
-def _replace_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
+def replace_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Replace ``path`` at once with what ``write(tmp)`` writes: readers see the old or the new content, never a part
     (temp file, fsync so the bytes are on disk before the name points at them, rename; the temp never outlives a
     failure)."""
@@ -303,20 +303,20 @@ def _replace_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    """Replace ``path`` with ``text`` at once (:func:`_replace_atomic`)."""
-    _replace_atomic(path, lambda tmp: tmp.write_bytes(text.encode("utf-8")))
+    """Replace ``path`` with ``text`` at once (:func:`replace_atomic`)."""
+    replace_atomic(path, lambda tmp: tmp.write_bytes(text.encode("utf-8")))
 
 
 def write_frame_atomic(df: pd.DataFrame, path: str | Path) -> Path:
     """``df`` (no declared schema) as Parquet at ``path``, atomically."""
-    return _replace_atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
+    return replace_atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
 
 
 def write_parquet(df: pd.DataFrame, path: str | Path, schema: str | ArtifactSchema) -> Path:
     """Validate ``df`` and write it to ``path`` atomically."""
     sch = SCHEMAS[schema] if isinstance(schema, str) else schema
     table = to_arrow(validate_frame(df, sch, str(path)), sch)
-    return _replace_atomic(path, lambda tmp: pq.write_table(table, tmp))
+    return replace_atomic(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def read_artifact(path: str | Path | ArtifactRef, schema: str | ArtifactSchema) -> pd.DataFrame:
