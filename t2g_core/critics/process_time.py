@@ -98,10 +98,12 @@ class ProcessClock:
             return None
         return Sample(now - (time.clock_gettime(time.CLOCK_BOOTTIME) - started), 0.0, 0.0)
 
-    def own_since(self, start: Sample) -> tuple[float, float]:
-        """``(own time, wall time)`` since ``start``, in seconds (own time is wall time when unreadable)."""
+    def own_since(self, start: Sample, waits_count: bool = True) -> tuple[float, float]:
+        """``(own time, wall time)`` since ``start``, in seconds (own time is wall time when unreadable);
+        ``waits_count=False``: CPU time alone."""
         now = self.sample()
         wall = now.at - start.at
         if None in (start.cpu_s, start.queued_s, now.cpu_s, now.queued_s):
             return wall, wall
-        return max(now.cpu_s - start.cpu_s, wall - (now.queued_s - start.queued_s)), wall
+        cpu = now.cpu_s - start.cpu_s
+        return (max(cpu, wall - (now.queued_s - start.queued_s)) if waits_count else cpu), wall

@@ -137,6 +137,31 @@ def test_a_call_starved_past_the_safety_net_is_a_sandbox_problem_not_a_timeout()
     assert outcome == "sandbox_error" and "too loaded to judge" in message, (outcome, message)
 
 
+class _SlowWrapper(isolation.Isolation):
+    """A wrapper process (named like one) that waits 2 s before it starts the interpreter, as bubblewrap's child
+    waits for its parent's set-up when the machine starves that parent."""
+
+    def wrap(self, argv, scratch_mb=isolation.SCRATCH_MB):
+        wrapper = Path(self.hidden[0]) / "unshare"
+        wrapper.write_text('#!/bin/sh\nsleep 2\n"$@"\n')
+        wrapper.chmod(0o755)
+        return [str(wrapper), *argv], ""
+
+
+def test_a_start_up_waiting_on_its_wrapper_is_not_the_programs_time(tmp_path):
+    """Start-up runs none of the program (it is only compiled), so its waits are the machine's: a wrapper's slow
+    set-up once made a correct program 'killed: the program did not start' on a loaded machine (CI)."""
+    from t2g_core.critics.sandbox_process import SandboxProcess
+
+    limits = SandboxLimits(timeout_s=0.5, startup_s=0.5)
+    job = {"program": "def f(n):\n    return n\n", "entry_point": "f", "timeout_s": 0.5, "max_bytes": 1024}
+    process = SandboxProcess("candidate", _SlowWrapper("none", hidden=(str(tmp_path),)), limits, job)
+    try:
+        assert process.receive(1.0, from_start=True) == {"ready": True}  # after 2 s of wall time, 1 s allowed
+    finally:
+        process.kill()
+
+
 def test_sandbox_concurrency_is_capped_by_the_cores_with_a_log_line(caplog):
     cores = len(os.sched_getaffinity(0))
     with caplog.at_level(logging.WARNING):
