@@ -149,6 +149,24 @@ def _no_leaked_tracking_uri():
 LLAMA3_STYLE_REPO = "org/name"
 
 
+@pytest.fixture
+def live_ranks():
+    """The rank processes of a workspace's gangs still alive (their command line names its gang folder)."""
+    from pathlib import Path
+
+    import psutil
+
+    def find(workspace) -> list:
+        folder = str(Path(workspace.root) / "gang")
+        return [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if "gang-rank" in (c := " ".join(p.info["cmdline"] or [])) and folder in c
+        ]
+
+    return find
+
+
 @pytest.fixture(scope="session")
 def llama3_style_dir(tmp_path_factory):
     """A tiny Llama checkpoint whose tokenizer is shaped like Llama 3's: no pad token, EOS (end of turn) != BOS, and a

@@ -5,8 +5,7 @@
   makes another (two runs of one stage compared in a test).
 - ``run_task(task, *args, **kwargs)``: runs the task's function without a Prefect API (``disable_run_logger``).
 - for the stages run as a gang of processes (``tests/tasks/test_gang*.py``): ``gloo`` (one thread a rank) and
-  ``live_ranks(workspace)`` (the gang's rank processes still alive), ``kill_rank_one(workspace, train, ready)`` (a
-  gang's rank 1 SIGKILLed mid-run).
+  ``kill_rank_one(workspace, train, ready)`` (a gang's rank 1 SIGKILLed mid-run; ``live_ranks``: tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -49,24 +48,6 @@ def fresh_workspace(mlflow_template_db, monkeypatch):
         return WorkspaceConfig(root=str(root))
 
     return make
-
-
-@pytest.fixture
-def live_ranks():
-    """The rank processes of a workspace's gangs still alive (their command line names its gang folder)."""
-    from pathlib import Path
-
-    import psutil
-
-    def find(workspace) -> list:
-        folder = str(Path(workspace.root) / "gang")
-        return [
-            p
-            for p in psutil.process_iter(["cmdline"])
-            if "gang-rank" in (c := " ".join(p.info["cmdline"] or [])) and folder in c
-        ]
-
-    return find
 
 
 @pytest.fixture

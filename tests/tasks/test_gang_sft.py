@@ -1,6 +1,7 @@
 """The stages that train through TRL's ``SFTTrainer`` (``t2g_core/sft.py``), the warm-up and the generative reward
 model, run as a gang of 2 processes (``layout.<stage>``, DDP over gloo on the CPU) and equal the same stage in 1
-process: the trained weights, the stage's metrics, the stage key. A killed rank fails the stage with its error and the
+process: the trained weights, the stage's metrics, the stage key (the warm-up's through the flow:
+tests/flows/test_gang_flow.py). A killed rank fails the stage with its error and the
 next run resumes; the Trainer is refused if it would leave each rank alone; a step's examples are shared by the
 processes, never multiplied; the tagger, trained by a loop of its own, refuses a layout of several processes."""
 
@@ -70,29 +71,6 @@ def _timed(name: str, run):
     ref = run()
     print(f"{name}: {time.monotonic() - started:.1f} s")
     return ref
-
-
-@pytest.mark.slow
-def test_the_warm_up_in_two_processes_equals_one_process(
-    tiny_model_dir, fresh_workspace, live_ranks, run_task, tmp_path, gloo
-):
-    one_ws, two_ws = fresh_workspace(tmp_path / "one"), fresh_workspace(tmp_path / "two")
-    one = _timed("1-process warm-up stage", lambda: _warm_up(run_task, one_ws, tiny_model_dir, None))
-    one_loss = _history(one.run_id, "warmup/loss")
-    two = _timed("2-process warm-up stage", lambda: _warm_up(run_task, two_ws, tiny_model_dir, TWO))
-    assert Path(one.policy).parent.name == Path(two.policy).parent.name  # the stage key ignores the layout
-    a, b = (load_file(str(Path(ref.policy) / "model.safetensors")) for ref in (one, two))
-    start = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
-    assert any(not torch.equal(a[k], start[k]) for k in a)  # it trained (the LoRA merged into the weights)
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=0, atol=ATOL)
-    meta = [json.loads((Path(ref.policy) / "warmup.json").read_text()) for ref in (one, two)]
-    assert meta[0]["global_step"] == meta[1]["global_step"] == 4
-    assert meta[1]["losses"] == pytest.approx(meta[0]["losses"], rel=1e-5)
-    two_loss = _history(two.run_id, "warmup/loss")  # rank 0 logged to the stage's run as one process does
-    assert [s for s, _ in two_loss] == [s for s, _ in one_loss] == [1, 2, 3, 4]
-    assert [v for _, v in two_loss] == pytest.approx([v for _, v in one_loss], rel=1e-5)
-    assert list(Path(two_ws.root, "gang").glob("warmup-*/rank-1.log")) and not live_ranks(two_ws)
 
 
 @pytest.mark.slow
