@@ -55,7 +55,7 @@ CODE |= dict(tune_warm_starts=1, steps=16, eval_every=4, max_new_tokens=40, code
 TASK_DEFAULTS = {"code": CODE}  # code: what 2 shared cores allow (a run is ~4.5 min, mostly sandbox); flags override
 SMOKE = dict(steps=2, batch_size=4, max_new_tokens=8, eval_every=1, n_eval=4, workers=1, runs_per_process=100)
 SMOKE |= dict(sft_steps=5, lm_steps=0, arms="span_local:head,scalar:head", lrs="1e-3", lams="0.95", kl_stops="0.03")
-SMOKE |= dict(tune_seeds=1, seeds=1, warm_starts=3, tune_warm_starts=2, phase="all")
+SMOKE |= dict(tune_seeds=1, seeds=1, warm_starts=2, tune_warm_starts=1, phase="all")
 
 
 def base_arm(arm: str) -> str:
