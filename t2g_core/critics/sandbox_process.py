@@ -163,8 +163,8 @@ class SandboxProcess:
 
     def _own(self, start: Sample, from_start: bool) -> tuple[float, float]:
         """``(own time, wall time)`` since ``start``. A start-up is timed from the interpreter's own start, on its CPU
-        time alone: it runs none of the program (only compiles it), so what it waits for (the disk, or a wrapper
-        whose set-up the machine starves) is the machine's time, not the program's."""
+        time alone: it runs none of the program (the candidate compiles it, the judge loads the tests), so what it
+        waits for (the disk, or a wrapper whose set-up the machine starves) is the machine's time, not the program's."""
         if from_start:
             return self.clock.own_since(self.clock.birth() or start, waits_count=False)
         return self.clock.own_since(start)
