@@ -136,13 +136,13 @@ def seeded_database(database: Path) -> Iterator[None]:
         yield
         return
     template = database_template()
-    if template.is_file():
+    kept = template.is_file()
+    if kept:
         with contextlib.suppress(OSError):  # no room for the copy: the server migrates its own (and says why not)
             replace_atomic(database, lambda tmp: shutil.copyfile(template, tmp))
-        yield
-        return
     yield
-    save_database_template(database, template)
+    if not kept:
+        save_database_template(database, template)
 
 
 def save_database_template(database: Path, template: Path) -> None:
@@ -156,10 +156,8 @@ def save_database_template(database: Path, template: Path) -> None:
             to.execute("DELETE FROM configuration")
             to.commit()
 
-    try:
+    with contextlib.suppress(OSError, sqlite3.Error):  # else the next new workspace migrates its own database
         replace_atomic(template, copy)
-    except (OSError, sqlite3.Error):  # the next new workspace migrates its own database, nothing else
-        pass
 
 
 def _start_temporary_prefect(timeout_s: float) -> str:

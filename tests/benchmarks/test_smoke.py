@@ -137,12 +137,15 @@ RM_PPO = ROOT / "benchmarks" / "bench_rm_ppo.py"
 def test_rm_ppo_refreshed_arm_stops_with_a_reason_without_its_loop_settings():
     """The refreshed-tagger arm is never the static tagger again: without ``--refresh-set ppo.critique_loop...`` it
     says so and stops, and loop settings PPO refuses (a budget over the batch) stop it before any work."""
-    cmd = [sys.executable, str(RM_PPO), "--arms", "oracle,refreshed"]
-    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=120)
+
+    def rm_ppo(*flags: str) -> subprocess.CompletedProcess:  # a plain interpreter: it stops before any heavy import
+        cmd, env = [sys.executable, str(RM_PPO), *flags], {**os.environ, **OFFLINE}
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+    proc = rm_ppo("--arms", "oracle,refreshed")
     assert proc.returncode != 0 and "arm refreshed:" in proc.stderr, proc.stderr[-2000:]
     assert "--refresh-set" in proc.stderr
-    cmd = [sys.executable, str(RM_PPO), "--smoke", "--arms", "refreshed", "--refresh-set", "ppo.critique_loop.budget=5"]
-    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=120)
+    proc = rm_ppo("--smoke", "--arms", "refreshed", "--refresh-set", "ppo.critique_loop.budget=5")
     assert proc.returncode != 0 and "arm refreshed:" in proc.stderr and "budget 5" in proc.stderr, proc.stderr[-2000:]
 
 

@@ -38,8 +38,14 @@ TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 # the tiny preset as shipped (tests/cli/test_run_tiny.py runs it through t2g run); the re-annotation step runs it
 TINY_PRESET = PRESETS["tiny"]
-# the kill/resume step needs PPO long enough to be killed mid-run and a page per step
-TINY = merged(PRESETS["tiny"], {"ppo": {"steps": 12, "eval_every": 1, "log_every": 1, "save_every": 1}})
+# the kill/resume step needs PPO long enough to be killed mid-run and a page per step: set on the form over the tiny
+# preset as shipped (none of them is PPO's default, so the preset leaves them)
+KILLABLE_PPO = {"steps": 12, "eval_every": 1, "log_every": 1, "save_every": 1}
+
+
+def _tiny_run(form: dict, **sections) -> dict:
+    """The Run button's parameters: the deployment's config with ``sections`` set, sized by the shipped tiny preset."""
+    return {"preset": "tiny", "config": {**form, "ppo": merged(form.get("ppo", {}), KILLABLE_PPO), **sections}}
 
 
 def _flow_run_process(flow_run_id: str) -> int | None:
@@ -154,7 +160,7 @@ def test_the_deployment_api_refuses_the_exfiltration_request(servers, tmp_path):
         api, anonymous = _api(info), _api(info, auth=False)
         dep = api.get("/deployments/name/text2grad/text2grad").json()
         llm = {"annotator": "llm", "base_url": listener.url, "api_key_env": "SOME_SECRET_VAR", "max_retries": 0}
-        parameters = {"config": {**dep["parameters"]["config"], **TINY, "annotate": llm}}
+        parameters = _tiny_run(dep["parameters"]["config"], annotate=llm)
         refused = anonymous.post(f"/deployments/{dep['id']}/create_flow_run", json={"parameters": parameters})
         assert refused.status_code == 401, refused.text
         assert anonymous.post("/block_documents/filter", json={"include_secrets": True}).status_code == 401
@@ -177,7 +183,9 @@ def test_the_deployment_api_refuses_the_exfiltration_request(servers, tmp_path):
         columns = {"id": "password", "prompt": "user", "response": "user"}
         data = {"source": "hub", "dataset": str(secret), "columns": columns}
         run = _wait_flow_run(
-            api, _create_flow_run(api, dep["id"], {"config": {**parameters["config"], "data": data}})["id"], 180
+            api,
+            _create_flow_run(api, dep["id"], _tiny_run(dep["parameters"]["config"], annotate=llm, data=data))["id"],
+            180,
         )
         message = run["state"].get("message") or ""
         assert run["state_type"] == "FAILED" and "data.dataset" in message, _why(run, ws)
@@ -196,9 +204,8 @@ def test_ui_run_crash_retry_placement_reannotation_and_lineage(worker):
     # 1. the UI's Run button: POST /deployments/{id}/create_flow_run with the form's parameters; evaluation placed on
     #    the work pool
     dep = api.get("/deployments/name/text2grad/text2grad").json()
-    config = {**dep["parameters"]["config"], **TINY, "placement": {"evaluate": POOL}}
-    assert config["workspace"]["root"] == str(ws)  # the form's defaults: this workspace; the rest tiny
-    created = _create_flow_run(api, dep["id"], {"config": config})
+    assert dep["parameters"]["config"]["workspace"]["root"] == str(ws)  # the form's defaults: this workspace
+    created = _create_flow_run(api, dep["id"], _tiny_run(dep["parameters"]["config"], placement={"evaluate": POOL}))
     _crash_and_retry(api, ws, created)
     _outcome_on_the_parent(api, created)
     _reannotation(api, ws)
@@ -344,11 +351,11 @@ def _mlflow_dashboard(info: dict, created: dict) -> None:
         "and attributes.status = 'FINISHED'",
     )[0]
     steps = sorted(m.step for m in client.get_metric_history(ppo.info.run_id, "reward/total_mean"))
-    assert sorted(set(steps)) == list(range(TINY["ppo"]["steps"])), steps  # the resumed run holds every step
+    assert sorted(set(steps)) == list(range(KILLABLE_PPO["steps"])), steps  # the resumed run holds every step
     top = [a.path for a in client.list_artifacts(ppo.info.run_id)]
     pages = [a.path for a in client.list_artifacts(ppo.info.run_id, "heatmaps")]
     assert not [p for p in top if p.endswith(".html")] and "heatmaps/index.html" in pages, (top, pages)
-    assert len(pages) == len(set(pages)) == TINY["ppo"]["steps"] + 1  # one page per step (log_every 1), the index
+    assert len(pages) == len(set(pages)) == KILLABLE_PPO["steps"] + 1  # one page per step (log_every 1), the index
     annotate = client.search_runs(
         [exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}' and tags.`t2g.stage` = 'annotate'"
     )[0]
