@@ -41,6 +41,8 @@ else AUTH="t2g:$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"; fi
 export DO_NOT_TRACK=1 PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT=false
 export MLFLOW_DISABLE_TELEMETRY=true HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
 export PREFECT_HOME="$WS/prefect"
+OWN_DB=""  # a new SQLite database of ours starts as the copy of this Prefect version's last migration (kept_databases)
+[[ -z "${PREFECT_SERVER_DATABASE_CONNECTION_URL:-}" && ! -e "$WS/prefect/prefect.db" ]] && OWN_DB="$WS/prefect/prefect.db"
 export PREFECT_SERVER_DATABASE_CONNECTION_URL="${PREFECT_SERVER_DATABASE_CONNECTION_URL:-sqlite+aiosqlite:///$WS/prefect/prefect.db}"
 export PREFECT_RESULTS_LOCAL_STORAGE_PATH="$WS/prefect-results"
 MLFLOW_BACKEND="${MLFLOW_BACKEND_STORE_URI:-sqlite:///$WS/mlflow.db}"
@@ -57,8 +59,11 @@ database_uri = sqlite:///$WS/mlflow-auth.db
 admin_username = ${MLFLOW_AUTH%%:*}
 authorization_function = mlflow.server.auth:authenticate_request_basic_auth
 INI
-# Create and migrate the MLflow database once, before a server worker and clients touch it (first-creation race).
-"$BIN/python" -c "import sys, mlflow; mlflow.MlflowClient(sys.argv[1]).search_experiments()" "$MLFLOW_BACKEND" >/dev/null 2>&1
+# Create and migrate the MLflow database once, before a server worker and clients touch it (first-creation race); a
+# new SQLite file starts as the kept copy, as Prefect's below.
+"$BIN/python" -c "import sys; from t2g_mlflow.experiment import create_store as c; c(sys.argv[1])" "$MLFLOW_BACKEND" \
+  >/dev/null 2>&1
+[[ -n "$OWN_DB" ]] && "$BIN/python" -m t2g_core.kept_databases place prefect "$OWN_DB"
 
 start() {  # name, command...: own session (process group), so down.sh can stop it and its children
   local name=$1; shift
@@ -84,6 +89,7 @@ wait_health() {  # url, name, seconds, curl options...
 }
 stop_all() { bash "$(dirname "$0")/down.sh" "$WS"; exit 1; }   # a failed start leaves nothing running
 wait_health "http://127.0.0.1:$PREFECT_PORT/api/health" prefect-server 180 || stop_all
+[[ -n "$OWN_DB" ]] && "$BIN/python" -m t2g_core.kept_databases keep prefect "$OWN_DB"  # when none was kept
 wait_health "http://127.0.0.1:$MLFLOW_PORT/health" mlflow-server 180 || stop_all
 # MLflow stores the admin's password under scrypt, which costs the server 0.2 s of CPU on every request it answers
 # (the tracking client sends one per logged batch). The generated password is 24 random bytes: key stretching adds

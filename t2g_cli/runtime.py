@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -32,8 +31,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from t2g_core.kept_databases import seeded
 from t2g_core.locks import folder_lock
-from t2g_core.store import replace_atomic
 
 SERVERS_FILE = "run/servers.json"
 RUN_LOG = "run/t2g-run.log"
@@ -119,45 +118,18 @@ def start_temporary_prefect(timeout_s: float = 180.0) -> str:
             return _start_temporary_prefect(timeout_s)
 
 
-def database_template() -> Path:
-    """Where this Prefect version's migrated, empty database is kept for the next new workspace."""
-    from importlib.metadata import version
-
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "text2grad" / f"prefect-{version('prefect')}.db"
-
-
 @contextlib.contextmanager
 def seeded_database(database: Path) -> Iterator[None]:
     """Around a Prefect server's start on the SQLite ``database``: a new one starts as the kept copy
-    (:func:`database_template`); without a copy, the database the server migrated is kept when the block ends. A
-    database at a connection URL of its own is left alone."""
-    if database.exists() or "PREFECT_API_DATABASE_CONNECTION_URL" in os.environ:
+    (:mod:`t2g_core.kept_databases`, without its telemetry session); a database at a connection URL of its own is left
+    alone."""
+    if database.exists() or {"PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_SERVER_DATABASE_CONNECTION_URL"} & set(
+        os.environ
+    ):
         yield
         return
-    template = database_template()
-    kept = template.is_file()
-    if kept:
-        with contextlib.suppress(OSError):  # no room for the copy: the server migrates its own (and says why not)
-            replace_atomic(database, lambda tmp: shutil.copyfile(template, tmp))
-    yield
-    if not kept:
-        save_database_template(database, template)
-
-
-def save_database_template(database: Path, template: Path) -> None:
-    """A copy of a migrated ``database`` (read through SQLite: the server may hold part of it in its log), without its
-    telemetry session; written whole or not at all. A copy that cannot be written is not kept, and nothing fails."""
-    import sqlite3
-
-    def copy(tmp: Path) -> None:
-        with contextlib.closing(sqlite3.connect(database)) as source, contextlib.closing(sqlite3.connect(tmp)) as to:
-            source.backup(to)
-            to.execute("DELETE FROM configuration")
-            to.commit()
-
-    with contextlib.suppress(OSError, sqlite3.Error):  # else the next new workspace migrates its own database
-        replace_atomic(template, copy)
+    with seeded(database, "prefect"):
+        yield
 
 
 def _start_temporary_prefect(timeout_s: float) -> str:

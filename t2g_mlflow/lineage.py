@@ -26,6 +26,9 @@ from t2g_mlflow.tags import (
 def _client(tracking_uri: str):
     import mlflow
 
+    from t2g_mlflow.experiment import create_store
+
+    create_store(tracking_uri)  # a workspace that has not logged yet: an empty store, as its first run makes it
     return mlflow.MlflowClient(tracking_uri)
 
 

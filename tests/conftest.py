@@ -124,17 +124,6 @@ def tiny_model_dir(tmp_path_factory):
     return root / "model"
 
 
-@pytest.fixture(scope="session")
-def mlflow_template_db(tmp_path_factory):
-    """A migrated, empty MLflow SQLite database: copy it instead of creating one per test (creating one runs MLflow's
-    migrations, seconds; copying it, milliseconds)."""
-    import mlflow
-
-    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    mlflow.MlflowClient(f"sqlite:///{path}").search_experiments()
-    return path
-
-
 @pytest.fixture(autouse=True)
 def _no_leaked_tracking_uri():
     """A test that points MLflow at its own store or server must not leave $MLFLOW_TRACKING_URI behind for the next."""

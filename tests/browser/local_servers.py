@@ -64,8 +64,8 @@ def prefect_server(home: Path) -> Iterator[str]:
 
 @contextlib.contextmanager
 def mlflow_server(db: Path) -> Iterator[str]:
-    """An MLflow tracking server on the SQLite file ``db`` (a copy of the migrated ``mlflow_template_db`` starts
-    seconds sooner); yields its URL."""
+    """An MLflow tracking server on the SQLite file ``db`` (one made by ``t2g_mlflow.experiment.create_store``, as
+    deployments/up.sh makes it, starts seconds sooner); yields its URL."""
     port = free_port()
     env = {**os.environ, **QUIET}
     command = [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{db}", "--host", "127.0.0.1"]

@@ -3,7 +3,6 @@ MLflow 3's GenAI overview (traces, token cost); the experiment is marked as mode
 
 from __future__ import annotations
 
-import shutil
 import time
 
 import pytest
@@ -13,11 +12,11 @@ from local_servers import mlflow_server
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-def test_the_printed_link_opens_the_runs_of_a_model_training_experiment(tmp_path, mlflow_template_db, chromium):
+def test_the_printed_link_opens_the_runs_of_a_model_training_experiment(tmp_path, chromium):
     from t2g_core.config import WorkspaceConfig
     from t2g_mlflow import experiment, runs
 
-    shutil.copy(mlflow_template_db, tmp_path / "mlflow.db")
+    experiment.create_store(f"sqlite:///{tmp_path / 'mlflow.db'}")  # as deployments/up.sh, before its server starts
     with mlflow_server(tmp_path / "mlflow.db") as url:
         ws = WorkspaceConfig(root=str(tmp_path / "ws"), mlflow_tracking_uri=url)
         with runs.stage_run("feedback", {"n": 1}, ws) as run:

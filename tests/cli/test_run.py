@@ -8,7 +8,6 @@ from typer.testing import CliRunner
 from t2g_cli import app
 
 
-@pytest.mark.usefixtures("mlflow_db_in_tmp_path")
 def test_lineage_of_an_unknown_version_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("PREFECT_API_URL", raising=False)

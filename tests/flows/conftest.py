@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from t2g_cli.runtime import seeded_database
+from t2g_core.kept_databases import keep, place
 
 HARNESS_DATABASE = "prefect-test.db"  # the name prefect_test_harness gives its database in its temporary folder
 
@@ -13,17 +13,21 @@ HARNESS_DATABASE = "prefect-test.db"  # the name prefect_test_harness gives its 
 @pytest.fixture(scope="session")
 def prefect_harness(tmp_path_factory):
     """Start the harness once; flow tests request this fixture. Its database starts as the migrated copy `t2g run`
-    keeps (t2g_cli.runtime.seeded_database; without one, the harness's is kept): its start took 5.6 s instead of
-    12.0 s. Results of tasks run outside a workspace's own result storage go to a folder of this session, never to
-    ``~/.prefect/storage``: a cached result there (a review sample in another session's deleted temporary workspace)
-    would be reused across sessions."""
+    keeps (t2g_core.kept_databases; without one, the harness's is kept as soon as it is migrated): its start took
+    5.6 s instead of 12.0 s. Results of tasks run outside a workspace's own result storage go to a folder of this
+    session, never to ``~/.prefect/storage``: a cached result there (a review sample in another session's deleted
+    temporary workspace) would be reused across sessions."""
     import prefect.testing.utilities as harness
     from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
 
     folder = tmp_path_factory.mktemp("prefect-harness")
     storage = tmp_path_factory.mktemp("prefect-storage")
-    with pytest.MonkeyPatch.context() as patch, seeded_database(folder / HARNESS_DATABASE):
+    database = folder / HARNESS_DATABASE
+    placed = place(database, "prefect")
+    with pytest.MonkeyPatch.context() as patch:
         patch.setattr(harness, "mkdtemp", lambda: str(folder))
         with temporary_settings({PREFECT_LOCAL_STORAGE_PATH: str(storage)}):
             with harness.prefect_test_harness(server_startup_timeout=90):
+                if not placed:  # kept as migrated, before any test records a run in it
+                    keep(database, "prefect")
                 yield

@@ -101,9 +101,7 @@ def pipeline(ws: dict, adapter_dir: str) -> str:
 
 
 @pytest.mark.slow
-def test_parent_run_is_reused_on_retry_and_lineage_walks_back_to_feedback(tmp_path, mlflow_template_db):
-    import shutil
-
+def test_parent_run_is_reused_on_retry_and_lineage_walks_back_to_feedback(tmp_path):
     import mlflow
 
     from t2g_mlflow.experiment import tracking_uri
@@ -113,7 +111,6 @@ def test_parent_run_is_reused_on_retry_and_lineage_walks_back_to_feedback(tmp_pa
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{}")
     (tmp_path / "ws").mkdir()
-    shutil.copy(mlflow_template_db, tmp_path / "ws" / "mlflow.db")
     ws = {"root": str(tmp_path / "ws"), "mlflow_tracking_uri": f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}"}
     state = pipeline(ws, str(adapter), return_state=True)
     assert state.is_completed()
@@ -144,10 +141,9 @@ def test_parent_run_is_reused_on_retry_and_lineage_walks_back_to_feedback(tmp_pa
     assert feedback_sha in text
 
 
-def test_lineage_follows_only_producers_that_finished_before_the_consumer(tmp_path, mlflow_template_db):
+def test_lineage_follows_only_producers_that_finished_before_the_consumer(tmp_path):
     """A later run that outputs the same content (a re-annotation that changed nothing) is not the producer of what
     an earlier consumer read: before, lineage took the newest run with that digest and ended at it."""
-    import shutil
     import time
 
     import mlflow
@@ -156,7 +152,6 @@ def test_lineage_follows_only_producers_that_finished_before_the_consumer(tmp_pa
     from t2g_mlflow.lineage import lineage_chain
 
     (tmp_path / "ws").mkdir()
-    shutil.copy(mlflow_template_db, tmp_path / "ws" / "mlflow.db")
     ws = WorkspaceConfig(root=str(tmp_path / "ws"), mlflow_tracking_uri=f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}")
     ref = ArtifactStore(Path(ws.root) / "artifacts").write("feedback", "k", _feedback(3), "feedback")
     adapter = tmp_path / "adapter"
@@ -199,18 +194,15 @@ def outcome_flow(ws: dict) -> tuple[str | None, str | None]:
     return noted, runs.link_pipeline_outputs({}, cfg, root_flow_run_id())
 
 
-def test_the_outcome_and_the_outputs_go_to_the_parent_run_of_the_root_flow_run(tmp_path, mlflow_template_db):
+def test_the_outcome_and_the_outputs_go_to_the_parent_run_of_the_root_flow_run(tmp_path):
     """The Prefect glue hands t2g_mlflow the root flow run (``tasks.links.root_flow_run_id``): the outcome and the
     outputs' record land on the parent run the stage runs are nested under; outside a flow there is none."""
-    import shutil
-
     import mlflow
 
     from t2g_mlflow import runs
     from t2g_mlflow.experiment import tracking_uri
 
     (tmp_path / "ws").mkdir()
-    shutil.copy(mlflow_template_db, tmp_path / "ws" / "mlflow.db")
     ws = {"root": str(tmp_path / "ws"), "mlflow_tracking_uri": f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}"}
     noted, linked = outcome_flow(ws)
     parent = mlflow.MlflowClient(tracking_uri(WorkspaceConfig(**ws))).get_run(noted)
@@ -271,11 +263,9 @@ def test_the_temporary_prefect_server_says_it_has_no_ui(monkeypatch):
     assert os.environ["PREFECT_API_URL"] == url and os.environ["PREFECT_UI_URL"] == ""
 
 
-def test_a_stage_run_names_its_input_dataset_as_everywhere_else(tmp_path, mlflow_template_db):
+def test_a_stage_run_names_its_input_dataset_as_everywhere_else(tmp_path):
     """The consumer run's description names a dataset version as the model descriptions and the run summary do
     (before: "input feedback (3 rows, sha256 …)" beside "feedback version 1 (3 rows)")."""
-    import shutil
-
     import mlflow
 
     from t2g_core import datasets as versions
@@ -283,7 +273,6 @@ def test_a_stage_run_names_its_input_dataset_as_everywhere_else(tmp_path, mlflow
     from t2g_mlflow.tracker import MlflowTracker
 
     (tmp_path / "ws").mkdir()
-    shutil.copy(mlflow_template_db, tmp_path / "ws" / "mlflow.db")
     ws = WorkspaceConfig(root=str(tmp_path / "ws"), mlflow_tracking_uri=f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}")
     ref = ArtifactStore(Path(ws.root) / "artifacts").write("feedback", "k", _feedback(3), "feedback")
     versions.record_first_versions(ws, ref, ref)

@@ -1,16 +1,14 @@
 """Fixtures for task tests: call ``task.fn(...)`` on temporary Parquet with a fresh, pre-migrated MLflow store.
 
-- ``workspace_cfg``: a ``WorkspaceConfig`` whose root is ``tmp_path``; its ``mlflow.db`` is a copy of a database
-  migrated once per session (creating one takes about a second; copying it, milliseconds); ``fresh_workspace(root)``
-  makes another (two runs of one stage compared in a test).
+- ``workspace_cfg``: a ``WorkspaceConfig`` whose root is ``tmp_path`` (its MLflow store starts as the kept copy of a
+  migrated one, as every new workspace's: t2g_core.kept_databases); ``fresh_workspace(root)`` makes another (two runs
+  of one stage compared in a test).
 - ``run_task(task, *args, **kwargs)``: runs the task's function without a Prefect API (``disable_run_logger``).
 - for the stages run as a gang of processes (``tests/tasks/test_gang*.py``): ``gloo`` (one thread a rank) and
   ``kill_rank_one(workspace, train, ready)`` (a gang's rank 1 SIGKILLed mid-run; ``live_ranks``: tests/conftest.py).
 """
 
 from __future__ import annotations
-
-import shutil
 
 import pytest
 
@@ -37,14 +35,13 @@ def gloo(monkeypatch):
 
 
 @pytest.fixture
-def fresh_workspace(mlflow_template_db, monkeypatch):
+def fresh_workspace(monkeypatch):
     from t2g_core.config import WorkspaceConfig
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
     def make(root):
         root.mkdir(parents=True, exist_ok=True)
-        shutil.copy(mlflow_template_db, root / "mlflow.db")
         return WorkspaceConfig(root=str(root))
 
     return make

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from t2g_cli.runtime import database_template
+from t2g_core.kept_databases import kept_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -127,7 +127,7 @@ def test_a_full_disk_ends_t2g_run_with_one_error_line_naming_the_workspace(tmp_p
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     t2g = str(Path(sys.executable).parent / "t2g")
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "PREFECT_HOME")}
-    template = database_template()
+    template = kept_copy("prefect")
     template.parent.mkdir(parents=True)
     template.write_bytes(b"\0" * (7 << 20))  # larger than the disk
     mnt = tmp_path / "mnt"

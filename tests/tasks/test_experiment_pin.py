@@ -38,3 +38,25 @@ def test_an_experiment_first_seen_on_a_server_keeps_its_artifacts_in_its_store_o
     pin(experiment(3, "mlflow-artifacts:/3"), tmp_path, server=True)
     pin(experiment(4, (tmp_path / "mlartifacts").as_uri()), tmp_path, server=True)
     pin(experiment(3, "mlflow-artifacts:/3"), tmp_path, server=True)  # as pinned
+
+
+def test_a_new_workspace_store_starts_as_the_kept_copy_of_a_migrated_one(tmp_path, monkeypatch, fresh_workspace):
+    """The first new store is migrated and kept (before the workspace's experiment is made: the copy holds none);
+    the next new workspace starts from the copy, its default experiment placed where MLflow places a new store's."""
+    import sqlite3
+
+    import mlflow
+
+    from t2g_core.kept_databases import kept_copy
+    from t2g_mlflow.experiment import configure
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    configure(fresh_workspace(tmp_path / "one"))
+    with sqlite3.connect(kept_copy("mlflow")) as db:
+        assert db.execute("SELECT name FROM experiments").fetchall() == [("Default",)]
+        db.execute("INSERT INTO experiment_tags (key, value, experiment_id) VALUES ('marker', 'kept copy', 0)")
+    configure(fresh_workspace(tmp_path / "two"))
+    default = mlflow.MlflowClient().get_experiment("0")
+    assert default.tags == {"marker": "kept copy"}
+    assert default.artifact_location == str(tmp_path / "mlruns" / "0")

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from t2g_core.kept_databases import keep, kept_copy, place
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -176,18 +178,39 @@ def test_two_commands_starting_at_once_do_not_race_the_prefect_database_migratio
         assert db.execute("SELECT value FROM variable WHERE name = 'marker'").fetchone() == ('"from the kept copy"',)
 
 
-def test_a_copy_that_cannot_be_kept_costs_nothing_but_the_copy(tmp_path):
-    from t2g_cli.runtime import save_database_template
+def _prefect_like(path: Path, *tables: str, runs: int = 0) -> Path:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        for table in tables:
+            db.execute(f"CREATE TABLE {table} (name TEXT)")
+        db.executemany("INSERT INTO flow_run VALUES (?)", [(f"run-{i}",) for i in range(runs)])
+        db.commit()
+    return path
 
-    database = tmp_path / "prefect.db"
-    with contextlib.closing(sqlite3.connect(database)) as db:
-        db.execute("CREATE TABLE configuration (key TEXT)")
+
+def test_a_copy_that_cannot_be_kept_costs_nothing_but_the_copy(tmp_path, monkeypatch):
+    database = _prefect_like(tmp_path / "prefect.db", "configuration", "flow_run")
     (tmp_path / "cache").write_text("a file where the cache folder would go")
-    save_database_template(database, tmp_path / "cache" / "text2grad" / "prefect-x.db")  # no error: the run goes on
-    no_table = tmp_path / "other.db"
-    sqlite3.connect(no_table).close()  # a database without the table it empties: not kept, no partial left
-    save_database_template(no_table, tmp_path / "kept" / "prefect-x.db")
-    assert list((tmp_path / "kept").iterdir()) == []
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    keep(database, "prefect")  # no error: the run goes on
+    no_table = _prefect_like(tmp_path / "other.db", "flow_run")  # without the table it empties: no partial left
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "kept"))
+    keep(no_table, "prefect")
+    assert list((tmp_path / "kept" / "text2grad").iterdir()) == []
+
+
+def test_a_copy_that_holds_runs_is_neither_used_nor_kept(tmp_path, monkeypatch):
+    """A database kept after runs were recorded (the test harness's kept at the end of its session did) would hand
+    them to every new workspace, where a stale Running one looks like a run left behind: it is replaced."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    keep(_prefect_like(tmp_path / "used.db", "configuration", "flow_run", runs=1), "prefect")
+    assert not kept_copy("prefect").exists()
+    kept_copy("prefect").parent.mkdir(parents=True)
+    _prefect_like(kept_copy("prefect"), "configuration", "flow_run", runs=2)  # such a copy, left by older code
+    assert not place(tmp_path / "new.db", "prefect") and not (tmp_path / "new.db").exists()
+    keep(_prefect_like(tmp_path / "fresh.db", "configuration", "flow_run"), "prefect")
+    assert place(tmp_path / "new.db", "prefect")
+    with contextlib.closing(sqlite3.connect(tmp_path / "new.db")) as db:
+        assert db.execute("SELECT count(*) FROM flow_run").fetchone() == (0,)
 
 
 def test_stale_temporaries_of_killed_writers_are_collected(tmp_path):
