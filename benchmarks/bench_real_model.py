@@ -48,6 +48,7 @@ SMOKE = [  # tiny demo models and a few steps of everything: the script's path, 
     "evaluate.bootstrap_samples=100",
 ]
 METRICS = ("fact_error", "invented_entity_rate", "fact_recall", "fact_precision")
+EXAMPLES = 3  # held-out prompts whose responses the results show, per policy
 
 
 # ------------------------------------------------------------------------------------------------ measuring a stage
@@ -153,7 +154,35 @@ def held_out_evaluation(cfg, refs: dict, stages: Stages, modes: tuple[str, ...])
         "settings": ev.model_dump(mode="json"),
         "means": means,
         "vs_warm_start": comparisons,
+        "annotator_reward": annotator_rewards(results.items, modes),
     }
+
+
+def annotator_rewards(items, modes: tuple[str, ...]) -> dict:
+    """The annotator's (reference critic's) reward of every held-out response, as PPO pays it: good spans minus poor
+    spans minus omissions; per policy its mean, and each PPO policy's paired per-prompt difference from the others'."""
+    import numpy as np
+
+    from t2g_core.critics.reference import ReferenceCritic
+    from t2g_core.evaluation.reward import span_reward
+
+    critic = ReferenceCritic()
+    rows = items.to_dict("records")
+    feedback = critic.critique_batch(rows)
+    paid = [span_reward(r["response"], fb)["rm_reward"] - len(fb.missing) for r, fb in zip(rows, feedback, strict=True)]
+    items = items.assign(reward=paid)
+    per_prompt = items.groupby(["policy", "id"])["reward"].mean().unstack("policy")
+    out = {"mean": {p: round(float(per_prompt[p].mean()), 4) for p in per_prompt}, "paired": {}}
+    first = items[items["id"].isin(sorted(set(items["id"]))[:EXAMPLES]) & (items["sample"] == 0)]
+    out["examples"] = first[["id", "policy", "response", "reward"]].to_dict("records")  # what each policy writes
+    rng = np.random.default_rng(0)
+    for a in modes:
+        for b in [m for m in ("scalar", "warm_start", *modes) if m != a and m in per_prompt]:
+            diff = (per_prompt[a] - per_prompt[b]).dropna().to_numpy()
+            boot = rng.choice(diff, size=(2000, len(diff))).mean(axis=1)
+            ci = [round(float(q), 4) for q in np.quantile(boot, [0.025, 0.975])]
+            out["paired"][f"{a}-{b}"] = {"mean": round(float(diff.mean()), 4), "ci95": ci, "n": len(diff)}
+    return out
 
 
 def steps_to_target(history_path: str, target: float) -> dict:
@@ -184,6 +213,7 @@ def parse_args():
     ap.add_argument("--modes", default="span,scalar", help="PPO runs from the warm-up: span, scalar or both.")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", type=Path, default=None, help="Work folder (default: <results>/bench_real_model_work).")
+    ap.add_argument("--out", default="bench_real_model.json", help="Results file name, in the results folder.")
     args = ap.parse_args()
     if args.smoke:  # one thread: the suite runs it beside another test, and a second one only contends for a core
         args.overrides, args.threads = [*SMOKE, *args.overrides], 1
@@ -226,12 +256,13 @@ def main() -> None:
         },
         "config": cfg.model_dump(mode="json", by_alias=True, exclude={"workspace", "placement", "timeouts"}),
     }
-    save_json(results_dir(args.smoke) / "bench_real_model.json", out, indent=2)
+    save_json(results_dir(args.smoke) / args.out, out, indent=2)
     for policy in ("base", "warm_start", *modes):
         print(
             f"{policy:11s} " + " ".join(f"{k}={v:.3f}" for k, v in _means(evaluation, policy).items() if v is not None)
         )
     print(json.dumps(out["ppo"], indent=1))
+    print("annotator reward:", json.dumps(evaluation["annotator_reward"], indent=1))
 
 
 if __name__ == "__main__":
