@@ -42,7 +42,9 @@ def _run_pipeline(config, refresh: list[str] | None) -> tuple[dict, dict]:
     failure ends the command with one line (:func:`_failed`), its tracebacks in the run log."""
     where = runtime.prepare_environment(config.workspace.root, start_prefect=True)
     echo(f"Prefect: {where['prefect']}\nMLflow:  {where['mlflow']}")
-    from flows.text2grad import text2grad
+    from flows.text2grad import text2grad  # imported while the temporary server starts
+
+    runtime.prefect_started()
 
     with runtime.run_log(config.workspace.root) as log:
         try:

@@ -12,6 +12,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from t2g_core.kept_databases import place
+
 BIN = Path(sys.executable).parent
 QUIET = {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
 
@@ -52,7 +54,9 @@ def _process(command: list[str], env: dict, health: str, log: Path, timeout: flo
 
 @contextlib.contextmanager
 def prefect_server(home: Path) -> Iterator[str]:
-    """A Prefect server with its UI; yields its URL (the API is ``URL/api``)."""
+    """A Prefect server with its UI; yields its URL (the API is ``URL/api``). Its new database starts as the kept copy,
+    as deployments/up.sh starts its own."""
+    place(home / "prefect.db", "prefect")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}

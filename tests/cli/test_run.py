@@ -59,6 +59,9 @@ def test_kill_9_of_t2g_run_leaves_no_prefect_server_behind(tmp_path):
         line = proc.stdout.readline()
         match = re.search(r"Prefect: (http://127\.0\.0\.1:\d+/api)", line)
         assert match, line
+        deadline = time.monotonic() + 120  # the line comes as the server starts (the flows load meanwhile)
+        while not healthy(f"{match.group(1)}/health") and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert healthy(f"{match.group(1)}/health")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)

@@ -169,24 +169,22 @@ def test_the_deployment_api_refuses_the_exfiltration_request(servers, tmp_path):
             headers={"Origin": "http://attacker.example", "Access-Control-Request-Method": "POST"},
         )
         assert preflight.headers.get("access-control-allow-origin") in (None, ""), preflight.headers
-        created = _create_flow_run(api, dep["id"], parameters)
-        run = _wait_flow_run(api, created["id"], 180)
+        secret = tmp_path / "private.json"
+        secret.write_text('{"user": "alice", "password": "hunter2-canary"}\n')
+        secret.chmod(0o600)
+        columns = {"id": "password", "prompt": "user", "response": "user"}
+        data = {"source": "hub", "dataset": str(secret), "columns": columns}
+        exfiltrating = _create_flow_run(api, dep["id"], parameters)  # both at once: the serve process runs both
+        reading = _create_flow_run(api, dep["id"], _tiny_run(dep["parameters"]["config"], annotate=llm, data=data))
+
+        run = _wait_flow_run(api, exfiltrating["id"], 180)
         message = run["state"].get("message") or ""
         assert run["state_type"] == "FAILED", _why(run, ws)
         assert "annotate.base_url" in message and "annotate.api_key_env" in message, message
         time.sleep(2)
         assert listener.received == [], listener.received
 
-        secret = tmp_path / "private.json"
-        secret.write_text('{"user": "alice", "password": "hunter2-canary"}\n')
-        secret.chmod(0o600)
-        columns = {"id": "password", "prompt": "user", "response": "user"}
-        data = {"source": "hub", "dataset": str(secret), "columns": columns}
-        run = _wait_flow_run(
-            api,
-            _create_flow_run(api, dep["id"], _tiny_run(dep["parameters"]["config"], annotate=llm, data=data))["id"],
-            180,
-        )
+        run = _wait_flow_run(api, reading["id"], 180)
         message = run["state"].get("message") or ""
         assert run["state_type"] == "FAILED" and "data.dataset" in message, _why(run, ws)
         assert "hunter2" not in message + (ws / "run" / "serve.log").read_text(errors="replace")

@@ -257,9 +257,8 @@ def test_the_temporary_prefect_server_says_it_has_no_ui(monkeypatch):
     for name in ("PREFECT_API_URL", "PREFECT_UI_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(runtime.subprocess, "Popen", lambda *a, **k: type("P", (), {"poll": lambda self: None})())
-    monkeypatch.setattr(runtime, "healthy", lambda *a, **k: True)
     monkeypatch.setattr(runtime.atexit, "register", lambda *a: None)
-    url = runtime._start_temporary_prefect(1.0)
+    _, url, _ = runtime._spawn_temporary_prefect()
     assert os.environ["PREFECT_API_URL"] == url and os.environ["PREFECT_UI_URL"] == ""
 
 

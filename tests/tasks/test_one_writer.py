@@ -149,8 +149,10 @@ def test_two_processes_checkpointing_into_one_folder_never_collide(tmp_path):
 START = """
     import os, sys
     os.environ["PREFECT_HOME"] = sys.argv[1]
-    from t2g_cli.runtime import start_temporary_prefect
-    print(start_temporary_prefect(240), flush=True)
+    from t2g_cli.runtime import prefect_started, start_temporary_prefect
+    url = start_temporary_prefect(240)
+    prefect_started()
+    print(url, flush=True)
 """
 
 
