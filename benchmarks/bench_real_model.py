@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import platform
 import re
+import statistics
 import time
 from functools import partial
 from pathlib import Path
@@ -196,8 +197,13 @@ def steps_to_target(history_path: str, target: float) -> dict:
         for h in history
         if f"{loop}round" in h
     ]
+    seconds = {  # per step, mean: the whole step and each part (time/teacher: self-distillation's extra pass)
+        key: round(statistics.mean(h[key] for h in history if key in h), 2)
+        for key in sorted({k for h in history for k in h if k.startswith("time/")})
+    }
     return {
         "eval_error_by_step": curve,
+        "seconds_per_step": seconds,
         "steps_to_target": reached,
         "final_train_error": history[-1].get("task/error"),
         "critique_loop": rounds,
