@@ -1,9 +1,6 @@
-"""A migrated, empty SQLite database kept once per library version, so that a new workspace's database starts as a
-copy of it instead of running the library's migrations again: Prefect's API database (``t2g run``'s temporary
-server and ``make up``'s: it answered in 3.8 s instead of 10.3 s) and MLflow's tracking store
-(``t2g_mlflow.experiment`` and ``make up``). The copies live in ``$XDG_CACHE_HOME/text2grad`` (else
-``~/.cache/text2grad``). ``deployments/up.sh`` calls ``python -m t2g_core.kept_databases place|keep LIBRARY FILE``.
-"""
+"""A migrated, empty SQLite database kept once per library version in ``$XDG_CACHE_HOME/text2grad`` (else
+``~/.cache/text2grad``): a new workspace's Prefect database and MLflow store start as a copy instead of migrating
+(``t2g_cli.runtime``, ``t2g_mlflow.experiment``; ``deployments/up.sh``: ``python -m t2g_core.kept_databases``)."""
 
 from __future__ import annotations
 
