@@ -63,7 +63,7 @@ INI
 # new SQLite file starts as the kept copy, as Prefect's below.
 "$BIN/python" -c "import sys; from t2g_mlflow.experiment import create_store as c; c(sys.argv[1])" "$MLFLOW_BACKEND" \
   >/dev/null 2>&1
-[[ -n "$OWN_DB" ]] && "$BIN/python" -m t2g_core.kept_databases place prefect "$OWN_DB"
+[[ -n "$OWN_DB" ]] && "$BIN/python" -m t2g_env.kept_databases place prefect "$OWN_DB"
 
 start() {  # name, command...: own session (process group), so down.sh can stop it and its children
   local name=$1; shift
@@ -89,7 +89,7 @@ wait_health() {  # url, name, seconds, curl options...
 }
 stop_all() { bash "$(dirname "$0")/down.sh" "$WS"; exit 1; }   # a failed start leaves nothing running
 wait_health "http://127.0.0.1:$PREFECT_PORT/api/health" prefect-server 180 || stop_all
-[[ -n "$OWN_DB" ]] && "$BIN/python" -m t2g_core.kept_databases keep prefect "$OWN_DB"  # when none was kept
+[[ -n "$OWN_DB" ]] && "$BIN/python" -m t2g_env.kept_databases keep prefect "$OWN_DB"  # when none was kept
 wait_health "http://127.0.0.1:$MLFLOW_PORT/health" mlflow-server 180 || stop_all
 # MLflow stores the admin's password under scrypt, which costs the server 0.2 s of CPU on every request it answers
 # (the tracking client sends one per logged batch). The generated password is 24 random bytes: key stretching adds

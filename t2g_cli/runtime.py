@@ -32,8 +32,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from t2g_core.kept_databases import seeded
 from t2g_core.locks import folder_lock
+from t2g_env.kept_databases import seeded
 
 SERVERS_FILE = "run/servers.json"
 RUN_LOG = "run/t2g-run.log"
@@ -111,7 +111,7 @@ def start_temporary_prefect(timeout_s: float = 180.0) -> str:
     Two commands starting at once in one workspace would both create and migrate the same new SQLite database (one
     of them then fails on "duplicate column"); the database's lock is held until this server answers, so the second
     start waits and finds the database migrated. A new workspace's database starts as a copy of the last one this
-    Prefect version migrated (:mod:`t2g_core.kept_databases`): the server answered in 3.8 s instead of 10.3 s.
+    Prefect version migrated (:mod:`t2g_env.kept_databases`): the server answered in 3.8 s instead of 10.3 s.
     """
     global _starting
     home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect")

@@ -7,7 +7,7 @@
 - Inside ``t2g_core`` imports run one way: the stages on top, the library packages below them, ``config`` and ``rl``
   at the ground, and no two packages importing each other.
 - Around it: ``t2g_cli`` -> ``flows`` -> ``tasks`` -> the adapters ``t2g_mlflow`` and ``t2g_env`` -> ``t2g_core``,
-  never back up (the CLI imports no task); only ``t2g_mlflow`` imports mlflow.
+  never back up (the CLI imports no task; ``t2g_mlflow`` may read ``t2g_env``); only ``t2g_mlflow`` imports mlflow.
 
 Imports count wherever they sit (inside functions too: heavy imports are lazy in this code base).
 """
@@ -28,7 +28,7 @@ MAY_IMPORT = {
     "t2g_cli": {"flows", "t2g_mlflow", "t2g_env", "t2g_core"},  # never a task: it calls the stage functions
     "flows": {"tasks", "t2g_mlflow", "t2g_env", "t2g_core"},
     "tasks": {"t2g_mlflow", "t2g_env", "t2g_core"},
-    "t2g_mlflow": {"t2g_core"},
+    "t2g_mlflow": {"t2g_env", "t2g_core"},  # t2g_env: where this machine keeps the migrated databases
     "t2g_env": {"t2g_core"},
 }
 FIRST_PARTY = {*MAY_IMPORT, "t2g_core", "benchmarks"}

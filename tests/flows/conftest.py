@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from t2g_core.kept_databases import keep, place
+from t2g_env.kept_databases import keep, place
 
 HARNESS_DATABASE = "prefect-test.db"  # the name prefect_test_harness gives its database in its temporary folder
 
@@ -13,7 +13,7 @@ HARNESS_DATABASE = "prefect-test.db"  # the name prefect_test_harness gives its 
 @pytest.fixture(scope="session")
 def prefect_harness(tmp_path_factory):
     """Start the harness once; flow tests request this fixture. Its database starts as the migrated copy `t2g run`
-    keeps (t2g_core.kept_databases; without one, the harness's is kept as soon as it is migrated): its start took
+    keeps (t2g_env.kept_databases; without one, the harness's is kept as soon as it is migrated): its start took
     5.6 s instead of 12.0 s. Results of tasks run outside a workspace's own result storage go to a folder of this
     session, never to ``~/.prefect/storage``: a cached result there (a review sample in another session's deleted
     temporary workspace) would be reused across sessions."""

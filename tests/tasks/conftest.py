@@ -1,7 +1,7 @@
 """Fixtures for task tests: call ``task.fn(...)`` on temporary Parquet with a fresh, pre-migrated MLflow store.
 
 - ``workspace_cfg``: a ``WorkspaceConfig`` whose root is ``tmp_path`` (its MLflow store starts as the kept copy of a
-  migrated one, as every new workspace's: t2g_core.kept_databases); ``fresh_workspace(root)`` makes another (two runs
+  migrated one, as every new workspace's: t2g_env.kept_databases); ``fresh_workspace(root)`` makes another (two runs
   of one stage compared in a test).
 - ``run_task(task, *args, **kwargs)``: runs the task's function without a Prefect API (``disable_run_logger``).
 - for the stages run as a gang of processes (``tests/tasks/test_gang*.py``): ``gloo`` (one thread a rank) and

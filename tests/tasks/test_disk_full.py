@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from t2g_core.kept_databases import kept_copy
+from t2g_env.kept_databases import kept_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -47,7 +47,7 @@ def test_a_new_workspace_store_starts_as_the_kept_copy_of_a_migrated_one(tmp_pat
 
     import mlflow
 
-    from t2g_core.kept_databases import kept_copy
+    from t2g_env.kept_databases import kept_copy
     from t2g_mlflow.experiment import configure
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from t2g_core.kept_databases import keep, kept_copy, place
+from t2g_env.kept_databases import keep, kept_copy, place
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """A migrated, empty SQLite database kept once per library version in ``$XDG_CACHE_HOME/text2grad`` (else
 ``~/.cache/text2grad``): a new workspace's Prefect database and MLflow store start as a copy instead of migrating
-(``t2g_cli.runtime``, ``t2g_mlflow.experiment``; ``deployments/up.sh``: ``python -m t2g_core.kept_databases``)."""
+(``t2g_cli.runtime``, ``t2g_mlflow.experiment``; ``deployments/up.sh``: ``python -m t2g_env.kept_databases``)."""
 
 from __future__ import annotations
 
@@ -88,6 +88,6 @@ def seeded(database: Path, library: str, adapt: Adapt | None = None) -> Iterator
         keep(database, library)
 
 
-if __name__ == "__main__":  # python -m t2g_core.kept_databases place|keep LIBRARY FILE (deployments/up.sh)
+if __name__ == "__main__":  # python -m t2g_env.kept_databases place|keep LIBRARY FILE (deployments/up.sh)
     action, library, file = sys.argv[1:]
     {"place": place, "keep": keep}[action](Path(file), library)
