@@ -49,7 +49,6 @@ SMOKE = [  # tiny demo models and a few steps of everything: the script's path, 
     "evaluate.bootstrap_samples=100",
 ]
 METRICS = ("fact_error", "invented_entity_rate", "fact_recall", "fact_precision")
-EXAMPLES = 3  # held-out prompts whose responses the results show, per policy
 
 
 # ------------------------------------------------------------------------------------------------ measuring a stage
@@ -160,8 +159,9 @@ def held_out_evaluation(cfg, refs: dict, stages: Stages, modes: tuple[str, ...])
 
 
 def annotator_rewards(items, modes: tuple[str, ...]) -> dict:
-    """The annotator's (reference critic's) reward of every held-out response, as PPO pays it: good spans minus poor
-    spans minus omissions; per policy its mean, and each PPO policy's paired per-prompt difference from the others'."""
+    """The annotator's (reference critic's) verdict on every held-out response, per span: good spans minus poor spans
+    minus omissions (PPO pays a poor span per token); per policy its mean, and each PPO policy's paired per-prompt
+    difference from the others'."""
     import numpy as np
 
     from t2g_core.critics.reference import ReferenceCritic
@@ -174,8 +174,8 @@ def annotator_rewards(items, modes: tuple[str, ...]) -> dict:
     items = items.assign(reward=paid)
     per_prompt = items.groupby(["policy", "id"])["reward"].mean().unstack("policy")
     out = {"mean": {p: round(float(per_prompt[p].mean()), 4) for p in per_prompt}, "paired": {}}
-    first = items[items["id"].isin(sorted(set(items["id"]))[:EXAMPLES]) & (items["sample"] == 0)]
-    out["examples"] = first[["id", "policy", "response", "reward"]].to_dict("records")  # what each policy writes
+    first = items[items["id"].isin(sorted(set(items["id"]))[:3]) & (items["sample"] == 0)]
+    out["examples"] = first[["id", "policy", "response", "reward"]].to_dict("records")  # 3 prompts, every policy
     rng = np.random.default_rng(0)
     for a in modes:
         for b in [m for m in ("scalar", "warm_start", *modes) if m != a and m in per_prompt]:
@@ -268,7 +268,6 @@ def main() -> None:
             f"{policy:11s} " + " ".join(f"{k}={v:.3f}" for k, v in _means(evaluation, policy).items() if v is not None)
         )
     print(json.dumps(out["ppo"], indent=1))
-    print("annotator reward:", json.dumps(evaluation["annotator_reward"], indent=1))
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ from typing import Literal
 from prefect import flow, get_run_logger
 
 from t2g_core import datasets, inbox
-from t2g_core.config import PipelineConfig, WorkspaceConfig
+from t2g_core.config import PipelineConfig, Preset, WorkspaceConfig
 from t2g_core.config.data import LATEST
+from t2g_core.config.presets import with_preset
 from t2g_core.stages.refs import ArtifactRef
 from t2g_core.stages.registry import settings_for
 from t2g_core.workspace import Workspace
@@ -105,6 +106,7 @@ def reannotate(
     config: ServedConfig = PipelineConfig(),  # noqa: B008
     path: str | None = None,
     then: Literal["none", "validate", "reward_model", "policy"] = "none",
+    preset: Preset = "full",
 ) -> dict:
     """Append every pending inbox file to the feedback dataset and annotate the items not annotated yet.
 
@@ -112,10 +114,12 @@ def reannotate(
     what makes debouncing safe; one the feedback reader refuses is recorded as rejected with its reason and logged,
     and the others go on). ``then`` continues on the whole latest version of the dataset: to validation, to
     validation and a reward-model refresh, or (``policy``) to a whole ``text2grad`` run with ``data.source: latest``
-    (reward model, PPO, evaluation and its outcome; the annotations made here are reused).
+    (reward model, PPO, evaluation and its outcome; the annotations made here are reused). ``preset`` sizes it all as
+    ``text2grad``'s does.
     """
     from flows.stages import align_and_validate, reward_model
 
+    config = with_preset(config, preset)
     ws, root, settings = config.workspace, config.workspace.root, settings_for("annotate", config)
     versions = []
     for file in pending_feedback(ws):

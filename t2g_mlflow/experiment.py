@@ -3,7 +3,7 @@
 - The tracking URI is ``workspace.mlflow_tracking_uri``, else ``$MLFLOW_TRACKING_URI`` (set by ``make up``), else
   ``sqlite:///<workspace>/mlflow.db``. A SQLite database is created and migrated once, under a file lock, before any
   concurrent use (two processes migrating the same new file race); a new one starts as a copy of the last one this
-  MLflow version migrated (:mod:`t2g_env.kept_databases`: 1.7 s less per new workspace). The experiment gets an
+  MLflow version migrated (:mod:`t2g_env.kept_databases`: 0.8 s less per new workspace). The experiment gets an
   explicit artifact location under the workspace (``<workspace>/mlartifacts``), and the kind "machine learning"
   (``MODEL_TRAINING``), so its page in the MLflow UI opens on runs and models, not on the GenAI overview.
 - The experiment is pinned: its id and artifact location as first seen are kept in the workspace, and one that

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from t2g_mlflow.experiment import create_store
 from t2g_mlflow.registry import CHAMPION, LOGGED_MODEL_PREFIX, REGISTRY_PREFIX
 from t2g_mlflow.tags import (
     DATA_CONTEXT_TAG,
@@ -27,7 +26,6 @@ from t2g_mlflow.tags import (
 def _client(tracking_uri: str):
     import mlflow
 
-    create_store(tracking_uri)  # a workspace that has not logged yet: an empty store, as its first run makes it
     return mlflow.MlflowClient(tracking_uri)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from t2g_core.config.presets import PRESETS, merged
+from t2g_core.config.presets import merged
 from tests.e2e._listener import Listener
 from tests.e2e.conftest import POOL
 
@@ -36,8 +36,6 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
-# the tiny preset as shipped (tests/cli/test_run_tiny.py runs it through t2g run); the re-annotation step runs it
-TINY_PRESET = PRESETS["tiny"]
 # the kill/resume step needs PPO long enough to be killed mid-run and a page per step: set on the form over the tiny
 # preset as shipped (none of them is PPO's default, so the preset leaves them)
 KILLABLE_PPO = {"steps": 12, "eval_every": 1, "log_every": 1, "save_every": 1}
@@ -368,7 +366,7 @@ def _reannotation_continues_to_a_policy(api: httpx.Client, ws: Path, info: dict)
     from t2g_core.demo import make_demo_feedback
 
     dep = api.get("/deployments/name/reannotate/reannotate").json()
-    parameters = {"config": {**dep["parameters"]["config"], **TINY_PRESET}, "then": "policy"}
+    parameters = {"config": dep["parameters"]["config"], "preset": "tiny", "then": "policy"}  # the preset as shipped
     assert api.patch(f"/deployments/{dep['id']}", json={"parameters": parameters}).status_code < 300
     before = {r["id"] for r in _runs_of(api, "reannotate")}
     new = make_demo_feedback("summarization", 3, seed=123)
