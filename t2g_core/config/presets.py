@@ -41,6 +41,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "log_every": 2,
             "save_every": 2,
             "reward_model_gate": {"allow_weak": True},  # two steps on 24 items cannot reach the quality floors
+            "critique_loop": {"panel": 4, "refresh_steps": 2},  # its round and refresh run, at the preset's size
         },
         "evaluate": {"max_prompts": 4, "sampling": {"max_new_tokens": 12}, "bootstrap_samples": 100},
         "checks": {"small_tagger_data": True},
