@@ -66,6 +66,7 @@ SOURCES = {
     "refreshed": Source("reward_model", TAGGER, needs="critique_loop"),
     "matched": Source("reward_model", TAGGER, matched=True),
     "refreshed_noisy": Source("reward_model", TAGGER, needs="critique_loop", annotator_flip=0.2),
+    "refreshed_matched": Source("reward_model", TAGGER, needs="critique_loop", matched=True),
 }
 ESTIMATORS = {"gae": {"advantage_estimator": "gae"}, "span_local": {"advantage_estimator": "span_local"}}
 SUMMARY_SETTINGS = ("seeds", "steps", "arms", "estimators", "n_eval", "overrides", "refresh_set", "policy")
@@ -205,10 +206,10 @@ def reward_source(name: str, src: Source, pipe, paths: dict, seed: int):
     return NoisyCritic(source, src.flip, seed) if src.flip else source
 
 
-def critique_loop(cfg, pipe, paths: dict, out: Path, prompts, flip: float = 0.0):
+def critique_loop(cfg, pipe, paths: dict, out: Path, prompts, flip: float, tagger: str):
     """The refreshed arm's loop (a fresh one in ``out``): the reference annotator (``flip`` of its span labels
-    flipped, no omissions, when ``flip``) audits the tagger on the arm's rollouts, and each refresh replays the
-    tagger's training rows."""
+    flipped, no omissions, when ``flip``) audits ``tagger`` on the arm's rollouts, and each refresh replays the
+    static tagger's training rows."""
     from testbed.noisy_annotator import NoisyAnnotatorLoop
 
     from t2g_core.critique_loop import LOOP_DIR, CritiqueLoop
@@ -219,7 +220,7 @@ def critique_loop(cfg, pipe, paths: dict, out: Path, prompts, flip: float = 0.0)
     annotate_cfg = pipe.annotate.model_copy(update={"annotator": "reference"})
     rm_cfg = pipe.reward_model.model_copy(update=TAGGER)
     rows = [row_dict(r) for _, r in prompts.iterrows()]
-    args = (cfg, annotate_cfg, rm_cfg, pipe.align, out, paths["tagger"], rows)
+    args = (cfg, annotate_cfg, rm_cfg, pipe.align, out, tagger, rows)
     return NoisyAnnotatorLoop(*args, flip=flip) if flip else CritiqueLoop(*args)
 
 
@@ -244,7 +245,8 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
     eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
     metric = KeptResponses(summary_metrics)
     source = reward_source(name, src, pipe, paths, seed)
-    loop = critique_loop(cfg, pipe, paths, out, prompts, src.annotator_flip) if src.needs == "critique_loop" else None
+    tagger = paths[f"matched{seed}"] if src.matched else paths["tagger"]
+    loop = critique_loop(cfg, pipe, paths, out, prompts, src.annotator_flip, tagger) if src.needs else None
     trainer = PPOTrainer(
         cfg, paths["policy"], prompts, out, reward_source=source, align_cfg=pipe.align, task_metric=metric, hook=loop
     )
@@ -253,10 +255,11 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
     warm, history, kept = train_evaluated(trainer, eval_df, metric, eval_steps(args), keep_at=keep)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     record = {"arm": arm, "seed": seed, "seconds": time.perf_counter() - t0, "warm_eval": warm, "history": history}
-    if loop is not None:
-        record["reward_model_at"] = reward_model_at(loop.state.refreshed, args.drift_steps)
     if src.matched:  # the drift curve scores its responses with the tagger PPO scored them with
         record["reward_model_at"] = {str(s): paths[f"matched{seed}"] for s in args.drift_steps}
+    if loop is not None:
+        refreshed = reward_model_at(loop.state.refreshed, args.drift_steps)
+        record |= {"reward_model_at": record.get("reward_model_at", {}) | refreshed, "loop_start": loop.start_model}
     return record | {"responses": kept}
 
 
@@ -349,7 +352,7 @@ def main() -> None:
     flags += ["--drift-steps", ",".join(map(str, args.drift_steps)), "--arms", args.arms, "--paths", json.dumps(paths)]
     flags += [x for o in args.overrides for x in ("--set", o)]
     flags += [x for o in args.refresh_set for x in ("--refresh-set", o)]
-    key = key_of(flags)
+    key = key_of(flags[: flags.index("--arms")] + flags[flags.index("--arms") + 2 :])  # a run's folder names its arm
     specs = [
         {"arm": a, "seed": s, "out": str(Path(args.workdir) / "runs" / key / f"{a}-seed{s}")}
         for s in range(args.seeds)
