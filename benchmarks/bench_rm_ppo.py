@@ -197,19 +197,17 @@ def eval_steps(args) -> list[int]:
     return sorted({*se.eval_schedule(args.steps, args.eval_every, args.dense_evals), *drift})
 
 
-def reward_source(name: str, src: Source, pipe, paths: dict, seed: int):
+def reward_source(src: Source, pipe, path: str | None, seed: int):
     from t2g_core.ppo.sources import make_reward_source
 
     rm_cfg = pipe.reward_model.model_copy(update=src.reward_model or {})
-    path = paths[f"matched{seed}"] if src.matched else paths.get((src.reward_model or {}).get("kind"))
     source = make_reward_source(src.reward_source, "summarization", reward_model_path=path, rm_cfg=rm_cfg)
     return NoisyCritic(source, src.flip, seed) if src.flip else source
 
 
 def critique_loop(cfg, pipe, paths: dict, out: Path, prompts, flip: float, tagger: str):
-    """The refreshed arm's loop (a fresh one in ``out``): the reference annotator (``flip`` of its span labels
-    flipped, no omissions, when ``flip``) audits ``tagger`` on the arm's rollouts, and each refresh replays the
-    static tagger's training rows."""
+    """A loop arm's loop, fresh in ``out``: the reference annotator (``flip`` of its span labels flipped, no omissions)
+    audits ``tagger`` on the arm's rollouts; each refresh replays the static tagger's training rows."""
     from testbed.noisy_annotator import NoisyAnnotatorLoop
 
     from t2g_core.critique_loop import LOOP_DIR, CritiqueLoop
@@ -244,9 +242,9 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
     prompts = ppo_prompts(args)
     eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
     metric = KeptResponses(summary_metrics)
-    source = reward_source(name, src, pipe, paths, seed)
-    tagger = paths[f"matched{seed}"] if src.matched else paths["tagger"]
-    loop = critique_loop(cfg, pipe, paths, out, prompts, src.annotator_flip, tagger) if src.needs else None
+    rm_path = paths[f"matched{seed}"] if src.matched else paths.get((src.reward_model or {}).get("kind"))
+    source = reward_source(src, pipe, rm_path, seed)
+    loop = critique_loop(cfg, pipe, paths, out, prompts, src.annotator_flip, rm_path) if src.needs else None
     trainer = PPOTrainer(
         cfg, paths["policy"], prompts, out, reward_source=source, align_cfg=pipe.align, task_metric=metric, hook=loop
     )
@@ -255,12 +253,11 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
     warm, history, kept = train_evaluated(trainer, eval_df, metric, eval_steps(args), keep_at=keep)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     record = {"arm": arm, "seed": seed, "seconds": time.perf_counter() - t0, "warm_eval": warm, "history": history}
-    if src.matched:  # the drift curve scores its responses with the tagger PPO scored them with
-        record["reward_model_at"] = {str(s): paths[f"matched{seed}"] for s in args.drift_steps}
+    at = {str(s): rm_path for s in args.drift_steps} if src.matched else {}  # the drift curve scores with PPO's tagger
     if loop is not None:
-        refreshed = reward_model_at(loop.state.refreshed, args.drift_steps)
-        record |= {"reward_model_at": record.get("reward_model_at", {}) | refreshed, "loop_start": loop.start_model}
-    return record | {"responses": kept}
+        at |= reward_model_at(loop.state.refreshed, args.drift_steps)
+        record["loop_start"] = loop.start_model
+    return record | {"reward_model_at": at, "responses": kept}
 
 
 def run_specs(args) -> None:

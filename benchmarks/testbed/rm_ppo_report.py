@@ -14,9 +14,8 @@ CONTRASTS = (("refreshed", "matched"), ("refreshed", "tagger"), ("matched", "tag
 CONTRASTS += (("refreshed_matched", "matched"), ("refreshed_matched", "refreshed"))
 
 
-def split_arm(arm: str) -> tuple[str, str]:
-    source, _, estimator = arm.rpartition("-")
-    return source, estimator
+def split_arm(arm: str) -> tuple[str, str]:  # "SOURCE-ESTIMATOR"
+    return tuple(arm.rsplit("-", 1))
 
 
 def summarise(args, runs: list[dict], arms: list[str], batch_size: int) -> dict:
