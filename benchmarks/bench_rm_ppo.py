@@ -197,14 +197,6 @@ def eval_steps(args) -> list[int]:
     return sorted({*se.eval_schedule(args.steps, args.eval_every, args.dense_evals), *drift})
 
 
-def reward_source(src: Source, pipe, path: str | None, seed: int):
-    from t2g_core.ppo.sources import make_reward_source
-
-    rm_cfg = pipe.reward_model.model_copy(update=src.reward_model or {})
-    source = make_reward_source(src.reward_source, "summarization", reward_model_path=path, rm_cfg=rm_cfg)
-    return NoisyCritic(source, src.flip, seed) if src.flip else source
-
-
 def critique_loop(cfg, pipe, paths: dict, out: Path, prompts, flip: float, tagger: str):
     """A loop arm's loop, fresh in ``out``: the reference annotator (``flip`` of its span labels flipped, no omissions)
     audits ``tagger`` on the arm's rollouts; each refresh replays the static tagger's training rows."""
@@ -231,7 +223,7 @@ def reward_model_at(refreshed: list[dict], drift_steps: list[int]) -> dict[str, 
 
 def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out: Path) -> dict:
     """One (arm, seed) PPO run: warm-start and scheduled held-out evaluations, responses kept at the drift steps."""
-    from t2g_core.ppo.sources import summary_metrics
+    from t2g_core.ppo.sources import make_reward_source, summary_metrics
     from t2g_core.ppo.trainer import PPOTrainer
 
     name, estimator = split_arm(arm)
@@ -243,7 +235,9 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
     eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
     metric = KeptResponses(summary_metrics)
     rm_path = paths[f"matched{seed}"] if src.matched else paths.get((src.reward_model or {}).get("kind"))
-    source = reward_source(src, pipe, rm_path, seed)
+    rm_cfg = pipe.reward_model.model_copy(update=src.reward_model or {})
+    source = make_reward_source(src.reward_source, "summarization", reward_model_path=rm_path, rm_cfg=rm_cfg)
+    source = NoisyCritic(source, src.flip, seed) if src.flip else source
     loop = critique_loop(cfg, pipe, paths, out, prompts, src.annotator_flip, rm_path) if src.needs else None
     trainer = PPOTrainer(
         cfg, paths["policy"], prompts, out, reward_source=source, align_cfg=pipe.align, task_metric=metric, hook=loop
@@ -346,15 +340,16 @@ def main() -> None:
     paths = prepare(args, srcs)
     flags = [*(["--smoke"] if args.smoke else []), "--steps", str(args.steps), "--n-eval", str(args.n_eval)]
     flags += ["--eval-every", str(args.eval_every), "--dense-evals", str(args.dense_evals)]
-    flags += ["--drift-steps", ",".join(map(str, args.drift_steps)), "--arms", args.arms, "--paths", json.dumps(paths)]
+    flags += ["--drift-steps", ",".join(map(str, args.drift_steps)), "--paths", json.dumps(paths)]
     flags += [x for o in args.overrides for x in ("--set", o)]
     flags += [x for o in args.refresh_set for x in ("--refresh-set", o)]
-    key = key_of(flags[: flags.index("--arms")] + flags[flags.index("--arms") + 2 :])  # a run's folder names its arm
+    key = key_of(flags)  # not of --arms: a run's folder names its arm, so a run added to the arms reuses the others
     specs = [
         {"arm": a, "seed": s, "out": str(Path(args.workdir) / "runs" / key / f"{a}-seed{s}")}
         for s in range(args.seeds)
         for a in arms
     ]
+    flags += ["--arms", args.arms]
     runs = run_in_processes(
         [sys.executable, __file__, *flags], specs, args.workdir, args.workers, args.runs_per_process
     )

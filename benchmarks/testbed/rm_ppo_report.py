@@ -15,7 +15,8 @@ CONTRASTS += (("refreshed_matched", "matched"), ("refreshed_matched", "refreshed
 
 
 def split_arm(arm: str) -> tuple[str, str]:  # "SOURCE-ESTIMATOR"
-    return tuple(arm.rsplit("-", 1))
+    source, _, estimator = arm.rpartition("-")
+    return source, estimator
 
 
 def summarise(args, runs: list[dict], arms: list[str], batch_size: int) -> dict:
