@@ -49,13 +49,14 @@ class TinySpec(StageConfig):
     policy_sft_lr: float = Field(3e-3, gt=0)
     policy_sft_batch_size: int = Field(32, ge=1)
     policy_sft_examples: int = Field(4096, ge=1)  # synthetic (post, noisy summary) pairs for summarization
+    policy_sft_max_tokens: int | None = Field(None, ge=8)  # the first tokens of each pair it learns (None: all)
     p_halluc: float = Field(0.35, ge=0.0, le=1.0)
     seed: int = 0
     checkpoint_every: int = Field(50, ge=1)  # a stopped build resumes from its last checkpoint (not its identity)
 
 
 _MINI = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=1, num_heads=2, warm_start_steps=10)
-_MINI |= dict(policy_sft_steps=20, policy_noise_steps=5, policy_sft_examples=256)
+_MINI |= dict(policy_sft_steps=20, policy_noise_steps=5, policy_sft_examples=256, policy_sft_max_tokens=512)
 _SMOKE = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_heads=2, warm_start_steps=2)
 _SMOKE |= dict(warm_start_batch_size=8, policy_sft_steps=2, policy_noise_steps=1, policy_sft_batch_size=8)
 _SMOKE |= dict(policy_sft_examples=32)
@@ -267,8 +268,9 @@ def warm_start(
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
     is_pairs = len(texts_or_pairs) > 0 and not isinstance(texts_or_pairs[0], str)
+    pair_tokens = min(cfg.max_positions, cfg.policy_sft_max_tokens or cfg.max_positions)
     batches = (
-        _sft_batches(tokenizer, texts_or_pairs, cfg.max_positions, batch_size, gen)
+        _sft_batches(tokenizer, texts_or_pairs, pair_tokens, batch_size, gen)
         if is_pairs
         else _lm_batches(tokenizer, texts_or_pairs, min(block_size, cfg.max_positions), batch_size, gen)
     )

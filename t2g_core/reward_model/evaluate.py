@@ -226,7 +226,7 @@ def score_predictions(
     if len(items) != len(preds):
         raise ValueError(f"{len(items)} items but {len(preds)} predictions")
     scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
-    totals, rows = _Totals(), []
+    totals, labels, rows = _Totals(), _Totals(), []  # labels: the gold (the annotator's) against the truth
     n_pred_spans = n_unmatched = 0
     for item, pred in zip(items, preds, strict=True):
         gold_spans, _, gold_aligned = _located(item.response, item.gold, align_cfg)
@@ -242,6 +242,7 @@ def score_predictions(
         if item.truth is not None:
             totals.add_spans(totals.truth, pred_spans, item.truth, iou_threshold)
             totals.add_truth_chars(pred_spans, item.truth)
+            labels.add_truth_chars(gold_spans, item.truth)
         rouge = _rouge_l(scorer, item.gold.critique, pred.critique if pred.ok else None)
         rows.append(
             {
@@ -255,7 +256,7 @@ def score_predictions(
             }
         )
     df = pd.DataFrame(rows)
-    metrics = totals.metrics()
+    metrics = totals.metrics() | {f"annotator_{k}": v for k, v in labels.truth_char_metrics().items()}
     metrics["parse_ok_rate"] = float((df["status"] == "ok").mean()) if len(df) else 0.0
     metrics["unmatched_span_rate"] = n_unmatched / n_pred_spans if n_pred_spans else 0.0
     metrics["rouge_l"] = float(df["rouge_l"].mean()) if len(df) else 0.0

@@ -80,11 +80,16 @@ def reward_model_metrics(settings: PPOSettings, reward_model: RewardModelRef | N
     return json.loads(found.read_text(encoding="utf-8")) if found.is_file() else None
 
 
+def measured_on(metrics: dict[str, float]) -> str:
+    """The prefix of the figures the gate reads: ``policy_`` when measured on the policy's own text."""
+    return "policy_" if any(k.startswith("policy_") for k in metrics) else ""
+
+
 def reward_model_shortfalls(metrics: dict[str, float], gate) -> list[str]:
     """Each held-out metric below its floor, as 'metric = value < ppo.reward_model_gate.floor': on the policy's own
     text (``policy_*``) when measured there; with ground truth the poor-span F1 and each flaw's recall, else the
     agreement with the annotator."""
-    prefix = "policy_" if any(k.startswith("policy_") for k in metrics) else ""
+    prefix = measured_on(metrics)
     if f"{prefix}truth_poor_char_f1" in metrics:
         floors = {"truth_poor_char_f1": "min_poor_f1"} | {f"truth_recall_{f}": "min_flaw_recall" for f in FLAWS}
     else:
@@ -108,6 +113,9 @@ def gate_reward_model(settings: PPOSettings, reward_model: RewardModelRef | None
     if not short:
         return
     where = f" (report: {reward_model.report})" if reward_model is not None and reward_model.report else ""
+    ceiling = metrics.get(f"{measured_on(metrics)}annotator_truth_poor_char_f1")
+    if ceiling is not None:  # the labels it learnt from, against the same truth
+        where += f"; the annotator's own labels reach poor-span F1 {ceiling:.3f} against the truth on the same items"
     steps = f" ({reward_model.global_step} steps)" if reward_model is not None and reward_model.global_step else ""
     message = (
         f"the reward model is below its quality floor on held-out items: {'; '.join(short)}{where}. Likely cause: it "

@@ -101,3 +101,6 @@ def test_the_gate_reads_the_policy_text_figures_when_the_reward_model_was_tested
         ppo.gate_reward_model(_settings(), _rm(on_policy, tmp_path), print)
     fine = DEMO_TAGGER | {f"policy_{k}": v for k, v in DEMO_TAGGER.items()}
     ppo.gate_reward_model(_settings(), _rm(fine, tmp_path), print)
+    capped = on_policy | {"annotator_truth_poor_char_f1": 0.99, "policy_annotator_truth_poor_char_f1": 0.703}
+    with pytest.raises(ppo.WeakRewardModel, match=r"the annotator's own labels reach poor-span F1 0.703 against"):
+        ppo.gate_reward_model(_settings(), _rm(capped, tmp_path), print)

@@ -386,6 +386,24 @@ def test_omissions_are_scored_on_the_token_they_are_anchored_at(bpe):
     assert metrics["omission_recall"] == pytest.approx(1 / 4) and metrics["omission_precision"] == pytest.approx(1 / 3)
 
 
+def test_the_gold_labels_are_scored_against_the_truth_beside_the_model(bpe):
+    """``annotator_truth_*`` is the labels' own figure against the truth (what a model matching them would reach):
+    here the labels widen the one wrong value by 8 characters and flag an unsupported word the truth does not know."""
+    from t2g_core.reward_model.evaluate import EvalItem, score_predictions
+    from t2g_core.spans import ParsedFeedback
+
+    text = "Cai, a Roman pilot, lives in Paris."
+    wrong = (text.index("Paris"), text.index("Paris") + 5, "negative", "swapped")
+    gold = ParsedFeedback("", poor_spans=["lives in Paris", "Roman"])
+    exact = ParsedFeedback("", poor_spans=["Paris"])
+    metrics, _ = score_predictions([EvalItem("a", "", text, gold, [wrong])], [exact], bpe)
+    assert metrics["truth_poor_char_f1"] == 1.0 and metrics["annotator_truth_poor_char_recall"] == 1.0
+    assert metrics["annotator_truth_poor_char_precision"] == pytest.approx(5 / (14 + 5))
+    assert metrics["annotator_truth_recall_swapped"] == 1.0
+    no_truth, _ = score_predictions([EvalItem("a", "", text, gold)], [exact], bpe)
+    assert not any(k.startswith("annotator_") for k in no_truth)
+
+
 @pytest.mark.slow
 def test_a_tagger_learns_to_report_omissions(tiny_model_dir, tmp_path):
     """Trained on the reference critic's labels of demo summaries (a clause left out now and then), the tagger's
