@@ -39,22 +39,39 @@ def _sandbox_processes() -> list[int]:
     return found
 
 
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        try:  # /proc/<pid>/stat: "pid (comm) state ppid ..."
+            pid = int((Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == ancestor:
+            return True
+    return False
+
+
 @pytest.mark.parametrize("backend", [b for b in ("bwrap", "unshare") if isolation.works(b)])
 def test_sandbox_processes_die_with_a_killed_parent(backend):
-    before = set(_sandbox_processes())
+    """The sandbox processes this parent started, found by their ancestry before it is killed: another test's sandbox
+    starting meanwhile (the other test worker runs code critics too) once made this test fail."""
     parent = subprocess.Popen([sys.executable, "-c", HANG, backend], stdout=subprocess.PIPE, text=True)
     try:
         assert parent.stdout.readline().strip() == "started"
+
+        def started() -> set[int]:
+            return {pid for pid in _sandbox_processes() if _descends_from(pid, parent.pid)}
+
         deadline = time.monotonic() + 30
-        while len(set(_sandbox_processes()) - before) < 2 and time.monotonic() < deadline:
+        while len(started()) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert len(set(_sandbox_processes()) - before) >= 2, "the judge and the candidate never started"
+        ours = started()
+        assert len(ours) >= 2, "the judge and the candidate never started"
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(10)
         deadline = time.monotonic() + 10
-        while set(_sandbox_processes()) - before and time.monotonic() < deadline:
+        while ours & set(_sandbox_processes()) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not set(_sandbox_processes()) - before, "sandbox processes outlived their parent"
+        assert not ours & set(_sandbox_processes()), "sandbox processes outlived their parent"
     finally:
         if parent.poll() is None:
             parent.kill()
