@@ -1,6 +1,6 @@
 """Annotation stage: one ``annotations`` row per feedback item from an LLM or a programmatic critic.
 
-``annotate_frame(feedback_df, cfg, api_key=..., cache_dir=...)`` never drops an item: each row ends with a status
+``annotate(feedback_df, cfg, api_key=..., cache_dir=...).frame`` never drops an item: each row ends with a status
 (``ok``, ``parse_error``, ``api_error``, ``timeout``, ``sandbox_error``, ``refused``, ``missing_input``), the raw
 answer and the error.
 """
@@ -34,7 +34,6 @@ __all__ = [
     "CriticAnnotator",
     "LLMAnnotator",
     "annotate",
-    "annotate_frame",
     "feedback_rows",
     "summarize",
 ]
@@ -161,19 +160,6 @@ def annotate(
     stats = summarize(frame, cfg, annotator.stats, n_kept=len(kept))
     stats["sandbox_isolation"] = getattr(annotator, "isolation", None)
     return AnnotationRun(frame, stats)
-
-
-def annotate_frame(
-    feedback_df: pd.DataFrame,
-    cfg: AnnotateConfig,
-    *,
-    api_key: str | None = None,
-    cache_dir: str | Path | None = None,
-    progress: bool = True,
-    previous: pd.DataFrame | None = None,
-) -> pd.DataFrame:
-    """One annotations row per feedback item (never drops one). See :func:`annotate` for the run statistics."""
-    return annotate(feedback_df, cfg, api_key=api_key, cache_dir=cache_dir, progress=progress, previous=previous).frame
 
 
 def summarize(frame: pd.DataFrame, cfg: AnnotateConfig, run: RunStats | None = None, n_kept: int = 0) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from t2g_core.annotators import annotate, annotate_frame
+from t2g_core.annotators import annotate
 from t2g_core.annotators.cache import DB_NAME, AnswerCache
 from t2g_core.annotators.prompts import render_messages
 from t2g_core.config.annotate import AnnotateConfig
@@ -167,7 +167,7 @@ def test_twenty_percent_faults_lose_no_item_and_a_rerun_asks_only_for_the_unansw
 def test_only_failed_redoes_failed_items_without_the_cache(tmp_path):
     df = feedback(12)
     with FakeOpenAIServer(fault_rate=0.5, faults=("malformed",), seed=1) as server:
-        first = annotate_frame(df, cfg_for(server), cache_dir=tmp_path, progress=False)
+        first = annotate(df, cfg_for(server), cache_dir=tmp_path, progress=False).frame
         failed = set(first.loc[first["status"] != "ok", "id"])
         assert 0 < len(failed) < 12
         server.fault_rate, before = 0.0, server.n_requests
@@ -181,11 +181,11 @@ def test_only_failed_redoes_failed_items_without_the_cache(tmp_path):
 
 KILLED_RUN = """
 import sys, pandas as pd
-from t2g_core.annotators import annotate_frame
+from t2g_core.annotators import annotate
 from t2g_core.config.annotate import AnnotateConfig
 df = pd.read_parquet(sys.argv[1])
 cfg = AnnotateConfig(annotator="llm", base_url=sys.argv[2], model="fake-model", concurrency=2)
-annotate_frame(df, cfg, cache_dir=sys.argv[3], progress=False)
+annotate(df, cfg, cache_dir=sys.argv[3], progress=False).frame
 """
 
 
@@ -227,7 +227,7 @@ def test_inside_a_running_event_loop(tmp_path):
 
     async def main():
         with FakeOpenAIServer() as server:
-            return annotate_frame(feedback(2), cfg_for(server), cache_dir=tmp_path, progress=False)
+            return annotate(feedback(2), cfg_for(server), cache_dir=tmp_path, progress=False).frame
 
     assert asyncio.run(main())["status"].tolist() == ["ok", "ok"]
 
@@ -266,5 +266,5 @@ def test_a_slow_parse_holds_up_no_other_request(monkeypatch):
 
     monkeypatch.setattr(llm, "parse_span_json", parse)
     with FakeOpenAIServer() as server:
-        frame = annotate_frame(feedback(n), cfg_for(server, concurrency=n, timeout_s=120), progress=False)
+        frame = annotate(feedback(n), cfg_for(server, concurrency=n, timeout_s=120), progress=False).frame
     assert stuck == [False] and len(parsed) == n and set(frame["status"]) == {"ok"}

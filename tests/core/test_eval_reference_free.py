@@ -92,7 +92,7 @@ def test_the_evaluate_stage_on_a_reference_free_file_with_a_trained_reward_model
     import torch
     from openai import OpenAI
 
-    from t2g_core.annotators import annotate_frame
+    from t2g_core.annotators import annotate
     from t2g_core.config import AnnotateConfig, load_config
     from t2g_core.evaluation.judge import PairwiseJudge
     from t2g_core.stages import evaluate, ppo, reward_model
@@ -106,7 +106,7 @@ def test_the_evaluate_stage_on_a_reference_free_file_with_a_trained_reward_model
     store = Workspace.at(tmp_path).store
     fb = _own_feedback(16)
     fb_ref = store.write("feedback", "fb", fb, "feedback")
-    ann_ref = store.write("annotations", "ann", annotate_frame(fb, AnnotateConfig(annotator="ground")), "annotations")
+    ann_ref = store.write("annotations", "ann", annotate(fb, AnnotateConfig(annotator="ground")).frame, "annotations")
     models = ModelsRef.of(tiny_model_dir, tiny_model_dir)
     cfg = load_config(
         None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from t2g_core.annotators import annotate_frame
+from t2g_core.annotators import annotate
 from t2g_core.annotators.ground import GroundingCritic, ground
 from t2g_core.config.annotate import AnnotateConfig
 from t2g_core.demo.critiques import grounding_quality, make_human_feedback
@@ -56,7 +56,7 @@ def test_grounding_human_style_critiques_of_unseen_items_against_the_ground_trut
     """Seed 2024 was never looked at while the annotator was written (it was developed on seeds 0 and 1). One critique
     style in eight names no words ("The job is wrong.") and no grounding can place it, which caps recall."""
     feedback = make_human_feedback(500, seed=2024)
-    annotations = annotate_frame(feedback, AnnotateConfig(annotator="ground"), progress=False)
+    annotations = annotate(feedback, AnnotateConfig(annotator="ground"), progress=False).frame
     assert (annotations["status"] == "ok").all() and annotations["annotator"].eq("ground").all()
     q = grounding_quality(feedback, annotations)
     print({k: round(v, 3) for k, v in q.items()})  # the figures docs/own-data.md quotes
@@ -98,5 +98,5 @@ def test_a_critique_over_the_cap_is_refused_for_its_item_and_the_others_go_on():
 
     feedback = make_human_feedback(3, seed=0)
     feedback.loc[1, "critique"] = long
-    annotations = annotate_frame(feedback, AnnotateConfig(annotator="ground"), progress=False)
+    annotations = annotate(feedback, AnnotateConfig(annotator="ground"), progress=False).frame
     assert annotations["status"].tolist() == ["ok", "refused", "ok"] and "40,017 characters" in annotations["error"][1]

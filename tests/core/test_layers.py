@@ -35,7 +35,7 @@ FIRST_PARTY = {*MAY_IMPORT, "t2g_core", "benchmarks"}
 NOT_SOURCE = ("tests", ".venv", "t2g-workspace")
 STAGE_WORK = {
     "t2g_core.spans": {"align_frame"},
-    "t2g_core.annotators": {"annotate", "annotate_frame"},
+    "t2g_core.annotators": {"annotate"},
     "t2g_core.reward_model.data": {"build_rm_data"},
     "t2g_core.reward_model.train": {"train_rm"},
     "t2g_core.reward_model.evaluate": {"evaluate_model", "write_eval_report"},

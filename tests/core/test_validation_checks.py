@@ -168,11 +168,11 @@ def test_labelled_tokens_can_count_a_tokenizers_tokens():
 
 
 def _ground_report(feedback: pd.DataFrame):
-    from t2g_core.annotators import annotate_frame
+    from t2g_core.annotators import annotate
     from t2g_core.config import AlignConfig, AnnotateConfig
     from t2g_core.spans import align_frame
 
-    annotations = annotate_frame(feedback, AnnotateConfig(annotator="ground"), progress=False)
+    annotations = annotate(feedback, AnnotateConfig(annotator="ground"), progress=False).frame
     return check_batch(make_batch(annotations, align_frame(feedback, annotations, AlignConfig()), feedback), CFG)
 
 
