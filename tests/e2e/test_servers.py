@@ -1,10 +1,11 @@
 """End to end against real servers: `deployments/up.sh` starts `prefect server`, `mlflow server` and the serve process
 on free 127.0.0.1 ports; the stage flows are deployed on a process work pool with a worker; a text2grad run is started
 through the REST API exactly as the UI's Run button does, with its evaluation placed on that pool; its process is
-killed during PPO and the run is retried as the UI's Retry button does; a file dropped in the inbox is announced by the
-sensor and re-annotated by the event-triggered deployment; MLflow is queried for the lineage; `deployments/down.sh`
-stops exactly the processes up.sh recorded. The API asks for the auth string up.sh keeps in the workspace, and a run
-that would send a key variable to an endpoint not allowed at serve time is refused before any request.
+killed during PPO and the run is retried as the UI's Retry button does; MLflow is queried for the lineage; a file
+dropped in the inbox is announced by the sensor, re-annotated by the event-triggered deployment and trained on
+(then=policy, set on it as in the UI); `deployments/down.sh` stops exactly the processes up.sh recorded. The API asks
+for the auth string up.sh keeps in the workspace, and a run that would send a key variable to an endpoint not allowed
+at serve time is refused before any request.
 
 Runs the real stages on a tiny configuration.
 """
@@ -211,10 +212,9 @@ def test_ui_run_crash_retry_placement_reannotation_and_lineage(worker):
     created = _create_flow_run(api, dep["id"], _tiny_run(dep["parameters"]["config"], placement={"evaluate": POOL}))
     _crash_and_retry(api, ws, created)
     _outcome_on_the_parent(api, created)
-    _reannotation(api, ws)
     _mlflow_lineage(info, created)
     _mlflow_dashboard(info, created)
-    _reannotation_continues_to_a_policy(api, ws, info)
+    _reannotation_to_a_policy(api, ws, info)
     assert _runs_of(api, "feedback-sensor") == [], "the inbox watch started flow runs"  # nothing per interval
 
 
@@ -272,29 +272,8 @@ def _outcome_on_the_parent(api: httpx.Client, created: dict) -> None:
     assert outcome_logged()
 
 
-def _reannotation(api: httpx.Client, ws: Path) -> None:
-    """3. new feedback in the inbox -> sensor event -> reannotate run (debounced) -> new versions of both datasets."""
-    from t2g_core.demo import make_demo_feedback
-
-    new = make_demo_feedback("summarization", 3, seed=99)
-    new["id"] = [f"inbox-{i}" for i in range(len(new))]
-    new.to_json(ws / "inbox" / "batch-1.jsonl", orient="records", lines=True)
-    deadline = time.monotonic() + 150
-    while time.monotonic() < deadline and not _runs_of(api, "reannotate"):
-        time.sleep(0.5)
-    reruns = _runs_of(api, "reannotate")
-    assert reruns, "no reannotate run was started by the feedback event"
-    assert reruns[0]["parameters"]["path"].endswith(".jsonl")
-    done = _wait_flow_run(api, reruns[0]["id"], 120)
-    assert done["state_type"] == "COMPLETED", _why(done, ws)
-    pointers = json.loads((ws / "artifacts" / "DATASETS.json").read_text())  # both datasets' versions, one file
-    latest, annotations = pointers["feedback"], pointers["annotations"]
-    assert pointers["version"] == 2 and latest["n_rows"] == annotations["n_rows"] == 24 + 3
-    assert pointers["annotations_cover"] == latest["sha256"]
-
-
 def _mlflow_lineage(info: dict, created: dict) -> None:
-    """4. MLflow (over HTTP): one parent run, the killed stage run closed, every stage output linked, lineage."""
+    """3. MLflow (over HTTP): one parent run, the killed stage run closed, every stage output linked, lineage."""
     import mlflow
 
     client = mlflow.MlflowClient(info["mlflow"])
@@ -330,7 +309,7 @@ def _mlflow_lineage(info: dict, created: dict) -> None:
 
 
 def _mlflow_dashboard(info: dict, created: dict) -> None:
-    """5. MLflow as a dashboard: model-training experiment, outcome metrics and verdict on the parent run, readable
+    """4. MLflow as a dashboard: model-training experiment, outcome metrics and verdict on the parent run, readable
     registry tags and descriptions, a resumed PPO run holding every step, heatmaps logged once, consumers linking
     their producer runs."""
     import mlflow
@@ -365,9 +344,10 @@ def _mlflow_dashboard(info: dict, created: dict) -> None:
     assert "produced by run [feedback]" in annotate.data.tags["mlflow.note.content"]
 
 
-def _reannotation_continues_to_a_policy(api: httpx.Client, ws: Path, info: dict) -> None:
-    """6. `reannotate` with then=policy (set on its deployment, as in the UI) trains and evaluates a policy on the
-    dataset's latest version, and closes every MLflow run it opened."""
+def _reannotation_to_a_policy(api: httpx.Client, ws: Path, info: dict) -> None:
+    """5. new feedback in the inbox -> sensor event -> `reannotate` run (debounced; then=policy set on its deployment,
+    as in the UI) -> new versions of both datasets and a policy trained and evaluated on the latest version; every
+    MLflow run it opened is closed."""
     import mlflow
 
     from t2g_core.demo import make_demo_feedback
@@ -375,22 +355,24 @@ def _reannotation_continues_to_a_policy(api: httpx.Client, ws: Path, info: dict)
     dep = api.get("/deployments/name/reannotate/reannotate").json()
     parameters = {"config": dep["parameters"]["config"], "preset": "tiny", "then": "policy"}  # the preset as shipped
     assert api.patch(f"/deployments/{dep['id']}", json={"parameters": parameters}).status_code < 300
-    before = {r["id"] for r in _runs_of(api, "reannotate")}
-    new = make_demo_feedback("summarization", 3, seed=123)
-    new["id"] = [f"inbox-b-{i}" for i in range(len(new))]
-    new.to_json(ws / "inbox" / "batch-2.jsonl", orient="records", lines=True)
+    new = make_demo_feedback("summarization", 3, seed=99)
+    new["id"] = [f"inbox-{i}" for i in range(len(new))]
+    new.to_json(ws / "inbox" / "batch-1.jsonl", orient="records", lines=True)
     deadline = time.monotonic() + 150
-    while time.monotonic() < deadline and not [r for r in _runs_of(api, "reannotate") if r["id"] not in before]:
+    while time.monotonic() < deadline and not _runs_of(api, "reannotate"):
         time.sleep(0.5)
-    started = [r for r in _runs_of(api, "reannotate") if r["id"] not in before]
-    assert started, "no reannotate run was started by the second file"
-    done = _wait_flow_run(api, started[0]["id"], 900)
+    reruns = _runs_of(api, "reannotate")
+    assert reruns, "no reannotate run was started by the feedback event"
+    assert reruns[0]["parameters"]["path"].endswith(".jsonl")
+    done = _wait_flow_run(api, reruns[0]["id"], 900)
     assert done["state_type"] == "COMPLETED", _why(done, ws)
-    pointers = json.loads((ws / "artifacts" / "DATASETS.json").read_text())
-    assert pointers["version"] == 3 and pointers["feedback"]["n_rows"] == 24 + 3 + 3
+    pointers = json.loads((ws / "artifacts" / "DATASETS.json").read_text())  # both datasets' versions, one file
+    latest, annotations = pointers["feedback"], pointers["annotations"]
+    assert pointers["version"] == 2 and latest["n_rows"] == annotations["n_rows"] == 24 + 3
+    assert pointers["annotations_cover"] == latest["sha256"]
     client = mlflow.MlflowClient(info["mlflow"])
     second = client.get_model_version("text2grad-policy", "2")
-    assert "feedback version 3 (30 rows, sha256 " in second.description
+    assert "feedback version 2 (27 rows, sha256 " in second.description
     exp = client.get_experiment_by_name("text2grad")
     deadline = time.monotonic() + 30  # the parent run is closed by the flow's on_completion hook, after Completed
     while (open_runs := client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")) and (
