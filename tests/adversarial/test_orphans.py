@@ -10,13 +10,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+import psutil
 import pytest
 
 from t2g_core.critics import isolation
 
-MARK = b"Plain values across the sandbox boundary"  # the first line of every sandbox script
+MARK = "Plain values across the sandbox boundary"  # the first line of every sandbox script
 HANG = """
 import sys
 from t2g_core.critics.sandbox import SandboxLimits, run_cases
@@ -27,27 +27,16 @@ run_cases(program, [{"code": "def check(candidate):\\n    assert candidate(1) ==
 """
 
 
-def _sandbox_processes() -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if MARK in (proc / "cmdline").read_bytes():
-                    found.append(int(proc.name))
-            except OSError:
-                continue
+def _sandboxes(processes) -> set[int]:
+    """The pids of the living sandbox interpreters among ``processes`` (psutil processes)."""
+    found = set()
+    for proc in processes:
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and any(MARK in arg for arg in proc.cmdline()):
+                found.add(proc.pid)
+        except psutil.Error:  # gone meanwhile
+            continue
     return found
-
-
-def _descends_from(pid: int, ancestor: int) -> bool:
-    while pid > 1:
-        try:  # /proc/<pid>/stat: "pid (comm) state ppid ..."
-            pid = int((Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()[1])
-        except (OSError, ValueError, IndexError):
-            return False
-        if pid == ancestor:
-            return True
-    return False
 
 
 @pytest.mark.parametrize("backend", [b for b in ("bwrap", "unshare") if isolation.works(b)])
@@ -59,19 +48,19 @@ def test_sandbox_processes_die_with_a_killed_parent(backend):
         assert parent.stdout.readline().strip() == "started"
 
         def started() -> set[int]:
-            return {pid for pid in _sandbox_processes() if _descends_from(pid, parent.pid)}
+            return _sandboxes(psutil.Process(parent.pid).children(recursive=True))
 
         deadline = time.monotonic() + 30
         while len(started()) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
-        ours = started()
+        ours = [psutil.Process(pid) for pid in started()]
         assert len(ours) >= 2, "the judge and the candidate never started"
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(10)
         deadline = time.monotonic() + 10
-        while ours & set(_sandbox_processes()) and time.monotonic() < deadline:
+        while _sandboxes(ours) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not ours & set(_sandbox_processes()), "sandbox processes outlived their parent"
+        assert not _sandboxes(ours), "sandbox processes outlived their parent"
     finally:
         if parent.poll() is None:
             parent.kill()
