@@ -123,7 +123,7 @@ def _runs_of(api: httpx.Client, flow_name: str) -> list[dict]:
 
 class _Patient(httpx.HTTPTransport):
     """A busy SQLite server answers 5xx for a while (a PATCH of a deployment once got 503 under `make test`'s load):
-    every request is tried again for up to about 30 s before its 5xx counts."""
+    every request is tried again, 5 s apart, for about 25 s before its 5xx counts."""
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         for _ in range(5):
