@@ -43,9 +43,9 @@ def text2grad(
     config = with_preset(config, preset)
     forced = sorted(downstream(refresh))
     place = Placement(config, forced)  # each stage group inline, or on the work pool config.placement names for it
-    feedback = stages.feedback(config, forced)
+    feedback = place(stages.feedback)
     annotate = place(stages.annotate, feedback)  # first: it fails fast when the rows lack what the annotator needs
-    models = stages.models(config, feedback, forced)
+    models = place(stages.models, feedback)
     align, validate = place(stages.align_and_validate, feedback, models, annotate)
     warmup = place(stages.warmup, feedback, models) if config.warmup.enabled else None
     start = warmup or models  # the policy PPO starts from

@@ -44,7 +44,7 @@ _CACHE_OPTIONS: dict[str, Any] = {
     "persist_result": True,
     "result_serializer": "json",
 }
-_blocks: dict[str, str] = {}
+_blocks: dict[str, Any] = {}  # the saved LocalFileSystem blocks, by name
 
 
 def task_key(fn: Any, params: dict[str, Any]) -> str:
@@ -105,16 +105,18 @@ def results_path(workspace_root: str | Path) -> Path:
     return Path(workspace_root).resolve() / RESULTS_DIR
 
 
-def results_block(workspace_root: str | Path) -> str:
-    """Save (once per process) a ``local-file-system`` block for ``<workspace>/prefect-results``; returns its slug."""
+def results_block(workspace_root: str | Path) -> Any:
+    """Save (once per process) a ``local-file-system`` block for ``<workspace>/prefect-results`` and return it: the
+    saved block itself, so a task's start does not read it back from the API by its slug (as a name would)."""
     root = results_path(workspace_root)
     name = f"t2g-results-{hashlib.sha256(str(root).encode()).hexdigest()[:12]}"
     if name not in _blocks:
         from prefect.filesystems import LocalFileSystem
 
         root.mkdir(parents=True, exist_ok=True)
-        LocalFileSystem(basepath=str(root)).save(name, overwrite=True)
-        _blocks[name] = f"local-file-system/{name}"
+        block = LocalFileSystem(basepath=str(root))
+        block.save(name, overwrite=True)
+        _blocks[name] = block
     return _blocks[name]
 
 
