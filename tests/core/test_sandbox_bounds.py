@@ -116,7 +116,9 @@ def starved(limits):  # the sandboxes share the hogs' core and run only when the
 
 sandbox_process._preexec = starved
 try:
-    limits = SandboxLimits(timeout_s=1.0, memory_mb=256, wall_factor=1.0, isolation=sys.argv[1])
+    # start-up allowance 1 s: the judge waits 2 * 1 + 5 * 1 + 2 = 9 s of wall time at most (17 s at the default 5 s,
+    # all of it with 24 hogs spinning on one core)
+    limits = SandboxLimits(timeout_s=1.0, startup_s=1.0, memory_mb=256, wall_factor=1.0, isolation=sys.argv[1])
     program = "def f(n):\n    return sum(range(n))\n"
     test = "def check(candidate):\n    assert candidate(10**7) == 49999995000000\n"
     run = run_cases(program, [{"code": test}], "f", limits)
