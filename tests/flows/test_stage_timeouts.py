@@ -46,16 +46,16 @@ def test_a_stage_past_its_limit_names_the_setting_and_the_next_run_resumes_its_c
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setitem(SIZES, "smoke", TinySpec(**ENDLESS_SPEC))
     ws = tmp_path / "ws"
-    cfg = load_config(None, [f"workspace.root={ws}", *ENDLESS_BUILD, "timeouts.models=0.25"])
+    cfg = load_config(None, [f"workspace.root={ws}", *ENDLESS_BUILD, "timeouts.models=0.1"])
     state = text2grad(config=cfg, return_state=True)
     error = state.result(raise_on_failure=False)
     assert isinstance(error, TimeoutError), error
     notes = " ".join(getattr(error, "__notes__", []))
-    assert "ran longer than timeouts.models = 0.25 minute(s)" in notes and "--set timeouts.models=null" in notes
+    assert "ran longer than timeouts.models = 0.1 minute(s)" in notes and "--set timeouts.models=null" in notes
     first = _checkpoint(ws)
     assert first["step"] >= 1 and first["resumed_at"] == []
 
-    again = load_config(None, [f"workspace.root={ws}", *ENDLESS_BUILD, "timeouts.models=0.1"])
+    again = load_config(None, [f"workspace.root={ws}", *ENDLESS_BUILD, "timeouts.models=0.05"])
     feedback = stages.feedback(again)  # cached: the limit is no stage input
     assert stages.models(again, feedback, return_state=True).name == "TimedOut"
     second = _checkpoint(ws)
