@@ -39,6 +39,8 @@ def _checkpoint(ws):
 def test_a_stage_past_its_limit_names_the_setting_and_the_next_run_resumes_its_checkpoint(
     tmp_path, prefect_harness, monkeypatch
 ):
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: F401 - imported before a limit of seconds
+
     from flows import stages
     from flows.text2grad import text2grad
     from t2g_core.models.tiny import SIZES, TinySpec
