@@ -35,6 +35,7 @@ from t2g_core.workspace import relocated
 if TYPE_CHECKING:
     from prefect import Task
     from prefect.context import TaskRunContext
+    from prefect.filesystems import LocalFileSystem
 
 RESULTS_DIR = "prefect-results"
 CACHE_EXPIRATION = timedelta(days=90)
@@ -44,7 +45,7 @@ _CACHE_OPTIONS: dict[str, Any] = {
     "persist_result": True,
     "result_serializer": "json",
 }
-_blocks: dict[str, Any] = {}  # the saved LocalFileSystem blocks, by name
+_blocks: dict[str, LocalFileSystem] = {}
 
 
 def task_key(fn: Any, params: dict[str, Any]) -> str:
@@ -105,9 +106,9 @@ def results_path(workspace_root: str | Path) -> Path:
     return Path(workspace_root).resolve() / RESULTS_DIR
 
 
-def results_block(workspace_root: str | Path) -> Any:
-    """Save (once per process) a ``local-file-system`` block for ``<workspace>/prefect-results`` and return it: the
-    saved block itself, so a task's start does not read it back from the API by its slug (as a name would)."""
+def results_block(workspace_root: str | Path) -> LocalFileSystem:
+    """Save (once per process) a ``local-file-system`` block for ``<workspace>/prefect-results`` and return it. The
+    saved block itself, not its slug: Prefect reads a slug back from the API at every task start."""
     root = results_path(workspace_root)
     name = f"t2g-results-{hashlib.sha256(str(root).encode()).hexdigest()[:12]}"
     if name not in _blocks:

@@ -32,8 +32,10 @@ def test_code_annotator_on_demo_items(tmp_path, monkeypatch):
     make_demo_feedback("code", 3, seed=4, verify_code=False).to_parquet("fb.parquet")
     res = runner.invoke(
         app,
-        ["annotate", "fb.parquet", "-o", "ann.parquet", "--annotator", "code", "-q", "--concurrency", "2"]
-        + ["--set", "annotate.sandbox_timeout_s=1"],  # the mutants that loop stop after 1 s of CPU each, not 5
+        [
+            *("annotate", "fb.parquet", "-o", "ann.parquet", "--annotator", "code", "-q", "--concurrency", "2"),
+            *("--set", "annotate.sandbox_timeout_s=1"),  # the mutants that loop stop after 1 s of CPU each, not 5
+        ],
     )
     assert res.exit_code == 0, res.output
     frame = validate_frame(pd.read_parquet("ann.parquet"), ANNOTATIONS, "ann.parquet")

@@ -185,7 +185,7 @@ from t2g_core.annotators import annotate
 from t2g_core.config.annotate import AnnotateConfig
 df = pd.read_parquet(sys.argv[1])
 cfg = AnnotateConfig(annotator="llm", base_url=sys.argv[2], model="fake-model", concurrency=2)
-annotate(df, cfg, cache_dir=sys.argv[3], progress=False).frame
+annotate(df, cfg, cache_dir=sys.argv[3], progress=False)
 """
 
 

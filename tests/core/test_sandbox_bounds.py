@@ -124,8 +124,8 @@ def kill_after_the_hogs(self):  # the verdict is in: a starved process needs a C
 
 sandbox_process.SandboxProcess.kill = kill_after_the_hogs
 try:
-    # start-up allowance 1 s: the judge waits 2 * 1 + 5 * 1 + 2 = 9 s of wall time at most (17 s at the default 5 s,
-    # all of it with 24 hogs spinning on one core)
+    # a start-up allowance of 1 s: the judge's patience grows with it (t2g_core.critics.sandbox._judge), and every
+    # second of it is spent with 24 hogs spinning on one core
     limits = SandboxLimits(timeout_s=1.0, startup_s=1.0, memory_mb=256, wall_factor=1.0, isolation=sys.argv[1])
     program = "def f(n):\n    return sum(range(n))\n"
     test = "def check(candidate):\n    assert candidate(10**7) == 49999995000000\n"
