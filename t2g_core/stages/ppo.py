@@ -33,7 +33,6 @@ def train(
 ) -> PolicyRef:
     """Train (or resume) PPO; the adapter is in ``adapter_dir``, the held-out prompts in ``run_dir/eval.parquet``.
     ``api_key`` (handed in by the caller, never stored) serves ``reward_source=endpoint``."""
-    from t2g_core.critique_loop import write_replay
     from t2g_core.ppo.checkpoint import latest_checkpoint
     from t2g_core.ppo.distributed import rank_and_world
     from t2g_core.ppo.run import prepare_run
@@ -50,6 +49,8 @@ def train(
         if latest is None:
             fb = read(feedback, "feedback")
             if loop_on and reward_model is not None:  # the items the reward model trained on (its own samples too)
+                from t2g_core.critique_loop import write_replay  # the loop's annotators and tests: only when it is on
+
                 trained_on = read(reward_model.feedback, "feedback") if reward_model.feedback is not None else fb
                 write_replay(run_dir, read(reward_model.rm_data, "rm_data"), trained_on)
             prepare_run(settings, run_dir, fb, models.policy, reward_model_path(settings, reward_model))
@@ -160,11 +161,14 @@ def resume(run_dir: str | Path, ctx: StageContext, *, api_key: str | None = None
 
 def _run(run_dir, ctx: StageContext, api_key: str | None, reward: dict, *, resume: bool, loop_on: bool) -> PolicyRef:
     """Train the run in ``run_dir`` (watched by the critique loop when ``loop_on``) and describe the policy."""
-    from t2g_core.critique_loop import loop_factory
     from t2g_core.ppo.report import write_heatmap_index
     from t2g_core.ppo.run import run_from_dir
 
-    hook = loop_factory(api_key=api_key, progress=ctx.on_progress) if loop_on else None
+    hook = None
+    if loop_on:
+        from t2g_core.critique_loop import loop_factory  # its annotators and tests load only when it is on
+
+        hook = loop_factory(api_key=api_key, progress=ctx.on_progress)
     result = run_from_dir(
         run_dir, resume=resume, tracker=ctx.tracker, api_key=api_key, progress=ctx.on_progress, hook=hook
     )
