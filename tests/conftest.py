@@ -156,6 +156,41 @@ def live_ranks():
     return find
 
 
+@pytest.fixture
+def kill_rank_one(live_ranks):
+    """Runs ``train()`` (a gang's stage) in a thread, SIGKILLs rank 1 once ``ready()`` (a checkpoint is written), and
+    checks that the stage failed naming that rank and that no rank or launcher of the workspace is left."""
+    import signal
+    import threading
+    import time
+
+    from t2g_core.gang import GangFailed
+
+    def kill(workspace, train, ready) -> None:
+        outcome: dict = {}
+
+        def first_run():
+            try:
+                outcome["ref"] = train()
+            except Exception as exc:  # noqa: BLE001 - the test reads it
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=first_run)
+        thread.start()
+        deadline = time.monotonic() + 180
+        while not ready():
+            assert time.monotonic() < deadline and thread.is_alive(), outcome
+            time.sleep(0.1)
+        rank1 = next(p for p in live_ranks(workspace) if p.environ().get("RANK") == "1")
+        rank1.send_signal(signal.SIGKILL)
+        thread.join(120)
+        assert isinstance(outcome.get("error"), GangFailed), outcome
+        assert "rank 1 of the 2-process gang was killed by SIGKILL" in str(outcome["error"])
+        assert not live_ranks(workspace)  # the other rank and the launcher are gone too
+
+    return kill
+
+
 @pytest.fixture(scope="session")
 def llama3_style_dir(tmp_path_factory):
     """A tiny Llama checkpoint whose tokenizer is shaped like Llama 3's: no pad token, EOS (end of turn) != BOS, and a

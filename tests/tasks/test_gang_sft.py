@@ -1,32 +1,28 @@
 """The stages that train through TRL's ``SFTTrainer`` (``t2g_core/sft.py``), the warm-up and the generative reward
 model, run as a gang of 2 processes (``layout.<stage>``, DDP over gloo on the CPU) and equal the same stage in 1
-process: the trained weights, the stage's metrics, the stage key (the warm-up's through the flow:
-tests/flows/test_gang_flow.py). A killed rank fails the stage with its error and the
-next run resumes; the Trainer is refused if it would leave each rank alone; a step's examples are shared by the
-processes, never multiplied; the tagger, trained by a loop of its own, refuses a layout of several processes."""
+process: the trained weights, the stage's metrics, the stage key (the warm-up's through the flow, where a killed rank
+fails the stage with its error and the next run resumes: tests/flows/test_gang_flow.py). The Trainer is refused if it
+would leave each rank alone; a step's examples are shared by the processes, never multiplied; the tagger, trained by
+a loop of its own, refuses a layout of several processes."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from t2g_core.config import RewardModelConfig, WarmupConfig
-from t2g_core.config.lora import LoRA
 from t2g_core.config.orchestration import Layout
-from t2g_core.config.stages import RewardModelSettings, WarmupSettings
+from t2g_core.config.stages import RewardModelSettings
 from tests.core._launch import accelerate_launch
 
 ROOT = Path(__file__).resolve().parents[2]
 TWO = Layout(processes=2)
-WARMUP = WarmupConfig(enabled=True, steps=4, batch_size=4, learning_rate=5e-3, save_steps=2, lora=LoRA(r=4, alpha=8))
 RM = RewardModelConfig(  # LoRA dropout 0: each process draws its own masks, with which 2 equal 1 only in distribution
     kind="generative",
     val_fraction=0.3,
@@ -49,14 +45,6 @@ def _feedback(workspace, n: int = 24):
 
     df = make_demo_feedback("summarization", n, seed=5)
     return Workspace.at(workspace.root).store.write("feedback", "k", df, "feedback"), df
-
-
-def _warm_up(run_task, workspace, model_dir, layout, cfg=WARMUP):
-    from t2g_core.stages.refs import ModelsRef
-    from tasks.warmup import warm_up
-
-    models = ModelsRef.of(model_dir, model_dir)
-    return run_task(warm_up, _feedback(workspace)[0], models, WarmupSettings(warmup=cfg), workspace, layout)
 
 
 def _history(run_id: str, metric: str) -> list[tuple[int, float]]:
@@ -108,31 +96,6 @@ def test_the_generative_reward_model_in_two_processes_equals_one_process(
     assert [s for s, _ in two_loss] == [s for s, _ in one_loss] == [1, 2, 3]
     assert [v for _, v in two_loss] == pytest.approx([v for _, v in one_loss], rel=1e-5)
     assert not live_ranks(two_ws)
-
-
-@pytest.mark.slow
-def test_a_killed_rank_fails_the_sft_stage_with_its_error_and_the_next_run_resumes(
-    tiny_model_dir, workspace_cfg, kill_rank_one, run_task, gloo, monkeypatch
-):
-    """The warm-up stands for both stages: the generative reward model trains through the same ``t2g_core.sft``
-    Trainer and resume (``sft_trainer``, ``fit``), and only its data and evaluation, written by rank 0, differ."""
-    import tasks.stage
-
-    cfg = WARMUP.model_copy(update={"steps": 8, "save_steps": 2})
-    checkpoints = Path(workspace_cfg.root, "checkpoints", "warmup")
-    # a checkpoint both ranks finished (rank 0 writes trainer_state.json last; each rank its RNG state)
-    kill_rank_one(
-        workspace_cfg,
-        lambda: _warm_up(run_task, workspace_cfg, tiny_model_dir, TWO, cfg),
-        lambda: [c for c in checkpoints.glob("*/checkpoints/checkpoint-*") if (c / "rng_state_1.pth").is_file()],
-    )
-
-    lines: list[str] = []  # what the task logs (rank 0's lines among them)
-    monkeypatch.setattr(tasks.stage, "run_logger", lambda: SimpleNamespace(info=lines.append))
-    again = _warm_up(run_task, workspace_cfg, tiny_model_dir, TWO, cfg)
-    meta = json.loads((Path(again.policy) / "warmup.json").read_text())
-    assert meta["global_step"] == 8 and "/checkpoint-" in meta["resumed_from"]
-    assert any(line.startswith("warm-up: 8 steps") and "resumed from" in line for line in lines), lines
 
 
 TRAINER_FORGETS_CPU = """
