@@ -58,7 +58,10 @@ default_permission = NO_PERMISSIONS
 database_uri = sqlite:///$WS/mlflow-auth.db
 admin_username = ${MLFLOW_AUTH%%:*}
 authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+auth_cache_ttl_seconds = 300
 INI
+# ^ a credential check is a scrypt hash, about 0.1 CPU-s, on every request unless cached (MLflow's default); one
+#   worker holds the cache, so a password changed through MLflow's API applies at once, one changed out of band in 5 min
 # Create and migrate the MLflow database once, before a server worker and clients touch it (first-creation race); a
 # new SQLite file starts as the kept copy, as Prefect's below.
 "$BIN/python" -c "import sys; from t2g_mlflow.experiment import create_store as c; c(sys.argv[1])" "$MLFLOW_BACKEND" \
