@@ -112,16 +112,6 @@ def _set_prf(p: Sequence[bool], g: Sequence[bool], hit: Sequence[bool] | None = 
     return out
 
 
-def char_labels(length: int, spans: Iterable[Span], *, overlap: str = "poor_wins") -> list[float]:
-    """One signed label per character of a text of ``length`` chars (for char-level :func:`token_prf`)."""
-    labels = [0.0] * length
-    winner = "negative" if overlap == "poor_wins" else "positive"
-    for start, end, label in sorted(spans, key=lambda s: s[2] == winner):
-        value = 1.0 if label == "positive" else -1.0
-        labels[max(0, start) : min(length, end)] = [value] * max(0, min(length, end) - max(0, start))
-    return labels
-
-
 def label_stats(label_vectors: Iterable[Sequence[float]]) -> dict[str, float]:
     """Fraction of tokens labelled, positive and negative fractions, and balance = positive / labelled."""
     n = pos = neg = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from t2g_core.alignment import alignment_stats, char_labels, iou, label_stats, micro_prf, span_prf, token_prf
+from t2g_core.alignment import alignment_stats, iou, label_stats, micro_prf, span_prf, token_prf
 from t2g_core.config.align import AlignConfig
 from t2g_core.schemas import SchemaError
 from t2g_core.spans import align_frame, spans_by_item
@@ -57,12 +57,6 @@ def test_micro_prf_sums_counts():
     m = micro_prf([a, b])
     assert (m["tp"], m["n_pred"], m["n_gold"], m["precision"]) == (1, 2, 2, 0.5)
     assert m["iou"] == pytest.approx(1 / 3)
-
-
-def test_char_labels_poor_wins():
-    labels = char_labels(10, [(0, 6, "positive"), (4, 8, "negative")])
-    assert labels == [1, 1, 1, 1, -1, -1, -1, -1, 0, 0]
-    assert char_labels(10, [(0, 6, "positive"), (4, 8, "negative")], overlap="good_wins")[4:8] == [1, 1, -1, -1]
 
 
 def test_label_stats():
