@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib
 import pkgutil
 
@@ -33,5 +35,9 @@ _register()
 
 
 def main() -> None:
+    # At exit the interpreter's last garbage collections walk every object torch, transformers, Prefect and MLflow
+    # made: 1.5 s after importing torch and transformers alone, 3.4 s of CPU after a tiny `t2g run`. Frozen, they are
+    # skipped; the exit handlers still run (freezing stops only the collections) and every file is flushed as usual.
+    atexit.register(gc.freeze)
     quiet_libraries()
     app()
