@@ -21,6 +21,8 @@ RESULTS = results_dir()
 VARIANTS = {  # name -> reward_model settings
     "tagger": {"kind": "tagger", "init_from": "policy"},
     "tagger-frozen": {"kind": "tagger", "init_from": "policy", "finetune": "frozen"},
+    "tagger-heads5": {"kind": "tagger", "init_from": "policy", "tagger_heads": 5},
+    "tagger-frozen-heads5": {"kind": "tagger", "init_from": "policy", "finetune": "frozen", "tagger_heads": 5},
     "generative": {"kind": "generative", "init_from": "reward_model_base"},
     "generative-policy": {"kind": "generative", "init_from": "policy"},
 }
@@ -29,7 +31,7 @@ TRUTH_KEYS = tuple(
     "truth_recall_redundant truth_span_f1".split()
 )
 KEYS = (*TRUTH_KEYS, "span_f1", "omission_precision", "omission_recall", "unmatched_span_rate", "json_valid_rate")
-KEYS += ("parse_ok_rate", "score_ms_per_item")
+KEYS += ("parse_ok_rate", "score_ms_per_item", "token_ece")
 
 
 def _annotated(fb):
@@ -95,8 +97,10 @@ def _policy_samples(policy: Path, fb, n: int):
 
 
 def evaluate_variant(name, cfg, result, rm_eval, fb_eval, align_cfg, samples) -> dict:
-    from t2g_core.reward_model.evaluate import evaluate_model, score_predictions
+    from t2g_core.reward_model.evaluate import calibration_error, evaluate_model, score_predictions
     from t2g_core.reward_model.scoring import load_scorer
+    from t2g_core.reward_model.tagger import prediction_feedback, token_classes
+    from t2g_core.spans import AlignedSpan
 
     report = evaluate_model(result.adapter_dir, rm_eval, fb_eval, cfg, split="validation", align_cfg=align_cfg)
     out = {"train_seconds": round(result.train_seconds, 1), "steps": result.global_step}
@@ -105,8 +109,19 @@ def evaluate_variant(name, cfg, result, rm_eval, fb_eval, align_cfg, samples) ->
     if samples is not None and cfg.kind == "tagger":
         rows, items = samples
         scorer = load_scorer(result.adapter_dir, cfg)
-        metrics, _ = score_predictions(items, scorer.critique_batch(rows), scorer.tokenizer, align_cfg=align_cfg)
+        encoded, preds = scorer.predict_batch(rows)
+        feedback = [prediction_feedback(r["response"], e, p) for r, e, p in zip(rows, encoded, preds, strict=True)]
+        metrics, _ = score_predictions(items, feedback, scorer.tokenizer, align_cfg=align_cfg)
         out["on_policy_samples"] = {k: metrics[k] for k in TRUTH_KEYS if k in metrics}
+        truth = [  # the demo's truth per response token: how well the label probabilities are calibrated on it
+            token_classes(
+                e.offsets,
+                [AlignedSpan(it.response[a:b], lab, a, b, "exact", 100.0) for a, b, lab, *_ in it.truth or ()],
+                "poor_wins",
+            )
+            for it, e in zip(items, encoded, strict=True)
+        ]
+        out["on_policy_samples"]["truth_token_ece"] = calibration_error([p.probs for p in preds], truth)
     print(f"{name:18s} " + " ".join(f"{k}={v:.3f}" for k, v in out.items() if isinstance(v, float)), flush=True)
     return out
 

@@ -61,6 +61,7 @@ class Source:
 SOURCES = {
     "oracle": Source("oracle"),
     "tagger": Source("reward_model", TAGGER),
+    "ensemble": Source("reward_model", TAGGER | {"tagger_heads": 5}),  # the heads' disagreement shrinks rewards
     "generative": Source("reward_model", {"kind": "generative"}),
     "noisy": Source("oracle", flip=0.2),
     "refreshed": Source("reward_model", TAGGER, needs="critique_loop"),
@@ -116,7 +117,7 @@ def prepare(args, srcs: dict[str, Source]) -> dict[str, str]:
         models = ensure_demo_models((RM_SMOKE_WORK if args.smoke else work) / "models", pipe.models, fb, progress=False)
     ann = annotate(fb, pipe.annotate.model_copy(update={"annotator": "reference"}), progress=False).frame
     out = {"policy": str(models.policy)}
-    kinds = {TAGGER["kind"]: TAGGER} | {s.reward_model["kind"]: s.reward_model for s in srcs.values() if s.reward_model}
+    kinds = {rm_key(TAGGER): TAGGER} | {rm_key(s.reward_model): s.reward_model for s in srcs.values() if s.reward_model}
     for kind, settings in kinds.items():
         start = models.policy if pipe.reward_model.model_copy(update=settings).init_from == "policy" else models.base
         out[kind] = given.get(kind) or fit_reward_model(pipe, settings, start, fb, ann, work / f"rm-{kind}")
@@ -136,6 +137,14 @@ def prepare(args, srcs: dict[str, Source]) -> dict[str, str]:
         write_replay(work / "replay", rm_df, fb)
         out["replay"] = str(work / "replay" / LOOP_DIR)
     return out
+
+
+def rm_key(settings: dict | None) -> str | None:
+    """The reward model an arm's settings name: its kind, with its number of span heads when above one."""
+    if not settings:
+        return None
+    heads = settings.get("tagger_heads", 1)
+    return settings["kind"] + (f"-heads{heads}" if heads > 1 else "")
 
 
 def fit_reward_model(pipe, settings: dict, start, fb, ann, folder: Path, train_ids: set[str] = frozenset()) -> str:
@@ -234,7 +243,7 @@ def run_arm(args, paths: dict, srcs: dict[str, Source], arm: str, seed: int, out
     prompts = ppo_prompts(args)
     eval_df = make_demo_feedback("summarization", args.n_eval, seed=2)
     metric = KeptResponses(summary_metrics)
-    rm_path = paths[f"matched{seed}"] if src.matched else paths.get((src.reward_model or {}).get("kind"))
+    rm_path = paths[f"matched{seed}"] if src.matched else paths.get(rm_key(src.reward_model))
     rm_cfg = pipe.reward_model.model_copy(update=src.reward_model or {})
     source = make_reward_source(src.reward_source, "summarization", reward_model_path=rm_path, rm_cfg=rm_cfg)
     source = NoisyCritic(source, src.flip, seed) if src.flip else source
@@ -308,7 +317,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workdir", default=str(results_dir() / "bench_rm_ppo_work"))
     p.add_argument("--policy", default=None, help="A warm-started policy folder (e.g. the demo's) instead of building.")
     p.add_argument("--base", default=None, help="Its base folder (a generative reward model starts there).")
-    p.add_argument("--reward-models", default="", help="KIND=FOLDER,...: trained reward models (tagger, generative).")
+    p.add_argument(
+        "--reward-models",
+        default="",
+        help="KIND=FOLDER,...: trained reward models (tagger, tagger-heads5, generative).",
+    )
     p.add_argument("--run-specs", dest="specs", default=None, help=argparse.SUPPRESS)
     p.add_argument("--paths", default="{}", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -11,7 +11,7 @@ from testbed import curves
 
 FRACTIONS = (0.5, 0.25)
 CONTRASTS = (("refreshed", "matched"), ("refreshed", "tagger"), ("matched", "tagger"), ("refreshed_noisy", "refreshed"))
-CONTRASTS += (("refreshed_matched", "matched"), ("refreshed_matched", "refreshed"))
+CONTRASTS += (("refreshed_matched", "matched"), ("refreshed_matched", "refreshed"), ("ensemble", "tagger"))
 
 
 def split_arm(arm: str) -> tuple[str, str]:  # "SOURCE-ESTIMATOR"

@@ -53,6 +53,9 @@ class RewardModelConfig(StageConfig):
         "lora", description="Train a LoRA adapter, every weight, or (tagger only) the head alone on frozen features."
     )
     tagger_head_size: int = Field(0, ge=0, description="Tagger: width of the head's hidden layer (0 = model width).")
+    tagger_heads: int = Field(
+        1, ge=1, le=16, description="Tagger: span heads on the shared features; above 1, disputed labels pay less."
+    )
     tagger_max_omissions: int = Field(
         8, ge=0, description="Tagger: most missing items it can report before one token (0 = no omission head)."
     )

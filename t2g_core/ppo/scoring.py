@@ -119,6 +119,10 @@ def span_labels(
         labels = share_spans(offsets, aligned, labels, POSITIVE, values[POSITIVE])  # length must not pay either
     if cfg.span_reward == "per_span":
         labels = share_spans(offsets, aligned, labels, NEGATIVE, values[NEGATIVE])  # nor cost more than it pays
+    for (start, end, _), weight in zip(fb.located, fb.located_weights, strict=False):  # a disputed label counts less
+        for i, (s, e) in enumerate(offsets):
+            if s < e and s < end and start < e:
+                labels[i] *= min(1.0, max(0.0, weight))
     return labels, aligned
 
 

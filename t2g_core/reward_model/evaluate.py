@@ -290,7 +290,7 @@ def evaluate_tagger(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_c
     """Tag each held-out item's response (after its stored policy prompt) and score the labels as spans."""
     import time
 
-    from t2g_core.reward_model.tagger import encode_pair, predict, prediction_feedback
+    from t2g_core.reward_model.tagger import encode_pair, predict, prediction_feedback, token_classes
 
     items = list(items)[: cfg.eval_max_items] if cfg.eval_max_items else list(items)
     if not items:
@@ -304,8 +304,26 @@ def evaluate_tagger(model, tokenizer, items: Sequence[EvalItem], cfg, *, align_c
     seconds = time.perf_counter() - t0
     metrics, rows = score_predictions(items, preds, tokenizer, align_cfg=align_cfg)
     metrics["score_ms_per_item"] = 1000 * seconds / len(items)
+    overlap = align_cfg.overlap if align_cfg is not None else "poor_wins"
+    gold = [
+        token_classes(e.offsets, _located(it.response, it.gold, align_cfg)[2], overlap)
+        for it, e in zip(items, encoded, strict=True)
+    ]
+    metrics["token_ece"] = calibration_error([p.probs for p in predictions], gold)
     examples = [_example(it, p, _gold_json(p)) for it, p in list(zip(items, preds, strict=True))[:EXAMPLES]]
     return RMEvalReport(metrics, rows, examples)
+
+
+def calibration_error(probs: Sequence[torch.Tensor], gold: Sequence[Sequence[int]], bins: int = 10) -> float:
+    """Expected calibration error of per-token label probabilities ((n, C) each) against the gold labels: over
+    ``bins`` equal-width bins of the predicted label's probability, the token-weighted mean |accuracy - confidence|."""
+    import torch
+
+    top = torch.cat([p.reshape(-1, p.shape[-1]) for p in probs]).max(dim=-1)
+    right = (top.indices == torch.tensor([g for labels in gold for g in labels], dtype=torch.long)).float()
+    which = (top.values * bins).long().clamp(max=bins - 1)
+    gaps = [(right[which == b].mean() - top.values[which == b].mean()).abs() * (which == b).sum() for b in range(bins)]
+    return float(sum(g for g in gaps if not g.isnan()) / max(1, len(right)))
 
 
 def _example(item: EvalItem, pred: ParsedFeedback, generated: str) -> dict:

@@ -27,6 +27,7 @@ IGNORE = -100  # cross-entropy ignore index: prompt and padding tokens
 TAGGER_META = "tagger.json"
 LM_FOLDERS = {"lora": "adapter", "full": "lm"}  # where a tagger folder keeps its language model, per finetune
 HEAD_FILE = "head.safetensors"
+MEMBERS_FILE = "heads.safetensors"  # the span heads after the first (tagger_heads > 1)
 OMISSION_FILE = "omission.safetensors"
 
 
@@ -53,14 +54,19 @@ def _mlp(features: int, width: int, outputs: int) -> nn.Sequential:
 
 
 class SpanTagger(nn.Module):
-    """A causal LM (maybe LoRA-wrapped), the shift head and (``max_omissions`` > 0) the omission head; ``forward``
-    returns per-token class logits (B, L, 3) and omission-count logits (B, L, max_omissions + 1)."""
+    """A causal LM (maybe LoRA-wrapped), the shift head, ``heads - 1`` more span heads on the same features (an
+    ensemble, each from its own initialisation) and (``max_omissions`` > 0) the omission head; ``forward`` returns
+    per-token class logits (B, L, 3) of the first head, those of every head (K, B, L, 3) and omission-count logits
+    (B, L, max_omissions + 1)."""
 
-    def __init__(self, lm: nn.Module, hidden_size: int, head_size: int | None = None, max_omissions: int = 0):
+    def __init__(
+        self, lm: nn.Module, hidden_size: int, head_size: int | None = None, max_omissions: int = 0, heads: int = 1
+    ):
         super().__init__()
         self.lm = lm
         head_size = head_size or hidden_size
         self.head = _mlp(2 * hidden_size + 2, head_size, 3)
+        self.members = nn.ModuleList(_mlp(2 * hidden_size + 2, head_size, 3) for _ in range(heads - 1))
         self.max_omissions = max_omissions
         self.omission = _mlp(2 * hidden_size + 2, head_size, max_omissions + 1) if max_omissions else None
 
@@ -77,13 +83,15 @@ class SpanTagger(nn.Module):
     def heads(
         self, feats: Tensor, labels: Tensor | None = None, omissions: Tensor | None = None
     ) -> dict[str, Tensor]:  # (..., 2d + 2) features, (...) classes and omission counts (IGNORE: not scored)
-        """Class logits, omission-count logits and (with ``labels``) the summed cross-entropy of both heads."""
-        result = {"logits": self.head(feats)}  # (..., 3)
+        """Class logits (the first span head's, and every span head's), omission-count logits and (with ``labels``) the
+        cross-entropy of the omission head plus the mean of the span heads'."""
+        every = torch.stack([self.head(feats), *(m(feats) for m in self.members)])  # (K, ..., 3)
+        result = {"logits": every[0], "member_logits": every}
         if self.omission is not None:
             result["omission_logits"] = self.omission(feats)  # (..., max_omissions + 1)
         if labels is not None:
             loss = nn.functional.cross_entropy(
-                result["logits"].reshape(-1, 3).float(), labels.reshape(-1), ignore_index=IGNORE
+                every.reshape(-1, 3).float(), labels.reshape(-1).repeat(len(every)), ignore_index=IGNORE
             )
             if self.omission is not None and omissions is not None:
                 counts = omissions.clamp(max=self.max_omissions).masked_fill(omissions == IGNORE, IGNORE)
@@ -191,19 +199,32 @@ def _quoted(texts: Sequence[str]) -> str:
     return ", ".join(json.dumps(t, ensure_ascii=False) for t in texts)
 
 
+def span_agreement(
+    offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int, str]], agreement: Tensor
+) -> tuple[float, ...]:
+    """Per span, the mean over its tokens of the share of span heads that vote for the ensemble's label."""
+    out = []
+    for s, e, _ in spans:
+        inside = [k for k, (a, b) in enumerate(offsets) if a < b and a < e and s < b]
+        out.append(float(agreement[inside].mean()) if inside else 1.0)
+    return tuple(out)
+
+
 def feedback_from_spans(
     response: str,
     spans: Sequence[tuple[int, int, str]],
     missing: tuple[tuple[str, ...], tuple[int, ...]] = ((), ()),
     confidence: float | None = None,
+    agreement: tuple[float, ...] = (),
 ) -> ParsedFeedback:
-    """The tagger's answer in the one feedback shape: quotes, a templated critique, the exact offsets, the missing
-    items with their offsets (:func:`missing_from_counts`) and the confidence."""
+    """The tagger's answer in the one feedback shape: quotes, a templated critique, the exact offsets (with the heads'
+    agreement on each), the missing items with their offsets (:func:`missing_from_counts`) and the confidence."""
     return ParsedFeedback(
         critique=critique_from_spans(response, spans, missing[0]),
         good_spans=[response[s:e] for s, e, lab in spans if lab == POSITIVE],
         poor_spans=[response[s:e] for s, e, lab in spans if lab == NEGATIVE],
         located=tuple(spans),
+        located_weights=agreement,
         missing=missing[0],
         missing_at=missing[1],
         confidence=confidence,
@@ -211,13 +232,12 @@ def feedback_from_spans(
 
 
 def prediction_feedback(response: str, encoded: Encoded, pred: TokenPrediction) -> ParsedFeedback:
-    """One response's :class:`TokenPrediction` as feedback (spans, omissions, confidence)."""
-    return feedback_from_spans(
-        response,
-        spans_from_classes(encoded.offsets, pred.classes),
-        missing_from_counts(response, encoded.offsets, pred.omissions),
-        pred.confidence,
-    )
+    """One response's :class:`TokenPrediction` as feedback (spans, omissions, confidence; with several span heads,
+    their agreement on each span, which shrinks its reward)."""
+    spans = spans_from_classes(encoded.offsets, pred.classes)
+    agreement = () if pred.agreement is None else span_agreement(encoded.offsets, spans, pred.agreement)
+    missing = missing_from_counts(response, encoded.offsets, pred.omissions)
+    return feedback_from_spans(response, spans, missing, pred.confidence, agreement)
 
 
 # --- building, saving, loading
@@ -238,7 +258,7 @@ def build_tagger(base: str | Path, cfg, dtype: torch.dtype = torch.float32) -> t
     elif cfg.finetune == "frozen":
         lm.requires_grad_(False)
     hidden = lm.config.get_text_config().hidden_size if hasattr(lm.config, "get_text_config") else lm.config.hidden_size
-    tagger = SpanTagger(lm, hidden, cfg.tagger_head_size or None, cfg.tagger_max_omissions)
+    tagger = SpanTagger(lm, hidden, cfg.tagger_head_size or None, cfg.tagger_max_omissions, cfg.tagger_heads)
     return tagger, tokenizer  # the trained heads stay float32
 
 
@@ -252,7 +272,7 @@ def save_tagger(model: SpanTagger, tokenizer, out: Path, meta: dict) -> Path:
         # a LoRA adapter: the base's embeddings are rebuilt at load unless they were trained
         peft = {"save_embedding_layers": embeddings_trained(model.lm)} if hasattr(model.lm, "peft_config") else {}
         model.lm.save_pretrained(str(out / folder), **peft)
-    for head, name in ((model.head, HEAD_FILE), (model.omission, OMISSION_FILE)):
+    for head, name in ((model.head, HEAD_FILE), (model.members or None, MEMBERS_FILE), (model.omission, OMISSION_FILE)):
         if head is not None:
             save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(out / name))
     tokenizer.save_pretrained(str(out))
@@ -295,8 +315,11 @@ def load_tagger(
         lm = load_causal_lm(lm_ref, dtype=dtype, tokenizer=tokenizer, place=False)
         if meta["finetune"] == "frozen":  # a refresh trains the heads alone, as the first training did
             lm.requires_grad_(False)
-    model = SpanTagger(lm, int(meta["hidden_size"]), int(meta["head_size"]), int(meta.get("max_omissions", 0)))
+    sizes = (int(meta[k]) for k in ("hidden_size", "head_size"))
+    model = SpanTagger(lm, *sizes, int(meta.get("max_omissions", 0)), int(meta.get("heads", 1)))
     model.head.load_state_dict(load_file(str(path / HEAD_FILE)))
+    if model.members:
+        model.members.load_state_dict(load_file(str(path / MEMBERS_FILE)))
     if model.omission is not None:
         model.omission.load_state_dict(load_file(str(path / OMISSION_FILE)))
     if trainable:
@@ -320,11 +343,13 @@ def _left_padded(batch: list[Encoded], pad_id: int) -> tuple[Tensor, Tensor]:  #
 
 @dataclass(frozen=True)
 class TokenPrediction:
-    """The tagger's belief about one response: per token, the class probabilities (n, 3) and the probabilities of
-    0..N omissions just before it (n, N + 1; None without an omission head)."""
+    """The tagger's belief about one response: per token, the class probabilities (n, 3; the span heads' mean), the
+    probabilities of 0..N omissions just before it (n, N + 1; None without an omission head) and the share of span
+    heads voting for the predicted class (n,; None with one head)."""
 
     probs: Tensor
     omission_probs: Tensor | None = None
+    agreement: Tensor | None = None
 
     @property
     def classes(self) -> list[int]:
@@ -338,10 +363,11 @@ class TokenPrediction:
 
     @property
     def confidence(self) -> float:
-        """The probability of the least sure token's predicted label, of either head (1.0 for an empty response)."""
+        """The probability of the least sure token's predicted label, of either head, or with several span heads the
+        least share of them agreeing (1.0 for an empty response)."""
         if self.probs.shape[0] == 0:
             return 1.0
-        sure = self.probs.amax(dim=-1)
+        sure = self.probs.amax(dim=-1) if self.agreement is None else self.agreement
         if self.omission_probs is not None:
             sure = torch.minimum(sure, self.omission_probs.amax(dim=-1))
         return float(sure.min())
@@ -358,14 +384,17 @@ def predict(model: SpanTagger, encoded: Sequence[Encoded], pad_id: int, batch_si
         idx = order[b : b + batch_size]
         ids, mask = _left_padded([encoded[i] for i in idx], pad_id)
         result = model(ids.to(device), mask.to(device))
-        probs = result["logits"].float().softmax(dim=-1).cpu()  # (B, L, 3)
+        members = result["member_logits"].float().softmax(dim=-1).cpu()  # (K, B, L, 3)
+        probs = members.mean(dim=0)  # (B, L, 3)
+        votes = (members.argmax(dim=-1) == probs.argmax(dim=-1)).float().mean(dim=0) if len(members) > 1 else None
         omitted = result.get("omission_logits")
         omitted = omitted.float().softmax(dim=-1).cpu() if omitted is not None else None  # (B, L, N + 1)
         width = ids.shape[1]
         for j, i in enumerate(idx):
             n = len(encoded[i].input_ids) - encoded[i].start  # response tokens, right-aligned
             rows = slice(width - n, width) if n else slice(0, 0)
-            out[i] = TokenPrediction(probs[j, rows], omitted[j, rows] if omitted is not None else None)
+            agreement = votes[j, rows] if votes is not None else None
+            out[i] = TokenPrediction(probs[j, rows], omitted[j, rows] if omitted is not None else None, agreement)
     return out
 
 

@@ -149,9 +149,10 @@ def _encode_examples(examples, tokenizer, cfg, overlap: str) -> tuple[list[Label
 
 
 def clip_parts(model: SpanTagger, max_norm: float) -> float:
-    """Clip the gradient of each trained part to ``max_norm`` on its own; returns the norm of all before clipping."""
-    parts = (model.lm, model.head, model.omission)
-    groups = [[p for p in part.parameters() if p.requires_grad] for part in parts if part is not None]
+    """Clip the gradient of each trained part (the language model, the span heads, the omission head) to
+    ``max_norm`` on its own; returns the norm of all before clipping."""
+    parts = ([model.lm], [model.head, model.members], [model.omission])
+    groups = [[p for m in part if m is not None for p in m.parameters() if p.requires_grad] for part in parts]
     norms = [torch.nn.utils.clip_grad_norm_(group, max_norm) for group in groups if group]
     return float(torch.stack(norms).pow(2).sum().sqrt())
 
@@ -285,6 +286,7 @@ def fit_tagger(
         "finetune": cfg.finetune,
         "hidden_size": model.head[0].in_features // 2 - 1,
         "head_size": model.head[0].out_features,
+        "heads": 1 + len(model.members),
         "classes": {"neutral": NEUTRAL, "good": GOOD, "poor": POOR},
         "max_omissions": model.max_omissions,
         "global_step": total,

@@ -37,6 +37,9 @@ class ParsedFeedback:
     # (start, end, label) char spans of the response, when the source knows where its spans are (a token tagger):
     # used as they are instead of searching the response for the quotes
     located: tuple[tuple[int, int, str], ...] = ()
+    # per located span, the share in [0, 1] of an ensemble's heads that agree on it (() = one head, or not a tagger):
+    # PPO scales the span's token rewards by it, so a label the heads dispute pays and costs less
+    located_weights: tuple[float, ...] = ()
     # how sure the source is of these labels, in [0, 1] (a tagger: the probability of its least sure token's label);
     # None = the source gives no confidence
     confidence: float | None = None

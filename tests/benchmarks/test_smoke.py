@@ -156,13 +156,13 @@ def test_rm_ppo_refreshed_arm_and_its_controls_at_smoke_size(results, run_script
     beside it: the label-matched tagger, trained once per seed on the loop's number of labels (budget 4 x 2 rounds)
     of warm-start samples, scores that arm and its drift curve; the loop with the noisy annotator writes labels
     without omissions; the loop refreshing the matched tagger starts from it; the summary holds their differences,
-    paired by seed."""
+    paired by seed. The ensemble arm's static tagger has 5 span heads, trained for it alone."""
     import json
 
     import pandas as pd
 
     loop = ["ppo.critique_loop.every=1", "ppo.critique_loop.budget=4", "ppo.critique_loop.refresh_steps=2"]
-    arms = ["--arms", "refreshed,matched,refreshed_noisy,refreshed_matched", "--estimators", "gae"]
+    arms = ["--arms", "refreshed,matched,refreshed_noisy,refreshed_matched,ensemble", "--estimators", "gae"]
     flags = ["--smoke", *arms, *(x for s in loop for x in ("--refresh-set", s))]
     proc = run_script(RM_PPO, *flags, env={"T2G_BENCH_RESULTS": str(results)})
     assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
@@ -187,3 +187,5 @@ def test_rm_ppo_refreshed_arm_and_its_controls_at_smoke_size(results, run_script
     assert both["loop_start"] == both["reward_model_at"]["0"] == matched and "round-001" in both["reward_model_at"]["2"]
     assert run["loop_start"] != matched  # the refreshed arm's loop starts from the static tagger
     assert "refreshed_matched-gae - matched-gae" in summary["controls"]
+    assert "ensemble-gae" in runs  # scored by a tagger of its own, with 5 span heads
+    assert json.loads((work / "rm-tagger-heads5" / "tagger" / "tagger.json").read_text())["heads"] == 5
