@@ -141,10 +141,8 @@ def prepare(args, srcs: dict[str, Source]) -> dict[str, str]:
 
 def rm_key(settings: dict | None) -> str | None:
     """The reward model an arm's settings name: its kind, with its number of span heads when above one."""
-    if not settings:
-        return None
-    heads = settings.get("tagger_heads", 1)
-    return settings["kind"] + (f"-heads{heads}" if heads > 1 else "")
+    heads = (settings or {}).get("tagger_heads", 1)
+    return settings["kind"] + (f"-heads{heads}" if heads > 1 else "") if settings else None
 
 
 def fit_reward_model(pipe, settings: dict, start, fb, ann, folder: Path, train_ids: set[str] = frozenset()) -> str:

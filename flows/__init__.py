@@ -6,7 +6,6 @@ Heavy modules (torch, transformers, mlflow) are imported inside tasks, so import
 import atexit
 import gc
 
-# A process that runs these flows (a Prefect flow-run process, `deployments/serve.py`, `t2g run`, a test worker) skips
-# the interpreter's last garbage collections at exit, over everything torch, transformers, Prefect and MLflow made
-# (seconds of CPU); its exit handlers still run and its files are flushed as usual (t2g_cli.main does the same).
+# A process running these flows (a flow-run process, serve.py, `t2g run`, a test worker) exits without the last garbage
+# collections over all torch, Prefect and MLflow made (seconds of CPU), as t2g_cli.main: exit handlers still run.
 atexit.register(gc.freeze)

@@ -35,9 +35,8 @@ _register()
 
 
 def main() -> None:
-    # At exit the interpreter's last garbage collections walk every object torch, transformers, Prefect and MLflow
-    # made: 1.5 s after importing torch and transformers alone, 3.4 s of CPU after a tiny `t2g run`. Frozen, they are
-    # skipped; the exit handlers still run (freezing stops only the collections) and every file is flushed as usual.
+    # The interpreter's last garbage collections at exit walk all torch, transformers, Prefect and MLflow made (3.4 s
+    # of CPU after a tiny `t2g run`); frozen, they are skipped. Exit handlers still run and files are flushed as usual.
     atexit.register(gc.freeze)
     quiet_libraries()
     app()

@@ -59,9 +59,7 @@ class SpanTagger(nn.Module):
     per-token class logits (B, L, 3) of the first head, those of every head (K, B, L, 3) and omission-count logits
     (B, L, max_omissions + 1)."""
 
-    def __init__(
-        self, lm: nn.Module, hidden_size: int, head_size: int | None = None, max_omissions: int = 0, heads: int = 1
-    ):
+    def __init__(self, lm: nn.Module, hidden_size: int, head_size: int | None = None, max_omissions=0, heads=1):
         super().__init__()
         self.lm = lm
         head_size = head_size or hidden_size
