@@ -1,6 +1,7 @@
 """The placed or inline PPO and warm-up groups as the Prefect UI runs them: ``layout.<stage>`` of 2 processes reaches
-the task, which starts the gang (``accelerate launch``, DDP over gloo on the CPU) and equals the same stage in 1
-process; the cached result is found again with the layout removed (it is in no cache key)."""
+the task, which starts the gang (``accelerate launch``, DDP over gloo on the CPU); a rank SIGKILLed at a checkpoint
+fails the stage with its error, the next run resumes, and the result equals the same stage in 1 process; the cached
+result is found again with the layout removed (it is in no cache key)."""
 
 from __future__ import annotations
 
