@@ -315,11 +315,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workdir", default=str(results_dir() / "bench_rm_ppo_work"))
     p.add_argument("--policy", default=None, help="A warm-started policy folder (e.g. the demo's) instead of building.")
     p.add_argument("--base", default=None, help="Its base folder (a generative reward model starts there).")
-    p.add_argument(
-        "--reward-models",
-        default="",
-        help="KIND=FOLDER,...: trained reward models (tagger, tagger-heads5, generative).",
-    )
+    p.add_argument("--reward-models", default="", help="KIND=FOLDER,...: trained reward models, e.g. tagger-heads5=DIR")
     p.add_argument("--run-specs", dest="specs", default=None, help=argparse.SUPPRESS)
     p.add_argument("--paths", default="{}", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -21,6 +21,7 @@ from t2g_core.spans import (
     label_values,
     labels_for_offsets,
     locate_words,
+    tokens_in,
 )
 
 
@@ -92,9 +93,7 @@ def share_spans(
     for span in aligned:
         if span.label != kind or span.start is None:
             continue
-        tokens = [
-            i for i, (s, e) in enumerate(offsets) if s < e and s < span.end and span.start < e and labels[i] == value
-        ]
+        tokens = [i for i in tokens_in(offsets, span.start, span.end) if labels[i] == value]
         for i in tokens:
             out[i] = value / len(tokens)
     return out
@@ -120,9 +119,8 @@ def span_labels(
     if cfg.span_reward == "per_span":
         labels = share_spans(offsets, aligned, labels, NEGATIVE, values[NEGATIVE])  # nor cost more than it pays
     for (start, end, _), weight in zip(fb.located, fb.located_weights, strict=False):  # a disputed label counts less
-        for i, (s, e) in enumerate(offsets):
-            if s < e and s < end and start < e:
-                labels[i] *= min(1.0, max(0.0, weight))
+        for i in tokens_in(offsets, start, end):
+            labels[i] *= min(1.0, max(0.0, weight))
     return labels, aligned
 
 

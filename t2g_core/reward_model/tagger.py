@@ -18,7 +18,7 @@ from t2g_core.models.loading import embeddings_trained, load_causal_lm, load_tok
 from t2g_core.policy_prompts import render_policy_prompt
 from t2g_core.rl.logprobs import position_ids_from_mask
 from t2g_core.sft import lora_config
-from t2g_core.spans import NEGATIVE, POSITIVE, AlignedSpan, ParsedFeedback, anchor_token, labels_for_offsets
+from t2g_core.spans import NEGATIVE, POSITIVE, AlignedSpan, ParsedFeedback, anchor_token, labels_for_offsets, tokens_in
 from t2g_core.store import write_text_atomic
 
 NEUTRAL, GOOD, POOR = 0, 1, 2
@@ -201,11 +201,8 @@ def span_agreement(
     offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int, str]], agreement: Tensor
 ) -> tuple[float, ...]:
     """Per span, the mean over its tokens of the share of span heads that vote for the ensemble's label."""
-    out = []
-    for s, e, _ in spans:
-        inside = [k for k, (a, b) in enumerate(offsets) if a < b and a < e and s < b]
-        out.append(float(agreement[inside].mean()) if inside else 1.0)
-    return tuple(out)
+    inside = [tokens_in(offsets, s, e) for s, e, _ in spans]
+    return tuple(float(agreement[k].mean()) if k else 1.0 for k in inside)
 
 
 def feedback_from_spans(

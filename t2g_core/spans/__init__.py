@@ -13,6 +13,7 @@ from t2g_core.spans.labels import (
     token_labels,
     token_labels_batch,
     token_offsets_from_ids,
+    tokens_in,
 )
 from t2g_core.spans.locate import AlignedSpan, align_feedback, locate_span, locate_spans, locate_words, squeeze
 from t2g_core.spans.parsing import DEFAULT_VALUES, NEGATIVE, POSITIVE, ParsedFeedback, parse_span_json, valid_text
@@ -38,5 +39,6 @@ __all__ = [
     "token_labels",
     "token_labels_batch",
     "token_offsets_from_ids",
+    "tokens_in",
     "valid_text",
 ]

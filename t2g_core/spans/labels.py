@@ -39,6 +39,11 @@ def _is_sorted(xs: Sequence[int]) -> bool:
     return list(xs) == sorted(xs)
 
 
+def tokens_in(offsets: Sequence[tuple[int, int]], start: int, end: int) -> list[int]:
+    """The indices of the non-empty tokens of ``offsets`` that overlap the char interval [start, end)."""
+    return [i for i, (s, e) in enumerate(offsets) if s < e and s < end and start < e]
+
+
 def _token_range(starts: Sequence[int], ends: Sequence[int], start: int, end: int, sorted_: bool) -> Iterable[int]:
     """Indices of tokens overlapping [start, end): bisect when offsets are sorted, else a scan."""
     if sorted_:
