@@ -16,9 +16,11 @@ def prefect_harness(tmp_path_factory):
     keeps (t2g_env.kept_databases; without one, the harness's is kept as soon as it is migrated): its start took
     5.6 s instead of 12.0 s. Results of tasks run outside a workspace's own result storage go to a folder of this
     session, never to ``~/.prefect/storage``: a cached result there (a review sample in another session's deleted
-    temporary workspace) would be reused across sessions."""
+    temporary workspace) would be reused across sessions. Flow runs here send no heartbeats: the end of each run
+    joined Prefect's heartbeat thread, asleep for up to a second (147 runs, 55 s of waiting in the flow, task and CLI
+    tests); the e2e tests' real servers keep them, and test_flow_form sets them where it checks them."""
     import prefect.testing.utilities as harness
-    from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, PREFECT_LOCAL_STORAGE_PATH, temporary_settings
 
     folder = tmp_path_factory.mktemp("prefect-harness")
     storage = tmp_path_factory.mktemp("prefect-storage")
@@ -26,7 +28,7 @@ def prefect_harness(tmp_path_factory):
     placed = place(database, "prefect")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(harness, "mkdtemp", lambda: str(folder))
-        with temporary_settings({PREFECT_LOCAL_STORAGE_PATH: str(storage)}):
+        with temporary_settings({PREFECT_LOCAL_STORAGE_PATH: str(storage), PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             with harness.prefect_test_harness(server_startup_timeout=90):
                 if not placed:  # kept as migrated, before any test records a run in it
                     keep(database, "prefect")

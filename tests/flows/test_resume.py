@@ -8,6 +8,7 @@ downstream stages. Assertions are on Prefect task-run states, never on timing.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -78,13 +79,27 @@ def pipeline_once(root: str, c1: dict, c2: dict, c3: dict):
     return pipeline.fn(root, c1, c2, c3)
 
 
-def _task_states(flow_run_id) -> dict[str, list[str]]:
-    """Task name -> state names of its task runs in one flow run."""
+def _task_states(flow_run_id, settle_s: float = 0.3, timeout_s: float = 30.0) -> dict[str, list[str]]:
+    """Task name -> state names of its task runs in one flow run, once the API has recorded them: a task run's
+    states reach it as events the server records a moment later, so the answer is the first one that every task run
+    ends in a final state and that stays the same for ``settle_s``."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.events.worker import EventsWorker
 
+    EventsWorker.drain_all()  # the events this process has not sent yet
+    seen, since, deadline = None, time.monotonic(), time.monotonic() + timeout_s
     with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        while True:
+            runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+            now = [(tr.name, tr.state_name, tr.state is not None and tr.state.is_final()) for tr in runs]
+            if now != seen:
+                seen, since = now, time.monotonic()
+            elif all(final for *_, final in now) and time.monotonic() - since >= settle_s:
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     out: dict[str, list[str]] = {}
     for tr in sorted(runs, key=lambda r: r.expected_start_time):
         out.setdefault(tr.name.rsplit("-", 1)[0], []).append(tr.state.name)  # "fake-first-123" -> "fake-first"
