@@ -100,7 +100,7 @@ def evaluate_variant(name, cfg, result, rm_eval, fb_eval, align_cfg, samples) ->
     from t2g_core.reward_model.evaluate import calibration_error, evaluate_model, score_predictions
     from t2g_core.reward_model.scoring import load_scorer
     from t2g_core.reward_model.tagger import prediction_feedback, token_classes
-    from t2g_core.spans import AlignedSpan
+    from t2g_core.spans.locate import exact_spans
 
     report = evaluate_model(result.adapter_dir, rm_eval, fb_eval, cfg, split="validation", align_cfg=align_cfg)
     out = {"train_seconds": round(result.train_seconds, 1), "steps": result.global_step}
@@ -114,11 +114,7 @@ def evaluate_variant(name, cfg, result, rm_eval, fb_eval, align_cfg, samples) ->
         metrics, _ = score_predictions(items, feedback, scorer.tokenizer, align_cfg=align_cfg)
         out["on_policy_samples"] = {k: metrics[k] for k in TRUTH_KEYS if k in metrics}
         truth = [  # the demo's truth per response token: how well the label probabilities are calibrated on it
-            token_classes(
-                e.offsets,
-                [AlignedSpan(it.response[a:b], lab, a, b, "exact", 100.0) for a, b, lab, *_ in it.truth or ()],
-                "poor_wins",
-            )
+            token_classes(e.offsets, exact_spans(it.response, it.truth or ()), "poor_wins")
             for it, e in zip(items, encoded, strict=True)
         ]
         out["on_policy_samples"]["truth_token_ece"] = calibration_error([p.probs for p in preds], truth)

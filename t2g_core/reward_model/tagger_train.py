@@ -36,6 +36,7 @@ from t2g_core.reward_model.tagger import (
 )
 from t2g_core.sft import KEEP_CHECKPOINTS, TRAIN_META, RMTrainResult, finished_run
 from t2g_core.spans import AlignedSpan
+from t2g_core.spans.locate import exact_spans
 from t2g_core.store import write_text_atomic
 from t2g_core.training import epoch_permutation, load_state, publish_folder, save_state, staging_folder, writer_token
 
@@ -129,7 +130,7 @@ def tagger_examples(rm_df, feedback_df, split: str = "train") -> list[TaggerExam
     for row in rm_df[rm_df["split"] == split].itertuples(index=False):
         response = responses[row.id]
         target = parse_rm_target(row.rm_target)
-        spans = [AlignedSpan(response[s:e], lab, s, e, "exact", 100.0) for s, e, lab in target.located]
+        spans = exact_spans(response, target.located)
         out.append(TaggerExample(row.rm_prompt, response, spans, tuple(target.missing_at)))
     return out
 

@@ -278,6 +278,11 @@ def locate_words(response: str, word_scores: Sequence[tuple[str, float]]) -> lis
     return out
 
 
+def exact_spans(response: str, located: Iterable[Sequence]) -> list[AlignedSpan]:
+    """Spans of known offsets (``(start, end, label, ...)``: a tagger's, a target's, the truth) as exact matches."""
+    return [AlignedSpan(response[s:e], label, s, e, "exact", 100.0) for s, e, label, *_ in located]
+
+
 def align_feedback(
     response: str,
     parsed_or_good_poor: ParsedFeedback | tuple[Sequence[str], Sequence[str]],
@@ -290,7 +295,7 @@ def align_feedback(
     Feedback that carries ``located`` offsets (a token tagger's) is placed exactly there, without searching.
     """
     if isinstance(parsed_or_good_poor, ParsedFeedback) and parsed_or_good_poor.located:
-        return [AlignedSpan(response[s:e], label, s, e, "exact", 100.0) for s, e, label in parsed_or_good_poor.located]
+        return exact_spans(response, parsed_or_good_poor.located)
     if isinstance(parsed_or_good_poor, ParsedFeedback):
         good, poor = parsed_or_good_poor.good_spans, parsed_or_good_poor.poor_spans
         context = parsed_or_good_poor.critique if use_context else None
