@@ -111,8 +111,8 @@ def _task_states(flow_run_id, settle_s: float = 0.3, timeout_s: float = 30.0) ->
 
 
 def _run(root, c1, c2, c3, **kw):
-    """The flow run's id and its result (the value it returned: a Completed state the API answers with, as when a
-    retried request under load proposes Completed twice, carries no result)."""
+    """The flow run's id and its result: the value it returned, not its final state's data (twice under extra load
+    that state came back from the API without a result, MissingResult; the cause is not confirmed)."""
     out = pipeline(root, c1, c2, c3, **kw)  # raises unless the run completed
     return RUN_IDS[-1], out
 
